@@ -1,0 +1,331 @@
+// Package config loads and validates pinplan's settings from the environment
+// and an optional TOML file named by PINPLAN_CONFIG. It imports nothing of
+// pinplan's; cmd/bot is its only importer.
+//
+// A key set in the environment wins over the same key in the file. Keys in
+// the file are the environment names in lower case (pinplan_db = "...").
+// Every error names the key, and secrets never appear in String, %v, %#v,
+// JSON or errors.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Secret is a token or key. Every way of printing it prints "[redacted]".
+type Secret string
+
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return "[redacted]"
+}
+
+// GoString keeps %#v from printing the value.
+func (s Secret) GoString() string { return strconv.Quote(s.String()) }
+
+// MarshalText keeps JSON and TOML encoders from printing the value.
+func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// Reveal returns the secret itself, for the one place that sends it.
+func (s Secret) Reveal() string { return string(s) }
+
+// Config is every setting of DESIGN.md §9 plus the few pinplan adds.
+type Config struct {
+	DB       string // PINPLAN_DB
+	HTTPAddr string // PINPLAN_HTTP_ADDR
+	WebToken Secret // PINPLAN_WEB_TOKEN: required for a non-loopback HTTPAddr
+
+	OpenAIKey        Secret        // OPENAI_API_KEY
+	OpenAIBaseURL    string        // OPENAI_BASE_URL
+	OpenAIModel      string        // OPENAI_MODEL
+	ModelConfigured  bool          // OPENAI_API_KEY or OPENAI_BASE_URL was set
+	Stream           bool          // PINPLAN_STREAM: stream model responses (SSE)
+	ModelTimeout     time.Duration // PINPLAN_MODEL_TIMEOUT: one model request
+	ModelRetries     int           // PINPLAN_MODEL_RETRIES: retries after the first try
+	ModelConcurrency int           // PINPLAN_MODEL_CONCURRENCY: model calls in flight, process-wide
+	MaxRounds        int           // PINPLAN_MAX_ROUNDS: model rounds per turn
+	StaleRounds      int           // PINPLAN_STALE_ROUNDS
+	ReminderRole     string        // PINPLAN_REMINDER_ROLE: system or user
+
+	SlackBotToken      Secret // SLACK_BOT_TOKEN
+	SlackAppToken      Secret // SLACK_APP_TOKEN: Socket Mode when set
+	SlackSigningSecret Secret // SLACK_SIGNING_SECRET: Events API over HTTP
+	SlackAPIURL        string // SLACK_API_URL
+
+	DiscordBotToken      Secret // DISCORD_BOT_TOKEN
+	DiscordAPIURL        string // DISCORD_API_URL
+	DiscordThreadPerTask bool   // PINPLAN_DISCORD_THREAD_PER_TASK
+
+	LogLevel string // PINPLAN_LOG_LEVEL: debug, info, warn, error
+}
+
+// DefaultModel is the model used when OPENAI_MODEL is not set.
+const DefaultModel = "gpt-4.1-mini"
+
+// keys lists every accepted name, for the unknown-key check of the file.
+var keys = []string{
+	"PINPLAN_DB", "PINPLAN_HTTP_ADDR", "PINPLAN_WEB_TOKEN",
+	"OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL", "PINPLAN_STREAM",
+	"PINPLAN_MODEL_TIMEOUT", "PINPLAN_MODEL_RETRIES", "PINPLAN_MODEL_CONCURRENCY",
+	"PINPLAN_MAX_ROUNDS", "PINPLAN_STALE_ROUNDS", "PINPLAN_REMINDER_ROLE",
+	"SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET", "SLACK_API_URL",
+	"DISCORD_BOT_TOKEN", "DISCORD_API_URL", "PINPLAN_DISCORD_THREAD_PER_TASK",
+	"PINPLAN_LOG_LEVEL",
+}
+
+// Load reads the settings through getenv (os.Getenv in main), applies
+// defaults and validates them. The error names the offending key.
+func Load(getenv func(string) string) (*Config, error) {
+	file := map[string]string{}
+	if path := getenv("PINPLAN_CONFIG"); path != "" {
+		var err error
+		if file, err = readFile(path); err != nil {
+			return nil, err
+		}
+	}
+	l := loader{getenv: getenv, file: file}
+	c := &Config{
+		DB:       l.str("PINPLAN_DB", "./data/pinplan.db"),
+		HTTPAddr: l.str("PINPLAN_HTTP_ADDR", "127.0.0.1:8080"),
+		WebToken: Secret(l.str("PINPLAN_WEB_TOKEN", "")),
+
+		OpenAIKey:        Secret(l.str("OPENAI_API_KEY", "")),
+		OpenAIBaseURL:    l.url("OPENAI_BASE_URL", "https://api.openai.com/v1"),
+		OpenAIModel:      l.str("OPENAI_MODEL", DefaultModel),
+		Stream:           l.boolean("PINPLAN_STREAM", false),
+		ModelTimeout:     l.duration("PINPLAN_MODEL_TIMEOUT", 120*time.Second),
+		ModelRetries:     l.integer("PINPLAN_MODEL_RETRIES", 4, 0, 20),
+		ModelConcurrency: l.integer("PINPLAN_MODEL_CONCURRENCY", 8, 1, 1024),
+		MaxRounds:        l.integer("PINPLAN_MAX_ROUNDS", 25, 1, 1000),
+		StaleRounds:      l.integer("PINPLAN_STALE_ROUNDS", 3, 1, 1000),
+		ReminderRole:     l.oneOf("PINPLAN_REMINDER_ROLE", "system", "system", "user"),
+
+		SlackBotToken:      Secret(l.str("SLACK_BOT_TOKEN", "")),
+		SlackAppToken:      Secret(l.str("SLACK_APP_TOKEN", "")),
+		SlackSigningSecret: Secret(l.str("SLACK_SIGNING_SECRET", "")),
+		SlackAPIURL:        l.url("SLACK_API_URL", "https://slack.com/api/"),
+
+		DiscordBotToken:      Secret(l.str("DISCORD_BOT_TOKEN", "")),
+		DiscordAPIURL:        l.url("DISCORD_API_URL", "https://discord.com"),
+		DiscordThreadPerTask: l.boolean("PINPLAN_DISCORD_THREAD_PER_TASK", false),
+
+		LogLevel: l.oneOf("PINPLAN_LOG_LEVEL", "info", "debug", "info", "warn", "error"),
+	}
+	c.ModelConfigured = l.str("OPENAI_API_KEY", "") != "" || l.str("OPENAI_BASE_URL", "") != ""
+	if !strings.HasSuffix(c.SlackAPIURL, "/") {
+		c.SlackAPIURL += "/"
+	}
+	c.DiscordAPIURL = strings.TrimRight(c.DiscordAPIURL, "/")
+	if c.SlackBotToken != "" && c.SlackAppToken == "" && c.SlackSigningSecret == "" {
+		l.fail("SLACK_BOT_TOKEN", "is set, but neither SLACK_APP_TOKEN (Socket Mode) nor SLACK_SIGNING_SECRET (Events API) is")
+	}
+	if (c.SlackAppToken != "" || c.SlackSigningSecret != "") && c.SlackBotToken == "" {
+		l.fail("SLACK_BOT_TOKEN", "must be set with SLACK_APP_TOKEN or SLACK_SIGNING_SECRET")
+	}
+	if err := checkAddr(c.HTTPAddr, c.WebToken); err != nil {
+		l.fail("PINPLAN_HTTP_ADDR", err.Error())
+	}
+	if l.err != nil {
+		return nil, l.err
+	}
+	return c, nil
+}
+
+// Loopback reports whether addr's host is a loopback address or localhost.
+func Loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func checkAddr(addr string, token Secret) error {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return fmt.Errorf("%q is not host:port: %v", addr, err)
+	}
+	if !Loopback(addr) && token == "" {
+		return fmt.Errorf("%q is not a loopback address; set PINPLAN_WEB_TOKEN to serve the web console beyond this machine", addr)
+	}
+	return nil
+}
+
+// Platforms names the chat platforms the settings enable, in start order.
+// With none, pinplan serves only the web console.
+func (c *Config) Platforms() []string {
+	var p []string
+	if c.SlackBotToken != "" {
+		p = append(p, "slack")
+	}
+	if c.DiscordBotToken != "" {
+		p = append(p, "discord")
+	}
+	return p
+}
+
+// Secrets returns every non-empty secret value, for redacting text.
+func (c *Config) Secrets() []string {
+	var out []string
+	for _, s := range []Secret{c.WebToken, c.OpenAIKey, c.SlackBotToken, c.SlackAppToken, c.SlackSigningSecret, c.DiscordBotToken} {
+		if len(s) >= 4 {
+			out = append(out, string(s))
+		}
+	}
+	return out
+}
+
+// Redact replaces every secret value in s with "[redacted]".
+func (c *Config) Redact(s string) string {
+	for _, v := range c.Secrets() {
+		s = strings.ReplaceAll(s, v, "[redacted]")
+	}
+	return s
+}
+
+// String lists the settings with secrets redacted.
+func (c *Config) String() string {
+	return fmt.Sprintf("db=%s http=%s model=%s base_url=%s stream=%t slack=%t discord=%t openai_key=%s",
+		c.DB, c.HTTPAddr, c.OpenAIModel, RedactURL(c.OpenAIBaseURL), c.Stream,
+		c.SlackBotToken != "", c.DiscordBotToken != "", c.OpenAIKey)
+}
+
+// RedactURL hides a password in a URL's user info.
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}
+
+func readFile(path string) (map[string]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: PINPLAN_CONFIG: %w", err)
+	}
+	raw := map[string]any{}
+	if err := toml.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("config: PINPLAN_CONFIG %s: %w", path, err)
+	}
+	known := map[string]bool{}
+	for _, k := range keys {
+		known[strings.ToLower(k)] = true
+	}
+	names := make([]string, 0, len(raw))
+	for k := range raw {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	out := map[string]string{}
+	for _, k := range names {
+		if !known[k] {
+			return nil, fmt.Errorf("config: %s: unknown key %q", path, k)
+		}
+		switch v := raw[k].(type) {
+		case string:
+			out[strings.ToUpper(k)] = v
+		case bool, int64, float64:
+			out[strings.ToUpper(k)] = fmt.Sprint(v)
+		default:
+			return nil, fmt.Errorf("config: %s: key %q: expected a string, number or boolean", path, k)
+		}
+	}
+	return out, nil
+}
+
+type loader struct {
+	getenv func(string) string
+	file   map[string]string
+	err    error
+}
+
+func (l *loader) fail(key, msg string) {
+	if l.err == nil {
+		l.err = errors.New("config: " + key + " " + msg)
+	}
+}
+
+func (l *loader) str(key, def string) string {
+	if v := strings.TrimSpace(l.getenv(key)); v != "" {
+		return v
+	}
+	if v := strings.TrimSpace(l.file[key]); v != "" {
+		return v
+	}
+	return def
+}
+
+func (l *loader) url(key, def string) string {
+	v := l.str(key, def)
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		l.fail(key, fmt.Sprintf("must be an http or https URL, got %q", RedactURL(v)))
+	}
+	return v
+}
+
+func (l *loader) boolean(key string, def bool) bool {
+	v := l.str(key, "")
+	if v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		l.fail(key, fmt.Sprintf("must be true or false, got %q", v))
+	}
+	return b
+}
+
+func (l *loader) integer(key string, def, min, max int) int {
+	v := l.str(key, "")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < min || n > max {
+		l.fail(key, fmt.Sprintf("must be a whole number from %d to %d, got %q", min, max, v))
+	}
+	return n
+}
+
+func (l *loader) duration(key string, def time.Duration) time.Duration {
+	v := l.str(key, "")
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		l.fail(key, fmt.Sprintf("must be a positive duration such as 90s, got %q", v))
+	}
+	return d
+}
+
+func (l *loader) oneOf(key, def string, allowed ...string) string {
+	v := l.str(key, def)
+	for _, a := range allowed {
+		if v == a {
+			return v
+		}
+	}
+	l.fail(key, fmt.Sprintf("must be one of %s, got %q", strings.Join(allowed, ", "), v))
+	return def
+}
