@@ -1,0 +1,327 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+)
+
+// Model answers one chat-completion request. OpenAIModel implements it over
+// HTTP; the demo model of cmd/bot implements it in process.
+type Model interface {
+	Complete(ctx context.Context, req openai.ChatCompletionRequest) (Reply, error)
+}
+
+// Reply is one model response: the assistant message and its token usage.
+type Reply struct {
+	Message openai.ChatCompletionMessage
+	Usage   openai.Usage
+}
+
+// ErrModel wraps every error a Model gives up with, after its retries.
+var ErrModel = errors.New("model request failed")
+
+// OpenAIOptions configures OpenAIModel.
+type OpenAIOptions struct {
+	BaseURL     string
+	APIKey      string
+	Stream      bool
+	Timeout     time.Duration // per request attempt
+	Retries     int           // attempts after the first on 429, 5xx, timeouts and broken streams
+	Concurrency int           // model calls in flight at once, for this process
+	// MaxBackoff caps one wait between attempts, Retry-After included.
+	MaxBackoff time.Duration
+	// BaseBackoff is the first wait; each retry doubles it, with jitter.
+	BaseBackoff time.Duration
+	HTTPClient  *http.Client // its Transport is wrapped to read Retry-After
+	// OnRetry, when set, is told of each wait (for metrics and logs).
+	OnRetry func(attempt int, wait time.Duration, err error)
+}
+
+// OpenAIModel calls an OpenAI-compatible chat-completions API with bounded
+// retries, a per-attempt timeout and a cap on concurrent calls.
+type OpenAIModel struct {
+	client *openai.Client
+	opts   OpenAIOptions
+	sem    chan struct{}
+}
+
+// NewOpenAIModel returns a model client for opts.
+func NewOpenAIModel(opts OpenAIOptions) *OpenAIModel {
+	if opts.Timeout <= 0 {
+		opts.Timeout = 2 * time.Minute
+	}
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = 8
+	}
+	if opts.MaxBackoff <= 0 {
+		opts.MaxBackoff = 30 * time.Second
+	}
+	if opts.BaseBackoff <= 0 {
+		opts.BaseBackoff = 500 * time.Millisecond
+	}
+	base := http.DefaultTransport
+	if opts.HTTPClient != nil && opts.HTTPClient.Transport != nil {
+		base = opts.HTTPClient.Transport
+	}
+	cfg := openai.DefaultConfig(opts.APIKey)
+	cfg.BaseURL = strings.TrimRight(opts.BaseURL, "/")
+	cfg.HTTPClient = &http.Client{Transport: retryAfterTransport{base}}
+	return &OpenAIModel{client: openai.NewClientWithConfig(cfg), opts: opts, sem: make(chan struct{}, opts.Concurrency)}
+}
+
+// Complete implements Model.
+func (m *OpenAIModel) Complete(ctx context.Context, req openai.ChatCompletionRequest) (Reply, error) {
+	for attempt := 0; ; attempt++ {
+		hint := &retryHint{}
+		reply, err := m.once(context.WithValue(ctx, retryHintKey{}, hint), req)
+		if err == nil {
+			return reply, nil
+		}
+		if ctx.Err() != nil {
+			return Reply{}, fmt.Errorf("%w: %w", ErrModel, context.Cause(ctx))
+		}
+		if !retryable(err) || attempt >= m.opts.Retries {
+			return Reply{}, fmt.Errorf("%w after %d attempt(s): %w", ErrModel, attempt+1, err)
+		}
+		wait := m.backoff(attempt, hint.get())
+		if m.opts.OnRetry != nil {
+			m.opts.OnRetry(attempt+1, wait, err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return Reply{}, fmt.Errorf("%w: %w", ErrModel, context.Cause(ctx))
+		case <-t.C:
+		}
+	}
+}
+
+// backoff is exponential with full jitter in [d/2, d], at least Retry-After.
+func (m *OpenAIModel) backoff(attempt int, retryAfter time.Duration) time.Duration {
+	d := m.opts.BaseBackoff << min(attempt, 16)
+	d = d/2 + rand.N(d/2+1)
+	if retryAfter > d {
+		d = retryAfter
+	}
+	return min(d, m.opts.MaxBackoff)
+}
+
+func (m *OpenAIModel) once(ctx context.Context, req openai.ChatCompletionRequest) (Reply, error) {
+	select {
+	case m.sem <- struct{}{}:
+	case <-ctx.Done():
+		return Reply{}, context.Cause(ctx)
+	}
+	defer func() { <-m.sem }()
+	ctx, cancel := context.WithTimeoutCause(ctx, m.opts.Timeout, errAttemptTimeout)
+	defer cancel()
+	if !m.opts.Stream {
+		resp, err := m.client.CreateChatCompletion(ctx, req)
+		if err != nil {
+			if errors.Is(context.Cause(ctx), errAttemptTimeout) {
+				return Reply{}, errAttemptTimeout
+			}
+			return Reply{}, err
+		}
+		if len(resp.Choices) == 0 {
+			return Reply{}, errNoChoices
+		}
+		return Reply{Message: resp.Choices[0].Message, Usage: resp.Usage}, nil
+	}
+	req.Stream = true
+	req.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
+	stream, err := m.client.CreateChatCompletionStream(ctx, req)
+	if err != nil {
+		if errors.Is(context.Cause(ctx), errAttemptTimeout) {
+			return Reply{}, errAttemptTimeout
+		}
+		return Reply{}, err
+	}
+	defer stream.Close()
+	var acc streamAccumulator
+	for {
+		chunk, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			if errors.Is(context.Cause(ctx), errAttemptTimeout) {
+				return Reply{}, errAttemptTimeout
+			}
+			return Reply{}, fmt.Errorf("%w: %w", errBrokenStream, err)
+		}
+		acc.add(chunk)
+	}
+	if !acc.finished {
+		return Reply{}, fmt.Errorf("%w: stream ended without a finish_reason", errBrokenStream)
+	}
+	return acc.reply(), nil
+}
+
+var (
+	errAttemptTimeout = errors.New("model request timed out")
+	errBrokenStream   = errors.New("model stream broke off")
+	errNoChoices      = errors.New("model response has no choices")
+)
+
+func retryable(err error) bool {
+	var apiErr *openai.APIError
+	var reqErr *openai.RequestError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &apiErr):
+		return apiErr.HTTPStatusCode == http.StatusTooManyRequests || apiErr.HTTPStatusCode >= 500 || apiErr.HTTPStatusCode == 0
+	case errors.As(err, &reqErr):
+		return reqErr.HTTPStatusCode == http.StatusTooManyRequests || reqErr.HTTPStatusCode >= 500 || reqErr.HTTPStatusCode == 0
+	case errors.Is(err, errAttemptTimeout), errors.Is(err, errBrokenStream), errors.Is(err, errNoChoices),
+		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF), errors.As(err, &netErr):
+		return true
+	}
+	// A body that is not JSON (a proxy's HTML error page, a cut response).
+	return strings.Contains(err.Error(), "invalid character") || strings.Contains(err.Error(), "unexpected end of JSON")
+}
+
+// streamAccumulator rebuilds one assistant message from stream chunks. Tool
+// calls are keyed by id when the server sends one and by index otherwise:
+// some servers send index 0 for every call, so a new id starts a new call.
+type streamAccumulator struct {
+	content  strings.Builder
+	reason   strings.Builder
+	role     string
+	calls    []openai.ToolCall
+	byIndex  map[int]int
+	byID     map[string]int
+	usage    openai.Usage
+	finished bool
+}
+
+func (a *streamAccumulator) add(chunk openai.ChatCompletionStreamResponse) {
+	if chunk.Usage != nil {
+		a.usage = *chunk.Usage
+	}
+	for _, ch := range chunk.Choices {
+		if ch.Index != 0 {
+			continue
+		}
+		if ch.FinishReason != "" {
+			a.finished = true
+		}
+		d := ch.Delta
+		if d.Role != "" {
+			a.role = d.Role
+		}
+		a.content.WriteString(d.Content)
+		a.reason.WriteString(d.ReasoningContent)
+		for _, tc := range d.ToolCalls {
+			a.addCall(tc)
+		}
+	}
+}
+
+func (a *streamAccumulator) addCall(tc openai.ToolCall) {
+	if a.byIndex == nil {
+		a.byIndex, a.byID = map[int]int{}, map[string]int{}
+	}
+	idx := -1
+	if tc.Index != nil {
+		idx = *tc.Index
+	}
+	pos, ok := -1, false
+	switch {
+	case tc.ID != "":
+		if pos, ok = a.byID[tc.ID]; !ok {
+			pos = len(a.calls)
+			a.calls = append(a.calls, openai.ToolCall{ID: tc.ID, Type: openai.ToolTypeFunction})
+			a.byID[tc.ID] = pos
+		}
+	case idx >= 0:
+		if pos, ok = a.byIndex[idx]; !ok {
+			pos = len(a.calls)
+			a.calls = append(a.calls, openai.ToolCall{Type: openai.ToolTypeFunction})
+		}
+	default:
+		if len(a.calls) == 0 {
+			a.calls = append(a.calls, openai.ToolCall{Type: openai.ToolTypeFunction})
+		}
+		pos = len(a.calls) - 1
+	}
+	if idx >= 0 {
+		a.byIndex[idx] = pos
+	}
+	c := &a.calls[pos]
+	if tc.Type != "" {
+		c.Type = tc.Type
+	}
+	c.Function.Name += tc.Function.Name
+	c.Function.Arguments += tc.Function.Arguments
+}
+
+func (a *streamAccumulator) reply() Reply {
+	msg := openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: a.content.String(), ReasoningContent: a.reason.String()}
+	for i, c := range a.calls {
+		if c.ID == "" {
+			c.ID = "call_" + strconv.Itoa(i)
+		}
+		msg.ToolCalls = append(msg.ToolCalls, c)
+	}
+	return Reply{Message: msg, Usage: a.usage}
+}
+
+type retryHintKey struct{}
+
+// retryHint carries a Retry-After header from the transport to the retry
+// loop: go-openai's errors do not expose response headers.
+type retryHint struct {
+	mu    sync.Mutex // guards after
+	after time.Duration
+}
+
+func (h *retryHint) get() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.after
+}
+
+type retryAfterTransport struct{ base http.RoundTripper }
+
+func (t retryAfterTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(req)
+	if err != nil || resp.StatusCode < 400 {
+		return resp, err
+	}
+	if h, ok := req.Context().Value(retryHintKey{}).(*retryHint); ok {
+		if d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
+			h.mu.Lock()
+			h.after = d
+			h.mu.Unlock()
+		}
+	}
+	return resp, nil
+}
+
+// parseRetryAfter reads seconds or an HTTP date.
+func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if secs, err := strconv.ParseFloat(v, 64); err == nil && secs >= 0 {
+		return time.Duration(secs * float64(time.Second)), true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0), true
+	}
+	return 0, false
+}

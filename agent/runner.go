@@ -1,0 +1,427 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/pinplan/pinplan/todo"
+)
+
+// Options configures a Runner.
+type Options struct {
+	Model        Model
+	Store        Store
+	Tools        *Registry // nil: todo_write only
+	ModelName    string
+	SystemPrompt string // todo.PromptAddendum is appended to it
+	StaleRounds  int    // reminder threshold; 0 means 3
+	ReminderRole string // "system" (default) or "user"
+	MaxRounds    int    // model rounds per turn; 0 means 25
+	Observer     Observer
+	Logger       *slog.Logger
+	Now          func() time.Time
+}
+
+// ErrClosed is returned by Submit after Close.
+var ErrClosed = errors.New("agent: runner is closed")
+
+// ErrStopped is the cause of a turn stopped by Stop.
+var ErrStopped = errors.New("stopped on request")
+
+var errShutdown = errors.New("agent: shutting down")
+
+// Runner runs sessions: at most one goroutine and one turn per session key,
+// different sessions in parallel.
+type Runner struct {
+	opts   Options
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex // guards active and closed
+	active map[string]*worker
+	closed bool
+}
+
+type worker struct {
+	again bool                    // more work arrived while it ran
+	stop  context.CancelCauseFunc // cancels the running turn
+}
+
+// NewRunner returns a runner. Call Resume to pick up sessions a previous
+// process left running, and Close to stop.
+func NewRunner(opts Options) (*Runner, error) {
+	if opts.Model == nil || opts.Store == nil {
+		return nil, errors.New("agent: Options.Model and Options.Store are required")
+	}
+	if opts.Tools == nil {
+		opts.Tools, _ = NewRegistry()
+	}
+	if opts.StaleRounds <= 0 {
+		opts.StaleRounds = 3
+	}
+	if opts.ReminderRole == "" {
+		opts.ReminderRole = openai.ChatMessageRoleSystem
+	}
+	if opts.MaxRounds <= 0 {
+		opts.MaxRounds = 25
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Observer == nil {
+		opts.Observer = func(Event) {}
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &Runner{opts: opts, ctx: ctx, cancel: cancel, active: map[string]*worker{}}, nil
+}
+
+// Submit persists a user message for the session and makes sure the
+// session runs. A message that arrives during a turn joins that turn before
+// its next model request.
+func (r *Runner) Submit(ctx context.Context, key string, in Inbound) error {
+	r.mu.Lock()
+	closed := r.closed
+	r.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	if in.At.IsZero() {
+		in.At = r.opts.Now()
+	}
+	if _, err := r.opts.Store.Enqueue(ctx, key, in); err != nil {
+		return fmt.Errorf("agent: queue message for %s: %w", key, err)
+	}
+	r.kick(key)
+	return nil
+}
+
+// Resume starts every session a previous process left running or with
+// queued messages.
+func (r *Runner) Resume(ctx context.Context) (int, error) {
+	keys, err := r.opts.Store.Resumable(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("agent: list resumable sessions: %w", err)
+	}
+	for _, k := range keys {
+		r.kick(k)
+	}
+	return len(keys), nil
+}
+
+// Stop ends the session's running turn, if any, with outcome Stopped.
+func (r *Runner) Stop(key string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w, ok := r.active[key]
+	if ok && w.stop != nil {
+		w.stop(ErrStopped)
+	}
+	return ok
+}
+
+// Close stops every session at its next safe point and waits. A turn in a
+// model request is abandoned and stays "running" in the store, so the next
+// process resumes it; a round whose tools ran is committed first.
+func (r *Runner) Close() {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	r.cancel(errShutdown)
+	r.wg.Wait()
+}
+
+func (r *Runner) kick(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	if w, ok := r.active[key]; ok {
+		w.again = true
+		return
+	}
+	w := &worker{}
+	r.active[key] = w
+	r.wg.Add(1)
+	go r.work(key, w)
+}
+
+func (r *Runner) work(key string, w *worker) {
+	defer r.wg.Done()
+	log := r.opts.Logger.With("session", key)
+	for {
+		ctx, stop := context.WithCancelCause(r.ctx)
+		r.mu.Lock()
+		w.again, w.stop = false, stop
+		r.mu.Unlock()
+		err := r.run(ctx, key, log)
+		stop(nil)
+		if err != nil && r.ctx.Err() == nil {
+			log.Error("session failed", "err", err)
+		}
+		r.mu.Lock()
+		if !w.again || r.closed {
+			delete(r.active, key)
+			r.mu.Unlock()
+			return
+		}
+		r.mu.Unlock()
+	}
+}
+
+// session is a run's working state; it only changes after a commit.
+type session struct {
+	key     string
+	cp      Checkpoint
+	hist    []Entry
+	tracker *todo.Tracker
+}
+
+func (r *Runner) run(ctx context.Context, key string, log *slog.Logger) error {
+	store := r.opts.Store
+	cp, hist, inbox, err := store.Load(ctx, key)
+	if err != nil {
+		return fmt.Errorf("load: %w", err)
+	}
+	now := r.opts.Now()
+	if cp == nil {
+		cp = &Checkpoint{Key: key, State: Idle, Created: now}
+	}
+	s := &session{key: key, cp: *cp, hist: hist, tracker: todo.Restore(cp.Plan, cp.Revision, cp.Stale)}
+	if s.cp.State == Running {
+		log.Info("resuming turn", "history", len(hist), "revision", s.cp.Revision)
+		r.publish(Event{Session: key, Kind: TurnStarted, Resumed: true, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision()})
+	}
+	for {
+		if s.cp.State == Idle {
+			if len(inbox) == 0 {
+				return nil
+			}
+			s.cp.State, s.cp.TurnRounds = Running, 0
+			s.cp.Turns++
+			r.publish(Event{Session: key, Kind: TurnStarted, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision()})
+		}
+		var err error
+		switch {
+		case s.cp.Pending != nil:
+			err = r.recoverPending(ctx, s)
+		case s.cp.TurnRounds >= r.opts.MaxRounds:
+			err = r.endTurn(ctx, s, nil, Limited, fmt.Sprintf("I stopped after %d model rounds without a final answer (PINPLAN_MAX_ROUNDS). Send a message to continue.", r.opts.MaxRounds), nil)
+		default:
+			err = r.round(ctx, s, inbox)
+		}
+		if err != nil {
+			return err
+		}
+		if inbox, err = store.Inbox(ctx, key); err != nil {
+			return fmt.Errorf("read inbox: %w", err)
+		}
+	}
+}
+
+// round runs one model request and commits its result.
+func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
+	drained, ids := r.userEntries(inbox)
+	work := s.tracker.Clone()
+	remind := work.TakeReminder(r.opts.StaleRounds)
+	req := r.request(s.hist, drained, remind)
+	reply, err := r.opts.Model.Complete(ctx, req)
+	if err != nil {
+		if r.ctx.Err() != nil {
+			return context.Cause(r.ctx) // shutdown: stay running, resume later
+		}
+		if errors.Is(context.Cause(ctx), ErrStopped) {
+			return r.endTurn(context.WithoutCancel(ctx), s, &Round{Append: drained, Drained: ids}, Stopped, "Stopped. The plan is kept as it was.", nil)
+		}
+		return r.endTurn(ctx, s, &Round{Append: drained, Drained: ids}, Failed, "The model did not answer, so this turn ended. Send a message to try again.", err)
+	}
+	msg := reply.Message
+	msg.Role = openai.ChatMessageRoleAssistant
+	next := s.cp
+	next.Usage.add(reply.Usage)
+	next.TurnRounds++
+	now := r.opts.Now()
+	asst := Entry{Message: msg, At: now}
+	if len(msg.ToolCalls) == 0 {
+		rd := &Round{Append: append(drained, asst), Drained: ids}
+		next.Stale = work.Stale()
+		next.State = Idle
+		if err := r.commit(ctx, s, rd, next, work); err != nil {
+			return err
+		}
+		text := msg.Content
+		if text == "" {
+			text = "(The model finished without an answer.)"
+		}
+		r.publish(Event{Session: s.key, Kind: Replied, Text: text})
+		r.publish(Event{Session: s.key, Kind: TurnEnded, Outcome: Done, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision()})
+		return nil
+	}
+	for i := range msg.ToolCalls {
+		if msg.ToolCalls[i].ID == "" {
+			msg.ToolCalls[i].ID = "call_" + strconv.FormatInt(next.Turns, 10) + "_" + strconv.Itoa(next.TurnRounds) + "_" + strconv.Itoa(i)
+		}
+		msg.ToolCalls[i].Type = openai.ToolTypeFunction
+	}
+	asst.Message = msg
+	if !r.allIdempotent(msg) {
+		// Record the intent first, so a crash while a non-idempotent tool
+		// runs is answered with "interrupted" instead of running it again.
+		pend := s.cp
+		pend.Stale = work.Stale()
+		pend.Pending = &msg
+		pend.Usage = next.Usage
+		if err := r.commit(ctx, s, &Round{Append: drained, Drained: ids}, pend, s.tracker.Clone()); err != nil {
+			return err
+		}
+		drained, ids = nil, nil
+	}
+	return r.runTools(ctx, s, drained, ids, msg, work, next, nil)
+}
+
+// runTools executes msg's tool calls in order and commits the round.
+// interrupted names calls that must not run again.
+func (r *Runner) runTools(ctx context.Context, s *session, drained []Entry, ids []uint64, msg openai.ChatCompletionMessage, work *todo.Tracker, next Checkpoint, interrupted map[string]bool) error {
+	env := &ToolEnv{Session: s.key, Plan: work}
+	rd := &Round{Append: append(drained, Entry{Message: msg, At: r.opts.Now()}), Drained: ids}
+	names := make([]string, 0, len(msg.ToolCalls))
+	for _, tc := range msg.ToolCalls {
+		names = append(names, tc.Function.Name)
+		before := work.Revision()
+		var out string
+		if interrupted[tc.ID] {
+			out = errorResult(&ToolError{Code: "interrupted", Message: "pinplan restarted while this tool was running; it may or may not have taken effect. Check before calling it again."})
+		} else {
+			out = r.opts.Tools.call(context.WithoutCancel(ctx), env, tc)
+		}
+		if work.Revision() != before {
+			rd.Plans = append(rd.Plans, PlanRevision{Revision: work.Revision(), Items: work.Snapshot().Items(), At: r.opts.Now(), ToolCallID: tc.ID})
+		}
+		rd.Append = append(rd.Append, Entry{Message: openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, Content: out, ToolCallID: tc.ID}, At: r.opts.Now()})
+	}
+	work.EndRound(names)
+	next.Pending = nil
+	if err := r.commit(ctx, s, rd, next, work); err != nil {
+		return err
+	}
+	for _, p := range rd.Plans {
+		r.publish(Event{Session: s.key, Kind: PlanChanged, Plan: todo.NewSnapshot(p.Items), Revision: p.Revision, At: p.At})
+	}
+	return nil
+}
+
+// recoverPending finishes a round whose assistant message was committed as
+// pending before a restart: idempotent tools run, the others are answered
+// "interrupted".
+func (r *Runner) recoverPending(ctx context.Context, s *session) error {
+	msg := *s.cp.Pending
+	interrupted := map[string]bool{}
+	for _, tc := range msg.ToolCalls {
+		if !r.opts.Tools.idempotent(tc.Function.Name) {
+			interrupted[tc.ID] = true
+		}
+	}
+	next := s.cp
+	next.TurnRounds++
+	return r.runTools(ctx, s, nil, nil, msg, s.tracker.Clone(), next, interrupted)
+}
+
+// endTurn commits the turn's end (with rd's messages, if any) and reports
+// the outcome. The plan is left exactly as the model last wrote it.
+func (r *Runner) endTurn(ctx context.Context, s *session, rd *Round, outcome Outcome, text string, cause error) error {
+	if rd == nil {
+		rd = &Round{}
+	}
+	next := s.cp
+	next.State = Idle
+	next.Pending = nil
+	if err := r.commit(ctx, s, rd, next, s.tracker.Clone()); err != nil {
+		return err
+	}
+	r.publish(Event{Session: s.key, Kind: TurnEnded, Outcome: outcome, Text: text, Err: cause, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision()})
+	return nil
+}
+
+// commit writes rd with the checkpoint next and, only once it is durable,
+// makes it the session's state.
+func (r *Runner) commit(ctx context.Context, s *session, rd *Round, next Checkpoint, work *todo.Tracker) error {
+	rd.Base = len(s.hist)
+	next.Key = s.key
+	next.Plan = work.Snapshot().Items()
+	next.Revision = work.Revision()
+	next.Stale = work.Stale()
+	next.HistoryLen = len(s.hist) + len(rd.Append)
+	next.Updated = r.opts.Now()
+	rd.Checkpoint = next
+	if err := r.opts.Store.Commit(context.WithoutCancel(ctx), rd); err != nil {
+		r.publish(Event{Session: s.key, Kind: TurnEnded, Outcome: Failed, Text: "I could not save this session's progress, so I stopped. The last saved state is kept.", Err: err, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision()})
+		return fmt.Errorf("commit round: %w", err)
+	}
+	s.hist = append(s.hist, rd.Append...)
+	s.cp = next
+	s.tracker = work
+	return nil
+}
+
+func (r *Runner) allIdempotent(msg openai.ChatCompletionMessage) bool {
+	for _, tc := range msg.ToolCalls {
+		if !r.opts.Tools.idempotent(tc.Function.Name) {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *Runner) userEntries(inbox []Inbound) ([]Entry, []uint64) {
+	var entries []Entry
+	var ids []uint64
+	for _, in := range inbox {
+		text := in.Text
+		if in.Author != "" {
+			text = in.Author + ": " + text
+		}
+		entries = append(entries, Entry{Message: openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: text}, At: in.At, Author: in.Author})
+		ids = append(ids, in.ID)
+	}
+	return entries, ids
+}
+
+// request builds the model request: the system prompt, the stored history,
+// the drained user messages and, when due, the transient reminder, which is
+// never stored.
+func (r *Runner) request(hist, drained []Entry, remind bool) openai.ChatCompletionRequest {
+	system := todo.PromptAddendum
+	if r.opts.SystemPrompt != "" {
+		system = r.opts.SystemPrompt + "\n\n" + todo.PromptAddendum
+	}
+	msgs := make([]openai.ChatCompletionMessage, 0, len(hist)+len(drained)+2)
+	msgs = append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleSystem, Content: system})
+	for _, e := range hist {
+		msgs = append(msgs, e.Message)
+	}
+	for _, e := range drained {
+		msgs = append(msgs, e.Message)
+	}
+	if remind {
+		msgs = append(msgs, openai.ChatCompletionMessage{Role: r.opts.ReminderRole, Content: todo.ReminderText})
+	}
+	return openai.ChatCompletionRequest{Model: r.opts.ModelName, Messages: msgs, Tools: r.opts.Tools.Definitions()}
+}
+
+func (r *Runner) publish(e Event) {
+	if e.At.IsZero() {
+		e.At = r.opts.Now()
+	}
+	r.opts.Observer(e)
+}

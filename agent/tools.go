@@ -1,0 +1,140 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/pinplan/pinplan/todo"
+)
+
+// Tool is one function offered to the model.
+type Tool struct {
+	Name        string
+	Description string
+	// Parameters is the JSON schema of the arguments; it is marshalled as is.
+	Parameters any
+	// Idempotent tools are run again after a crash between running and
+	// committing them; a non-idempotent one gets an "interrupted" error.
+	Idempotent bool
+	Run        func(ctx context.Context, env *ToolEnv, arguments string) (string, error)
+}
+
+// ToolEnv is what a tool may touch: the session key and the round's working
+// copy of the plan tracker, which is only kept if the round commits.
+type ToolEnv struct {
+	Session string
+	Plan    *todo.Tracker
+}
+
+// ToolError is an error result with a code the model can act on.
+type ToolError struct {
+	Code    string
+	Message string
+}
+
+func (e *ToolError) Error() string { return e.Code + ": " + e.Message }
+
+// errorResult is the tool result for a failed call:
+// {"error":{"code":"...","message":"..."}}.
+func errorResult(err error) string {
+	code, msg := "tool_failed", err.Error()
+	var te *todo.Error
+	var tle *ToolError
+	switch {
+	case errors.As(err, &te):
+		code, msg = te.Code, te.Message
+	case errors.As(err, &tle):
+		code, msg = tle.Code, tle.Message
+	}
+	b, _ := json.Marshal(map[string]any{"error": map[string]string{"code": code, "message": msg}})
+	return string(b)
+}
+
+// TodoWrite is the todo_write tool of DESIGN.md §3. Its parameters are the
+// schema that validates its arguments.
+func TodoWrite() Tool {
+	return Tool{
+		Name:        todo.ToolName,
+		Description: todo.ToolDescription,
+		Parameters:  todo.ArgumentsSchema(),
+		Idempotent:  true,
+		Run: func(_ context.Context, env *ToolEnv, arguments string) (string, error) {
+			snap, err := env.Plan.Write(arguments)
+			if err != nil {
+				return "", err
+			}
+			return snap.String(), nil
+		},
+	}
+}
+
+// Registry is a set of tools by name. Build it once at startup.
+type Registry struct {
+	tools map[string]Tool
+}
+
+// NewRegistry returns a registry with todo_write and the given tools.
+func NewRegistry(extra ...Tool) (*Registry, error) {
+	r := &Registry{tools: map[string]Tool{}}
+	for _, t := range append([]Tool{TodoWrite()}, extra...) {
+		if t.Name == "" || t.Run == nil {
+			return nil, fmt.Errorf("agent: tool %q needs a name and a Run function", t.Name)
+		}
+		if _, dup := r.tools[t.Name]; dup {
+			return nil, fmt.Errorf("agent: tool %q registered twice", t.Name)
+		}
+		r.tools[t.Name] = t
+	}
+	return r, nil
+}
+
+// Definitions returns the tools as offered to the model, sorted by name.
+func (r *Registry) Definitions() []openai.Tool {
+	names := make([]string, 0, len(r.tools))
+	for n := range r.tools {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	defs := make([]openai.Tool, 0, len(names))
+	for _, n := range names {
+		t := r.tools[n]
+		defs = append(defs, openai.Tool{Type: openai.ToolTypeFunction, Function: &openai.FunctionDefinition{
+			Name: t.Name, Description: t.Description, Parameters: t.Parameters,
+		}})
+	}
+	return defs
+}
+
+// call runs one tool call and returns its result text (an error result on
+// failure). Tools are run one at a time, in the order the model listed them.
+func (r *Registry) call(ctx context.Context, env *ToolEnv, tc openai.ToolCall) string {
+	t, ok := r.tools[tc.Function.Name]
+	if !ok {
+		return errorResult(&ToolError{Code: "unknown_tool", Message: fmt.Sprintf("no tool is named %q; available tools: %s", tc.Function.Name, r.names())})
+	}
+	out, err := t.Run(ctx, env, tc.Function.Arguments)
+	if err != nil {
+		return errorResult(err)
+	}
+	return out
+}
+
+func (r *Registry) idempotent(name string) bool {
+	t, ok := r.tools[name]
+	return !ok || t.Idempotent // an unknown tool runs nothing
+}
+
+func (r *Registry) names() string {
+	var names []string
+	for n := range r.tools {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	b, _ := json.Marshal(names)
+	return string(b)
+}

@@ -1,0 +1,218 @@
+// Package fakeopenai is a loopback fake of the OpenAI chat-completions API
+// for tests, benchmarks and the end-to-end suite: POST
+// /v1/chat/completions (any path ending in /chat/completions), plain JSON
+// and SSE streaming with tool-call deltas and a final usage chunk.
+//
+// A zero Server is ready: it answers every request with "ok". Set Respond
+// to script replies; Fail queues faults for the next requests. It records
+// every request it receives.
+package fakeopenai
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+)
+
+// Reply is one scripted assistant message.
+type Reply struct {
+	Content   string
+	ToolCalls []Call
+}
+
+// Call is one tool call of a Reply.
+type Call struct {
+	ID        string // default call_<n>
+	Name      string
+	Arguments string
+}
+
+// Fault changes how one request is answered.
+type Fault struct {
+	Status     int           // answer with this HTTP status and an OpenAI error body
+	RetryAfter string        // Retry-After header with Status
+	Delay      time.Duration // wait before answering (or until the client gives up)
+	CutStream  bool          // streamed: send part of the first tool call, then drop the connection
+	Malformed  bool          // answer 200 with a body that is not JSON
+	// StreamIndexZero: streamed tool calls all carry index 0 (as some
+	// servers send), so only their ids tell them apart.
+	StreamIndexZero bool
+}
+
+// Server is the fake. Its fields are set before serving.
+type Server struct {
+	// Respond picks the reply to a request. Nil answers "ok".
+	Respond func(req *openai.ChatCompletionRequest) Reply
+
+	mu       sync.Mutex // guards requests and faults
+	requests []openai.ChatCompletionRequest
+	faults   []Fault
+}
+
+// Fail queues faults; each is used by one request, in order.
+func (s *Server) Fail(f ...Fault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults = append(s.faults, f...)
+}
+
+// Requests returns a copy of every request received so far.
+func (s *Server) Requests() []openai.ChatCompletionRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]openai.ChatCompletionRequest(nil), s.requests...)
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/chat/completions") {
+		writeError(w, http.StatusNotFound, "not_found", "unknown endpoint "+r.URL.Path)
+		return
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return
+	}
+	var req openai.ChatCompletionRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+		return
+	}
+	s.mu.Lock()
+	s.requests = append(s.requests, req)
+	var f Fault
+	if len(s.faults) > 0 {
+		f, s.faults = s.faults[0], s.faults[1:]
+	}
+	respond := s.Respond
+	s.mu.Unlock()
+
+	if f.Delay > 0 {
+		select {
+		case <-time.After(f.Delay):
+		case <-r.Context().Done():
+			return
+		}
+	}
+	if f.Status != 0 {
+		if f.RetryAfter != "" {
+			w.Header().Set("Retry-After", f.RetryAfter)
+		}
+		writeError(w, f.Status, "server_error", fmt.Sprintf("injected %d", f.Status))
+		return
+	}
+	if f.Malformed {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"x","choices":[{"message":{"role":"assistant","content":"tru`)
+		return
+	}
+	reply := Reply{Content: "ok"}
+	if respond != nil {
+		reply = respond(&req)
+	}
+	for i := range reply.ToolCalls {
+		if reply.ToolCalls[i].ID == "" {
+			reply.ToolCalls[i].ID = fmt.Sprintf("call_%d_%d", len(req.Messages), i)
+		}
+	}
+	usage := openai.Usage{PromptTokens: 10 * len(req.Messages), CompletionTokens: 5 + len(reply.Content)/4}
+	usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens
+	if req.Stream {
+		s.stream(w, &req, reply, usage, f)
+		return
+	}
+	msg := openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: reply.Content}
+	finish := openai.FinishReasonStop
+	for _, c := range reply.ToolCalls {
+		msg.ToolCalls = append(msg.ToolCalls, openai.ToolCall{ID: c.ID, Type: openai.ToolTypeFunction, Function: openai.FunctionCall{Name: c.Name, Arguments: c.Arguments}})
+		finish = openai.FinishReasonToolCalls
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(openai.ChatCompletionResponse{
+		ID: "chatcmpl-fake", Object: "chat.completion", Created: time.Now().Unix(), Model: req.Model,
+		Choices: []openai.ChatCompletionChoice{{Index: 0, Message: msg, FinishReason: finish}},
+		Usage:   usage,
+	})
+}
+
+func (s *Server) stream(w http.ResponseWriter, req *openai.ChatCompletionRequest, reply Reply, usage openai.Usage, f Fault) {
+	flusher, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	send := func(delta openai.ChatCompletionStreamChoiceDelta, finish openai.FinishReason) {
+		chunk := openai.ChatCompletionStreamResponse{ID: "chatcmpl-fake", Object: "chat.completion.chunk", Created: time.Now().Unix(), Model: req.Model,
+			Choices: []openai.ChatCompletionStreamChoice{{Index: 0, Delta: delta, FinishReason: finish}}}
+		b, _ := json.Marshal(chunk)
+		fmt.Fprintf(w, "data: %s\n\n", b)
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+	send(openai.ChatCompletionStreamChoiceDelta{Role: openai.ChatMessageRoleAssistant}, "")
+	if reply.Content != "" {
+		half := len(reply.Content) / 2
+		send(openai.ChatCompletionStreamChoiceDelta{Content: reply.Content[:half]}, "")
+		send(openai.ChatCompletionStreamChoiceDelta{Content: reply.Content[half:]}, "")
+	}
+	for i, c := range reply.ToolCalls {
+		idx := i
+		if f.StreamIndexZero {
+			idx = 0
+		}
+		half := len(c.Arguments) / 2
+		send(openai.ChatCompletionStreamChoiceDelta{ToolCalls: []openai.ToolCall{{Index: &idx, ID: c.ID, Type: openai.ToolTypeFunction, Function: openai.FunctionCall{Name: c.Name, Arguments: c.Arguments[:half]}}}}, "")
+		if f.CutStream {
+			panic(http.ErrAbortHandler) // drops the connection mid-call
+		}
+		send(openai.ChatCompletionStreamChoiceDelta{ToolCalls: []openai.ToolCall{{Index: &idx, Function: openai.FunctionCall{Arguments: c.Arguments[half:]}}}}, "")
+	}
+	if f.CutStream {
+		panic(http.ErrAbortHandler)
+	}
+	finish := openai.FinishReasonStop
+	if len(reply.ToolCalls) > 0 {
+		finish = openai.FinishReasonToolCalls
+	}
+	send(openai.ChatCompletionStreamChoiceDelta{}, finish)
+	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
+		b, _ := json.Marshal(openai.ChatCompletionStreamResponse{ID: "chatcmpl-fake", Object: "chat.completion.chunk", Model: req.Model, Choices: []openai.ChatCompletionStreamChoice{}, Usage: &usage})
+		fmt.Fprintf(w, "data: %s\n\n", b)
+	}
+	io.WriteString(w, "data: [DONE]\n\n")
+}
+
+func writeError(w http.ResponseWriter, status int, typ, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "code": nil}})
+}
+
+// Script answers from a per-conversation script: script(first) gives the
+// replies for the conversation whose first user message is first, and the
+// request's number of assistant messages picks the reply. It keeps no state,
+// so a restarted bot that re-sends a request gets the same reply. Past the
+// end of its script a conversation gets a final "done" answer.
+func Script(script func(firstUser string) []Reply) func(*openai.ChatCompletionRequest) Reply {
+	return func(req *openai.ChatCompletionRequest) Reply {
+		first, n := "", 0
+		for _, m := range req.Messages {
+			if m.Role == openai.ChatMessageRoleUser && first == "" {
+				first = m.Content
+			}
+			if m.Role == openai.ChatMessageRoleAssistant {
+				n++
+			}
+		}
+		replies := script(first)
+		if n < len(replies) {
+			return replies[n]
+		}
+		return Reply{Content: "done"}
+	}
+}

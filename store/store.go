@@ -1,0 +1,346 @@
+// Package store keeps pinplan's state in one embedded bbolt file: sessions
+// with their checkpoints, ordered conversation history, every plan
+// revision, inboxes, platform message refs and event-dedupe keys.
+//
+// It implements the storage interfaces its consumers declare (agent.Store,
+// and the chat package's) and imports only agent and todo of pinplan's
+// packages. cmd/bot opens it and hands it to them.
+//
+// Layout (schema 1):
+//
+//	meta/schema                       "1"
+//	sessions/<key>/record             agent.Checkpoint as JSON
+//	sessions/<key>/board              opaque bytes owned by the chat plan board
+//	sessions/<key>/history/<u64>      agent.Entry as JSON, in order
+//	sessions/<key>/plans/<u64 rev>    agent.PlanRevision as JSON
+//	sessions/<key>/inbox/<u64 id>     agent.Inbound as JSON
+//	dedupe/<key>                      expiry, unix nanoseconds as u64
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/pinplan/pinplan/agent"
+)
+
+// SchemaVersion is the layout version this code reads and writes.
+const SchemaVersion = 1
+
+// ErrLocked means another process holds the database file.
+var ErrLocked = errors.New("database file is locked by another process")
+
+// ErrConflict means a commit does not follow the stored history.
+var ErrConflict = errors.New("commit does not follow the stored session")
+
+var (
+	bMeta     = []byte("meta")
+	bSessions = []byte("sessions")
+	bDedupe   = []byte("dedupe")
+	bHistory  = []byte("history")
+	bPlans    = []byte("plans")
+	bInbox    = []byte("inbox")
+	kRecord   = []byte("record")
+	kBoard    = []byte("board")
+	kSchema   = []byte("schema")
+)
+
+// Options tunes Open.
+type Options struct {
+	// LockTimeout bounds the wait for another process's file lock.
+	LockTimeout time.Duration
+	// BatchDelay is how long a commit waits for others to share its fsync.
+	BatchDelay time.Duration
+	Now        func() time.Time
+}
+
+// DB is the pinplan database. It is safe for concurrent use.
+type DB struct {
+	bolt *bolt.DB
+	path string
+	now  func() time.Time
+}
+
+var _ agent.Store = (*DB)(nil)
+
+// Open opens or creates the database at path, creating its folder.
+func Open(path string, opts Options) (*DB, error) {
+	if opts.LockTimeout <= 0 {
+		opts.LockTimeout = 2 * time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("store: create folder for %s: %w", path, err)
+		}
+	}
+	b, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: opts.LockTimeout})
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		return nil, fmt.Errorf("store: open %s: %w (waited %s; is another pinplan running with this PINPLAN_DB?)", path, ErrLocked, opts.LockTimeout)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w (if the file is damaged, restore it from a backup made with `bot backup`)", path, err)
+	}
+	if opts.BatchDelay > 0 {
+		b.MaxBatchDelay = opts.BatchDelay
+	}
+	db := &DB{bolt: b, path: path, now: opts.Now}
+	if err := db.migrate(); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("store: %s: %w", path, err)
+	}
+	return db, nil
+}
+
+// Path is the database file.
+func (db *DB) Path() string { return db.path }
+
+// Close closes the file.
+func (db *DB) Close() error { return db.bolt.Close() }
+
+func (db *DB) migrate() error {
+	return db.bolt.Update(func(tx *bolt.Tx) error {
+		meta, err := tx.CreateBucketIfNotExists(bMeta)
+		if err != nil {
+			return err
+		}
+		v := SchemaVersion
+		if raw := meta.Get(kSchema); raw != nil {
+			if v, err = strconv.Atoi(string(raw)); err != nil {
+				return fmt.Errorf("schema version %q is not a number", raw)
+			}
+		}
+		if v > SchemaVersion {
+			return fmt.Errorf("schema version %d is newer than this pinplan understands (%d); upgrade pinplan", v, SchemaVersion)
+		}
+		// Migrations from older versions go here, one step per version.
+		for _, name := range [][]byte{bSessions, bDedupe} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		return meta.Put(kSchema, []byte(strconv.Itoa(SchemaVersion)))
+	})
+}
+
+func u64(n uint64) []byte {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], n)
+	return b[:]
+}
+
+func session(tx *bolt.Tx, key string) *bolt.Bucket {
+	return tx.Bucket(bSessions).Bucket([]byte(key))
+}
+
+func createSession(tx *bolt.Tx, key string) (*bolt.Bucket, error) {
+	sb, err := tx.Bucket(bSessions).CreateBucketIfNotExists([]byte(key))
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range [][]byte{bHistory, bPlans, bInbox} {
+		if _, err := sb.CreateBucketIfNotExists(name); err != nil {
+			return nil, err
+		}
+	}
+	return sb, nil
+}
+
+// Load implements agent.Store.
+func (db *DB) Load(_ context.Context, key string) (*agent.Checkpoint, []agent.Entry, []agent.Inbound, error) {
+	var cp *agent.Checkpoint
+	var hist []agent.Entry
+	var inbox []agent.Inbound
+	err := db.bolt.View(func(tx *bolt.Tx) error {
+		sb := session(tx, key)
+		if sb == nil {
+			return nil
+		}
+		if raw := sb.Get(kRecord); raw != nil {
+			cp = new(agent.Checkpoint)
+			if err := json.Unmarshal(raw, cp); err != nil {
+				return fmt.Errorf("record: %w", err)
+			}
+		}
+		if err := sb.Bucket(bHistory).ForEach(func(_, v []byte) error {
+			var e agent.Entry
+			if err := json.Unmarshal(v, &e); err != nil {
+				return fmt.Errorf("history entry: %w", err)
+			}
+			hist = append(hist, e)
+			return nil
+		}); err != nil {
+			return err
+		}
+		var err error
+		inbox, err = readInbox(sb)
+		return err
+	})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("store: load session %s: %w", key, err)
+	}
+	if cp != nil && cp.HistoryLen != len(hist) {
+		return nil, nil, nil, fmt.Errorf("store: load session %s: record says %d history entries, found %d", key, cp.HistoryLen, len(hist))
+	}
+	return cp, hist, inbox, nil
+}
+
+func readInbox(sb *bolt.Bucket) ([]agent.Inbound, error) {
+	var inbox []agent.Inbound
+	err := sb.Bucket(bInbox).ForEach(func(_, v []byte) error {
+		var in agent.Inbound
+		if err := json.Unmarshal(v, &in); err != nil {
+			return fmt.Errorf("inbox entry: %w", err)
+		}
+		inbox = append(inbox, in)
+		return nil
+	})
+	return inbox, err
+}
+
+// Inbox implements agent.Store.
+func (db *DB) Inbox(_ context.Context, key string) ([]agent.Inbound, error) {
+	var inbox []agent.Inbound
+	err := db.bolt.View(func(tx *bolt.Tx) error {
+		sb := session(tx, key)
+		if sb == nil {
+			return nil
+		}
+		var err error
+		inbox, err = readInbox(sb)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: inbox of %s: %w", key, err)
+	}
+	return inbox, nil
+}
+
+// Enqueue implements agent.Store.
+func (db *DB) Enqueue(_ context.Context, key string, in agent.Inbound) (agent.Inbound, error) {
+	err := db.bolt.Update(func(tx *bolt.Tx) error {
+		sb, err := createSession(tx, key)
+		if err != nil {
+			return err
+		}
+		ib := sb.Bucket(bInbox)
+		if in.ID, err = ib.NextSequence(); err != nil {
+			return err
+		}
+		raw, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		return ib.Put(u64(in.ID), raw)
+	})
+	if err != nil {
+		return in, fmt.Errorf("store: enqueue for %s: %w", key, err)
+	}
+	return in, nil
+}
+
+// Commit implements agent.Store: one bbolt transaction, shared with
+// concurrent commits through db.Batch. The function only puts precomputed
+// bytes at fixed keys and deletes fixed keys, so running it twice (as Batch
+// may) writes the same state.
+func (db *DB) Commit(_ context.Context, r *agent.Round) error {
+	key := r.Checkpoint.Key
+	record, err := json.Marshal(r.Checkpoint)
+	if err != nil {
+		return fmt.Errorf("store: encode checkpoint of %s: %w", key, err)
+	}
+	entries := make([][]byte, len(r.Append))
+	for i, e := range r.Append {
+		if entries[i], err = json.Marshal(e); err != nil {
+			return fmt.Errorf("store: encode history of %s: %w", key, err)
+		}
+	}
+	plans := make([][]byte, len(r.Plans))
+	for i, p := range r.Plans {
+		if plans[i], err = json.Marshal(p); err != nil {
+			return fmt.Errorf("store: encode plan of %s: %w", key, err)
+		}
+	}
+	err = db.bolt.Batch(func(tx *bolt.Tx) error {
+		sb, err := createSession(tx, key)
+		if err != nil {
+			return err
+		}
+		if raw := sb.Get(kRecord); raw != nil {
+			var cur agent.Checkpoint
+			if err := json.Unmarshal(raw, &cur); err != nil {
+				return fmt.Errorf("record: %w", err)
+			}
+			if cur.HistoryLen != r.Base && cur.HistoryLen != r.Checkpoint.HistoryLen {
+				return fmt.Errorf("%w: stored history has %d entries, round starts at %d", ErrConflict, cur.HistoryLen, r.Base)
+			}
+		} else if r.Base != 0 {
+			return fmt.Errorf("%w: no record, round starts at %d", ErrConflict, r.Base)
+		}
+		hb := sb.Bucket(bHistory)
+		for i, raw := range entries {
+			if err := hb.Put(u64(uint64(r.Base+i)), raw); err != nil {
+				return err
+			}
+		}
+		pb := sb.Bucket(bPlans)
+		for i, raw := range plans {
+			if err := pb.Put(u64(uint64(r.Plans[i].Revision)), raw); err != nil {
+				return err
+			}
+		}
+		ib := sb.Bucket(bInbox)
+		for _, id := range r.Drained {
+			if err := ib.Delete(u64(id)); err != nil {
+				return err
+			}
+		}
+		return sb.Put(kRecord, record)
+	})
+	if err != nil {
+		return fmt.Errorf("store: commit round of %s: %w", key, err)
+	}
+	return nil
+}
+
+// Resumable implements agent.Store.
+func (db *DB) Resumable(_ context.Context) ([]string, error) {
+	var keys []string
+	err := db.bolt.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bSessions).ForEachBucket(func(k []byte) error {
+			sb := tx.Bucket(bSessions).Bucket(k)
+			if first, _ := sb.Bucket(bInbox).Cursor().First(); first != nil {
+				keys = append(keys, string(k))
+				return nil
+			}
+			raw := sb.Get(kRecord)
+			if raw == nil {
+				return nil
+			}
+			var cp agent.Checkpoint
+			if err := json.Unmarshal(raw, &cp); err != nil {
+				return fmt.Errorf("record of %s: %w", k, err)
+			}
+			if cp.State == agent.Running {
+				keys = append(keys, string(k))
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: list resumable sessions: %w", err)
+	}
+	return keys, nil
+}
