@@ -264,11 +264,11 @@ func TestStaleReminder(t *testing.T) {
 			read := call("read_file", `{"path":"a"}`)
 			fake := &fakeopenai.Server{Respond: fakeopenai.Script(func(string) []fakeopenai.Reply {
 				return []fakeopenai.Reply{
-					{ToolCalls: []fakeopenai.Call{read}},                   // -> request 2, stale 1
-					{ToolCalls: []fakeopenai.Call{read, read, read}},       // three calls, one round: stale 2
-					{ToolCalls: []fakeopenai.Call{read}},                   // stale 3
-					{ToolCalls: []fakeopenai.Call{read}},                   // request 4 carried the reminder; stale 1
-					{ToolCalls: []fakeopenai.Call{read}},                   // stale 2
+					{ToolCalls: []fakeopenai.Call{read}},                                     // -> request 2, stale 1
+					{ToolCalls: []fakeopenai.Call{read, read, read}},                         // three calls, one round: stale 2
+					{ToolCalls: []fakeopenai.Call{read}},                                     // stale 3
+					{ToolCalls: []fakeopenai.Call{read}},                                     // request 4 carried the reminder; stale 1
+					{ToolCalls: []fakeopenai.Call{read}},                                     // stale 2
 					{ToolCalls: []fakeopenai.Call{call("todo_write", `{"todos":[]}`), read}}, // reset to 0
 					{ToolCalls: []fakeopenai.Call{read}},
 					{ToolCalls: []fakeopenai.Call{read}},

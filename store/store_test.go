@@ -1,0 +1,183 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/todo"
+)
+
+func openTemp(t testing.TB) *DB {
+	t.Helper()
+	db, err := Open(filepath.Join(t.TempDir(), "sub", "pinplan.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func round(key string, base int, texts ...string) *agent.Round {
+	r := &agent.Round{Base: base}
+	for _, s := range texts {
+		r.Append = append(r.Append, agent.Entry{Message: openai.ChatCompletionMessage{Role: "user", Content: s}})
+	}
+	r.Checkpoint = agent.Checkpoint{Key: key, State: agent.Running, HistoryLen: base + len(texts)}
+	return r
+}
+
+func TestCommitLoadAndIdempotence(t *testing.T) {
+	ctx := context.Background()
+	db := openTemp(t)
+	in, err := db.Enqueue(ctx, "web/1", agent.Inbound{Text: "hello"})
+	if err != nil || in.ID != 1 {
+		t.Fatalf("Enqueue = %+v, %v", in, err)
+	}
+	r := round("web/1", 0, "hello", "answer")
+	r.Drained = []uint64{in.ID}
+	r.Plans = []agent.PlanRevision{{Revision: 1, Items: []todo.Item{{Content: "a", Status: todo.Pending}}}}
+	r.Checkpoint.Revision = 1
+	for i := 0; i < 2; i++ { // a repeated commit (as Batch may run it) changes nothing
+		if err := db.Commit(ctx, r); err != nil {
+			t.Fatalf("commit %d: %v", i, err)
+		}
+	}
+	cp, hist, inbox, err := db.Load(ctx, "web/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cp.HistoryLen != 2 || len(hist) != 2 || hist[1].Message.Content != "answer" || len(inbox) != 0 || cp.Revision != 1 {
+		t.Errorf("got cp=%+v hist=%d inbox=%d", cp, len(hist), len(inbox))
+	}
+	// A round that does not follow the stored history is refused whole.
+	if err := db.Commit(ctx, round("web/1", 5, "x")); !errors.Is(err, ErrConflict) {
+		t.Errorf("out-of-order commit: got %v, want ErrConflict", err)
+	}
+	if err := db.Commit(ctx, round("web/1", 2, "next")); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := db.Resumable(ctx)
+	if err != nil || len(keys) != 1 || keys[0] != "web/1" {
+		t.Errorf("Resumable = %v, %v", keys, err)
+	}
+	plans, _ := db.Plans(ctx, "web/1")
+	if len(plans) != 1 {
+		t.Errorf("plans = %d, want 1", len(plans))
+	}
+	if err := db.Check(); err != nil {
+		t.Errorf("Check: %v", err)
+	}
+}
+
+func TestResumableIncludesQueued(t *testing.T) {
+	ctx := context.Background()
+	db := openTemp(t)
+	r := round("web/idle", 0, "x")
+	r.Checkpoint.State = agent.Idle
+	db.Commit(ctx, r)
+	db.Enqueue(ctx, "web/queued", agent.Inbound{Text: "waiting"})
+	keys, _ := db.Resumable(ctx)
+	if len(keys) != 1 || keys[0] != "web/queued" {
+		t.Errorf("Resumable = %v, want [web/queued]", keys)
+	}
+}
+
+func TestLockedFileNamesIt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "locked.db")
+	db, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	start := time.Now()
+	_, err = Open(path, Options{LockTimeout: 200 * time.Millisecond})
+	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("second open: %v, want ErrLocked naming %s", err, path)
+	}
+	if time.Since(start) > 10*time.Second {
+		t.Errorf("second open hung for %s", time.Since(start))
+	}
+}
+
+func TestCorruptFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "corrupt.db")
+	os.WriteFile(path, []byte(strings.Repeat("not a bbolt file ", 1000)), 0o600)
+	_, err := Open(path, Options{})
+	if err == nil || !strings.Contains(err.Error(), path) {
+		t.Errorf("corrupt file: got %v, want an error naming it", err)
+	}
+}
+
+func TestNewerSchemaRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "new.db")
+	b, _ := bolt.Open(path, 0o600, nil)
+	b.Update(func(tx *bolt.Tx) error {
+		m, _ := tx.CreateBucketIfNotExists(bMeta)
+		return m.Put(kSchema, []byte("99"))
+	})
+	b.Close()
+	if _, err := Open(path, Options{}); err == nil || !strings.Contains(err.Error(), "schema version 99") {
+		t.Errorf("got %v, want a schema version error", err)
+	}
+}
+
+func TestDedupe(t *testing.T) {
+	ctx := context.Background()
+	now := time.Unix(1000, 0)
+	db, err := Open(filepath.Join(t.TempDir(), "d.db"), Options{Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for i, want := range []bool{true, false, false} {
+		if got, err := db.FirstSeen(ctx, "slack/Ev1", time.Hour); err != nil || got != want {
+			t.Errorf("sighting %d: got %t, %v; want %t", i, got, err, want)
+		}
+	}
+	now = now.Add(2 * time.Hour)
+	if n, _ := db.PruneDedupe(ctx); n != 1 {
+		t.Errorf("pruned %d, want 1", n)
+	}
+	if got, _ := db.FirstSeen(ctx, "slack/Ev1", time.Hour); !got {
+		t.Error("expired key still seen")
+	}
+}
+
+func TestBackupAndBoard(t *testing.T) {
+	ctx := context.Background()
+	db := openTemp(t)
+	db.Commit(ctx, round("web/b", 0, "kept"))
+	if err := db.SaveBoard(ctx, "web/b", []byte(`{"ref":"m1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "backup.db")
+	if n, err := db.Backup(dst); err != nil || n == 0 {
+		t.Fatalf("Backup = %d, %v", n, err)
+	}
+	copyDB, err := Open(dst, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer copyDB.Close()
+	_, hist, _, _ := copyDB.Load(ctx, "web/b")
+	board, _ := copyDB.Board(ctx, "web/b")
+	if len(hist) != 1 || string(board) != `{"ref":"m1"}` {
+		t.Errorf("backup lost data: hist=%d board=%s", len(hist), board)
+	}
+	if err := copyDB.Check(); err != nil {
+		t.Error(err)
+	}
+	infos, _ := db.Sessions(ctx)
+	if len(infos) != 1 || infos[0].Checkpoint.Key != "web/b" || string(infos[0].Board) != `{"ref":"m1"}` {
+		t.Errorf("Sessions = %+v", infos)
+	}
+}
