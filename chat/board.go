@@ -1,0 +1,278 @@
+package chat
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/pinplan/pinplan/todo"
+)
+
+// BoardStore keeps each session's board record. store.DB implements it.
+type BoardStore interface {
+	Board(ctx context.Context, key string) ([]byte, error)
+	SaveBoard(ctx context.Context, key string, data []byte) error
+}
+
+// boardRecord is what survives a restart: the thread, the plan message and
+// what it last showed.
+type boardRecord struct {
+	Thread Thread     `json:"thread"`
+	Ref    MessageRef `json:"ref"`
+	Pinned bool       `json:"pinned"`
+	// PinUnavailable: pinning failed and the thread was told once.
+	PinUnavailable bool `json:"pin_unavailable,omitempty"`
+	// Closed: the task's plan finished; the next plan gets a new message.
+	Closed  bool   `json:"closed,omitempty"`
+	Shown   Plan   `json:"shown"`   // the content the message has
+	Trigger string `json:"trigger"` // the message that started the current turn
+	// Unpin lists earlier plan messages still to unpin.
+	Unpin []MessageRef `json:"unpin,omitempty"`
+}
+
+// Board is one session's plan message. Updates only record the wanted
+// content; one goroutine at a time applies the newest wanted content, so at
+// most one platform request is in flight per message, intermediate
+// revisions are skipped under pressure and an older revision is never
+// applied after a newer one.
+type Board struct {
+	key      string
+	platform Platform
+	limiter  Limiter
+	store    BoardStore
+	log      *slog.Logger
+	hooks    *Hooks
+	owner    *Router
+
+	// saveMu orders record saves: held from taking a record's copy until it
+	// is stored, so an older copy never overwrites a newer one. Taken
+	// before mu.
+	saveMu sync.Mutex
+
+	mu      sync.Mutex // guards everything below
+	rec     boardRecord
+	want    Plan
+	wantVer uint64
+	doneVer uint64
+	running bool
+	idle    *sync.Cond // signalled when running goes false
+}
+
+// Hooks observe boards, for metrics. Every field may be nil.
+type Hooks struct {
+	Rendered       func(platform string, err error)
+	RateLimitWait  func(platform string, d time.Duration)
+	RevisionToEdit func(platform string, d time.Duration)
+}
+
+// set changes the wanted content (and the record, persisted) and starts the
+// render loop if it is not running.
+func (b *Board) set(f func(rec *boardRecord, want *Plan)) {
+	b.saveMu.Lock()
+	defer b.saveMu.Unlock()
+	b.mu.Lock()
+	f(&b.rec, &b.want)
+	b.wantVer++
+	if !b.running {
+		b.running = true
+		b.owner.wg.Add(1)
+		go b.loop()
+	}
+	raw, err := json.Marshal(b.rec)
+	b.mu.Unlock()
+	if err == nil {
+		err = b.store.SaveBoard(context.WithoutCancel(b.owner.ctx), b.key, raw)
+	}
+	if err != nil {
+		b.log.Error("save plan board", "err", err)
+	}
+}
+
+// Wait blocks until the board has applied everything wanted so far (or
+// given up on it), for tests and shutdown.
+func (b *Board) Wait() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for b.running {
+		b.idle.Wait()
+	}
+}
+
+// Shown returns what the plan message currently shows and its ref.
+func (b *Board) Shown() (Plan, MessageRef) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.rec.Shown, b.rec.Ref
+}
+
+func (b *Board) loop() {
+	defer b.owner.wg.Done()
+	ctx := b.owner.ctx
+	failures := 0
+	for {
+		b.mu.Lock()
+		if b.doneVer == b.wantVer || ctx.Err() != nil {
+			b.running = false
+			b.idle.Broadcast()
+			b.mu.Unlock()
+			return
+		}
+		ver, want, rec := b.wantVer, b.want, b.rec
+		b.mu.Unlock()
+
+		err := b.apply(ctx, rec, want)
+		var rl *RateLimitError
+		switch {
+		case err == nil:
+			failures = 0
+			b.mu.Lock()
+			if ver > b.doneVer {
+				b.doneVer = ver
+			}
+			b.mu.Unlock()
+		case errors.As(err, &rl):
+			if b.hooks != nil && b.hooks.RateLimitWait != nil {
+				b.hooks.RateLimitWait(rec.Thread.Platform, rl.RetryAfter)
+			}
+			b.log.Info("plan board rate limited", "retry_after", rl.RetryAfter)
+			sleep(ctx, max(rl.RetryAfter, 50*time.Millisecond))
+		case errors.Is(err, ErrMessageGone):
+			b.log.Warn("plan message gone; posting a new one", "ref", rec.Ref.ID, "err", err)
+			b.mu.Lock()
+			if b.rec.Ref == rec.Ref {
+				b.rec.Unpin = append(b.rec.Unpin, b.rec.Ref)
+				b.rec.Ref, b.rec.Pinned = MessageRef{}, false
+			}
+			b.mu.Unlock()
+		default:
+			failures++
+			b.log.Error("plan board update failed", "attempt", failures, "err", err)
+			if failures >= 5 {
+				// Give up on this content; the next revision tries again.
+				failures = 0
+				b.mu.Lock()
+				b.doneVer = ver
+				b.mu.Unlock()
+				continue
+			}
+			sleep(ctx, time.Duration(failures)*time.Second)
+		}
+	}
+}
+
+// apply makes the platform show want: post and pin a message first, edit it
+// afterwards. It persists the record after every change of the message ref.
+func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) error {
+	th := rec.Thread
+	for _, old := range rec.Unpin {
+		if err := b.platform.Pin(ctx, th, old, false); err != nil && !errors.Is(err, ErrMessageGone) && !errors.Is(err, ErrPinUnavailable) {
+			var rl *RateLimitError
+			if errors.As(err, &rl) {
+				return err
+			}
+			b.log.Warn("unpin old plan message", "ref", old.ID, "err", err)
+		}
+		b.update(func(r *boardRecord) { r.Unpin = r.Unpin[1:] })
+	}
+	if rec.Ref.IsZero() {
+		if len(want.Items) == 0 {
+			return nil // nothing to show yet: no empty plan message
+		}
+		if err := b.wait(ctx); err != nil {
+			return err
+		}
+		ref, err := b.platform.PostPlan(ctx, th, want)
+		b.rendered(th, err)
+		if err != nil {
+			return err
+		}
+		b.update(func(r *boardRecord) { r.Ref, r.Pinned, r.Shown = ref, false, want })
+		rec.Ref = ref
+	} else if !sameContent(rec.Shown, want) {
+		if err := b.wait(ctx); err != nil {
+			return err
+		}
+		err := b.platform.EditPlan(ctx, th, rec.Ref, want)
+		b.rendered(th, err)
+		if err != nil {
+			return err
+		}
+		if b.hooks != nil && b.hooks.RevisionToEdit != nil && !want.Updated.IsZero() {
+			b.hooks.RevisionToEdit(th.Platform, time.Since(want.Updated))
+		}
+		b.update(func(r *boardRecord) { r.Shown = want })
+	}
+	if !rec.Pinned && !rec.PinUnavailable {
+		err := b.platform.Pin(ctx, th, rec.Ref, true)
+		switch {
+		case err == nil:
+			b.update(func(r *boardRecord) { r.Pinned = true })
+		case errors.Is(err, ErrPinUnavailable):
+			b.update(func(r *boardRecord) { r.PinUnavailable = true })
+			b.log.Warn("cannot pin the plan message", "err", err)
+			if rerr := b.platform.Reply(ctx, th, "", "I can't pin the plan message here (no permission or the pin limit is reached), so it stays unpinned above. I'll keep it up to date."); rerr != nil {
+				b.log.Warn("tell thread about pinning", "err", rerr)
+			}
+		default:
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *Board) wait(ctx context.Context) error {
+	if b.limiter == nil {
+		return nil
+	}
+	return b.limiter.Wait(ctx)
+}
+
+func (b *Board) rendered(th Thread, err error) {
+	if b.hooks != nil && b.hooks.Rendered != nil {
+		b.hooks.Rendered(th.Platform, err)
+	}
+}
+
+// update changes the record and persists it.
+func (b *Board) update(f func(r *boardRecord)) {
+	b.saveMu.Lock()
+	defer b.saveMu.Unlock()
+	b.mu.Lock()
+	f(&b.rec)
+	raw, err := json.Marshal(b.rec)
+	b.mu.Unlock()
+	if err == nil {
+		err = b.store.SaveBoard(context.WithoutCancel(b.owner.ctx), b.key, raw)
+	}
+	if err != nil {
+		b.log.Error("save plan board", "err", err)
+	}
+}
+
+func sameContent(a, b Plan) bool {
+	if a.Revision != b.Revision || a.State != b.State || len(a.Items) != len(b.Items) {
+		return false
+	}
+	for i := range a.Items {
+		if a.Items[i] != b.Items[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func planFrom(snap todo.Snapshot, rev int64, state PlanState, at time.Time) Plan {
+	return Plan{Items: snap.Items(), Revision: rev, State: state, Updated: at}
+}

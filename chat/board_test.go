@@ -1,0 +1,295 @@
+package chat
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/todo"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type memStore struct {
+	mu sync.Mutex
+	m  map[string][]byte
+}
+
+func (s *memStore) Board(_ context.Context, key string) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[key], nil
+}
+
+func (s *memStore) SaveBoard(_ context.Context, key string, data []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string][]byte{}
+	}
+	s.m[key] = append([]byte(nil), data...)
+	return nil
+}
+
+type call struct {
+	Op   string
+	Ref  string
+	Rev  int64
+	Text string
+}
+
+// fakePlatform records calls. editErr, when set, decides an edit's error.
+type fakePlatform struct {
+	mu       sync.Mutex
+	calls    []call
+	next     int
+	shown    map[string]Plan
+	inFlight int
+	maxIn    int
+	editErr  func(n int) error
+	pinErr   error
+	edits    int
+}
+
+func (f *fakePlatform) enter() {
+	f.mu.Lock()
+	f.inFlight++
+	f.maxIn = max(f.maxIn, f.inFlight)
+	f.mu.Unlock()
+	time.Sleep(time.Millisecond)
+}
+
+func (f *fakePlatform) leave() { f.mu.Lock(); f.inFlight--; f.mu.Unlock() }
+
+func (f *fakePlatform) PostPlan(_ context.Context, th Thread, p Plan) (MessageRef, error) {
+	f.enter()
+	defer f.leave()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.next++
+	id := fmt.Sprintf("m%d", f.next)
+	if f.shown == nil {
+		f.shown = map[string]Plan{}
+	}
+	f.shown[id] = p
+	f.calls = append(f.calls, call{Op: "post", Ref: id, Rev: p.Revision})
+	return MessageRef{Channel: th.Channel, ID: id}, nil
+}
+
+func (f *fakePlatform) EditPlan(_ context.Context, _ Thread, ref MessageRef, p Plan) error {
+	f.enter()
+	defer f.leave()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.edits++
+	if f.editErr != nil {
+		if err := f.editErr(f.edits); err != nil {
+			f.calls = append(f.calls, call{Op: "edit-error", Ref: ref.ID, Rev: p.Revision})
+			return err
+		}
+	}
+	if old, ok := f.shown[ref.ID]; ok && old.Revision > p.Revision {
+		panic("older revision applied after a newer one")
+	}
+	f.shown[ref.ID] = p
+	f.calls = append(f.calls, call{Op: "edit", Ref: ref.ID, Rev: p.Revision, Text: string(p.State)})
+	return nil
+}
+
+func (f *fakePlatform) Pin(_ context.Context, _ Thread, ref MessageRef, pin bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	op := "pin"
+	if !pin {
+		op = "unpin"
+	}
+	if pin && f.pinErr != nil {
+		f.calls = append(f.calls, call{Op: "pin-error", Ref: ref.ID})
+		return f.pinErr
+	}
+	f.calls = append(f.calls, call{Op: op, Ref: ref.ID})
+	return nil
+}
+
+func (f *fakePlatform) Reply(_ context.Context, _ Thread, _, text string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, call{Op: "reply", Text: text})
+	return nil
+}
+
+func (f *fakePlatform) Working(context.Context, Thread, string, bool) error { return nil }
+
+func (f *fakePlatform) count(op string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, c := range f.calls {
+		if c.Op == op {
+			n++
+		}
+	}
+	return n
+}
+
+func (f *fakePlatform) plan(id string) Plan {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.shown[id]
+}
+
+func plan(rev int64, statuses ...todo.Status) todo.Snapshot {
+	var items []todo.Item
+	for i, s := range statuses {
+		items = append(items, todo.Item{Content: fmt.Sprintf("step %d", i), Status: s})
+	}
+	return todo.NewSnapshot(items)
+}
+
+func newTestRouter(t *testing.T, p Platform, st *memStore) *Router {
+	t.Helper()
+	r := NewRouter(Options{Store: st, Platforms: map[string]Platform{"test": p}})
+	t.Cleanup(r.Close)
+	// Handle records the thread; the runner itself is not needed here.
+	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	return r
+}
+
+func TestBoardPostsPinsOnceAndEndsOnNewest(t *testing.T) {
+	p := &fakePlatform{}
+	r := newTestRouter(t, p, &memStore{})
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnStarted})
+	for rev := int64(1); rev <= 100; rev++ {
+		r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: rev, Plan: plan(rev, todo.InProgress, todo.Pending)})
+	}
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Plan: plan(100, todo.InProgress, todo.Pending)})
+	b := r.Board("test/1")
+	b.Wait()
+	if p.count("post") != 1 || p.count("pin") != 1 {
+		t.Errorf("posts=%d pins=%d, want 1 and 1", p.count("post"), p.count("pin"))
+	}
+	got := p.plan("m1")
+	if got.Revision != 100 || got.State != StateDone {
+		t.Errorf("final shown revision %d state %s, want 100 done", got.Revision, got.State)
+	}
+	if p.maxIn > 1 {
+		t.Errorf("%d requests in flight at once, want at most 1", p.maxIn)
+	}
+	if p.edits >= 100 {
+		t.Errorf("%d edits for 100 revisions: not coalesced", p.edits)
+	}
+	if got.Footer() == "" || got.Title() != "Plan · 0/2 done" {
+		t.Errorf("title %q", got.Title())
+	}
+}
+
+func TestBoardRepostsWhenMessageGone(t *testing.T) {
+	p := &fakePlatform{editErr: func(n int) error {
+		if n == 1 {
+			return fmt.Errorf("slack: message_not_found: %w", ErrMessageGone)
+		}
+		return nil
+	}}
+	r := newTestRouter(t, p, &memStore{})
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
+	r.Board("test/1").Wait()
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 2, Plan: plan(2, todo.InProgress)})
+	r.Board("test/1").Wait()
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 3, Plan: plan(3, todo.Completed)})
+	r.Board("test/1").Wait()
+	if p.count("post") != 2 || p.count("pin") != 2 || p.count("unpin") != 1 {
+		t.Fatalf("calls %+v, want 2 posts, 2 pins, 1 unpin", p.calls)
+	}
+	if got := p.plan("m2"); got.Revision != 3 {
+		t.Errorf("new message shows revision %d, want 3", got.Revision)
+	}
+	_, ref := r.Board("test/1").Shown()
+	if ref.ID != "m2" {
+		t.Errorf("board ref %s, want m2", ref.ID)
+	}
+}
+
+func TestBoardHonoursRateLimit(t *testing.T) {
+	p := &fakePlatform{editErr: func(n int) error {
+		if n <= 2 {
+			return &RateLimitError{RetryAfter: 100 * time.Millisecond}
+		}
+		return nil
+	}}
+	r := newTestRouter(t, p, &memStore{})
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
+	r.Board("test/1").Wait()
+	start := time.Now()
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 2, Plan: plan(2, todo.Completed)})
+	r.Board("test/1").Wait()
+	if d := time.Since(start); d < 200*time.Millisecond {
+		t.Errorf("two 429s of 100ms waited only %s", d)
+	}
+	if got := p.plan("m1"); got.Revision != 2 {
+		t.Errorf("shown revision %d, want 2", got.Revision)
+	}
+}
+
+func TestBoardPinUnavailableSaysOnce(t *testing.T) {
+	p := &fakePlatform{pinErr: ErrPinUnavailable}
+	r := newTestRouter(t, p, &memStore{})
+	for rev := int64(1); rev <= 3; rev++ {
+		r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: rev, Plan: plan(rev, todo.Pending)})
+		r.Board("test/1").Wait()
+	}
+	if p.count("reply") != 1 || p.count("pin-error") != 1 {
+		t.Errorf("calls %+v, want one failed pin and one notice", p.calls)
+	}
+	if got := p.plan("m1"); got.Revision != 3 {
+		t.Errorf("unpinned message not kept up to date: revision %d", got.Revision)
+	}
+}
+
+func TestNewTaskGetsNewMessageAfterRestart(t *testing.T) {
+	st := &memStore{}
+	p := &fakePlatform{}
+	r := NewRouter(Options{Store: st, Platforms: map[string]Platform{"test": p}})
+	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress)})
+	r.Board("test/1").Wait()
+	// A restart: a new router on the same store reuses the message.
+	r.Close()
+	r2 := newTestRouter(t, p, st)
+	r2.Observe(agent.Event{Session: "test/1", Kind: agent.TurnStarted, Resumed: true})
+	r2.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 2, Plan: plan(2, todo.Completed)})
+	r2.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Plan: plan(2, todo.Completed)})
+	r2.Board("test/1").Wait()
+	if p.count("post") != 1 || p.count("pin") != 1 {
+		t.Fatalf("after restart: calls %+v, want the same message reused", p.calls)
+	}
+	if got := p.plan("m1"); got.State != StateDone || got.Revision != 2 {
+		t.Errorf("m1 shows %s rev %d", got.State, got.Revision)
+	}
+	// The finished plan is closed: a new task gets a new, pinned message and
+	// the old one is unpinned but left complete.
+	r2.Observe(agent.Event{Session: "test/1", Kind: agent.TurnStarted})
+	r2.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 3, Plan: plan(3, todo.Pending)})
+	r2.Board("test/1").Wait()
+	if p.count("post") != 2 || p.count("unpin") != 1 || p.count("pin") != 2 {
+		t.Errorf("new task: calls %+v", p.calls)
+	}
+	if got := p.plan("m1"); got.State != StateDone {
+		t.Errorf("old message changed to %s", got.State)
+	}
+}
+
+func TestFooterSaysOpenItems(t *testing.T) {
+	p := Plan{Items: plan(1, todo.Completed, todo.Pending, todo.InProgress).Items(), Revision: 4, State: StateFailed, Updated: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	want := "Updated 2026-01-02 03:04:05 UTC · revision 4 · failed · 2 open items left"
+	if got := p.Footer(); got != want {
+		t.Errorf("Footer = %q, want %q", got, want)
+	}
+	if got := Shorten("abcdef", 4); got != "abc…" {
+		t.Errorf("Shorten = %q", got)
+	}
+}

@@ -1,0 +1,173 @@
+// Package chat is pinplan's platform-neutral core: thread identity, the
+// Platform interface the adapters implement, the Router that gives every
+// thread one serial agent session, and the plan board that posts, pins and
+// edits a thread's plan message.
+//
+// It imports agent and todo. Adapters import it; it imports no adapter and
+// not store (the store implements BoardStore).
+package chat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/pinplan/pinplan/todo"
+)
+
+// Thread is a conversation on a platform: one agent session.
+type Thread struct {
+	Platform string `json:"platform"` // "slack", "discord", "web"
+	Key      string `json:"key"`      // session key, e.g. slack/T1/C1/1700000000.000100
+	Channel  string `json:"channel"`  // the platform's channel id
+	ThreadID string `json:"thread,omitempty"`
+	Title    string `json:"title,omitempty"` // the first words of the task, for listings
+}
+
+// MessageRef names a posted message.
+type MessageRef struct {
+	Channel string `json:"channel"`
+	ID      string `json:"id"`
+}
+
+// IsZero reports whether no message is referenced.
+func (r MessageRef) IsZero() bool { return r.ID == "" }
+
+// Incoming is a user message an adapter decoded and deduplicated.
+type Incoming struct {
+	Thread    Thread
+	Text      string
+	Author    string // display name
+	MessageID string // the platform's id of the message, for replies and reactions
+}
+
+// Platform is what the router and plan board need of a chat platform.
+// Errors may wrap ErrMessageGone, ErrPinUnavailable or a *RateLimitError.
+type Platform interface {
+	// PostPlan posts a new plan message in the thread.
+	PostPlan(ctx context.Context, th Thread, p Plan) (MessageRef, error)
+	// EditPlan replaces the content of a plan message.
+	EditPlan(ctx context.Context, th Thread, ref MessageRef, p Plan) error
+	// Pin pins or, with pin false, unpins a message.
+	Pin(ctx context.Context, th Thread, ref MessageRef, pin bool) error
+	// Reply posts text in the thread, answering the message replyTo if set.
+	Reply(ctx context.Context, th Thread, replyTo, text string) error
+	// Working shows or clears the working indicator for a turn that the
+	// message trigger started.
+	Working(ctx context.Context, th Thread, trigger string, on bool) error
+}
+
+// Paced is implemented by platforms that limit plan edits. The board waits
+// on the limiter before each post or edit.
+type Paced interface {
+	Limiter(th Thread) Limiter
+}
+
+// Limiter is golang.org/x/time/rate.Limiter's Wait.
+type Limiter interface {
+	Wait(ctx context.Context) error
+}
+
+var (
+	// ErrMessageGone means the plan message was deleted or can no longer be
+	// edited; the board posts a new one.
+	ErrMessageGone = errors.New("plan message is gone or can no longer be edited")
+	// ErrPinUnavailable means the bot may not pin here or the pin limit is
+	// reached; the board keeps editing the unpinned message.
+	ErrPinUnavailable = errors.New("pinning is not possible here")
+)
+
+// RateLimitError is a 429 with the wait the platform asked for.
+type RateLimitError struct {
+	RetryAfter time.Duration
+	Err        error
+}
+
+func (e *RateLimitError) Error() string {
+	return fmt.Sprintf("rate limited, retry after %s: %v", e.RetryAfter, e.Err)
+}
+
+func (e *RateLimitError) Unwrap() error { return e.Err }
+
+// PlanState is the run state a plan message's footer shows.
+type PlanState string
+
+// Plan states.
+const (
+	StateWorking PlanState = "working"
+	StateResumed PlanState = "resumed after restart"
+	StateDone    PlanState = "done"
+	StateStopped PlanState = "stopped"
+	StateFailed  PlanState = "failed"
+	StateLimited PlanState = "stopped at the round limit"
+)
+
+// Plan is what a plan message shows.
+type Plan struct {
+	Items    []todo.Item `json:"items"`
+	Revision int64       `json:"revision"`
+	State    PlanState   `json:"state"`
+	Updated  time.Time   `json:"updated"`
+}
+
+// Progress returns completed and total item counts.
+func (p Plan) Progress() (done, total int) {
+	for _, it := range p.Items {
+		if it.Status == todo.Completed {
+			done++
+		}
+	}
+	return done, len(p.Items)
+}
+
+// Title is "Plan · 2/5 done".
+func (p Plan) Title() string {
+	done, total := p.Progress()
+	return fmt.Sprintf("Plan · %d/%d done", done, total)
+}
+
+// Footer is the update time, revision and run state. When the run is over
+// with items still open it says how many; the bot never ticks them.
+func (p Plan) Footer() string {
+	state := string(p.State)
+	if state == "" {
+		state = string(StateWorking)
+	}
+	done, total := p.Progress()
+	if open := total - done; open > 0 && p.State != StateWorking && p.State != StateResumed {
+		state += fmt.Sprintf(" · %d open item%s left", open, plural(open))
+	}
+	return fmt.Sprintf("Updated %s · revision %d · %s", p.Updated.UTC().Format("2006-01-02 15:04:05 UTC"), p.Revision, state)
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+// Mark is the checklist mark of a status.
+func Mark(s todo.Status) string {
+	switch s {
+	case todo.Completed:
+		return "✅"
+	case todo.InProgress:
+		return "🔄"
+	}
+	return "⬜"
+}
+
+// Shorten cuts s to at most max runes, ending with "…" when cut.
+func Shorten(s string, max int) string {
+	if utf8.RuneCountInString(s) <= max {
+		return s
+	}
+	if max <= 0 {
+		return ""
+	}
+	r := []rune(s)
+	return string(r[:max-1]) + "…"
+}

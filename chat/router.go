@@ -1,0 +1,247 @@
+package chat
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/pinplan/pinplan/agent"
+)
+
+// MaxMessageRunes is the longest user message accepted; longer ones are
+// refused with a reply rather than cut.
+const MaxMessageRunes = 16000
+
+// Runner is the part of agent.Runner the router uses.
+type Runner interface {
+	Submit(ctx context.Context, key string, in agent.Inbound) error
+	Stop(key string) bool
+}
+
+// Options configures a Router.
+type Options struct {
+	Store     BoardStore
+	Platforms map[string]Platform // by Thread.Platform
+	Logger    *slog.Logger
+	Hooks     *Hooks
+	Now       func() time.Time
+}
+
+// Router maps threads to sessions, feeds their messages to the agent runner
+// (which runs one turn at a time per session, threads in parallel) and
+// renders the runner's events on each thread's plan board.
+type Router struct {
+	opts   Options
+	runner Runner
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // board loops
+
+	mu     sync.Mutex // guards boards
+	boards map[string]*Board
+}
+
+// NewRouter returns a router; Bind gives it the runner.
+func NewRouter(opts Options) *Router {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Router{opts: opts, ctx: ctx, cancel: cancel, boards: map[string]*Board{}}
+}
+
+// Bind sets the runner; call it before Handle.
+func (r *Router) Bind(run Runner) { r.runner = run }
+
+// Close stops the board loops and waits for them.
+func (r *Router) Close() {
+	r.cancel()
+	r.wg.Wait()
+}
+
+// ErrRejected is returned by Handle for a message it answered with an
+// explanation instead of passing it on.
+var ErrRejected = errors.New("chat: message rejected")
+
+// Handle takes one user message. Empty and oversized messages are answered
+// in the thread and not passed on; "stop" stops the running turn.
+func (r *Router) Handle(ctx context.Context, in Incoming) error {
+	th := in.Thread
+	log := r.opts.Logger.With("session", th.Key)
+	p := r.opts.Platforms[th.Platform]
+	if p == nil {
+		return fmt.Errorf("chat: no platform %q", th.Platform)
+	}
+	text := strings.TrimSpace(in.Text)
+	refuse := func(msg string) error {
+		if err := p.Reply(ctx, th, in.MessageID, msg); err != nil {
+			log.Warn("reply to rejected message", "err", err)
+		}
+		return ErrRejected
+	}
+	switch n := utf8.RuneCountInString(text); {
+	case n == 0:
+		return refuse("Your message was empty. Tell me the task, for example: `plan the release checklist for v2`.")
+	case n > MaxMessageRunes:
+		return refuse(fmt.Sprintf("Your message is %d characters long; the limit is %d. Please shorten it or split it.", n, MaxMessageRunes))
+	}
+	if strings.EqualFold(text, "stop") {
+		msg := "Nothing is running in this thread."
+		if r.runner.Stop(th.Key) {
+			msg = "Stopping the current turn."
+		}
+		return refuse(msg)
+	}
+	b := r.board(th.Key, &th)
+	b.update(func(rec *boardRecord) {
+		rec.Thread.Channel, rec.Thread.ThreadID = th.Channel, th.ThreadID
+		if rec.Thread.Title == "" {
+			rec.Thread.Title = Shorten(text, 80)
+		}
+		if in.MessageID != "" {
+			rec.Trigger = in.MessageID
+		}
+	})
+	if err := r.runner.Submit(ctx, th.Key, agent.Inbound{Text: text, Author: in.Author}); err != nil {
+		log.Error("queue message", "err", err)
+		refuse("I couldn't accept your message right now (the bot is shutting down or its database is unavailable). Please send it again in a moment.")
+		return err
+	}
+	return nil
+}
+
+// Board returns the session's board, loading its record; nil if the
+// session has none.
+func (r *Router) Board(key string) *Board { return r.board(key, nil) }
+
+// Thread returns the session's thread as recorded by its board.
+func (r *Router) Thread(key string) (Thread, bool) {
+	b := r.board(key, nil)
+	if b == nil {
+		return Thread{}, false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.rec.Thread, true
+}
+
+func (r *Router) board(key string, th *Thread) *Board {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if b, ok := r.boards[key]; ok {
+		return b
+	}
+	var rec boardRecord
+	raw, err := r.opts.Store.Board(r.ctx, key)
+	if err != nil {
+		r.opts.Logger.Error("load plan board", "session", key, "err", err)
+	}
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &rec); err != nil {
+			r.opts.Logger.Error("decode plan board", "session", key, "err", err)
+		}
+	}
+	if rec.Thread.Key == "" {
+		if th == nil {
+			return nil
+		}
+		rec.Thread = *th
+	}
+	b := &Board{key: key, platform: r.opts.Platforms[rec.Thread.Platform], store: r.opts.Store, hooks: r.opts.Hooks, owner: r,
+		log: r.opts.Logger.With("session", key, "platform", rec.Thread.Platform), rec: rec, want: rec.Shown}
+	b.idle = sync.NewCond(&b.mu)
+	if paced, ok := b.platform.(Paced); ok {
+		b.limiter = paced.Limiter(rec.Thread)
+	}
+	r.boards[key] = b
+	return b
+}
+
+// Observe renders agent events; pass it as agent.Options.Observer.
+func (r *Router) Observe(e agent.Event) {
+	b := r.board(e.Session, nil)
+	if b == nil || b.platform == nil {
+		r.opts.Logger.Warn("event for a session without a platform", "session", e.Session, "kind", e.Kind)
+		return
+	}
+	b.mu.Lock()
+	th, trigger, closed := b.rec.Thread, b.rec.Trigger, b.rec.Closed
+	b.mu.Unlock()
+	log := b.log
+	ctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)
+	defer cancel()
+	switch e.Kind {
+	case agent.TurnStarted:
+		state := StateWorking
+		if e.Resumed {
+			state = StateResumed
+		}
+		if !closed {
+			b.set(func(_ *boardRecord, want *Plan) { want.State, want.Updated = state, e.At })
+		}
+		if err := b.platform.Working(ctx, th, trigger, true); err != nil {
+			log.Warn("show working indicator", "err", err)
+		}
+	case agent.PlanChanged:
+		b.set(func(rec *boardRecord, want *Plan) {
+			state := want.State
+			if rec.Closed {
+				// A new task after a finished plan: a new message; the old
+				// one stays in the thread, complete, and is unpinned.
+				rec.Unpin = append(rec.Unpin, rec.Ref)
+				rec.Ref, rec.Pinned, rec.Closed, rec.Shown = MessageRef{}, false, false, Plan{}
+				state = StateWorking
+			}
+			if state != StateResumed {
+				state = StateWorking
+			}
+			*want = planFrom(e.Plan, e.Revision, state, e.At)
+		})
+	case agent.Replied:
+		r.reply(ctx, log, b.platform, th, trigger, e.Text)
+	case agent.TurnEnded:
+		state := map[agent.Outcome]PlanState{agent.Done: StateDone, agent.Failed: StateFailed, agent.Stopped: StateStopped, agent.Limited: StateLimited}[e.Outcome]
+		if !closed {
+			b.set(func(rec *boardRecord, want *Plan) {
+				want.State, want.Updated = state, e.At
+				if e.Outcome == agent.Done && len(want.Items) > 0 && !e.Plan.Open() {
+					rec.Closed = true
+				}
+			})
+		}
+		if err := b.platform.Working(ctx, th, trigger, false); err != nil {
+			log.Warn("clear working indicator", "err", err)
+		}
+		if e.Err != nil {
+			log.Error("turn failed", "outcome", e.Outcome, "err", e.Err)
+		}
+		if e.Text != "" {
+			r.reply(ctx, log, b.platform, th, trigger, e.Text)
+		}
+	}
+}
+
+// reply posts text, waiting out up to three rate limits.
+func (r *Router) reply(ctx context.Context, log *slog.Logger, p Platform, th Thread, trigger, text string) {
+	for attempt := 0; ; attempt++ {
+		err := p.Reply(ctx, th, trigger, text)
+		var rl *RateLimitError
+		if errors.As(err, &rl) && attempt < 3 {
+			sleep(ctx, rl.RetryAfter)
+			continue
+		}
+		if err != nil {
+			log.Error("post reply", "err", err)
+		}
+		return
+	}
+}
