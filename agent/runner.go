@@ -244,7 +244,12 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 		if errors.Is(context.Cause(ctx), ErrStopped) {
 			return r.endTurn(context.WithoutCancel(ctx), s, &Round{Append: drained, Drained: ids}, Stopped, "Stopped. The plan is kept as it was.", nil)
 		}
-		return r.endTurn(ctx, s, &Round{Append: drained, Drained: ids}, Failed, "The model did not answer, so this turn ended. Send a message to try again.", err)
+		text := "The model did not answer, so this turn ended. Send a message to try again."
+		var um interface{ UserMessage() string }
+		if errors.As(err, &um) {
+			text = um.UserMessage()
+		}
+		return r.endTurn(ctx, s, &Round{Append: drained, Drained: ids}, Failed, text, err)
 	}
 	msg := reply.Message
 	msg.Role = openai.ChatMessageRoleAssistant

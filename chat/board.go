@@ -276,3 +276,13 @@ func sleep(ctx context.Context, d time.Duration) {
 func planFrom(snap todo.Snapshot, rev int64, state PlanState, at time.Time) Plan {
 	return Plan{Items: snap.Items(), Revision: rev, State: state, Updated: at}
 }
+
+// DecodeBoard reads a stored board record: the thread and what its plan
+// message shows. ok is false for an empty or unreadable record.
+func DecodeBoard(raw []byte) (th Thread, shown Plan, ok bool) {
+	var rec boardRecord
+	if len(raw) == 0 || json.Unmarshal(raw, &rec) != nil {
+		return Thread{}, Plan{}, false
+	}
+	return rec.Thread, rec.Shown, true
+}

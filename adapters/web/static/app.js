@@ -1,0 +1,165 @@
+"use strict";
+// pinplan console: threads, messages and the pinned plan, live over SSE.
+const $ = (id) => document.getElementById(id);
+const marks = { completed: "✅", in_progress: "🔄", pending: "⬜" };
+let current = null;   // selected thread id
+let threads = [];
+
+function api(path, opts) {
+  return fetch(path, opts).then((r) => r.json().then((body) => {
+    if (!r.ok) throw new Error(body.error || r.statusText);
+    return body;
+  }));
+}
+
+function progress(plan) {
+  const done = plan.items.filter((i) => i.status === "completed").length;
+  return [done, plan.items.length];
+}
+
+function footer(plan) {
+  const [done, total] = progress(plan);
+  let state = plan.state || "working";
+  const open = total - done;
+  if (open > 0 && state !== "working" && state !== "resumed after restart") {
+    state += ` · ${open} open item${open === 1 ? "" : "s"} left`;
+  }
+  const at = new Date(plan.updated).toISOString().replace("T", " ").slice(0, 19) + " UTC";
+  return `Updated ${at} · revision ${plan.revision} · ${state}`;
+}
+
+function renderPlan(plan) {
+  const box = $("plan");
+  if (!plan || !plan.items || plan.items.length === 0) { box.hidden = true; return; }
+  const [done, total] = progress(plan);
+  $("plan-title").textContent = `Plan · ${done}/${total} done`;
+  const ol = $("plan-items");
+  ol.replaceChildren(...plan.items.map((it) => {
+    const li = document.createElement("li");
+    li.className = it.status;
+    li.dataset.status = it.status;
+    const mark = document.createElement("span");
+    mark.textContent = marks[it.status] + " ";
+    mark.setAttribute("aria-label", it.status.replace("_", " "));
+    const text = document.createElement(it.status === "completed" ? "s" : it.status === "in_progress" ? "strong" : "span");
+    text.className = "text";
+    text.textContent = it.content;
+    li.append(mark, text);
+    return li;
+  }));
+  $("plan-footer").textContent = footer(plan);
+  box.dataset.revision = plan.revision;
+  box.dataset.state = plan.state;
+  box.hidden = false;
+}
+
+function addMessage(m) {
+  const li = document.createElement("li");
+  li.className = m.role;
+  const who = document.createElement("span");
+  who.className = "who";
+  who.textContent = m.role === "user" ? (m.author || "you") : "pinplan";
+  li.append(who, document.createTextNode(m.text));
+  $("messages").append(li);
+}
+
+function renderList() {
+  const ul = $("thread-list");
+  ul.replaceChildren(...threads.map((t) => {
+    const li = document.createElement("li");
+    const a = document.createElement("a");
+    const id = t.key.replace(/^web\//, "");
+    a.href = `#${t.platform === "web" ? id : ""}`;
+    if (id === current) a.setAttribute("aria-current", "page");
+    a.textContent = t.title || t.key;
+    const meta = document.createElement("span");
+    meta.className = "meta";
+    let p = "";
+    if (t.plan && t.plan.items) { const [d, n] = progress(t.plan); p = ` · ${d}/${n} done`; }
+    meta.textContent = `${t.platform} · ${t.state}${p}`;
+    a.append(meta);
+    li.append(a);
+    return li;
+  }));
+}
+
+async function loadThreads() {
+  threads = await api("/api/threads");
+  renderList();
+}
+
+async function loadThread(id) {
+  current = id;
+  $("messages").replaceChildren();
+  $("plan").hidden = true;
+  $("working").hidden = true;
+  if (!id) { $("thread-title").textContent = "Start a thread"; renderList(); return; }
+  try {
+    const t = await api(`/api/threads/${id}`);
+    $("thread-title").textContent = t.thread.title || id;
+    renderPlan(t.thread.plan);
+    $("working").hidden = t.thread.state !== "running";
+    (t.messages || []).forEach(addMessage);
+  } catch (e) {
+    $("thread-title").textContent = "Thread not found";
+  }
+  renderList();
+}
+
+$("plan-history").addEventListener("toggle", async (ev) => {
+  if (!ev.target.open || !current) return;
+  const revs = await api(`/api/threads/${current}/plans`);
+  $("plan-revisions").replaceChildren(...revs.map((r) => {
+    const li = document.createElement("li");
+    const d = r.items.filter((i) => i.status === "completed").length;
+    li.textContent = `revision ${r.revision} · ${new Date(r.at).toLocaleTimeString()} · ${d}/${r.items.length} done: ` +
+      r.items.map((i) => `${marks[i.status]} ${i.content}`).join("  ");
+    return li;
+  }));
+});
+
+$("send").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const text = $("text").value;
+  if (!text.trim()) return;
+  const path = current ? `/api/threads/${current}/messages` : "/api/threads";
+  const res = await api(path, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ text }) });
+  $("text").value = "";
+  if (!current) { location.hash = res.id; }
+});
+
+$("text").addEventListener("keydown", (ev) => {
+  if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) $("send").requestSubmit();
+});
+
+$("new-thread").addEventListener("click", () => { location.hash = ""; $("text").focus(); });
+window.addEventListener("hashchange", () => loadThread(location.hash.slice(1)));
+
+function connect() {
+  const es = new EventSource("/api/events");
+  es.onmessage = (msg) => {
+    const e = JSON.parse(msg.data);
+    const id = e.thread.replace(/^web\//, "");
+    if (e.type === "plan") {
+      const t = threads.find((x) => x.key === e.thread);
+      if (t) { t.plan = e.plan; renderList(); }
+      if (id === current) renderPlan(e.plan);
+    } else if (e.type === "message" && id === current) {
+      addMessage(e.message);
+    } else if (e.type === "working") {
+      const t = threads.find((x) => x.key === e.thread);
+      if (t) { t.state = e.working ? "running" : "idle"; renderList(); }
+      if (id === current) $("working").hidden = !e.working;
+    } else if (e.type === "thread") {
+      loadThreads();
+    }
+  };
+  es.onopen = () => { document.body.dataset.live = "1"; };
+}
+
+api("/api/info").then((info) => {
+  if (info.demo) { $("mode").textContent = "demo model: scripted, no API key used"; $("mode").hidden = false; }
+  else if (info.model) { $("mode").textContent = `model: ${info.model}`; $("mode").hidden = false; }
+});
+connect();
+loadThreads().then(() => loadThread(location.hash.slice(1)));

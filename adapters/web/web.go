@@ -1,0 +1,440 @@
+// Package web is pinplan's local web console: a real chat platform for the
+// chat router and plan board (threads, messages, the pinned plan updating
+// live over Server-Sent Events) and an operator's view of every session.
+// It serves embedded files; no front-end build step exists.
+//
+// It implements chat.Platform and imports chat, agent (for its public
+// types) and todo; never store or another adapter. cmd/bot wires it.
+package web
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/chat"
+)
+
+//go:embed static
+var static embed.FS
+
+// Store is what the console reads of the database.
+type Store interface {
+	// Threads lists every session with its thread and shown plan.
+	Threads(ctx context.Context) ([]Summary, error)
+	// History returns a session's conversation.
+	History(ctx context.Context, key string) ([]agent.Entry, error)
+	// Plans returns every plan revision of a session.
+	Plans(ctx context.Context, key string) ([]agent.PlanRevision, error)
+}
+
+// Handler is what the console sends messages to: chat.Router.
+type Handler interface {
+	Handle(ctx context.Context, in chat.Incoming) error
+}
+
+// Summary is one thread in the list.
+type Summary struct {
+	Key      string      `json:"key"`
+	Platform string      `json:"platform"`
+	Title    string      `json:"title"`
+	State    string      `json:"state"` // idle or running
+	Plan     *chat.Plan  `json:"plan,omitempty"`
+	Updated  time.Time   `json:"updated"`
+	Usage    agent.Usage `json:"usage"`
+}
+
+// Options configures the console.
+type Options struct {
+	Store   Store
+	Token   string // required on every request when set
+	Demo    bool   // label the page as running the built-in demo model
+	Model   string // model name shown on the page
+	Logger  *slog.Logger
+	Metrics http.Handler // served at /metrics
+	Ready   func() error // /readyz
+	Now     func() time.Time
+}
+
+// Console is the web platform and its HTTP handlers.
+type Console struct {
+	opts    Options
+	handler Handler
+
+	mu      sync.Mutex // guards plans, notices, clients and closed
+	plans   map[string]chat.Plan
+	notices map[string][]Message
+	clients map[chan []byte]struct{}
+	closed  bool
+}
+
+var _ chat.Platform = (*Console)(nil)
+
+// New returns a console.
+func New(opts Options) *Console {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Console{opts: opts, plans: map[string]chat.Plan{}, notices: map[string][]Message{}, clients: map[chan []byte]struct{}{}}
+}
+
+// Bind sets where messages go; call it before serving.
+func (c *Console) Bind(h Handler) { c.handler = h }
+
+// Close ends every event stream, so a server shutdown does not wait on them.
+func (c *Console) Close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	for ch := range c.clients {
+		close(ch)
+		delete(c.clients, ch)
+	}
+}
+
+// Message is one message of a thread as the page shows it.
+type Message struct {
+	Role   string    `json:"role"` // user, assistant, notice
+	Author string    `json:"author,omitempty"`
+	Text   string    `json:"text"`
+	At     time.Time `json:"at"`
+}
+
+// event is one SSE event.
+type event struct {
+	Type    string     `json:"type"` // plan, message, working, thread
+	Thread  string     `json:"thread"`
+	Plan    *chat.Plan `json:"plan,omitempty"`
+	Message *Message   `json:"message,omitempty"`
+	Working *bool      `json:"working,omitempty"`
+}
+
+func (c *Console) broadcast(e event) {
+	raw, err := json.Marshal(e)
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for ch := range c.clients {
+		select {
+		case ch <- raw:
+		default: // a client too slow to keep up resyncs when it reconnects
+		}
+	}
+}
+
+func threadID(th chat.Thread) string { return strings.TrimPrefix(th.Key, "web/") }
+
+// PostPlan implements chat.Platform.
+func (c *Console) PostPlan(_ context.Context, th chat.Thread, p chat.Plan) (chat.MessageRef, error) {
+	id := "plan-" + randomID()
+	c.setPlan(th, p)
+	return chat.MessageRef{Channel: th.Key, ID: id}, nil
+}
+
+// EditPlan implements chat.Platform.
+func (c *Console) EditPlan(_ context.Context, th chat.Thread, _ chat.MessageRef, p chat.Plan) error {
+	c.setPlan(th, p)
+	return nil
+}
+
+func (c *Console) setPlan(th chat.Thread, p chat.Plan) {
+	c.mu.Lock()
+	c.plans[th.Key] = p
+	c.mu.Unlock()
+	c.broadcast(event{Type: "plan", Thread: th.Key, Plan: &p})
+}
+
+// Pin implements chat.Platform. The console always shows the current plan
+// on top of its thread, so there is nothing to pin.
+func (c *Console) Pin(context.Context, chat.Thread, chat.MessageRef, bool) error { return nil }
+
+// Reply implements chat.Platform.
+func (c *Console) Reply(_ context.Context, th chat.Thread, _, text string) error {
+	m := Message{Role: "assistant", Text: text, At: c.opts.Now()}
+	c.broadcast(event{Type: "message", Thread: th.Key, Message: &m})
+	return nil
+}
+
+// Working implements chat.Platform.
+func (c *Console) Working(_ context.Context, th chat.Thread, _ string, on bool) error {
+	c.broadcast(event{Type: "working", Thread: th.Key, Working: &on})
+	return nil
+}
+
+func randomID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Register adds the console's routes to mux.
+func (c *Console) Register(mux *http.ServeMux) {
+	sub, _ := fs.Sub(static, "static")
+	files := http.FileServerFS(sub)
+	mux.Handle("GET /", c.auth(files))
+	mux.Handle("GET /api/info", c.auth(http.HandlerFunc(c.info)))
+	mux.Handle("GET /api/threads", c.auth(http.HandlerFunc(c.listThreads)))
+	mux.Handle("POST /api/threads", c.auth(http.HandlerFunc(c.newThread)))
+	mux.Handle("GET /api/threads/{id}", c.auth(http.HandlerFunc(c.getThread)))
+	mux.Handle("POST /api/threads/{id}/messages", c.auth(http.HandlerFunc(c.postMessage)))
+	mux.Handle("GET /api/threads/{id}/plans", c.auth(http.HandlerFunc(c.getPlans)))
+	mux.Handle("GET /api/events", c.auth(http.HandlerFunc(c.events)))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if c.opts.Ready != nil {
+			if err := c.opts.Ready(); err != nil {
+				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		io.WriteString(w, "ready\n")
+	})
+	if c.opts.Metrics != nil {
+		mux.Handle("GET /metrics", c.auth(c.opts.Metrics))
+	}
+}
+
+// auth requires the token, when one is set, as a bearer header, a
+// ?token= parameter (which also sets a cookie for the page's own requests)
+// or that cookie.
+func (c *Console) auth(next http.Handler) http.Handler {
+	if c.opts.Token == "" {
+		return next
+	}
+	want := []byte(c.opts.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if q := r.URL.Query().Get("token"); q != "" {
+			got = q
+			http.SetCookie(w, &http.Cookie{Name: "pinplan_token", Value: q, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+		} else if ck, err := r.Cookie("pinplan_token"); got == "" && err == nil {
+			got = ck.Value
+		}
+		if subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="pinplan"`)
+			http.Error(w, "unauthorized: this console needs PINPLAN_WEB_TOKEN (as ?token=, a cookie or a bearer header)", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+func (c *Console) info(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"demo": c.opts.Demo, "model": c.opts.Model})
+}
+
+func (c *Console) listThreads(w http.ResponseWriter, r *http.Request) {
+	list, err := c.opts.Store.Threads(r.Context())
+	if err != nil {
+		c.opts.Logger.Error("list threads", "err", err)
+		writeErr(w, http.StatusInternalServerError, "could not read the database")
+		return
+	}
+	c.mu.Lock()
+	for i := range list {
+		if p, ok := c.plans[list[i].Key]; ok {
+			list[i].Plan = &p
+		}
+	}
+	c.mu.Unlock()
+	sort.Slice(list, func(i, j int) bool { return list[i].Updated.After(list[j].Updated) })
+	writeJSON(w, http.StatusOK, list)
+}
+
+type postBody struct {
+	Text   string `json:"text"`
+	Author string `json:"author"`
+}
+
+func readBody(w http.ResponseWriter, r *http.Request) (postBody, bool) {
+	var b postBody
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&b); err != nil {
+		writeErr(w, http.StatusBadRequest, "send JSON like {\"text\":\"...\"}: "+err.Error())
+		return b, false
+	}
+	return b, true
+}
+
+func (c *Console) newThread(w http.ResponseWriter, r *http.Request) {
+	b, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	id := randomID()
+	c.send(w, r, id, b)
+}
+
+func (c *Console) postMessage(w http.ResponseWriter, r *http.Request) {
+	b, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	c.send(w, r, r.PathValue("id"), b)
+}
+
+func (c *Console) send(w http.ResponseWriter, r *http.Request, id string, b postBody) {
+	if !validID(id) {
+		writeErr(w, http.StatusBadRequest, "bad thread id")
+		return
+	}
+	author := strings.TrimSpace(b.Author) // optional: the console is one person's
+	key := "web/" + id
+	th := chat.Thread{Platform: "web", Key: key, Channel: key, ThreadID: id}
+	m := Message{Role: "user", Author: author, Text: b.Text, At: c.opts.Now()}
+	err := c.handler.Handle(r.Context(), chat.Incoming{Thread: th, Text: b.Text, Author: author, MessageID: randomID()})
+	if err != nil && !errors.Is(err, chat.ErrRejected) {
+		writeErr(w, http.StatusServiceUnavailable, "the message was not accepted: "+err.Error())
+		return
+	}
+	if err == nil {
+		c.broadcast(event{Type: "message", Thread: key, Message: &m})
+		c.broadcast(event{Type: "thread", Thread: key})
+	}
+	writeJSON(w, http.StatusAccepted, map[string]any{"id": id, "key": key, "accepted": err == nil})
+}
+
+func validID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *Console) getThread(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	key := "web/" + id
+	if !validID(id) {
+		writeErr(w, http.StatusBadRequest, "bad thread id")
+		return
+	}
+	hist, err := c.opts.Store.History(r.Context(), key)
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, "could not read the database")
+		return
+	}
+	var msgs []Message
+	for _, e := range hist {
+		switch {
+		case e.Message.Role == "user":
+			text := e.Message.Content
+			if e.Author != "" {
+				text = strings.TrimPrefix(text, e.Author+": ")
+			}
+			msgs = append(msgs, Message{Role: "user", Author: e.Author, Text: text, At: e.At})
+		case e.Message.Role == "assistant" && len(e.Message.ToolCalls) == 0 && e.Message.Content != "":
+			msgs = append(msgs, Message{Role: "assistant", Text: e.Message.Content, At: e.At})
+		}
+	}
+	var summary *Summary
+	list, err := c.opts.Store.Threads(r.Context())
+	if err == nil {
+		for i := range list {
+			if list[i].Key == key {
+				summary = &list[i]
+			}
+		}
+	}
+	if summary == nil {
+		writeErr(w, http.StatusNotFound, "no such thread")
+		return
+	}
+	c.mu.Lock()
+	if p, ok := c.plans[key]; ok {
+		summary.Plan = &p
+	}
+	c.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{"thread": summary, "messages": msgs})
+}
+
+func (c *Console) getPlans(w http.ResponseWriter, r *http.Request) {
+	plans, err := c.opts.Store.Plans(r.Context(), "web/"+r.PathValue("id"))
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, "could not read the database")
+		return
+	}
+	if plans == nil {
+		plans = []agent.PlanRevision{}
+	}
+	writeJSON(w, http.StatusOK, plans)
+}
+
+func (c *Console) events(w http.ResponseWriter, r *http.Request) {
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	ch := make(chan []byte, 256)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		http.Error(w, "shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	c.clients[ch] = struct{}{}
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		if _, ok := c.clients[ch]; ok {
+			delete(c.clients, ch)
+			close(ch)
+		}
+		c.mu.Unlock()
+	}()
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	fmt.Fprint(w, "retry: 1000\n: connected\n\n")
+	flusher.Flush()
+	ping := time.NewTicker(25 * time.Second)
+	defer ping.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case raw, ok := <-ch:
+			if !ok {
+				return
+			}
+			fmt.Fprintf(w, "data: %s\n\n", raw)
+			flusher.Flush()
+		case <-ping.C:
+			fmt.Fprint(w, ": ping\n\n")
+			flusher.Flush()
+		}
+	}
+}

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"strings"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/pinplan/pinplan/adapters/web"
+	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/store"
+)
+
+// webStore gives the web console its read-only view of the database.
+type webStore struct{ db *store.DB }
+
+func (s webStore) Threads(ctx context.Context) ([]web.Summary, error) {
+	infos, err := s.db.Sessions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]web.Summary, 0, len(infos))
+	for _, in := range infos {
+		cp := in.Checkpoint
+		sum := web.Summary{Key: cp.Key, Platform: strings.SplitN(cp.Key, "/", 2)[0], State: string(cp.State), Updated: cp.Updated, Usage: cp.Usage}
+		if sum.State == "" {
+			sum.State = string(agent.Idle)
+		}
+		if th, shown, ok := chat.DecodeBoard(in.Board); ok {
+			sum.Title = th.Title
+			if len(shown.Items) > 0 {
+				sum.Plan = &shown
+			}
+		}
+		out = append(out, sum)
+	}
+	return out, nil
+}
+
+// History is the stored conversation plus messages still in the inbox.
+func (s webStore) History(ctx context.Context, key string) ([]agent.Entry, error) {
+	_, hist, inbox, err := s.db.Load(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	for _, in := range inbox {
+		text := in.Text
+		if in.Author != "" {
+			text = in.Author + ": " + text
+		}
+		hist = append(hist, agent.Entry{Message: openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: text}, At: in.At, Author: in.Author})
+	}
+	return hist, nil
+}
+
+func (s webStore) Plans(ctx context.Context, key string) ([]agent.PlanRevision, error) {
+	return s.db.Plans(ctx, key)
+}

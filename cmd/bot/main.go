@@ -1,0 +1,26 @@
+// Command bot runs pinplan: the agent sessions, the plan boards, the chat
+// platforms whose tokens are set and the local web console.
+//
+//	bot [-demo]          serve (Slack and Discord when their tokens are set; the console always)
+//	bot backup FILE      write a hot backup of the database to FILE
+//	bot invite           print the Discord invite URL
+//
+// main only sets up signals; run does the work and is what tests call.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "pinplan:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/store"
+)
+
+// metrics are pinplan's Prometheus series, served at /metrics.
+type metrics struct {
+	turns          *prometheus.CounterVec
+	rounds         prometheus.Counter
+	modelLatency   prometheus.Histogram
+	modelErrors    prometheus.Counter
+	modelRetries   prometheus.Counter
+	renders        *prometheus.CounterVec
+	renderErrors   *prometheus.CounterVec
+	rateWaits      *prometheus.CounterVec
+	revisionToEdit *prometheus.HistogramVec
+
+	mu       sync.Mutex // guards notReady
+	notReady error
+}
+
+func newMetrics(reg *prometheus.Registry, db *store.DB) *metrics {
+	m := &metrics{
+		turns:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pinplan_turns_total", Help: "Turns ended, by outcome."}, []string{"outcome"}),
+		rounds:       prometheus.NewCounter(prometheus.CounterOpts{Name: "pinplan_model_rounds_total", Help: "Model requests answered."}),
+		modelLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pinplan_model_request_seconds", Help: "Model request latency, retries included.", Buckets: prometheus.ExponentialBuckets(0.05, 2, 12)}),
+		modelErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "pinplan_model_errors_total", Help: "Model requests that failed after retries."}),
+		modelRetries: prometheus.NewCounter(prometheus.CounterOpts{Name: "pinplan_model_retries_total", Help: "Model request retries."}),
+		renders:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pinplan_plan_renders_total", Help: "Plan message posts and edits."}, []string{"platform"}),
+		renderErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pinplan_plan_render_errors_total", Help: "Plan message posts and edits that failed."}, []string{"platform"}),
+		rateWaits:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pinplan_rate_limit_waits_total", Help: "Platform 429s waited out."}, []string{"platform"}),
+		revisionToEdit: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "pinplan_revision_to_edit_seconds", Help: "Time from a committed plan revision to its edit on the platform.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"platform"}),
+		notReady: errors.New("starting"),
+	}
+	sessions := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pinplan_sessions", Help: "Sessions in the database."}, func() float64 {
+		list, err := db.Sessions(context.Background())
+		if err != nil {
+			return -1
+		}
+		return float64(len(list))
+	})
+	reg.MustRegister(m.turns, m.rounds, m.modelLatency, m.modelErrors, m.modelRetries, m.renders, m.renderErrors, m.rateWaits, m.revisionToEdit, sessions)
+	return m
+}
+
+func (m *metrics) setReady(err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.notReady = err
+}
+
+func (m *metrics) ready() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.notReady
+}
+
+func (m *metrics) observe(e agent.Event) {
+	if e.Kind == agent.TurnEnded {
+		m.turns.WithLabelValues(string(e.Outcome)).Inc()
+	}
+}
+
+func (m *metrics) boardHooks() *chat.Hooks {
+	return &chat.Hooks{
+		Rendered: func(platform string, err error) {
+			m.renders.WithLabelValues(platform).Inc()
+			if err != nil {
+				m.renderErrors.WithLabelValues(platform).Inc()
+			}
+		},
+		RateLimitWait: func(platform string, _ time.Duration) { m.rateWaits.WithLabelValues(platform).Inc() },
+		RevisionToEdit: func(platform string, d time.Duration) {
+			m.revisionToEdit.WithLabelValues(platform).Observe(d.Seconds())
+		},
+	}
+}
+
+// timed wraps a model with latency and error metrics.
+func (m *metrics) timed(model agent.Model) agent.Model { return timedModel{model, m} }
+
+type timedModel struct {
+	agent.Model
+	m *metrics
+}
+
+func (t timedModel) Complete(ctx context.Context, req openai.ChatCompletionRequest) (agent.Reply, error) {
+	start := time.Now()
+	r, err := t.Model.Complete(ctx, req)
+	t.m.modelLatency.Observe(time.Since(start).Seconds())
+	if err != nil {
+		t.m.modelErrors.Inc()
+	} else {
+		t.m.rounds.Inc()
+	}
+	return r, err
+}

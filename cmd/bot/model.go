@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/config"
+	"github.com/pinplan/pinplan/todo"
+)
+
+// buildModel picks the model: the demo, a real OpenAI-compatible server, or
+// (with neither) one that tells the user what to set.
+func buildModel(cfg *config.Config, demo bool, getenv func(string) string, m *metrics, log *slog.Logger) (agent.Model, []agent.Tool, string) {
+	tools := []agent.Tool{clockTool()}
+	switch {
+	case demo:
+		delay := 700 * time.Millisecond
+		if v, err := time.ParseDuration(getenv("PINPLAN_DEMO_DELAY")); err == nil && v >= 0 {
+			delay = v
+		}
+		return m.timed(demoModel{delay: delay}), append(tools, demoTools()...), "pinplan-demo"
+	case cfg.ModelConfigured:
+		model := agent.NewOpenAIModel(agent.OpenAIOptions{
+			BaseURL: cfg.OpenAIBaseURL, APIKey: cfg.OpenAIKey.Reveal(), Stream: cfg.Stream,
+			Timeout: cfg.ModelTimeout, Retries: cfg.ModelRetries, Concurrency: cfg.ModelConcurrency,
+			OnRetry: func(attempt int, wait time.Duration, err error) {
+				m.modelRetries.Inc()
+				log.Warn("model request retry", "attempt", attempt, "wait", wait, "err", err)
+			},
+		})
+		return m.timed(model), tools, cfg.OpenAIModel
+	default:
+		return noModel{}, tools, ""
+	}
+}
+
+// noModel answers every turn with what to configure.
+type noModel struct{}
+
+type notConfigured struct{}
+
+func (notConfigured) Error() string { return "no model configured" }
+
+func (notConfigured) UserMessage() string {
+	return "No model is configured, so I can't work on this yet. Set OPENAI_API_KEY (and OPENAI_BASE_URL for another OpenAI-compatible server such as Ollama or vLLM) and restart pinplan, or run `go run ./cmd/bot -demo` to watch the built-in demo."
+}
+
+func (noModel) Complete(context.Context, openai.ChatCompletionRequest) (agent.Reply, error) {
+	return agent.Reply{}, notConfigured{}
+}
+
+func clockTool() agent.Tool {
+	return agent.Tool{
+		Name: "current_time", Description: "Return the current date and time in UTC (RFC 3339).", Idempotent: true,
+		Parameters: map[string]any{"type": "object", "properties": map[string]any{}, "additionalProperties": false},
+		Run: func(context.Context, *agent.ToolEnv, string) (string, error) {
+			return time.Now().UTC().Format(time.RFC3339), nil
+		},
+	}
+}
+
+func demoTools() []agent.Tool {
+	obj := map[string]any{"type": "object", "properties": map[string]any{"query": map[string]any{"type": "string"}}}
+	return []agent.Tool{
+		{Name: "demo_search", Description: "Demo: search the team's notes.", Idempotent: true, Parameters: obj,
+			Run: func(_ context.Context, _ *agent.ToolEnv, args string) (string, error) {
+				return `{"results":["notes/release.md: checklist from the last release","notes/oncall.md: who to tell"]}`, nil
+			}},
+		{Name: "demo_check", Description: "Demo: run the checks.", Idempotent: true, Parameters: obj,
+			Run: func(context.Context, *agent.ToolEnv, string) (string, error) {
+				return `{"passed":12,"failed":0}`, nil
+			}},
+	}
+}
+
+// demoModel plays a realistic multi-step task with plan revisions and tool
+// rounds, through the same agent, store and plan board as a real model. It
+// is stateless: the round is read from the request, so a restart resumes it.
+type demoModel struct{ delay time.Duration }
+
+func (d demoModel) Complete(ctx context.Context, req openai.ChatCompletionRequest) (agent.Reply, error) {
+	t := time.NewTimer(d.delay)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return agent.Reply{}, context.Cause(ctx)
+	case <-t.C:
+	}
+	task, round := "", 0
+	for _, m := range req.Messages {
+		switch m.Role {
+		case openai.ChatMessageRoleUser:
+			if m.Content != todo.ReminderText {
+				task, round = m.Content, 0
+			}
+		case openai.ChatMessageRoleAssistant:
+			round++
+		}
+	}
+	subject := chat.Shorten(task, 60)
+	steps := []string{"Read the request: " + subject, "Gather context from the team's notes", "Draft the result", "Check the draft and report back"}
+	plan := func(done, doing int) openai.ToolCall {
+		var items []todo.Item
+		for i, s := range steps {
+			st := todo.Pending
+			if i < done {
+				st = todo.Completed
+			} else if i == doing {
+				st = todo.InProgress
+			}
+			items = append(items, todo.Item{Content: s, Status: st})
+		}
+		args, _ := json.Marshal(map[string]any{"todos": items})
+		return call(round, todo.ToolName, string(args))
+	}
+	var msg openai.ChatCompletionMessage
+	switch round {
+	case 0:
+		msg.ToolCalls = []openai.ToolCall{plan(0, 0)}
+	case 1:
+		msg.ToolCalls = []openai.ToolCall{plan(1, 1)}
+	case 2:
+		msg.ToolCalls = []openai.ToolCall{call(round, "demo_search", `{"query":"release checklist"}`)}
+	case 3:
+		msg.ToolCalls = []openai.ToolCall{plan(2, 2)}
+	case 4:
+		msg.ToolCalls = []openai.ToolCall{plan(3, 3), call(round, "demo_check", `{"query":"all"}`)}
+	case 5:
+		msg.ToolCalls = []openai.ToolCall{plan(4, -1)}
+	default:
+		msg.Content = fmt.Sprintf("Done: %s\n\nThis was the built-in demo (no model was called). Set OPENAI_API_KEY to work with a real model.", subject)
+	}
+	msg.Role = openai.ChatMessageRoleAssistant
+	return agent.Reply{Message: msg, Usage: openai.Usage{PromptTokens: 20 * len(req.Messages), CompletionTokens: 30, TotalTokens: 20*len(req.Messages) + 30}}, nil
+}
+
+func call(round int, name, args string) openai.ToolCall {
+	return openai.ToolCall{ID: "demo_" + strconv.Itoa(round) + "_" + name, Type: openai.ToolTypeFunction, Function: openai.FunctionCall{Name: name, Arguments: args}}
+}

@@ -1,0 +1,253 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/pinplan/pinplan/adapters/web"
+	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/config"
+	"github.com/pinplan/pinplan/store"
+)
+
+const usage = `usage:
+  bot [-demo]        serve: Slack and Discord when their tokens are set, and the web console
+  bot backup FILE    write a hot backup of the database (PINPLAN_DB) to FILE
+  bot invite         print the Discord OAuth2 invite URL
+
+Settings come from the environment (see README.md); PINPLAN_CONFIG may name a TOML file.
+`
+
+// run is the whole program; main calls it with the process's environment.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bot", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	demo := fs.Bool("demo", false, "run the built-in scripted demo model instead of a real one")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := config.Load(getenv)
+	if err != nil {
+		return err
+	}
+	switch cmd := fs.Arg(0); cmd {
+	case "", "serve":
+		return serve(ctx, cfg, *demo, getenv, stdout, stderr)
+	case "backup":
+		if fs.NArg() != 2 {
+			return errors.New("usage: bot backup FILE")
+		}
+		return backup(ctx, cfg, fs.Arg(1), stdout)
+	case "invite":
+		return invite(cfg, getenv, stdout)
+	default:
+		fs.Usage()
+		return fmt.Errorf("unknown command %q", cmd)
+	}
+}
+
+func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	level.UnmarshalText([]byte(cfg.LogLevel))
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		switch a.Value.Kind() {
+		case slog.KindString:
+			return slog.String(a.Key, cfg.Redact(a.Value.String()))
+		case slog.KindAny:
+			if err, ok := a.Value.Any().(error); ok {
+				return slog.String(a.Key, cfg.Redact(err.Error()))
+			}
+		}
+		return a
+	}}))
+}
+
+// serve runs until ctx is done, then shuts down in order: stop taking
+// events, let sessions reach a checkpoint, finish plan renders, close the DB.
+func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(string) string, stdout, stderr io.Writer) error {
+	log := newLogger(cfg, stderr)
+	db, err := store.Open(cfg.DB, store.Options{LockTimeout: 2 * time.Second, BatchDelay: 2 * time.Millisecond})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+
+	reg := prometheus.NewRegistry()
+	m := newMetrics(reg, db)
+
+	model, tools, modelName := buildModel(cfg, demo, getenv, m, log)
+	registry, err := agent.NewRegistry(tools...)
+	if err != nil {
+		return err
+	}
+
+	console := web.New(web.Options{Store: webStore{db}, Token: cfg.WebToken.Reveal(), Demo: demo, Model: modelName,
+		Logger: log.With("adapter", "web"), Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		Ready: func() error { return m.ready() }})
+	platforms := map[string]chat.Platform{"web": console}
+
+	router := chat.NewRouter(chat.Options{Store: db, Platforms: platforms, Logger: log.With("component", "chat"), Hooks: m.boardHooks()})
+	runner, err := agent.NewRunner(agent.Options{
+		Model: model, Store: db, Tools: registry, ModelName: modelName,
+		SystemPrompt: systemPrompt, StaleRounds: cfg.StaleRounds, ReminderRole: cfg.ReminderRole, MaxRounds: cfg.MaxRounds,
+		Observer: func(e agent.Event) { m.observe(e); router.Observe(e) },
+		Logger:   log.With("component", "agent"),
+	})
+	if err != nil {
+		return err
+	}
+	router.Bind(runner)
+	console.Bind(router)
+
+	mux := http.NewServeMux()
+	console.Register(mux)
+	mux.Handle("GET /api/backup", backupHandler(db, cfg))
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		runner.Close()
+		router.Close()
+		return fmt.Errorf("listen on PINPLAN_HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server", "err", err)
+		}
+	}()
+	fmt.Fprintf(stdout, "pinplan: web console at http://%s/\n", ln.Addr())
+	if !cfg.ModelConfigured && !demo {
+		fmt.Fprintln(stdout, "pinplan: no model configured; set OPENAI_API_KEY or OPENAI_BASE_URL, or run with -demo")
+	}
+	m.setReady(nil)
+
+	n, err := runner.Resume(ctx)
+	if err != nil {
+		log.Error("resume sessions", "err", err)
+	}
+	log.Info("pinplan started", "config", cfg.String(), "resumed", n, "demo", demo)
+
+	wg.Add(1)
+	go func() { // prune expired dedupe keys
+		defer wg.Done()
+		t := time.NewTicker(10 * time.Minute)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if _, err := db.PruneDedupe(ctx); err != nil {
+					log.Warn("prune dedupe keys", "err", err)
+				}
+			}
+		}
+	}()
+
+	<-ctx.Done()
+	log.Info("shutting down")
+	m.setReady(errors.New("shutting down"))
+	console.Close()
+	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutCtx); err != nil {
+		log.Warn("http shutdown", "err", err)
+	}
+	runner.Close()
+	router.Close()
+	wg.Wait()
+	log.Info("stopped")
+	return nil
+}
+
+const systemPrompt = `You are pinplan, an agent working inside a team chat thread. People in the thread give you multi-step tasks. Plan with todo_write, keep the plan current as you work, and finish with a concise answer for the thread. Your plan is shown to everyone as a pinned checklist, so keep item texts short and concrete.`
+
+func backup(ctx context.Context, cfg *config.Config, file string, stdout io.Writer) error {
+	db, err := store.Open(cfg.DB, store.Options{LockTimeout: 500 * time.Millisecond})
+	if errors.Is(err, store.ErrLocked) {
+		// The bot is running and holds the file: ask it for the backup.
+		return backupFromServer(ctx, cfg, file, stdout)
+	}
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	n, err := db.Backup(file)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "pinplan: wrote %d bytes to %s\n", n, file)
+	return nil
+}
+
+func backupHandler(db *store.DB, cfg *config.Config) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if tok := cfg.WebToken.Reveal(); tok != "" && r.Header.Get("Authorization") != "Bearer "+tok {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		if _, err := db.WriteTo(w); err != nil {
+			http.Error(w, "backup failed", http.StatusInternalServerError)
+		}
+	})
+}
+
+func backupFromServer(ctx context.Context, cfg *config.Config, file string, stdout io.Writer) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+cfg.HTTPAddr+"/api/backup", nil)
+	if err != nil {
+		return err
+	}
+	if tok := cfg.WebToken.Reveal(); tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("backup: %s is locked by a running pinplan, and it did not answer at %s: %w", cfg.DB, cfg.HTTPAddr, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("backup: running pinplan answered %s", resp.Status)
+	}
+	tmp := file + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	n, err := io.Copy(f, resp.Body)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, file)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("backup to %s: %w", file, err)
+	}
+	fmt.Fprintf(stdout, "pinplan: wrote %d bytes to %s (from the running bot)\n", n, file)
+	return nil
+}
+
+func invite(cfg *config.Config, getenv func(string) string, stdout io.Writer) error {
+	return errors.New("invite: the Discord adapter is not built yet")
+}
