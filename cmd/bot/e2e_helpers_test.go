@@ -72,12 +72,19 @@ var consoleLine = regexp.MustCompile(`web console at (http://[^/\s]+)/`)
 // waits until it prints its console address.
 func startBot(t testing.TB, env map[string]string, argv ...string) *botProc {
 	t.Helper()
+	return startBotIn(t, "", env, argv...)
+}
+
+// startBotIn is startBot with the working directory dir.
+func startBotIn(t testing.TB, dir string, env map[string]string, argv ...string) *botProc {
+	t.Helper()
 	p := &botProc{stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "GOCACHE=" + goEnv("GOCACHE"), "GOPATH=" + goEnv("GOPATH"), "GOFLAGS=" + os.Getenv("GOFLAGS")}
 	for k, v := range env {
 		p.cmd.Env = append(p.cmd.Env, k+"="+v)
 	}
+	p.cmd.Dir = dir
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	p.cmd.Stderr = p.stderr
 	pipe, err := p.cmd.StdoutPipe()
@@ -134,17 +141,19 @@ func (p *botProc) kill() {
 	<-p.done
 }
 
-// stop sends SIGTERM and waits for a clean exit.
+// stop sends SIGINT (which go run passes on) and waits for a clean exit.
 func (p *botProc) stop(t testing.TB) {
 	t.Helper()
-	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGINT)
 	select {
 	case <-p.done:
-		if p.err != nil {
-			t.Errorf("bot exited with %v after SIGTERM\nstderr:\n%s", p.err, p.stderr)
+		// go run exits 1 after any interrupt, so the bot's own word for a
+		// clean stop is its last log line.
+		if !strings.Contains(p.stderr.String(), "msg=stopped") || (p.err != nil && p.cmd.Args[0] != "go") {
+			t.Errorf("bot exited with %v after SIGINT\nstderr:\n%s", p.err, p.stderr)
 		}
 	case <-time.After(30 * time.Second):
-		t.Errorf("bot did not stop on SIGTERM")
+		t.Errorf("bot did not stop on SIGINT")
 		p.kill()
 	}
 }
@@ -195,3 +204,13 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+func readFile(t testing.TB, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSecondProcessLocked: a second bot on the same database fails fast
+// with an error naming the file.
+func TestSecondProcessLocked(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "locked.db")
+	env := map[string]string{"PINPLAN_DB": db, "PINPLAN_HTTP_ADDR": "127.0.0.1:0"}
+	first := startBot(t, env, botBinary)
+	defer first.stop(t)
+	cmd := exec.Command(botBinary)
+	cmd.Env = []string{"PINPLAN_DB=" + db, "PINPLAN_HTTP_ADDR=127.0.0.1:0"}
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("second bot started on a locked database:\n%s", out)
+	}
+	if !strings.Contains(string(out), db) || !strings.Contains(string(out), "locked") {
+		t.Errorf("error does not name the locked file %s:\n%s", db, out)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("second bot took %s to give up", d)
+	}
+}
+
+// TestNonLoopbackNeedsToken: the console refuses a public address without
+// PINPLAN_WEB_TOKEN, and requires the token when it is set.
+func TestNonLoopbackNeedsToken(t *testing.T) {
+	cmd := exec.Command(botBinary)
+	cmd.Env = []string{"PINPLAN_DB=" + filepath.Join(t.TempDir(), "p.db"), "PINPLAN_HTTP_ADDR=0.0.0.0:0"}
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "PINPLAN_WEB_TOKEN") {
+		t.Fatalf("got %v:\n%s\nwant a startup error naming PINPLAN_WEB_TOKEN", err, out)
+	}
+
+	// With a token on loopback, requests without it are refused.
+	p := startBot(t, map[string]string{"PINPLAN_DB": filepath.Join(t.TempDir(), "q.db"), "PINPLAN_HTTP_ADDR": "127.0.0.1:0", "PINPLAN_WEB_TOKEN": "tok-123456"}, botBinary)
+	defer p.stop(t)
+	for _, tc := range []struct {
+		path, auth string
+		want       int
+	}{
+		{"/api/threads", "", http.StatusUnauthorized},
+		{"/api/threads", "Bearer wrong", http.StatusUnauthorized},
+		{"/api/threads", "Bearer tok-123456", http.StatusOK},
+		{"/api/threads?token=tok-123456", "", http.StatusOK},
+		{"/healthz", "", http.StatusOK},
+	} {
+		req, _ := http.NewRequest(http.MethodGet, p.URL+tc.path, nil)
+		if tc.auth != "" {
+			req.Header.Set("Authorization", tc.auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("GET %s with %q: %d, want %d", tc.path, tc.auth, resp.StatusCode, tc.want)
+		}
+	}
+	if strings.Contains(p.stderr.String(), "tok-123456") || strings.Contains(p.stdout.String(), "tok-123456") {
+		t.Error("the token appears in the bot's output")
+	}
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+type threadView struct {
+	Thread struct {
+		Key   string `json:"key"`
+		State string `json:"state"`
+		Plan  *struct {
+			Revision int64 `json:"revision"`
+			State    string `json:"state"`
+			Items    []struct {
+				Content string `json:"content"`
+				Status  string `json:"status"`
+			} `json:"items"`
+		} `json:"plan"`
+	} `json:"thread"`
+	Messages []struct {
+		Role string `json:"role"`
+		Text string `json:"text"`
+	} `json:"messages"`
+}
+
+// TestReadmeRunCommand starts pinplan the way README.md says (go run
+// ./cmd/bot, here with -demo) on a temporary database, runs a demo turn to
+// the end, checks the console, /metrics and /healthz, then restarts and
+// finds the same thread.
+func TestReadmeRunCommand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds with go run")
+	}
+	readme := readFile(t, "../../README.md")
+	if !strings.Contains(readme, "go run ./cmd/bot") {
+		t.Fatal("README.md does not give `go run ./cmd/bot` as the run command")
+	}
+	env := map[string]string{"PINPLAN_DB": filepath.Join(t.TempDir(), "data", "pinplan.db"), "PINPLAN_HTTP_ADDR": "127.0.0.1:0", "PINPLAN_DEMO_DELAY": "50ms"}
+	// go run builds from the module root.
+	run := func() *botProc { return startBotIn(t, "../..", env, "go", "run", "./cmd/bot", "-demo") }
+	p := run()
+	if code, body := httpGet(t, p.URL+"/"); code != 200 || !strings.Contains(body, "pinplan") {
+		t.Fatalf("console: %d %.200s", code, body)
+	}
+	out, err := postJSON(context.Background(), p.URL+"/api/threads", map[string]string{"text": "prepare the v2 release notes"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := out["id"].(string)
+	var view threadView
+	waitFor(t, 60*time.Second, "the demo turn to finish", func() bool {
+		getJSON(t, p.URL+"/api/threads/"+id, &view)
+		return view.Thread.State == "idle" && len(view.Messages) >= 2
+	})
+	if view.Thread.Plan == nil || view.Thread.Plan.State != "done" || len(view.Thread.Plan.Items) != 4 {
+		t.Fatalf("plan after the demo: %+v", view.Thread.Plan)
+	}
+	for _, it := range view.Thread.Plan.Items {
+		if it.Status != "completed" {
+			t.Errorf("item %q is %s", it.Content, it.Status)
+		}
+	}
+	if last := view.Messages[len(view.Messages)-1]; last.Role != "assistant" || !strings.Contains(last.Text, "demo") {
+		t.Errorf("last message %+v", last)
+	}
+	if code, body := httpGet(t, p.URL+"/healthz"); code != 200 || !strings.Contains(body, "ok") {
+		t.Errorf("/healthz: %d %s", code, body)
+	}
+	if code, body := httpGet(t, p.URL+"/readyz"); code != 200 {
+		t.Errorf("/readyz: %d %s", code, body)
+	}
+	code, metrics := httpGet(t, p.URL+"/metrics")
+	for _, want := range []string{`pinplan_turns_total{outcome="done"} 1`, "pinplan_model_rounds_total 7", `pinplan_plan_renders_total{platform="web"}`, "pinplan_sessions 1"} {
+		if code != 200 || !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	p.stop(t)
+
+	p = run()
+	defer p.stop(t)
+	var again threadView
+	getJSON(t, p.URL+"/api/threads/"+id, &again)
+	if again.Thread.Plan == nil || again.Thread.Plan.Revision != view.Thread.Plan.Revision || len(again.Messages) != len(view.Messages) {
+		t.Errorf("after restart: plan %+v, %d messages; before: revision %d, %d messages", again.Thread.Plan, len(again.Messages), view.Thread.Plan.Revision, len(view.Messages))
+	}
+}

@@ -1,0 +1,86 @@
+package pinplan_test
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/pinplan/pinplan"
+
+// allowed lists, for each package, the packages of this module it may
+// depend on (directly or not), following DESIGN.md §1: cmd/bot -> adapters
+// -> chat -> agent -> todo; store implements agent's and chat's interfaces;
+// adapters never import store or each other; config imports nothing of ours.
+var allowed = map[string][]string{
+	"todo":                 {},
+	"config":               {},
+	"agent":                {"todo"},
+	"store":                {"agent", "todo"},
+	"chat":                 {"agent", "todo"},
+	"adapters/web":         {"chat", "agent", "todo"},
+	"adapters/slack":       {"chat", "agent", "todo"},
+	"adapters/discord":     {"chat", "agent", "todo"},
+	"internal/fakeopenai":  {},
+	"internal/fakeslack":   {},
+	"internal/fakediscord": {},
+}
+
+func TestImportRules(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-json", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	seen := 0
+	for dec.More() {
+		var p struct {
+			ImportPath string
+			Deps       []string
+			Standard   bool
+		}
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(p.ImportPath, module+"/") {
+			continue
+		}
+		rel := strings.TrimPrefix(p.ImportPath, module+"/")
+		if rel == "cmd/bot" {
+			continue // the composition root may import everything
+		}
+		rules, ok := allowed[rel]
+		if !ok {
+			t.Errorf("package %s has no import rule; add it to allowed", rel)
+			continue
+		}
+		seen++
+		for _, d := range p.Deps {
+			if !strings.HasPrefix(d, module+"/") {
+				if rel == "todo" && !isStd(d) {
+					t.Errorf("todo imports %s; it may import only the standard library", d)
+				}
+				continue
+			}
+			dep := strings.TrimPrefix(d, module+"/")
+			if !contains(rules, dep) {
+				t.Errorf("%s depends on %s, which DESIGN.md §1 forbids", rel, dep)
+			}
+		}
+	}
+	if seen < 5 {
+		t.Errorf("checked only %d packages", seen)
+	}
+}
+
+func isStd(path string) bool { return !strings.Contains(strings.SplitN(path, "/", 2)[0], ".") }
+
+func contains(list []string, s string) bool {
+	for _, e := range list {
+		if e == s {
+			return true
+		}
+	}
+	return false
+}
