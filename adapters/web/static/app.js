@@ -1,7 +1,7 @@
 "use strict";
 // pinplan console: threads, messages and the pinned plan, live over SSE.
 const $ = (id) => document.getElementById(id);
-const marks = { completed: "✅", in_progress: "🔄", pending: "⬜" };
+const marks = { completed: "☑", in_progress: "▶", pending: "☐" };
 let current = null;   // selected thread id
 let threads = [];
 
