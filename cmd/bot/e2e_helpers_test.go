@@ -149,7 +149,11 @@ func (p *botProc) stop(t testing.TB) {
 	case <-p.done:
 		// go run exits 1 after any interrupt, so the bot's own word for a
 		// clean stop is its last log line.
-		if !strings.Contains(p.stderr.String(), "msg=stopped") || (p.err != nil && p.cmd.Args[0] != "go") {
+		clean := p.err == nil
+		if p.cmd.Args[0] == "go" {
+			clean = strings.Contains(p.stderr.String(), "msg=stopped")
+		}
+		if !clean {
 			t.Errorf("bot exited with %v after SIGINT\nstderr:\n%s", p.err, p.stderr)
 		}
 	case <-time.After(30 * time.Second):
@@ -213,4 +217,3 @@ func readFile(t testing.TB, path string) string {
 	}
 	return string(b)
 }
-

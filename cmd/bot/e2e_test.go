@@ -90,7 +90,7 @@ type threadView struct {
 		Key   string `json:"key"`
 		State string `json:"state"`
 		Plan  *struct {
-			Revision int64 `json:"revision"`
+			Revision int64  `json:"revision"`
 			State    string `json:"state"`
 			Items    []struct {
 				Content string `json:"content"`
