@@ -166,3 +166,43 @@ func TestReadmeRunCommand(t *testing.T) {
 		t.Errorf("after restart: plan %+v, %d messages; before: revision %d, %d messages", again.Thread.Plan, len(again.Messages), view.Thread.Plan.Revision, len(view.Messages))
 	}
 }
+
+// TestBackup: `bot backup FILE` copies the database both while the bot runs
+// (asking it over HTTP, since it holds the lock) and while it does not.
+func TestBackup(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "p.db")
+	env := map[string]string{"PINPLAN_DB": db, "PINPLAN_HTTP_ADDR": "127.0.0.1:0", "PINPLAN_DEMO_DELAY": "1ms"}
+	p := startBot(t, env, botBinary, "-demo")
+	out, err := postJSON(context.Background(), p.URL+"/api/threads", map[string]string{"text": "back me up"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var view threadView
+	waitFor(t, 30*time.Second, "the turn", func() bool {
+		getJSON(t, p.URL+"/api/threads/"+out["id"].(string), &view)
+		return view.Thread.State == "idle" && len(view.Messages) >= 2
+	})
+	hot := filepath.Join(dir, "hot.db")
+	cmd := exec.Command(botBinary, "backup", hot)
+	cmd.Env = []string{"PINPLAN_DB=" + db, "PINPLAN_HTTP_ADDR=" + strings.TrimPrefix(p.URL, "http://")}
+	if b, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(b), "from the running bot") {
+		t.Fatalf("hot backup: %v\n%s", err, b)
+	}
+	p.stop(t)
+	cold := filepath.Join(dir, "cold.db")
+	cmd = exec.Command(botBinary, "backup", cold)
+	cmd.Env = []string{"PINPLAN_DB=" + db}
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("cold backup: %v\n%s", err, b)
+	}
+	for _, path := range []string{hot, cold} {
+		q := startBot(t, map[string]string{"PINPLAN_DB": path, "PINPLAN_HTTP_ADDR": "127.0.0.1:0"}, botBinary)
+		var again threadView
+		getJSON(t, q.URL+"/api/threads/"+out["id"].(string), &again)
+		if again.Thread.Plan == nil || again.Thread.Plan.Revision != view.Thread.Plan.Revision || len(again.Messages) != len(view.Messages) {
+			t.Errorf("%s: thread not restored: %+v", filepath.Base(path), again)
+		}
+		q.stop(t)
+	}
+}

@@ -49,6 +49,8 @@ type Fault struct {
 type Server struct {
 	// Respond picks the reply to a request. Nil answers "ok".
 	Respond func(req *openai.ChatCompletionRequest) Reply
+	// NoRecord keeps no requests (for benchmarks that measure memory).
+	NoRecord bool
 
 	mu       sync.Mutex // guards requests and faults
 	requests []openai.ChatCompletionRequest
@@ -85,7 +87,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
-	s.requests = append(s.requests, req)
+	if !s.NoRecord {
+		s.requests = append(s.requests, req)
+	}
 	var f Fault
 	if len(s.faults) > 0 {
 		f, s.faults = s.faults[0], s.faults[1:]

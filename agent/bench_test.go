@@ -1,0 +1,145 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pinplan/pinplan/adapters/web"
+	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/internal/fakeopenai"
+	"github.com/pinplan/pinplan/store"
+	"github.com/pinplan/pinplan/todo"
+)
+
+// benchScript is a 10-round turn: plan revisions between tool rounds.
+func benchScript(string) []fakeopenai.Reply {
+	plan := func(done int) fakeopenai.Reply {
+		items := make([]todo.Item, 4)
+		for i := range items {
+			items[i] = todo.Item{Content: fmt.Sprintf("step %d", i), Status: todo.Pending}
+			if i < done {
+				items[i].Status = todo.Completed
+			}
+		}
+		return fakeopenai.Reply{ToolCalls: []fakeopenai.Call{{Name: todo.ToolName, Arguments: todo.Encode(items)}}}
+	}
+	read := fakeopenai.Reply{ToolCalls: []fakeopenai.Call{{Name: "read_file", Arguments: `{"path":"x"}`}}}
+	return []fakeopenai.Reply{plan(0), read, plan(1), read, plan(2), read, plan(3), read, plan(4), {Content: "done"}}
+}
+
+const roundsPerTurn = 10
+
+type benchEnv struct {
+	runner *agent.Runner
+	db     *store.DB
+	done   chan string
+	router *chat.Router
+}
+
+func newBenchEnv(b *testing.B, withRouter bool) *benchEnv {
+	fake := &fakeopenai.Server{Respond: fakeopenai.Script(benchScript), NoRecord: true}
+	srv := httptest.NewServer(fake)
+	b.Cleanup(srv.Close)
+	db, err := store.Open(filepath.Join(b.TempDir(), "bench.db"), store.Options{BatchDelay: 2 * time.Millisecond})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	reg, _ := agent.NewRegistry(readTool())
+	env := &benchEnv{db: db, done: make(chan string, 100000)}
+	var router *chat.Router
+	if withRouter {
+		console := web.New(web.Options{})
+		router = chat.NewRouter(chat.Options{Store: db, Platforms: map[string]chat.Platform{"web": console}})
+		env.router = router
+	}
+	env.runner, err = agent.NewRunner(agent.Options{
+		Model: agent.NewOpenAIModel(agent.OpenAIOptions{BaseURL: srv.URL + "/v1", Concurrency: 64}), Store: db, Tools: reg,
+		Observer: func(e agent.Event) {
+			if router != nil {
+				router.Observe(e)
+			}
+			if e.Kind == agent.TurnEnded {
+				env.done <- e.Session
+			}
+		}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if router != nil {
+		router.Bind(env.runner)
+	}
+	b.Cleanup(func() {
+		env.runner.Close()
+		if router != nil {
+			router.Close()
+		}
+	})
+	return env
+}
+
+// BenchmarkRounds measures checkpointed model rounds per second with 1, 10
+// and 100 concurrent sessions against a zero-latency loopback fake model
+// (HTTP, JSON, bbolt fsync per batch included). One op is one 10-round turn
+// of every session.
+func BenchmarkRounds(b *testing.B) {
+	for _, n := range []int{1, 10, 100} {
+		b.Run(fmt.Sprintf("sessions=%d", n), func(b *testing.B) {
+			env := newBenchEnv(b, false)
+			ctx := context.Background()
+			b.ResetTimer()
+			start := time.Now()
+			for i := 0; i < b.N; i++ {
+				for s := 0; s < n; s++ {
+					// A fresh session per turn keeps every turn at 10 rounds.
+					key := fmt.Sprintf("web/b%d-%d", i, s)
+					if err := env.runner.Submit(ctx, key, agent.Inbound{Text: key}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				for s := 0; s < n; s++ {
+					<-env.done
+				}
+			}
+			b.ReportMetric(float64(b.N*n*roundsPerTurn)/time.Since(start).Seconds(), "rounds/s")
+		})
+	}
+}
+
+// BenchmarkIdleSessionMemory measures heap held per idle session (one
+// finished turn, its plan board loaded in the router) after a GC.
+func BenchmarkIdleSessionMemory(b *testing.B) {
+	const sessions = 500
+	for i := 0; i < b.N; i++ {
+		env := newBenchEnv(b, true)
+		ctx := context.Background()
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		var wg sync.WaitGroup
+		for s := 0; s < sessions; s++ {
+			key := fmt.Sprintf("web/idle%d-%d", i, s)
+			th := chat.Thread{Platform: "web", Key: key, Channel: key}
+			if err := env.router.Handle(ctx, chat.Incoming{Thread: th, Text: "task " + key}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for s := 0; s < sessions; s++ {
+			<-env.done
+		}
+		wg.Wait()
+		for s := 0; s < sessions; s++ {
+			env.router.Board(fmt.Sprintf("web/idle%d-%d", i, s)).Wait()
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/sessions, "heap-bytes/idle-session")
+	}
+}
