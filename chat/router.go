@@ -123,6 +123,9 @@ func (r *Router) Handle(ctx context.Context, in Incoming) error {
 // session has none.
 func (r *Router) Board(key string) *Board { return r.board(key, nil) }
 
+// Known reports whether the session exists (it has received a message).
+func (r *Router) Known(key string) bool { return r.board(key, nil) != nil }
+
 // Thread returns the session's thread as recorded by its board.
 func (r *Router) Thread(key string) (Thread, bool) {
 	b := r.board(key, nil)

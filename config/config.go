@@ -63,6 +63,8 @@ type Config struct {
 	SlackAppToken      Secret // SLACK_APP_TOKEN: Socket Mode when set
 	SlackSigningSecret Secret // SLACK_SIGNING_SECRET: Events API over HTTP
 	SlackAPIURL        string // SLACK_API_URL
+	SlackPlanBlocks    bool   // PINPLAN_SLACK_PLAN_BLOCKS: native plan/task-card blocks
+	SlackEditsPerMin   int    // PINPLAN_SLACK_EDITS_PER_MINUTE: plan posts and edits per minute
 
 	DiscordBotToken      Secret // DISCORD_BOT_TOKEN
 	DiscordAPIURL        string // DISCORD_API_URL
@@ -81,6 +83,7 @@ var keys = []string{
 	"PINPLAN_MODEL_TIMEOUT", "PINPLAN_MODEL_RETRIES", "PINPLAN_MODEL_CONCURRENCY",
 	"PINPLAN_MAX_ROUNDS", "PINPLAN_STALE_ROUNDS", "PINPLAN_REMINDER_ROLE",
 	"SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET", "SLACK_API_URL",
+	"PINPLAN_SLACK_PLAN_BLOCKS", "PINPLAN_SLACK_EDITS_PER_MINUTE",
 	"DISCORD_BOT_TOKEN", "DISCORD_API_URL", "PINPLAN_DISCORD_THREAD_PER_TASK",
 	"PINPLAN_LOG_LEVEL",
 }
@@ -116,6 +119,8 @@ func Load(getenv func(string) string) (*Config, error) {
 		SlackAppToken:      Secret(l.str("SLACK_APP_TOKEN", "")),
 		SlackSigningSecret: Secret(l.str("SLACK_SIGNING_SECRET", "")),
 		SlackAPIURL:        l.url("SLACK_API_URL", "https://slack.com/api/"),
+		SlackPlanBlocks:    l.boolean("PINPLAN_SLACK_PLAN_BLOCKS", false),
+		SlackEditsPerMin:   l.integer("PINPLAN_SLACK_EDITS_PER_MINUTE", 45, 1, 600),
 
 		DiscordBotToken:      Secret(l.str("DISCORD_BOT_TOKEN", "")),
 		DiscordAPIURL:        l.url("DISCORD_API_URL", "https://discord.com"),

@@ -27,8 +27,16 @@ type metrics struct {
 	rateWaits      *prometheus.CounterVec
 	revisionToEdit *prometheus.HistogramVec
 
-	mu       sync.Mutex // guards notReady
+	mu       sync.Mutex // guards notReady and checks
 	notReady error
+	checks   []func() error
+}
+
+// addCheck adds a readiness check (a platform's connection).
+func (m *metrics) addCheck(f func() error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.checks = append(m.checks, f)
 }
 
 func newMetrics(reg *prometheus.Registry, db *store.DB) *metrics {
@@ -65,7 +73,15 @@ func (m *metrics) setReady(err error) {
 func (m *metrics) ready() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.notReady
+	if m.notReady != nil {
+		return m.notReady
+	}
+	for _, f := range m.checks {
+		if err := f(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (m *metrics) observe(e agent.Event) {

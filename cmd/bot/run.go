@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	slackadapter "github.com/pinplan/pinplan/adapters/slack"
 	"github.com/pinplan/pinplan/adapters/web"
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
@@ -115,6 +116,18 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 
 	mux := http.NewServeMux()
 	console.Register(mux)
+	var slk *slackadapter.Adapter
+	if cfg.SlackBotToken != "" {
+		slk = slackadapter.New(slackadapter.Options{
+			BotToken: cfg.SlackBotToken.Reveal(), AppToken: cfg.SlackAppToken.Reveal(), SigningSecret: cfg.SlackSigningSecret.Reveal(),
+			APIURL: cfg.SlackAPIURL, NativePlan: cfg.SlackPlanBlocks, EditsPerMinute: float64(cfg.SlackEditsPerMin),
+			Handler: router, Dedupe: db, Logger: log.With("adapter", "slack"),
+		})
+		platforms["slack"] = slk
+		if cfg.SlackAppToken == "" {
+			mux.Handle("POST /slack/events", slk.HTTPHandler(ctx))
+		}
+	}
 	mux.Handle("GET /api/backup", backupHandler(db, cfg))
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
@@ -134,6 +147,16 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	fmt.Fprintf(stdout, "pinplan: web console at http://%s/\n", ln.Addr())
 	if !cfg.ModelConfigured && !demo {
 		fmt.Fprintln(stdout, "pinplan: no model configured; set OPENAI_API_KEY or OPENAI_BASE_URL, or run with -demo")
+	}
+	if slk != nil {
+		if err := slk.Start(ctx); err != nil {
+			srv.Close()
+			runner.Close()
+			router.Close()
+			wg.Wait()
+			return err
+		}
+		m.addCheck(slk.Ready)
 	}
 	m.setReady(nil)
 
@@ -171,6 +194,9 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	}
 	runner.Close()
 	router.Close()
+	if slk != nil {
+		slk.Wait()
+	}
 	wg.Wait()
 	log.Info("stopped")
 	return nil

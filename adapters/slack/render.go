@@ -1,0 +1,201 @@
+package slack
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/slack-go/slack"
+
+	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/todo"
+)
+
+// Slack's Block Kit limits the plan message must stay within.
+const (
+	maxBlocks       = 50
+	maxSectionText  = 3000
+	maxHeaderText   = 150
+	maxItemRunes    = 300 // an item's content in a block, before escaping
+	maxFallbackItem = 100 // an item's content in the plain text fallback
+	maxReplyRunes   = 3500
+)
+
+// escape makes text inert in mrkdwn: no links, mentions or @channel.
+func escape(s string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
+}
+
+func itemLine(it todo.Item) string {
+	text := escape(chat.Shorten(strings.Join(strings.Fields(it.Content), " "), maxItemRunes))
+	switch it.Status {
+	case todo.Completed:
+		return chat.Mark(it.Status) + " ~" + text + "~"
+	case todo.InProgress:
+		return chat.Mark(it.Status) + " *" + text + "*"
+	}
+	return chat.Mark(it.Status) + " " + text
+}
+
+// PlanBlocks renders a plan as standard Block Kit: a header with progress,
+// the items packed into sections of at most 3,000 characters, and a
+// context footer; never more than 50 blocks.
+func PlanBlocks(p chat.Plan) []slack.Block {
+	blocks := []slack.Block{slack.NewHeaderBlock(slack.NewTextBlockObject(slack.PlainTextType, chat.Shorten(p.Title(), maxHeaderText), true, false))}
+	var cur strings.Builder
+	flush := func() {
+		if cur.Len() > 0 {
+			blocks = append(blocks, slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, cur.String(), false, true), nil, nil))
+			cur.Reset()
+		}
+	}
+	if len(p.Items) == 0 {
+		cur.WriteString("_No items._")
+	}
+	for i, it := range p.Items {
+		line := itemLine(it)
+		if utf8.RuneCountInString(line) > maxSectionText {
+			line = chat.Shorten(line, maxSectionText)
+		}
+		if cur.Len() > 0 && utf8.RuneCountInString(cur.String())+1+utf8.RuneCountInString(line) > maxSectionText {
+			flush()
+		}
+		if len(blocks) >= maxBlocks-2 { // keep room for this section and the footer
+			cur.Reset()
+			cur.WriteString(fmt.Sprintf("… and %d more items", len(p.Items)-i))
+			break
+		}
+		if cur.Len() > 0 {
+			cur.WriteByte('\n')
+		}
+		cur.WriteString(line)
+	}
+	flush()
+	blocks = append(blocks, slack.NewContextBlock("", slack.NewTextBlockObject(slack.MarkdownType, escape(p.Footer()), false, true)))
+	return blocks
+}
+
+// NativePlanBlocks renders a plan with Slack's plan and task-card blocks.
+func NativePlanBlocks(p chat.Plan) []slack.Block {
+	plan := slack.NewPlanBlock(chat.Shorten(p.Title(), maxHeaderText))
+	tasks := make([]*slack.TaskCardBlock, 0, len(p.Items))
+	for i, it := range p.Items {
+		status := slack.TaskCardStatusPending
+		switch it.Status {
+		case todo.Completed:
+			status = slack.TaskCardStatusComplete
+		case todo.InProgress:
+			status = slack.TaskCardStatusInProgress
+		}
+		tc := slack.NewTaskCardBlock(fmt.Sprintf("item-%d", i+1), chat.Shorten(it.Content, maxItemRunes))
+		tc.Status = status
+		tasks = append(tasks, tc)
+	}
+	plan.WithTasks(tasks...)
+	return []slack.Block{plan, slack.NewContextBlock("", slack.NewTextBlockObject(slack.MarkdownType, escape(p.Footer()), false, true))}
+}
+
+// PlanText is the plain text fallback (notifications, old clients).
+func PlanText(p chat.Plan) string {
+	var b strings.Builder
+	b.WriteString(p.Title())
+	for _, it := range p.Items {
+		b.WriteString("\n" + chat.Mark(it.Status) + " " + escape(chat.Shorten(strings.Join(strings.Fields(it.Content), " "), maxFallbackItem)))
+	}
+	b.WriteString("\n" + escape(p.Footer()))
+	return b.String()
+}
+
+var (
+	reBold   = regexp.MustCompile(`\*\*(.+?)\*\*|__(.+?)__`)
+	reItalic = regexp.MustCompile(`(^|[^*\w])\*([^*\s][^*]*?)\*([^*\w]|$)`)
+	reStrike = regexp.MustCompile(`~~(.+?)~~`)
+	reLink   = regexp.MustCompile(`\[([^\]]+)\]\((https?://[^)\s]+)\)`)
+	reHead   = regexp.MustCompile(`^#{1,6}\s+(.+)$`)
+	reBullet = regexp.MustCompile(`^(\s*)[-*+]\s+`)
+	reCode   = regexp.MustCompile("`[^`]*`")
+)
+
+// Mrkdwn converts the model's Markdown to Slack mrkdwn: bold, italics,
+// strikethrough, links, headings and bullets; code is left alone; &, < and
+// > are escaped so the text cannot mention anyone.
+func Mrkdwn(md string) string {
+	lines := strings.Split(md, "\n")
+	inFence := false
+	for i, line := range lines {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			if !inFence {
+				lines[i] = "```" // Slack shows no language tag
+			}
+			inFence = !inFence
+			continue
+		}
+		if inFence {
+			lines[i] = escape(line)
+			continue
+		}
+		lines[i] = convertLine(line)
+	}
+	return strings.Join(lines, "\n")
+}
+
+func convertLine(line string) string {
+	// Keep inline code spans out of the rewriting.
+	var spans []string
+	line = reCode.ReplaceAllStringFunc(line, func(s string) string {
+		spans = append(spans, escape(s))
+		return fmt.Sprintf("\x00%d\x00", len(spans)-1)
+	})
+	line = escape(line)
+	if m := reHead.FindStringSubmatch(line); m != nil {
+		line = "\x01" + m[1] + "\x01"
+	}
+	line = reBullet.ReplaceAllString(line, "${1}• ")
+	line = reBold.ReplaceAllStringFunc(line, func(s string) string {
+		m := reBold.FindStringSubmatch(s)
+		return "\x01" + m[1] + m[2] + "\x01"
+	})
+	line = reItalic.ReplaceAllString(line, "${1}_${2}_${3}")
+	line = strings.ReplaceAll(line, "\x01", "*")
+	line = reStrike.ReplaceAllString(line, "~$1~")
+	line = reLink.ReplaceAllString(line, "<$2|$1>")
+	for i, s := range spans {
+		line = strings.Replace(line, fmt.Sprintf("\x00%d\x00", i), s, 1)
+	}
+	return line
+}
+
+// Split cuts text into pieces of at most max runes, at line breaks where it
+// can, inside a long line where it must.
+func Split(text string, max int) []string {
+	var parts []string
+	var cur strings.Builder
+	n := 0
+	push := func() {
+		if cur.Len() > 0 {
+			parts = append(parts, cur.String())
+			cur.Reset()
+			n = 0
+		}
+	}
+	for _, line := range strings.SplitAfter(text, "\n") {
+		l := utf8.RuneCountInString(line)
+		if n+l > max {
+			push()
+		}
+		for l > max {
+			r := []rune(line)
+			parts = append(parts, string(r[:max]))
+			line = string(r[max:])
+			l -= max
+		}
+		cur.WriteString(line)
+		n += l
+	}
+	push()
+	for i := range parts {
+		parts[i] = strings.TrimRight(parts[i], "\n")
+	}
+	return parts
+}
