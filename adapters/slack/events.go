@@ -51,8 +51,14 @@ func (a *Adapter) runSocketMode(ctx context.Context) {
 			case socketmode.EventTypeConnected:
 				a.setConnected(true)
 				a.log.Info("slack socket mode connected")
-			case socketmode.EventTypeDisconnect, socketmode.EventTypeConnectionError:
+			case socketmode.EventTypeConnectionError:
 				a.setConnected(false)
+				if ce, ok := evt.Data.(*slack.ConnectionErrorEvent); ok {
+					a.log.Warn("slack socket mode connection failed", "attempt", ce.Attempt, "backoff", ce.Backoff, "err", ce.ErrorObj)
+				}
+			case socketmode.EventTypeDisconnect:
+				a.setConnected(false)
+				a.log.Warn("slack socket mode disconnected")
 			case socketmode.EventTypeEventsAPI:
 				if evt.Request != nil {
 					if err := client.Ack(*evt.Request); err != nil {

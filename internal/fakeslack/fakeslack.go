@@ -310,7 +310,7 @@ func readParams(r *http.Request) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
+	if len(body) > 0 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
 		var m map[string]any
 		if err := json.Unmarshal(body, &m); err != nil {
 			return nil, err

@@ -1,0 +1,439 @@
+package main
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/pinplan/pinplan/internal/fakeopenai"
+	"github.com/pinplan/pinplan/internal/fakeslack"
+	"github.com/pinplan/pinplan/todo"
+)
+
+// planScript writes n plan revisions, with a round of another tool after
+// each of the first ones, then answers.
+func planScript(n int, answer string) func(string) []fakeopenai.Reply {
+	return func(first string) []fakeopenai.Reply {
+		var out []fakeopenai.Reply
+		for rev := 1; rev <= n; rev++ {
+			items := []todo.Item{{Content: "read " + first, Status: todo.Pending}, {Content: "change it", Status: todo.Pending}, {Content: "verify", Status: todo.Pending}}
+			done := rev * 3 / n
+			for i := range items {
+				switch {
+				case i < done:
+					items[i].Status = todo.Completed
+				case i == done:
+					items[i].Status = todo.InProgress
+				}
+			}
+			out = append(out, fakeopenai.Reply{ToolCalls: []fakeopenai.Call{{Name: todo.ToolName, Arguments: todo.Encode(items)}}})
+			if rev <= 2 {
+				out = append(out, fakeopenai.Reply{ToolCalls: []fakeopenai.Call{{Name: "current_time", Arguments: "{}"}}})
+			}
+		}
+		return append(out, fakeopenai.Reply{Content: answer})
+	}
+}
+
+type slackRig struct {
+	slack    *fakeslack.Server
+	model    *fakeopenai.Server
+	slackURL string
+	env      map[string]string
+}
+
+func newSlackRig(t *testing.T, revisions int, delay time.Duration, socket bool) *slackRig {
+	t.Helper()
+	r := &slackRig{slack: &fakeslack.Server{AssistantStatusError: "not_allowed_token_type"}}
+	script := fakeopenai.Script(planScript(revisions, "**All done.** See the plan above."))
+	r.model = &fakeopenai.Server{Respond: func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
+		time.Sleep(delay)
+		return script(req)
+	}}
+	ss := httptest.NewServer(r.slack)
+	t.Cleanup(ss.Close)
+	ms := httptest.NewServer(r.model)
+	t.Cleanup(ms.Close)
+	r.slackURL = ss.URL
+	r.env = map[string]string{
+		"PINPLAN_DB": filepath.Join(t.TempDir(), "slack.db"), "PINPLAN_HTTP_ADDR": "127.0.0.1:0",
+		"OPENAI_BASE_URL": ms.URL + "/v1", "OPENAI_API_KEY": "sk-test",
+		"SLACK_BOT_TOKEN": "xoxb-test-token", "SLACK_API_URL": ss.URL + "/api/",
+	}
+	if socket {
+		r.env["SLACK_APP_TOKEN"] = "xapp-test-token"
+	} else {
+		r.env["SLACK_SIGNING_SECRET"] = "signing-secret"
+	}
+	return r
+}
+
+func (r *slackRig) start(t *testing.T) *botProc {
+	t.Helper()
+	p := startBot(t, r.env, botBinary)
+	if r.env["SLACK_APP_TOKEN"] != "" {
+		deadline := time.Now().Add(15 * time.Second)
+		for r.slack.Connected() == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("no socket mode connection; calls %+v\nstderr:\n%s", r.slack.Calls(""), p.stderr)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return p
+}
+
+func mention(channel, ts, text string) map[string]any {
+	return map[string]any{"type": "app_mention", "user": "U1", "text": "<@UBOT> " + text, "ts": ts, "channel": channel, "event_ts": ts}
+}
+
+// planMessages returns the bot's messages in channel that carry blocks.
+func planMessages(s *fakeslack.Server, channel string) []fakeslack.Message {
+	var out []fakeslack.Message
+	for _, m := range s.Messages(channel) {
+		if m.Blocks != "" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func okCalls(s *fakeslack.Server, method string) []fakeslack.Call {
+	var out []fakeslack.Call
+	for _, c := range s.Calls(method) {
+		if c.Error == "" {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func waitReply(t *testing.T, s *fakeslack.Server, channel, thread, text string) fakeslack.Message {
+	t.Helper()
+	var got fakeslack.Message
+	waitFor(t, 60*time.Second, "the reply in "+thread, func() bool {
+		for _, m := range s.Messages(channel) {
+			if m.ThreadTS == thread && m.Blocks == "" && strings.Contains(m.Text, text) {
+				got = m
+				return true
+			}
+		}
+		return false
+	})
+	return got
+}
+
+func TestSlackMention(t *testing.T) {
+	r := newSlackRig(t, 5, 40*time.Millisecond, true)
+	p := r.start(t)
+	defer p.stop(t)
+	if _, err := r.slack.Push("Ev1", mention("C1", "1700000100.000100", "plan the release")); err != nil {
+		t.Fatal(err)
+	}
+	reply := waitReply(t, r.slack, "C1", "1700000100.000100", "All done.")
+	if !strings.Contains(reply.Text, "*All done.*") {
+		t.Errorf("reply not converted to mrkdwn: %q", reply.Text)
+	}
+	plans := planMessages(r.slack, "C1")
+	if len(plans) != 1 || plans[0].ThreadTS != "1700000100.000100" {
+		t.Fatalf("plan messages: %+v", plans)
+	}
+	pins := okCalls(r.slack, "pins.add")
+	if len(pins) != 1 || pins[0].Params["timestamp"] != plans[0].TS {
+		t.Errorf("pins.add calls %+v, want exactly one for %s", pins, plans[0].TS)
+	}
+	waitFor(t, 10*time.Second, "the final footer", func() bool {
+		return strings.Contains(planMessages(r.slack, "C1")[0].Blocks, "revision 5 · done")
+	})
+	final := planMessages(r.slack, "C1")[0]
+	if !strings.Contains(final.Text, "Plan · 3/3 done") {
+		t.Errorf("final plan text %q", final.Text)
+	}
+	// Every revision was shown: the post had revision 1, the edits 2..5.
+	seen := map[int]bool{}
+	for _, c := range append(okCalls(r.slack, "chat.postMessage"), okCalls(r.slack, "chat.update")...) {
+		for rev := 1; rev <= 5; rev++ {
+			if strings.Contains(c.Params["blocks"], "revision "+strconv.Itoa(rev)+" ") {
+				seen[rev] = true
+			}
+		}
+	}
+	if len(seen) != 5 {
+		t.Errorf("revisions shown: %v, want all of 1..5", seen)
+	}
+	if len(r.slack.Acks()) != 1 {
+		t.Errorf("acks %v, want one", r.slack.Acks())
+	}
+	// The working indicator fell back to a reaction and was removed.
+	if len(okCalls(r.slack, "reactions.add")) != 1 || len(okCalls(r.slack, "reactions.remove")) != 1 {
+		t.Errorf("reactions add %d remove %d, want 1 and 1", len(okCalls(r.slack, "reactions.add")), len(okCalls(r.slack, "reactions.remove")))
+	}
+}
+
+func TestSlackRedeliveryStartsOneRun(t *testing.T) {
+	r := newSlackRig(t, 2, 0, true)
+	p := r.start(t)
+	defer p.stop(t)
+	ev := mention("C1", "1700000200.000100", "do it once")
+	for i := 0; i < 3; i++ {
+		if _, err := r.slack.Push("EvSame", ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitReply(t, r.slack, "C1", "1700000200.000100", "All done.")
+	time.Sleep(300 * time.Millisecond) // room for a wrongly started second run
+	// planScript(2) is 2 revisions + 2 clock rounds + the answer: 5 requests.
+	if n := len(r.model.Requests()); n != 5 {
+		t.Errorf("model requests = %d, want 5 (one run)", n)
+	}
+	if n := len(planMessages(r.slack, "C1")); n != 1 {
+		t.Errorf("plan messages = %d, want 1", n)
+	}
+	if len(r.slack.Acks()) != 3 {
+		t.Errorf("acks = %d, want every delivery acked", len(r.slack.Acks()))
+	}
+}
+
+func TestSlackKillAndResume(t *testing.T) {
+	r := newSlackRig(t, 6, 250*time.Millisecond, true)
+	p := r.start(t)
+	if _, err := r.slack.Push("EvK", mention("C1", "1700000300.000100", "survive a crash")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the plan to be pinned and edited", func() bool {
+		return len(okCalls(r.slack, "pins.add")) == 1 && len(okCalls(r.slack, "chat.update")) >= 1
+	})
+	p.kill()
+	p = r.start(t)
+	defer p.stop(t)
+	waitReply(t, r.slack, "C1", "1700000300.000100", "All done.")
+	waitFor(t, 10*time.Second, "the final footer", func() bool {
+		pl := planMessages(r.slack, "C1")
+		return len(pl) == 1 && strings.Contains(pl[0].Blocks, "revision 6 · done")
+	})
+	if n := len(planMessages(r.slack, "C1")); n != 1 {
+		t.Errorf("plan messages after restart = %d, want the same one", n)
+	}
+	if n := len(okCalls(r.slack, "pins.add")); n != 1 {
+		t.Errorf("pins.add = %d, want 1", n)
+	}
+	resumed := false
+	for _, c := range okCalls(r.slack, "chat.update") {
+		if strings.Contains(c.Params["blocks"], "resumed after restart") {
+			resumed = true
+		}
+	}
+	if !resumed {
+		t.Error("no edit said the turn resumed after restart")
+	}
+}
+
+func TestSlackRateLimitedBurst(t *testing.T) {
+	tests := []struct {
+		name    string
+		limit   int
+		per     time.Duration
+		pace    string
+		want429 bool
+	}{
+		// Slack's Tier 3 for chat.update and pinplan's default pace.
+		{"tier3", 50, time.Minute, "", false},
+		// A stricter server than the pace: 429s happen and are honoured.
+		{"stricter", 4, 2 * time.Second, "600", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newSlackRig(t, 100, 0, true)
+			r.slack.Limit("chat.update", tt.limit, tt.per)
+			if tt.pace != "" {
+				r.env["PINPLAN_SLACK_EDITS_PER_MINUTE"] = tt.pace
+			}
+			r.env["PINPLAN_MAX_ROUNDS"] = "200"
+			p := r.start(t)
+			defer p.stop(t)
+			if _, err := r.slack.Push("EvB", mention("C1", "1700000400.000100", "burst")); err != nil {
+				t.Fatal(err)
+			}
+			waitReply(t, r.slack, "C1", "1700000400.000100", "All done.")
+			waitFor(t, 60*time.Second, "the last revision on the plan message", func() bool {
+				pl := planMessages(r.slack, "C1")
+				return len(pl) == 1 && strings.Contains(pl[0].Blocks, "revision 100 · done")
+			})
+			if v := r.slack.Violations(); len(v) > 0 {
+				t.Errorf("calls ignored Retry-After: %v", v)
+			}
+			limited := len(r.slack.Calls("chat.update")) - len(okCalls(r.slack, "chat.update"))
+			if tt.want429 && limited == 0 {
+				t.Error("the stricter fake never answered 429: the test did not exercise Retry-After")
+			}
+			t.Logf("100 revisions: %d edits, %d answered 429", len(okCalls(r.slack, "chat.update")), limited)
+		})
+	}
+}
+
+func TestSlackPlanMessageDeleted(t *testing.T) {
+	r := newSlackRig(t, 6, 150*time.Millisecond, true)
+	p := r.start(t)
+	defer p.stop(t)
+	if _, err := r.slack.Push("EvD", mention("C1", "1700000500.000100", "keep going")); err != nil {
+		t.Fatal(err)
+	}
+	var first string
+	waitFor(t, 30*time.Second, "the plan message", func() bool {
+		pl := planMessages(r.slack, "C1")
+		if len(pl) == 1 && len(okCalls(r.slack, "pins.add")) == 1 {
+			first = pl[0].TS
+			return true
+		}
+		return false
+	})
+	r.slack.Delete("C1", first)
+	waitReply(t, r.slack, "C1", "1700000500.000100", "All done.")
+	var second string
+	waitFor(t, 10*time.Second, "the reposted plan at its last revision", func() bool {
+		pl := planMessages(r.slack, "C1")
+		if len(pl) == 1 && pl[0].TS != first && strings.Contains(pl[0].Blocks, "revision 6 · done") {
+			second = pl[0].TS
+			return true
+		}
+		return false
+	})
+	pins := okCalls(r.slack, "pins.add")
+	if len(pins) != 2 || pins[1].Params["timestamp"] != second {
+		t.Errorf("pins %+v, want the new message %s pinned", pins, second)
+	}
+	sawGone := false
+	for _, c := range r.slack.Calls("chat.update") {
+		if c.Error == "message_not_found" {
+			sawGone = true
+			continue
+		}
+		if sawGone && c.Params["ts"] != second {
+			t.Errorf("edit after the repost went to %s, want %s", c.Params["ts"], second)
+		}
+	}
+	if !sawGone {
+		t.Error("no edit hit the deleted message")
+	}
+}
+
+func TestSlackTwoThreadsIsolated(t *testing.T) {
+	r := newSlackRig(t, 3, 20*time.Millisecond, true)
+	p := r.start(t)
+	defer p.stop(t)
+	r.slack.Push("EvA", mention("C1", "1700000600.000100", "alpha task"))
+	r.slack.Push("EvB2", mention("C2", "1700000700.000100", "beta task"))
+	waitReply(t, r.slack, "C1", "1700000600.000100", "All done.")
+	waitReply(t, r.slack, "C2", "1700000700.000100", "All done.")
+	for _, req := range r.model.Requests() {
+		var all strings.Builder
+		for _, m := range req.Messages {
+			all.WriteString(m.Content)
+		}
+		if strings.Contains(all.String(), "alpha") == strings.Contains(all.String(), "beta") {
+			t.Errorf("a request mixes or lacks the threads: %.300s", all.String())
+		}
+	}
+	if len(planMessages(r.slack, "C1")) != 1 || len(planMessages(r.slack, "C2")) != 1 {
+		t.Error("each thread should have its own plan message")
+	}
+}
+
+func signedRequest(t *testing.T, url, secret string, body []byte, ts time.Time) *http.Request {
+	t.Helper()
+	stamp := strconv.FormatInt(ts.Unix(), 10)
+	mac := hmac.New(sha256.New, []byte(secret))
+	fmt.Fprintf(mac, "v0:%s:%s", stamp, body)
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Slack-Request-Timestamp", stamp)
+	req.Header.Set("X-Slack-Signature", "v0="+hex.EncodeToString(mac.Sum(nil)))
+	return req
+}
+
+func TestSlackEventsOverHTTP(t *testing.T) {
+	r := newSlackRig(t, 2, 0, false)
+	p := r.start(t)
+	defer p.stop(t)
+	url := p.URL + "/slack/events"
+	do := func(req *http.Request) (int, string) {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b bytes.Buffer
+		b.ReadFrom(resp.Body)
+		return resp.StatusCode, b.String()
+	}
+	body := r.slack.CallbackBody("EvH", mention("C1", "1700000800.000100", "over http"))
+	if code, _ := do(signedRequest(t, url, "wrong-secret", body, time.Now())); code != http.StatusUnauthorized {
+		t.Errorf("bad signature: %d, want 401", code)
+	}
+	if code, _ := do(signedRequest(t, url, "signing-secret", body, time.Now().Add(-6*time.Minute))); code != http.StatusUnauthorized {
+		t.Errorf("old timestamp: %d, want 401", code)
+	}
+	challenge := []byte(`{"token":"x","challenge":"ch-123","type":"url_verification"}`)
+	if code, got := do(signedRequest(t, url, "signing-secret", challenge, time.Now())); code != 200 || got != "ch-123" {
+		t.Errorf("url_verification: %d %q", code, got)
+	}
+	start := time.Now()
+	if code, _ := do(signedRequest(t, url, "signing-secret", body, time.Now())); code != http.StatusOK {
+		t.Fatalf("good request: %d", code)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("ack took %s", d)
+	}
+	retry := signedRequest(t, url, "signing-secret", body, time.Now())
+	retry.Header.Set("X-Slack-Retry-Num", "1")
+	retry.Header.Set("X-Slack-Retry-Reason", "http_timeout")
+	if code, _ := do(retry); code != http.StatusOK {
+		t.Errorf("retry: %d", code)
+	}
+	waitReply(t, r.slack, "C1", "1700000800.000100", "All done.")
+	time.Sleep(300 * time.Millisecond)
+	if n := len(r.model.Requests()); n != 5 {
+		t.Errorf("model requests %d, want 5: the retry must not start a second run", n)
+	}
+	// A reply in the thread without a mention reaches the session.
+	reply := map[string]any{"type": "message", "channel_type": "channel", "user": "U2", "text": "and the changelog", "ts": "1700000900.000100", "thread_ts": "1700000800.000100", "channel": "C1"}
+	if code, _ := do(signedRequest(t, url, "signing-secret", r.slack.CallbackBody("EvH2", reply), time.Now())); code != 200 {
+		t.Fatal(code)
+	}
+	// Bots, edits and unrelated threads are ignored.
+	for i, ev := range []map[string]any{
+		{"type": "message", "channel_type": "channel", "user": "U2", "bot_id": "B9", "text": "bot talk", "ts": "1700000901.000100", "thread_ts": "1700000800.000100", "channel": "C1"},
+		{"type": "message", "subtype": "message_changed", "channel_type": "channel", "channel": "C1", "ts": "1700000902.000100", "message": map[string]any{"text": "edited", "thread_ts": "1700000800.000100"}},
+		{"type": "message", "channel_type": "channel", "user": "U2", "text": "not ours", "ts": "1700000903.000100", "thread_ts": "1600000000.000100", "channel": "C1"},
+	} {
+		do(signedRequest(t, url, "signing-secret", r.slack.CallbackBody(fmt.Sprintf("EvIgnored%d", i), ev), time.Now()))
+	}
+	waitFor(t, 30*time.Second, "the follow-up turn", func() bool {
+		for _, req := range r.model.Requests() {
+			last := req.Messages[len(req.Messages)-1]
+			if last.Role == "user" && strings.Contains(last.Content, "and the changelog") {
+				return true
+			}
+		}
+		return false
+	})
+	time.Sleep(300 * time.Millisecond)
+	for _, req := range r.model.Requests() {
+		for _, m := range req.Messages {
+			if strings.Contains(m.Content, "bot talk") || strings.Contains(m.Content, "edited") || strings.Contains(m.Content, "not ours") {
+				t.Errorf("an ignored message reached the model: %q", m.Content)
+			}
+		}
+	}
+}
