@@ -1,0 +1,131 @@
+package slack
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/internal/fakeslack"
+	"github.com/pinplan/pinplan/todo"
+)
+
+type memBoards struct {
+	mu sync.Mutex
+	m  map[string][]byte
+}
+
+func (s *memBoards) Board(_ context.Context, key string) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[key], nil
+}
+
+func (s *memBoards) SaveBoard(_ context.Context, key string, b []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string][]byte{}
+	}
+	s.m[key] = b
+	return nil
+}
+
+type nopHandler struct{}
+
+func (nopHandler) Handle(context.Context, chat.Incoming) error { return nil }
+func (nopHandler) Known(string) bool                           { return false }
+
+// rig is the real adapter and plan board against the fake Slack.
+func rig(b *testing.B, editsPerMinute float64) (*fakeslack.Server, *chat.Router) {
+	fake := &fakeslack.Server{}
+	srv := httptest.NewServer(fake)
+	b.Cleanup(srv.Close)
+	a := New(Options{BotToken: "xoxb-bench", APIURL: srv.URL + "/api/", EditsPerMinute: editsPerMinute, Handler: nopHandler{}})
+	r := chat.NewRouter(chat.Options{Store: &memBoards{}, Platforms: map[string]chat.Platform{"slack": a}})
+	b.Cleanup(r.Close)
+	return fake, r
+}
+
+func revision(key string, rev int64) agent.Event {
+	items := []todo.Item{{Content: "step one", Status: todo.Completed}, {Content: fmt.Sprintf("step two, revision %d", rev), Status: todo.InProgress}}
+	return agent.Event{Session: key, Kind: agent.PlanChanged, Revision: rev, Plan: todo.NewSnapshot(items), At: time.Now()}
+}
+
+func start(r *chat.Router, key string) {
+	// Handle records the thread for the session (the runner is not needed).
+	th := chat.Thread{Platform: "slack", Key: key, Channel: "C1", ThreadID: "1.1"}
+	r.Bind(noRunner{})
+	r.Handle(context.Background(), chat.Incoming{Thread: th, Text: "bench"})
+}
+
+type noRunner struct{}
+
+func (noRunner) Submit(context.Context, string, agent.Inbound) error { return nil }
+func (noRunner) Stop(string) bool                                    { return false }
+
+// BenchmarkRevisionToUpdate measures the time from a committed revision
+// (the event's time) to its chat.update reaching the fake Slack, with no
+// rate pressure, one revision at a time.
+func BenchmarkRevisionToUpdate(b *testing.B) {
+	fake, r := rig(b, 1e6)
+	start(r, "slack/T1/C1/1.1")
+	r.Observe(revision("slack/T1/C1/1.1", 1))
+	r.Board("slack/T1/C1/1.1").Wait()
+	var lat []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ev := revision("slack/T1/C1/1.1", int64(i+2))
+		r.Observe(ev)
+		r.Board("slack/T1/C1/1.1").Wait()
+		calls := fake.Calls("chat.update")
+		last := calls[len(calls)-1]
+		if !strings.Contains(last.Params["blocks"], fmt.Sprintf("revision %d ", i+2)) {
+			b.Fatalf("update %d carries the wrong revision", i+2)
+		}
+		lat = append(lat, last.At.Sub(ev.At))
+	}
+	b.StopTimer()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}
+
+// BenchmarkBurstUnderTier3 sends bursts of 100 revisions against a fake
+// enforcing 50 chat.update calls a minute, at the default pace (45 a
+// minute), and reports edits per burst; every burst must end on its last
+// revision with no call inside a Retry-After.
+func BenchmarkBurstUnderTier3(b *testing.B) {
+	const bursts = 20
+	for i := 0; i < b.N; i++ {
+		fake, r := rig(b, 45)
+		fake.Limit("chat.update", 50, time.Minute)
+		key := "slack/T1/C1/1.1"
+		start(r, key)
+		rev := int64(0)
+		correct := 0
+		for k := 0; k < bursts; k++ {
+			for j := 0; j < 100; j++ {
+				rev++
+				r.Observe(revision(key, rev))
+			}
+			r.Board(key).Wait()
+			msgs := fake.Messages("C1")
+			if len(msgs) == 1 && strings.Contains(msgs[0].Blocks, fmt.Sprintf("revision %d ", rev)) {
+				correct++
+			}
+		}
+		if v := fake.Violations(); len(v) > 0 {
+			b.Fatalf("Retry-After ignored: %v", v)
+		}
+		edits := len(fake.Calls("chat.update"))
+		b.ReportMetric(float64(edits)/bursts, "edits/100-revisions")
+		b.ReportMetric(float64(correct), "bursts-ending-on-last-of-20")
+	}
+}
