@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	discordadapter "github.com/pinplan/pinplan/adapters/discord"
 	slackadapter "github.com/pinplan/pinplan/adapters/slack"
 	"github.com/pinplan/pinplan/adapters/web"
 	"github.com/pinplan/pinplan/agent"
@@ -129,6 +130,15 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 		}
 	}
 	mux.Handle("GET /api/backup", backupHandler(db, cfg))
+	var dsc *discordadapter.Adapter
+	if cfg.DiscordBotToken != "" {
+		dsc, err = discordadapter.New(discordadapter.Options{Token: cfg.DiscordBotToken.Reveal(), APIURL: cfg.DiscordAPIURL,
+			ThreadPerTask: cfg.DiscordThreadPerTask, Handler: router, Dedupe: db, Logger: log.With("adapter", "discord")})
+		if err != nil {
+			return err
+		}
+		platforms["discord"] = dsc
+	}
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		runner.Close()
@@ -157,6 +167,19 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 			return err
 		}
 		m.addCheck(slk.Ready)
+	}
+	if dsc != nil {
+		if err := dsc.Start(ctx); err != nil {
+			srv.Close()
+			runner.Close()
+			router.Close()
+			if slk != nil {
+				slk.Wait()
+			}
+			wg.Wait()
+			return err
+		}
+		m.addCheck(dsc.Ready)
 	}
 	m.setReady(nil)
 
@@ -187,6 +210,9 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	log.Info("shutting down")
 	m.setReady(errors.New("shutting down"))
 	console.Close()
+	if dsc != nil {
+		dsc.Close() // no new messages while sessions wind down
+	}
 	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(shutCtx); err != nil {
@@ -274,6 +300,19 @@ func backupFromServer(ctx context.Context, cfg *config.Config, file string, stdo
 	return nil
 }
 
+// invite prints the Discord OAuth2 URL that adds the bot to a server, with
+// the scopes and permissions pinplan uses.
 func invite(cfg *config.Config, getenv func(string) string, stdout io.Writer) error {
-	return errors.New("invite: the Discord adapter is not built yet")
+	appID := getenv("DISCORD_APPLICATION_ID")
+	if appID == "" {
+		if cfg.DiscordBotToken == "" {
+			return errors.New("invite: set DISCORD_BOT_TOKEN (or DISCORD_APPLICATION_ID)")
+		}
+		var err error
+		if appID, err = discordadapter.ApplicationID(cfg.DiscordBotToken.Reveal()); err != nil {
+			return fmt.Errorf("invite: %w; set DISCORD_APPLICATION_ID", err)
+		}
+	}
+	fmt.Fprintln(stdout, discordadapter.InviteURL("https://discord.com", appID))
+	return nil
 }

@@ -1,0 +1,315 @@
+// Package discord connects pinplan to Discord with
+// github.com/bwmarrin/discordgo: the gateway (Guilds, GuildMessages,
+// DirectMessages and MessageContent intents), the plan message as an embed
+// pinned through the current pins route, and the chat.Platform the plan
+// board drives.
+//
+// It imports chat, agent (types) and todo; never store or another adapter.
+package discord
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bwmarrin/discordgo"
+	"golang.org/x/time/rate"
+
+	"github.com/pinplan/pinplan/chat"
+)
+
+// Handler receives decoded messages: chat.Router.
+type Handler interface {
+	Handle(ctx context.Context, in chat.Incoming) error
+	Known(key string) bool
+}
+
+// Deduper records message ids; store.DB implements it.
+type Deduper interface {
+	FirstSeen(ctx context.Context, key string, ttl time.Duration) (bool, error)
+}
+
+// Options configures the adapter.
+type Options struct {
+	Token string
+	// APIURL replaces https://discord.com for REST calls and gateway
+	// discovery (DISCORD_API_URL).
+	APIURL        string
+	ThreadPerTask bool
+	Handler       Handler
+	Dedupe        Deduper
+	Logger        *slog.Logger
+	// EditEvery paces plan posts and edits per channel; Discord allows 5
+	// edits per 5 s per channel, the default is one per 1.25 s, burst 3.
+	EditEvery time.Duration
+}
+
+// Adapter is the Discord platform.
+type Adapter struct {
+	opts Options
+	s    *discordgo.Session
+	log  *slog.Logger
+	ctx  context.Context
+	wg   sync.WaitGroup
+
+	mu        sync.Mutex // guards the fields below
+	botID     string
+	limiters  map[string]*rate.Limiter
+	typing    map[string]context.CancelFunc
+	chanTypes map[string]discordgo.ChannelType
+	connected bool
+	noManage  bool // deleting the pin notice was refused
+}
+
+var (
+	_ chat.Platform = (*Adapter)(nil)
+	_ chat.Paced    = (*Adapter)(nil)
+)
+
+// rewrite sends requests for discord.com to the configured API URL.
+type rewrite struct {
+	base   http.RoundTripper
+	target *url.URL
+}
+
+func (t rewrite) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Host == "discord.com" && t.target != nil {
+		r := req.Clone(req.Context())
+		r.URL.Scheme, r.URL.Host = t.target.Scheme, t.target.Host
+		r.URL.Path = strings.TrimRight(t.target.Path, "/") + req.URL.Path
+		r.Host = t.target.Host
+		return t.base.RoundTrip(r)
+	}
+	return t.base.RoundTrip(req)
+}
+
+// New returns an adapter; Start connects it.
+func New(opts Options) (*Adapter, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.EditEvery <= 0 {
+		opts.EditEvery = 1250 * time.Millisecond
+	}
+	s, err := discordgo.New("Bot " + opts.Token)
+	if err != nil {
+		return nil, fmt.Errorf("discord: %w", err)
+	}
+	var target *url.URL
+	if opts.APIURL != "" && opts.APIURL != "https://discord.com" {
+		if target, err = url.Parse(opts.APIURL); err != nil {
+			return nil, fmt.Errorf("discord: DISCORD_API_URL: %w", err)
+		}
+	}
+	// discordgo computes its endpoints from https://discord.com at init, so
+	// the base URL is replaced in the transport.
+	s.Client = &http.Client{Timeout: 30 * time.Second, Transport: rewrite{base: http.DefaultTransport, target: target}}
+	s.ShouldRetryOnRateLimit = false // the plan board honours retry_after itself
+	s.MaxRestRetries = 1
+	s.StateEnabled = false
+	s.Identify.Intents = discordgo.IntentsGuilds | discordgo.IntentsGuildMessages | discordgo.IntentsDirectMessages | discordgo.IntentsMessageContent
+	a := &Adapter{opts: opts, s: s, log: opts.Logger, limiters: map[string]*rate.Limiter{}, typing: map[string]context.CancelFunc{}, chanTypes: map[string]discordgo.ChannelType{}}
+	s.AddHandler(a.onMessage)
+	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Connect) { a.setConnected(true) })
+	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Disconnect) { a.setConnected(false) })
+	s.AddHandler(func(_ *discordgo.Session, r *discordgo.Ready) {
+		a.mu.Lock()
+		a.botID = r.User.ID
+		a.mu.Unlock()
+	})
+	return a, nil
+}
+
+// ApplicationID reads a bot token's application id (its first segment is
+// the bot user's id in base64, which is the application id).
+func ApplicationID(token string) (string, error) {
+	first, _, _ := strings.Cut(strings.TrimPrefix(token, "Bot "), ".")
+	for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.StdEncoding, base64.RawURLEncoding} {
+		if b, err := enc.DecodeString(first); err == nil && len(b) > 0 {
+			return string(b), nil
+		}
+	}
+	return "", errors.New("discord: DISCORD_BOT_TOKEN does not look like a bot token")
+}
+
+// Start identifies the bot and opens the gateway. Events are handled until
+// Close.
+func (a *Adapter) Start(ctx context.Context) error {
+	a.ctx = ctx
+	u, err := a.s.User("@me", discordgo.WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("discord: check DISCORD_BOT_TOKEN: %w", err)
+	}
+	a.mu.Lock()
+	a.botID = u.ID
+	a.mu.Unlock()
+	if err := a.s.Open(); err != nil {
+		return fmt.Errorf("discord: open the gateway: %w", err)
+	}
+	a.log.Info("discord connected", "bot_user", u.ID)
+	return nil
+}
+
+// Close closes the gateway and waits for handlers the adapter started.
+func (a *Adapter) Close() {
+	a.s.Close()
+	a.mu.Lock()
+	for ch, stop := range a.typing {
+		stop()
+		delete(a.typing, ch)
+	}
+	a.mu.Unlock()
+	a.wg.Wait()
+}
+
+// Ready reports whether the gateway is connected.
+func (a *Adapter) Ready() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.connected {
+		return errors.New("discord: gateway not connected")
+	}
+	return nil
+}
+
+func (a *Adapter) setConnected(v bool) {
+	a.mu.Lock()
+	a.connected = v
+	a.mu.Unlock()
+}
+
+// Limiter implements chat.Paced: edits are bucketed per channel.
+func (a *Adapter) Limiter(th chat.Thread) chat.Limiter {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	l, ok := a.limiters[th.Channel]
+	if !ok {
+		l = rate.NewLimiter(rate.Every(a.opts.EditEvery), 3)
+		a.limiters[th.Channel] = l
+	}
+	return l
+}
+
+// Key is the session key of a Discord channel (a thread is a channel).
+func Key(channelID string) string { return "discord/" + channelID }
+
+// Error codes the adapter branches on.
+const (
+	codeUnknownMessage = 10008
+	codeMaxPins        = 30003
+	codeEditLimit      = 30046
+	codeMissingAccess  = 50001
+	codeMissingPerms   = 50013
+)
+
+func restCode(err error) int {
+	var re *discordgo.RESTError
+	if errors.As(err, &re) && re.Message != nil {
+		return re.Message.Code
+	}
+	return 0
+}
+
+func classify(op string, err error, pin bool) error {
+	if err == nil {
+		return nil
+	}
+	var rl *discordgo.RateLimitError
+	if errors.As(err, &rl) && rl.RateLimit != nil && rl.TooManyRequests != nil {
+		return &chat.RateLimitError{RetryAfter: rl.RetryAfter, Err: fmt.Errorf("discord: %s: %w", op, err)}
+	}
+	switch code := restCode(err); {
+	case code == codeUnknownMessage || code == codeEditLimit:
+		return fmt.Errorf("discord: %s: %w (%w)", op, chat.ErrMessageGone, err)
+	case pin && (code == codeMaxPins || code == codeMissingPerms || code == codeMissingAccess):
+		return fmt.Errorf("discord: %s: %w (%w)", op, chat.ErrPinUnavailable, err)
+	}
+	return fmt.Errorf("discord: %s: %w", op, err)
+}
+
+// PostPlan implements chat.Platform.
+func (a *Adapter) PostPlan(ctx context.Context, th chat.Thread, p chat.Plan) (chat.MessageRef, error) {
+	m, err := a.s.ChannelMessageSendComplex(th.Channel, PlanMessage(p), discordgo.WithContext(ctx))
+	if err != nil {
+		return chat.MessageRef{}, classify("post plan", err, false)
+	}
+	return chat.MessageRef{Channel: th.Channel, ID: m.ID}, nil
+}
+
+// EditPlan implements chat.Platform.
+func (a *Adapter) EditPlan(ctx context.Context, th chat.Thread, ref chat.MessageRef, p chat.Plan) error {
+	embeds := []*discordgo.MessageEmbed{PlanEmbed(p)}
+	_, err := a.s.ChannelMessageEditComplex(&discordgo.MessageEdit{ID: ref.ID, Channel: ref.Channel, Embeds: &embeds, AllowedMentions: noMentions()}, discordgo.WithContext(ctx))
+	return classify("edit plan "+ref.ID, err, false)
+}
+
+// Pin implements chat.Platform with the current route,
+// /channels/{id}/messages/pins/{message_id}.
+func (a *Adapter) Pin(ctx context.Context, th chat.Thread, ref chat.MessageRef, pin bool) error {
+	method := http.MethodPut
+	if !pin {
+		method = http.MethodDelete
+	}
+	endpoint := discordgo.EndpointChannels + ref.Channel + "/messages/pins/" + ref.ID
+	_, err := a.s.RequestWithBucketID(method, endpoint, nil, discordgo.EndpointChannels+ref.Channel+"/messages/pins/", discordgo.WithContext(ctx))
+	if !pin && restCode(err) == codeUnknownMessage {
+		return nil
+	}
+	return classify(strings.ToLower(method)+" pin "+ref.ID, err, true)
+}
+
+// Reply implements chat.Platform: split at 2,000 characters on line
+// boundaries, the first part answering the message that started the turn,
+// nobody pinged.
+func (a *Adapter) Reply(ctx context.Context, th chat.Thread, replyTo, text string) error {
+	for i, part := range Split(text, maxContent) {
+		msg := &discordgo.MessageSend{Content: part, AllowedMentions: noMentions()}
+		if i == 0 && replyTo != "" {
+			msg.Reference = &discordgo.MessageReference{MessageID: replyTo, ChannelID: th.Channel, FailIfNotExists: new(bool)}
+		}
+		if _, err := a.s.ChannelMessageSendComplex(th.Channel, msg, discordgo.WithContext(ctx)); err != nil {
+			return classify("reply", err, false)
+		}
+	}
+	return nil
+}
+
+// Working implements chat.Platform: the typing indicator, renewed every
+// 8 s (it lasts about 10) until the turn ends.
+func (a *Adapter) Working(_ context.Context, th chat.Thread, _ string, on bool) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if stop, ok := a.typing[th.Channel]; ok {
+		stop()
+		delete(a.typing, th.Channel)
+	}
+	if !on || a.ctx == nil {
+		return nil
+	}
+	ctx, stop := context.WithCancel(a.ctx)
+	a.typing[th.Channel] = stop
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		t := time.NewTicker(8 * time.Second)
+		defer t.Stop()
+		for {
+			if err := a.s.ChannelTyping(th.Channel, discordgo.WithContext(ctx)); err != nil && ctx.Err() == nil {
+				a.log.Warn("discord typing indicator", "channel", th.Channel, "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return nil
+}

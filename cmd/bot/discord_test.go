@@ -1,0 +1,337 @@
+package main
+
+import (
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/pinplan/pinplan/internal/fakediscord"
+	"github.com/pinplan/pinplan/internal/fakeopenai"
+)
+
+type discordRig struct {
+	dc    *fakediscord.Server
+	model *fakeopenai.Server
+	env   map[string]string
+}
+
+func newDiscordRig(t *testing.T, revisions int, delay time.Duration) *discordRig {
+	t.Helper()
+	r := &discordRig{dc: &fakediscord.Server{HeartbeatInterval: time.Second}}
+	r.dc.AddChannel("C1", 0, "G1")
+	r.dc.AddChannel("C2", 0, "G1")
+	script := fakeopenai.Script(planScript(revisions, "All done. See the plan above."))
+	r.model = &fakeopenai.Server{Respond: func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
+		time.Sleep(delay)
+		return script(req)
+	}}
+	ds := httptest.NewServer(r.dc)
+	t.Cleanup(ds.Close)
+	ms := httptest.NewServer(r.model)
+	t.Cleanup(ms.Close)
+	r.env = map[string]string{
+		"PINPLAN_DB": filepath.Join(t.TempDir(), "discord.db"), "PINPLAN_HTTP_ADDR": "127.0.0.1:0",
+		"OPENAI_BASE_URL": ms.URL + "/v1", "OPENAI_API_KEY": "sk-test",
+		"DISCORD_BOT_TOKEN": "OTAwMDAwMDAwMDAwMDAwMDAx.fake.token", "DISCORD_API_URL": ds.URL,
+	}
+	return r
+}
+
+func (r *discordRig) start(t *testing.T) *botProc {
+	t.Helper()
+	p := startBot(t, r.env, botBinary)
+	deadline := time.Now().Add(15 * time.Second)
+	for r.dc.Connected() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no gateway connection; calls %+v\nstdout:\n%s\nstderr:\n%s", r.dc.Calls(""), p.stdout, p.stderr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return p
+}
+
+func embedOf(m fakediscord.Message) string {
+	var b strings.Builder
+	for _, e := range m.Embeds {
+		for _, k := range []string{"title", "description"} {
+			if s, ok := e[k].(string); ok {
+				b.WriteString(s + "\n")
+			}
+		}
+		if f, ok := e["footer"].(map[string]any); ok {
+			b.WriteString(f["text"].(string))
+		}
+	}
+	return b.String()
+}
+
+func discordPlans(s *fakediscord.Server, channel string) []fakediscord.Message {
+	var out []fakediscord.Message
+	for _, m := range s.Messages(channel) {
+		if len(m.Embeds) > 0 {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func waitDiscordReply(t *testing.T, s *fakediscord.Server, channel, text string) fakediscord.Message {
+	t.Helper()
+	var got fakediscord.Message
+	waitFor(t, 60*time.Second, "the reply in "+channel, func() bool {
+		for _, m := range s.Messages(channel) {
+			if m.AuthorID == fakediscord.BotID && len(m.Embeds) == 0 && strings.Contains(m.Content, text) {
+				got = m
+				return true
+			}
+		}
+		return false
+	})
+	return got
+}
+
+func okDiscord(s *fakediscord.Server, match string) []fakediscord.Call {
+	var out []fakediscord.Call
+	for _, c := range s.Calls(match) {
+		if c.Status < 300 {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func TestDiscordMention(t *testing.T) {
+	r := newDiscordRig(t, 5, 40*time.Millisecond)
+	p := r.start(t)
+	defer p.stop(t)
+	r.dc.BotMessage("C1", "bots are ignored")
+	trigger := r.dc.UserMessage("C1", "111", "plan the release", true)
+	reply := waitDiscordReply(t, r.dc, "C1", "All done.")
+	if reply.Reference != trigger {
+		t.Errorf("reply references %q, want the triggering message %s", reply.Reference, trigger)
+	}
+	plans := discordPlans(r.dc, "C1")
+	if len(plans) != 1 {
+		t.Fatalf("plan messages %d, want 1", len(plans))
+	}
+	pins := okDiscord(r.dc, "PUT channels/C1/messages/pins/")
+	if len(pins) != 1 || !strings.HasSuffix(pins[0].Path, plans[0].ID) {
+		t.Errorf("pins %+v, want one on %s", pins, plans[0].ID)
+	}
+	if old := r.dc.Calls("channels/C1/pins/"); len(old) != 0 {
+		t.Errorf("the deprecated pins route was used: %+v", old)
+	}
+	waitFor(t, 10*time.Second, "the final footer", func() bool {
+		return strings.Contains(embedOf(discordPlans(r.dc, "C1")[0]), "revision 5 · done")
+	})
+	if e := embedOf(discordPlans(r.dc, "C1")[0]); !strings.Contains(e, "Plan · 3/3 done") || !strings.Contains(e, "~~") {
+		t.Errorf("final embed: %s", e)
+	}
+	edits := okDiscord(r.dc, "PATCH channels/C1/messages/"+plans[0].ID)
+	if len(edits) < 4 {
+		t.Errorf("%d edits for revisions 2..5", len(edits))
+	}
+	if r.dc.Typing("C1") == 0 {
+		t.Error("no typing indicator")
+	}
+	// Discord's "pinned a message" notice was removed.
+	for _, m := range r.dc.Messages("C1") {
+		if m.Type == 6 {
+			t.Error("the pin notice is still in the channel")
+		}
+	}
+	for _, c := range r.dc.Calls("POST channels/C1/messages") {
+		am, _ := c.Body["allowed_mentions"].(map[string]any)
+		if parse, ok := am["parse"].([]any); !ok || len(parse) != 0 {
+			t.Errorf("a message may ping: allowed_mentions %v", c.Body["allowed_mentions"])
+		}
+	}
+	if n := len(r.model.Requests()); n != 8 {
+		t.Errorf("model requests %d, want 8 (the bot message started nothing)", n)
+	}
+}
+
+func TestDiscordThreadPerTask(t *testing.T) {
+	r := newDiscordRig(t, 2, 0)
+	r.env["PINPLAN_DISCORD_THREAD_PER_TASK"] = "true"
+	p := r.start(t)
+	defer p.stop(t)
+	trigger := r.dc.UserMessage("C1", "111", "write the changelog", true)
+	var thread string
+	waitFor(t, 15*time.Second, "the thread", func() bool {
+		calls := okDiscord(r.dc, "POST channels/C1/messages/"+trigger+"/threads")
+		if len(calls) == 1 {
+			for _, c := range r.dc.Calls("messages") {
+				if parts := strings.Split(c.Path, "/"); c.Method == "POST" && len(parts) == 3 && parts[1] != "C1" {
+					thread = parts[1]
+				}
+			}
+		}
+		return thread != ""
+	})
+	waitDiscordReply(t, r.dc, thread, "All done.")
+	if len(discordPlans(r.dc, thread)) != 1 || len(discordPlans(r.dc, "C1")) != 0 {
+		t.Error("the plan should live in the thread only")
+	}
+	for _, m := range r.dc.Messages("C1") {
+		if m.AuthorID == fakediscord.BotID && m.Type == 0 {
+			t.Errorf("the bot wrote in the parent channel: %+v", m)
+		}
+	}
+	// A follow-up in the thread without a mention reaches the session.
+	r.dc.UserMessage(thread, "111", "add the date", false)
+	waitFor(t, 30*time.Second, "the follow-up", func() bool {
+		for _, req := range r.model.Requests() {
+			if last := req.Messages[len(req.Messages)-1]; last.Role == "user" && strings.Contains(last.Content, "add the date") {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func TestDiscordKillResumeAndReconnect(t *testing.T) {
+	r := newDiscordRig(t, 6, 250*time.Millisecond)
+	p := r.start(t)
+	r.dc.UserMessage("C1", "111", "survive a crash", true)
+	waitFor(t, 30*time.Second, "the plan to be pinned and edited", func() bool {
+		return len(okDiscord(r.dc, "PUT channels/C1/messages/pins/")) == 1 && len(okDiscord(r.dc, "PATCH channels/C1/messages/")) >= 1
+	})
+	p.kill()
+	p = r.start(t)
+	defer p.stop(t)
+	waitDiscordReply(t, r.dc, "C1", "All done.")
+	waitFor(t, 10*time.Second, "the final footer", func() bool {
+		pl := discordPlans(r.dc, "C1")
+		return len(pl) == 1 && strings.Contains(embedOf(pl[0]), "revision 6 · done")
+	})
+	if n := len(okDiscord(r.dc, "PUT channels/C1/messages/pins/")); n != 1 {
+		t.Errorf("pins %d, want 1", n)
+	}
+	resumed := false
+	for _, c := range okDiscord(r.dc, "PATCH channels/C1/messages/") {
+		if strings.Contains(c.Body["embeds"].([]any)[0].(map[string]any)["footer"].(map[string]any)["text"].(string), "resumed after restart") {
+			resumed = true
+		}
+	}
+	if !resumed {
+		t.Error("no edit said resumed after restart")
+	}
+
+	// Gateway trouble: op 7 and a dropped connection. Messages sent while
+	// the bot is away are replayed on resume; none runs twice.
+	before := len(r.model.Requests())
+	r.dc.Reconnect()
+	r.dc.UserMessage("C2", "111", "sent during op 7", true)
+	waitFor(t, 15*time.Second, "the resume after op 7", func() bool { _, res := r.dc.Sessions(); return res >= 1 && r.dc.Connected() > 0 })
+	waitDiscordReply(t, r.dc, "C2", "All done.")
+	r.dc.Drop()
+	r.dc.UserMessage("C1", "111", "sent while dropped", true)
+	waitFor(t, 20*time.Second, "the resume after the drop", func() bool { _, res := r.dc.Sessions(); return res >= 2 && r.dc.Connected() > 0 })
+	waitFor(t, 30*time.Second, "the message sent while dropped", func() bool {
+		for _, req := range r.model.Requests()[before:] {
+			if strings.Contains(req.Messages[len(req.Messages)-1].Content, "sent while dropped") {
+				return true
+			}
+		}
+		return false
+	})
+	time.Sleep(time.Second)
+	counts := map[string]int{}
+	for _, req := range r.model.Requests()[before:] {
+		if last := req.Messages[len(req.Messages)-1]; last.Role == "user" {
+			counts[last.Content]++
+		}
+	}
+	for text, n := range counts {
+		if n != 1 {
+			t.Errorf("%q reached the model %d times as a new message", text, n)
+		}
+	}
+}
+
+func TestDiscordRateLimitedBurst(t *testing.T) {
+	tests := []struct {
+		name    string
+		n       int
+		per     time.Duration
+		want429 bool
+	}{
+		{"discord-5-per-5s", 5, 5 * time.Second, false},
+		{"stricter", 2, 3 * time.Second, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newDiscordRig(t, 60, 0)
+			r.env["PINPLAN_MAX_ROUNDS"] = "200"
+			r.dc.LimitEdits(tt.n, tt.per)
+			p := r.start(t)
+			defer p.stop(t)
+			r.dc.UserMessage("C1", "111", "burst", true)
+			waitDiscordReply(t, r.dc, "C1", "All done.")
+			waitFor(t, 60*time.Second, "the last revision", func() bool {
+				pl := discordPlans(r.dc, "C1")
+				return len(pl) == 1 && strings.Contains(embedOf(pl[0]), "revision 60 · done")
+			})
+			if v := r.dc.Violations(); len(v) > 0 {
+				t.Errorf("retry_after ignored: %v", v)
+			}
+			limited := 0
+			for _, c := range r.dc.Calls("PATCH channels/C1/messages/") {
+				if c.Status == 429 {
+					limited++
+				}
+			}
+			if tt.want429 && limited == 0 {
+				t.Error("the stricter fake never answered 429")
+			}
+			t.Logf("60 revisions: %d edits, %d answered 429", len(okDiscord(r.dc, "PATCH channels/C1/messages/")), limited)
+		})
+	}
+}
+
+func TestDiscordEditErrorsRepost(t *testing.T) {
+	for _, code := range []int{10008, 30046} {
+		t.Run(strings.TrimSpace(string(rune('0'+code/10000)))+"xxxx", func(t *testing.T) {
+			r := newDiscordRig(t, 4, 150*time.Millisecond)
+			p := r.start(t)
+			defer p.stop(t)
+			r.dc.UserMessage("C1", "111", "edit errors", true)
+			var first string
+			waitFor(t, 30*time.Second, "the first plan message", func() bool {
+				pl := discordPlans(r.dc, "C1")
+				if len(pl) == 1 && len(okDiscord(r.dc, "PUT channels/C1/messages/pins/")) == 1 {
+					first = pl[0].ID
+					return true
+				}
+				return false
+			})
+			status := 404
+			if code == 30046 {
+				status = 400
+			}
+			r.dc.Fail("PATCH message", status, code)
+			waitDiscordReply(t, r.dc, "C1", "All done.")
+			var second string
+			waitFor(t, 15*time.Second, "the new plan message at the last revision", func() bool {
+				for _, m := range discordPlans(r.dc, "C1") {
+					if m.ID != first && strings.Contains(embedOf(m), "revision 4 · done") {
+						second = m.ID
+						return true
+					}
+				}
+				return false
+			})
+			if pins := r.dc.Pinned("C1"); len(pins) != 1 || pins[0] != second {
+				t.Errorf("pinned %v, want only the new message %s", pins, second)
+			}
+			if len(okDiscord(r.dc, "DELETE channels/C1/messages/pins/"+first)) != 1 {
+				t.Errorf("the old message %s was not unpinned", first)
+			}
+		})
+	}
+}
