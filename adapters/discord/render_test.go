@@ -1,0 +1,109 @@
+package discord
+
+import (
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/todo"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+var at = time.Date(2026, 11, 30, 9, 30, 0, 0, time.UTC)
+
+func plans() map[string]chat.Plan {
+	long := strings.Repeat("very long step with *markdown* & @everyone ", 12)[:500]
+	worst := chat.Plan{Revision: 50, State: chat.StateWorking, Updated: at}
+	for i := 0; i < todo.MaxItems; i++ {
+		st := []todo.Status{todo.Completed, todo.InProgress, todo.Pending}[i%3]
+		worst.Items = append(worst.Items, todo.Item{Content: long, Status: st})
+	}
+	return map[string]chat.Plan{
+		"typical": {Revision: 3, State: chat.StateWorking, Updated: at, Items: []todo.Item{
+			{Content: "Read the failing test", Status: todo.Completed},
+			{Content: "Fix the parser_edge case", Status: todo.InProgress},
+			{Content: "Run the suite & ping <@123>", Status: todo.Pending},
+		}},
+		"done": {Revision: 9, State: chat.StateDone, Updated: at, Items: []todo.Item{
+			{Content: "Draft", Status: todo.Completed}, {Content: "Review", Status: todo.Completed},
+		}},
+		"worst_case": worst,
+	}
+}
+
+func TestPlanMessageGolden(t *testing.T) {
+	for name, p := range plans() {
+		t.Run(name, func(t *testing.T) {
+			msg := PlanMessage(p)
+			e := msg.Embeds[0]
+			if n := utf8.RuneCountInString(e.Description); n > maxDescription {
+				t.Errorf("description of %d characters, limit %d", n, maxDescription)
+			}
+			if n := embedSize(e); n > maxEmbedTotal {
+				t.Errorf("embed of %d characters, limit %d", n, maxEmbedTotal)
+			}
+			if lines := strings.Count(e.Description, "\n") + 1; lines != len(p.Items) {
+				t.Errorf("%d lines for %d items", lines, len(p.Items))
+			}
+			got, err := json.MarshalIndent(msg, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(got), "@everyone") || strings.Contains(string(got), "<@1") {
+				t.Error("the plan message can mention someone")
+			}
+			path := filepath.Join("testdata", name+".json")
+			if *update {
+				os.WriteFile(path, got, 0o644)
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test -update)", err)
+			}
+			if string(got) != string(want) {
+				t.Errorf("%s differs:\n%s", path, got)
+			}
+		})
+	}
+	if d := PlanEmbed(plans()["worst_case"]).Description; !strings.Contains(d, "…") {
+		t.Error("long items are not shortened with …")
+	}
+}
+
+func TestSplitAt2000(t *testing.T) {
+	text := strings.Repeat("a line of the answer\n", 300)
+	parts := Split(text, maxContent)
+	if len(parts) < 4 {
+		t.Fatalf("%d parts", len(parts))
+	}
+	for _, p := range parts {
+		if utf8.RuneCountInString(p) > maxContent || !strings.HasPrefix(p, "a line") {
+			t.Errorf("bad part: %d runes, %.20q", utf8.RuneCountInString(p), p)
+		}
+	}
+	if strings.Join(parts, "\n") != strings.TrimRight(text, "\n") {
+		t.Error("split lost text")
+	}
+}
+
+func TestInviteURL(t *testing.T) {
+	id, err := ApplicationID("OTAwMDAwMDAwMDAwMDAwMDAx.fake.token")
+	if err != nil || id != "900000000000000001" {
+		t.Fatalf("ApplicationID = %q, %v", id, err)
+	}
+	u := InviteURL("https://discord.com", id)
+	want := "https://discord.com/oauth2/authorize?client_id=900000000000000001&permissions=2252109051423808&scope=bot+applications.commands"
+	if u != want {
+		t.Errorf("InviteURL = %s\nwant        %s", u, want)
+	}
+	if Permissions&(1<<51) == 0 {
+		t.Error("Pin Messages (1<<51) missing")
+	}
+}
