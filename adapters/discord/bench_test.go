@@ -1,0 +1,115 @@
+package discord
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/internal/fakediscord"
+	"github.com/pinplan/pinplan/todo"
+)
+
+type memBoards struct {
+	mu sync.Mutex
+	m  map[string][]byte
+}
+
+func (s *memBoards) Board(_ context.Context, key string) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[key], nil
+}
+
+func (s *memBoards) SaveBoard(_ context.Context, key string, b []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string][]byte{}
+	}
+	s.m[key] = b
+	return nil
+}
+
+type noRunner struct{}
+
+func (noRunner) Submit(context.Context, string, agent.Inbound) error { return nil }
+func (noRunner) Stop(string) bool                                    { return false }
+
+func rig(b *testing.B, every time.Duration) (*fakediscord.Server, *chat.Router, string) {
+	fake := &fakediscord.Server{}
+	fake.AddChannel("C1", 0, "G1")
+	srv := httptest.NewServer(fake)
+	b.Cleanup(srv.Close)
+	a, err := New(Options{Token: "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", APIURL: srv.URL, EditEvery: every})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := chat.NewRouter(chat.Options{Store: &memBoards{}, Platforms: map[string]chat.Platform{"discord": a}})
+	b.Cleanup(r.Close)
+	r.Bind(noRunner{})
+	key := Key("C1")
+	r.Handle(context.Background(), chat.Incoming{Thread: chat.Thread{Platform: "discord", Key: key, Channel: "C1"}, Text: "bench"})
+	return fake, r, key
+}
+
+func revision(key string, rev int64) agent.Event {
+	items := []todo.Item{{Content: "step one", Status: todo.Completed}, {Content: fmt.Sprintf("step two, revision %d", rev), Status: todo.InProgress}}
+	return agent.Event{Session: key, Kind: agent.PlanChanged, Revision: rev, Plan: todo.NewSnapshot(items), At: time.Now()}
+}
+
+// BenchmarkRevisionToEdit measures the time from a committed revision to
+// its edit reaching the fake Discord, with no rate pressure.
+func BenchmarkRevisionToEdit(b *testing.B) {
+	fake, r, key := rig(b, time.Nanosecond)
+	r.Observe(revision(key, 1))
+	r.Board(key).Wait()
+	var lat []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ev := revision(key, int64(i+2))
+		r.Observe(ev)
+		r.Board(key).Wait()
+		calls := fake.Calls("PATCH channels/C1/messages/")
+		last := calls[len(calls)-1]
+		lat = append(lat, last.At.Sub(ev.At))
+	}
+	b.StopTimer()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}
+
+// BenchmarkBurstPerChannelPace sends 20 bursts of 100 revisions against a
+// fake enforcing Discord's 5 edits per 5 s per channel, at the default pace.
+func BenchmarkBurstPerChannelPace(b *testing.B) {
+	const bursts = 20
+	for i := 0; i < b.N; i++ {
+		fake, r, key := rig(b, 0)
+		fake.LimitEdits(5, 5*time.Second)
+		rev, correct := int64(0), 0
+		for k := 0; k < bursts; k++ {
+			for j := 0; j < 100; j++ {
+				rev++
+				r.Observe(revision(key, rev))
+			}
+			r.Board(key).Wait()
+			for _, m := range fake.Messages("C1") {
+				if len(m.Embeds) > 0 && strings.Contains(fmt.Sprint(m.Embeds[0]["footer"]), fmt.Sprintf("revision %d ", rev)) {
+					correct++
+				}
+			}
+		}
+		if v := fake.Violations(); len(v) > 0 {
+			b.Fatalf("retry_after ignored: %v", v)
+		}
+		b.ReportMetric(float64(len(fake.Calls("PATCH channels/C1/messages/")))/bursts, "edits/100-revisions")
+		b.ReportMetric(float64(correct), "bursts-ending-on-last-of-20")
+	}
+}
