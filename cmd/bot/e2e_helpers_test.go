@@ -29,7 +29,11 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	botBinary = filepath.Join(dir, "bot")
-	out, err := exec.Command("go", "build", "-o", botBinary, ".").CombinedOutput()
+	args := []string{"build", "-o", botBinary}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	out, err := exec.Command("go", append(args, ".")...).CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "build bot: %v\n%s", err, out)
 		os.Exit(1)
@@ -111,7 +115,12 @@ func startBotIn(t testing.TB, dir string, env map[string]string, argv ...string)
 		p.err = p.cmd.Wait()
 		close(p.done)
 	}()
-	t.Cleanup(func() { p.kill() })
+	t.Cleanup(func() {
+		p.kill()
+		if strings.Contains(p.stderr.String(), "WARNING: DATA RACE") {
+			t.Errorf("the bot reported a data race:\n%s", p.stderr)
+		}
+	})
 	select {
 	case p.URL = <-found:
 	case <-p.done:
