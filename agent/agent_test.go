@@ -516,3 +516,30 @@ func TestInterruptedNonIdempotentTool(t *testing.T) {
 		t.Errorf("idempotent todo_write not re-run: %s", res["t1"])
 	}
 }
+
+func TestStopEndsTurn(t *testing.T) {
+	fake := &fakeopenai.Server{}
+	h := newHarness(t, fake, harnessOpts{timeout: 10 * time.Second})
+	fake.Fail(fakeopenai.Fault{Delay: 5 * time.Second})
+	h.send(t, "web/stop", "long task")
+	for len(fake.Requests()) == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	start := time.Now()
+	if !h.runner.Stop("web/stop") {
+		t.Fatal("Stop found no running session")
+	}
+	events := h.waitEnd(t, "web/stop")
+	end := events[len(events)-1]
+	if end.Outcome != agent.Stopped || time.Since(start) > 3*time.Second {
+		t.Errorf("outcome %s after %s, want stopped at once", end.Outcome, time.Since(start))
+	}
+	cp, hist, inbox, _ := h.db.Load(context.Background(), "web/stop")
+	if cp.State != agent.Idle || len(inbox) != 0 || len(hist) != 1 || hist[0].Message.Content != "long task" {
+		t.Errorf("after stop: state %s, inbox %d, history %+v", cp.State, len(inbox), hist)
+	}
+	h.send(t, "web/stop", "next")
+	if events := h.waitEnd(t, "web/stop"); events[len(events)-1].Outcome != agent.Done {
+		t.Error("session unusable after stop")
+	}
+}

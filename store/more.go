@@ -175,6 +175,16 @@ func (db *DB) Backup(path string) (int64, error) {
 	return n, nil
 }
 
+// Ping reports whether the database is open and readable.
+func (db *DB) Ping() error {
+	return db.bolt.View(func(tx *bolt.Tx) error {
+		if tx.Bucket(bMeta) == nil {
+			return errors.New("store: meta bucket missing")
+		}
+		return nil
+	})
+}
+
 // Check runs bbolt's consistency check and returns every problem found.
 func (db *DB) Check() error {
 	var errs []error

@@ -168,8 +168,18 @@ func (c *Console) setPlan(th chat.Thread, p chat.Plan) {
 func (c *Console) Pin(context.Context, chat.Thread, chat.MessageRef, bool) error { return nil }
 
 // Reply implements chat.Platform.
+// Replies that are not the model's answer (errors, notices) are not in the
+// session history, so the console keeps the last ones of each thread in
+// memory to show them on reload; they do not survive a restart.
 func (c *Console) Reply(_ context.Context, th chat.Thread, _, text string) error {
 	m := Message{Role: "assistant", Text: text, At: c.opts.Now()}
+	c.mu.Lock()
+	n := append(c.notices[th.Key], m)
+	if len(n) > 50 {
+		n = n[len(n)-50:]
+	}
+	c.notices[th.Key] = n
+	c.mu.Unlock()
 	c.broadcast(event{Type: "message", Thread: th.Key, Message: &m})
 	return nil
 }
@@ -359,6 +369,20 @@ func (c *Console) getThread(w http.ResponseWriter, r *http.Request) {
 			msgs = append(msgs, Message{Role: "assistant", Text: e.Message.Content, At: e.At})
 		}
 	}
+	answers := map[string]bool{}
+	for _, m := range msgs {
+		if m.Role == "assistant" {
+			answers[m.Text] = true
+		}
+	}
+	c.mu.Lock()
+	for _, n := range c.notices[key] {
+		if !answers[n.Text] {
+			msgs = append(msgs, n)
+		}
+	}
+	c.mu.Unlock()
+	sort.SliceStable(msgs, func(i, j int) bool { return msgs[i].At.Before(msgs[j].At) })
 	var summary *Summary
 	list, err := c.opts.Store.Threads(r.Context())
 	if err == nil {

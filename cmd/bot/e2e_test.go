@@ -206,3 +206,40 @@ func TestBackup(t *testing.T) {
 		q.stop(t)
 	}
 }
+
+// TestNoModelConfigured: with no OPENAI_API_KEY or OPENAI_BASE_URL the
+// console starts and a message is answered with what to set.
+func TestNoModelConfigured(t *testing.T) {
+	p := startBot(t, map[string]string{"PINPLAN_DB": filepath.Join(t.TempDir(), "p.db"), "PINPLAN_HTTP_ADDR": "127.0.0.1:0"}, botBinary)
+	defer p.stop(t)
+	if !strings.Contains(p.stdout.String(), "no model configured") {
+		t.Errorf("startup does not say no model is configured:\n%s", p.stdout)
+	}
+	out, err := postJSON(context.Background(), p.URL+"/api/threads", map[string]string{"text": "plan my week"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var view threadView
+	waitFor(t, 30*time.Second, "the explanation", func() bool {
+		getJSON(t, p.URL+"/api/threads/"+out["id"].(string), &view)
+		for _, m := range view.Messages {
+			if m.Role == "assistant" && strings.Contains(m.Text, "OPENAI_API_KEY") && strings.Contains(m.Text, "-demo") {
+				return true
+			}
+		}
+		return false
+	})
+	if view.Thread.State != "idle" {
+		t.Errorf("thread state %s, want idle", view.Thread.State)
+	}
+	if code, body := httpGet(t, p.URL+"/readyz"); code != 200 {
+		t.Errorf("/readyz: %d %s", code, body)
+	}
+	if code, _ := httpGet(t, p.URL+"/metrics"); code != 200 {
+		t.Errorf("/metrics: %d", code)
+	}
+	code, metrics := httpGet(t, p.URL+"/metrics")
+	if code != 200 || !strings.Contains(metrics, `pinplan_turns_total{outcome="failed"} 1`) {
+		t.Error("/metrics does not count the failed turn")
+	}
+}

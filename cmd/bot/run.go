@@ -90,6 +90,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 
 	reg := prometheus.NewRegistry()
 	m := newMetrics(reg, db)
+	m.addCheck(db.Ping)
 
 	model, tools, modelName := buildModel(cfg, demo, getenv, m, log)
 	registry, err := agent.NewRegistry(tools...)

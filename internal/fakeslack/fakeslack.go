@@ -210,7 +210,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		lim.times = kept
 		if len(lim.times) >= lim.n {
-			wait := lim.per - now.Sub(lim.times[0])
+			wait := lim.per
+			if len(lim.times) > 0 {
+				wait -= now.Sub(lim.times[0])
+			}
 			secs := int(math.Ceil(wait.Seconds()))
 			s.retryUntil[method] = now.Add(time.Duration(secs) * time.Second)
 			call.Error = "ratelimited"
