@@ -19,6 +19,7 @@ var allowed = map[string][]string{
 	"agent":                {"todo"},
 	"store":                {"agent", "todo"},
 	"chat":                 {"agent", "todo"},
+	"chat/chattest":        {"agent", "todo"},
 	"adapters/web":         {"chat", "agent", "todo"},
 	"adapters/slack":       {"chat", "agent", "todo"},
 	"adapters/discord":     {"chat", "agent", "todo"},

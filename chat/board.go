@@ -71,16 +71,24 @@ type Hooks struct {
 // set changes the wanted content (and the record, persisted) and starts the
 // render loop if it is not running.
 func (b *Board) set(f func(rec *boardRecord, want *Plan)) {
+	b.change(func() {
+		f(&b.rec, &b.want)
+		b.wantVer++
+		if !b.running {
+			b.running = true
+			b.owner.wg.Add(1)
+			go b.loop()
+		}
+	})
+}
+
+// change runs f with mu held, then persists the record. saveMu is held
+// from the copy to the store, so saves land in the order of the changes.
+func (b *Board) change(f func()) {
 	b.saveMu.Lock()
 	defer b.saveMu.Unlock()
 	b.mu.Lock()
-	f(&b.rec, &b.want)
-	b.wantVer++
-	if !b.running {
-		b.running = true
-		b.owner.wg.Add(1)
-		go b.loop()
-	}
+	f()
 	raw, err := json.Marshal(b.rec)
 	b.mu.Unlock()
 	if err == nil {
@@ -237,20 +245,7 @@ func (b *Board) rendered(th Thread, err error) {
 }
 
 // update changes the record and persists it.
-func (b *Board) update(f func(r *boardRecord)) {
-	b.saveMu.Lock()
-	defer b.saveMu.Unlock()
-	b.mu.Lock()
-	f(&b.rec)
-	raw, err := json.Marshal(b.rec)
-	b.mu.Unlock()
-	if err == nil {
-		err = b.store.SaveBoard(context.WithoutCancel(b.owner.ctx), b.key, raw)
-	}
-	if err != nil {
-		b.log.Error("save plan board", "err", err)
-	}
-}
+func (b *Board) update(f func(r *boardRecord)) { b.change(func() { f(&b.rec) }) }
 
 func sameContent(a, b Plan) bool {
 	if a.Revision != b.Revision || a.State != b.State || len(a.Items) != len(b.Items) {

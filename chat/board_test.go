@@ -10,31 +10,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/chat/chattest"
 	"github.com/pinplan/pinplan/todo"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-type memStore struct {
-	mu sync.Mutex
-	m  map[string][]byte
-}
-
-func (s *memStore) Board(_ context.Context, key string) ([]byte, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.m[key], nil
-}
-
-func (s *memStore) SaveBoard(_ context.Context, key string, data []byte) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.m == nil {
-		s.m = map[string][]byte{}
-	}
-	s.m[key] = append([]byte(nil), data...)
-	return nil
-}
 
 type call struct {
 	Op   string
@@ -151,7 +131,7 @@ func plan(rev int64, statuses ...todo.Status) todo.Snapshot {
 	return todo.NewSnapshot(items)
 }
 
-func newTestRouter(t *testing.T, p Platform, st *memStore) *Router {
+func newTestRouter(t *testing.T, p Platform, st *chattest.Boards) *Router {
 	t.Helper()
 	r := NewRouter(Options{Store: st, Platforms: map[string]Platform{"test": p}})
 	t.Cleanup(r.Close)
@@ -162,7 +142,7 @@ func newTestRouter(t *testing.T, p Platform, st *memStore) *Router {
 
 func TestBoardPostsPinsOnceAndEndsOnNewest(t *testing.T) {
 	p := &fakePlatform{}
-	r := newTestRouter(t, p, &memStore{})
+	r := newTestRouter(t, p, &chattest.Boards{})
 	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnStarted})
 	for rev := int64(1); rev <= 100; rev++ {
 		r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: rev, Plan: plan(rev, todo.InProgress, todo.Pending)})
@@ -195,7 +175,7 @@ func TestBoardRepostsWhenMessageGone(t *testing.T) {
 		}
 		return nil
 	}}
-	r := newTestRouter(t, p, &memStore{})
+	r := newTestRouter(t, p, &chattest.Boards{})
 	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
 	r.Board("test/1").Wait()
 	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 2, Plan: plan(2, todo.InProgress)})
@@ -221,7 +201,7 @@ func TestBoardHonoursRateLimit(t *testing.T) {
 		}
 		return nil
 	}}
-	r := newTestRouter(t, p, &memStore{})
+	r := newTestRouter(t, p, &chattest.Boards{})
 	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
 	r.Board("test/1").Wait()
 	start := time.Now()
@@ -237,7 +217,7 @@ func TestBoardHonoursRateLimit(t *testing.T) {
 
 func TestBoardPinUnavailableSaysOnce(t *testing.T) {
 	p := &fakePlatform{pinErr: ErrPinUnavailable}
-	r := newTestRouter(t, p, &memStore{})
+	r := newTestRouter(t, p, &chattest.Boards{})
 	for rev := int64(1); rev <= 3; rev++ {
 		r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: rev, Plan: plan(rev, todo.Pending)})
 		r.Board("test/1").Wait()
@@ -251,7 +231,7 @@ func TestBoardPinUnavailableSaysOnce(t *testing.T) {
 }
 
 func TestNewTaskGetsNewMessageAfterRestart(t *testing.T) {
-	st := &memStore{}
+	st := &chattest.Boards{}
 	p := &fakePlatform{}
 	r := NewRouter(Options{Store: st, Platforms: map[string]Platform{"test": p}})
 	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})

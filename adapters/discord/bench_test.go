@@ -6,41 +6,15 @@ import (
 	"net/http/httptest"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/chat/chattest"
 	"github.com/pinplan/pinplan/internal/fakediscord"
 	"github.com/pinplan/pinplan/todo"
 )
-
-type memBoards struct {
-	mu sync.Mutex
-	m  map[string][]byte
-}
-
-func (s *memBoards) Board(_ context.Context, key string) ([]byte, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.m[key], nil
-}
-
-func (s *memBoards) SaveBoard(_ context.Context, key string, b []byte) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.m == nil {
-		s.m = map[string][]byte{}
-	}
-	s.m[key] = b
-	return nil
-}
-
-type noRunner struct{}
-
-func (noRunner) Submit(context.Context, string, agent.Inbound) error { return nil }
-func (noRunner) Stop(string) bool                                    { return false }
 
 func rig(b *testing.B, every time.Duration) (*fakediscord.Server, *chat.Router, string) {
 	fake := &fakediscord.Server{}
@@ -51,9 +25,9 @@ func rig(b *testing.B, every time.Duration) (*fakediscord.Server, *chat.Router, 
 	if err != nil {
 		b.Fatal(err)
 	}
-	r := chat.NewRouter(chat.Options{Store: &memBoards{}, Platforms: map[string]chat.Platform{"discord": a}})
+	r := chat.NewRouter(chat.Options{Store: &chattest.Boards{}, Platforms: map[string]chat.Platform{"discord": a}})
 	b.Cleanup(r.Close)
-	r.Bind(noRunner{})
+	r.Bind(chattest.Runner{})
 	key := Key("C1")
 	r.Handle(context.Background(), chat.Incoming{Thread: chat.Thread{Platform: "discord", Key: key, Channel: "C1"}, Text: "bench"})
 	return fake, r, key

@@ -6,36 +6,15 @@ import (
 	"net/http/httptest"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/chat/chattest"
 	"github.com/pinplan/pinplan/internal/fakeslack"
 	"github.com/pinplan/pinplan/todo"
 )
-
-type memBoards struct {
-	mu sync.Mutex
-	m  map[string][]byte
-}
-
-func (s *memBoards) Board(_ context.Context, key string) ([]byte, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.m[key], nil
-}
-
-func (s *memBoards) SaveBoard(_ context.Context, key string, b []byte) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.m == nil {
-		s.m = map[string][]byte{}
-	}
-	s.m[key] = b
-	return nil
-}
 
 type nopHandler struct{}
 
@@ -48,7 +27,7 @@ func rig(b *testing.B, editsPerMinute float64) (*fakeslack.Server, *chat.Router)
 	srv := httptest.NewServer(fake)
 	b.Cleanup(srv.Close)
 	a := New(Options{BotToken: "xoxb-bench", APIURL: srv.URL + "/api/", EditsPerMinute: editsPerMinute, Handler: nopHandler{}})
-	r := chat.NewRouter(chat.Options{Store: &memBoards{}, Platforms: map[string]chat.Platform{"slack": a}})
+	r := chat.NewRouter(chat.Options{Store: &chattest.Boards{}, Platforms: map[string]chat.Platform{"slack": a}})
 	b.Cleanup(r.Close)
 	return fake, r
 }
@@ -61,14 +40,9 @@ func revision(key string, rev int64) agent.Event {
 func start(r *chat.Router, key string) {
 	// Handle records the thread for the session (the runner is not needed).
 	th := chat.Thread{Platform: "slack", Key: key, Channel: "C1", ThreadID: "1.1"}
-	r.Bind(noRunner{})
+	r.Bind(chattest.Runner{})
 	r.Handle(context.Background(), chat.Incoming{Thread: th, Text: "bench"})
 }
-
-type noRunner struct{}
-
-func (noRunner) Submit(context.Context, string, agent.Inbound) error { return nil }
-func (noRunner) Stop(string) bool                                    { return false }
 
 // BenchmarkRevisionToUpdate measures the time from a committed revision
 // (the event's time) to its chat.update reaching the fake Slack, with no

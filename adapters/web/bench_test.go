@@ -14,34 +14,9 @@ import (
 
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/chat/chattest"
 	"github.com/pinplan/pinplan/todo"
 )
-
-type memBoards struct {
-	mu sync.Mutex
-	m  map[string][]byte
-}
-
-func (s *memBoards) Board(_ context.Context, key string) ([]byte, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.m[key], nil
-}
-
-func (s *memBoards) SaveBoard(_ context.Context, key string, b []byte) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.m == nil {
-		s.m = map[string][]byte{}
-	}
-	s.m[key] = b
-	return nil
-}
-
-type noRunner struct{}
-
-func (noRunner) Submit(context.Context, string, agent.Inbound) error { return nil }
-func (noRunner) Stop(string) bool                                    { return false }
 
 // BenchmarkRevisionToSSE measures the time from a committed revision to its
 // plan event arriving at each of 100 open SSE clients (one op is one
@@ -53,9 +28,9 @@ func BenchmarkRevisionToSSE(b *testing.B) {
 	console.Register(mux)
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
-	r := chat.NewRouter(chat.Options{Store: &memBoards{}, Platforms: map[string]chat.Platform{"web": console}})
+	r := chat.NewRouter(chat.Options{Store: &chattest.Boards{}, Platforms: map[string]chat.Platform{"web": console}})
 	defer r.Close()
-	r.Bind(noRunner{})
+	r.Bind(chattest.Runner{})
 	key := "web/bench"
 	r.Handle(context.Background(), chat.Incoming{Thread: chat.Thread{Platform: "web", Key: key, Channel: key}, Text: "bench"})
 
