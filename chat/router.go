@@ -62,10 +62,24 @@ func NewRouter(opts Options) *Router {
 // Bind sets the runner; call it before Handle.
 func (r *Router) Bind(run Runner) { r.runner = run }
 
-// Close stops the board loops and waits for them.
+// drainTimeout bounds how long Close lets plan boards finish their edits.
+const drainTimeout = 5 * time.Second
+
+// Close lets the plan boards apply what they were given (up to five
+// seconds, so a final "done" edit is not lost to a restart), then stops
+// them and waits. Call it after the runner has stopped publishing.
 func (r *Router) Close() {
+	done := make(chan struct{})
+	go func() {
+		r.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(drainTimeout):
+	}
 	r.cancel()
-	r.wg.Wait()
+	<-done
 }
 
 // ErrRejected is returned by Handle for a message it answered with an
