@@ -27,6 +27,7 @@ import (
 
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/todo"
 )
 
 //go:embed static
@@ -259,7 +260,11 @@ func writeErr(w http.ResponseWriter, status int, msg string) {
 }
 
 func (c *Console) info(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"demo": c.opts.Demo, "model": c.opts.Model})
+	marks := map[string]string{}
+	for _, st := range todo.Statuses() {
+		marks[string(st)] = chat.Mark(st) // the same marks as Slack and Discord
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"demo": c.opts.Demo, "model": c.opts.Model, "marks": marks})
 }
 
 func (c *Console) listThreads(w http.ResponseWriter, r *http.Request) {

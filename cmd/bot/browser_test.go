@@ -108,6 +108,17 @@ func TestBrowserConsole(t *testing.T) {
 	if !strings.Contains(messages, "prepare the v2 release notes") || !strings.Contains(messages, "Done:") {
 		t.Errorf("messages: %q", messages)
 	}
+	// The revision history opens with every stored revision.
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#plan-history summary")), chromedp.WaitVisible(chromedp.CSS("#plan-revisions li"))); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for eval(`String(document.querySelectorAll("#plan-revisions li").length)`) != rev {
+		if time.Now().After(deadline) {
+			t.Fatalf("revision history shows %s entries, want %s", eval(`String(document.querySelectorAll("#plan-revisions li").length)`), rev)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	saveScreenshot(t, ctx, "console-done.png")
 
 	// Reload: the same state comes back from the server.

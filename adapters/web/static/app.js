@@ -1,7 +1,7 @@
 "use strict";
 // pinplan console: threads, messages and the pinned plan, live over SSE.
 const $ = (id) => document.getElementById(id);
-const marks = { completed: "☑", in_progress: "▶", pending: "☐" };
+let marks = { completed: "✅", in_progress: "🔄", pending: "⬜" }; // replaced by /api/info
 let current = null;   // selected thread id
 let threads = [];
 
@@ -158,6 +158,7 @@ function connect() {
 }
 
 api("/api/info").then((info) => {
+  if (info.marks) marks = info.marks;
   if (info.demo) { $("mode").textContent = "demo model: scripted, no API key used"; $("mode").hidden = false; }
   else if (info.model) { $("mode").textContent = `model: ${info.model}`; $("mode").hidden = false; }
 });
