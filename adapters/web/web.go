@@ -142,8 +142,6 @@ func (c *Console) broadcast(e event) {
 	}
 }
 
-func threadID(th chat.Thread) string { return strings.TrimPrefix(th.Key, "web/") }
-
 // PostPlan implements chat.Platform.
 func (c *Console) PostPlan(_ context.Context, th chat.Thread, p chat.Plan) (chat.MessageRef, error) {
 	id := "plan-" + randomID()
