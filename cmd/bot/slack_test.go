@@ -250,7 +250,7 @@ func TestSlackRateLimitedBurst(t *testing.T) {
 		// Slack's Tier 3 for chat.update and pinplan's default pace.
 		{"tier3", 50, time.Minute, "", false},
 		// A stricter server than the pace: 429s happen and are honoured.
-		{"stricter", 4, 2 * time.Second, "600", true},
+		{"stricter", 2, 3 * time.Second, "600", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
