@@ -1,0 +1,113 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/chat"
+)
+
+type fakeStore struct{ hist []agent.Entry }
+
+func (f *fakeStore) Threads(context.Context) ([]Summary, error) {
+	return []Summary{{Key: "web/abc", Platform: "web", Title: "t", State: "idle"}}, nil
+}
+func (f *fakeStore) History(context.Context, string) ([]agent.Entry, error) { return f.hist, nil }
+func (f *fakeStore) Plans(context.Context, string) ([]agent.PlanRevision, error) {
+	return nil, nil
+}
+
+type recHandler struct{ got []chat.Incoming }
+
+func (h *recHandler) Handle(_ context.Context, in chat.Incoming) error {
+	h.got = append(h.got, in)
+	return nil
+}
+
+func newConsole(t *testing.T, token string) (*Console, *httptest.Server, *recHandler, *fakeStore) {
+	t.Helper()
+	st := &fakeStore{}
+	c := New(Options{Store: st, Token: token})
+	h := &recHandler{}
+	c.Bind(h)
+	mux := http.NewServeMux()
+	c.Register(mux)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(func() { c.Close(); srv.Close() })
+	return c, srv, h, st
+}
+
+func TestThreadViewMergesNotices(t *testing.T) {
+	c, srv, _, st := newConsole(t, "")
+	t0 := time.Now().Add(-time.Minute) // the turn happened before the notices
+	st.hist = []agent.Entry{
+		{Message: openai.ChatCompletionMessage{Role: "user", Content: "plan it"}, At: t0},
+		{Message: openai.ChatCompletionMessage{Role: "assistant", ToolCalls: []openai.ToolCall{{ID: "c"}}}, At: t0.Add(time.Second)},
+		{Message: openai.ChatCompletionMessage{Role: "tool", Content: `{"todos":[]}`, ToolCallID: "c"}, At: t0.Add(time.Second)},
+		{Message: openai.ChatCompletionMessage{Role: "assistant", Content: "the answer"}, At: t0.Add(2 * time.Second)},
+	}
+	th := chat.Thread{Platform: "web", Key: "web/abc", Channel: "web/abc"}
+	c.Reply(context.Background(), th, "", "the answer")                  // also in history: shown once
+	c.Reply(context.Background(), th, "", "The model did not answer ...") // a notice: kept
+	resp, err := http.Get(srv.URL + "/api/threads/abc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var view struct {
+		Messages []Message `json:"messages"`
+	}
+	json.NewDecoder(resp.Body).Decode(&view)
+	var texts []string
+	for _, m := range view.Messages {
+		texts = append(texts, m.Role+":"+m.Text)
+	}
+	want := "user:plan it|assistant:the answer|assistant:The model did not answer ..."
+	if got := strings.Join(texts, "|"); got != want {
+		t.Errorf("messages = %s\nwant       %s", got, want)
+	}
+}
+
+func TestTokenAndInput(t *testing.T) {
+	_, srv, h, _ := newConsole(t, "s3cret")
+	do := func(method, path, body, auth string) int {
+		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+		if auth != "" {
+			req.Header.Set("Authorization", "Bearer "+auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	tests := []struct {
+		name, method, path, body, auth string
+		want                           int
+	}{
+		{"no token", "GET", "/api/threads", "", "", 401},
+		{"events need it too", "GET", "/api/events", "", "", 401},
+		{"good token", "GET", "/api/threads", "", "s3cret", 200},
+		{"health is open", "GET", "/healthz", "", "", 200},
+		{"bad json", "POST", "/api/threads", "{", "s3cret", 400},
+		{"bad id", "POST", "/api/threads/..%2fx/messages", `{"text":"x"}`, "s3cret", 400},
+		{"new thread", "POST", "/api/threads", `{"text":"hello"}`, "s3cret", 202},
+	}
+	for _, tt := range tests {
+		if got := do(tt.method, tt.path, tt.body, tt.auth); got != tt.want {
+			t.Errorf("%s: %d, want %d", tt.name, got, tt.want)
+		}
+	}
+	if len(h.got) != 1 || h.got[0].Text != "hello" || !strings.HasPrefix(h.got[0].Thread.Key, "web/") {
+		t.Errorf("handled %+v", h.got)
+	}
+}
