@@ -55,7 +55,7 @@ func TestThreadViewMergesNotices(t *testing.T) {
 		{Message: openai.ChatCompletionMessage{Role: "assistant", Content: "the answer"}, At: t0.Add(2 * time.Second)},
 	}
 	th := chat.Thread{Platform: "web", Key: "web/abc", Channel: "web/abc"}
-	c.Reply(context.Background(), th, "", "the answer")                  // also in history: shown once
+	c.Reply(context.Background(), th, "", "the answer")                   // also in history: shown once
 	c.Reply(context.Background(), th, "", "The model did not answer ...") // a notice: kept
 	resp, err := http.Get(srv.URL + "/api/threads/abc")
 	if err != nil {
