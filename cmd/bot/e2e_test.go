@@ -212,6 +212,7 @@ func TestBackup(t *testing.T) {
 func TestNoModelConfigured(t *testing.T) {
 	p := startBot(t, map[string]string{"PINPLAN_DB": filepath.Join(t.TempDir(), "p.db"), "PINPLAN_HTTP_ADDR": "127.0.0.1:0"}, botBinary)
 	defer p.stop(t)
+	// The notice is printed before the console line startBot waits for.
 	if !strings.Contains(p.stdout.String(), "no model configured") {
 		t.Errorf("startup does not say no model is configured:\n%s", p.stdout)
 	}

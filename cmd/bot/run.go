@@ -155,10 +155,10 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 			log.Error("http server", "err", err)
 		}
 	}()
-	fmt.Fprintf(stdout, "pinplan: web console at http://%s/\n", ln.Addr())
 	if !cfg.ModelConfigured && !demo {
 		fmt.Fprintln(stdout, "pinplan: no model configured; set OPENAI_API_KEY or OPENAI_BASE_URL, or run with -demo")
 	}
+	fmt.Fprintf(stdout, "pinplan: web console at http://%s/\n", ln.Addr())
 	if slk != nil {
 		if err := slk.Start(ctx); err != nil {
 			srv.Close()
