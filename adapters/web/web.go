@@ -50,6 +50,7 @@ type Handler interface {
 
 // Summary is one thread in the list.
 type Summary struct {
+	ID       string      `json:"id"` // the console's id of the thread (see idOf)
 	Key      string      `json:"key"`
 	Platform string      `json:"platform"`
 	Title    string      `json:"title"`
@@ -274,6 +275,7 @@ func (c *Console) listThreads(w http.ResponseWriter, r *http.Request) {
 	}
 	c.mu.Lock()
 	for i := range list {
+		list[i].ID = idOf(list[i].Key)
 		if p, ok := c.plans[list[i].Key]; ok {
 			list[i].Plan = &p
 		}
@@ -347,10 +349,35 @@ func validID(id string) bool {
 	return true
 }
 
+// idOf is a session's id in console URLs: a web thread's own id, or for
+// Slack and Discord sessions (shown read-only, for operators) the key with
+// "/" written as "~".
+func idOf(key string) string {
+	if id, ok := strings.CutPrefix(key, "web/"); ok {
+		return id
+	}
+	return strings.ReplaceAll(key, "/", "~")
+}
+
+// keyOf reverses idOf; ok is false for ids that name no session key.
+func keyOf(id string) (string, bool) {
+	if validID(id) {
+		return "web/" + id, true
+	}
+	if len(id) > 256 || !strings.Contains(id, "~") {
+		return "", false
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("~._-", r)) {
+			return "", false
+		}
+	}
+	return strings.ReplaceAll(id, "~", "/"), true
+}
+
 func (c *Console) getThread(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	key := "web/" + id
-	if !validID(id) {
+	key, ok := keyOf(r.PathValue("id"))
+	if !ok {
 		writeErr(w, http.StatusBadRequest, "bad thread id")
 		return
 	}
@@ -399,6 +426,7 @@ func (c *Console) getThread(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusNotFound, "no such thread")
 		return
 	}
+	summary.ID = idOf(key)
 	c.mu.Lock()
 	if p, ok := c.plans[key]; ok {
 		summary.Plan = &p
@@ -408,7 +436,12 @@ func (c *Console) getThread(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) getPlans(w http.ResponseWriter, r *http.Request) {
-	plans, err := c.opts.Store.Plans(r.Context(), "web/"+r.PathValue("id"))
+	key, ok := keyOf(r.PathValue("id"))
+	if !ok {
+		writeErr(w, http.StatusBadRequest, "bad thread id")
+		return
+	}
+	plans, err := c.opts.Store.Plans(r.Context(), key)
 	if err != nil {
 		writeErr(w, http.StatusInternalServerError, "could not read the database")
 		return

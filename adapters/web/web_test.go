@@ -111,3 +111,17 @@ func TestTokenAndInput(t *testing.T) {
 		t.Errorf("handled %+v", h.got)
 	}
 }
+
+func TestIDsRoundTrip(t *testing.T) {
+	for _, key := range []string{"web/0a1b2c", "slack/T1/C1/1700000000.000100", "discord/900000000000000001"} {
+		got, ok := keyOf(idOf(key))
+		if !ok || got != key {
+			t.Errorf("keyOf(idOf(%q)) = %q, %t", key, got, ok)
+		}
+	}
+	for _, bad := range []string{"", "../etc", "a/b", "x~<script>"} {
+		if _, ok := keyOf(bad); ok {
+			t.Errorf("keyOf(%q) accepted", bad)
+		}
+	}
+}

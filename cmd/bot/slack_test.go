@@ -175,6 +175,20 @@ func TestSlackMention(t *testing.T) {
 	if len(r.slack.Acks()) != 1 {
 		t.Errorf("acks %v, want one", r.slack.Acks())
 	}
+	// The console shows the Slack session to operators, read-only.
+	var list []struct {
+		ID, Key, Platform string
+		Plan              *struct{ Revision int64 }
+	}
+	getJSON(t, p.URL+"/api/threads", &list)
+	if len(list) != 1 || list[0].Platform != "slack" || list[0].Plan == nil || list[0].Plan.Revision != 5 {
+		t.Fatalf("console threads: %+v", list)
+	}
+	var view threadView
+	getJSON(t, p.URL+"/api/threads/"+list[0].ID, &view)
+	if view.Thread.Key != "slack/T1/C1/1700000100.000100" || len(view.Messages) != 2 {
+		t.Errorf("console view of the Slack thread: %+v", view)
+	}
 	// The working indicator fell back to a reaction and was removed.
 	if len(okCalls(r.slack, "reactions.add")) != 1 || len(okCalls(r.slack, "reactions.remove")) != 1 {
 		t.Errorf("reactions add %d remove %d, want 1 and 1", len(okCalls(r.slack, "reactions.add")), len(okCalls(r.slack, "reactions.remove")))

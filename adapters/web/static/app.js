@@ -68,8 +68,8 @@ function renderList() {
   ul.replaceChildren(...threads.map((t) => {
     const li = document.createElement("li");
     const a = document.createElement("a");
-    const id = t.key.replace(/^web\//, "");
-    a.href = `#${t.platform === "web" ? id : ""}`;
+    const id = t.id;
+    a.href = `#${id}`;
     if (id === current) a.setAttribute("aria-current", "page");
     a.textContent = t.title || t.key;
     const meta = document.createElement("span");
@@ -93,10 +93,16 @@ async function loadThread(id) {
   $("messages").replaceChildren();
   $("plan").hidden = true;
   $("working").hidden = true;
+  $("send").hidden = false;
+  $("readonly").hidden = true;
   if (!id) { $("thread-title").textContent = "Start a thread"; renderList(); return; }
   try {
     const t = await api(`/api/threads/${id}`);
     $("thread-title").textContent = t.thread.title || id;
+    // Slack and Discord threads are shown read-only, for operators.
+    const web = t.thread.platform === "web";
+    $("send").hidden = !web;
+    $("readonly").hidden = web;
     renderPlan(t.thread.plan);
     $("working").hidden = t.thread.state !== "running";
     (t.messages || []).forEach(addMessage);
@@ -139,7 +145,7 @@ function connect() {
   const es = new EventSource("/api/events");
   es.onmessage = (msg) => {
     const e = JSON.parse(msg.data);
-    const id = e.thread.replace(/^web\//, "");
+    const id = e.thread.startsWith("web/") ? e.thread.slice(4) : e.thread.replaceAll("/", "~");
     if (e.type === "plan") {
       const t = threads.find((x) => x.key === e.thread);
       if (t) { t.plan = e.plan; renderList(); }
