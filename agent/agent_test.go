@@ -445,6 +445,21 @@ func TestModelFaults(t *testing.T) {
 	}
 }
 
+func TestRetryAfterBeyondCapFailsAtOnce(t *testing.T) {
+	fake := &fakeopenai.Server{}
+	h := newHarness(t, fake, harnessOpts{retries: 3})
+	fake.Fail(fakeopenai.Fault{Status: 429, RetryAfter: "3600"})
+	h.send(t, "web/ra", "go")
+	events := h.waitEnd(t, "web/ra")
+	end := events[len(events)-1]
+	if end.Outcome != agent.Failed || !strings.Contains(end.Err.Error(), "retry after 1h0m0s") {
+		t.Errorf("outcome %s, err %v", end.Outcome, end.Err)
+	}
+	if n := len(fake.Requests()); n != 1 {
+		t.Errorf("%d requests: retried before the server's Retry-After", n)
+	}
+}
+
 func TestMaxRounds(t *testing.T) {
 	fake := &fakeopenai.Server{Respond: func(*openai.ChatCompletionRequest) fakeopenai.Reply {
 		return fakeopenai.Reply{ToolCalls: []fakeopenai.Call{call("read_file", `{}`)}}

@@ -94,7 +94,13 @@ func (m *OpenAIModel) Complete(ctx context.Context, req openai.ChatCompletionReq
 		if !retryable(err) || attempt >= m.opts.Retries {
 			return Reply{}, fmt.Errorf("%w after %d attempt(s): %w", ErrModel, attempt+1, err)
 		}
-		wait := m.backoff(attempt, hint.get())
+		retryAfter := hint.get()
+		if retryAfter > m.opts.MaxBackoff {
+			// Retrying sooner would ignore the server; waiting longer would
+			// hold the thread for too long. Give up and say why.
+			return Reply{}, fmt.Errorf("%w: the server asked to retry after %s, longer than the %s this bot waits: %w", ErrModel, retryAfter, m.opts.MaxBackoff, err)
+		}
+		wait := m.backoff(attempt, retryAfter)
 		if m.opts.OnRetry != nil {
 			m.opts.OnRetry(attempt+1, wait, err)
 		}

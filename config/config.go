@@ -71,6 +71,8 @@ type Config struct {
 	DiscordThreadPerTask bool   // PINPLAN_DISCORD_THREAD_PER_TASK
 
 	LogLevel string // PINPLAN_LOG_LEVEL: debug, info, warn, error
+
+	DemoDelay time.Duration // PINPLAN_DEMO_DELAY: pause per round of the -demo model
 }
 
 // DefaultModel is the model used when OPENAI_MODEL is not set.
@@ -85,7 +87,7 @@ var keys = []string{
 	"SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET", "SLACK_API_URL",
 	"PINPLAN_SLACK_PLAN_BLOCKS", "PINPLAN_SLACK_EDITS_PER_MINUTE",
 	"DISCORD_BOT_TOKEN", "DISCORD_API_URL", "PINPLAN_DISCORD_THREAD_PER_TASK",
-	"PINPLAN_LOG_LEVEL",
+	"PINPLAN_LOG_LEVEL", "PINPLAN_DEMO_DELAY",
 }
 
 // Load reads the settings through getenv (os.Getenv in main), applies
@@ -127,6 +129,8 @@ func Load(getenv func(string) string) (*Config, error) {
 		DiscordThreadPerTask: l.boolean("PINPLAN_DISCORD_THREAD_PER_TASK", false),
 
 		LogLevel: l.oneOf("PINPLAN_LOG_LEVEL", "info", "debug", "info", "warn", "error"),
+
+		DemoDelay: l.duration("PINPLAN_DEMO_DELAY", 700*time.Millisecond),
 	}
 	c.ModelConfigured = l.str("OPENAI_API_KEY", "") != "" || l.str("OPENAI_BASE_URL", "") != ""
 	if !strings.HasSuffix(c.SlackAPIURL, "/") {

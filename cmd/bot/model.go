@@ -18,15 +18,11 @@ import (
 
 // buildModel picks the model: the demo, a real OpenAI-compatible server, or
 // (with neither) one that tells the user what to set.
-func buildModel(cfg *config.Config, demo bool, getenv func(string) string, m *metrics, log *slog.Logger) (agent.Model, []agent.Tool, string) {
+func buildModel(cfg *config.Config, demo bool, m *metrics, log *slog.Logger) (agent.Model, []agent.Tool, string) {
 	tools := []agent.Tool{clockTool()}
 	switch {
 	case demo:
-		delay := 700 * time.Millisecond
-		if v, err := time.ParseDuration(getenv("PINPLAN_DEMO_DELAY")); err == nil && v >= 0 {
-			delay = v
-		}
-		return m.timed(demoModel{delay: delay}), append(tools, demoTools()...), "pinplan-demo"
+		return m.timed(demoModel{delay: cfg.DemoDelay}), append(tools, demoTools()...), "pinplan-demo"
 	case cfg.ModelConfigured:
 		model := agent.NewOpenAIModel(agent.OpenAIOptions{
 			BaseURL: cfg.OpenAIBaseURL, APIKey: cfg.OpenAIKey.Reveal(), Stream: cfg.Stream,

@@ -48,7 +48,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	switch cmd := fs.Arg(0); cmd {
 	case "", "serve":
-		return serve(ctx, cfg, *demo, getenv, stdout, stderr)
+		return serve(ctx, cfg, *demo, stdout, stderr)
 	case "backup":
 		if fs.NArg() != 2 {
 			return errors.New("usage: bot backup FILE")
@@ -80,7 +80,7 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 
 // serve runs until ctx is done, then shuts down in order: stop taking
 // events, let sessions reach a checkpoint, finish plan renders, close the DB.
-func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(string) string, stdout, stderr io.Writer) error {
+func serve(ctx context.Context, cfg *config.Config, demo bool, stdout, stderr io.Writer) error {
 	log := newLogger(cfg, stderr)
 	db, err := store.Open(cfg.DB, store.Options{LockTimeout: 2 * time.Second, BatchDelay: 2 * time.Millisecond})
 	if err != nil {
@@ -92,7 +92,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	m := newMetrics(reg, db)
 	m.addCheck(db.Ping)
 
-	model, tools, modelName := buildModel(cfg, demo, getenv, m, log)
+	model, tools, modelName := buildModel(cfg, demo, m, log)
 	registry, err := agent.NewRegistry(tools...)
 	if err != nil {
 		return err
