@@ -460,6 +460,19 @@ func TestRetryAfterBeyondCapFailsAtOnce(t *testing.T) {
 	}
 }
 
+func TestSubmitDuringShutdownIsKept(t *testing.T) {
+	fake := &fakeopenai.Server{}
+	h := newHarness(t, fake, harnessOpts{})
+	h.runner.Close()
+	if err := h.runner.Submit(context.Background(), "web/late", agent.Inbound{Text: "arrived late"}); err != nil {
+		t.Fatal(err)
+	}
+	keys, _ := h.db.Resumable(context.Background())
+	if len(keys) != 1 || keys[0] != "web/late" || len(fake.Requests()) != 0 {
+		t.Errorf("resumable %v, requests %d: the late message must wait for the next process", keys, len(fake.Requests()))
+	}
+}
+
 func TestMaxRounds(t *testing.T) {
 	fake := &fakeopenai.Server{Respond: func(*openai.ChatCompletionRequest) fakeopenai.Reply {
 		return fakeopenai.Reply{ToolCalls: []fakeopenai.Call{call("read_file", `{}`)}}

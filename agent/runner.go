@@ -29,9 +29,6 @@ type Options struct {
 	Now          func() time.Time
 }
 
-// ErrClosed is returned by Submit after Close.
-var ErrClosed = errors.New("agent: runner is closed")
-
 // ErrStopped is the cause of a turn stopped by Stop.
 var ErrStopped = errors.New("stopped on request")
 
@@ -89,13 +86,11 @@ func NewRunner(opts Options) (*Runner, error) {
 // Submit persists a user message for the session and makes sure the
 // session runs. A message that arrives during a turn joins that turn before
 // its next model request.
+//
+// After Close the message is still persisted, and the next process runs
+// it (Resume picks up non-empty inboxes), so a message that arrives during
+// shutdown is not lost.
 func (r *Runner) Submit(ctx context.Context, key string, in Inbound) error {
-	r.mu.Lock()
-	closed := r.closed
-	r.mu.Unlock()
-	if closed {
-		return ErrClosed
-	}
 	if in.At.IsZero() {
 		in.At = r.opts.Now()
 	}
