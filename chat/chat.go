@@ -43,6 +43,20 @@ type Incoming struct {
 	MessageID string // the platform's id of the message, for replies and reactions
 }
 
+// Inbox is where adapters hand decoded, deduplicated messages: Router.
+type Inbox interface {
+	Handle(ctx context.Context, in Incoming) error
+	// Known reports whether a session exists, so that messages without a
+	// mention reach only threads pinplan is already part of.
+	Known(key string) bool
+}
+
+// Deduper records event ids so redelivered events run once; store.DB
+// implements it.
+type Deduper interface {
+	FirstSeen(ctx context.Context, key string, ttl time.Duration) (bool, error)
+}
+
 // Platform is what the router and plan board need of a chat platform.
 // Errors may wrap ErrMessageGone, ErrPinUnavailable or a *RateLimitError.
 type Platform interface {

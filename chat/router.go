@@ -47,6 +47,8 @@ type Router struct {
 	boards map[string]*Board
 }
 
+var _ Inbox = (*Router)(nil)
+
 // NewRouter returns a router; Bind gives it the runner.
 func NewRouter(opts Options) *Router {
 	if opts.Logger == nil {

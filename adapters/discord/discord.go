@@ -25,17 +25,6 @@ import (
 	"github.com/pinplan/pinplan/chat"
 )
 
-// Handler receives decoded messages: chat.Router.
-type Handler interface {
-	Handle(ctx context.Context, in chat.Incoming) error
-	Known(key string) bool
-}
-
-// Deduper records message ids; store.DB implements it.
-type Deduper interface {
-	FirstSeen(ctx context.Context, key string, ttl time.Duration) (bool, error)
-}
-
 // Options configures the adapter.
 type Options struct {
 	Token string
@@ -43,8 +32,8 @@ type Options struct {
 	// discovery (DISCORD_API_URL).
 	APIURL        string
 	ThreadPerTask bool
-	Handler       Handler
-	Dedupe        Deduper
+	Handler       chat.Inbox
+	Dedupe        chat.Deduper
 	Logger        *slog.Logger
 	// EditEvery paces plan posts and edits per channel; Discord allows 5
 	// edits per 5 s per channel, the default is one per 1.25 s, burst 3.

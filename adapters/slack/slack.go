@@ -22,19 +22,6 @@ import (
 	"github.com/pinplan/pinplan/chat"
 )
 
-// Handler receives decoded messages: chat.Router.
-type Handler interface {
-	Handle(ctx context.Context, in chat.Incoming) error
-	// Known reports whether a session exists, so thread replies without a
-	// mention reach only threads pinplan is already part of.
-	Known(key string) bool
-}
-
-// Deduper records event ids; store.DB implements it.
-type Deduper interface {
-	FirstSeen(ctx context.Context, key string, ttl time.Duration) (bool, error)
-}
-
 // Options configures the adapter.
 type Options struct {
 	BotToken      string
@@ -47,8 +34,8 @@ type Options struct {
 	// EditsPerMinute paces plan posts and edits for the workspace (Tier 3
 	// chat.update allows about 50); default 45, burst 5.
 	EditsPerMinute float64
-	Handler        Handler
-	Dedupe         Deduper
+	Handler        chat.Inbox
+	Dedupe         chat.Deduper
 	Logger         *slog.Logger
 	HTTPClient     *http.Client
 	Now            func() time.Time
