@@ -335,3 +335,25 @@ func TestDiscordEditErrorsRepost(t *testing.T) {
 		})
 	}
 }
+
+func TestDiscordDirectMessage(t *testing.T) {
+	r := newDiscordRig(t, 2, 0)
+	r.dc.AddChannel("D1", 1, "")
+	p := r.start(t)
+	defer p.stop(t)
+	trigger := r.dc.UserMessage("D1", "111", "remind me of the steps", false)
+	reply := waitDiscordReply(t, r.dc, "D1", "All done.")
+	if reply.Reference != trigger {
+		t.Errorf("reply references %q, want %s", reply.Reference, trigger)
+	}
+	if len(discordPlans(r.dc, "D1")) != 1 {
+		t.Error("no plan message in the DM")
+	}
+	// In a guild channel, a message without a mention starts nothing.
+	before := len(r.model.Requests())
+	r.dc.UserMessage("C2", "111", "just chatting", false)
+	time.Sleep(500 * time.Millisecond)
+	if n := len(r.model.Requests()); n != before {
+		t.Errorf("an unmentioned channel message reached the model")
+	}
+}

@@ -451,3 +451,31 @@ func TestSlackEventsOverHTTP(t *testing.T) {
 		}
 	}
 }
+
+func TestSlackDirectMessageAndPinLimit(t *testing.T) {
+	r := newSlackRig(t, 3, 20*time.Millisecond, true)
+	r.slack.Fail("pins.add", "too_many_pins")
+	p := r.start(t)
+	defer p.stop(t)
+	dm := map[string]any{"type": "message", "channel_type": "im", "user": "U1", "text": "plan my day", "ts": "1700001000.000100", "channel": "D1"}
+	if _, err := r.slack.Push("EvDM", dm); err != nil {
+		t.Fatal(err)
+	}
+	waitReply(t, r.slack, "D1", "1700001000.000100", "All done.")
+	waitFor(t, 10*time.Second, "the final footer", func() bool {
+		pl := planMessages(r.slack, "D1")
+		return len(pl) == 1 && strings.Contains(pl[0].Blocks, "revision 3 · done")
+	})
+	notices := 0
+	for _, m := range r.slack.Messages("D1") {
+		if strings.Contains(m.Text, "can't pin the plan") {
+			notices++
+		}
+	}
+	if notices != 1 {
+		t.Errorf("%d pin notices, want exactly one", notices)
+	}
+	if n := len(r.slack.Calls("pins.add")); n != 1 {
+		t.Errorf("pins.add tried %d times, want once", n)
+	}
+}
