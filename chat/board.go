@@ -66,6 +66,8 @@ type Hooks struct {
 	Rendered       func(platform string, err error)
 	RateLimitWait  func(platform string, d time.Duration)
 	RevisionToEdit func(platform string, d time.Duration)
+	// Shown is told what a plan message shows after each post or edit.
+	Shown func(th Thread, p Plan)
 }
 
 // set changes the wanted content (and the record, persisted) and starts the
@@ -198,6 +200,7 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) error {
 			return err
 		}
 		b.update(func(r *boardRecord) { r.Ref, r.Pinned, r.Shown = ref, false, want })
+		b.shown(th, want)
 		rec.Ref = ref
 	} else if !sameContent(rec.Shown, want) {
 		if err := b.wait(ctx); err != nil {
@@ -212,6 +215,7 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) error {
 			b.hooks.RevisionToEdit(th.Platform, time.Since(want.Updated))
 		}
 		b.update(func(r *boardRecord) { r.Shown = want })
+		b.shown(th, want)
 	}
 	if !rec.Pinned && !rec.PinUnavailable {
 		err := b.platform.Pin(ctx, th, rec.Ref, true)
@@ -236,6 +240,12 @@ func (b *Board) wait(ctx context.Context) error {
 		return nil
 	}
 	return b.limiter.Wait(ctx)
+}
+
+func (b *Board) shown(th Thread, p Plan) {
+	if b.hooks != nil && b.hooks.Shown != nil {
+		b.hooks.Shown(th, p)
+	}
 }
 
 func (b *Board) rendered(th Thread, err error) {

@@ -163,6 +163,21 @@ func (c *Console) setPlan(th chat.Thread, p chat.Plan) {
 	c.broadcast(event{Type: "plan", Thread: th.Key, Plan: &p})
 }
 
+// Mirror shows the operator a plan message and run state of another
+// platform's session live; web threads are shown through the Platform
+// methods already.
+func (c *Console) Mirror(th chat.Thread, p *chat.Plan, working *bool) {
+	if th.Platform == "web" {
+		return
+	}
+	if p != nil {
+		c.setPlan(th, *p)
+	}
+	if working != nil {
+		c.broadcast(event{Type: "working", Thread: th.Key, Working: working})
+	}
+}
+
 // Pin implements chat.Platform. The console always shows the current plan
 // on top of its thread, so there is nothing to pin.
 func (c *Console) Pin(context.Context, chat.Thread, chat.MessageRef, bool) error { return nil }

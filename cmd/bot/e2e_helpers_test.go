@@ -226,3 +226,27 @@ func readFile(t testing.TB, path string) string {
 	}
 	return string(b)
 }
+
+// watchEvents reads the console's SSE stream into a buffer until the test ends.
+func watchEvents(t testing.TB, base string) *syncBuffer {
+	t.Helper()
+	buf := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/events", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		io.Copy(buf, resp.Body)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		resp.Body.Close()
+		<-done
+	})
+	return buf
+}

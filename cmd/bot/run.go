@@ -103,11 +103,22 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, stdout, stderr io
 		Ready: func() error { return m.ready() }})
 	platforms := map[string]chat.Platform{"web": console}
 
-	router := chat.NewRouter(chat.Options{Store: db, Platforms: platforms, Logger: log.With("component", "chat"), Hooks: m.boardHooks()})
+	hooks := m.boardHooks()
+	hooks.Shown = func(th chat.Thread, p chat.Plan) { console.Mirror(th, &p, nil) }
+	router := chat.NewRouter(chat.Options{Store: db, Platforms: platforms, Logger: log.With("component", "chat"), Hooks: hooks})
 	runner, err := agent.NewRunner(agent.Options{
 		Model: model, Store: db, Tools: registry, ModelName: modelName,
 		SystemPrompt: systemPrompt, StaleRounds: cfg.StaleRounds, ReminderRole: cfg.ReminderRole, MaxRounds: cfg.MaxRounds,
-		Observer: func(e agent.Event) { m.observe(e); router.Observe(e) },
+		Observer: func(e agent.Event) {
+			m.observe(e)
+			router.Observe(e)
+			if e.Kind == agent.TurnStarted || e.Kind == agent.TurnEnded {
+				if th, ok := router.Thread(e.Session); ok {
+					working := e.Kind == agent.TurnStarted
+					console.Mirror(th, nil, &working)
+				}
+			}
+		},
 		Logger:   log.With("component", "agent"),
 	})
 	if err != nil {

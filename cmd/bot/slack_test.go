@@ -138,6 +138,7 @@ func TestSlackMention(t *testing.T) {
 	r := newSlackRig(t, 5, 40*time.Millisecond, true)
 	p := r.start(t)
 	defer p.stop(t)
+	sse := watchEvents(t, p.URL)
 	if _, err := r.slack.Push("Ev1", mention("C1", "1700000100.000100", "plan the release")); err != nil {
 		t.Fatal(err)
 	}
@@ -189,6 +190,11 @@ func TestSlackMention(t *testing.T) {
 	if view.Thread.Key != "slack/T1/C1/1700000100.000100" || len(view.Messages) != 2 {
 		t.Errorf("console view of the Slack thread: %+v", view)
 	}
+	// ...and live: the console's event stream mirrored the plan and state.
+	waitFor(t, 5*time.Second, "mirrored events", func() bool {
+		ev := sse.String()
+		return strings.Contains(ev, `"type":"plan","thread":"slack/T1/C1/1700000100.000100"`) && strings.Contains(ev, `"type":"working","thread":"slack/T1/C1/1700000100.000100","working":false`)
+	})
 	// The working indicator fell back to a reaction and was removed.
 	if len(okCalls(r.slack, "reactions.add")) != 1 || len(okCalls(r.slack, "reactions.remove")) != 1 {
 		t.Errorf("reactions add %d remove %d, want 1 and 1", len(okCalls(r.slack, "reactions.add")), len(okCalls(r.slack, "reactions.remove")))
