@@ -119,7 +119,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, stdout, stderr io
 				}
 			}
 		},
-		Logger:   log.With("component", "agent"),
+		Logger: log.With("component", "agent"),
 	})
 	if err != nil {
 		return err
