@@ -31,6 +31,9 @@ type boardRecord struct {
 	Trigger string `json:"trigger"` // the message that started the current turn
 	// Unpin lists earlier plan messages still to unpin.
 	Unpin []MessageRef `json:"unpin,omitempty"`
+	// FailureSaid: the thread was told the plan message could not be
+	// updated; cleared by the next success, so it is said once per outage.
+	FailureSaid bool `json:"failure_said,omitempty"`
 }
 
 // Board is one session's plan message. Updates only record the wanted
@@ -142,7 +145,11 @@ func (b *Board) loop() {
 			if ver > b.doneVer {
 				b.doneVer = ver
 			}
+			said := b.rec.FailureSaid
 			b.mu.Unlock()
+			if said {
+				b.update(func(r *boardRecord) { r.FailureSaid = false })
+			}
 		case errors.As(err, &rl):
 			if b.hooks != nil && b.hooks.RateLimitWait != nil {
 				b.hooks.RateLimitWait(rec.Thread.Platform, rl.RetryAfter)
@@ -162,13 +169,22 @@ func (b *Board) loop() {
 			b.log.Error("plan board update failed", "attempt", failures, "err", err)
 			if failures >= 5 {
 				// Give up on this content; the next revision tries again.
+				// The thread hears about it once, the log has the detail.
 				failures = 0
 				b.mu.Lock()
 				b.doneVer = ver
+				said := b.rec.FailureSaid
 				b.mu.Unlock()
+				if !said {
+					b.update(func(r *boardRecord) { r.FailureSaid = true })
+					msg := "I couldn't update the plan message here, so it may be out of date; I'll try again when the plan changes. The bot's log has the details."
+					if rerr := b.platform.Reply(ctx, rec.Thread, "", msg); rerr != nil {
+						b.log.Warn("tell thread about plan update failure", "err", rerr)
+					}
+				}
 				continue
 			}
-			sleep(ctx, time.Duration(failures)*time.Second)
+			sleep(ctx, time.Duration(failures)*b.owner.opts.RetryDelay)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package chat
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -271,5 +272,49 @@ func TestFooterSaysOpenItems(t *testing.T) {
 	}
 	if got := Shorten("abcdef", 4); got != "abc…" {
 		t.Errorf("Shorten = %q", got)
+	}
+}
+
+func TestBoardFailureToldOnceAndRecovers(t *testing.T) {
+	broken := true
+	var mu sync.Mutex
+	p := &fakePlatform{editErr: func(int) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if broken {
+			return errors.New("slack: update plan: channel_not_found")
+		}
+		return nil
+	}}
+	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond})
+	t.Cleanup(r.Close)
+	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
+	r.Board("test/1").Wait()
+	for rev := int64(2); rev <= 3; rev++ { // two outages' worth of failed edits, one notice
+		r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: rev, Plan: plan(rev, todo.InProgress)})
+		r.Board("test/1").Wait()
+	}
+	if n := p.count("reply"); n != 1 {
+		t.Fatalf("%d notices for a lasting failure, want 1", n)
+	}
+	if n := p.count("edit-error"); n != 10 {
+		t.Errorf("%d failed edits, want 5 tries per revision", n)
+	}
+	mu.Lock()
+	broken = false
+	mu.Unlock()
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 4, Plan: plan(4, todo.Completed)})
+	r.Board("test/1").Wait()
+	if got := p.plan("m1"); got.Revision != 4 {
+		t.Errorf("after recovery the message shows revision %d, want 4", got.Revision)
+	}
+	mu.Lock()
+	broken = true
+	mu.Unlock()
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 5, Plan: plan(5, todo.Completed)})
+	r.Board("test/1").Wait()
+	if n := p.count("reply"); n != 2 {
+		t.Errorf("a new outage after recovery: %d notices, want 2", n)
 	}
 }

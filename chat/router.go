@@ -31,6 +31,9 @@ type Options struct {
 	Logger    *slog.Logger
 	Hooks     *Hooks
 	Now       func() time.Time
+	// RetryDelay is the first wait after a failed plan post or edit; it
+	// grows by itself with each failure (default 1 s).
+	RetryDelay time.Duration
 }
 
 // Router maps threads to sessions, feeds their messages to the agent runner
@@ -56,6 +59,9 @@ func NewRouter(opts Options) *Router {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.RetryDelay <= 0 {
+		opts.RetryDelay = time.Second
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Router{opts: opts, ctx: ctx, cancel: cancel, boards: map[string]*Board{}}
