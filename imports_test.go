@@ -23,6 +23,7 @@ var allowed = map[string][]string{
 	"adapters/web":         {"chat", "agent", "todo"},
 	"adapters/slack":       {"chat", "agent", "todo"},
 	"adapters/discord":     {"chat", "agent", "todo"},
+	"internal/golden":      {},
 	"internal/fakeopenai":  {},
 	"internal/fakeslack":   {},
 	"internal/fakediscord": {},

@@ -9,11 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/chat/chattest"
 	"github.com/pinplan/pinplan/internal/fakediscord"
-	"github.com/pinplan/pinplan/todo"
 )
 
 func rig(b *testing.B, every time.Duration) (*fakediscord.Server, *chat.Router, string) {
@@ -33,21 +31,16 @@ func rig(b *testing.B, every time.Duration) (*fakediscord.Server, *chat.Router, 
 	return fake, r, key
 }
 
-func revision(key string, rev int64) agent.Event {
-	items := []todo.Item{{Content: "step one", Status: todo.Completed}, {Content: fmt.Sprintf("step two, revision %d", rev), Status: todo.InProgress}}
-	return agent.Event{Session: key, Kind: agent.PlanChanged, Revision: rev, Plan: todo.NewSnapshot(items), At: time.Now()}
-}
-
 // BenchmarkRevisionToEdit measures the time from a committed revision to
 // its edit reaching the fake Discord, with no rate pressure.
 func BenchmarkRevisionToEdit(b *testing.B) {
 	fake, r, key := rig(b, time.Nanosecond)
-	r.Observe(revision(key, 1))
+	r.Observe(chattest.Revision(key, 1))
 	r.Board(key).Wait()
 	var lat []time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		ev := revision(key, int64(i+2))
+		ev := chattest.Revision(key, int64(i+2))
 		r.Observe(ev)
 		r.Board(key).Wait()
 		calls := fake.Calls("PATCH channels/C1/messages/")
@@ -71,7 +64,7 @@ func BenchmarkBurstPerChannelPace(b *testing.B) {
 		for k := 0; k < bursts; k++ {
 			for j := 0; j < 100; j++ {
 				rev++
-				r.Observe(revision(key, rev))
+				r.Observe(chattest.Revision(key, rev))
 			}
 			r.Board(key).Wait()
 			for _, m := range fake.Messages("C1") {

@@ -2,8 +2,6 @@ package discord
 
 import (
 	"encoding/json"
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,10 +9,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/internal/golden"
 	"github.com/pinplan/pinplan/todo"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
 
 var at = time.Date(2026, 11, 30, 9, 30, 0, 0, time.UTC)
 
@@ -59,17 +56,7 @@ func TestPlanMessageGolden(t *testing.T) {
 			if strings.Contains(string(got), "@everyone") || strings.Contains(string(got), "<@1") {
 				t.Error("the plan message can mention someone")
 			}
-			path := filepath.Join("testdata", name+".json")
-			if *update {
-				os.WriteFile(path, got, 0o644)
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test -update)", err)
-			}
-			if string(got) != string(want) {
-				t.Errorf("%s differs:\n%s", path, got)
-			}
+			golden.Check(t, filepath.Join("testdata", name+".json"), got)
 		})
 	}
 	if d := PlanEmbed(plans()["worst_case"]).Description; !strings.Contains(d, "…") {

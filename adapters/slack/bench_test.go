@@ -9,11 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/chat/chattest"
 	"github.com/pinplan/pinplan/internal/fakeslack"
-	"github.com/pinplan/pinplan/todo"
 )
 
 type nopHandler struct{}
@@ -32,11 +30,6 @@ func rig(b *testing.B, editsPerMinute float64) (*fakeslack.Server, *chat.Router)
 	return fake, r
 }
 
-func revision(key string, rev int64) agent.Event {
-	items := []todo.Item{{Content: "step one", Status: todo.Completed}, {Content: fmt.Sprintf("step two, revision %d", rev), Status: todo.InProgress}}
-	return agent.Event{Session: key, Kind: agent.PlanChanged, Revision: rev, Plan: todo.NewSnapshot(items), At: time.Now()}
-}
-
 func start(r *chat.Router, key string) {
 	// Handle records the thread for the session (the runner is not needed).
 	th := chat.Thread{Platform: "slack", Key: key, Channel: "C1", ThreadID: "1.1"}
@@ -50,12 +43,12 @@ func start(r *chat.Router, key string) {
 func BenchmarkRevisionToUpdate(b *testing.B) {
 	fake, r := rig(b, 1e6)
 	start(r, "slack/T1/C1/1.1")
-	r.Observe(revision("slack/T1/C1/1.1", 1))
+	r.Observe(chattest.Revision("slack/T1/C1/1.1", 1))
 	r.Board("slack/T1/C1/1.1").Wait()
 	var lat []time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		ev := revision("slack/T1/C1/1.1", int64(i+2))
+		ev := chattest.Revision("slack/T1/C1/1.1", int64(i+2))
 		r.Observe(ev)
 		r.Board("slack/T1/C1/1.1").Wait()
 		calls := fake.Calls("chat.update")
@@ -87,7 +80,7 @@ func BenchmarkBurstUnderTier3(b *testing.B) {
 		for k := 0; k < bursts; k++ {
 			for j := 0; j < 100; j++ {
 				rev++
-				r.Observe(revision(key, rev))
+				r.Observe(chattest.Revision(key, rev))
 			}
 			r.Board(key).Wait()
 			msgs := fake.Messages("C1")

@@ -2,8 +2,6 @@ package slack
 
 import (
 	"encoding/json"
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,10 +11,9 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/internal/golden"
 	"github.com/pinplan/pinplan/todo"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
 
 var at = time.Date(2026, 11, 30, 9, 30, 0, 0, time.UTC)
 
@@ -50,7 +47,7 @@ func TestPlanBlocksGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			golden(t, filepath.Join("testdata", name+".json"), got)
+			golden.Check(t, filepath.Join("testdata", name+".json"), got)
 			if strings.Contains(string(got), "<!channel>") || strings.Contains(string(got), "<@") {
 				t.Error("the plan message can mention someone")
 			}
@@ -63,7 +60,7 @@ func TestNativePlanBlocksGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden(t, filepath.Join("testdata", "native_typical.json"), got)
+	golden.Check(t, filepath.Join("testdata", "native_typical.json"), got)
 }
 
 func checkLimits(t *testing.T, blocks []slack.Block, text string) {
@@ -91,22 +88,6 @@ func checkLimits(t *testing.T, blocks []slack.Block, text string) {
 				}
 			}
 		}
-	}
-}
-
-func golden(t *testing.T, path string, got []byte) {
-	t.Helper()
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if string(got) != string(want) {
-		t.Errorf("%s differs from the rendering:\n%s", path, got)
 	}
 }
 

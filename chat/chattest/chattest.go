@@ -4,9 +4,12 @@ package chattest
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"time"
 
 	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/todo"
 )
 
 // Boards is an in-memory chat.BoardStore. The zero value is ready.
@@ -41,3 +44,10 @@ func (Runner) Submit(context.Context, string, agent.Inbound) error { return nil 
 
 // Stop implements chat.Runner.
 func (Runner) Stop(string) bool { return false }
+
+// Revision is a committed plan revision for session key: a two-item plan
+// whose second item names rev, published now.
+func Revision(key string, rev int64) agent.Event {
+	items := []todo.Item{{Content: "step one", Status: todo.Completed}, {Content: fmt.Sprintf("step two, revision %d", rev), Status: todo.InProgress}}
+	return agent.Event{Session: key, Kind: agent.PlanChanged, Revision: rev, Plan: todo.NewSnapshot(items), At: time.Now()}
+}
