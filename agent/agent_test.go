@@ -473,6 +473,36 @@ func TestSubmitDuringShutdownIsKept(t *testing.T) {
 	}
 }
 
+// The intent record written before a non-idempotent tool runs is a full
+// checkpoint: the pending message, and the stale counter as the request
+// that carried the reminder left it.
+func TestPendingRecordBeforeNonIdempotentTool(t *testing.T) {
+	read := call("read_file", `{}`)
+	fake := &fakeopenai.Server{Respond: fakeopenai.Script(func(string) []fakeopenai.Reply {
+		return []fakeopenai.Reply{{ToolCalls: []fakeopenai.Call{read}}, {ToolCalls: []fakeopenai.Call{read}}, {ToolCalls: []fakeopenai.Call{read}},
+			{ToolCalls: []fakeopenai.Call{call("deploy", `{}`)}}, {Content: "deployed"}}
+	})}
+	var seen *agent.Checkpoint
+	var h *harness
+	deploy := agent.Tool{Name: "deploy", Run: func(ctx context.Context, _ *agent.ToolEnv, _ string) (string, error) {
+		seen, _, _, _ = h.db.Load(ctx, "web/pend")
+		return "ok", nil
+	}}
+	h = newHarness(t, fake, harnessOpts{tools: []agent.Tool{readTool(), deploy}})
+	h.send(t, "web/pend", "ship it")
+	h.waitEnd(t, "web/pend")
+	if reminderCount(fake.Requests()[3]) != 1 {
+		t.Fatal("the 4th request should carry the reminder")
+	}
+	if seen == nil || seen.Pending == nil || len(seen.Pending.ToolCalls) != 1 || seen.Stale != 0 || seen.State != agent.Running {
+		t.Errorf("checkpoint while deploy ran: %+v", seen)
+	}
+	cp, _, _, _ := h.db.Load(context.Background(), "web/pend")
+	if cp.Pending != nil || cp.Stale != 1 {
+		t.Errorf("after the round: pending %v, stale %d (want nil, 1)", cp.Pending, cp.Stale)
+	}
+}
+
 func TestMaxRounds(t *testing.T) {
 	fake := &fakeopenai.Server{Respond: func(*openai.ChatCompletionRequest) fakeopenai.Reply {
 		return fakeopenai.Reply{ToolCalls: []fakeopenai.Call{call("read_file", `{}`)}}

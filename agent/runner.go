@@ -278,11 +278,12 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 	if !r.allIdempotent(msg) {
 		// Record the intent first, so a crash while a non-idempotent tool
 		// runs is answered with "interrupted" instead of running it again.
+		// The record keeps the plan as it was and the counter as this
+		// request left it (the reminder, if any, was taken).
 		pend := s.cp
-		pend.Stale = work.Stale()
 		pend.Pending = &msg
 		pend.Usage = next.Usage
-		if err := r.commit(ctx, s, &Round{Append: drained, Drained: ids}, pend, s.tracker.Clone()); err != nil {
+		if err := r.commit(ctx, s, &Round{Append: drained, Drained: ids}, pend, work.Clone()); err != nil {
 			return err
 		}
 		drained, ids = nil, nil
