@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,6 +30,10 @@ type Options struct {
 	Now          func() time.Time
 }
 
+// EmptyAnswer stands in for a final answer the model left empty, in the
+// stored history and in the thread.
+const EmptyAnswer = "(The model finished without an answer.)"
+
 // ErrStopped is the cause of a turn stopped by Stop.
 var ErrStopped = errors.New("stopped on request")
 
@@ -49,7 +54,7 @@ type Runner struct {
 
 type worker struct {
 	again bool                    // more work arrived while it ran
-	stop  context.CancelCauseFunc // cancels the running turn
+	stop  context.CancelCauseFunc // cancels the running turn; nil between turns
 }
 
 // NewRunner returns a runner. Call Resume to pick up sessions a previous
@@ -156,12 +161,10 @@ func (r *Runner) work(key string, w *worker) {
 	defer r.wg.Done()
 	log := r.opts.Logger.With("session", key)
 	for {
-		ctx, stop := context.WithCancelCause(r.ctx)
 		r.mu.Lock()
-		w.again, w.stop = false, stop
+		w.again = false
 		r.mu.Unlock()
-		err := r.run(ctx, key, log)
-		stop(nil)
+		err := r.run(key, w, log)
 		if err != nil && r.ctx.Err() == nil {
 			log.Error("session failed", "err", err)
 		}
@@ -183,10 +186,33 @@ type session struct {
 	tracker *todo.Tracker
 }
 
-func (r *Runner) run(ctx context.Context, key string, log *slog.Logger) error {
+// turnContext returns a fresh context for one turn, which Stop cancels.
+// Each turn gets its own, so a stop ends only the turn it was meant for
+// and messages queued before it start the next turn normally.
+func (r *Runner) turnContext(w *worker) (context.Context, func()) {
+	ctx, stop := context.WithCancelCause(r.ctx)
+	r.mu.Lock()
+	w.stop = stop
+	r.mu.Unlock()
+	return ctx, func() {
+		r.mu.Lock()
+		w.stop = nil
+		r.mu.Unlock()
+		stop(nil)
+	}
+}
+
+func (r *Runner) run(key string, w *worker, log *slog.Logger) error {
 	store := r.opts.Store
-	cp, hist, inbox, err := store.Load(ctx, key)
+	cp, hist, inbox, err := store.Load(r.ctx, key)
 	if err != nil {
+		if r.ctx.Err() == nil {
+			// The record cannot be read: say so in the thread (the
+			// message stays queued, nothing is overwritten) and leave the
+			// stored state for an operator to restore.
+			r.publish(Event{Session: key, Kind: TurnEnded, Outcome: Failed, Err: err,
+				Text: "I couldn't read this thread's saved session, so I can't continue it. Nothing was changed or deleted; an operator can restore it from a backup (the bot's log has the details)."})
+		}
 		return fmt.Errorf("load: %w", err)
 	}
 	now := r.opts.Now()
@@ -194,15 +220,21 @@ func (r *Runner) run(ctx context.Context, key string, log *slog.Logger) error {
 		cp = &Checkpoint{Key: key, State: Idle, Created: now}
 	}
 	s := &session{key: key, cp: *cp, hist: hist, tracker: todo.Restore(cp.Plan, cp.Revision, cp.Stale)}
+	var ctx context.Context
+	endTurn := func() {}
+	defer func() { endTurn() }()
 	if s.cp.State == Running {
 		log.Info("resuming turn", "history", len(hist), "revision", s.cp.Revision)
+		ctx, endTurn = r.turnContext(w)
 		r.publish(Event{Session: key, Kind: TurnStarted, Resumed: true, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision()})
 	}
 	for {
 		if s.cp.State == Idle {
+			endTurn()
 			if len(inbox) == 0 {
 				return nil
 			}
+			ctx, endTurn = r.turnContext(w)
 			s.cp.State, s.cp.TurnRounds = Running, 0
 			s.cp.Turns++
 			r.publish(Event{Session: key, Kind: TurnStarted, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision()})
@@ -219,7 +251,7 @@ func (r *Runner) run(ctx context.Context, key string, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		if inbox, err = store.Inbox(ctx, key); err != nil {
+		if inbox, err = store.Inbox(r.ctx, key); err != nil {
 			return fmt.Errorf("read inbox: %w", err)
 		}
 	}
@@ -248,23 +280,29 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 	}
 	msg := reply.Message
 	msg.Role = openai.ChatMessageRoleAssistant
+	// Reasoning is the model's own scratch text: it is neither stored nor
+	// sent back (servers reject or mis-handle it in a request).
+	msg.ReasoningContent = ""
 	next := s.cp
 	next.Usage.add(reply.Usage)
 	next.TurnRounds++
 	now := r.opts.Now()
 	asst := Entry{Message: msg, At: now}
 	if len(msg.ToolCalls) == 0 {
+		if strings.TrimSpace(msg.Content) == "" {
+			// An assistant message with neither content nor tool calls is
+			// rejected by OpenAI when sent back, so the history keeps a
+			// placeholder and the thread is told plainly.
+			msg.Content = EmptyAnswer
+			asst.Message = msg
+		}
 		rd := &Round{Append: append(drained, asst), Drained: ids}
 		next.Stale = work.Stale()
 		next.State = Idle
 		if err := r.commit(ctx, s, rd, next, work); err != nil {
 			return err
 		}
-		text := msg.Content
-		if text == "" {
-			text = "(The model finished without an answer.)"
-		}
-		r.publish(Event{Session: s.key, Kind: Replied, Text: text})
+		r.publish(Event{Session: s.key, Kind: Replied, Text: msg.Content})
 		r.publish(Event{Session: s.key, Kind: TurnEnded, Outcome: Done, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision()})
 		return nil
 	}

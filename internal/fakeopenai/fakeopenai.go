@@ -24,6 +24,9 @@ import (
 type Reply struct {
 	Content   string
 	ToolCalls []Call
+	// Reasoning is sent as reasoning_content (DeepSeek, vLLM and others
+	// return the model's reasoning this way).
+	Reasoning string
 }
 
 // Call is one tool call of a Reply.
@@ -86,6 +89,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
 		return
 	}
+	if msg := invalidMessages(req.Messages); msg != "" {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", msg)
+		return
+	}
 	s.mu.Lock()
 	if !s.NoRecord {
 		s.requests = append(s.requests, req)
@@ -131,7 +138,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.stream(w, &req, reply, usage, f)
 		return
 	}
-	msg := openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: reply.Content}
+	msg := openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: reply.Content, ReasoningContent: reply.Reasoning}
 	finish := openai.FinishReasonStop
 	for _, c := range reply.ToolCalls {
 		msg.ToolCalls = append(msg.ToolCalls, openai.ToolCall{ID: c.ID, Type: openai.ToolTypeFunction, Function: openai.FunctionCall{Name: c.Name, Arguments: c.Arguments}})
@@ -219,4 +226,31 @@ func Script(script func(firstUser string) []Reply) func(*openai.ChatCompletionRe
 		}
 		return Reply{Content: "done"}
 	}
+}
+
+// invalidMessages rejects what the real APIs reject in a conversation: an
+// assistant message with neither content nor tool calls (OpenAI: "expected
+// a string, got null"), reasoning_content sent back (DeepSeek answers 400),
+// and a tool result that answers no earlier tool call.
+func invalidMessages(msgs []openai.ChatCompletionMessage) string {
+	calls := map[string]bool{}
+	for i, m := range msgs {
+		switch m.Role {
+		case openai.ChatMessageRoleAssistant:
+			if m.Content == "" && len(m.MultiContent) == 0 && len(m.ToolCalls) == 0 {
+				return fmt.Sprintf("Invalid value for 'messages[%d].content': expected a string, got null.", i)
+			}
+			for _, tc := range m.ToolCalls {
+				calls[tc.ID] = true
+			}
+		case openai.ChatMessageRoleTool:
+			if !calls[m.ToolCallID] {
+				return fmt.Sprintf("Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls' (messages[%d]).", i)
+			}
+		}
+		if m.ReasoningContent != "" {
+			return fmt.Sprintf("messages[%d]: reasoning_content must not be sent back in a request", i)
+		}
+	}
+	return ""
 }
