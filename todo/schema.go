@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"unicode/utf8"
 )
 
 // The names and texts of the todo_write contract (DESIGN.md §3 and §4).
@@ -15,6 +16,9 @@ const (
 	ReminderText    = "Keep the TODO list current. Call todo_write with the complete task snapshot when the plan changes."
 	// MaxItems is the most items one snapshot may hold.
 	MaxItems = 50
+	// MaxContentLength is the most characters (code points) an item's
+	// content may have after trimming.
+	MaxContentLength = 1000
 )
 
 // Error codes of a rejected todo_write call.
@@ -43,17 +47,19 @@ type Schema struct {
 	Items                *Schema            `json:"items,omitempty"`
 	MaxItems             *int               `json:"maxItems,omitempty"`
 	MinLength            *int               `json:"minLength,omitempty"`
+	MaxLength            *int               `json:"maxLength,omitempty"`
 	Enum                 []string           `json:"enum,omitempty"`
 
-	// Trim applies ECMAScript trim to a string before MinLength is checked
-	// and in the value Validate returns. It is not part of the JSON form.
+	// Trim applies ECMAScript trim to a string before MinLength and
+	// MaxLength are checked and in the value Validate returns. It is not
+	// part of the JSON form.
 	Trim bool `json:"-"`
 }
 
 // ArgumentsSchema returns the parameters schema of todo_write.
 func ArgumentsSchema() *Schema {
 	no := false
-	maxItems, minLen := MaxItems, 1
+	maxItems, minLen, maxLen := MaxItems, 1, MaxContentLength
 	var enum []string
 	for _, s := range Statuses() {
 		enum = append(enum, string(s))
@@ -61,7 +67,7 @@ func ArgumentsSchema() *Schema {
 	item := &Schema{
 		Type: "object",
 		Properties: map[string]*Schema{
-			"content": {Type: "string", MinLength: &minLen, Trim: true},
+			"content": {Type: "string", MinLength: &minLen, MaxLength: &maxLen, Trim: true},
 			"status":  {Type: "string", Enum: enum},
 		},
 		Required:             []string{"content", "status"},
@@ -77,14 +83,12 @@ func ArgumentsSchema() *Schema {
 	}
 }
 
-// Validate checks a decoded JSON value (as encoding/json decodes into any)
-// against s and returns it normalized (strings trimmed where s says so).
-// path names the value in errors, such as "todos[3].status".
+// Validate checks a decoded JSON value (as encoding/json decodes into any,
+// numbers as float64 or json.Number) against s and returns it normalized
+// (strings trimmed where s says so). path names the value in errors, such
+// as "todos[3].status".
 func (s *Schema) Validate(v any, path string) (any, error) {
-	at := path
-	if at == "" {
-		at = "arguments"
-	}
+	at := where(path)
 	switch s.Type {
 	case "object":
 		obj, ok := v.(map[string]any)
@@ -146,11 +150,18 @@ func (s *Schema) Validate(v any, path string) (any, error) {
 		if s.Trim {
 			str = TrimSpace(str)
 		}
-		if s.MinLength != nil && len([]rune(str)) < *s.MinLength {
+		n := utf8.RuneCountInString(str)
+		if s.MinLength != nil && n < *s.MinLength {
 			if s.Trim {
 				return nil, invalidf("%s: expected a non-empty string after trimming white space", at)
 			}
 			return nil, invalidf("%s: expected at least %d characters", at, *s.MinLength)
+		}
+		if s.MaxLength != nil && n > *s.MaxLength {
+			if s.Trim {
+				return nil, invalidf("%s: expected at most %d characters after trimming white space, got %d", at, *s.MaxLength, n)
+			}
+			return nil, invalidf("%s: expected at most %d characters, got %d", at, *s.MaxLength, n)
 		}
 		if len(s.Enum) > 0 && !contains(s.Enum, str) {
 			return nil, invalidf("%s: expected one of %s, got %q", at, quoteList(s.Enum), str)
@@ -177,6 +188,15 @@ func (s *Schema) fieldList() string { return quoteList(s.fieldOrder()) }
 
 func invalidf(format string, args ...any) error {
 	return &Error{Code: CodeInvalidArguments, Message: fmt.Sprintf(format, args...)}
+}
+
+// where names the value at path in a message; the empty path is the
+// arguments themselves.
+func where(path string) string {
+	if path == "" {
+		return "arguments"
+	}
+	return path
 }
 
 func join(path, name string) string {
@@ -230,9 +250,9 @@ func Parse(arguments string) ([]Item, error) {
 	if !json.Valid([]byte(arguments)) {
 		return nil, &Error{Code: CodeInvalidJSON, Message: "arguments must be exactly one JSON object, such as {\"todos\":[]}"}
 	}
-	var v any
-	if err := json.Unmarshal([]byte(arguments), &v); err != nil {
-		return nil, &Error{Code: CodeInvalidJSON, Message: err.Error()}
+	v, err := decodeArguments(arguments)
+	if err != nil {
+		return nil, err
 	}
 	nv, err := ArgumentsSchema().Validate(v, "")
 	if err != nil {

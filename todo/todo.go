@@ -25,15 +25,6 @@ const (
 // Statuses lists every valid status in the order the schema offers them.
 func Statuses() []Status { return []Status{Pending, InProgress, Completed} }
 
-// Valid reports whether s is one of the three statuses.
-func (s Status) Valid() bool {
-	switch s {
-	case Pending, InProgress, Completed:
-		return true
-	}
-	return false
-}
-
 // Item is one entry of a plan.
 type Item struct {
 	Content string `json:"content"`
@@ -64,9 +55,6 @@ func (s Snapshot) Items() []Item {
 
 // Len is the number of items.
 func (s Snapshot) Len() int { return len(s.items) }
-
-// Item returns the i-th item by value.
-func (s Snapshot) Item(i int) Item { return s.items[i] }
 
 // String returns the canonical snapshot text (see Encode).
 func (s Snapshot) String() string {
