@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -195,8 +196,10 @@ func retryable(err error) bool {
 		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF), errors.As(err, &netErr):
 		return true
 	}
-	// A body that is not JSON (a proxy's HTML error page, a cut response).
-	return strings.Contains(err.Error(), "invalid character") || strings.Contains(err.Error(), "unexpected end of JSON")
+	// A 200 body that is not JSON (a proxy's HTML page, a cut response):
+	// go-openai returns the decoder's error as it is.
+	var syntaxErr *json.SyntaxError
+	return errors.As(err, &syntaxErr)
 }
 
 // streamAccumulator rebuilds one assistant message from stream chunks. Tool

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -71,6 +72,12 @@ type Hooks struct {
 	RevisionToEdit func(platform string, d time.Duration)
 	// Shown is told what a plan message shows after each post or edit.
 	Shown func(th Thread, p Plan)
+	// Delivered is told how long a reply took from the answer to the
+	// platform's acceptance, and in how many attempts.
+	Delivered func(platform string, d time.Duration, attempts int)
+	// Undelivered is told about a reply the platform refused for good or
+	// that could not be delivered in time; it was logged and dropped.
+	Undelivered func(th Thread, text string, err error)
 }
 
 // set changes the wanted content (and the record, persisted) and starts the
@@ -121,10 +128,20 @@ func (b *Board) Shown() (Plan, MessageRef) {
 	return b.rec.Shown, b.rec.Ref
 }
 
+// Retry bounds of the render loop, per wanted content.
+const (
+	maxFailures  = 5 // failed attempts, then the thread is told once
+	maxReposts   = 2 // new messages when the old one is gone (DESIGN §6)
+	maxEditLater = 3 // back-offs on ErrEditLater before reposting
+)
+
 func (b *Board) loop() {
 	defer b.owner.wg.Done()
 	ctx := b.owner.ctx
-	failures := 0
+	// failures counts failed attempts at the content being applied;
+	// reposts and later count reposts and "try later" answers for it.
+	failures, reposts, later := 0, 0, 0
+	var lastVer uint64
 	for {
 		b.mu.Lock()
 		if b.doneVer == b.wantVer || ctx.Err() != nil {
@@ -135,9 +152,33 @@ func (b *Board) loop() {
 		}
 		ver, want, rec := b.wantVer, b.want, b.rec
 		b.mu.Unlock()
+		if ver != lastVer {
+			lastVer, reposts = ver, 0
+		}
 
-		err := b.apply(ctx, rec, want)
+		ref, err := b.apply(ctx, rec, want)
 		var rl *RateLimitError
+		if errors.Is(err, ErrEditLater) {
+			// Discord 30046: too many edits of an old message for now.
+			// Back off and edit again; repost only if it persists.
+			later++
+			if later <= maxEditLater {
+				b.log.Info("plan message edits refused for now; backing off", "attempt", later, "err", err)
+				sleep(ctx, b.owner.opts.EditLaterDelay<<(later-1))
+				continue
+			}
+			later = 0
+			err = fmt.Errorf("%w: %w", ErrMessageGone, err)
+		}
+		if err == nil || !errors.Is(err, ErrEditLater) {
+			later = 0
+		}
+		if errors.Is(err, ErrMessageGone) && reposts >= maxReposts {
+			// The new message keeps vanishing too (or the platform keeps
+			// saying so): stop posting and take the failure path.
+			err = fmt.Errorf("gave up after %d new plan messages: %w", reposts, err)
+			failures = maxFailures - 1
+		}
 		switch {
 		case err == nil:
 			failures = 0
@@ -156,10 +197,11 @@ func (b *Board) loop() {
 			}
 			b.log.Info("plan board rate limited", "retry_after", rl.RetryAfter)
 			sleep(ctx, max(rl.RetryAfter, 50*time.Millisecond))
-		case errors.Is(err, ErrMessageGone):
-			b.log.Warn("plan message gone; posting a new one", "ref", rec.Ref.ID, "err", err)
+		case errors.Is(err, ErrMessageGone) && reposts < maxReposts:
+			reposts++
+			b.log.Warn("plan message gone; posting a new one", "ref", ref.ID, "repost", reposts, "err", err)
 			b.mu.Lock()
-			if b.rec.Ref == rec.Ref {
+			if b.rec.Ref == ref {
 				b.rec.Unpin = append(b.rec.Unpin, b.rec.Ref)
 				b.rec.Ref, b.rec.Pinned = MessageRef{}, false
 			}
@@ -167,7 +209,7 @@ func (b *Board) loop() {
 		default:
 			failures++
 			b.log.Error("plan board update failed", "attempt", failures, "err", err)
-			if failures >= 5 {
+			if failures >= maxFailures {
 				// Give up on this content; the next revision tries again.
 				// The thread hears about it once, the log has the detail.
 				failures = 0
@@ -177,27 +219,25 @@ func (b *Board) loop() {
 				b.mu.Unlock()
 				if !said {
 					b.update(func(r *boardRecord) { r.FailureSaid = true })
-					msg := "I couldn't update the plan message here, so it may be out of date; I'll try again when the plan changes. The bot's log has the details."
-					if rerr := b.platform.Reply(ctx, rec.Thread, "", msg); rerr != nil {
-						b.log.Warn("tell thread about plan update failure", "err", rerr)
-					}
+					b.owner.outbox.add(rec.Thread, "", "I couldn't update the plan message here, so it may be out of date; I'll try again when the plan changes. The bot's log has the details.")
 				}
 				continue
 			}
-			sleep(ctx, time.Duration(failures)*b.owner.opts.RetryDelay)
+			sleep(ctx, b.owner.opts.RetryDelay<<(failures-1))
 		}
 	}
 }
 
 // apply makes the platform show want: post and pin a message first, edit it
-// afterwards. It persists the record after every change of the message ref.
-func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) error {
+// afterwards. It persists the record after every change of the message ref
+// and returns the ref it worked on.
+func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) (MessageRef, error) {
 	th := rec.Thread
 	for _, old := range rec.Unpin {
 		if err := b.platform.Pin(ctx, th, old, false); err != nil && !errors.Is(err, ErrMessageGone) && !errors.Is(err, ErrPinUnavailable) {
 			var rl *RateLimitError
 			if errors.As(err, &rl) {
-				return err
+				return rec.Ref, err
 			}
 			b.log.Warn("unpin old plan message", "ref", old.ID, "err", err)
 		}
@@ -205,27 +245,27 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) error {
 	}
 	if rec.Ref.IsZero() {
 		if len(want.Items) == 0 {
-			return nil // nothing to show yet: no empty plan message
+			return rec.Ref, nil // nothing to show yet: no empty plan message
 		}
 		if err := b.wait(ctx); err != nil {
-			return err
+			return rec.Ref, err
 		}
 		ref, err := b.platform.PostPlan(ctx, th, want)
 		b.rendered(th, err)
 		if err != nil {
-			return err
+			return rec.Ref, err
 		}
 		b.update(func(r *boardRecord) { r.Ref, r.Pinned, r.Shown = ref, false, want })
 		b.shown(th, want)
 		rec.Ref = ref
 	} else if !sameContent(rec.Shown, want) {
 		if err := b.wait(ctx); err != nil {
-			return err
+			return rec.Ref, err
 		}
 		err := b.platform.EditPlan(ctx, th, rec.Ref, want)
 		b.rendered(th, err)
 		if err != nil {
-			return err
+			return rec.Ref, err
 		}
 		if b.hooks != nil && b.hooks.RevisionToEdit != nil && !want.Updated.IsZero() {
 			b.hooks.RevisionToEdit(th.Platform, time.Since(want.Updated))
@@ -241,14 +281,12 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) error {
 		case errors.Is(err, ErrPinUnavailable):
 			b.update(func(r *boardRecord) { r.PinUnavailable = true })
 			b.log.Warn("cannot pin the plan message", "err", err)
-			if rerr := b.platform.Reply(ctx, th, "", "I can't pin the plan message here (no permission or the pin limit is reached), so it stays unpinned above. I'll keep it up to date."); rerr != nil {
-				b.log.Warn("tell thread about pinning", "err", rerr)
-			}
+			b.owner.outbox.add(th, "", "I can't pin the plan message here (no permission or the pin limit is reached), so it stays unpinned above. I'll keep it up to date.")
 		default:
-			return err
+			return rec.Ref, err
 		}
 	}
-	return nil
+	return rec.Ref, nil
 }
 
 func (b *Board) wait(ctx context.Context) error {

@@ -35,6 +35,8 @@ type fakePlatform struct {
 	editErr  func(n int) error
 	pinErr   error
 	edits    int
+	replyErr func(n int) error
+	replies  int
 }
 
 func (f *fakePlatform) enter() {
@@ -100,6 +102,13 @@ func (f *fakePlatform) Pin(_ context.Context, _ Thread, ref MessageRef, pin bool
 func (f *fakePlatform) Reply(_ context.Context, _ Thread, _, text string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.replies++
+	if f.replyErr != nil {
+		if err := f.replyErr(f.replies); err != nil {
+			f.calls = append(f.calls, call{Op: "reply-error", Text: text})
+			return err
+		}
+	}
 	f.calls = append(f.calls, call{Op: "reply", Text: text})
 	return nil
 }
@@ -122,6 +131,25 @@ func (f *fakePlatform) plan(id string) Plan {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.shown[id]
+}
+
+// settle waits until the session's board has applied everything and every
+// reply was delivered.
+func settle(t testing.TB, r *Router, key string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if b := r.Board(key); b != nil {
+			b.Wait()
+		}
+		if r.outbox.idle() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("replies still undelivered after 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func plan(rev int64, statuses ...todo.Status) todo.Snapshot {
@@ -149,8 +177,7 @@ func TestBoardPostsPinsOnceAndEndsOnNewest(t *testing.T) {
 		r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: rev, Plan: plan(rev, todo.InProgress, todo.Pending)})
 	}
 	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Plan: plan(100, todo.InProgress, todo.Pending)})
-	b := r.Board("test/1")
-	b.Wait()
+	settle(t, r, "test/1")
 	if p.count("post") != 1 || p.count("pin") != 1 {
 		t.Errorf("posts=%d pins=%d, want 1 and 1", p.count("post"), p.count("pin"))
 	}
@@ -178,11 +205,11 @@ func TestBoardRepostsWhenMessageGone(t *testing.T) {
 	}}
 	r := newTestRouter(t, p, &chattest.Boards{})
 	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
-	r.Board("test/1").Wait()
+	settle(t, r, "test/1")
 	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 2, Plan: plan(2, todo.InProgress)})
-	r.Board("test/1").Wait()
+	settle(t, r, "test/1")
 	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 3, Plan: plan(3, todo.Completed)})
-	r.Board("test/1").Wait()
+	settle(t, r, "test/1")
 	if p.count("post") != 2 || p.count("pin") != 2 || p.count("unpin") != 1 {
 		t.Fatalf("calls %+v, want 2 posts, 2 pins, 1 unpin", p.calls)
 	}
@@ -204,10 +231,10 @@ func TestBoardHonoursRateLimit(t *testing.T) {
 	}}
 	r := newTestRouter(t, p, &chattest.Boards{})
 	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
-	r.Board("test/1").Wait()
+	settle(t, r, "test/1")
 	start := time.Now()
 	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 2, Plan: plan(2, todo.Completed)})
-	r.Board("test/1").Wait()
+	settle(t, r, "test/1")
 	if d := time.Since(start); d < 200*time.Millisecond {
 		t.Errorf("two 429s of 100ms waited only %s", d)
 	}
@@ -221,7 +248,7 @@ func TestBoardPinUnavailableSaysOnce(t *testing.T) {
 	r := newTestRouter(t, p, &chattest.Boards{})
 	for rev := int64(1); rev <= 3; rev++ {
 		r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: rev, Plan: plan(rev, todo.Pending)})
-		r.Board("test/1").Wait()
+		settle(t, r, "test/1")
 	}
 	if p.count("reply") != 1 || p.count("pin-error") != 1 {
 		t.Errorf("calls %+v, want one failed pin and one notice", p.calls)
@@ -237,14 +264,14 @@ func TestNewTaskGetsNewMessageAfterRestart(t *testing.T) {
 	r := NewRouter(Options{Store: st, Platforms: map[string]Platform{"test": p}})
 	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress)})
-	r.Board("test/1").Wait()
+	settle(t, r, "test/1")
 	// A restart: a new router on the same store reuses the message.
 	r.Close()
 	r2 := newTestRouter(t, p, st)
 	r2.Observe(agent.Event{Session: "test/1", Kind: agent.TurnStarted, Resumed: true})
 	r2.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 2, Plan: plan(2, todo.Completed)})
 	r2.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Plan: plan(2, todo.Completed)})
-	r2.Board("test/1").Wait()
+	settle(t, r2, "test/1")
 	if p.count("post") != 1 || p.count("pin") != 1 {
 		t.Fatalf("after restart: calls %+v, want the same message reused", p.calls)
 	}
@@ -254,8 +281,8 @@ func TestNewTaskGetsNewMessageAfterRestart(t *testing.T) {
 	// The finished plan is closed: a new task gets a new, pinned message and
 	// the old one is unpinned but left complete.
 	r2.Observe(agent.Event{Session: "test/1", Kind: agent.TurnStarted})
-	r2.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 3, Plan: plan(3, todo.Pending)})
-	r2.Board("test/1").Wait()
+	r2.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 3, Plan: todo.NewSnapshot([]todo.Item{{Content: "another task", Status: todo.Pending}})})
+	settle(t, r2, "test/1")
 	if p.count("post") != 2 || p.count("unpin") != 1 || p.count("pin") != 2 {
 		t.Errorf("new task: calls %+v", p.calls)
 	}
@@ -290,10 +317,10 @@ func TestBoardFailureToldOnceAndRecovers(t *testing.T) {
 	t.Cleanup(r.Close)
 	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
-	r.Board("test/1").Wait()
+	settle(t, r, "test/1")
 	for rev := int64(2); rev <= 3; rev++ { // two outages' worth of failed edits, one notice
 		r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: rev, Plan: plan(rev, todo.InProgress)})
-		r.Board("test/1").Wait()
+		settle(t, r, "test/1")
 	}
 	if n := p.count("reply"); n != 1 {
 		t.Fatalf("%d notices for a lasting failure, want 1", n)
@@ -305,7 +332,7 @@ func TestBoardFailureToldOnceAndRecovers(t *testing.T) {
 	broken = false
 	mu.Unlock()
 	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 4, Plan: plan(4, todo.Completed)})
-	r.Board("test/1").Wait()
+	settle(t, r, "test/1")
 	if got := p.plan("m1"); got.Revision != 4 {
 		t.Errorf("after recovery the message shows revision %d, want 4", got.Revision)
 	}
@@ -313,7 +340,7 @@ func TestBoardFailureToldOnceAndRecovers(t *testing.T) {
 	broken = true
 	mu.Unlock()
 	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 5, Plan: plan(5, todo.Completed)})
-	r.Board("test/1").Wait()
+	settle(t, r, "test/1")
 	if n := p.count("reply"); n != 2 {
 		t.Errorf("a new outage after recovery: %d notices, want 2", n)
 	}

@@ -91,6 +91,15 @@ var (
 	// ErrPinUnavailable means the bot may not pin here or the pin limit is
 	// reached; the board keeps editing the unpinned message.
 	ErrPinUnavailable = errors.New("pinning is not possible here")
+	// ErrEditLater means the platform refuses edits of this message for
+	// now (Discord 30046: too many edits of a message older than an
+	// hour); the board backs off and edits again, and reposts only if it
+	// persists.
+	ErrEditLater = errors.New("the platform refuses edits of this message for now")
+	// ErrUndeliverable means the platform will never accept this message
+	// (the channel is gone, the bot was removed, the thread is archived):
+	// retrying cannot help.
+	ErrUndeliverable = errors.New("the platform will not accept this message")
 )
 
 // RateLimitError is a 429 with the wait the platform asked for.

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/todo"
 )
 
 // MaxMessageRunes is the longest user message accepted; longer ones are
@@ -31,9 +32,15 @@ type Options struct {
 	Logger    *slog.Logger
 	Hooks     *Hooks
 	Now       func() time.Time
-	// RetryDelay is the first wait after a failed plan post or edit; it
-	// grows by itself with each failure (default 1 s).
+	// RetryDelay is the first wait after a failed plan post, edit or
+	// reply; it doubles with each failure (default 1 s).
 	RetryDelay time.Duration
+	// EditLaterDelay is the first back-off when a platform refuses edits
+	// of a plan message for now (ErrEditLater); it doubles (default 1 min).
+	EditLaterDelay time.Duration
+	// Outbox keeps replies until they are delivered; nil keeps them in
+	// memory only.
+	Outbox OutboxStore
 }
 
 // Router maps threads to sessions, feeds their messages to the agent runner
@@ -45,6 +52,8 @@ type Router struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // board loops
+
+	outbox *outbox
 
 	mu     sync.Mutex // guards boards
 	boards map[string]*Board
@@ -63,9 +72,18 @@ func NewRouter(opts Options) *Router {
 	if opts.RetryDelay <= 0 {
 		opts.RetryDelay = time.Second
 	}
+	if opts.EditLaterDelay <= 0 {
+		opts.EditLaterDelay = time.Minute
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Router{opts: opts, ctx: ctx, cancel: cancel, boards: map[string]*Board{}}
+	r := &Router{opts: opts, ctx: ctx, cancel: cancel, boards: map[string]*Board{}}
+	r.outbox = newOutbox(r, opts.Outbox)
+	return r
 }
+
+// Resume delivers the replies a previous process stored but did not
+// deliver. Call it once the platforms are connected.
+func (r *Router) Resume(ctx context.Context) (int, error) { return r.outbox.resume(ctx) }
 
 // Bind sets the runner; call it before Handle.
 func (r *Router) Bind(run Runner) { r.runner = run }
@@ -73,9 +91,10 @@ func (r *Router) Bind(run Runner) { r.runner = run }
 // drainTimeout bounds how long Close lets plan boards finish their edits.
 const drainTimeout = 5 * time.Second
 
-// Close lets the plan boards apply what they were given (up to five
-// seconds, so a final "done" edit is not lost to a restart), then stops
-// them and waits. Call it after the runner has stopped publishing.
+// Close lets the plan boards and the outbox apply what they were given (up
+// to five seconds, so a final "done" edit is not lost to a restart; replies
+// not delivered by then stay stored for the next start), then stops them
+// and waits. Call it after the runner has stopped publishing.
 func (r *Router) Close() {
 	done := make(chan struct{})
 	go func() {
@@ -105,9 +124,7 @@ func (r *Router) Handle(ctx context.Context, in Incoming) error {
 	}
 	text := strings.TrimSpace(in.Text)
 	refuse := func(msg string) error {
-		if err := p.Reply(ctx, th, in.MessageID, msg); err != nil {
-			log.Warn("reply to rejected message", "err", err)
-		}
+		r.outbox.add(th, in.MessageID, msg)
 		return ErrRejected
 	}
 	switch n := utf8.RuneCountInString(text); {
@@ -220,10 +237,14 @@ func (r *Router) Observe(e agent.Event) {
 		b.set(func(rec *boardRecord, want *Plan) {
 			state := want.State
 			if rec.Closed {
-				// A new task after a finished plan: a new message; the old
-				// one stays in the thread, complete, and is unpinned.
-				rec.Unpin = append(rec.Unpin, rec.Ref)
-				rec.Ref, rec.Pinned, rec.Closed, rec.Shown = MessageRef{}, false, false, Plan{}
+				if !sharesItem(want.Items, e.Plan.Items()) {
+					// A new task after a plan whose run ended: a new
+					// message; the old one stays in the thread with its
+					// final footer, and is unpinned.
+					rec.Unpin = append(rec.Unpin, rec.Ref)
+					rec.Ref, rec.Pinned, rec.Shown = MessageRef{}, false, Plan{}
+				}
+				rec.Closed = false
 				state = StateWorking
 			}
 			if state != StateResumed {
@@ -232,15 +253,16 @@ func (r *Router) Observe(e agent.Event) {
 			*want = planFrom(e.Plan, e.Revision, state, e.At)
 		})
 	case agent.Replied:
-		r.reply(ctx, log, b.platform, th, trigger, e.Text)
+		r.outbox.add(th, trigger, e.Text)
 	case agent.TurnEnded:
 		state := map[agent.Outcome]PlanState{agent.Done: StateDone, agent.Failed: StateFailed, agent.Stopped: StateStopped, agent.Limited: StateLimited}[e.Outcome]
 		if !closed {
 			b.set(func(rec *boardRecord, want *Plan) {
 				want.State, want.Updated = state, e.At
-				if e.Outcome == agent.Done && len(want.Items) > 0 && !e.Plan.Open() {
-					rec.Closed = true
-				}
+				// The run is over (done, stopped, failed or at the round
+				// limit): the next turn's plan gets its own message unless
+				// it continues this one.
+				rec.Closed = len(want.Items) > 0
 			})
 		}
 		if err := b.platform.Working(ctx, th, trigger, false); err != nil {
@@ -250,23 +272,22 @@ func (r *Router) Observe(e agent.Event) {
 			log.Error("turn failed", "outcome", e.Outcome, "err", e.Err)
 		}
 		if e.Text != "" {
-			r.reply(ctx, log, b.platform, th, trigger, e.Text)
+			r.outbox.add(th, trigger, e.Text)
 		}
 	}
 }
 
-// reply posts text, waiting out up to three rate limits.
-func (r *Router) reply(ctx context.Context, log *slog.Logger, p Platform, th Thread, trigger, text string) {
-	for attempt := 0; ; attempt++ {
-		err := p.Reply(ctx, th, trigger, text)
-		var rl *RateLimitError
-		if errors.As(err, &rl) && attempt < 3 {
-			sleep(ctx, rl.RetryAfter)
-			continue
-		}
-		if err != nil {
-			log.Error("post reply", "err", err)
-		}
-		return
+// sharesItem reports whether the two plans have an item text in common:
+// a plan that does is the same task continuing.
+func sharesItem(a, b []todo.Item) bool {
+	seen := make(map[string]bool, len(a))
+	for _, it := range a {
+		seen[it.Content] = true
 	}
+	for _, it := range b {
+		if seen[it.Content] {
+			return true
+		}
+	}
+	return false
 }

@@ -175,19 +175,6 @@ func checkAddr(addr string, token Secret) error {
 	return nil
 }
 
-// Platforms names the chat platforms the settings enable, in start order.
-// With none, pinplan serves only the web console.
-func (c *Config) Platforms() []string {
-	var p []string
-	if c.SlackBotToken != "" {
-		p = append(p, "slack")
-	}
-	if c.DiscordBotToken != "" {
-		p = append(p, "discord")
-	}
-	return p
-}
-
 // Secrets returns every non-empty secret value, for redacting text.
 func (c *Config) Secrets() []string {
 	var out []string

@@ -23,8 +23,8 @@ func TestDefaults(t *testing.T) {
 		c.DiscordAPIURL != "https://discord.com" || c.OpenAIBaseURL != "https://api.openai.com/v1" || c.ModelConfigured {
 		t.Errorf("defaults: %+v", c)
 	}
-	if len(c.Platforms()) != 0 {
-		t.Errorf("platforms = %v, want none", c.Platforms())
+	if c.SlackBotToken != "" || c.DiscordBotToken != "" {
+		t.Errorf("chat tokens set by default: slack %q, discord %q", c.SlackBotToken, c.DiscordBotToken)
 	}
 }
 

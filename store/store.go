@@ -15,6 +15,7 @@
 //	sessions/<key>/plans/<u64 rev>    agent.PlanRevision as JSON
 //	sessions/<key>/inbox/<u64 id>     agent.Inbound as JSON
 //	dedupe/<key>                      expiry, unix nanoseconds as u64
+//	outbox/<u64 id>                   a reply not yet delivered, opaque bytes owned by chat
 package store
 
 import (
@@ -47,6 +48,7 @@ var (
 	bMeta     = []byte("meta")
 	bSessions = []byte("sessions")
 	bDedupe   = []byte("dedupe")
+	bOutbox   = []byte("outbox")
 	bHistory  = []byte("history")
 	bPlans    = []byte("plans")
 	bInbox    = []byte("inbox")
@@ -67,7 +69,6 @@ type Options struct {
 // DB is the pinplan database. It is safe for concurrent use.
 type DB struct {
 	bolt *bolt.DB
-	path string
 	now  func() time.Time
 }
 
@@ -96,16 +97,13 @@ func Open(path string, opts Options) (*DB, error) {
 	if opts.BatchDelay > 0 {
 		b.MaxBatchDelay = opts.BatchDelay
 	}
-	db := &DB{bolt: b, path: path, now: opts.Now}
+	db := &DB{bolt: b, now: opts.Now}
 	if err := db.migrate(); err != nil {
 		b.Close()
 		return nil, fmt.Errorf("store: %s: %w", path, err)
 	}
 	return db, nil
 }
-
-// Path is the database file.
-func (db *DB) Path() string { return db.path }
 
 // Close closes the file.
 func (db *DB) Close() error { return db.bolt.Close() }
@@ -126,7 +124,7 @@ func (db *DB) migrate() error {
 			return fmt.Errorf("schema version %d is newer than this pinplan understands (%d); upgrade pinplan", v, SchemaVersion)
 		}
 		// Migrations from older versions go here, one step per version.
-		for _, name := range [][]byte{bSessions, bDedupe} {
+		for _, name := range [][]byte{bSessions, bDedupe, bOutbox} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}

@@ -187,7 +187,12 @@ func (c *Console) Pin(context.Context, chat.Thread, chat.MessageRef, bool) error
 // session history, so the console keeps the last ones of each thread in
 // memory to show them on reload; they do not survive a restart.
 func (c *Console) Reply(_ context.Context, th chat.Thread, _, text string) error {
-	m := Message{Role: "assistant", Text: text, At: c.opts.Now()}
+	c.notice(th, Message{Role: "assistant", Text: text, At: c.opts.Now()})
+	return nil
+}
+
+// notice keeps the last 50 notices of a thread and shows m live.
+func (c *Console) notice(th chat.Thread, m Message) {
 	c.mu.Lock()
 	n := append(c.notices[th.Key], m)
 	if len(n) > 50 {
@@ -196,7 +201,12 @@ func (c *Console) Reply(_ context.Context, th chat.Thread, _, text string) error
 	c.notices[th.Key] = n
 	c.mu.Unlock()
 	c.broadcast(event{Type: "message", Thread: th.Key, Message: &m})
-	return nil
+}
+
+// Undelivered shows the operator, in the thread's console view, a reply
+// that Slack or Discord refused for good; the log has it too.
+func (c *Console) Undelivered(th chat.Thread, text string, err error) {
+	c.notice(th, Message{Role: "notice", Text: fmt.Sprintf("Not delivered to %s (%v): %s", th.Platform, err, text), At: c.opts.Now()})
 }
 
 // Working implements chat.Platform.

@@ -5,6 +5,7 @@ package chattest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -50,4 +51,62 @@ func (Runner) Stop(string) bool { return false }
 func Revision(key string, rev int64) agent.Event {
 	items := []todo.Item{{Content: "step one", Status: todo.Completed}, {Content: fmt.Sprintf("step two, revision %d", rev), Status: todo.InProgress}}
 	return agent.Event{Session: key, Kind: agent.PlanChanged, Revision: rev, Plan: todo.NewSnapshot(items), At: time.Now()}
+}
+
+// Outbox is an in-memory chat.OutboxStore that outlives a router, like
+// the database does. The zero value is ready.
+type Outbox struct {
+	mu    sync.Mutex // guards next and items
+	next  uint64
+	items map[uint64][]byte
+}
+
+// AddOutbox implements chat.OutboxStore.
+func (o *Outbox) AddOutbox(_ context.Context, items [][]byte) ([]uint64, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.items == nil {
+		o.items = map[uint64][]byte{}
+	}
+	ids := make([]uint64, len(items))
+	for i, it := range items {
+		o.next++
+		ids[i] = o.next
+		o.items[o.next] = append([]byte(nil), it...)
+	}
+	return ids, nil
+}
+
+// DeleteOutbox implements chat.OutboxStore.
+func (o *Outbox) DeleteOutbox(_ context.Context, id uint64) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.items, id)
+	return nil
+}
+
+// Outbox implements chat.OutboxStore.
+func (o *Outbox) Outbox(_ context.Context, f func(uint64, []byte)) error {
+	o.mu.Lock()
+	ids := make([]uint64, 0, len(o.items))
+	for id := range o.items {
+		ids = append(ids, id)
+	}
+	items := o.items
+	o.mu.Unlock()
+	slices.Sort(ids)
+	for _, id := range ids {
+		o.mu.Lock()
+		data := items[id]
+		o.mu.Unlock()
+		f(id, data)
+	}
+	return nil
+}
+
+// Len is the number of stored items.
+func (o *Outbox) Len() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.items)
 }

@@ -26,6 +26,8 @@ type metrics struct {
 	renderErrors   *prometheus.CounterVec
 	rateWaits      *prometheus.CounterVec
 	revisionToEdit *prometheus.HistogramVec
+	replyLatency   *prometheus.HistogramVec
+	undelivered    *prometheus.CounterVec
 
 	mu       sync.Mutex // guards notReady and checks
 	notReady error
@@ -51,7 +53,10 @@ func newMetrics(reg *prometheus.Registry, db *store.DB) *metrics {
 		rateWaits:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pinplan_rate_limit_waits_total", Help: "Platform 429s waited out."}, []string{"platform"}),
 		revisionToEdit: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "pinplan_revision_to_edit_seconds", Help: "Time from a committed plan revision to its edit on the platform.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"platform"}),
-		notReady: errors.New("starting"),
+		replyLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "pinplan_reply_delivery_seconds", Help: "Time from an answer to the platform accepting it, retries included.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 20)}, []string{"platform"}),
+		undelivered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pinplan_replies_undelivered_total", Help: "Replies the platform refused for good or that could not be delivered within 24 hours."}, []string{"platform"}),
+		notReady:    errors.New("starting"),
 	}
 	sessions := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pinplan_sessions", Help: "Sessions in the database."}, func() float64 {
 		list, err := db.Sessions(context.Background())
@@ -60,7 +65,7 @@ func newMetrics(reg *prometheus.Registry, db *store.DB) *metrics {
 		}
 		return float64(len(list))
 	})
-	reg.MustRegister(m.turns, m.rounds, m.modelLatency, m.modelErrors, m.modelRetries, m.renders, m.renderErrors, m.rateWaits, m.revisionToEdit, sessions)
+	reg.MustRegister(m.turns, m.rounds, m.modelLatency, m.modelErrors, m.modelRetries, m.renders, m.renderErrors, m.rateWaits, m.revisionToEdit, m.replyLatency, m.undelivered, sessions)
 	return m
 }
 
@@ -101,6 +106,9 @@ func (m *metrics) boardHooks() *chat.Hooks {
 		RateLimitWait: func(platform string, _ time.Duration) { m.rateWaits.WithLabelValues(platform).Inc() },
 		RevisionToEdit: func(platform string, d time.Duration) {
 			m.revisionToEdit.WithLabelValues(platform).Observe(d.Seconds())
+		},
+		Delivered: func(platform string, d time.Duration, _ int) {
+			m.replyLatency.WithLabelValues(platform).Observe(d.Seconds())
 		},
 	}
 }

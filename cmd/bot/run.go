@@ -105,7 +105,11 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, stdout, stderr io
 
 	hooks := m.boardHooks()
 	hooks.Shown = func(th chat.Thread, p chat.Plan) { console.Mirror(th, &p, nil) }
-	router := chat.NewRouter(chat.Options{Store: db, Platforms: platforms, Logger: log.With("component", "chat"), Hooks: hooks})
+	hooks.Undelivered = func(th chat.Thread, text string, err error) {
+		m.undelivered.WithLabelValues(th.Platform).Inc()
+		console.Undelivered(th, text, err)
+	}
+	router := chat.NewRouter(chat.Options{Store: db, Outbox: db, Platforms: platforms, Logger: log.With("component", "chat"), Hooks: hooks})
 	runner, err := agent.NewRunner(agent.Options{
 		Model: model, Store: db, Tools: registry, ModelName: modelName,
 		SystemPrompt: systemPrompt, StaleRounds: cfg.StaleRounds, ReminderRole: cfg.ReminderRole, MaxRounds: cfg.MaxRounds,
@@ -195,11 +199,15 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, stdout, stderr io
 	}
 	m.setReady(nil)
 
+	pending, err := router.Resume(ctx)
+	if err != nil {
+		log.Error("resume undelivered replies", "err", err)
+	}
 	n, err := runner.Resume(ctx)
 	if err != nil {
 		log.Error("resume sessions", "err", err)
 	}
-	log.Info("pinplan started", "config", cfg.String(), "resumed", n, "demo", demo)
+	log.Info("pinplan started", "config", cfg.String(), "resumed", n, "replies_pending", pending, "demo", demo)
 
 	wg.Add(1)
 	go func() { // prune expired dedupe keys

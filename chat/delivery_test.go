@@ -1,0 +1,211 @@
+package chat
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/chat/chattest"
+	"github.com/pinplan/pinplan/todo"
+)
+
+func items(texts ...string) todo.Snapshot {
+	var out []todo.Item
+	for _, t := range texts {
+		out = append(out, todo.Item{Content: t, Status: todo.Pending})
+	}
+	return todo.NewSnapshot(out)
+}
+
+func TestNewTaskAfterEndedRunGetsNewMessage(t *testing.T) {
+	tests := []struct {
+		name    string
+		outcome agent.Outcome
+		next    todo.Snapshot
+		posts   int
+	}{
+		{"after stopped", agent.Stopped, items("write the release notes"), 2},
+		{"after failed", agent.Failed, items("write the release notes"), 2},
+		{"after round limit", agent.Limited, items("write the release notes"), 2},
+		{"after done with open items", agent.Done, items("write the release notes"), 2},
+		{"continuing after stopped", agent.Stopped, items("step 0", "step 1"), 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := &fakePlatform{}
+			r := newTestRouter(t, p, &chattest.Boards{})
+			r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnStarted})
+			r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress, todo.Pending)})
+			r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: tt.outcome, Plan: plan(1, todo.InProgress, todo.Pending)})
+			settle(t, r, "test/1")
+			ended := p.plan("m1")
+			r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnStarted})
+			r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 2, Plan: tt.next})
+			settle(t, r, "test/1")
+			if got := p.count("post"); got != tt.posts {
+				t.Fatalf("got %d plan posts, want %d (calls %+v)", got, tt.posts, p.calls)
+			}
+			if tt.posts == 2 {
+				if got := p.plan("m1"); got.Revision != ended.Revision || got.State != ended.State {
+					t.Errorf("old plan message changed to rev %d %s, want rev %d %s", got.Revision, got.State, ended.Revision, ended.State)
+				}
+				if p.count("unpin") != 1 {
+					t.Errorf("old plan message not unpinned: %+v", p.calls)
+				}
+				if got := p.plan("m2"); got.Revision != 2 || got.State != StateWorking {
+					t.Errorf("new message shows rev %d %s, want 2 working", got.Revision, got.State)
+				}
+			} else if got := p.plan("m1"); got.Revision != 2 || got.State != StateWorking {
+				t.Errorf("continued plan shows rev %d %s, want 2 working", got.Revision, got.State)
+			}
+		})
+	}
+}
+
+func TestRepostsAreBounded(t *testing.T) {
+	p := &fakePlatform{pinErr: fmt.Errorf("pin: unknown message: %w", ErrMessageGone)}
+	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond})
+	t.Cleanup(r.Close)
+	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
+	settle(t, r, "test/1")
+	if got := p.count("post"); got != 1+maxReposts {
+		t.Errorf("got %d posts for one revision whose message keeps vanishing, want %d (%+v)", got, 1+maxReposts, p.calls)
+	}
+	if got := p.count("reply"); got != 1 {
+		t.Errorf("got %d notices, want 1", got)
+	}
+}
+
+func TestEditLaterBacksOffBeforeReposting(t *testing.T) {
+	tests := []struct {
+		name    string
+		refused int // edits answered ErrEditLater before one succeeds
+		posts   int
+	}{
+		{"temporary", 2, 1},
+		{"persistent", 100, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var mu sync.Mutex
+			p := &fakePlatform{}
+			p.editErr = func(n int) error {
+				mu.Lock()
+				defer mu.Unlock()
+				if n <= tt.refused {
+					return fmt.Errorf("discord: 30046: %w", ErrEditLater)
+				}
+				return nil
+			}
+			r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, EditLaterDelay: time.Millisecond})
+			t.Cleanup(r.Close)
+			r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+			r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
+			settle(t, r, "test/1")
+			r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 2, Plan: plan(2, todo.Completed)})
+			settle(t, r, "test/1")
+			if got := p.count("post"); got != tt.posts {
+				t.Errorf("got %d posts, want %d (calls %+v)", got, tt.posts, p.calls)
+			}
+			if tt.posts == 1 {
+				if got := p.count("edit-error"); got != tt.refused {
+					t.Errorf("got %d refused edits, want %d", got, tt.refused)
+				}
+				if got := p.plan("m1"); got.Revision != 2 {
+					t.Errorf("message shows revision %d, want 2", got.Revision)
+				}
+			} else if got := p.count("edit-error"); got != 1+maxEditLater {
+				t.Errorf("got %d refused edits before reposting, want %d", got, 1+maxEditLater)
+			}
+		})
+	}
+}
+
+var errTransient = errors.New("slack: reply: HTTP 500 Internal Server Error")
+
+func TestReplyDeliveredAfterTransientErrors(t *testing.T) {
+	p := &fakePlatform{replyErr: func(n int) error {
+		if n <= 2 {
+			return errTransient
+		}
+		return nil
+	}}
+	ob := &chattest.Outbox{}
+	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: ob})
+	t.Cleanup(r.Close)
+	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.Replied, Text: "the answer"})
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.Replied, Text: "a second answer"})
+	settle(t, r, "test/1")
+	var got []string
+	for _, c := range p.calls {
+		if c.Op == "reply" {
+			got = append(got, c.Text)
+		}
+	}
+	if len(got) != 2 || got[0] != "the answer" || got[1] != "a second answer" {
+		t.Errorf("delivered %q, want both answers once, in order", got)
+	}
+	if ob.Len() != 0 {
+		t.Errorf("%d items left in the outbox after delivery", ob.Len())
+	}
+}
+
+func TestUndeliverableReplyIsReported(t *testing.T) {
+	p := &fakePlatform{replyErr: func(int) error { return fmt.Errorf("discord: 10003 unknown channel: %w", ErrUndeliverable) }}
+	var mu sync.Mutex
+	var undelivered []string
+	hooks := &Hooks{Undelivered: func(_ Thread, text string, _ error) {
+		mu.Lock()
+		undelivered = append(undelivered, text)
+		mu.Unlock()
+	}}
+	ob := &chattest.Outbox{}
+	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: ob, Hooks: hooks})
+	t.Cleanup(r.Close)
+	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.Replied, Text: "lost answer"})
+	settle(t, r, "test/1")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(undelivered) != 1 || undelivered[0] != "lost answer" {
+		t.Errorf("undelivered hook saw %q, want the answer once", undelivered)
+	}
+	if got := p.count("reply-error"); got != 1 {
+		t.Errorf("an undeliverable reply was tried %d times, want 1", got)
+	}
+	if ob.Len() != 0 {
+		t.Errorf("undeliverable reply left in the outbox")
+	}
+}
+
+func TestOutboxSurvivesRestart(t *testing.T) {
+	down := &fakePlatform{replyErr: func(int) error { return errTransient }}
+	ob := &chattest.Outbox{}
+	boards := &chattest.Boards{}
+	r := NewRouter(Options{Store: boards, Platforms: map[string]Platform{"test": down}, RetryDelay: time.Hour, Outbox: ob})
+	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.Replied, Text: "kept answer"})
+	deadline := time.Now().Add(5 * time.Second)
+	for down.count("reply-error") == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	r.Close()
+	if ob.Len() != 1 {
+		t.Fatalf("%d items stored after a failed delivery and shutdown, want 1", ob.Len())
+	}
+	up := &fakePlatform{}
+	r2 := NewRouter(Options{Store: boards, Platforms: map[string]Platform{"test": up}, Outbox: ob})
+	t.Cleanup(r2.Close)
+	if n, err := r2.Resume(t.Context()); err != nil || n != 1 {
+		t.Fatalf("Resume = %d, %v; want 1 reply", n, err)
+	}
+	settle(t, r2, "test/1")
+	if up.count("reply") != 1 || ob.Len() != 0 {
+		t.Errorf("after restart: %d replies, %d stored; want 1 and 0", up.count("reply"), ob.Len())
+	}
+}

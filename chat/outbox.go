@@ -1,0 +1,234 @@
+package chat
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// OutboxStore keeps replies until the platform has them, so a reply that
+// meets a platform outage or a restart is delivered later rather than
+// lost. store.DB implements it.
+type OutboxStore interface {
+	// AddOutbox stores items in order, in one transaction, and returns
+	// their ids (increasing).
+	AddOutbox(ctx context.Context, items [][]byte) ([]uint64, error)
+	// DeleteOutbox removes a delivered or undeliverable item.
+	DeleteOutbox(ctx context.Context, id uint64) error
+	// Outbox calls f with every stored item, oldest first.
+	Outbox(ctx context.Context, f func(id uint64, data []byte)) error
+}
+
+// Splitter is implemented by platforms that cut a long reply into several
+// messages. The outbox stores each part as its own item, so a retry never
+// posts a part twice.
+type Splitter interface {
+	SplitReply(text string) []string
+}
+
+// Delivery bounds. A reply is retried with doubling waits (from
+// Options.RetryDelay up to maxReplyBackoff) until it is delivered, the
+// platform refuses it for good (ErrUndeliverable), or it is older than
+// maxReplyAge.
+const (
+	maxReplyBackoff = 2 * time.Minute
+	maxReplyAge     = 24 * time.Hour
+	replyTimeout    = 30 * time.Second
+)
+
+// outboxItem is one stored reply (one part of it).
+type outboxItem struct {
+	Thread  Thread    `json:"thread"`
+	ReplyTo string    `json:"reply_to,omitempty"`
+	Text    string    `json:"text"`
+	Created time.Time `json:"created"`
+}
+
+type queued struct {
+	id   uint64
+	item outboxItem
+}
+
+// outbox delivers each session's replies in order, one at a time.
+type outbox struct {
+	r     *Router
+	store OutboxStore
+
+	mu     sync.Mutex // guards queues
+	queues map[string][]queued
+}
+
+func newOutbox(r *Router, st OutboxStore) *outbox {
+	if st == nil {
+		st = &memOutbox{}
+	}
+	return &outbox{r: r, store: st, queues: map[string][]queued{}}
+}
+
+// add stores a reply and starts its delivery. If the store fails, the
+// reply is still delivered from memory; it just would not survive a
+// restart.
+func (o *outbox) add(th Thread, replyTo, text string) {
+	parts := []string{text}
+	if sp, ok := o.r.opts.Platforms[th.Platform].(Splitter); ok {
+		parts = sp.SplitReply(text)
+	}
+	now := o.r.opts.Now()
+	items := make([]outboxItem, len(parts))
+	raw := make([][]byte, len(parts))
+	for i, part := range parts {
+		items[i] = outboxItem{Thread: th, Text: part, Created: now}
+		if i == 0 {
+			items[i].ReplyTo = replyTo
+		}
+		raw[i], _ = json.Marshal(items[i])
+	}
+	ids, err := o.store.AddOutbox(context.WithoutCancel(o.r.ctx), raw)
+	if err != nil {
+		o.r.opts.Logger.Error("store reply in outbox; delivering from memory", "session", th.Key, "err", err)
+		ids = make([]uint64, len(items))
+	}
+	qs := make([]queued, len(items))
+	for i := range items {
+		qs[i] = queued{id: ids[i], item: items[i]}
+	}
+	o.enqueue(th.Key, qs...)
+}
+
+// resume queues every stored reply, for a process that starts.
+func (o *outbox) resume(ctx context.Context) (int, error) {
+	var qs []queued
+	err := o.store.Outbox(ctx, func(id uint64, data []byte) {
+		var it outboxItem
+		if err := json.Unmarshal(data, &it); err != nil || it.Thread.Key == "" {
+			o.r.opts.Logger.Error("unreadable outbox item; dropped", "id", id, "err", err)
+			o.store.DeleteOutbox(ctx, id)
+			return
+		}
+		qs = append(qs, queued{id: id, item: it})
+	})
+	for _, q := range qs {
+		o.enqueue(q.item.Thread.Key, q)
+	}
+	return len(qs), err
+}
+
+func (o *outbox) enqueue(key string, qs ...queued) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.r.ctx.Err() != nil {
+		return // shutting down: stored items go out after the restart
+	}
+	start := len(o.queues[key]) == 0
+	o.queues[key] = append(o.queues[key], qs...)
+	if start {
+		o.r.wg.Add(1)
+		go o.deliver(key)
+	}
+}
+
+// deliver sends the session's queued replies in order until none is left.
+func (o *outbox) deliver(key string) {
+	defer o.r.wg.Done()
+	ctx := o.r.ctx
+	for {
+		o.mu.Lock()
+		q := o.queues[key]
+		if len(q) == 0 || ctx.Err() != nil {
+			delete(o.queues, key)
+			o.mu.Unlock()
+			return
+		}
+		next := q[0]
+		o.mu.Unlock()
+
+		o.send(ctx, next)
+
+		o.mu.Lock()
+		o.queues[key] = o.queues[key][1:]
+		o.mu.Unlock()
+	}
+}
+
+// send delivers one item, retrying until it is delivered, refused for good
+// or too old, or the router shuts down (then it stays stored).
+func (o *outbox) send(ctx context.Context, q queued) {
+	th, it := q.item.Thread, q.item
+	log := o.r.opts.Logger.With("session", th.Key, "outbox_id", q.id)
+	p := o.r.opts.Platforms[th.Platform]
+	if p == nil {
+		log.Error("reply for a platform that is not configured; kept for when it is", "platform", th.Platform)
+		return
+	}
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, replyTimeout)
+		err := p.Reply(actx, th, it.ReplyTo, it.Text)
+		cancel()
+		if err == nil {
+			if hooks := o.r.opts.Hooks; hooks != nil && hooks.Delivered != nil {
+				hooks.Delivered(th.Platform, o.r.opts.Now().Sub(it.Created), attempt)
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			return // shutdown: delivered after the restart
+		}
+		var rl *RateLimitError
+		old := o.r.opts.Now().Sub(it.Created) > maxReplyAge
+		if errors.Is(err, ErrUndeliverable) || old {
+			log.Error("reply undeliverable; dropped", "attempts", attempt, "err", err)
+			if hooks := o.r.opts.Hooks; hooks != nil && hooks.Undelivered != nil {
+				hooks.Undelivered(th, it.Text, err)
+			}
+			break
+		}
+		wait := min(o.r.opts.RetryDelay<<min(attempt-1, 16), maxReplyBackoff)
+		wait = wait/2 + rand.N(wait/2+1)
+		if errors.As(err, &rl) {
+			wait = max(rl.RetryAfter, 50*time.Millisecond)
+		}
+		log.Warn("reply not delivered; retrying", "attempt", attempt, "wait", wait, "err", err)
+		sleep(ctx, wait)
+		if ctx.Err() != nil {
+			return
+		}
+	}
+	if q.id != 0 {
+		if err := o.store.DeleteOutbox(context.WithoutCancel(ctx), q.id); err != nil {
+			log.Warn("remove delivered reply from outbox", "err", err)
+		}
+	}
+}
+
+// idle reports whether no reply is waiting for delivery.
+func (o *outbox) idle() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.queues) == 0
+}
+
+// memOutbox is the OutboxStore of a router given none: ids only, nothing
+// survives a restart.
+type memOutbox struct {
+	mu   sync.Mutex // guards next
+	next uint64
+}
+
+func (m *memOutbox) AddOutbox(_ context.Context, items [][]byte) ([]uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ids := make([]uint64, len(items))
+	for i := range items {
+		m.next++
+		ids[i] = m.next
+	}
+	return ids, nil
+}
+
+func (m *memOutbox) DeleteOutbox(context.Context, uint64) error { return nil }
+
+func (m *memOutbox) Outbox(context.Context, func(uint64, []byte)) error { return nil }
+

@@ -1,0 +1,94 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/pinplan/pinplan/agent"
+)
+
+// SessionInfo is a session as listed for operators.
+type SessionInfo struct {
+	Checkpoint agent.Checkpoint
+	Board      []byte // the chat plan board's record, if any
+}
+
+// Sessions lists every session with a checkpoint, in key order.
+func (db *DB) Sessions(_ context.Context) ([]SessionInfo, error) {
+	var out []SessionInfo
+	err := db.bolt.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bSessions).ForEachBucket(func(k []byte) error {
+			sb := tx.Bucket(bSessions).Bucket(k)
+			info := SessionInfo{Checkpoint: agent.Checkpoint{Key: string(k), State: agent.Idle}}
+			if raw := sb.Get(kRecord); raw != nil {
+				if err := json.Unmarshal(raw, &info.Checkpoint); err != nil {
+					return fmt.Errorf("record of %s: %w", k, err)
+				}
+			}
+			if raw := sb.Get(kBoard); raw != nil {
+				info.Board = append([]byte(nil), raw...)
+			}
+			out = append(out, info)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: list sessions: %w", err)
+	}
+	return out, nil
+}
+
+// Plans returns every plan revision of a session, oldest first.
+func (db *DB) Plans(_ context.Context, key string) ([]agent.PlanRevision, error) {
+	var out []agent.PlanRevision
+	err := db.bolt.View(func(tx *bolt.Tx) error {
+		sb := session(tx, key)
+		if sb == nil {
+			return nil
+		}
+		return sb.Bucket(bPlans).ForEach(func(_, v []byte) error {
+			var p agent.PlanRevision
+			if err := json.Unmarshal(v, &p); err != nil {
+				return err
+			}
+			out = append(out, p)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: plans of %s: %w", key, err)
+	}
+	return out, nil
+}
+
+// Board returns the plan board record of a session (nil if none).
+func (db *DB) Board(_ context.Context, key string) ([]byte, error) {
+	var out []byte
+	err := db.bolt.View(func(tx *bolt.Tx) error {
+		if sb := session(tx, key); sb != nil {
+			if raw := sb.Get(kBoard); raw != nil {
+				out = append([]byte(nil), raw...)
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// SaveBoard stores the plan board record of a session.
+func (db *DB) SaveBoard(_ context.Context, key string, data []byte) error {
+	err := db.bolt.Batch(func(tx *bolt.Tx) error {
+		sb, err := createSession(tx, key)
+		if err != nil {
+			return err
+		}
+		return sb.Put(kBoard, data)
+	})
+	if err != nil {
+		return fmt.Errorf("store: save plan board of %s: %w", key, err)
+	}
+	return nil
+}
