@@ -29,7 +29,10 @@ type boardRecord struct {
 	// Closed: the task's plan finished; the next plan gets a new message.
 	Closed  bool   `json:"closed,omitempty"`
 	Shown   Plan   `json:"shown"`   // the content the message has
-	Trigger string `json:"trigger"` // the message that started the current turn
+	Trigger string `json:"trigger"` // the newest message for the session, to reply to
+	// Indicated is the message the working indicator was put on when the
+	// turn started; it is cleared from that one, whatever came after.
+	Indicated string `json:"indicated,omitempty"`
 	// Unpin lists earlier plan messages still to unpin.
 	Unpin []MessageRef `json:"unpin,omitempty"`
 	// FailureSaid: the thread was told the plan message could not be

@@ -113,7 +113,12 @@ func (f *fakePlatform) Reply(_ context.Context, _ Thread, _, text string) error 
 	return nil
 }
 
-func (f *fakePlatform) Working(context.Context, Thread, string, bool) error { return nil }
+func (f *fakePlatform) Working(_ context.Context, _ Thread, trigger string, on bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, call{Op: fmt.Sprintf("working-%t", on), Ref: trigger})
+	return nil
+}
 
 func (f *fakePlatform) count(op string) int {
 	f.mu.Lock()

@@ -209,3 +209,27 @@ func TestOutboxSurvivesRestart(t *testing.T) {
 		t.Errorf("after restart: %d replies, %d stored; want 1 and 0", up.count("reply"), ob.Len())
 	}
 }
+
+func TestWorkingIndicatorClearedWhereItWasSet(t *testing.T) {
+	p := &fakePlatform{}
+	r := newTestRouter(t, p, &chattest.Boards{})
+	b := r.Board("test/1")
+	b.update(func(rec *boardRecord) { rec.Trigger = "msg-1" })
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnStarted})
+	// A message queued during the turn becomes the newest trigger.
+	b.update(func(rec *boardRecord) { rec.Trigger = "msg-2" })
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done})
+	settle(t, r, "test/1")
+	var on, off []string
+	for _, c := range p.calls {
+		switch c.Op {
+		case "working-true":
+			on = append(on, c.Ref)
+		case "working-false":
+			off = append(off, c.Ref)
+		}
+	}
+	if len(on) != 1 || len(off) != 1 || on[0] != "msg-1" || off[0] != "msg-1" {
+		t.Errorf("indicator set on %q and cleared on %q, want msg-1 both", on, off)
+	}
+}

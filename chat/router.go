@@ -216,7 +216,7 @@ func (r *Router) Observe(e agent.Event) {
 		return
 	}
 	b.mu.Lock()
-	th, trigger, closed := b.rec.Thread, b.rec.Trigger, b.rec.Closed
+	th, trigger, closed, indicated := b.rec.Thread, b.rec.Trigger, b.rec.Closed, b.rec.Indicated
 	b.mu.Unlock()
 	log := b.log
 	ctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)
@@ -227,9 +227,12 @@ func (r *Router) Observe(e agent.Event) {
 		if e.Resumed {
 			state = StateResumed
 		}
-		if !closed {
-			b.set(func(_ *boardRecord, want *Plan) { want.State, want.Updated = state, e.At })
-		}
+		b.set(func(rec *boardRecord, want *Plan) {
+			rec.Indicated = trigger
+			if !closed {
+				want.State, want.Updated = state, e.At
+			}
+		})
 		if err := b.platform.Working(ctx, th, trigger, true); err != nil {
 			log.Warn("show working indicator", "err", err)
 		}
@@ -265,7 +268,7 @@ func (r *Router) Observe(e agent.Event) {
 				rec.Closed = len(want.Items) > 0
 			})
 		}
-		if err := b.platform.Working(ctx, th, trigger, false); err != nil {
+		if err := b.platform.Working(ctx, th, indicated, false); err != nil {
 			log.Warn("clear working indicator", "err", err)
 		}
 		if e.Err != nil {
