@@ -1,6 +1,7 @@
 package slack
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -69,7 +70,7 @@ func (a *Adapter) runSocketMode(ctx context.Context) {
 				if !ok {
 					continue
 				}
-				a.dispatch(ctx, api)
+				a.route(ctx, api)
 			}
 		}
 	}
@@ -113,11 +114,7 @@ func (a *Adapter) HTTPHandler(ctx context.Context) http.Handler {
 			io.WriteString(w, ch.Challenge)
 		case slackevents.CallbackEvent:
 			w.WriteHeader(http.StatusOK) // ack first; Slack wants it within 3 s
-			a.wg.Add(1)
-			go func() {
-				defer a.wg.Done()
-				a.dispatch(ctx, api)
-			}()
+			a.route(ctx, api)
 		default:
 			a.log.Info("slack event type ignored", "type", api.Type)
 			w.WriteHeader(http.StatusOK)
@@ -125,19 +122,32 @@ func (a *Adapter) HTTPHandler(ctx context.Context) http.Handler {
 	})
 }
 
-var reMention = regexp.MustCompile(`<@[UW][A-Z0-9]+(\|[^>]*)?>`)
+// message is what dispatch needs of a message event.
+type message struct {
+	eventID                           string
+	team, channel, thread, ts, author string
+	text                              string
+}
 
-// dispatch dedupes an event on its event_id and routes its message.
-func (a *Adapter) dispatch(ctx context.Context, api slackevents.EventsAPIEvent) {
-	cb, ok := api.Data.(*slackevents.EventsAPICallbackEvent)
-	if !ok || cb.EventID == "" {
+// route decides whether an event concerns the bot, before anything is
+// written, and queues the ones that do behind the earlier events of their
+// thread: handled in the order Slack sent them, one at a time per thread,
+// threads in parallel.
+func (a *Adapter) route(ctx context.Context, api slackevents.EventsAPIEvent) {
+	m, ok := a.relevant(api)
+	if !ok {
 		return
 	}
-	if first, err := a.opts.Dedupe.FirstSeen(ctx, "slack/event/"+cb.EventID, dedupeTTL); err != nil {
-		a.log.Error("slack dedupe", "event_id", cb.EventID, "err", err)
-	} else if !first {
-		a.log.Info("slack event redelivered; ignored", "event_id", cb.EventID)
-		return
+	a.queue.Do(m.channel+"/"+m.thread, func() { a.dispatch(ctx, m) })
+}
+
+// relevant filters an event without I/O: messages from bots, edits and
+// deletions, and channel messages outside a thread the bot is part of
+// are dropped here, at no cost.
+func (a *Adapter) relevant(api slackevents.EventsAPIEvent) (message, bool) {
+	cb, ok := api.Data.(*slackevents.EventsAPICallbackEvent)
+	if !ok || cb.EventID == "" {
+		return message{}, false
 	}
 	a.mu.Lock()
 	bot, team := a.botUserID, a.teamID
@@ -145,60 +155,113 @@ func (a *Adapter) dispatch(ctx context.Context, api slackevents.EventsAPIEvent) 
 	if api.TeamID != "" {
 		team = api.TeamID
 	}
+	m := message{eventID: cb.EventID, team: team}
 	switch ev := api.InnerEvent.Data.(type) {
 	case *slackevents.AppMentionEvent:
 		if ev.BotID != "" || ev.User == bot || ev.User == "" {
-			return
+			return m, false
 		}
-		thread := ev.ThreadTimeStamp
-		if thread == "" {
-			thread = ev.TimeStamp
-		}
-		a.deliver(ctx, team, ev.Channel, thread, ev.TimeStamp, ev.User, ev.Text)
+		m.channel, m.thread, m.ts, m.author, m.text = ev.Channel, ev.ThreadTimeStamp, ev.TimeStamp, ev.User, ev.Text
 	case *slackevents.MessageEvent:
 		if ev.BotID != "" || ev.User == bot || ev.User == "" {
-			return
+			return m, false
 		}
 		switch ev.SubType {
 		case "", "thread_broadcast", "file_share":
 		default: // message_changed, message_deleted, joins, bot messages...
-			return
+			return m, false
 		}
-		if ev.IsIM() {
-			thread := ev.ThreadTimeStamp
-			if thread == "" {
-				thread = ev.TimeStamp
+		m.channel, m.thread, m.ts, m.author, m.text = ev.Channel, ev.ThreadTimeStamp, ev.TimeStamp, ev.User, ev.Text
+		if !ev.IsIM() {
+			// In channels a mention arrives as app_mention; a reply
+			// without one reaches only a thread that has a session.
+			if ev.ThreadTimeStamp == "" || strings.Contains(ev.Text, "<@"+bot+">") || strings.Contains(ev.Text, "<@"+bot+"|") {
+				return m, false
 			}
-			a.deliver(ctx, team, ev.Channel, thread, ev.TimeStamp, ev.User, ev.Text)
-			return
-		}
-		// In channels a mention arrives as app_mention; a reply without one
-		// reaches only a thread that already has a session.
-		if ev.ThreadTimeStamp == "" || strings.Contains(ev.Text, "<@"+bot+">") {
-			return
-		}
-		if a.opts.Handler.Known(Key(team, ev.Channel, ev.ThreadTimeStamp)) {
-			a.deliver(ctx, team, ev.Channel, ev.ThreadTimeStamp, ev.TimeStamp, ev.User, ev.Text)
+			if !a.opts.Handler.Known(Key(team, ev.Channel, ev.ThreadTimeStamp)) {
+				return m, false
+			}
 		}
 	default:
 		a.log.Debug("slack inner event ignored", "type", api.InnerEvent.Type)
+		return m, false
 	}
+	if m.thread == "" {
+		m.thread = m.ts
+	}
+	return m, true
+}
+
+// dispatch dedupes a relevant event (on its event_id, and on the message,
+// which can arrive as both app_mention and message) and hands it on.
+func (a *Adapter) dispatch(ctx context.Context, m message) {
+	if first, err := a.opts.Dedupe.FirstSeen(ctx, "slack/event/"+m.eventID, dedupeTTL); err != nil {
+		a.log.Error("slack dedupe", "event_id", m.eventID, "err", err)
+	} else if !first {
+		a.log.Info("slack event redelivered; ignored", "event_id", m.eventID)
+		return
+	}
+	if first, err := a.opts.Dedupe.FirstSeen(ctx, "slack/msg/"+m.channel+"/"+m.ts, dedupeTTL); err == nil && !first {
+		return
+	}
+	th := chat.Thread{Platform: "slack", Key: Key(m.team, m.channel, m.thread), Channel: m.channel, ThreadID: m.thread}
+	err := a.opts.Handler.Handle(ctx, chat.Incoming{Thread: th, Text: a.mentions(ctx, m.text), Author: "<@" + m.author + ">", MessageID: m.ts})
+	if err != nil && !errors.Is(err, chat.ErrRejected) {
+		a.log.Error("slack message not handled", "session", th.Key, "err", err)
+	}
+}
+
+var reMention = regexp.MustCompile(`<@([UW][A-Z0-9]+)(?:\|([^>]*))?>`)
+
+// mentions removes the bot's own mention and writes other user mentions
+// as @name: from the mention's own label, or users.info (cached), or the
+// id as it was when the name cannot be had.
+func (a *Adapter) mentions(ctx context.Context, text string) string {
+	a.mu.Lock()
+	bot := a.botUserID
+	a.mu.Unlock()
+	text = reMention.ReplaceAllStringFunc(text, func(s string) string {
+		sub := reMention.FindStringSubmatch(s)
+		id, label := sub[1], sub[2]
+		switch {
+		case id == bot:
+			return ""
+		case label != "":
+			return "@" + label
+		}
+		if name := a.displayName(ctx, id); name != "" {
+			return "@" + name
+		}
+		return s
+	})
+	return strings.TrimSpace(text)
+}
+
+// displayName looks a user's display name up once; "" if Slack won't say.
+func (a *Adapter) displayName(ctx context.Context, id string) string {
+	a.mu.Lock()
+	name, ok := a.users[id]
+	a.mu.Unlock()
+	if ok {
+		return name
+	}
+	// A failure is cached too (as ""), so a missing users:read scope
+	// costs one call per user, not one per message.
+	if u, err := a.api.GetUserInfoContext(ctx, id); err != nil {
+		a.log.Debug("slack users.info", "user", id, "err", err)
+	} else {
+		name = cmp.Or(u.Profile.DisplayName, u.RealName, u.Name)
+	}
+	a.mu.Lock()
+	if len(a.users) >= 10000 {
+		clear(a.users)
+	}
+	a.users[id] = name
+	a.mu.Unlock()
+	return name
 }
 
 // Key is the session key of a Slack thread.
 func Key(team, channel, threadTS string) string {
 	return "slack/" + team + "/" + channel + "/" + threadTS
-}
-
-func (a *Adapter) deliver(ctx context.Context, team, channel, thread, ts, user, text string) {
-	// One message can arrive as two events (app_mention and message).
-	if first, err := a.opts.Dedupe.FirstSeen(ctx, "slack/msg/"+channel+"/"+ts, dedupeTTL); err == nil && !first {
-		return
-	}
-	text = strings.TrimSpace(reMention.ReplaceAllString(text, ""))
-	th := chat.Thread{Platform: "slack", Key: Key(team, channel, thread), Channel: channel, ThreadID: thread}
-	err := a.opts.Handler.Handle(ctx, chat.Incoming{Thread: th, Text: text, Author: "<@" + user + ">", MessageID: ts})
-	if err != nil && !errors.Is(err, chat.ErrRejected) {
-		a.log.Error("slack message not handled", "session", th.Key, "err", err)
-	}
 }

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -49,13 +48,37 @@ type Adapter struct {
 	log     *slog.Logger
 	wg      sync.WaitGroup
 
-	mu             sync.Mutex // guards the fields below
-	botUserID      string
-	teamID         string
-	noStatus       bool // assistant.threads.setStatus refused: use reactions
-	nativeRejected bool
-	connected      bool
+	queue chat.Serial // events handled in order per thread
+
+	mu        sync.Mutex // guards the fields below
+	botUserID string
+	teamID    string
+	// noStatus: the token may not call assistant.threads.setStatus (a
+	// token or scope error), so every thread uses the reaction.
+	noStatus bool
+	// status holds the threads whose assistant status is on, by session
+	// key; the status is renewed after the bot's own posts and every
+	// statusRenew, since both clear it.
+	status map[string]*threadStatus
+	// reacted is the message that got the working reaction, by session
+	// key; the reaction is removed from that message.
+	reacted map[string]string
+	// standard holds plan messages that Slack refused native blocks for;
+	// their edits use standard blocks. Other messages still try native.
+	standard  map[string]bool
+	users     map[string]string // display names by user id
+	connected bool
 }
+
+// threadStatus is a thread's assistant status that is on.
+type threadStatus struct {
+	th   chat.Thread
+	stop context.CancelFunc
+}
+
+// statusRenew is how often a thread's status is set again while the turn
+// runs: Slack clears it after two minutes.
+const statusRenew = 90 * time.Second
 
 var (
 	_ chat.Platform = (*Adapter)(nil)
@@ -78,7 +101,8 @@ func New(opts Options) *Adapter {
 	}
 	api := slack.New(opts.BotToken, slack.OptionAPIURL(opts.APIURL), slack.OptionHTTPClient(opts.HTTPClient), slack.OptionAppLevelToken(opts.AppToken))
 	return &Adapter{opts: opts, api: api, log: opts.Logger,
-		limiter: rate.NewLimiter(rate.Limit(opts.EditsPerMinute/60), 5)}
+		limiter: rate.NewLimiter(rate.Limit(opts.EditsPerMinute/60), 5),
+		status:  map[string]*threadStatus{}, reacted: map[string]string{}, standard: map[string]bool{}, users: map[string]string{}}
 }
 
 // Start checks the token (auth.test) and, in Socket Mode, connects. It
@@ -111,8 +135,18 @@ func (a *Adapter) mode() string {
 	return "http"
 }
 
-// Wait waits for the Socket Mode loop and event handlers to end.
-func (a *Adapter) Wait() { a.wg.Wait() }
+// Wait waits for the Socket Mode loop and event handlers to end, and stops
+// renewing statuses.
+func (a *Adapter) Wait() {
+	a.mu.Lock()
+	for key, st := range a.status {
+		st.stop()
+		delete(a.status, key)
+	}
+	a.mu.Unlock()
+	a.queue.Wait()
+	a.wg.Wait()
+}
 
 // Ready reports whether the adapter is connected.
 func (a *Adapter) Ready() error {
@@ -150,7 +184,13 @@ func classify(op string, err error) error {
 			return fmt.Errorf("slack: %s: %s: %w", op, se.Err, chat.ErrMessageGone)
 		case "too_many_pins", "not_pinnable", "missing_scope", "not_in_channel", "restricted_action", "access_denied", "permission_denied", "no_permission":
 			return fmt.Errorf("slack: %s: %s: %w", op, se.Err, chat.ErrPinUnavailable)
+		case "internal_error", "fatal_error", "service_unavailable", "request_timeout", "ratelimited":
+			return fmt.Errorf("slack: %s: %w", op, err) // Slack's side: try again
 		}
+		// Any other error answer (channel_not_found, is_archived,
+		// not_in_channel, invalid_auth, msg_too_long...) will be the same
+		// next time.
+		return fmt.Errorf("slack: %s: %s: %w", op, se.Err, chat.ErrUndeliverable)
 	}
 	return fmt.Errorf("slack: %s: %w", op, err)
 }
@@ -163,9 +203,11 @@ func slackCode(err error) string {
 	return ""
 }
 
-func (a *Adapter) planOptions(p chat.Plan) (blocks []slack.Block, native bool) {
+// planBlocks renders p: native plan blocks when they are enabled and Slack
+// has not refused them for this message.
+func (a *Adapter) planBlocks(ref string, p chat.Plan) (blocks []slack.Block, native bool) {
 	a.mu.Lock()
-	native = a.opts.NativePlan && !a.nativeRejected
+	native = a.opts.NativePlan && !a.standard[ref]
 	a.mu.Unlock()
 	if native {
 		return NativePlanBlocks(p), true
@@ -173,45 +215,58 @@ func (a *Adapter) planOptions(p chat.Plan) (blocks []slack.Block, native bool) {
 	return PlanBlocks(p), false
 }
 
-// rejectNative remembers that Slack refused the native blocks.
-func (a *Adapter) rejectNative(err error) bool {
-	if !strings.HasPrefix(slackCode(err), "invalid_blocks") {
+// fallBack reports whether a failed native-blocks request should be sent
+// again with standard blocks: any refusal but a rate limit. It is decided
+// per message, never for the whole workspace.
+func (a *Adapter) fallBack(native bool, err error) bool {
+	var rl *slack.RateLimitedError
+	if !native || err == nil || errors.As(err, &rl) {
 		return false
 	}
-	a.mu.Lock()
-	a.nativeRejected = true
-	a.mu.Unlock()
-	a.log.Warn("slack rejected plan blocks; using standard blocks", "err", err)
+	a.log.Warn("slack refused the native plan blocks; using standard blocks for this message", "err", err)
 	return true
 }
 
 // PostPlan implements chat.Platform.
 func (a *Adapter) PostPlan(ctx context.Context, th chat.Thread, p chat.Plan) (chat.MessageRef, error) {
-	for {
-		blocks, native := a.planOptions(p)
+	post := func(blocks []slack.Block) (string, error) {
 		_, ts, err := a.api.PostMessageContext(ctx, th.Channel, slack.MsgOptionTS(th.ThreadID),
 			slack.MsgOptionText(PlanText(p), false), slack.MsgOptionBlocks(blocks...), slack.MsgOptionDisableLinkUnfurl())
-		if err != nil && native && a.rejectNative(err) {
-			continue
-		}
-		if err != nil {
-			return chat.MessageRef{}, classify("post plan", err)
-		}
-		return chat.MessageRef{Channel: th.Channel, ID: ts}, nil
+		return ts, err
 	}
+	blocks, native := a.planBlocks("", p)
+	ts, err := post(blocks)
+	if a.fallBack(native, err) {
+		if ts, err = post(PlanBlocks(p)); err == nil {
+			a.mu.Lock()
+			a.standard[ts] = true
+			a.mu.Unlock()
+		}
+	}
+	if err != nil {
+		return chat.MessageRef{}, classify("post plan", err)
+	}
+	a.renewStatus(ctx, th)
+	return chat.MessageRef{Channel: th.Channel, ID: ts}, nil
 }
 
 // EditPlan implements chat.Platform.
 func (a *Adapter) EditPlan(ctx context.Context, th chat.Thread, ref chat.MessageRef, p chat.Plan) error {
-	for {
-		blocks, native := a.planOptions(p)
+	update := func(blocks []slack.Block) error {
 		_, _, _, err := a.api.UpdateMessageContext(ctx, ref.Channel, ref.ID,
 			slack.MsgOptionText(PlanText(p), false), slack.MsgOptionBlocks(blocks...))
-		if err != nil && native && a.rejectNative(err) {
-			continue
-		}
-		return classify("update plan "+ref.ID, err)
+		return err
 	}
+	blocks, native := a.planBlocks(ref.ID, p)
+	err := update(blocks)
+	if a.fallBack(native, err) && classify("", err) != nil && !errors.Is(classify("", err), chat.ErrMessageGone) {
+		if err = update(PlanBlocks(p)); err == nil {
+			a.mu.Lock()
+			a.standard[ref.ID] = true
+			a.mu.Unlock()
+		}
+	}
+	return classify("update plan "+ref.ID, err)
 }
 
 // Pin implements chat.Platform.
@@ -231,57 +286,141 @@ func (a *Adapter) Pin(ctx context.Context, th chat.Thread, ref chat.MessageRef, 
 	return classify("unpin "+ref.ID, err)
 }
 
-// Reply implements chat.Platform: Markdown converted to mrkdwn, split into
-// messages of at most 3,500 characters, posted in the thread.
+// SplitReply implements chat.Splitter: Markdown converted to mrkdwn, in
+// parts of at most 3,500 characters.
+func (a *Adapter) SplitReply(text string) []string { return Split(Mrkdwn(text), maxReplyRunes) }
+
+// Reply implements chat.Platform: one message in the thread. Text longer
+// than a part is split here too, for callers that did not split it.
 func (a *Adapter) Reply(ctx context.Context, th chat.Thread, _, text string) error {
-	for _, part := range Split(Mrkdwn(text), maxReplyRunes) {
+	for _, part := range Split(text, maxReplyRunes) {
 		if _, _, err := a.api.PostMessageContext(ctx, th.Channel, slack.MsgOptionTS(th.ThreadID), slack.MsgOptionText(part, false)); err != nil {
 			return classify("reply", err)
 		}
 	}
+	a.renewStatus(ctx, th)
 	return nil
 }
 
 const workingReaction = "hourglass_flowing_sand"
 
+// statusDenied reports whether a setStatus error means this token can never
+// set a status (not "this thread is not an assistant thread").
+func statusDenied(code string) bool {
+	switch code {
+	case "missing_scope", "not_allowed_token_type", "invalid_auth", "not_authed", "token_revoked", "token_expired", "account_inactive", "no_permission", "access_denied":
+		return true
+	}
+	return false
+}
+
+func (a *Adapter) setStatus(ctx context.Context, th chat.Thread, status string) error {
+	return a.api.SetAssistantThreadsStatusContext(ctx, slack.AssistantThreadsSetStatusParameters{ChannelID: th.Channel, ThreadTS: th.ThreadID, Status: status})
+}
+
+const workingStatus = "is working on the plan…"
+
+// renewStatus sets the thread's status again after the bot posted in it
+// (Slack clears the status when the app replies).
+func (a *Adapter) renewStatus(ctx context.Context, th chat.Thread) {
+	a.mu.Lock()
+	_, on := a.status[th.Key]
+	a.mu.Unlock()
+	if !on {
+		return
+	}
+	if err := a.setStatus(ctx, th, workingStatus); err != nil {
+		a.log.Warn("renew assistant thread status", "session", th.Key, "err", err)
+	}
+}
+
 // Working implements chat.Platform: assistant.threads.setStatus where Slack
-// allows it (assistant threads), otherwise a reaction on the message that
-// started the turn, removed when the turn ends.
+// allows it (assistant threads), renewed after the bot's posts and every
+// 90 s; otherwise a reaction on the message that started the turn, removed
+// from that message when the turn ends.
 func (a *Adapter) Working(ctx context.Context, th chat.Thread, trigger string, on bool) error {
+	if !on {
+		a.mu.Lock()
+		st, hadStatus := a.status[th.Key]
+		if hadStatus {
+			st.stop()
+			delete(a.status, th.Key)
+		}
+		ts, ok := a.reacted[th.Key]
+		delete(a.reacted, th.Key)
+		a.mu.Unlock()
+		if hadStatus {
+			return classify("clear status", a.setStatus(ctx, th, ""))
+		}
+		if !ok {
+			ts = trigger // after a restart: the message the router recorded
+		}
+		if ts == "" {
+			return nil
+		}
+		err := a.api.RemoveReactionContext(ctx, workingReaction, slack.NewRefToMessage(th.Channel, ts))
+		if slackCode(err) == "no_reaction" {
+			return nil
+		}
+		return classify("remove reaction", err)
+	}
 	a.mu.Lock()
 	noStatus := a.noStatus
 	a.mu.Unlock()
 	if !noStatus {
-		status := ""
-		if on {
-			status = "is working on the plan…"
-		}
-		err := a.api.SetAssistantThreadsStatusContext(ctx, slack.AssistantThreadsSetStatusParameters{ChannelID: th.Channel, ThreadTS: th.ThreadID, Status: status})
+		err := a.setStatus(ctx, th, workingStatus)
 		if err == nil {
+			a.keepStatus(th)
 			return nil
 		}
-		if slackCode(err) == "" {
+		code := slackCode(err)
+		if code == "" {
 			return classify("set status", err)
 		}
-		a.mu.Lock()
-		a.noStatus = true
-		a.mu.Unlock()
-		a.log.Info("assistant.threads.setStatus not allowed; using a reaction", "err", err)
+		if statusDenied(code) {
+			a.mu.Lock()
+			a.noStatus = true
+			a.mu.Unlock()
+			a.log.Info("assistant.threads.setStatus not allowed for this token; using reactions", "err", err)
+		}
+		// Any other code: this thread is not an assistant thread.
 	}
 	if trigger == "" {
 		return nil
 	}
-	item := slack.NewRefToMessage(th.Channel, trigger)
-	if on {
-		err := a.api.AddReactionContext(ctx, workingReaction, item)
-		if slackCode(err) == "already_reacted" {
-			return nil
-		}
+	err := a.api.AddReactionContext(ctx, workingReaction, slack.NewRefToMessage(th.Channel, trigger))
+	if err != nil && slackCode(err) != "already_reacted" {
 		return classify("add reaction", err)
 	}
-	err := a.api.RemoveReactionContext(ctx, workingReaction, item)
-	if slackCode(err) == "no_reaction" {
-		return nil
+	a.mu.Lock()
+	a.reacted[th.Key] = trigger
+	a.mu.Unlock()
+	return nil
+}
+
+// keepStatus renews a thread's status every statusRenew until the turn ends.
+func (a *Adapter) keepStatus(th chat.Thread) {
+	ctx, stop := context.WithCancel(context.Background())
+	a.mu.Lock()
+	if old, ok := a.status[th.Key]; ok {
+		old.stop()
 	}
-	return classify("remove reaction", err)
+	a.status[th.Key] = &threadStatus{th: th, stop: stop}
+	a.mu.Unlock()
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		t := time.NewTicker(statusRenew)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := a.setStatus(ctx, th, workingStatus); err != nil && ctx.Err() == nil {
+					a.log.Warn("renew assistant thread status", "session", th.Key, "err", err)
+				}
+			}
+		}
+	}()
 }

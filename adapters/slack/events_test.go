@@ -1,0 +1,226 @@
+package slack
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	slackgo "github.com/slack-go/slack"
+	"github.com/slack-go/slack/slackevents"
+
+	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/internal/fakeslack"
+	"github.com/pinplan/pinplan/todo"
+)
+
+// recorder is a chat.Inbox that records messages; known sessions are the
+// ones it was handed a message for.
+type recorder struct {
+	mu    sync.Mutex
+	got   []chat.Incoming
+	known map[string]bool
+}
+
+func (r *recorder) Handle(_ context.Context, in chat.Incoming) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, in)
+	if r.known == nil {
+		r.known = map[string]bool{}
+	}
+	r.known[in.Thread.Key] = true
+	return nil
+}
+
+func (r *recorder) Known(key string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.known[key]
+}
+
+func (r *recorder) texts() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, in := range r.got {
+		out = append(out, in.Text)
+	}
+	return out
+}
+
+// countingDedupe is a chat.Deduper that counts writes.
+type countingDedupe struct {
+	mu     sync.Mutex
+	seen   map[string]bool
+	writes int
+}
+
+func (d *countingDedupe) FirstSeen(_ context.Context, key string, _ time.Duration) (bool, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.writes++
+	if d.seen == nil {
+		d.seen = map[string]bool{}
+	}
+	if d.seen[key] {
+		return false, nil
+	}
+	d.seen[key] = true
+	return true, nil
+}
+
+func eventAdapter(t *testing.T) (*Adapter, *fakeslack.Server, *recorder, *countingDedupe) {
+	t.Helper()
+	fake := &fakeslack.Server{}
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	rec, dd := &recorder{}, &countingDedupe{}
+	a := New(Options{BotToken: "xoxb-t", APIURL: srv.URL + "/api/", Handler: rec, Dedupe: dd})
+	if err := a.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return a, fake, rec, dd
+}
+
+// push routes an Events API callback as the HTTP and Socket Mode paths do.
+func push(t *testing.T, a *Adapter, fake *fakeslack.Server, id string, ev map[string]any) {
+	t.Helper()
+	api, err := slackevents.ParseEvent(json.RawMessage(fake.CallbackBody(id, ev)), slackevents.OptionNoVerifyToken())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.route(context.Background(), api)
+}
+
+func TestOnlyTheBotMentionIsStripped(t *testing.T) {
+	a, fake, rec, _ := eventAdapter(t)
+	fake.AddUser("U777", "Rita")
+	bot := a.botUserID
+	push(t, a, fake, "Ev1", map[string]any{"type": "app_mention", "user": "U1", "channel": "C1", "ts": "1.1",
+		"text": "<@" + bot + "> ask <@U777> about the release, and <@U888|bob> too, not <@U999>"})
+	a.queue.Wait()
+	want := "ask @Rita about the release, and @bob too, not <@U999>"
+	if got := rec.texts(); len(got) != 1 || got[0] != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+func TestUnrelatedMessagesCostNoWrite(t *testing.T) {
+	a, fake, rec, dd := eventAdapter(t)
+	for i := range 1000 {
+		ev := map[string]any{"type": "message", "user": "U1", "channel": "C1", "ts": "2." + string(rune('a'+i%26)), "text": "chatter"}
+		if i%2 == 1 {
+			ev["thread_ts"] = "1.0" // a thread the bot is not part of
+		}
+		push(t, a, fake, "Ev"+strings.Repeat("x", i%7)+string(rune('A'+i%26)), ev)
+	}
+	// A mention afterwards proves the events above had their chance.
+	push(t, a, fake, "EvMention", map[string]any{"type": "app_mention", "user": "U1", "channel": "C1", "ts": "3.1", "text": "<@" + a.botUserID + "> hi"})
+	a.queue.Wait()
+	if got := rec.texts(); len(got) != 1 || got[0] != "hi" {
+		t.Fatalf("handled %q, want only the mention", got)
+	}
+	dd.mu.Lock()
+	defer dd.mu.Unlock()
+	if dd.writes != 2 {
+		t.Errorf("%d dedupe writes for 1,000 unrelated messages and one mention, want 2 (the mention's event and message)", dd.writes)
+	}
+}
+
+func TestThreadMessagesHandledInOrder(t *testing.T) {
+	a, fake, rec, _ := eventAdapter(t)
+	push(t, a, fake, "EvM", map[string]any{"type": "app_mention", "user": "U1", "channel": "C1", "ts": "5.0", "text": "<@" + a.botUserID + "> task"})
+	a.queue.Wait() // the session exists from here on, as in the router
+	for i := range 20 {
+		push(t, a, fake, "EvF"+string(rune('a'+i)), map[string]any{"type": "message", "user": "U1", "channel": "C1", "ts": "5." + string(rune('a'+i)), "thread_ts": "5.0", "text": "follow-up " + string(rune('a'+i))})
+	}
+	a.queue.Wait()
+	got := rec.texts()
+	if len(got) != 21 {
+		t.Fatalf("handled %d messages, want 21: %q", len(got), got)
+	}
+	for i := range 20 {
+		if want := "follow-up " + string(rune('a'+i)); got[i+1] != want {
+			t.Fatalf("message %d is %q, want %q", i+1, got[i+1], want)
+		}
+	}
+}
+
+func TestNativeBlocksFallBackPerMessage(t *testing.T) {
+	a, fake := testAdapter(t, true)
+	fake.Fail("chat.postMessage", "invalid_arguments") // not invalid_blocks
+	p := chat.Plan{Revision: 1, Updated: time.Now(), Items: []todo.Item{{Content: "a", Status: todo.Pending}}}
+	th1 := chat.Thread{Platform: "slack", Key: "slack/T1/C1/1.1", Channel: "C1", ThreadID: "1.1"}
+	if _, err := a.PostPlan(context.Background(), th1, p); err != nil {
+		t.Fatalf("post with a refused native block: %v", err)
+	}
+	th2 := chat.Thread{Platform: "slack", Key: "slack/T1/C1/2.1", Channel: "C1", ThreadID: "2.1"}
+	if _, err := a.PostPlan(context.Background(), th2, p); err != nil {
+		t.Fatal(err)
+	}
+	calls := fake.Calls("chat.postMessage")
+	if len(calls) != 3 {
+		t.Fatalf("got %d posts, want 3 (native refused, standard, native for the next thread)", len(calls))
+	}
+	native := func(c fakeslack.Call) bool { return strings.Contains(c.Params["blocks"], `"type":"plan"`) }
+	if !native(calls[0]) || native(calls[1]) || !native(calls[2]) {
+		t.Errorf("native per post: %t %t %t, want true false true", native(calls[0]), native(calls[1]), native(calls[2]))
+	}
+}
+
+func TestStatusRenewedAndNotLatchedOff(t *testing.T) {
+	a, fake := testAdapter(t, false)
+	ctx := context.Background()
+	th := chat.Thread{Platform: "slack", Key: "slack/T1/D1/1.1", Channel: "D1", ThreadID: "1.1"}
+	if err := a.Working(ctx, th, "1.1", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Reply(ctx, th, "", "partial answer"); err != nil {
+		t.Fatal(err)
+	}
+	statuses := func() []string {
+		var out []string
+		for _, c := range fake.Calls("assistant.threads.setStatus") {
+			out = append(out, c.Params["status"])
+		}
+		return out
+	}
+	if got := statuses(); len(got) != 2 || got[1] == "" {
+		t.Errorf("statuses %q, want it set again after the bot's reply", got)
+	}
+	if err := a.Working(ctx, th, "1.1", false); err != nil {
+		t.Fatal(err)
+	}
+	if got := statuses(); len(got) != 3 || got[2] != "" {
+		t.Errorf("statuses %q, want cleared at the end", got)
+	}
+	// A thread that is not an assistant thread uses the reaction, and
+	// the next thread still tries the status.
+	fake.Fail("assistant.threads.setStatus", "invalid_thread_ts")
+	if _, _, err := a.api.PostMessageContext(ctx, "C1", slackgo.MsgOptionText("a task", false)); err != nil {
+		t.Fatal(err)
+	}
+	trigger := fake.Messages("C1")[0].TS
+	th2 := chat.Thread{Platform: "slack", Key: "slack/T1/C1/" + trigger, Channel: "C1", ThreadID: trigger}
+	if err := a.Working(ctx, th2, trigger, true); err != nil {
+		t.Fatal(err)
+	}
+	if got := fake.Reactions("C1", trigger); len(got) != 1 {
+		t.Errorf("reactions on the trigger %q, want the hourglass", got)
+	}
+	th3 := chat.Thread{Platform: "slack", Key: "slack/T1/D1/3.1", Channel: "D1", ThreadID: "3.1"}
+	a.Working(ctx, th3, "3.1", true)
+	if got := statuses(); len(got) != 5 {
+		t.Errorf("got %d setStatus calls, want 5: one error must not turn statuses off for every thread", len(got))
+	}
+	a.Working(ctx, th3, "3.1", false)
+	a.Working(ctx, th2, trigger, false)
+	if got := fake.Reactions("C1", trigger); len(got) != 0 {
+		t.Errorf("reactions left on the trigger: %q", got)
+	}
+	a.Wait()
+}
