@@ -231,4 +231,3 @@ func (m *memOutbox) AddOutbox(_ context.Context, items [][]byte) ([]uint64, erro
 func (m *memOutbox) DeleteOutbox(context.Context, uint64) error { return nil }
 
 func (m *memOutbox) Outbox(context.Context, func(uint64, []byte)) error { return nil }
-
