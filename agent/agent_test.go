@@ -369,9 +369,7 @@ func TestMessagesDuringTurnJoinIt(t *testing.T) {
 	}
 	h := newHarness(t, fake, harnessOpts{})
 	h.send(t, "web/q", "first")
-	for len(fake.Requests()) == 0 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitRequests(t, fake, 1)
 	h.send(t, "web/q", "second")
 	h.send(t, "web/q", "third")
 	close(release)
@@ -514,18 +512,33 @@ func TestMaxRounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	reg, _ := agent.NewRegistry(readTool())
+	reg, err := agent.NewRegistry(readTool())
+	if err != nil {
+		t.Fatal(err)
+	}
 	events := make(chan agent.Event, 100)
-	r, _ := agent.NewRunner(agent.Options{Model: agent.NewOpenAIModel(agent.OpenAIOptions{BaseURL: srv.URL}), Store: db, Tools: reg, MaxRounds: 4,
+	r, err := agent.NewRunner(agent.Options{Model: agent.NewOpenAIModel(agent.OpenAIOptions{BaseURL: srv.URL}), Store: db, Tools: reg, MaxRounds: 4,
 		Observer: func(e agent.Event) { events <- e }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer r.Close()
-	r.Submit(context.Background(), "web/m", agent.Inbound{Text: "loop"})
-	for e := range events {
-		if e.Kind == agent.TurnEnded {
+	if err := r.Submit(context.Background(), "web/m", agent.Inbound{Text: "loop"}); err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(20 * time.Second)
+	for ended := false; !ended; {
+		select {
+		case e := <-events:
+			if e.Kind != agent.TurnEnded {
+				continue
+			}
+			ended = true
 			if e.Outcome != agent.Limited || !strings.Contains(e.Text, "PINPLAN_MAX_ROUNDS") {
 				t.Errorf("outcome %s %q", e.Outcome, e.Text)
 			}
-			break
+		case <-timeout:
+			t.Fatal("no TurnEnded after 20s")
 		}
 	}
 	if n := len(fake.Requests()); n != 4 {
@@ -580,9 +593,7 @@ func TestStopEndsTurn(t *testing.T) {
 	h := newHarness(t, fake, harnessOpts{timeout: 10 * time.Second})
 	fake.Fail(fakeopenai.Fault{Delay: 5 * time.Second})
 	h.send(t, "web/stop", "long task")
-	for len(fake.Requests()) == 0 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitRequests(t, fake, 1)
 	start := time.Now()
 	if !h.runner.Stop("web/stop") {
 		t.Fatal("Stop found no running session")

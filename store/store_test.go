@@ -69,7 +69,10 @@ func TestCommitLoadAndIdempotence(t *testing.T) {
 	if err != nil || len(keys) != 1 || keys[0] != "web/1" {
 		t.Errorf("Resumable = %v, %v", keys, err)
 	}
-	plans, _ := db.Plans(ctx, "web/1")
+	plans, err := db.Plans(ctx, "web/1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(plans) != 1 {
 		t.Errorf("plans = %d, want 1", len(plans))
 	}
@@ -83,9 +86,16 @@ func TestResumableIncludesQueued(t *testing.T) {
 	db := openTemp(t)
 	r := round("web/idle", 0, "x")
 	r.Checkpoint.State = agent.Idle
-	db.Commit(ctx, r)
-	db.Enqueue(ctx, "web/queued", agent.Inbound{Text: "waiting"})
-	keys, _ := db.Resumable(ctx)
+	if err := db.Commit(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Enqueue(ctx, "web/queued", agent.Inbound{Text: "waiting"}); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := db.Resumable(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(keys) != 1 || keys[0] != "web/queued" {
 		t.Errorf("Resumable = %v, want [web/queued]", keys)
 	}
@@ -110,7 +120,9 @@ func TestLockedFileNamesIt(t *testing.T) {
 
 func TestCorruptFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "corrupt.db")
-	os.WriteFile(path, []byte(strings.Repeat("not a bbolt file ", 1000)), 0o600)
+	if err := os.WriteFile(path, []byte(strings.Repeat("not a bbolt file ", 1000)), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	_, err := Open(path, Options{})
 	if err == nil || !strings.Contains(err.Error(), path) {
 		t.Errorf("corrupt file: got %v, want an error naming it", err)
@@ -119,12 +131,23 @@ func TestCorruptFile(t *testing.T) {
 
 func TestNewerSchemaRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "new.db")
-	b, _ := bolt.Open(path, 0o600, nil)
-	b.Update(func(tx *bolt.Tx) error {
-		m, _ := tx.CreateBucketIfNotExists(bMeta)
+	b, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = b.Update(func(tx *bolt.Tx) error {
+		m, err := tx.CreateBucketIfNotExists(bMeta)
+		if err != nil {
+			return err
+		}
 		return m.Put(kSchema, []byte("99"))
 	})
-	b.Close()
+	if cerr := b.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := Open(path, Options{}); err == nil || !strings.Contains(err.Error(), "schema version 99") {
 		t.Errorf("got %v, want a schema version error", err)
 	}
@@ -144,18 +167,20 @@ func TestDedupe(t *testing.T) {
 		}
 	}
 	now = now.Add(2 * time.Hour)
-	if n, _ := db.PruneDedupe(ctx); n != 1 {
-		t.Errorf("pruned %d, want 1", n)
+	if n, err := db.PruneDedupe(ctx); err != nil || n != 1 {
+		t.Errorf("pruned %d, %v; want 1", n, err)
 	}
-	if got, _ := db.FirstSeen(ctx, "slack/Ev1", time.Hour); !got {
-		t.Error("expired key still seen")
+	if got, err := db.FirstSeen(ctx, "slack/Ev1", time.Hour); err != nil || !got {
+		t.Errorf("expired key: first sighting %t, %v; want true", got, err)
 	}
 }
 
 func TestBackupAndBoard(t *testing.T) {
 	ctx := context.Background()
 	db := openTemp(t)
-	db.Commit(ctx, round("web/b", 0, "kept"))
+	if err := db.Commit(ctx, round("web/b", 0, "kept")); err != nil {
+		t.Fatal(err)
+	}
 	if err := db.SaveBoard(ctx, "web/b", []byte(`{"ref":"m1"}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -168,16 +193,56 @@ func TestBackupAndBoard(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer copyDB.Close()
-	_, hist, _, _ := copyDB.Load(ctx, "web/b")
-	board, _ := copyDB.Board(ctx, "web/b")
+	_, hist, _, err := copyDB.Load(ctx, "web/b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	board, err := copyDB.Board(ctx, "web/b")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(hist) != 1 || string(board) != `{"ref":"m1"}` {
 		t.Errorf("backup lost data: hist=%d board=%s", len(hist), board)
 	}
 	if err := copyDB.Check(); err != nil {
 		t.Error(err)
 	}
-	infos, _ := db.Sessions(ctx)
+	infos, err := db.Sessions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(infos) != 1 || infos[0].Checkpoint.Key != "web/b" || string(infos[0].Board) != `{"ref":"m1"}` {
 		t.Errorf("Sessions = %+v", infos)
+	}
+}
+
+func TestOutboxKeepsOrderAcrossReopen(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "outbox.db")
+	db, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := db.AddOutbox(ctx, [][]byte{[]byte("one"), []byte("two"), []byte("three")})
+	if err != nil || len(ids) != 3 || ids[0] >= ids[1] || ids[1] >= ids[2] {
+		t.Fatalf("AddOutbox = %v, %v; want three increasing ids", ids, err)
+	}
+	if err := db.DeleteOutbox(ctx, ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err = Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var got []string
+	if err := db.Outbox(ctx, func(_ uint64, data []byte) { got = append(got, string(data)) }); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(got, ",") != "one,three" {
+		t.Errorf("outbox after reopen = %q, want [one three]", got)
 	}
 }
