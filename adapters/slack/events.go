@@ -127,6 +127,7 @@ type message struct {
 	eventID                           string
 	team, channel, thread, ts, author string
 	text                              string
+	needsSession                      bool // only for a thread that has a session
 }
 
 // route decides whether an event concerns the bot, before anything is
@@ -142,8 +143,9 @@ func (a *Adapter) route(ctx context.Context, api slackevents.EventsAPIEvent) {
 }
 
 // relevant filters an event without I/O: messages from bots, edits and
-// deletions, and channel messages outside a thread the bot is part of
-// are dropped here, at no cost.
+// deletions, and channel messages outside any thread are dropped here, at
+// no cost; replies in threads without a session are dropped by dispatch
+// before any write.
 func (a *Adapter) relevant(api slackevents.EventsAPIEvent) (message, bool) {
 	cb, ok := api.Data.(*slackevents.EventsAPICallbackEvent)
 	if !ok || cb.EventID == "" {
@@ -174,13 +176,13 @@ func (a *Adapter) relevant(api slackevents.EventsAPIEvent) (message, bool) {
 		m.channel, m.thread, m.ts, m.author, m.text = ev.Channel, ev.ThreadTimeStamp, ev.TimeStamp, ev.User, ev.Text
 		if !ev.IsIM() {
 			// In channels a mention arrives as app_mention; a reply
-			// without one reaches only a thread that has a session.
+			// without one reaches only a thread that has a session,
+			// which dispatch checks in the thread's turn (the mention
+			// queued before it may be what creates the session).
 			if ev.ThreadTimeStamp == "" || strings.Contains(ev.Text, "<@"+bot+">") || strings.Contains(ev.Text, "<@"+bot+"|") {
 				return m, false
 			}
-			if !a.opts.Handler.Known(Key(team, ev.Channel, ev.ThreadTimeStamp)) {
-				return m, false
-			}
+			m.needsSession = true
 		}
 	default:
 		a.log.Debug("slack inner event ignored", "type", api.InnerEvent.Type)
@@ -195,6 +197,9 @@ func (a *Adapter) relevant(api slackevents.EventsAPIEvent) (message, bool) {
 // dispatch dedupes a relevant event (on its event_id, and on the message,
 // which can arrive as both app_mention and message) and hands it on.
 func (a *Adapter) dispatch(ctx context.Context, m message) {
+	if m.needsSession && !a.opts.Handler.Known(Key(m.team, m.channel, m.thread)) {
+		return
+	}
 	if first, err := a.opts.Dedupe.FirstSeen(ctx, "slack/event/"+m.eventID, dedupeTTL); err != nil {
 		a.log.Error("slack dedupe", "event_id", m.eventID, "err", err)
 	} else if !first {

@@ -133,8 +133,9 @@ func TestUnrelatedMessagesCostNoWrite(t *testing.T) {
 
 func TestThreadMessagesHandledInOrder(t *testing.T) {
 	a, fake, rec, _ := eventAdapter(t)
+	// The follow-ups arrive before the mention's session exists: they
+	// must wait for it in the thread's order, not be dropped.
 	push(t, a, fake, "EvM", map[string]any{"type": "app_mention", "user": "U1", "channel": "C1", "ts": "5.0", "text": "<@" + a.botUserID + "> task"})
-	a.queue.Wait() // the session exists from here on, as in the router
 	for i := range 20 {
 		push(t, a, fake, "EvF"+string(rune('a'+i)), map[string]any{"type": "message", "user": "U1", "channel": "C1", "ts": "5." + string(rune('a'+i)), "thread_ts": "5.0", "text": "follow-up " + string(rune('a'+i))})
 	}
