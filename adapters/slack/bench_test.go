@@ -3,12 +3,16 @@ package slack
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"net/http"
 	"net/http/httptest"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/chat/chattest"
 	"github.com/pinplan/pinplan/internal/fakeslack"
@@ -95,4 +99,70 @@ func BenchmarkBurstUnderTier3(b *testing.B) {
 		b.ReportMetric(float64(edits)/bursts, "edits/100-revisions")
 		b.ReportMetric(float64(correct), "bursts-ending-on-last-of-20")
 	}
+}
+
+// flaky answers 500 to a share of chat.postMessage calls, at random, and
+// passes everything else to the fake Slack.
+type flaky struct {
+	next  http.Handler
+	share float64
+	mu    sync.Mutex // guards rng
+	rng   *rand.Rand
+}
+
+func (f *flaky) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	fail := strings.HasSuffix(r.URL.Path, "/chat.postMessage") && f.rng.Float64() < f.share
+	f.mu.Unlock()
+	if fail {
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	f.next.ServeHTTP(w, r)
+}
+
+// BenchmarkReplyDeliveryFlaky measures reply delivery through the outbox
+// (answer published to message accepted by the fake Slack) while 10% of
+// chat.postMessage calls answer HTTP 500, with the router's default retry
+// delay (1 s, doubling, jittered). Every reply must arrive exactly once.
+func BenchmarkReplyDeliveryFlaky(b *testing.B) {
+	fake := &fakeslack.Server{}
+	srv := httptest.NewServer(&flaky{next: fake, share: 0.1, rng: rand.New(rand.NewPCG(1, 2))})
+	b.Cleanup(srv.Close)
+	a := New(Options{BotToken: "xoxb-bench", APIURL: srv.URL + "/api/", Handler: nopHandler{}})
+	r := chat.NewRouter(chat.Options{Store: &chattest.Boards{}, Platforms: map[string]chat.Platform{"slack": a}})
+	b.Cleanup(r.Close)
+	key := "slack/T1/C1/1.1"
+	start(r, key)
+	var lat []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		text := fmt.Sprintf("answer %d", i)
+		at := time.Now()
+		r.Observe(agent.Event{Session: key, Kind: agent.Replied, Text: text, At: at})
+		deadline := time.Now().Add(time.Minute)
+		for {
+			n := 0
+			for _, m := range fake.Messages("C1") {
+				if m.Text == text {
+					n++
+				}
+			}
+			if n > 1 {
+				b.Fatalf("%q delivered %d times", text, n)
+			}
+			if n == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("%q not delivered in a minute", text)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		lat = append(lat, time.Since(at))
+	}
+	b.StopTimer()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 }
