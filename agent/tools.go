@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 
 	openai "github.com/sashabaranov/go-openai"
@@ -21,7 +22,20 @@ type Tool struct {
 	// Idempotent tools are run again after a crash between running and
 	// committing them; a non-idempotent one gets an "interrupted" error.
 	Idempotent bool
-	Run        func(ctx context.Context, env *ToolEnv, arguments string) (string, error)
+	// Ask: a call waits for a person's approval in the thread (DESIGN.md
+	// §12, policy "ask"). A tool whose policy is "deny" is never offered.
+	Ask bool
+	// Server is the MCP server the tool comes from ("" for built-in
+	// tools), for approval cards and logs.
+	Server string
+	// Run performs the call. ctx is cancelled when the turn is stopped.
+	Run func(ctx context.Context, env *ToolEnv, arguments string) (string, error)
+}
+
+// ToolSource supplies tools that can change while the bot runs (an MCP
+// server's list). The registry asks it at every model request.
+type ToolSource interface {
+	Tools() []Tool
 }
 
 // ToolEnv is what a tool may touch: the session key and the round's working
@@ -73,9 +87,42 @@ func TodoWrite() Tool {
 	}
 }
 
-// Registry is a set of tools by name. Build it once at startup.
+// Registry is a set of tools by name: the built-in ones, fixed at
+// startup, and those of its sources, read at each use.
 type Registry struct {
-	tools map[string]Tool
+	tools   map[string]Tool
+	sources []ToolSource
+}
+
+// AddSource adds tools that may change over time; a source's tool never
+// replaces a built-in one of the same name. Call it before the runner
+// starts.
+func (r *Registry) AddSource(src ToolSource) { r.sources = append(r.sources, src) }
+
+// all returns every tool by name: built-in ones first, then the sources'.
+func (r *Registry) all() map[string]Tool {
+	if len(r.sources) == 0 {
+		return r.tools
+	}
+	out := make(map[string]Tool, len(r.tools))
+	for _, src := range r.sources {
+		for _, t := range src.Tools() {
+			if t.Name != "" && t.Run != nil {
+				out[t.Name] = t
+			}
+		}
+	}
+	maps.Copy(out, r.tools)
+	return out
+}
+
+// Lookup returns the tool named name.
+func (r *Registry) Lookup(name string) (Tool, bool) {
+	if t, ok := r.tools[name]; ok {
+		return t, true
+	}
+	t, ok := r.all()[name]
+	return t, ok
 }
 
 // NewRegistry returns a registry with todo_write and the given tools.
@@ -95,14 +142,15 @@ func NewRegistry(extra ...Tool) (*Registry, error) {
 
 // Definitions returns the tools as offered to the model, sorted by name.
 func (r *Registry) Definitions() []openai.Tool {
-	names := make([]string, 0, len(r.tools))
-	for n := range r.tools {
+	tools := r.all()
+	names := make([]string, 0, len(tools))
+	for n := range tools {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	defs := make([]openai.Tool, 0, len(names))
 	for _, n := range names {
-		t := r.tools[n]
+		t := tools[n]
 		defs = append(defs, openai.Tool{Type: openai.ToolTypeFunction, Function: &openai.FunctionDefinition{
 			Name: t.Name, Description: t.Description, Parameters: t.Parameters,
 		}})
@@ -113,7 +161,7 @@ func (r *Registry) Definitions() []openai.Tool {
 // call runs one tool call and returns its result text (an error result on
 // failure). Tools are run one at a time, in the order the model listed them.
 func (r *Registry) call(ctx context.Context, env *ToolEnv, tc openai.ToolCall) string {
-	t, ok := r.tools[tc.Function.Name]
+	t, ok := r.Lookup(tc.Function.Name)
 	if !ok {
 		return errorResult(&ToolError{Code: "unknown_tool", Message: fmt.Sprintf("no tool is named %q; available tools: %s", tc.Function.Name, r.names())})
 	}
@@ -125,13 +173,13 @@ func (r *Registry) call(ctx context.Context, env *ToolEnv, tc openai.ToolCall) s
 }
 
 func (r *Registry) idempotent(name string) bool {
-	t, ok := r.tools[name]
+	t, ok := r.Lookup(name)
 	return !ok || t.Idempotent // an unknown tool runs nothing
 }
 
 func (r *Registry) names() string {
 	var names []string
-	for n := range r.tools {
+	for n := range r.all() {
 		names = append(names, n)
 	}
 	sort.Strings(names)
