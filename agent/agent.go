@@ -6,6 +6,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
@@ -20,7 +21,32 @@ type RunState string
 const (
 	Idle    RunState = "idle"
 	Running RunState = "running"
+	// Waiting: the turn is paused until a person decides on a tool call
+	// (Checkpoint.Waiting). No goroutine is held while a session waits.
+	Waiting RunState = "waiting"
 )
+
+// Approval is a tool call waiting for a person's decision (DESIGN.md §12).
+type Approval struct {
+	CallID    string    `json:"call_id"`
+	Tool      string    `json:"tool"`
+	Server    string    `json:"server,omitempty"`
+	Arguments string    `json:"arguments"`
+	Requester string    `json:"requester,omitempty"` // platform user id of the turn's requester
+	Deadline  time.Time `json:"deadline"`
+}
+
+// Decision is what became of an approval.
+type Decision struct {
+	Allow  bool      `json:"allow"`
+	Always bool      `json:"always,omitempty"` // allow this tool for the rest of the session
+	By     string    `json:"by,omitempty"`     // platform user id; empty when it timed out
+	ByName string    `json:"by_name,omitempty"`
+	At     time.Time `json:"at"`
+	// Reason is "timeout" when nobody decided in time, "stopped" when the
+	// turn was stopped while it waited.
+	Reason string `json:"reason,omitempty"`
+}
 
 // Usage is token usage summed over a session's model calls.
 type Usage struct {
@@ -48,10 +74,21 @@ type Entry struct {
 // persisted on arrival, so a message that arrives during a turn or just
 // before a crash is never lost.
 type Inbound struct {
-	ID     uint64    `json:"id"` // assigned by the store, increasing per session
-	Text   string    `json:"text"`
-	Author string    `json:"author,omitempty"`
-	At     time.Time `json:"at"`
+	ID       uint64    `json:"id"` // assigned by the store, increasing per session
+	Text     string    `json:"text"`
+	Author   string    `json:"author,omitempty"`
+	AuthorID string    `json:"author_id,omitempty"` // platform user id, for approvals
+	At       time.Time `json:"at"`
+	// Context is the thread's earlier messages, quoted, given with the
+	// first message of a session (DESIGN.md §12).
+	Context []Quoted `json:"context,omitempty"`
+}
+
+// Quoted is an earlier message of a thread, given to the model as quoted
+// material, never as instructions.
+type Quoted struct {
+	Author string `json:"author"`
+	Text   string `json:"text"`
 }
 
 // PlanRevision is one accepted todo_write call.
@@ -73,11 +110,24 @@ type Checkpoint struct {
 	HistoryLen int         `json:"history_len"`
 	TurnRounds int         `json:"turn_rounds"` // model rounds in the turn in progress
 	Turns      int64       `json:"turns"`       // turns started
-	// Pending is an assistant message whose non-idempotent tools may have
-	// run before their results were committed.
+	// Pending is an assistant message whose tools have not all been
+	// answered: while Running, its non-idempotent tools may have run
+	// before their results were committed; while Waiting, it waits for
+	// the approval in Waiting.
 	Pending *openai.ChatCompletionMessage `json:"pending,omitempty"`
-	Created time.Time                     `json:"created"`
-	Updated time.Time                     `json:"updated"`
+	// Requester is the platform user id whose message started the turn;
+	// RequesterName their display name.
+	Requester     string `json:"requester,omitempty"`
+	RequesterName string `json:"requester_name,omitempty"`
+	// Waiting is the approval the turn waits for, Decisions what was
+	// decided for Pending's calls so far.
+	Waiting   *Approval           `json:"waiting,omitempty"`
+	Decisions map[string]Decision `json:"decisions,omitempty"`
+	// Allowed lists tools allowed for the rest of the session ("Always
+	// allow here").
+	Allowed []string  `json:"allowed,omitempty"`
+	Created time.Time `json:"created"`
+	Updated time.Time `json:"updated"`
 }
 
 // Round is everything one checkpoint writes, in one transaction: the
@@ -104,9 +154,19 @@ type Store interface {
 	Inbox(ctx context.Context, key string) ([]Inbound, error)
 	// Enqueue persists an inbound message and returns it with its ID.
 	Enqueue(ctx context.Context, key string, in Inbound) (Inbound, error)
-	// Resumable lists sessions left running or with a non-empty inbox.
+	// Resumable lists sessions left running or waiting, or with a
+	// non-empty inbox.
 	Resumable(ctx context.Context) ([]string, error)
+	// Decide records d for the session's pending approval of callID, in
+	// one transaction, and returns that approval. It fails with
+	// ErrNotPending unless the session waits for exactly that call and
+	// nothing was decided for it yet.
+	Decide(ctx context.Context, key, callID string, d Decision) (Approval, error)
 }
+
+// ErrNotPending: the approval was already decided, or is not this
+// session's.
+var ErrNotPending = errors.New("no such approval is pending")
 
 // EventKind says what an Event reports.
 type EventKind int
@@ -117,6 +177,14 @@ const (
 	PlanChanged
 	Replied
 	TurnEnded
+	// ApprovalNeeded: the turn waits for Event.Approval to be decided. It
+	// is published again after a restart; the card is posted once.
+	ApprovalNeeded
+	// ApprovalDecided: Event.Approval was decided (Event.Decision).
+	ApprovalDecided
+	// ToolStarted and ToolEnded bracket a tool call (Event.Tool).
+	ToolStarted
+	ToolEnded
 )
 
 // Outcome is how a turn ended.
@@ -140,7 +208,12 @@ type Event struct {
 	Text     string  // Replied: the answer; TurnEnded: a message for the user
 	Outcome  Outcome // TurnEnded
 	Err      error   // TurnEnded with Failed: the detail, for logs
-	At       time.Time
+	// StoppedBy is who stopped the turn (TurnEnded with Stopped).
+	StoppedBy string
+	Approval  *Approval // ApprovalNeeded, ApprovalDecided
+	Decision  *Decision // ApprovalDecided
+	Tool      string    // ToolStarted, ToolEnded
+	At        time.Time
 }
 
 // Observer receives events. It is called from the session's goroutine and

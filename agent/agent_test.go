@@ -50,6 +50,8 @@ type harnessOpts struct {
 	tools   []agent.Tool
 	role    string
 	db      *store.DB
+	// approvalTimeout: 0 keeps the runner's default.
+	approvalTimeout time.Duration
 }
 
 func newHarness(t *testing.T, fake *fakeopenai.Server, o harnessOpts) *harness {
@@ -75,7 +77,7 @@ func newHarness(t *testing.T, fake *fakeopenai.Server, o harnessOpts) *harness {
 		t.Fatal(err)
 	}
 	h := &harness{fake: fake, db: db, events: map[string]chan agent.Event{}, model: model}
-	h.runner, err = agent.NewRunner(agent.Options{Model: model, Store: db, Tools: reg, ModelName: "fake", ReminderRole: o.role,
+	h.runner, err = agent.NewRunner(agent.Options{Model: model, Store: db, Tools: reg, ModelName: "fake", ReminderRole: o.role, ApprovalTimeout: o.approvalTimeout,
 		Observer: func(e agent.Event) { h.ch(e.Session) <- e }})
 	if err != nil {
 		t.Fatal(err)
@@ -595,7 +597,7 @@ func TestStopEndsTurn(t *testing.T) {
 	h.send(t, "web/stop", "long task")
 	waitRequests(t, fake, 1)
 	start := time.Now()
-	if !h.runner.Stop("web/stop") {
+	if !h.runner.Stop("web/stop", "ann") {
 		t.Fatal("Stop found no running session")
 	}
 	events := h.waitEnd(t, "web/stop")

@@ -94,7 +94,7 @@ func TestStopKeepsMessagesQueuedBeforeIt(t *testing.T) {
 	h.send(t, "web/stopq", "long task")
 	waitRequests(t, fake, 1)
 	h.send(t, "web/stopq", "queued before stop")
-	if !h.runner.Stop("web/stopq") {
+	if !h.runner.Stop("web/stopq", "ann") {
 		t.Fatal("Stop found no running session")
 	}
 	events := h.waitEnd(t, "web/stopq")

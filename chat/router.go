@@ -22,7 +22,7 @@ const MaxMessageRunes = 16000
 // Runner is the part of agent.Runner the router uses.
 type Runner interface {
 	Submit(ctx context.Context, key string, in agent.Inbound) error
-	Stop(key string) bool
+	Stop(key, by string) bool
 }
 
 // Options configures a Router.
@@ -135,7 +135,7 @@ func (r *Router) Handle(ctx context.Context, in Incoming) error {
 	}
 	if strings.EqualFold(text, "stop") {
 		msg := "Nothing is running in this thread."
-		if r.runner.Stop(th.Key) {
+		if r.runner.Stop(th.Key, in.Author) {
 			msg = "Stopping the current turn."
 		}
 		return refuse(msg)

@@ -331,7 +331,7 @@ func (db *DB) Resumable(_ context.Context) ([]string, error) {
 			if err := json.Unmarshal(raw, &cp); err != nil {
 				return fmt.Errorf("record of %s: %w", k, err)
 			}
-			if cp.State == agent.Running {
+			if cp.State == agent.Running || cp.State == agent.Waiting {
 				keys = append(keys, string(k))
 			}
 			return nil
@@ -341,4 +341,44 @@ func (db *DB) Resumable(_ context.Context) ([]string, error) {
 		return nil, fmt.Errorf("store: list resumable sessions: %w", err)
 	}
 	return keys, nil
+}
+
+// Decide implements agent.Store: it records d for the pending approval of
+// callID in the session's record, in one transaction.
+func (db *DB) Decide(_ context.Context, key, callID string, d agent.Decision) (agent.Approval, error) {
+	var a agent.Approval
+	err := db.bolt.Update(func(tx *bolt.Tx) error {
+		sb := session(tx, key)
+		if sb == nil {
+			return agent.ErrNotPending
+		}
+		raw := sb.Get(kRecord)
+		if raw == nil {
+			return agent.ErrNotPending
+		}
+		var cp agent.Checkpoint
+		if err := json.Unmarshal(raw, &cp); err != nil {
+			return fmt.Errorf("record: %w", err)
+		}
+		if cp.State != agent.Waiting || cp.Waiting == nil || cp.Waiting.CallID != callID {
+			return agent.ErrNotPending
+		}
+		if _, done := cp.Decisions[callID]; done {
+			return agent.ErrNotPending
+		}
+		if cp.Decisions == nil {
+			cp.Decisions = map[string]agent.Decision{}
+		}
+		cp.Decisions[callID] = d
+		a = *cp.Waiting
+		out, err := json.Marshal(cp)
+		if err != nil {
+			return err
+		}
+		return sb.Put(kRecord, out)
+	})
+	if err != nil {
+		return a, fmt.Errorf("store: decide %s in %s: %w", callID, key, err)
+	}
+	return a, nil
 }

@@ -44,7 +44,7 @@ type Runner struct{}
 func (Runner) Submit(context.Context, string, agent.Inbound) error { return nil }
 
 // Stop implements chat.Runner.
-func (Runner) Stop(string) bool { return false }
+func (Runner) Stop(string, string) bool { return false }
 
 // Revision is a committed plan revision for session key: a two-item plan
 // whose second item names rev, published now.
