@@ -210,6 +210,9 @@ type Event struct {
 	Err      error   // TurnEnded with Failed: the detail, for logs
 	// StoppedBy is who stopped the turn (TurnEnded with Stopped).
 	StoppedBy string
+	// Requester is the platform user id whose message started the turn
+	// (TurnStarted).
+	Requester string
 	Approval  *Approval // ApprovalNeeded, ApprovalDecided
 	Decision  *Decision // ApprovalDecided
 	Tool      string    // ToolStarted, ToolEnded

@@ -309,7 +309,7 @@ func (r *Runner) run(key string, w *worker, log *slog.Logger) error {
 	case Running:
 		log.Info("resuming turn", "history", len(hist), "revision", s.cp.Revision)
 		ctx, endTurn = r.turnContext(w)
-		r.publish(Event{Session: key, Kind: TurnStarted, Resumed: true, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision()})
+		r.publish(Event{Session: key, Kind: TurnStarted, Resumed: true, Requester: s.cp.Requester, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision()})
 	case Waiting:
 		ctx, endTurn = r.turnContext(w)
 	}
@@ -323,7 +323,7 @@ func (r *Runner) run(key string, w *worker, log *slog.Logger) error {
 			s.cp.State, s.cp.TurnRounds = Running, 0
 			s.cp.Requester, s.cp.RequesterName = inbox[0].AuthorID, inbox[0].Author
 			s.cp.Turns++
-			r.publish(Event{Session: key, Kind: TurnStarted, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision()})
+			r.publish(Event{Session: key, Kind: TurnStarted, Requester: s.cp.Requester, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision()})
 		}
 		var err error
 		switch {

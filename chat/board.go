@@ -38,6 +38,11 @@ type boardRecord struct {
 	// FailureSaid: the thread was told the plan message could not be
 	// updated; cleared by the next success, so it is said once per outage.
 	FailureSaid bool `json:"failure_said,omitempty"`
+	// Requester is the platform user id whose message started the running
+	// turn: with the approvers, the one who may stop it or decide.
+	Requester string `json:"requester,omitempty"`
+	// Cards are the session's approval cards by id.
+	Cards map[string]cardRecord `json:"cards,omitempty"`
 }
 
 // Board is one session's plan message. Updates only record the wanted
@@ -315,7 +320,8 @@ func (b *Board) rendered(th Thread, err error) {
 func (b *Board) update(f func(r *boardRecord)) { b.change(func() { f(&b.rec) }) }
 
 func sameContent(a, b Plan) bool {
-	if a.Revision != b.Revision || a.State != b.State || len(a.Items) != len(b.Items) {
+	if a.Revision != b.Revision || a.State != b.State || len(a.Items) != len(b.Items) ||
+		a.Stoppable != b.Stoppable || a.Activity != b.Activity || a.StoppedBy != b.StoppedBy {
 		return false
 	}
 	for i := range a.Items {

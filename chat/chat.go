@@ -40,6 +40,7 @@ type Incoming struct {
 	Thread    Thread
 	Text      string
 	Author    string // display name
+	AuthorID  string // the platform's user id, for approvals and Stop
 	MessageID string // the platform's id of the message, for replies and reactions
 }
 
@@ -125,6 +126,7 @@ const (
 	StateStopped PlanState = "stopped"
 	StateFailed  PlanState = "failed"
 	StateLimited PlanState = "stopped at the round limit"
+	StateWaiting PlanState = "waiting for approval"
 )
 
 // Plan is what a plan message shows.
@@ -133,6 +135,13 @@ type Plan struct {
 	Revision int64       `json:"revision"`
 	State    PlanState   `json:"state"`
 	Updated  time.Time   `json:"updated"`
+	// Stoppable: a turn runs, so the message carries a Stop button.
+	Stoppable bool `json:"stoppable,omitempty"`
+	// Activity is what the agent is doing right now, e.g.
+	// "running fs__read_text_file"; empty between tool calls.
+	Activity string `json:"activity,omitempty"`
+	// StoppedBy names who stopped the turn.
+	StoppedBy string `json:"stopped_by,omitempty"`
 }
 
 // Progress returns completed and total item counts.
@@ -158,9 +167,15 @@ func (p Plan) Footer() string {
 	if state == "" {
 		state = string(StateWorking)
 	}
+	if p.State == StateStopped && p.StoppedBy != "" {
+		state += " by " + p.StoppedBy
+	}
 	done, total := p.Progress()
-	if open := total - done; open > 0 && p.State != StateWorking && p.State != StateResumed {
+	if open := total - done; open > 0 && p.State != StateWorking && p.State != StateResumed && p.State != StateWaiting {
 		state += fmt.Sprintf(" · %d open item%s left", open, plural(open))
+	}
+	if p.Activity != "" {
+		state += " · " + p.Activity
 	}
 	return fmt.Sprintf("Updated %s · revision %d · %s", p.Updated.UTC().Format("2006-01-02 15:04:05 UTC"), p.Revision, state)
 }

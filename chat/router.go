@@ -23,6 +23,7 @@ const MaxMessageRunes = 16000
 type Runner interface {
 	Submit(ctx context.Context, key string, in agent.Inbound) error
 	Stop(key, by string) bool
+	Decide(ctx context.Context, key, callID string, d agent.Decision) (agent.Approval, error)
 }
 
 // Options configures a Router.
@@ -41,6 +42,12 @@ type Options struct {
 	// Outbox keeps replies until they are delivered; nil keeps them in
 	// memory only.
 	Outbox OutboxStore
+	// Approvers are platform user ids who may decide on any approval and
+	// stop any turn (PINPLAN_APPROVERS), besides the turn's requester.
+	Approvers []string
+	// ThreadContext is how many earlier messages of a thread the first
+	// request of a session quotes (PINPLAN_THREAD_CONTEXT); 0 quotes none.
+	ThreadContext int
 }
 
 // Router maps threads to sessions, feeds their messages to the agent runner
@@ -135,11 +142,20 @@ func (r *Router) Handle(ctx context.Context, in Incoming) error {
 	}
 	if strings.EqualFold(text, "stop") {
 		msg := "Nothing is running in this thread."
+		if b := r.Board(th.Key); b != nil {
+			b.mu.Lock()
+			requester := b.rec.Requester
+			b.mu.Unlock()
+			if !r.mayDecide(requester, in.AuthorID) {
+				return refuse("Only " + mention(requester) + " or an approver can stop this turn.")
+			}
+		}
 		if r.runner.Stop(th.Key, in.Author) {
 			msg = "Stopping the current turn."
 		}
 		return refuse(msg)
 	}
+	isNew := !r.Known(th.Key)
 	b := r.board(th.Key, &th)
 	b.update(func(rec *boardRecord) {
 		rec.Thread.Channel, rec.Thread.ThreadID = th.Channel, th.ThreadID
@@ -150,7 +166,11 @@ func (r *Router) Handle(ctx context.Context, in Incoming) error {
 			rec.Trigger = in.MessageID
 		}
 	})
-	if err := r.runner.Submit(ctx, th.Key, agent.Inbound{Text: text, Author: in.Author}); err != nil {
+	inb := agent.Inbound{Text: text, Author: in.Author, AuthorID: in.AuthorID}
+	if isNew {
+		inb.Context = r.threadContext(ctx, p, th, in.MessageID)
+	}
+	if err := r.runner.Submit(ctx, th.Key, inb); err != nil {
 		log.Error("queue message", "err", err)
 		refuse("I couldn't accept your message right now (the bot is shutting down or its database is unavailable). Please send it again in a moment.")
 		return err
@@ -229,8 +249,10 @@ func (r *Router) Observe(e agent.Event) {
 		}
 		b.set(func(rec *boardRecord, want *Plan) {
 			rec.Indicated = trigger
+			rec.Requester = e.Requester
 			if !closed {
 				want.State, want.Updated = state, e.At
+				want.Stoppable, want.StoppedBy, want.Activity = true, "", ""
 			}
 		})
 		if err := b.platform.Working(ctx, th, trigger, true); err != nil {
@@ -253,8 +275,38 @@ func (r *Router) Observe(e agent.Event) {
 			if state != StateResumed {
 				state = StateWorking
 			}
+			activity := want.Activity
 			*want = planFrom(e.Plan, e.Revision, state, e.At)
+			want.Stoppable, want.Activity = true, activity
 		})
+	case agent.ToolStarted, agent.ToolEnded:
+		if closed {
+			return
+		}
+		b.set(func(_ *boardRecord, want *Plan) {
+			want.Activity = ""
+			if e.Kind == agent.ToolStarted {
+				want.Activity = "running " + e.Tool
+			}
+		})
+	case agent.ApprovalNeeded:
+		if !closed {
+			b.set(func(_ *boardRecord, want *Plan) { want.State, want.Updated, want.Activity = StateWaiting, e.At, "" })
+		}
+		if e.Approval != nil {
+			r.showCard(ctx, b, th, *e.Approval)
+		}
+	case agent.ApprovalDecided:
+		if e.Approval != nil && e.Decision != nil {
+			r.closeCard(ctx, b, th, *e.Approval, *e.Decision)
+		}
+		if !closed {
+			b.set(func(_ *boardRecord, want *Plan) {
+				if want.State == StateWaiting {
+					want.State, want.Updated = StateWorking, e.At
+				}
+			})
+		}
 	case agent.Replied:
 		r.outbox.add(th, trigger, e.Text)
 	case agent.TurnEnded:
@@ -262,12 +314,14 @@ func (r *Router) Observe(e agent.Event) {
 		if !closed {
 			b.set(func(rec *boardRecord, want *Plan) {
 				want.State, want.Updated = state, e.At
+				want.Stoppable, want.Activity, want.StoppedBy = false, "", e.StoppedBy
 				// The run is over (done, stopped, failed or at the round
 				// limit): the next turn's plan gets its own message unless
 				// it continues this one.
 				rec.Closed = len(want.Items) > 0
 			})
 		}
+		r.closeOpenCards(ctx, b, th, e)
 		if err := b.platform.Working(ctx, th, indicated, false); err != nil {
 			log.Warn("clear working indicator", "err", err)
 		}
@@ -293,4 +347,44 @@ func sharesItem(a, b []todo.Item) bool {
 		}
 	}
 	return false
+}
+
+// closeOpenCards marks the cards still open when a turn ends as not run
+// (the turn was stopped or failed while they waited).
+func (r *Router) closeOpenCards(ctx context.Context, b *Board, th Thread, e agent.Event) {
+	b.mu.Lock()
+	var open []cardRecord
+	for _, cr := range b.rec.Cards {
+		if cr.Card.Open() {
+			open = append(open, cr)
+		}
+	}
+	b.mu.Unlock()
+	for _, cr := range open {
+		d := agent.Decision{Reason: "stopped", ByName: e.StoppedBy, At: e.At}
+		r.closeCard(ctx, b, th, agent.Approval{CallID: cr.CallID}, d)
+	}
+}
+
+// History is implemented by platforms that can list a thread's earlier
+// messages, oldest first, for the first request of a session.
+type History interface {
+	History(ctx context.Context, th Thread, before string, limit int) ([]agent.Quoted, error)
+}
+
+// threadContext returns up to Options.ThreadContext messages of the thread
+// before the one that starts its session, when the platform can list them.
+func (r *Router) threadContext(ctx context.Context, p Platform, th Thread, before string) []agent.Quoted {
+	h, ok := p.(History)
+	if !ok || r.opts.ThreadContext <= 0 || before == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	msgs, err := h.History(ctx, th, before, r.opts.ThreadContext)
+	if err != nil {
+		r.opts.Logger.Warn("read the thread's earlier messages; starting without them", "session", th.Key, "err", err)
+		return nil
+	}
+	return msgs
 }

@@ -46,6 +46,11 @@ func (Runner) Submit(context.Context, string, agent.Inbound) error { return nil 
 // Stop implements chat.Runner.
 func (Runner) Stop(string, string) bool { return false }
 
+// Decide implements chat.Runner.
+func (Runner) Decide(context.Context, string, string, agent.Decision) (agent.Approval, error) {
+	return agent.Approval{}, agent.ErrNotPending
+}
+
 // Revision is a committed plan revision for session key: a two-item plan
 // whose second item names rev, published now.
 func Revision(key string, rev int64) agent.Event {

@@ -1,0 +1,312 @@
+package chat
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/pinplan/pinplan/agent"
+)
+
+// Button labels, exactly as DESIGN.md §12 names them.
+const (
+	LabelAllow  = "Allow once"
+	LabelAlways = "Always allow here"
+	LabelDeny   = "Deny"
+	LabelStop   = "Stop"
+)
+
+// Button actions, carried in a button's id.
+const (
+	ActionAllow  = "allow"
+	ActionAlways = "always"
+	ActionDeny   = "deny"
+	ActionStop   = "stop"
+)
+
+// maxCardArguments caps the arguments a card shows (DESIGN.md §12).
+const maxCardArguments = 1000
+
+// Card is an approval card: a thread reply asking a person to decide on a
+// tool call. Every platform renders the same card.
+type Card struct {
+	ID        string    `json:"id"` // short, carried by the buttons
+	Tool      string    `json:"tool"`
+	Server    string    `json:"server,omitempty"`
+	Arguments string    `json:"arguments"` // compact JSON, at most 1,000 characters
+	Requester string    `json:"requester,omitempty"`
+	Deadline  time.Time `json:"deadline"`
+	// Outcome is empty while the card is open, else what was decided
+	// ("Allowed once", "Always allowed here", "Denied", ...), by whom and
+	// when.
+	Outcome string    `json:"outcome,omitempty"`
+	By      string    `json:"by,omitempty"`
+	At      time.Time `json:"at,omitzero"`
+}
+
+// Open reports whether the card still takes a decision.
+func (c Card) Open() bool { return c.Outcome == "" }
+
+// Title is the card's first line.
+func (c Card) Title() string {
+	if c.Server != "" {
+		return fmt.Sprintf("Approval needed: %s (server %s)", c.Tool, c.Server)
+	}
+	return "Approval needed: " + c.Tool
+}
+
+// Status is the card's last line: who may decide, or what was decided.
+func (c Card) Status() string {
+	if c.Open() {
+		s := "Waiting for a decision"
+		if c.Requester != "" {
+			s += " from " + c.Requester + " or an approver"
+		}
+		if !c.Deadline.IsZero() {
+			s += "; denied if nobody decides by " + c.Deadline.UTC().Format("15:04 UTC")
+		}
+		return s + "."
+	}
+	s := c.Outcome
+	if c.By != "" {
+		s += " by " + c.By
+	}
+	if !c.At.IsZero() {
+		s += " at " + c.At.UTC().Format("2006-01-02 15:04:05 UTC")
+	}
+	return s + "."
+}
+
+// ButtonID is the id a button carries: pinplan:<action>:<id>, at most 100
+// characters (Discord's custom_id limit).
+func ButtonID(action, id string) string { return "pinplan:" + action + ":" + id }
+
+// ParseButtonID reads a ButtonID.
+func ParseButtonID(s string) (action, id string, ok bool) {
+	rest, ok := strings.CutPrefix(s, "pinplan:")
+	if !ok {
+		return "", "", false
+	}
+	action, id, ok = strings.Cut(rest, ":")
+	switch action {
+	case ActionAllow, ActionAlways, ActionDeny, ActionStop:
+		if ok && id != "" {
+			return action, id, true
+		}
+	}
+	return "", "", false
+}
+
+// cardID derives a card's id from its session and call, so a card posted
+// again after a crash carries the same buttons.
+func cardID(key, callID string) string {
+	h := sha256.Sum256([]byte(key + "\x00" + callID))
+	return hex.EncodeToString(h[:8])
+}
+
+// compactArguments is the arguments as compact JSON, cut at 1,000
+// characters.
+func compactArguments(args string) string {
+	var v any
+	if json.Unmarshal([]byte(args), &v) == nil {
+		if b, err := json.Marshal(v); err == nil {
+			args = string(b)
+		}
+	}
+	return Shorten(args, maxCardArguments)
+}
+
+// Interactive is implemented by platforms that show approval cards and
+// buttons. The router decides who may press them; adapters only render
+// and decode.
+type Interactive interface {
+	// PostCard posts a card as a reply in the thread.
+	PostCard(ctx context.Context, th Thread, c Card) (MessageRef, error)
+	// EditCard shows the card's new state (a decided card has no buttons).
+	EditCard(ctx context.Context, th Thread, ref MessageRef, c Card) error
+}
+
+// Click is a button press an adapter decoded.
+type Click struct {
+	Thread   Thread // the session the pressed message belongs to
+	Button   string // the button's id
+	UserID   string // the platform's user id
+	UserName string
+}
+
+// ClickResult is how the adapter answers a click: with the pressed
+// message as it now is (Card or Plan), or with a note only the presser
+// sees (Private). Exactly one is set.
+type ClickResult struct {
+	Card    *Card
+	Plan    *Plan
+	Private string
+}
+
+// cardRecord is a card as the board record keeps it.
+type cardRecord struct {
+	CallID string     `json:"call_id"`
+	Ref    MessageRef `json:"ref"`
+	Card   Card       `json:"card"`
+}
+
+// mayDecide reports whether user may decide for requester's turn.
+func (r *Router) mayDecide(requester, user string) bool {
+	return requester == "" || user == requester || slices.Contains(r.opts.Approvers, user)
+}
+
+// Click handles a button press: a decision on an approval card, or Stop
+// on a plan message. Only the person whose message started the turn, or
+// an approver, may press them; anyone else is told so privately and
+// nothing changes.
+func (r *Router) Click(ctx context.Context, c Click) ClickResult {
+	action, id, ok := ParseButtonID(c.Button)
+	if !ok {
+		return ClickResult{Private: "I don't know that button."}
+	}
+	b := r.Board(c.Thread.Key)
+	if b == nil {
+		return ClickResult{Private: "This conversation no longer exists in pinplan, so there is nothing to decide here."}
+	}
+	b.mu.Lock()
+	rec, want := b.rec, b.want
+	b.mu.Unlock()
+	log := r.opts.Logger.With("session", c.Thread.Key, "user", c.UserID, "action", action)
+	if action == ActionStop {
+		if !want.Stoppable {
+			return ClickResult{Private: "Nothing is running in this thread."}
+		}
+		if !r.mayDecide(rec.Requester, c.UserID) {
+			return ClickResult{Private: "Only " + mention(rec.Requester) + " or an approver can stop this turn."}
+		}
+		if !r.runner.Stop(c.Thread.Key, c.UserName) {
+			return ClickResult{Private: "Nothing is running in this thread."}
+		}
+		log.Info("turn stopped from the plan message")
+		p := want
+		p.Stoppable, p.Activity = false, ""
+		return ClickResult{Plan: &p}
+	}
+	cr, ok := rec.Cards[id]
+	if !ok {
+		return ClickResult{Private: "This card does not belong to this thread's conversation."}
+	}
+	if !cr.Card.Open() {
+		return ClickResult{Private: "This was already decided: " + cr.Card.Status()}
+	}
+	if !r.mayDecide(cr.Card.Requester, c.UserID) {
+		return ClickResult{Private: "Only " + mention(cr.Card.Requester) + " or an approver can decide this."}
+	}
+	d := agent.Decision{Allow: action != ActionDeny, Always: action == ActionAlways, By: c.UserID, ByName: c.UserName, At: r.opts.Now()}
+	if _, err := r.runner.Decide(ctx, c.Thread.Key, cr.CallID, d); err != nil {
+		if errors.Is(err, agent.ErrNotPending) {
+			return ClickResult{Private: "This approval is no longer pending."}
+		}
+		log.Error("record a decision", "err", err)
+		return ClickResult{Private: "I couldn't record your decision (the database is unavailable). Please try again in a moment."}
+	}
+	log.Info("approval decided", "tool", cr.Card.Tool, "allow", d.Allow, "always", d.Always)
+	card := decided(cr.Card, d)
+	b.update(func(rec *boardRecord) {
+		if got, ok := rec.Cards[id]; ok {
+			got.Card = card
+			rec.Cards[id] = got
+		}
+	})
+	return ClickResult{Card: &card}
+}
+
+// decided is the card after decision d.
+func decided(c Card, d agent.Decision) Card {
+	switch {
+	case d.Reason == "timeout":
+		c.Outcome = "Denied: no decision in time"
+	case d.Reason == "stopped":
+		c.Outcome = "Not run: the turn was stopped"
+	case d.Allow && d.Always:
+		c.Outcome = "Always allowed here"
+	case d.Allow:
+		c.Outcome = "Allowed once"
+	default:
+		c.Outcome = "Denied"
+	}
+	c.By, c.At = d.ByName, d.At
+	return c
+}
+
+func mention(requester string) string {
+	if requester == "" {
+		return "the person who asked"
+	}
+	return "<@" + requester + ">"
+}
+
+// showCard posts the approval's card, unless the board has it already
+// (after a restart the same approval is announced again).
+func (r *Router) showCard(ctx context.Context, b *Board, th Thread, a agent.Approval) {
+	id := cardID(th.Key, a.CallID)
+	b.mu.Lock()
+	_, have := b.rec.Cards[id]
+	requester := cmp.Or(a.Requester, b.rec.Requester)
+	b.mu.Unlock()
+	if have {
+		return
+	}
+	ip, ok := b.platform.(Interactive)
+	if !ok {
+		b.log.Error("platform shows no approval cards", "platform", th.Platform)
+		return
+	}
+	card := Card{ID: id, Tool: a.Tool, Server: a.Server, Arguments: compactArguments(a.Arguments), Requester: requester, Deadline: a.Deadline}
+	var ref MessageRef
+	var err error
+	for attempt := 1; attempt <= 5; attempt++ {
+		if ref, err = ip.PostCard(ctx, th, card); err == nil || errors.Is(err, ErrUndeliverable) {
+			break
+		}
+		var rl *RateLimitError
+		wait := r.opts.RetryDelay << (attempt - 1)
+		if errors.As(err, &rl) {
+			wait = rl.RetryAfter
+		}
+		sleep(ctx, wait)
+	}
+	if err != nil {
+		b.log.Error("post approval card", "err", err)
+		return
+	}
+	b.update(func(rec *boardRecord) {
+		if rec.Cards == nil {
+			rec.Cards = map[string]cardRecord{}
+		}
+		rec.Cards[id] = cardRecord{CallID: a.CallID, Ref: ref, Card: card}
+	})
+}
+
+// closeCard shows a decision on the card, unless a click already did.
+func (r *Router) closeCard(ctx context.Context, b *Board, th Thread, a agent.Approval, d agent.Decision) {
+	id := cardID(th.Key, a.CallID)
+	b.mu.Lock()
+	cr, ok := b.rec.Cards[id]
+	b.mu.Unlock()
+	if !ok || !cr.Card.Open() {
+		return
+	}
+	card := decided(cr.Card, d)
+	if ip, ok := b.platform.(Interactive); ok {
+		if err := ip.EditCard(ctx, th, cr.Ref, card); err != nil {
+			b.log.Warn("edit approval card", "err", err)
+		}
+	}
+	b.update(func(rec *boardRecord) {
+		cr.Card = card
+		rec.Cards[id] = cr
+	})
+}

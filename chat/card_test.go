@@ -1,0 +1,194 @@
+package chat
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/chat/chattest"
+	"github.com/pinplan/pinplan/todo"
+)
+
+// cardPlatform is a fakePlatform that shows cards.
+type cardPlatform struct {
+	fakePlatform
+	cmu   sync.Mutex
+	cards map[string]Card
+	posts int
+}
+
+func (c *cardPlatform) PostCard(_ context.Context, th Thread, card Card) (MessageRef, error) {
+	c.cmu.Lock()
+	defer c.cmu.Unlock()
+	c.posts++
+	id := fmt.Sprintf("card%d", c.posts)
+	if c.cards == nil {
+		c.cards = map[string]Card{}
+	}
+	c.cards[id] = card
+	return MessageRef{Channel: th.Channel, ID: id}, nil
+}
+
+func (c *cardPlatform) EditCard(_ context.Context, _ Thread, ref MessageRef, card Card) error {
+	c.cmu.Lock()
+	defer c.cmu.Unlock()
+	c.cards[ref.ID] = card
+	return nil
+}
+
+func (c *cardPlatform) card(id string) Card {
+	c.cmu.Lock()
+	defer c.cmu.Unlock()
+	return c.cards[id]
+}
+
+// decider is a chat.Runner that records decisions and stops.
+type decider struct {
+	chattest.Runner
+	mu        sync.Mutex
+	decisions []agent.Decision
+	stops     []string
+}
+
+func (d *decider) Decide(_ context.Context, _, callID string, dec agent.Decision) (agent.Approval, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.decisions) > 0 {
+		return agent.Approval{}, agent.ErrNotPending
+	}
+	d.decisions = append(d.decisions, dec)
+	return agent.Approval{CallID: callID}, nil
+}
+
+func (d *decider) Stop(_, by string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.stops = append(d.stops, by)
+	return true
+}
+
+func cardRig(t *testing.T) (*Router, *cardPlatform, *decider) {
+	t.Helper()
+	p := &cardPlatform{}
+	run := &decider{}
+	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, Approvers: []string{"UADMIN"}, RetryDelay: time.Millisecond})
+	r.Bind(run)
+	t.Cleanup(r.Close)
+	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnStarted, Requester: "UANN"})
+	return r, p, run
+}
+
+func TestApprovalCardAndClicks(t *testing.T) {
+	r, p, run := cardRig(t)
+	a := agent.Approval{CallID: "call_1", Tool: "fs__write_file", Server: "fs", Arguments: "{ \"path\" : \"x\" }", Requester: "UANN", Deadline: time.Now().Add(time.Hour)}
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.ApprovalNeeded, Approval: &a})
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.ApprovalNeeded, Approval: &a}) // announced again after a restart
+	settle(t, r, "test/1")
+	if p.posts != 1 {
+		t.Fatalf("%d cards posted, want 1", p.posts)
+	}
+	card := p.card("card1")
+	if card.Tool != "fs__write_file" || card.Server != "fs" || card.Arguments != `{"path":"x"}` || !card.Open() {
+		t.Errorf("card = %+v", card)
+	}
+	if got := r.Board("test/1").want.State; got != StateWaiting {
+		t.Errorf("plan state %q, want waiting for approval", got)
+	}
+	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
+	click := func(action, id, user string) ClickResult {
+		return r.Click(context.Background(), Click{Thread: th, Button: ButtonID(action, id), UserID: user, UserName: strings.ToLower(user)})
+	}
+	if res := click(ActionAllow, card.ID, "UEVE"); res.Private == "" || res.Card != nil {
+		t.Errorf("someone else's click: %+v, want a private refusal", res)
+	}
+	if res := click(ActionAllow, "nope", "UANN"); res.Private == "" {
+		t.Errorf("click on a card of another thread: %+v", res)
+	}
+	if len(run.decisions) != 0 {
+		t.Fatal("a refused click reached the runner")
+	}
+	res := click(ActionAlways, card.ID, "UANN")
+	if res.Card == nil || res.Card.Outcome != "Always allowed here" || res.Card.By != "uann" || res.Card.Open() {
+		t.Fatalf("requester's click: %+v", res)
+	}
+	if d := run.decisions[0]; !d.Allow || !d.Always || d.By != "UANN" {
+		t.Errorf("decision %+v", d)
+	}
+	if res := click(ActionDeny, card.ID, "UADMIN"); res.Private == "" || !strings.Contains(res.Private, "already decided") {
+		t.Errorf("click on a decided card: %+v", res)
+	}
+	// The runner's event does not edit the card a second time.
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.ApprovalDecided, Approval: &a, Decision: &agent.Decision{Allow: true, Always: true}})
+	settle(t, r, "test/1")
+	if got := r.Board("test/1").want.State; got != StateWorking {
+		t.Errorf("plan state %q after the decision, want working", got)
+	}
+}
+
+func TestApprovalTimeoutEditsCard(t *testing.T) {
+	r, p, _ := cardRig(t)
+	a := agent.Approval{CallID: "call_9", Tool: "fs__write_file", Requester: "UANN"}
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.ApprovalNeeded, Approval: &a})
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.ApprovalDecided, Approval: &a, Decision: &agent.Decision{Reason: "timeout", At: time.Now()}})
+	settle(t, r, "test/1")
+	if got := p.card("card1"); got.Open() || !strings.Contains(got.Outcome, "no decision in time") {
+		t.Errorf("card after the deadline: %+v", got)
+	}
+}
+
+func TestStopButtonAndActivity(t *testing.T) {
+	r, p, run := cardRig(t)
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress)})
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.ToolStarted, Tool: "fs__read_text_file"})
+	settle(t, r, "test/1")
+	shown := p.plan("m1")
+	if !shown.Stoppable || shown.Activity != "running fs__read_text_file" || !strings.Contains(shown.Footer(), "running fs__read_text_file") {
+		t.Errorf("plan while a tool runs: %+v (%s)", shown, shown.Footer())
+	}
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.ToolEnded, Tool: "fs__read_text_file"})
+	settle(t, r, "test/1")
+	if got := p.plan("m1"); got.Activity != "" {
+		t.Errorf("activity %q after the tool returned", got.Activity)
+	}
+	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
+	if res := r.Click(context.Background(), Click{Thread: th, Button: ButtonID(ActionStop, "test/1"), UserID: "UEVE", UserName: "eve"}); res.Private == "" {
+		t.Errorf("Stop by someone else: %+v", res)
+	}
+	res := r.Click(context.Background(), Click{Thread: th, Button: ButtonID(ActionStop, "test/1"), UserID: "UADMIN", UserName: "admin"})
+	if res.Plan == nil || res.Plan.Stoppable || len(run.stops) != 1 || run.stops[0] != "admin" {
+		t.Errorf("Stop by an approver: %+v, stops %v", res, run.stops)
+	}
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Stopped, StoppedBy: "admin"})
+	settle(t, r, "test/1")
+	got := p.plan("m1")
+	if got.Stoppable || !strings.Contains(got.Footer(), "stopped by admin") {
+		t.Errorf("after stop: stoppable %t footer %q", got.Stoppable, got.Footer())
+	}
+}
+
+func TestButtonIDs(t *testing.T) {
+	for _, tt := range []struct {
+		in     string
+		action string
+		ok     bool
+	}{
+		{ButtonID(ActionAllow, "abc"), ActionAllow, true},
+		{ButtonID(ActionStop, "discord/1"), ActionStop, true},
+		{"pinplan:explode:abc", "", false},
+		{"pinplan:allow:", "", false},
+		{"other", "", false},
+	} {
+		action, _, ok := ParseButtonID(tt.in)
+		if action != tt.action || ok != tt.ok {
+			t.Errorf("ParseButtonID(%q) = %q, %t; want %q, %t", tt.in, action, ok, tt.action, tt.ok)
+		}
+	}
+	if n := len(ButtonID(ActionAlways, cardID("discord/123456789012345678", "call_abcdefghijklmnopqrstuvwxyz0123456789"))); n > 100 {
+		t.Errorf("button id of %d characters, Discord allows 100", n)
+	}
+}
