@@ -1,30 +1,45 @@
 // Package fakediscord is a loopback fake of Discord for tests: the REST API
-// under /api/v9 (messages, edits, the current pins route, threads, typing,
-// channels, 429s with a JSON retry_after body and rate-limit headers) and
-// the gateway websocket (GET /api/v9/gateway, op 10 HELLO, op 2 IDENTIFY,
-// READY, op 0 dispatches with sequence numbers, op 1 heartbeats answered
-// with op 11, op 7 RECONNECT and op 6 RESUME with replay).
+// under /api/v9 (messages and their history, edits, the current pins route,
+// threads, typing, channels, the bot's guild member and roles, 429s with a
+// JSON retry_after body, and X-RateLimit headers on every answer) and the
+// gateway websocket (GET /api/v9/gateway, op 10 HELLO, op 2 IDENTIFY,
+// READY and GUILD_CREATE, op 0 dispatches in order with per-session
+// sequence numbers, op 1 heartbeats answered with op 11, op 7 RECONNECT,
+// op 6 RESUME with replay, op 9 INVALID SESSION and 4xxx close codes).
 //
-// A zero Server is ready. It records REST calls and can inject errors.
+// A zero Server is ready. It is as strict as Discord where pinplan touches
+// it: message and embed limits, empty messages, replies to unknown
+// messages, editing only the bot's own messages, the pin limit, archived
+// threads, gateway intents (message content is blanked without the
+// MESSAGE_CONTENT intent), and sessions that end. It records REST calls,
+// keeps every message in its channel's history, and injects faults: error
+// codes (Fail), HTTP statuses (FailHTTP), slow answers (Delay), rate limits
+// (Limit, LimitEdits) and gateway trouble (Reconnect, Drop, InvalidSession,
+// CloseWith).
+//
+// Only tests import it.
 package fakediscord
 
 import (
-	"encoding/json"
-	"fmt"
-	"io"
-	"math"
-	"net/http"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/gorilla/websocket"
 )
 
 // BotID is the bot user's id.
 const BotID = "900000000000000001"
+
+// ManagedRoleID is the bot's managed role in every guild: the role Discord
+// creates for a bot when it joins, mentioned as <@&ManagedRoleID> when a
+// user picks the bot's role instead of the bot. The bot can learn it from
+// its own member in GUILD_CREATE (members[].roles, the role marked managed
+// with tags.bot_id in roles) or from GET /guilds/{id}/members/{BotID}.
+const ManagedRoleID = "900000000000000002"
+
+// OtherBotID is the author of BotMessage.
+const OtherBotID = "777"
 
 // Call is one REST request.
 type Call struct {
@@ -42,63 +57,103 @@ type Message struct {
 	Reference                        string // message_reference.message_id
 	Type                             int
 	Edits                            int
+
+	at, edited time.Time
+	thread     string // the thread started from it
 }
 
-type failure struct {
-	status, code int
+type channel struct {
+	id, guildID, parentID, name string
+	typ                         int
+	archived, locked            bool
+	archivedAt                  time.Time
 }
 
-// Server is the fake.
+func (c *channel) json() map[string]any {
+	out := map[string]any{"id": c.id, "type": c.typ}
+	if c.guildID != "" {
+		out["guild_id"] = c.guildID
+	}
+	if c.name != "" {
+		out["name"] = c.name
+	}
+	if c.parentID != "" {
+		out["parent_id"] = c.parentID
+	}
+	if isThread(c.typ) {
+		at := c.archivedAt
+		if at.IsZero() {
+			at = time.Now()
+		}
+		out["thread_metadata"] = map[string]any{"archived": c.archived, "locked": c.locked,
+			"auto_archive_duration": 1440, "archive_timestamp": at.UTC().Format(time.RFC3339)}
+	}
+	return out
+}
+
+func isThread(typ int) bool { return typ == 10 || typ == 11 || typ == 12 }
+
+type window struct {
+	n     int
+	per   time.Duration
+	times map[string][]time.Time // by major parameter
+}
+
+type fault struct {
+	status, code int           // Fail, FailHTTP
+	delay        time.Duration // Delay
+	n            int           // calls left
+}
+
+// Server is the fake. Set fields before serving.
 type Server struct {
 	// HeartbeatInterval in HELLO; default 45 s.
 	HeartbeatInterval time.Duration
+	// Token, when set, is the only bot token REST calls and IDENTIFY may
+	// carry ("Bot " prefix optional); any non-empty token does otherwise.
+	Token string
+	// PinLimit is how many pins a channel holds before 30003; default 50.
+	PinLimit int
 
-	mu         sync.Mutex // guards everything below
-	calls      []Call
-	messages   map[string]*Message
-	order      []string
-	pins       map[string]bool
-	channels   map[string]map[string]any
-	typing     map[string]int
-	failures   map[string][]failure // "PATCH messages" etc.
-	editLimit  int
-	editPer    time.Duration
-	editTimes  map[string][]time.Time
-	retryUntil map[string]time.Time
-	violations []string
-	nextID     int64
-	seq        int64
-	events     []event // dispatched, for RESUME replay
-	conns      map[*websocket.Conn]*conn
-	identifies int
-	resumes    int
-	sessionID  string
-}
+	handlers sync.WaitGroup // gateway connections being served
 
-type event struct {
-	seq  int64
-	name string
-	data any
-}
-
-type conn struct {
-	mu     sync.Mutex // guards writes
-	ready  bool
-	closed bool
+	mu          sync.Mutex // guards everything below
+	closed      bool
+	calls       []Call
+	messages    map[string]*Message
+	order       []string
+	pins        map[string]bool
+	channels    map[string]*channel
+	typing      map[string]int
+	failures    map[string][]*fault // "PATCH message" etc.
+	httpFaults  map[string][]*fault
+	delays      map[string][]*fault
+	limits      map[string]*window // by route
+	retryUntil  map[string]time.Time
+	violations  []string
+	nextID      int64
+	sessions    []*session
+	sessionByID map[string]*session
+	conns       map[*conn]bool
+	records     []*record // dispatched events, for Missed
+	identifies  int
+	resumes     int
 }
 
 func (s *Server) initLocked() {
 	if s.messages == nil {
 		s.messages = map[string]*Message{}
 		s.pins = map[string]bool{}
-		s.channels = map[string]map[string]any{}
+		s.channels = map[string]*channel{}
 		s.typing = map[string]int{}
-		s.failures = map[string][]failure{}
-		s.editTimes = map[string][]time.Time{}
+		s.failures = map[string][]*fault{}
+		s.httpFaults = map[string][]*fault{}
+		s.delays = map[string][]*fault{}
+		s.limits = map[string]*window{}
 		s.retryUntil = map[string]time.Time{}
-		s.conns = map[*websocket.Conn]*conn{}
+		s.sessionByID = map[string]*session{}
+		s.conns = map[*conn]bool{}
 		s.nextID = 1000000000000000000
-		s.sessionID = "fake-session"
 	}
 }
 
@@ -112,23 +167,98 @@ func (s *Server) AddChannel(id string, typ int, guildID string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.initLocked()
-	s.channels[id] = map[string]any{"id": id, "type": typ, "guild_id": guildID}
+	s.channels[id] = &channel{id: id, typ: typ, guildID: guildID}
 }
 
-// LimitEdits makes message edits answer 429 past n per channel in per.
-func (s *Server) LimitEdits(n int, per time.Duration) {
+// ArchiveThread archives a thread, as Discord does after its inactivity
+// period: edits, deletes and pins in it answer 400 code 50083, and a new
+// message unarchives it (THREAD_UPDATE), as on Discord.
+func (s *Server) ArchiveThread(id string) {
+	s.setArchived(id, false)
+}
+
+// LockThread archives and locks a thread, as a moderator does: posting in
+// it answers 50083 too.
+func (s *Server) LockThread(id string) {
+	s.setArchived(id, true)
+}
+
+func (s *Server) setArchived(id string, locked bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.editLimit, s.editPer = n, per
+	s.initLocked()
+	ch, ok := s.channels[id]
+	if !ok || !isThread(ch.typ) {
+		return
+	}
+	ch.archived, ch.locked, ch.archivedAt = true, locked, time.Now()
+	s.dispatchLocked("THREAD_UPDATE", ch.json())
 }
 
-// Fail queues an error for the next request matching "METHOD kind", where
-// kind is messages, message, pins, typing or threads.
+// LimitEdits makes message edits answer 429 past n per channel in per; it
+// is Limit("PATCH message", n, per).
+func (s *Server) LimitEdits(n int, per time.Duration) {
+	s.Limit("PATCH message", n, per)
+}
+
+// Limit sets the rate limit of route ("METHOD kind", as for Fail): n
+// requests per major parameter (channel or guild) in any window of length
+// per, reported in the X-RateLimit headers and enforced with 429. Routes
+// without a limit allow 50 per second, Discord's global limit.
+func (s *Server) Limit(route string, n int, per time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.initLocked()
+	s.limits[route] = &window{n: n, per: per, times: map[string][]time.Time{}}
+}
+
+// Fail queues an error for the next request matching route, "METHOD
+// kind", where kind is one of messages (the list and posting), message
+// (one message), pins, typing, threads, channel, member, roles, user or
+// gateway: "PATCH message", "GET messages". A code of 0 answers a plain
+// HTTP error.
 func (s *Server) Fail(route string, status, code int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.initLocked()
-	s.failures[route] = append(s.failures[route], failure{status, code})
+	s.failures[route] = append(s.failures[route], &fault{status: status, code: code, n: 1})
+}
+
+// FailHTTP makes the next n requests matching route ("" for any) answer
+// the HTTP status with no Discord error code, as a failing edge does. A
+// 429 (from Fail too) is a full rate-limit answer with retry_after 1 s,
+// as a shared or global limit the headers did not announce would be.
+func (s *Server) FailHTTP(route string, status, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.initLocked()
+	s.httpFaults[route] = append(s.httpFaults[route], &fault{status: status, n: n})
+}
+
+// Delay holds the next n requests matching route ("" for any) for d
+// before answering. A request whose client gives up first still takes
+// effect, as on a slow server.
+func (s *Server) Delay(route string, d time.Duration, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.initLocked()
+	s.delays[route] = append(s.delays[route], &fault{delay: d, n: n})
+}
+
+// takeLocked uses one request of the first fault queued for route or for
+// any route.
+func takeLocked(q map[string][]*fault, route string) *fault {
+	for _, k := range []string{route, ""} {
+		for len(q[k]) > 0 && q[k][0].n <= 0 {
+			q[k] = q[k][1:]
+		}
+		if len(q[k]) > 0 {
+			f := q[k][0]
+			f.n--
+			return f
+		}
+	}
+	return nil
 }
 
 // Calls returns REST calls whose "METHOD path" contains match.
@@ -178,372 +308,130 @@ func (s *Server) Typing(channel string) int {
 	return s.typing[channel]
 }
 
-// Violations lists requests made before a 429's retry_after had passed.
+// Violations lists what Discord would hold against the client: requests
+// made before a 429's retry_after had passed, and messages refused as
+// invalid (too long, too many embeds, empty) with the reason.
 func (s *Server) Violations() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.violations...)
 }
 
-// Sessions reports how many IDENTIFYs and RESUMEs the gateway saw.
+// Sessions reports how many IDENTIFYs and RESUMEs the gateway saw; a
+// RESUME answered with op 9 counts too.
 func (s *Server) Sessions() (identifies, resumes int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.identifies, s.resumes
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path == "/gateway" || r.URL.Path == "/gateway/" {
-		s.gateway(w, r)
-		return
-	}
-	path, ok := strings.CutPrefix(r.URL.Path, "/api/v9/")
-	if !ok {
-		writeErr(w, http.StatusNotFound, 0, "404: Not Found")
-		return
-	}
-	var body map[string]any
-	if raw, _ := io.ReadAll(r.Body); len(raw) > 0 {
-		json.Unmarshal(raw, &body)
-	}
-	s.mu.Lock()
-	s.initLocked()
-	status, code, resp := s.routeLocked(r, path, body)
-	s.calls = append(s.calls, Call{Method: r.Method, Path: path, Body: body, Status: status, Code: code, At: time.Now()})
-	s.mu.Unlock()
-	if status == http.StatusTooManyRequests {
-		ra := resp.(float64)
-		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(ra))))
-		w.Header().Set("X-RateLimit-Limit", "5")
-		w.Header().Set("X-RateLimit-Remaining", "0")
-		w.Header().Set("X-RateLimit-Reset-After", strconv.FormatFloat(ra, 'f', 3, 64))
-		w.Header().Set("X-RateLimit-Bucket", "edit-bucket")
-		w.Header().Set("X-RateLimit-Scope", "user")
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		json.NewEncoder(w).Encode(map[string]any{"message": "You are being rate limited.", "retry_after": ra, "global": false})
-		return
-	}
-	if status >= 400 {
-		writeErr(w, status, code, fmt.Sprint(resp))
-		return
-	}
-	if resp == nil {
-		w.WriteHeader(http.StatusNoContent)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(resp)
-}
-
-func writeErr(w http.ResponseWriter, status, code int, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(map[string]any{"code": code, "message": msg})
-}
-
-func (s *Server) routeLocked(r *http.Request, path string, body map[string]any) (int, int, any) {
-	parts := strings.Split(path, "/")
-	kind := ""
-	switch {
-	case path == "gateway" || path == "gateway/bot":
-		return 200, 0, map[string]any{"url": "ws://" + r.Host + "/gateway", "shards": 1}
-	case path == "users/@me":
-		return 200, 0, map[string]any{"id": BotID, "username": "pinplan", "bot": true}
-	case len(parts) == 2 && parts[0] == "channels":
-		kind = "channel"
-	case len(parts) == 3 && parts[2] == "messages":
-		kind = "messages"
-	case len(parts) == 4 && parts[2] == "messages":
-		kind = "message"
-	case len(parts) == 5 && parts[2] == "messages" && parts[3] == "pins":
-		kind = "pins"
-	case len(parts) == 3 && parts[2] == "typing":
-		kind = "typing"
-	case len(parts) == 5 && parts[4] == "threads":
-		kind = "threads"
-	default:
-		return 404, 0, "404: Not Found"
-	}
-	channel := parts[1]
-	now := time.Now()
-	route := r.Method + " " + kind
-	if until, ok := s.retryUntil[route+" "+channel]; ok && now.Before(until) {
-		s.violations = append(s.violations, fmt.Sprintf("%s in %s %s before retry_after ended", route, channel, until.Sub(now)))
-	}
-	if q := s.failures[route]; len(q) > 0 {
-		f := q[0]
-		s.failures[route] = q[1:]
-		return f.status, f.code, "injected"
-	}
-	if route == "PATCH message" && s.editLimit > 0 {
-		var kept []time.Time
-		for _, t := range s.editTimes[channel] {
-			if now.Sub(t) < s.editPer {
-				kept = append(kept, t)
-			}
-		}
-		if len(kept) >= s.editLimit {
-			ra := (s.editPer - now.Sub(kept[0])).Seconds()
-			ra = math.Ceil(ra*1000) / 1000
-			s.retryUntil[route+" "+channel] = now.Add(time.Duration(ra * float64(time.Second)))
-			s.editTimes[channel] = kept
-			return http.StatusTooManyRequests, 0, ra
-		}
-		s.editTimes[channel] = append(kept, now)
-	}
-	switch route {
-	case "GET channel":
-		ch, ok := s.channels[channel]
-		if !ok {
-			return 404, 10003, "Unknown Channel"
-		}
-		return 200, 0, ch
-	case "POST messages":
-		m := &Message{ID: s.idLocked(), ChannelID: channel, AuthorID: BotID}
-		m.Content, _ = body["content"].(string)
-		if embeds, ok := body["embeds"].([]any); ok {
-			for _, e := range embeds {
-				if em, ok := e.(map[string]any); ok {
-					m.Embeds = append(m.Embeds, em)
-				}
-			}
-		}
-		if ref, ok := body["message_reference"].(map[string]any); ok {
-			m.Reference, _ = ref["message_id"].(string)
-		}
-		s.messages[m.ID] = m
-		s.order = append(s.order, m.ID)
-		s.dispatchLocked("MESSAGE_CREATE", s.messageJSON(m))
-		return 200, 0, s.messageJSON(m)
-	case "PATCH message", "DELETE message":
-		m, ok := s.messages[parts[3]]
-		if !ok || m.ChannelID != channel {
-			return 404, 10008, "Unknown Message"
-		}
-		if r.Method == http.MethodDelete {
-			delete(s.messages, m.ID)
-			delete(s.pins, m.ID)
-			return 204, 0, nil
-		}
-		if c, ok := body["content"].(string); ok {
-			m.Content = c
-		}
-		if embeds, ok := body["embeds"].([]any); ok {
-			m.Embeds = nil
-			for _, e := range embeds {
-				if em, ok := e.(map[string]any); ok {
-					m.Embeds = append(m.Embeds, em)
-				}
-			}
-		}
-		m.Edits++
-		return 200, 0, s.messageJSON(m)
-	case "PUT pins", "DELETE pins":
-		m, ok := s.messages[parts[4]]
-		if !ok || m.ChannelID != channel {
-			return 404, 10008, "Unknown Message"
-		}
-		if r.Method == http.MethodPut {
-			if !s.pins[m.ID] {
-				s.pins[m.ID] = true
-				// Discord announces a pin with a system message.
-				sys := &Message{ID: s.idLocked(), ChannelID: channel, AuthorID: BotID, Type: 6, Reference: m.ID}
-				s.messages[sys.ID] = sys
-				s.order = append(s.order, sys.ID)
-				s.dispatchLocked("MESSAGE_CREATE", s.messageJSON(sys))
-			}
-		} else {
-			delete(s.pins, m.ID)
-		}
-		return 204, 0, nil
-	case "POST typing":
-		s.typing[channel]++
-		return 204, 0, nil
-	case "POST threads":
-		id := s.idLocked()
-		name, _ := body["name"].(string)
-		ch := map[string]any{"id": id, "type": 11, "parent_id": channel, "name": name, "guild_id": s.channels[channel]["guild_id"]}
-		s.channels[id] = ch
-		s.dispatchLocked("THREAD_CREATE", ch)
-		return 201, 0, ch
-	}
-	return 405, 0, "405: Method Not Allowed"
-}
-
-func (s *Server) messageJSON(m *Message) map[string]any {
-	out := map[string]any{
-		"id": m.ID, "channel_id": m.ChannelID, "content": m.Content, "type": m.Type,
-		"author":    map[string]any{"id": m.AuthorID, "username": "pinplan", "bot": m.AuthorID == BotID},
-		"timestamp": time.Now().UTC().Format(time.RFC3339), "mentions": []any{}, "embeds": m.Embeds,
-	}
-	if ch, ok := s.channels[m.ChannelID]; ok && ch["guild_id"] != "" {
-		out["guild_id"] = ch["guild_id"]
-	}
-	if m.Reference != "" {
-		out["message_reference"] = map[string]any{"message_id": m.Reference, "channel_id": m.ChannelID}
-	}
-	return out
-}
-
-// UserMessage dispatches MESSAGE_CREATE for a user's message and returns
-// its id. mentionBot adds the bot to mentions and <@id> to the content.
-func (s *Server) UserMessage(channel, userID, content string, mentionBot bool) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.initLocked()
-	m := &Message{ID: s.idLocked(), ChannelID: channel, AuthorID: userID, Content: content}
-	if mentionBot {
-		m.Content = "<@" + BotID + "> " + content
-	}
-	s.messages[m.ID] = m
-	s.order = append(s.order, m.ID)
-	js := s.messageJSON(m)
-	js["author"] = map[string]any{"id": userID, "username": "user" + userID, "bot": false}
-	if mentionBot {
-		js["mentions"] = []any{map[string]any{"id": BotID, "username": "pinplan", "bot": true}}
-	}
-	s.dispatchLocked("MESSAGE_CREATE", js)
-	return m.ID
-}
-
-// BotMessage dispatches a message from another bot.
-func (s *Server) BotMessage(channel, content string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.initLocked()
-	m := map[string]any{"id": s.idLocked(), "channel_id": channel, "content": "<@" + BotID + "> " + content, "type": 0,
-		"author": map[string]any{"id": "777", "username": "otherbot", "bot": true}, "mentions": []any{map[string]any{"id": BotID}},
-		"timestamp": time.Now().UTC().Format(time.RFC3339)}
-	s.dispatchLocked("MESSAGE_CREATE", m)
-}
-
-func (s *Server) dispatchLocked(name string, data any) {
-	s.seq++
-	ev := event{seq: s.seq, name: name, data: data}
-	s.events = append(s.events, ev)
-	for c, st := range s.conns {
-		if st.ready {
-			go s.write(c, st, map[string]any{"op": 0, "s": ev.seq, "t": ev.name, "d": ev.data})
-		}
-	}
-}
-
-func (s *Server) write(c *websocket.Conn, st *conn, v any) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if !st.closed {
-		c.WriteJSON(v)
-	}
-}
-
-var upgrader = websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }}
-
-func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
-	c, err := upgrader.Upgrade(w, r, nil)
-	if err != nil {
-		return
-	}
-	st := &conn{}
-	s.mu.Lock()
-	s.initLocked()
-	s.conns[c] = st
-	hb := s.HeartbeatInterval
-	s.mu.Unlock()
-	if hb == 0 {
-		hb = 45 * time.Second
-	}
-	defer func() {
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
-		st.mu.Lock()
-		st.closed = true
-		st.mu.Unlock()
-		c.Close()
-	}()
-	s.write(c, st, map[string]any{"op": 10, "d": map[string]any{"heartbeat_interval": hb.Milliseconds()}})
-	for {
-		var msg struct {
-			Op int             `json:"op"`
-			D  json.RawMessage `json:"d"`
-		}
-		if err := c.ReadJSON(&msg); err != nil {
-			return
-		}
-		switch msg.Op {
-		case 1:
-			s.write(c, st, map[string]any{"op": 11})
-		case 2:
-			s.mu.Lock()
-			s.identifies++
-			s.seq++
-			ready := event{seq: s.seq, name: "READY", data: map[string]any{"v": 9, "session_id": s.sessionID,
-				"user": map[string]any{"id": BotID, "username": "pinplan", "bot": true}, "guilds": []any{},
-				"resume_gateway_url": "ws://" + r.Host + "/gateway", "application": map[string]any{"id": BotID}}}
-			s.events = append(s.events, ready)
-			st.ready = true
-			s.mu.Unlock()
-			s.write(c, st, map[string]any{"op": 0, "s": ready.seq, "t": ready.name, "d": ready.data})
-		case 6:
-			var res struct {
-				SessionID string `json:"session_id"`
-				Seq       int64  `json:"seq"`
-			}
-			json.Unmarshal(msg.D, &res)
-			s.mu.Lock()
-			s.resumes++
-			var replay []event
-			for _, ev := range s.events {
-				if ev.seq > res.Seq && ev.name != "READY" {
-					replay = append(replay, ev)
-				}
-			}
-			s.seq++
-			resumed := s.seq
-			st.ready = true
-			st.mu.Lock() // hold writes so the replay comes first
-			s.mu.Unlock()
-			for _, ev := range replay {
-				c.WriteJSON(map[string]any{"op": 0, "s": ev.seq, "t": ev.name, "d": ev.data})
-			}
-			c.WriteJSON(map[string]any{"op": 0, "s": resumed, "t": "RESUMED", "d": map[string]any{}})
-			st.mu.Unlock()
-		}
-	}
-}
-
-// Reconnect asks every gateway client to reconnect (op 7).
-func (s *Server) Reconnect() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for c, st := range s.conns {
-		st.ready = false // events from now on wait for the resume's replay
-		go s.write(c, st, map[string]any{"op": 7, "d": nil})
-	}
-}
-
-// Drop cuts every gateway connection without a close frame.
-func (s *Server) Drop() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for c, st := range s.conns {
-		st.ready = false
-		c.UnderlyingConn().Close()
-	}
-}
-
-// Connected reports how many gateway clients have identified or resumed.
-func (s *Server) Connected() int {
+// Missed counts events dispatched that no gateway connection has
+// received: created while the bot had no ready connection and not
+// replayed by a RESUME, because the session ended (op 9 d=false, a
+// non-resumable close, the client closing with 1000) or none existed yet.
+// An event kept for a session that can still resume counts until the
+// RESUME replays it; events every live session's intents exclude do not
+// count.
+func (s *Server) Missed() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
-	for _, st := range s.conns {
-		if st.ready {
+	for _, r := range s.records {
+		if r.wanted && !r.delivered {
 			n++
 		}
 	}
 	return n
+}
+
+// Connected reports how many gateway clients have identified or resumed
+// and receive dispatches.
+func (s *Server) Connected() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for c := range s.conns {
+		if c.ready {
+			n++
+		}
+	}
+	return n
+}
+
+// guildsLocked lists the guilds of the registered channels.
+func (s *Server) guildsLocked() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, ch := range s.channels {
+		if ch.guildID != "" && !seen[ch.guildID] {
+			seen[ch.guildID] = true
+			out = append(out, ch.guildID)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (s *Server) guildExistsLocked(id string) bool {
+	for _, ch := range s.channels {
+		if ch.guildID == id {
+			return true
+		}
+	}
+	return false
+}
+
+func rolesJSON(guildID string) []any {
+	return []any{
+		map[string]any{"id": guildID, "name": "@everyone", "position": 0, "permissions": "0", "managed": false, "mentionable": false, "hoist": false, "color": 0, "flags": 0},
+		map[string]any{"id": ManagedRoleID, "name": "pinplan", "position": 1, "permissions": "0", "managed": true, "mentionable": true, "hoist": false, "color": 0, "flags": 0,
+			"tags": map[string]any{"bot_id": BotID}},
+	}
+}
+
+func botMemberJSON() map[string]any {
+	return map[string]any{"user": userJSON(BotID), "roles": []any{ManagedRoleID}, "joined_at": "2026-01-01T00:00:00Z", "deaf": false, "mute": false, "flags": 0}
+}
+
+func userJSON(id string) map[string]any {
+	switch id {
+	case BotID:
+		return map[string]any{"id": BotID, "username": "pinplan", "discriminator": "0", "bot": true}
+	case OtherBotID:
+		return map[string]any{"id": OtherBotID, "username": "otherbot", "discriminator": "0", "bot": true}
+	}
+	return map[string]any{"id": id, "username": "user" + id, "discriminator": "0", "bot": false}
+}
+
+// guildCreateLocked is the GUILD_CREATE payload of a guild: its channels,
+// active threads, roles and the bot's own member.
+func (s *Server) guildCreateLocked(id string) map[string]any {
+	var chans, threads []any
+	ids := make([]string, 0, len(s.channels))
+	for cid := range s.channels {
+		ids = append(ids, cid)
+	}
+	sort.Strings(ids)
+	for _, cid := range ids {
+		ch := s.channels[cid]
+		switch {
+		case ch.guildID != id:
+		case isThread(ch.typ):
+			if !ch.archived {
+				threads = append(threads, ch.json())
+			}
+		default:
+			chans = append(chans, ch.json())
+		}
+	}
+	return map[string]any{"id": id, "name": "guild " + id, "unavailable": false, "owner_id": "1", "member_count": 2, "large": false,
+		"joined_at": "2026-01-01T00:00:00Z", "roles": rolesJSON(id), "members": []any{botMemberJSON()},
+		"channels": nonNil(chans), "threads": nonNil(threads), "emojis": []any{}, "stickers": []any{}, "features": []any{}, "voice_states": []any{}}
+}
+
+func nonNil(v []any) []any {
+	if v == nil {
+		return []any{}
+	}
+	return v
 }

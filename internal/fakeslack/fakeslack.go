@@ -1,12 +1,20 @@
 // Package fakeslack is a loopback fake of Slack for tests: the Web API as
 // slack-go calls it (POST https://slack.com/api/<method>, form-encoded or
 // JSON, the token in the form or a bearer header) and Socket Mode
-// (apps.connections.open, a websocket that says hello, events_api
-// envelopes and their acks).
+// (apps.connections.open, a websocket that says hello, pings, events_api
+// envelopes, their acks and redelivery, and disconnect requests).
 //
-// A zero Server is ready. It keeps the messages, pins and reactions it was
+// A zero Server is ready. It is as strict as Slack where pinplan touches
+// it: Block Kit limits, message text length, token types, pin limits and
+// errors, editing only the bot's own messages. It keeps the messages
+// (the bot's and the users' pushed as events, readable with
+// conversations.replies), users (users.info), pins and reactions it was
 // asked for, records every call, enforces per-method rate limits when asked
-// (Limit), returns any error code (Fail) and can delete a message.
+// (Limit), and injects faults: error codes (Fail), HTTP statuses (FailHTTP),
+// slow answers (Delay), deleted messages (Delete) and Socket Mode
+// disconnects (Disconnect).
+//
+// Only tests import it.
 package fakeslack
 
 import (
@@ -21,8 +29,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/gorilla/websocket"
 )
 
 // Call is one Web API request.
@@ -30,12 +36,17 @@ type Call struct {
 	Method string
 	Params map[string]string
 	At     time.Time
-	Error  string // the error code answered, "" for ok
+	// Error is the error code answered, "" for ok; an injected HTTP
+	// failure reads "http 500" and the like.
+	Error  string
+	Status int // the HTTP status answered
 }
 
-// Message is a message the fake holds.
+// Message is a message the fake holds: posted by the bot, or pushed by the
+// test as a message or app_mention event.
 type Message struct {
 	Channel, TS, ThreadTS, Text, Blocks, User string
+	BotID                                     string // set on bot messages
 	Edits                                     int
 }
 
@@ -45,25 +56,59 @@ type window struct {
 	times []time.Time
 }
 
+type fault struct {
+	status int           // FailHTTP
+	delay  time.Duration // Delay
+	n      int           // calls left
+}
+
 // Server is the fake. Set fields before serving.
 type Server struct {
 	BotUserID string // default UBOT
 	TeamID    string // default T1
 	// AssistantStatusError, when set, is the error assistant.threads.setStatus answers.
 	AssistantStatusError string
+	// RejectNativePlan makes chat.postMessage and chat.update refuse the
+	// native plan and task_card blocks with invalid_blocks, as a workspace
+	// without them does.
+	RejectNativePlan bool
+	// PinLimit is how many pins a channel holds before too_many_pins;
+	// default 100, as on Slack.
+	PinLimit int
+	// PingInterval is how often Socket Mode connections get a websocket
+	// ping (slack-go reconnects after 30 s without one); default 10 s.
+	PingInterval time.Duration
+	// AckTimeout is how long an events_api envelope may go unacknowledged
+	// before it is sent again with retry_attempt increased, at most 3
+	// times; default 3 s, as on Slack. Negative turns redelivery on
+	// timeout off (envelopes unacked when their connection closes are
+	// still sent again).
+	AckTimeout time.Duration
+
+	handlers sync.WaitGroup // Socket Mode connections being served
 
 	mu         sync.Mutex // guards everything below
+	closed     bool
 	calls      []Call
 	messages   map[string]*Message // channel/ts
 	order      []string
+	lastTS     int64 // microseconds of the newest ts handed out or seen
 	pins       map[string]bool
+	unpinnable map[string]bool
 	reactions  map[string]map[string]bool
+	users      map[string]string // id → display name
 	limits     map[string]*window
 	failures   map[string][]string
+	httpFaults map[string][]*fault
+	delays     map[string][]*fault
 	retryUntil map[string]time.Time
 	violations []string
 	seq        int
-	conns      map[*websocket.Conn]*sync.Mutex
+	socks      []*sock              // open Socket Mode connections, oldest first
+	next       int                  // round-robin position in socks
+	pending    []*envelope          // waiting for a connection
+	inflight   map[string]*envelope // sent, not acknowledged
+	tickets    map[string]bool      // connection URLs handed out, unused
 	acks       []string
 }
 
@@ -71,17 +116,25 @@ func (s *Server) initLocked() {
 	if s.messages == nil {
 		s.messages = map[string]*Message{}
 		s.pins = map[string]bool{}
+		s.unpinnable = map[string]bool{}
 		s.reactions = map[string]map[string]bool{}
+		s.users = map[string]string{}
 		s.limits = map[string]*window{}
 		s.failures = map[string][]string{}
+		s.httpFaults = map[string][]*fault{}
+		s.delays = map[string][]*fault{}
 		s.retryUntil = map[string]time.Time{}
-		s.conns = map[*websocket.Conn]*sync.Mutex{}
+		s.inflight = map[string]*envelope{}
+		s.tickets = map[string]bool{}
 	}
 	if s.BotUserID == "" {
 		s.BotUserID = "UBOT"
 	}
 	if s.TeamID == "" {
 		s.TeamID = "T1"
+	}
+	if _, ok := s.users[s.BotUserID]; !ok {
+		s.users[s.BotUserID] = "pinplan"
 	}
 }
 
@@ -93,12 +146,49 @@ func (s *Server) Limit(method string, n int, per time.Duration) {
 	s.limits[method] = &window{n: n, per: per}
 }
 
-// Fail queues error codes for the next calls of method.
+// Fail queues error codes for the next calls of method, one call each;
+// repeat a code to fail that many calls.
 func (s *Server) Fail(method string, codes ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.initLocked()
 	s.failures[method] = append(s.failures[method], codes...)
+}
+
+// FailHTTP makes the next n calls of method ("" for any method) answer
+// the HTTP status with no Slack body, as a failing gateway does. A 429
+// carries Retry-After: 1, and a call before that second is a violation.
+func (s *Server) FailHTTP(method string, status, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.initLocked()
+	s.httpFaults[method] = append(s.httpFaults[method], &fault{status: status, n: n})
+}
+
+// Delay holds the next n calls of method ("" for any method) for d before
+// answering. A call whose client gives up first still takes effect, as on
+// a slow server.
+func (s *Server) Delay(method string, d time.Duration, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.initLocked()
+	s.delays[method] = append(s.delays[method], &fault{delay: d, n: n})
+}
+
+// takeLocked uses one call of the first fault queued for method or for
+// any method.
+func takeLocked(q map[string][]*fault, method string) *fault {
+	for _, k := range []string{method, ""} {
+		for len(q[k]) > 0 && q[k][0].n <= 0 {
+			q[k] = q[k][1:]
+		}
+		if len(q[k]) > 0 {
+			f := q[k][0]
+			f.n--
+			return f
+		}
+	}
+	return nil
 }
 
 // Delete removes a message, as a user deleting it would.
@@ -108,6 +198,22 @@ func (s *Server) Delete(channel, ts string) {
 	s.initLocked()
 	delete(s.messages, channel+"/"+ts)
 	delete(s.pins, channel+"/"+ts)
+}
+
+// NotPinnable makes pins.add answer not_pinnable for a message.
+func (s *Server) NotPinnable(channel, ts string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.initLocked()
+	s.unpinnable[channel+"/"+ts] = true
+}
+
+// AddUser registers a user for users.info.
+func (s *Server) AddUser(id, displayName string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.initLocked()
+	s.users[id] = displayName
 }
 
 // Calls returns the recorded calls of method ("" for all).
@@ -164,7 +270,10 @@ func (s *Server) Reactions(channel, ts string) []string {
 	return out
 }
 
-// Violations lists calls made before a 429's Retry-After had passed.
+// Violations lists what Slack would hold against the client: calls made
+// before a 429's Retry-After had passed, messages Slack refused as invalid
+// (invalid_blocks, msg_too_long, no_text) with the reason, and envelopes
+// never acknowledged.
 func (s *Server) Violations() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -194,10 +303,25 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	now := time.Now()
+	token := params["token"]
+	if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && token == "" {
+		token = bearer
+	}
 	s.mu.Lock()
 	s.initLocked()
-	call := Call{Method: method, Params: params, At: now}
+	d := takeLocked(s.delays, method)
+	s.mu.Unlock()
+	if d != nil {
+		t := time.NewTimer(d.delay)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+		}
+	}
+	now := time.Now()
+	s.mu.Lock()
+	call := Call{Method: method, Params: params, At: now, Status: http.StatusOK}
 	if until, ok := s.retryUntil[method]; ok && now.Before(until) {
 		s.violations = append(s.violations, fmt.Sprintf("%s at %s, %s before Retry-After ended", method, now.Format(time.StampMilli), until.Sub(now)))
 	}
@@ -216,7 +340,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			secs := int(math.Ceil(wait.Seconds()))
 			s.retryUntil[method] = now.Add(time.Duration(secs) * time.Second)
-			call.Error = "ratelimited"
+			call.Error, call.Status = "ratelimited", http.StatusTooManyRequests
 			s.calls = append(s.calls, call)
 			s.mu.Unlock()
 			w.Header().Set("Retry-After", strconv.Itoa(secs))
@@ -227,14 +351,26 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		lim.times = append(lim.times, now)
 	}
-	if q := s.failures[method]; len(q) > 0 {
-		call.Error, s.failures[method] = q[0], q[1:]
+	if f := takeLocked(s.httpFaults, method); f != nil {
+		call.Error, call.Status = fmt.Sprintf("http %d", f.status), f.status
 		s.calls = append(s.calls, call)
+		if f.status == http.StatusTooManyRequests {
+			s.retryUntil[method] = now.Add(time.Second)
+			w.Header().Set("Retry-After", "1")
+		}
 		s.mu.Unlock()
-		writeJSON(w, map[string]any{"ok": false, "error": call.Error})
+		http.Error(w, http.StatusText(f.status), f.status)
 		return
 	}
-	resp, code := s.handleLocked(method, params, r)
+	code := authCode(method, token)
+	var resp map[string]any
+	if code == "" {
+		if q := s.failures[method]; len(q) > 0 {
+			code, s.failures[method] = q[0], q[1:]
+		} else {
+			resp, code = s.handleLocked(method, params, r)
+		}
+	}
 	call.Error = code
 	s.calls = append(s.calls, call)
 	s.mu.Unlock()
@@ -246,65 +382,25 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, resp)
 }
 
-func (s *Server) handleLocked(method string, p map[string]string, r *http.Request) (map[string]any, string) {
-	switch method {
-	case "auth.test":
-		return map[string]any{"user_id": s.BotUserID, "team_id": s.TeamID, "user": "pinplan", "bot_id": "B1"}, ""
-	case "apps.connections.open":
-		return map[string]any{"url": "ws://" + r.Host + "/socket"}, ""
-	case "chat.postMessage":
-		s.seq++
-		ts := fmt.Sprintf("%d.%06d", 1700000000+s.seq, s.seq)
-		m := &Message{Channel: p["channel"], TS: ts, ThreadTS: p["thread_ts"], Text: p["text"], Blocks: p["blocks"], User: s.BotUserID}
-		s.messages[m.Channel+"/"+ts] = m
-		s.order = append(s.order, m.Channel+"/"+ts)
-		return map[string]any{"channel": m.Channel, "ts": ts, "message": map[string]any{"text": m.Text, "ts": ts}}, ""
-	case "chat.update":
-		m, ok := s.messages[p["channel"]+"/"+p["ts"]]
-		if !ok {
-			return nil, "message_not_found"
+// authCode answers what Slack says to a token: app-level tokens (xapp-)
+// open Socket Mode connections and nothing else, bot and user tokens do
+// the rest.
+func authCode(method, token string) string {
+	switch {
+	case token == "":
+		return "not_authed"
+	case strings.HasPrefix(token, "xapp-"):
+		if method != "apps.connections.open" {
+			return "not_allowed_token_type"
 		}
-		m.Text, m.Blocks = p["text"], p["blocks"]
-		m.Edits++
-		return map[string]any{"channel": m.Channel, "ts": m.TS, "text": m.Text}, ""
-	case "pins.add", "pins.remove":
-		key := p["channel"] + "/" + p["timestamp"]
-		if _, ok := s.messages[key]; !ok {
-			return nil, "message_not_found"
+	case strings.HasPrefix(token, "xoxb-"), strings.HasPrefix(token, "xoxp-"):
+		if method == "apps.connections.open" {
+			return "not_allowed_token_type"
 		}
-		if method == "pins.add" {
-			if s.pins[key] {
-				return nil, "already_pinned"
-			}
-			s.pins[key] = true
-		} else {
-			if !s.pins[key] {
-				return nil, "no_pin"
-			}
-			delete(s.pins, key)
-		}
-		return map[string]any{}, ""
-	case "reactions.add", "reactions.remove":
-		key := p["channel"] + "/" + p["timestamp"]
-		if s.reactions[key] == nil {
-			s.reactions[key] = map[string]bool{}
-		}
-		on := method == "reactions.add"
-		if s.reactions[key][p["name"]] == on {
-			if on {
-				return nil, "already_reacted"
-			}
-			return nil, "no_reaction"
-		}
-		s.reactions[key][p["name"]] = on
-		return map[string]any{}, ""
-	case "assistant.threads.setStatus":
-		if s.AssistantStatusError != "" {
-			return nil, s.AssistantStatusError
-		}
-		return map[string]any{}, ""
+	default:
+		return "invalid_auth"
 	}
-	return nil, "unknown_method"
+	return ""
 }
 
 func readParams(r *http.Request) (map[string]string, error) {
@@ -344,88 +440,4 @@ func readParams(r *http.Request) (map[string]string, error) {
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(v)
-}
-
-// slack-go dials with Origin https://api.slack.com; accept any origin.
-var upgrader = websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }}
-
-func (s *Server) socket(w http.ResponseWriter, r *http.Request) {
-	conn, err := upgrader.Upgrade(w, r, nil)
-	if err != nil {
-		return
-	}
-	wmu := &sync.Mutex{}
-	s.mu.Lock()
-	s.initLocked()
-	s.conns[conn] = wmu
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.conns, conn)
-		s.mu.Unlock()
-		conn.Close()
-	}()
-	wmu.Lock()
-	err = conn.WriteJSON(map[string]any{"type": "hello", "num_connections": 1, "connection_info": map[string]any{"app_id": "A1"}})
-	wmu.Unlock()
-	if err != nil {
-		return
-	}
-	for {
-		var msg map[string]any
-		if err := conn.ReadJSON(&msg); err != nil {
-			return
-		}
-		if id, ok := msg["envelope_id"].(string); ok {
-			s.mu.Lock()
-			s.acks = append(s.acks, id)
-			s.mu.Unlock()
-		}
-	}
-}
-
-// Connected reports how many Socket Mode connections are open.
-func (s *Server) Connected() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.conns)
-}
-
-// CallbackBody is an Events API event_callback with event inside; the same
-// JSON goes into Socket Mode envelopes and HTTP event requests.
-func (s *Server) CallbackBody(eventID string, event map[string]any) []byte {
-	s.mu.Lock()
-	s.initLocked()
-	team := s.TeamID
-	s.mu.Unlock()
-	b, _ := json.Marshal(map[string]any{"token": "legacy", "team_id": team, "api_app_id": "A1", "type": "event_callback",
-		"event_id": eventID, "event_time": time.Now().Unix(), "event": event})
-	return b
-}
-
-// Push sends an events_api envelope to every Socket Mode connection and
-// returns its envelope id.
-func (s *Server) Push(eventID string, event map[string]any) (string, error) {
-	payload := s.CallbackBody(eventID, event)
-	s.mu.Lock()
-	s.seq++
-	envID := fmt.Sprintf("env-%d", s.seq)
-	conns := make(map[*websocket.Conn]*sync.Mutex, len(s.conns))
-	for c, m := range s.conns {
-		conns[c] = m
-	}
-	s.mu.Unlock()
-	if len(conns) == 0 {
-		return "", fmt.Errorf("fakeslack: no socket mode connection")
-	}
-	env := map[string]any{"envelope_id": envID, "type": "events_api", "accepts_response_payload": false, "retry_attempt": 0, "retry_reason": "", "payload": json.RawMessage(payload)}
-	for c, m := range conns {
-		m.Lock()
-		err := c.WriteJSON(env)
-		m.Unlock()
-		if err != nil {
-			return "", err
-		}
-	}
-	return envID, nil
 }

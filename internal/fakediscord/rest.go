@@ -1,0 +1,717 @@
+package fakediscord
+
+import (
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math"
+	"net/http"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Discord's limits on a message (discord.com/developers/docs, Message and
+// Embed resources).
+const (
+	maxContent          = 2000
+	maxEmbeds           = 10
+	maxEmbedTitle       = 256
+	maxEmbedDescription = 4096
+	maxEmbedFields      = 25
+	maxFieldName        = 256
+	maxFieldValue       = 1024
+	maxFooterText       = 2048
+	maxAuthorName       = 256
+	maxEmbedTotal       = 6000
+	maxThreadName       = 100
+	defaultPinLimit     = 50
+	defaultHistory      = 50
+	maxHistory          = 100
+	defaultLimit        = 50 // requests per second on a route without a Limit
+)
+
+// Discord error codes the fake answers.
+const (
+	codeUnknownChannel     = 10003
+	codeUnknownGuild       = 10004
+	codeUnknownMember      = 10007
+	codeUnknownMessage     = 10008
+	codeMaxPins            = 30003
+	codeOtherAuthor        = 50005
+	codeEmptyMessage       = 50006
+	codeSystemMessage      = 50021
+	codeWrongChannelType   = 50024
+	codeInvalidForm        = 50035
+	codeThreadArchived     = 50083
+	codeInvalidJSON        = 50109
+	codeThreadAlreadyExist = 160004
+)
+
+// apiError is a Discord error answer.
+type apiError struct {
+	status, code int
+	message      string
+	errors       map[string]any // the field errors of a 50035
+}
+
+func (e *apiError) body() map[string]any {
+	out := map[string]any{"code": e.code, "message": e.message}
+	if e.errors != nil {
+		out["errors"] = e.errors
+	}
+	return out
+}
+
+func fail(status, code int, message string) *apiError {
+	return &apiError{status: status, code: code, message: message}
+}
+
+// formError is a 400 Invalid Form Body naming the field and the rule.
+func formError(field, code, message string) *apiError {
+	return &apiError{status: http.StatusBadRequest, code: codeInvalidForm, message: "Invalid Form Body",
+		errors: map[string]any{field: map[string]any{"_errors": []any{map[string]any{"code": code, "message": message}}}}}
+}
+
+// route is a parsed REST path.
+type route struct {
+	kind  string // messages, message, pins, typing, threads, channel, member, roles, user, gateway
+	major string // the channel or guild id rate limits are kept by
+	parts []string
+}
+
+func parseRoute(path string) (route, bool) {
+	p := strings.Split(path, "/")
+	switch {
+	case path == "gateway" || path == "gateway/bot":
+		return route{kind: "gateway", parts: p}, true
+	case path == "users/@me":
+		return route{kind: "user", parts: p}, true
+	case len(p) == 2 && p[0] == "channels":
+		return route{kind: "channel", major: p[1], parts: p}, true
+	case len(p) == 3 && p[0] == "channels" && p[2] == "messages":
+		return route{kind: "messages", major: p[1], parts: p}, true
+	case len(p) == 3 && p[0] == "channels" && p[2] == "typing":
+		return route{kind: "typing", major: p[1], parts: p}, true
+	case len(p) == 5 && p[0] == "channels" && p[2] == "messages" && p[3] == "pins":
+		return route{kind: "pins", major: p[1], parts: p}, true
+	case len(p) == 4 && p[0] == "channels" && p[2] == "messages" && p[3] != "pins":
+		return route{kind: "message", major: p[1], parts: p}, true
+	case len(p) == 5 && p[0] == "channels" && p[2] == "messages" && p[4] == "threads":
+		return route{kind: "threads", major: p[1], parts: p}, true
+	case len(p) == 4 && p[0] == "guilds" && p[2] == "members":
+		return route{kind: "member", major: p[1], parts: p}, true
+	case len(p) == 3 && p[0] == "guilds" && p[2] == "roles":
+		return route{kind: "roles", major: p[1], parts: p}, true
+	}
+	return route{}, false
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/gateway" || r.URL.Path == "/gateway/" {
+		s.gateway(w, r)
+		return
+	}
+	path, ok := strings.CutPrefix(r.URL.Path, "/api/v9/")
+	rt, known := parseRoute(path)
+	if !ok || !known {
+		writeJSON(w, http.StatusNotFound, nil, map[string]any{"code": 0, "message": "404: Not Found"})
+		return
+	}
+	name := r.Method + " " + rt.kind
+	var body map[string]any
+	raw, _ := io.ReadAll(r.Body)
+	badJSON := len(raw) > 0 && json.Unmarshal(raw, &body) != nil
+
+	s.mu.Lock()
+	s.initLocked()
+	d := takeLocked(s.delays, name)
+	s.mu.Unlock()
+	if d != nil {
+		t := time.NewTimer(d.delay)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+		}
+	}
+
+	now := time.Now()
+	s.mu.Lock()
+	h, limited := s.bucketLocked(name, rt.major, now)
+	var (
+		status = http.StatusOK
+		resp   any
+		aerr   *apiError
+	)
+	switch {
+	case limited > 0:
+		status, resp = http.StatusTooManyRequests, limited
+	case !s.authorized(r.Header.Get("Authorization")):
+		aerr = fail(http.StatusUnauthorized, 0, "401: Unauthorized")
+	case badJSON:
+		aerr = fail(http.StatusBadRequest, codeInvalidJSON, "The request body contains invalid JSON.")
+	default:
+		f := takeLocked(s.httpFaults, name)
+		if f == nil {
+			f = takeLocked(s.failures, name)
+		}
+		switch {
+		case f == nil:
+			status, resp, aerr = s.routeLocked(r, rt, body)
+		case f.status == http.StatusTooManyRequests:
+			// An injected 429 is a whole one: retry_after of 1 s, held
+			// against an early retry, as a shared-scope limit is.
+			status, resp = f.status, 1.0
+			s.retryUntil[name+" "+rt.major] = now.Add(time.Second)
+			h.Set("X-RateLimit-Remaining", "0")
+			h.Set("X-RateLimit-Reset-After", "1.000")
+			h.Set("X-RateLimit-Reset", strconv.FormatFloat(float64(now.UnixMilli())/1000+1, 'f', 3, 64))
+		default:
+			aerr = fail(f.status, f.code, "injected")
+			if f.code == 0 {
+				aerr.message = fmt.Sprintf("%d: %s", f.status, http.StatusText(f.status))
+			}
+		}
+	}
+	call := Call{Method: r.Method, Path: path, Body: body, Status: status, At: now}
+	if aerr != nil {
+		call.Status, call.Code = aerr.status, aerr.code
+	}
+	s.calls = append(s.calls, call)
+	s.mu.Unlock()
+
+	switch {
+	case call.Status == http.StatusTooManyRequests:
+		ra := resp.(float64)
+		h.Set("Retry-After", strconv.Itoa(int(math.Ceil(ra))))
+		h.Set("X-RateLimit-Scope", "user")
+		writeJSON(w, http.StatusTooManyRequests, h, map[string]any{"message": "You are being rate limited.", "retry_after": ra, "global": false})
+	case aerr != nil:
+		writeJSON(w, aerr.status, h, aerr.body())
+	case resp == nil:
+		for k, v := range h {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(http.StatusNoContent)
+	default:
+		writeJSON(w, status, h, resp)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, h http.Header, v any) {
+	for k, vals := range h {
+		w.Header()[k] = vals
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func (s *Server) authorized(header string) bool {
+	token := strings.TrimSpace(strings.TrimPrefix(header, "Bot "))
+	if token == "" {
+		return false
+	}
+	return s.Token == "" || token == strings.TrimPrefix(s.Token, "Bot ")
+}
+
+// bucketLocked counts a request against its route's bucket and returns the
+// X-RateLimit headers to send, and the retry_after in seconds when the
+// bucket is empty (the request is not counted then).
+func (s *Server) bucketLocked(name, major string, now time.Time) (http.Header, float64) {
+	lim := s.limits[name]
+	if lim == nil {
+		lim = &window{n: defaultLimit, per: time.Second, times: map[string][]time.Time{}}
+		s.limits[name] = lim
+	}
+	key := name + " " + major
+	if until, ok := s.retryUntil[key]; ok && now.Before(until) {
+		s.violations = append(s.violations, fmt.Sprintf("%s in %s %s before retry_after ended", name, major, until.Sub(now)))
+	}
+	var kept []time.Time
+	for _, t := range lim.times[major] {
+		if now.Sub(t) < lim.per {
+			kept = append(kept, t)
+		}
+	}
+	h := http.Header{}
+	hash := fnv.New32a()
+	hash.Write([]byte(name))
+	h.Set("X-RateLimit-Bucket", fmt.Sprintf("%08x", hash.Sum32()))
+	h.Set("X-RateLimit-Limit", strconv.Itoa(lim.n))
+	reset := func(after time.Duration) {
+		secs := math.Ceil(after.Seconds()*1000) / 1000
+		h.Set("X-RateLimit-Reset-After", strconv.FormatFloat(secs, 'f', 3, 64))
+		at := float64(now.UnixMilli())/1000 + secs
+		h.Set("X-RateLimit-Reset", strconv.FormatFloat(at, 'f', 3, 64))
+	}
+	if len(kept) >= lim.n {
+		lim.times[major] = kept
+		ra := lim.per - now.Sub(kept[0])
+		secs := math.Ceil(ra.Seconds()*1000) / 1000
+		s.retryUntil[key] = now.Add(time.Duration(secs * float64(time.Second)))
+		h.Set("X-RateLimit-Remaining", "0")
+		reset(ra)
+		return h, secs
+	}
+	kept = append(kept, now)
+	lim.times[major] = kept
+	h.Set("X-RateLimit-Remaining", strconv.Itoa(lim.n-len(kept)))
+	reset(lim.per - now.Sub(kept[0]))
+	return h, 0
+}
+
+// violationLocked records why Discord refused a request and answers err.
+func (s *Server) violationLocked(r *http.Request, path string, err *apiError) (int, any, *apiError) {
+	detail, _ := json.Marshal(err.body())
+	s.violations = append(s.violations, fmt.Sprintf("%s %s: %s", r.Method, path, detail))
+	return 0, nil, err
+}
+
+func (s *Server) routeLocked(r *http.Request, rt route, body map[string]any) (int, any, *apiError) {
+	p := rt.parts
+	name := r.Method + " " + rt.kind
+	switch name {
+	case "GET gateway":
+		out := map[string]any{"url": "ws://" + r.Host + "/gateway"}
+		if len(p) == 2 {
+			out["shards"] = 1
+			out["session_start_limit"] = map[string]any{"total": 1000, "remaining": 999, "reset_after": 86400000, "max_concurrency": 1}
+		}
+		return 200, out, nil
+	case "GET user":
+		return 200, userJSON(BotID), nil
+	case "GET member":
+		if !s.guildExistsLocked(rt.major) {
+			return 0, nil, fail(404, codeUnknownGuild, "Unknown Guild")
+		}
+		if p[3] == BotID {
+			return 200, botMemberJSON(), nil
+		}
+		for _, m := range s.messages {
+			if m.AuthorID == p[3] && s.channels[m.ChannelID] != nil && s.channels[m.ChannelID].guildID == rt.major {
+				return 200, map[string]any{"user": userJSON(m.AuthorID), "roles": []any{}, "joined_at": "2026-01-01T00:00:00Z", "deaf": false, "mute": false, "flags": 0}, nil
+			}
+		}
+		return 0, nil, fail(404, codeUnknownMember, "Unknown Member")
+	case "GET roles":
+		if !s.guildExistsLocked(rt.major) {
+			return 0, nil, fail(404, codeUnknownGuild, "Unknown Guild")
+		}
+		return 200, rolesJSON(rt.major), nil
+	}
+	if rt.kind == "gateway" || rt.kind == "user" || rt.kind == "member" || rt.kind == "roles" {
+		return 0, nil, fail(405, 0, "405: Method Not Allowed")
+	}
+	ch, ok := s.channels[rt.major]
+	if !ok {
+		return 0, nil, fail(404, codeUnknownChannel, "Unknown Channel")
+	}
+	archived := fail(400, codeThreadArchived, "Thread is archived")
+	switch name {
+	case "GET channel":
+		return 200, ch.json(), nil
+	case "GET messages":
+		return s.historyLocked(r, ch)
+	case "POST messages":
+		if ch.archived && ch.locked {
+			return 0, nil, archived
+		}
+		m := &Message{ChannelID: ch.id, AuthorID: BotID}
+		if err := s.applyLocked(m, body, true); err != nil {
+			return s.violationLocked(r, rt.major, err)
+		}
+		if ch.archived {
+			// Sending a message unarchives a thread that is not locked.
+			ch.archived = false
+			s.dispatchLocked("THREAD_UPDATE", ch.json())
+		}
+		m.ID, m.at = s.idLocked(), time.Now()
+		s.addLocked(m)
+		s.dispatchLocked("MESSAGE_CREATE", s.messageJSONLocked(m))
+		return 200, s.messageJSONLocked(m), nil
+	case "GET message", "PATCH message", "DELETE message":
+		m, ok := s.messages[p[3]]
+		if !ok || m.ChannelID != ch.id {
+			return 0, nil, fail(404, codeUnknownMessage, "Unknown Message")
+		}
+		if r.Method == http.MethodGet {
+			return 200, s.messageJSONLocked(m), nil
+		}
+		if ch.archived {
+			return 0, nil, archived
+		}
+		if r.Method == http.MethodDelete {
+			delete(s.messages, m.ID)
+			delete(s.pins, m.ID)
+			ev := map[string]any{"id": m.ID, "channel_id": m.ChannelID}
+			if ch.guildID != "" {
+				ev["guild_id"] = ch.guildID
+			}
+			s.dispatchLocked("MESSAGE_DELETE", ev)
+			return 204, nil, nil
+		}
+		if m.AuthorID != BotID {
+			return 0, nil, fail(403, codeOtherAuthor, "Cannot edit a message authored by another user")
+		}
+		if m.Type != 0 && m.Type != 19 {
+			return 0, nil, fail(400, codeSystemMessage, "Cannot execute action on a system message")
+		}
+		edited := *m
+		if err := s.applyLocked(&edited, body, false); err != nil {
+			return s.violationLocked(r, rt.major+"/"+m.ID, err)
+		}
+		*m = edited
+		m.Edits++
+		m.edited = time.Now()
+		s.dispatchLocked("MESSAGE_UPDATE", s.messageJSONLocked(m))
+		return 200, s.messageJSONLocked(m), nil
+	case "PUT pins", "DELETE pins":
+		m, ok := s.messages[p[4]]
+		if !ok || m.ChannelID != ch.id {
+			return 0, nil, fail(404, codeUnknownMessage, "Unknown Message")
+		}
+		if ch.archived {
+			return 0, nil, archived
+		}
+		if r.Method == http.MethodDelete {
+			if s.pins[m.ID] {
+				delete(s.pins, m.ID)
+				s.dispatchLocked("CHANNEL_PINS_UPDATE", s.pinsUpdateLocked(ch))
+			}
+			return 204, nil, nil
+		}
+		if s.pins[m.ID] {
+			return 204, nil, nil
+		}
+		if m.Type != 0 && m.Type != 19 {
+			return 0, nil, fail(400, codeSystemMessage, "Cannot execute action on a system message")
+		}
+		limit := s.PinLimit
+		if limit <= 0 {
+			limit = defaultPinLimit
+		}
+		n := 0
+		for id, on := range s.pins {
+			if x, ok := s.messages[id]; on && ok && x.ChannelID == ch.id {
+				n++
+			}
+		}
+		if n >= limit {
+			return 0, nil, fail(400, codeMaxPins, fmt.Sprintf("Maximum number of pins reached (%d)", limit))
+		}
+		s.pins[m.ID] = true
+		// Discord announces a pin with a system message.
+		sys := &Message{ID: s.idLocked(), ChannelID: ch.id, AuthorID: BotID, Type: 6, Reference: m.ID, at: time.Now()}
+		s.addLocked(sys)
+		s.dispatchLocked("MESSAGE_CREATE", s.messageJSONLocked(sys))
+		s.dispatchLocked("CHANNEL_PINS_UPDATE", s.pinsUpdateLocked(ch))
+		return 204, nil, nil
+	case "POST typing":
+		s.typing[ch.id]++
+		return 204, nil, nil
+	case "POST threads":
+		return s.startThreadLocked(ch, p[3], body)
+	}
+	return 0, nil, fail(405, 0, "405: Method Not Allowed")
+}
+
+func (s *Server) pinsUpdateLocked(ch *channel) map[string]any {
+	ev := map[string]any{"channel_id": ch.id, "last_pin_timestamp": time.Now().UTC().Format(time.RFC3339)}
+	if ch.guildID != "" {
+		ev["guild_id"] = ch.guildID
+	}
+	return ev
+}
+
+// startThreadLocked starts a public thread from a message; as on Discord
+// the thread's id is the message's, and a message starts one thread.
+func (s *Server) startThreadLocked(ch *channel, msgID string, body map[string]any) (int, any, *apiError) {
+	if ch.typ != 0 && ch.typ != 5 {
+		return 0, nil, fail(400, codeWrongChannelType, "Cannot execute action on this channel type")
+	}
+	m, ok := s.messages[msgID]
+	if !ok || m.ChannelID != ch.id {
+		return 0, nil, fail(404, codeUnknownMessage, "Unknown Message")
+	}
+	if m.thread != "" {
+		return 0, nil, fail(400, codeThreadAlreadyExist, "A thread has already been created for this message")
+	}
+	name, _ := body["name"].(string)
+	if n := utf8.RuneCountInString(name); n < 1 || n > maxThreadName {
+		return 0, nil, formError("name", "BASE_TYPE_BAD_LENGTH", fmt.Sprintf("Must be between 1 and %d in length.", maxThreadName))
+	}
+	if d, ok := body["auto_archive_duration"]; ok && d != nil {
+		switch d {
+		case 60.0, 1440.0, 4320.0, 10080.0:
+		default:
+			return 0, nil, formError("auto_archive_duration", "BASE_TYPE_CHOICES", "Value must be one of {60, 1440, 4320, 10080}.")
+		}
+	}
+	typ := 11
+	if ch.typ == 5 {
+		typ = 10
+	}
+	th := &channel{id: m.ID, typ: typ, guildID: ch.guildID, parentID: ch.id, name: name}
+	s.channels[th.id] = th
+	m.thread = th.id
+	ev := th.json()
+	ev["newly_created"] = true
+	s.dispatchLocked("THREAD_CREATE", ev)
+	return 201, th.json(), nil
+}
+
+// historyLocked answers GET /channels/{id}/messages: at most limit
+// messages before, after or around an id, newest first, as Discord does.
+func (s *Server) historyLocked(r *http.Request, ch *channel) (int, any, *apiError) {
+	q := r.URL.Query()
+	limit := defaultHistory
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxHistory {
+			return 0, nil, formError("limit", "NUMBER_TYPE_MAX", fmt.Sprintf("Must be between 1 and %d.", maxHistory))
+		}
+		limit = n
+	}
+	var anchors []string
+	for _, k := range []string{"before", "after", "around"} {
+		if q.Get(k) != "" {
+			anchors = append(anchors, k)
+		}
+	}
+	if len(anchors) > 1 {
+		return 0, nil, formError(anchors[1], "BASE_TYPE_INVALID", "Only one of before, after and around may be passed.")
+	}
+	var all []*Message
+	for _, id := range s.order {
+		if m, ok := s.messages[id]; ok && m.ChannelID == ch.id {
+			all = append(all, m)
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return idLess(all[i].ID, all[j].ID) })
+	var page []*Message
+	switch {
+	case q.Get("before") != "":
+		for _, m := range all {
+			if idLess(m.ID, q.Get("before")) {
+				page = append(page, m)
+			}
+		}
+		page = page[max(0, len(page)-limit):]
+	case q.Get("after") != "":
+		for _, m := range all {
+			if idLess(q.Get("after"), m.ID) {
+				page = append(page, m)
+			}
+		}
+		page = page[:min(limit, len(page))]
+	case q.Get("around") != "":
+		at := sort.Search(len(all), func(i int) bool { return !idLess(all[i].ID, q.Get("around")) })
+		start := max(0, at-limit/2)
+		page = all[start:min(len(all), start+limit)]
+	default:
+		page = all[max(0, len(all)-limit):]
+	}
+	out := make([]any, 0, len(page))
+	for i := len(page) - 1; i >= 0; i-- {
+		out = append(out, s.messageJSONLocked(page[i]))
+	}
+	return 200, out, nil
+}
+
+// idLess orders snowflakes numerically.
+func idLess(a, b string) bool {
+	if len(a) != len(b) {
+		return len(a) < len(b)
+	}
+	return a < b
+}
+
+// applyLocked sets the content, embeds and reply of m from a create or
+// edit body, refusing what Discord refuses.
+func (s *Server) applyLocked(m *Message, body map[string]any, create bool) *apiError {
+	if v, ok := body["content"]; ok && v != nil {
+		c, ok := v.(string)
+		if !ok {
+			return formError("content", "STRING_TYPE_CONVERT", "Could not interpret the value as string.")
+		}
+		if n := utf8.RuneCountInString(c); n > maxContent {
+			return formError("content", "BASE_TYPE_MAX_LENGTH", fmt.Sprintf("Must be %d or fewer in length.", maxContent))
+		}
+		m.Content = c
+	}
+	if v, ok := body["embeds"]; ok && v != nil {
+		list, ok := v.([]any)
+		if !ok {
+			return formError("embeds", "LIST_TYPE_CONVERT", "Only iterables may be used in a ListType.")
+		}
+		if err := checkEmbeds(list); err != nil {
+			return err
+		}
+		m.Embeds = nil
+		for _, e := range list {
+			m.Embeds = append(m.Embeds, e.(map[string]any))
+		}
+	}
+	if am, ok := body["allowed_mentions"].(map[string]any); ok {
+		if err := checkAllowedMentions(am); err != nil {
+			return err
+		}
+	}
+	if ref, ok := body["message_reference"].(map[string]any); ok && create {
+		id, _ := ref["message_id"].(string)
+		target, found := s.messages[id]
+		if !found || target.ChannelID != m.ChannelID {
+			if f, ok := ref["fail_if_not_exists"].(bool); !ok || f {
+				return formError("message_reference", "MESSAGE_REFERENCE_UNKNOWN_MESSAGE", "Unknown message")
+			}
+		} else {
+			m.Reference = id
+			m.Type = 19 // a reply
+		}
+	}
+	stickers, _ := body["sticker_ids"].([]any)
+	components, _ := body["components"].([]any)
+	if m.Content == "" && len(m.Embeds) == 0 && len(stickers) == 0 && len(components) == 0 && body["poll"] == nil {
+		return fail(400, codeEmptyMessage, "Cannot send an empty message")
+	}
+	return nil
+}
+
+func checkEmbeds(list []any) *apiError {
+	if len(list) > maxEmbeds {
+		return formError("embeds", "BASE_TYPE_MAX_LENGTH", fmt.Sprintf("Must be %d or fewer in length.", maxEmbeds))
+	}
+	total := 0
+	text := func(field string, v any, max int, required bool) *apiError {
+		str, _ := v.(string)
+		n := utf8.RuneCountInString(str)
+		if required && n == 0 {
+			return formError(field, "BASE_TYPE_REQUIRED", "This field is required")
+		}
+		if n > max {
+			return formError(field, "BASE_TYPE_MAX_LENGTH", fmt.Sprintf("Must be %d or fewer in length.", max))
+		}
+		total += n
+		return nil
+	}
+	for i, raw := range list {
+		e, ok := raw.(map[string]any)
+		if !ok {
+			return formError(fmt.Sprintf("embeds.%d", i), "DICT_TYPE_CONVERT", "Only dictionaries may be used in a DictType")
+		}
+		at := fmt.Sprintf("embeds.%d.", i)
+		if err := text(at+"title", e["title"], maxEmbedTitle, false); err != nil {
+			return err
+		}
+		if err := text(at+"description", e["description"], maxEmbedDescription, false); err != nil {
+			return err
+		}
+		if f, ok := e["footer"].(map[string]any); ok {
+			if err := text(at+"footer.text", f["text"], maxFooterText, true); err != nil {
+				return err
+			}
+		}
+		if a, ok := e["author"].(map[string]any); ok {
+			if err := text(at+"author.name", a["name"], maxAuthorName, true); err != nil {
+				return err
+			}
+		}
+		fields, _ := e["fields"].([]any)
+		if len(fields) > maxEmbedFields {
+			return formError(at+"fields", "BASE_TYPE_MAX_LENGTH", fmt.Sprintf("Must be %d or fewer in length.", maxEmbedFields))
+		}
+		for j, raw := range fields {
+			f, _ := raw.(map[string]any)
+			if err := text(fmt.Sprintf("%sfields.%d.name", at, j), f["name"], maxFieldName, true); err != nil {
+				return err
+			}
+			if err := text(fmt.Sprintf("%sfields.%d.value", at, j), f["value"], maxFieldValue, true); err != nil {
+				return err
+			}
+		}
+	}
+	if total > maxEmbedTotal {
+		return formError("embeds", "MAX_EMBED_SIZE_EXCEEDED", fmt.Sprintf("Embed size exceeds maximum size of %d", maxEmbedTotal))
+	}
+	return nil
+}
+
+func checkAllowedMentions(am map[string]any) *apiError {
+	parse := map[string]bool{}
+	if list, ok := am["parse"].([]any); ok {
+		for _, v := range list {
+			p, _ := v.(string)
+			if p != "users" && p != "roles" && p != "everyone" {
+				return formError("allowed_mentions.parse", "BASE_TYPE_CHOICES", "Value must be one of {'users', 'roles', 'everyone'}.")
+			}
+			parse[p] = true
+		}
+	}
+	for _, k := range []string{"users", "roles"} {
+		if list, _ := am[k].([]any); len(list) > 0 && parse[k] {
+			return formError("allowed_mentions", "MESSAGE_ALLOWED_MENTIONS_PARSE_EXCLUSIVE", fmt.Sprintf("parse:[%q] and %s: [ids] are mutually exclusive.", k, k))
+		}
+	}
+	return nil
+}
+
+func (s *Server) addLocked(m *Message) {
+	s.messages[m.ID] = m
+	s.order = append(s.order, m.ID)
+}
+
+var (
+	reUserMention = regexp.MustCompile(`<@!?(\d+)>`)
+	reRoleMention = regexp.MustCompile(`<@&(\d+)>`)
+)
+
+func (s *Server) messageJSONLocked(m *Message) map[string]any {
+	mentions := []any{}
+	seen := map[string]bool{}
+	for _, g := range reUserMention.FindAllStringSubmatch(m.Content, -1) {
+		if !seen[g[1]] {
+			seen[g[1]] = true
+			mentions = append(mentions, userJSON(g[1]))
+		}
+	}
+	roles := []any{}
+	for _, g := range reRoleMention.FindAllStringSubmatch(m.Content, -1) {
+		roles = append(roles, g[1])
+	}
+	embeds := make([]any, 0, len(m.Embeds))
+	for _, e := range m.Embeds {
+		embeds = append(embeds, e)
+	}
+	at := m.at
+	if at.IsZero() {
+		at = time.Now()
+	}
+	out := map[string]any{
+		"id": m.ID, "channel_id": m.ChannelID, "content": m.Content, "type": m.Type,
+		"author": userJSON(m.AuthorID), "timestamp": at.UTC().Format(time.RFC3339Nano), "edited_timestamp": nil,
+		"mentions": mentions, "mention_roles": roles, "mention_everyone": false, "embeds": embeds,
+		"attachments": []any{}, "components": []any{}, "pinned": s.pins[m.ID], "tts": false, "flags": 0,
+	}
+	if !m.edited.IsZero() {
+		out["edited_timestamp"] = m.edited.UTC().Format(time.RFC3339Nano)
+	}
+	if ch, ok := s.channels[m.ChannelID]; ok && ch.guildID != "" {
+		out["guild_id"] = ch.guildID
+	}
+	if m.Reference != "" {
+		out["message_reference"] = map[string]any{"message_id": m.Reference, "channel_id": m.ChannelID}
+	}
+	if m.thread != "" {
+		if th, ok := s.channels[m.thread]; ok {
+			out["thread"] = th.json()
+		}
+	}
+	return out
+}

@@ -1,0 +1,325 @@
+package fakeslack
+
+import (
+	"encoding/json"
+	"fmt"
+	"unicode/utf8"
+)
+
+// Limits Slack enforces on a message (docs.slack.dev, Block Kit reference
+// and chat.postMessage).
+const (
+	maxMessageText   = 40000 // top-level text, else msg_too_long
+	maxBlocks        = 50
+	maxBlockID       = 255
+	maxSectionText   = 3000
+	maxSectionFields = 10
+	maxFieldText     = 2000
+	maxHeaderText    = 150
+	maxContextElems  = 10
+	maxActionsElems  = 25
+	maxButtonText    = 75
+	maxActionID      = 255
+	maxButtonValue   = 2000
+	maxButtonURL     = 3000
+	maxAltText       = 2000
+	maxImageTitle    = 2000
+	maxInputLabel    = 2000
+	maxMarkdownTotal = 12000 // all markdown blocks of a message together
+)
+
+// blockTypes are the block types a message may carry. plan and task_card
+// are Slack's native agent blocks, which a workspace may refuse
+// (Server.RejectNativePlan).
+var blockTypes = map[string]bool{
+	"section": true, "header": true, "context": true, "divider": true, "actions": true,
+	"rich_text": true, "image": true, "input": true, "file": true, "video": true,
+	"markdown": true, "plan": true, "task_card": true,
+}
+
+var taskStatuses = map[string]bool{"pending": true, "in_progress": true, "complete": true, "error": true}
+
+// checkText answers the error code and detail for a message's top-level
+// text and blocks as chat.postMessage and chat.update take them, "" when
+// Slack would accept them.
+func checkText(text string, hasText bool, blocks string, hasBlocks, rejectNative bool) (code, detail string) {
+	if n := utf8.RuneCountInString(text); n > maxMessageText {
+		return "msg_too_long", fmt.Sprintf("text is %d characters, limit %d", n, maxMessageText)
+	}
+	if !hasBlocks {
+		if !hasText || text == "" {
+			return "no_text", "neither text nor blocks"
+		}
+		return "", ""
+	}
+	var list []any
+	if err := json.Unmarshal([]byte(blocks), &list); err != nil {
+		return "invalid_blocks_format", "blocks is not a JSON array: " + err.Error()
+	}
+	if len(list) == 0 && text == "" {
+		return "no_text", "no text and an empty blocks array"
+	}
+	if d := checkBlocks(list, rejectNative); d != "" {
+		return "invalid_blocks", d
+	}
+	return "", ""
+}
+
+// checkBlocks returns why Slack would refuse blocks, "" if it would not.
+func checkBlocks(list []any, rejectNative bool) string {
+	if len(list) > maxBlocks {
+		return fmt.Sprintf("%d blocks, limit %d", len(list), maxBlocks)
+	}
+	ids := map[string]bool{}
+	markdown := 0
+	for i, raw := range list {
+		b, ok := raw.(map[string]any)
+		if !ok {
+			return fmt.Sprintf("block %d is not an object", i)
+		}
+		typ, _ := b["type"].(string)
+		if !blockTypes[typ] {
+			return fmt.Sprintf("block %d: unknown block type %q", i, typ)
+		}
+		if rejectNative && (typ == "plan" || typ == "task_card") {
+			return fmt.Sprintf("block %d: block type %q is not enabled for this workspace", i, typ)
+		}
+		if id, ok := b["block_id"].(string); ok {
+			if n := utf8.RuneCountInString(id); n > maxBlockID || n == 0 {
+				return fmt.Sprintf("block %d: block_id of %d characters, limit %d", i, n, maxBlockID)
+			}
+			if ids[id] {
+				return fmt.Sprintf("block %d: duplicate block_id %q", i, id)
+			}
+			ids[id] = true
+		}
+		if typ == "markdown" {
+			t, _ := b["text"].(string)
+			markdown += utf8.RuneCountInString(t)
+		}
+		if d := checkBlock(typ, b); d != "" {
+			return fmt.Sprintf("block %d (%s): %s", i, typ, d)
+		}
+	}
+	if markdown > maxMarkdownTotal {
+		return fmt.Sprintf("markdown blocks total %d characters, limit %d", markdown, maxMarkdownTotal)
+	}
+	return ""
+}
+
+func checkBlock(typ string, b map[string]any) string {
+	switch typ {
+	case "section":
+		text, hasText := b["text"]
+		fields, hasFields := b["fields"]
+		if !hasText && !hasFields {
+			return "needs text or fields"
+		}
+		if hasText {
+			if d := checkTextObject(text, "text", maxSectionText, false); d != "" {
+				return d
+			}
+		}
+		if hasFields {
+			list, ok := fields.([]any)
+			if !ok || len(list) == 0 {
+				return "fields must be a non-empty array"
+			}
+			if len(list) > maxSectionFields {
+				return fmt.Sprintf("%d fields, limit %d", len(list), maxSectionFields)
+			}
+			for j, f := range list {
+				if d := checkTextObject(f, fmt.Sprintf("fields[%d]", j), maxFieldText, false); d != "" {
+					return d
+				}
+			}
+		}
+		if acc, ok := b["accessory"]; ok {
+			return checkElement(acc, "accessory")
+		}
+	case "header":
+		return checkTextObject(b["text"], "text", maxHeaderText, true)
+	case "context":
+		list, ok := b["elements"].([]any)
+		if !ok || len(list) == 0 {
+			return "elements must be a non-empty array"
+		}
+		if len(list) > maxContextElems {
+			return fmt.Sprintf("%d elements, limit %d", len(list), maxContextElems)
+		}
+		for j, e := range list {
+			name := fmt.Sprintf("elements[%d]", j)
+			if m, ok := e.(map[string]any); ok && m["type"] == "image" {
+				if d := checkImage(m, name); d != "" {
+					return d
+				}
+				continue
+			}
+			if d := checkTextObject(e, name, maxSectionText, false); d != "" {
+				return d
+			}
+		}
+	case "actions":
+		list, ok := b["elements"].([]any)
+		if !ok || len(list) == 0 {
+			return "elements must be a non-empty array"
+		}
+		if len(list) > maxActionsElems {
+			return fmt.Sprintf("%d elements, limit %d", len(list), maxActionsElems)
+		}
+		for j, e := range list {
+			if d := checkElement(e, fmt.Sprintf("elements[%d]", j)); d != "" {
+				return d
+			}
+		}
+	case "image":
+		return checkImage(b, "image")
+	case "markdown":
+		if t, _ := b["text"].(string); t == "" {
+			return "text is required"
+		}
+	case "rich_text":
+		if _, ok := b["elements"].([]any); !ok {
+			return "elements must be an array"
+		}
+	case "input":
+		if d := checkTextObject(b["label"], "label", maxInputLabel, true); d != "" {
+			return d
+		}
+		if _, ok := b["element"].(map[string]any); !ok {
+			return "element is required"
+		}
+	case "file":
+		if id, _ := b["external_id"].(string); id == "" {
+			return "external_id is required"
+		}
+	case "video":
+		for _, k := range []string{"alt_text", "title", "video_url", "thumbnail_url"} {
+			if _, ok := b[k]; !ok {
+				return k + " is required"
+			}
+		}
+	case "plan":
+		if t, _ := b["title"].(string); t == "" {
+			return "title is required"
+		}
+		if tasks, ok := b["tasks"]; ok {
+			list, ok := tasks.([]any)
+			if !ok {
+				return "tasks must be an array"
+			}
+			for j, t := range list {
+				m, ok := t.(map[string]any)
+				if !ok || m["type"] != "task_card" {
+					return fmt.Sprintf("tasks[%d] is not a task_card", j)
+				}
+				if d := checkTaskCard(m); d != "" {
+					return fmt.Sprintf("tasks[%d]: %s", j, d)
+				}
+			}
+		}
+	case "task_card":
+		return checkTaskCard(b)
+	}
+	return ""
+}
+
+func checkTaskCard(b map[string]any) string {
+	if id, _ := b["task_id"].(string); id == "" {
+		return "task_id is required"
+	}
+	if t, _ := b["title"].(string); t == "" {
+		return "title is required"
+	}
+	if st, ok := b["status"]; ok {
+		if s, _ := st.(string); !taskStatuses[s] {
+			return fmt.Sprintf("unknown status %v", st)
+		}
+	}
+	return ""
+}
+
+// checkTextObject checks a composition text object: plain_text or mrkdwn,
+// 1 to max characters.
+func checkTextObject(v any, name string, max int, plainOnly bool) string {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return name + " must be a text object"
+	}
+	typ, _ := m["type"].(string)
+	switch {
+	case typ == "plain_text":
+	case typ == "mrkdwn" && !plainOnly:
+	case plainOnly:
+		return fmt.Sprintf("%s must be plain_text, not %q", name, typ)
+	default:
+		return fmt.Sprintf("%s has unknown text type %q", name, typ)
+	}
+	text, ok := m["text"].(string)
+	if !ok || text == "" {
+		return name + ".text must be at least 1 character"
+	}
+	if n := utf8.RuneCountInString(text); n > max {
+		return fmt.Sprintf("%s.text is %d characters, limit %d", name, n, max)
+	}
+	return ""
+}
+
+func checkImage(m map[string]any, name string) string {
+	_, url := m["image_url"].(string)
+	_, file := m["slack_file"].(map[string]any)
+	if !url && !file {
+		return name + " needs image_url or slack_file"
+	}
+	alt, _ := m["alt_text"].(string)
+	if alt == "" {
+		return name + ".alt_text is required"
+	}
+	if n := utf8.RuneCountInString(alt); n > maxAltText {
+		return fmt.Sprintf("%s.alt_text is %d characters, limit %d", name, n, maxAltText)
+	}
+	if t, ok := m["title"]; ok {
+		return checkTextObject(t, name+".title", maxImageTitle, true)
+	}
+	return ""
+}
+
+// checkElement checks an interactive element's common limits, and a
+// button's in full.
+func checkElement(v any, name string) string {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return name + " must be an object"
+	}
+	typ, _ := m["type"].(string)
+	if typ == "" {
+		return name + ".type is required"
+	}
+	if id, ok := m["action_id"].(string); ok {
+		if n := utf8.RuneCountInString(id); n > maxActionID {
+			return fmt.Sprintf("%s.action_id is %d characters, limit %d", name, n, maxActionID)
+		}
+	}
+	switch typ {
+	case "button":
+		if d := checkTextObject(m["text"], name+".text", maxButtonText, true); d != "" {
+			return d
+		}
+		if val, ok := m["value"].(string); ok {
+			if n := utf8.RuneCountInString(val); n > maxButtonValue {
+				return fmt.Sprintf("%s.value is %d characters, limit %d", name, n, maxButtonValue)
+			}
+		}
+		if u, ok := m["url"].(string); ok {
+			if n := utf8.RuneCountInString(u); n > maxButtonURL {
+				return fmt.Sprintf("%s.url is %d characters, limit %d", name, n, maxButtonURL)
+			}
+		}
+		if st, ok := m["style"].(string); ok && st != "primary" && st != "danger" {
+			return fmt.Sprintf("%s.style %q is not primary or danger", name, st)
+		}
+	case "image":
+		return checkImage(m, name)
+	}
+	return ""
+}
