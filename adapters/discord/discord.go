@@ -48,6 +48,8 @@ type Adapter struct {
 	ctx  context.Context
 	wg   sync.WaitGroup
 
+	queue chat.Serial // messages handled in order per channel
+
 	mu        sync.Mutex // guards the fields below
 	botID     string
 	limiters  map[string]*rate.Limiter
@@ -55,6 +57,20 @@ type Adapter struct {
 	chanTypes map[string]discordgo.ChannelType
 	connected bool
 	noManage  bool // deleting the pin notice was refused
+	// botRoles are the bot's managed roles by guild: a mention of one is a
+	// mention of the bot.
+	botRoles map[string][]string
+	// seen is, per channel the bot answered in, the newest message the
+	// gateway delivered; after a reconnect the gap is fetched from there.
+	seen       map[string]seenChannel
+	everOnline bool // a gateway connection was up before
+}
+
+// seenChannel is the newest message seen in a channel.
+type seenChannel struct {
+	last    string // message id (a snowflake)
+	guildID string // REST messages carry no guild_id
+	at      time.Time
 }
 
 var (
@@ -103,15 +119,21 @@ func New(opts Options) (*Adapter, error) {
 	s.ShouldRetryOnRateLimit = false // the plan board honours retry_after itself
 	s.MaxRestRetries = 1
 	s.StateEnabled = false
+	// Handlers run in the gateway's reading goroutine, in the order Discord
+	// sent the events; onMessage only filters and queues per channel.
+	s.SyncEvents = true
 	s.Identify.Intents = discordgo.IntentsGuilds | discordgo.IntentsGuildMessages | discordgo.IntentsDirectMessages | discordgo.IntentsMessageContent
-	a := &Adapter{opts: opts, s: s, log: opts.Logger, limiters: map[string]*rate.Limiter{}, typing: map[string]context.CancelFunc{}, chanTypes: map[string]discordgo.ChannelType{}}
+	a := &Adapter{opts: opts, s: s, log: opts.Logger, limiters: map[string]*rate.Limiter{}, typing: map[string]context.CancelFunc{},
+		chanTypes: map[string]discordgo.ChannelType{}, botRoles: map[string][]string{}, seen: map[string]seenChannel{}}
 	s.AddHandler(a.onMessage)
+	s.AddHandler(a.onGuild)
 	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Connect) { a.setConnected(true) })
 	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Disconnect) { a.setConnected(false) })
 	s.AddHandler(func(_ *discordgo.Session, r *discordgo.Ready) {
 		a.mu.Lock()
 		a.botID = r.User.ID
 		a.mu.Unlock()
+		a.onReady()
 	})
 	return a, nil
 }
@@ -149,6 +171,7 @@ func (a *Adapter) Start(ctx context.Context) error {
 // Close closes the gateway and waits for handlers the adapter started.
 func (a *Adapter) Close() {
 	a.s.Close()
+	a.queue.Wait()
 	a.mu.Lock()
 	for ch, stop := range a.typing {
 		stop()
@@ -215,10 +238,18 @@ func classify(op string, err error, pin bool) error {
 		return &chat.RateLimitError{RetryAfter: rl.RetryAfter, Err: fmt.Errorf("discord: %s: %w", op, err)}
 	}
 	switch code := restCode(err); {
-	case code == codeUnknownMessage || code == codeEditLimit:
+	case code == codeUnknownMessage:
 		return fmt.Errorf("discord: %s: %w (%w)", op, chat.ErrMessageGone, err)
+	case code == codeEditLimit:
+		return fmt.Errorf("discord: %s: %w (%w)", op, chat.ErrEditLater, err)
 	case pin && (code == codeMaxPins || code == codeMissingPerms || code == codeMissingAccess):
 		return fmt.Errorf("discord: %s: %w (%w)", op, chat.ErrPinUnavailable, err)
+	}
+	var re *discordgo.RESTError
+	if errors.As(err, &re) && re.Response != nil && re.Response.StatusCode >= 400 && re.Response.StatusCode < 500 {
+		// Unknown channel, missing access, archived thread (50083), an
+		// invalid body: the same request would be refused again.
+		return fmt.Errorf("discord: %s: %w (%w)", op, chat.ErrUndeliverable, err)
 	}
 	return fmt.Errorf("discord: %s: %w", op, err)
 }
@@ -253,6 +284,10 @@ func (a *Adapter) Pin(ctx context.Context, th chat.Thread, ref chat.MessageRef, 
 	}
 	return classify(strings.ToLower(method)+" pin "+ref.ID, err, true)
 }
+
+// SplitReply implements chat.Splitter: parts of at most 2,000 characters,
+// cut on line boundaries.
+func (a *Adapter) SplitReply(text string) []string { return Split(text, maxContent) }
 
 // Reply implements chat.Platform: split at 2,000 characters on line
 // boundaries, the first part answering the message that started the turn,

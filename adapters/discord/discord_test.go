@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http/httptest"
 	"testing"
-	"time"
 
 	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/internal/fakediscord"
@@ -36,7 +35,9 @@ func TestErrorClassification(t *testing.T) {
 		want         error
 	}{
 		{"unknown message", "PATCH message", 404, 10008, false, chat.ErrMessageGone},
-		{"edit limit", "PATCH message", 400, 30046, false, chat.ErrMessageGone},
+		{"edit limit is temporary", "PATCH message", 400, 30046, false, chat.ErrEditLater},
+		{"archived thread", "PATCH message", 400, 50083, false, chat.ErrUndeliverable},
+		{"unknown channel", "PATCH message", 404, 10003, false, chat.ErrUndeliverable},
 		{"max pins", "PUT pins", 400, 30003, true, chat.ErrPinUnavailable},
 		{"missing permissions", "PUT pins", 403, 50013, true, chat.ErrPinUnavailable},
 	}
@@ -54,8 +55,7 @@ func TestErrorClassification(t *testing.T) {
 			}
 		})
 	}
-	fake.LimitEdits(1, 2*time.Second)
-	a.EditPlan(ctx, th, ref, p)
+	fake.FailHTTP("PATCH message", 429, 1)
 	var rl *chat.RateLimitError
 	if err := a.EditPlan(ctx, th, ref, p); !errors.As(err, &rl) || rl.RetryAfter <= 0 {
 		t.Errorf("429: %v, want a RateLimitError with retry_after", err)

@@ -3,6 +3,7 @@ package discord
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,58 +15,98 @@ import (
 // dedupeTTL covers gateway replays after a resume.
 const dedupeTTL = 24 * time.Hour
 
+// onMessage runs in the gateway's goroutine (SyncEvents), in the order
+// Discord sent the events. It drops what can be dropped without I/O and
+// queues the rest behind the channel's earlier messages, so a follow-up is
+// handled after the mention that created its session.
 func (a *Adapter) onMessage(_ *discordgo.Session, m *discordgo.MessageCreate) {
 	if m.Author == nil || a.ctx == nil {
 		return
 	}
-	ctx := a.ctx
-	a.mu.Lock()
-	bot := a.botID
-	a.mu.Unlock()
+	bot := a.bot()
 	if m.Type == discordgo.MessageTypeChannelPinnedMessage && m.Author.ID == bot {
-		a.removePinNotice(ctx, m.ChannelID, m.ID)
+		a.queue.Do(m.ChannelID, func() { a.removePinNotice(a.ctx, m.ChannelID, m.ID) })
 		return
 	}
-	if m.Author.Bot || m.Author.ID == bot {
+	if a.ignorable(m.Message, bot) {
 		return
 	}
-	if m.Type != discordgo.MessageTypeDefault && m.Type != discordgo.MessageTypeReply {
-		return
+	a.queue.Do(m.ChannelID, func() { a.process(a.ctx, m.Message) })
+}
+
+func (a *Adapter) bot() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.botID
+}
+
+// ignorable: messages of bots (the bot's own included) and system messages.
+func (a *Adapter) ignorable(m *discordgo.Message, bot string) bool {
+	if m.Author == nil || m.Author.Bot || m.Author.ID == bot {
+		return true
 	}
-	if first, err := a.opts.Dedupe.FirstSeen(ctx, "discord/msg/"+m.ID, dedupeTTL); err != nil {
-		a.log.Error("discord dedupe", "message", m.ID, "err", err)
-	} else if !first {
-		a.log.Info("discord message replayed; ignored", "message", m.ID)
-		return
-	}
+	return m.Type != discordgo.MessageTypeDefault && m.Type != discordgo.MessageTypeReply
+}
+
+// mention reports whether m mentions the bot, by user or by its managed
+// role, and returns the text without those mentions.
+func (a *Adapter) mention(m *discordgo.Message, bot string) (bool, string) {
 	mentioned := false
 	for _, u := range m.Mentions {
 		if u.ID == bot {
 			mentioned = true
 		}
 	}
-	text := strings.TrimSpace(strings.NewReplacer("<@"+bot+">", "", "<@!"+bot+">", "").Replace(m.Content))
+	strip := []string{"<@" + bot + ">", "", "<@!" + bot + ">", ""}
+	a.mu.Lock()
+	roles := a.botRoles[m.GuildID]
+	a.mu.Unlock()
+	for _, r := range roles {
+		if slices.Contains(m.MentionRoles, r) {
+			mentioned = true
+		}
+		strip = append(strip, "<@&"+r+">", "")
+	}
+	return mentioned, strings.TrimSpace(strings.NewReplacer(strip...).Replace(m.Content))
+}
+
+// process decides whether a message concerns the bot (before anything is
+// written: a channel without a session costs neither a dedupe write nor a
+// channel lookup), dedupes it and hands it on. It runs on the channel's
+// queue.
+func (a *Adapter) process(ctx context.Context, m *discordgo.Message) {
+	bot := a.bot()
+	mentioned, text := a.mention(m, bot)
 	channel := m.ChannelID
+	startThread := false
 	switch {
 	case m.GuildID == "": // a DM channel is the session
 	case mentioned:
-		if a.opts.ThreadPerTask && !isThread(a.channelType(ctx, channel)) {
-			th, err := a.s.MessageThreadStartComplex(channel, m.ID, &discordgo.ThreadStart{
-				Name: chat.Shorten(firstLine(text, "pinplan task"), 90), AutoArchiveDuration: 1440, Type: discordgo.ChannelTypeGuildPublicThread,
-			}, discordgo.WithContext(ctx))
-			if err != nil {
-				a.log.Error("discord: start a thread for the task; using the channel", "err", err)
-			} else {
-				a.mu.Lock()
-				a.chanTypes[th.ID] = discordgo.ChannelTypeGuildPublicThread
-				a.mu.Unlock()
-				channel = th.ID
-			}
-		}
+		startThread = a.opts.ThreadPerTask && !isThread(a.channelType(ctx, channel))
 	default:
-		// Without a mention only threads with a session hear the bot's ear.
-		if !isThread(a.channelType(ctx, channel)) || !a.opts.Handler.Known(Key(channel)) {
+		// Without a mention only threads with a session hear the bot.
+		if !a.opts.Handler.Known(Key(channel)) || !isThread(a.channelType(ctx, channel)) {
 			return
+		}
+	}
+	a.markSeen(m)
+	if first, err := a.opts.Dedupe.FirstSeen(ctx, "discord/msg/"+m.ID, dedupeTTL); err != nil {
+		a.log.Error("discord dedupe", "message", m.ID, "err", err)
+	} else if !first {
+		a.log.Info("discord message seen before; ignored", "message", m.ID)
+		return
+	}
+	if startThread {
+		th, err := a.s.MessageThreadStartComplex(channel, m.ID, &discordgo.ThreadStart{
+			Name: chat.Shorten(firstLine(text, "pinplan task"), 90), AutoArchiveDuration: 1440, Type: discordgo.ChannelTypeGuildPublicThread,
+		}, discordgo.WithContext(ctx))
+		if err != nil {
+			a.log.Error("discord: start a thread for the task; using the channel", "err", err)
+		} else {
+			a.mu.Lock()
+			a.chanTypes[th.ID] = discordgo.ChannelTypeGuildPublicThread
+			a.mu.Unlock()
+			channel = th.ID
 		}
 	}
 	th := chat.Thread{Platform: "discord", Key: Key(channel), Channel: channel}
@@ -77,6 +118,142 @@ func (a *Adapter) onMessage(_ *discordgo.Session, m *discordgo.MessageCreate) {
 	if err != nil && !errors.Is(err, chat.ErrRejected) {
 		a.log.Error("discord message not handled", "session", th.Key, "err", err)
 	}
+}
+
+// markSeen records the newest message of a channel the bot listens in.
+func (a *Adapter) markSeen(m *discordgo.Message) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if cur, ok := a.seen[m.ChannelID]; ok && !newer(m.ID, cur.last) {
+		return
+	}
+	a.seen[m.ChannelID] = seenChannel{last: m.ID, guildID: m.GuildID, at: time.Now()}
+}
+
+// newer compares snowflakes: longer is newer, then by digits.
+func newer(a, b string) bool {
+	if len(a) != len(b) {
+		return len(a) > len(b)
+	}
+	return a > b
+}
+
+// catchUpWindow: channels with a message this recent are caught up after a
+// reconnect.
+const catchUpWindow = time.Hour
+
+// onReady runs when a new gateway session starts (READY). After the first
+// one it fetches what each recently active channel received during the
+// gap: discordgo identifies anew rather than resuming in several cases
+// (op 9, resume_gateway_url unused), and Discord replays nothing to a new
+// session. Fetched messages go through the same queue and dedupe as live
+// ones, so nothing runs twice. (A RESUMED session gets Discord's replay.)
+func (a *Adapter) onReady() {
+	a.mu.Lock()
+	again := a.everOnline
+	a.everOnline = true
+	var chans []string
+	for ch, s := range a.seen {
+		if time.Since(s.at) <= catchUpWindow {
+			chans = append(chans, ch)
+		}
+	}
+	a.mu.Unlock()
+	if !again || a.ctx == nil {
+		return
+	}
+	a.log.Info("discord reconnected; fetching missed messages", "channels", len(chans))
+	for _, ch := range chans {
+		a.queue.Do(ch, func() { a.catchUp(a.ctx, ch) })
+	}
+}
+
+// catchUp fetches and processes the messages of channel after the last one
+// seen, oldest first, up to catchUpPages pages of 100.
+func (a *Adapter) catchUp(ctx context.Context, channel string) {
+	const catchUpPages = 5
+	for range catchUpPages {
+		a.mu.Lock()
+		s := a.seen[channel]
+		a.mu.Unlock()
+		msgs, err := a.s.ChannelMessages(channel, 100, "", s.last, "", discordgo.WithContext(ctx))
+		if err != nil {
+			a.log.Warn("discord: fetch missed messages", "channel", channel, "err", err)
+			return
+		}
+		slices.SortFunc(msgs, func(x, y *discordgo.Message) int {
+			if x.ID == y.ID {
+				return 0
+			}
+			if newer(y.ID, x.ID) {
+				return -1
+			}
+			return 1
+		})
+		bot := a.bot()
+		for _, m := range msgs {
+			if m.GuildID == "" {
+				m.GuildID = s.guildID
+			}
+			if m.ChannelID == "" {
+				m.ChannelID = channel
+			}
+			if !a.ignorable(m, bot) {
+				a.process(ctx, m)
+			}
+			a.markSeen(m)
+		}
+		if len(msgs) < 100 {
+			return
+		}
+	}
+}
+
+// onGuild learns the bot's managed role in a guild, so that a mention of
+// the role counts as a mention of the bot.
+func (a *Adapter) onGuild(_ *discordgo.Session, g *discordgo.GuildCreate) {
+	if g.Guild == nil {
+		return
+	}
+	bot := a.bot()
+	managed := map[string]bool{}
+	for _, r := range g.Roles {
+		if r.Managed {
+			managed[r.ID] = true
+		}
+	}
+	if len(managed) == 0 {
+		return
+	}
+	set := func(member *discordgo.Member) {
+		var roles []string
+		for _, r := range member.Roles {
+			if managed[r] {
+				roles = append(roles, r)
+			}
+		}
+		a.mu.Lock()
+		a.botRoles[g.ID] = roles
+		a.mu.Unlock()
+	}
+	for _, mem := range g.Members {
+		if mem.User != nil && mem.User.ID == bot {
+			set(mem)
+			return
+		}
+	}
+	if a.ctx == nil {
+		return
+	}
+	// Large guilds send no member list: ask for the bot's own member.
+	a.queue.Do("guild/"+g.ID, func() {
+		mem, err := a.s.GuildMember(g.ID, bot, discordgo.WithContext(a.ctx))
+		if err != nil {
+			a.log.Warn("discord: look up the bot's roles", "guild", g.ID, "err", err)
+			return
+		}
+		set(mem)
+	})
 }
 
 func firstLine(s, fallback string) string {

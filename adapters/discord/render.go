@@ -125,7 +125,6 @@ func Split(text string, max int) []string {
 
 // Permission bits the bot uses (Discord's permission flags).
 const (
-	permAddReactions        int64 = 1 << 6
 	permViewChannel         int64 = 1 << 10
 	permSendMessages        int64 = 1 << 11
 	permManageMessages      int64 = 1 << 13 // deletes the "pinned a message" notice
@@ -135,9 +134,10 @@ const (
 	permSendInThreads       int64 = 1 << 38
 	permPinMessages         int64 = 1 << 51
 
-	// Permissions is what the invite asks for.
+	// Permissions is what the invite asks for: only what pinplan uses.
+	// Read Message History is for the catch-up after a reconnect.
 	Permissions = permViewChannel | permSendMessages | permSendInThreads | permCreatePublicThreads |
-		permReadMessageHistory | permEmbedLinks | permAddReactions | permPinMessages | permManageMessages
+		permReadMessageHistory | permEmbedLinks | permPinMessages | permManageMessages
 )
 
 // InviteURL is the OAuth2 URL that adds the bot to a server.

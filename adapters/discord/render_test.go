@@ -86,11 +86,14 @@ func TestInviteURL(t *testing.T) {
 		t.Fatalf("ApplicationID = %q, %v", id, err)
 	}
 	u := InviteURL("https://discord.com", id)
-	want := "https://discord.com/oauth2/authorize?client_id=900000000000000001&permissions=2252109051423808&scope=bot+applications.commands"
+	want := "https://discord.com/oauth2/authorize?client_id=900000000000000001&permissions=2252109051423744&scope=bot+applications.commands"
 	if u != want {
 		t.Errorf("InviteURL = %s\nwant        %s", u, want)
 	}
 	if Permissions&(1<<51) == 0 {
 		t.Error("Pin Messages (1<<51) missing")
+	}
+	if Permissions&(1<<6) != 0 {
+		t.Error("the invite asks for Add Reactions, which nothing uses")
 	}
 }

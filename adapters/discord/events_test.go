@@ -1,0 +1,163 @@
+package discord
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/internal/fakediscord"
+)
+
+// recorder is a chat.Inbox that records messages; known sessions are the
+// ones it was handed a message for.
+type recorder struct {
+	mu    sync.Mutex
+	got   []chat.Incoming
+	known map[string]bool
+}
+
+func (r *recorder) Handle(_ context.Context, in chat.Incoming) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, in)
+	if r.known == nil {
+		r.known = map[string]bool{}
+	}
+	r.known[in.Thread.Key] = true
+	return nil
+}
+
+func (r *recorder) Known(key string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.known[key]
+}
+
+func (r *recorder) texts() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, in := range r.got {
+		out = append(out, in.Text)
+	}
+	return out
+}
+
+// countingDedupe is a chat.Deduper that counts writes.
+type countingDedupe struct {
+	mu     sync.Mutex
+	seen   map[string]bool
+	writes int
+}
+
+func (d *countingDedupe) FirstSeen(_ context.Context, key string, _ time.Duration) (bool, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.writes++
+	if d.seen == nil {
+		d.seen = map[string]bool{}
+	}
+	if d.seen[key] {
+		return false, nil
+	}
+	d.seen[key] = true
+	return true, nil
+}
+
+func gatewayRig(t *testing.T) (*Adapter, *fakediscord.Server, *recorder, *countingDedupe) {
+	t.Helper()
+	fake := &fakediscord.Server{HeartbeatInterval: time.Second}
+	fake.AddChannel("C1", 0, "G1")
+	fake.AddChannel("T1", 11, "G1")
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	t.Cleanup(fake.Close)
+	rec, dd := &recorder{}, &countingDedupe{}
+	a, err := New(Options{Token: "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", APIURL: srv.URL, Handler: rec, Dedupe: dd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); a.Close() })
+	return a, fake, rec, dd
+}
+
+func waitTexts(t *testing.T, rec *recorder, n int) []string {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		got := rec.texts()
+		if len(got) >= n {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("handled %d messages, want %d: %q", len(got), n, got)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestFollowUpsAfterMentionKeepOrder(t *testing.T) {
+	_, fake, rec, _ := gatewayRig(t)
+	fake.UserMessage("T1", "111", "the task", true)
+	for i := 1; i <= 4; i++ {
+		fake.UserMessage("T1", "111", fmt.Sprintf("follow-up %d", i), false)
+	}
+	got := waitTexts(t, rec, 5)
+	want := []string{"the task", "follow-up 1", "follow-up 2", "follow-up 3", "follow-up 4"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("handled %q, want %q", got, want)
+	}
+}
+
+func TestUnrelatedMessagesCostNoWriteOrLookup(t *testing.T) {
+	_, fake, rec, dd := gatewayRig(t)
+	for i := range 1000 {
+		fake.UserMessage("C1", "111", fmt.Sprintf("chatter %d", i), false)
+	}
+	fake.UserMessage("C1", "111", "a task", true) // handled after all of the above
+	if got := waitTexts(t, rec, 1); len(got) != 1 || got[0] != "a task" {
+		t.Fatalf("handled %q, want only the mention", got)
+	}
+	dd.mu.Lock()
+	writes := dd.writes
+	dd.mu.Unlock()
+	if writes != 1 {
+		t.Errorf("%d dedupe writes for 1,000 unrelated messages and a mention, want 1", writes)
+	}
+	if calls := fake.Calls("GET /api/v9/channels/C1"); len(calls) != 0 {
+		t.Errorf("%d channel lookups for messages without a session", len(calls))
+	}
+}
+
+func TestManagedRoleMentionIsAMention(t *testing.T) {
+	_, fake, rec, _ := gatewayRig(t)
+	fake.UserRoleMessage("C1", "111", "summarise the week")
+	if got := waitTexts(t, rec, 1); got[0] != "summarise the week" {
+		t.Errorf("handled %q, want the task without the role mention", got[0])
+	}
+}
+
+func TestReconnectFetchesMissedMessages(t *testing.T) {
+	_, fake, rec, _ := gatewayRig(t)
+	fake.UserMessage("T1", "111", "the task", true)
+	waitTexts(t, rec, 1)
+	fake.InvalidSession(false) // discordgo identifies anew: no replay
+	fake.UserMessage("T1", "111", "sent in the gap", false)
+	fake.UserMessage("T1", "111", "also in the gap", false)
+	waitTexts(t, rec, 3)
+	fake.UserMessage("T1", "111", "after the gap", false)
+	got := waitTexts(t, rec, 4)
+	want := []string{"the task", "sent in the gap", "also in the gap", "after the gap"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("handled %q, want %q (each once, in order)", got, want)
+	}
+}
