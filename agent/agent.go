@@ -219,6 +219,7 @@ type Event struct {
 	At        time.Time
 }
 
-// Observer receives events. It is called from the session's goroutine and
-// must not block for long; the chat plan board coalesces.
+// Observer receives events. It is called from the session's goroutine
+// (ToolStarted from a timer, ordered before its ToolEnded) and must not
+// block for long; the chat plan board coalesces.
 type Observer func(Event)

@@ -31,6 +31,9 @@ type Options struct {
 	// ApprovalTimeout is how long a tool call waits for a person's
 	// decision before it is denied; 0 means 30 minutes.
 	ApprovalTimeout time.Duration
+	// ToolShowAfter is how long a tool call runs before observers hear of
+	// it (ToolStarted); 0 means one second, negative at once.
+	ToolShowAfter time.Duration
 	Observer        Observer
 	Logger          *slog.Logger
 	Now             func() time.Time
@@ -94,6 +97,12 @@ func NewRunner(opts Options) (*Runner, error) {
 	}
 	if opts.MaxRounds <= 0 {
 		opts.MaxRounds = 25
+	}
+	switch {
+	case opts.ToolShowAfter == 0:
+		opts.ToolShowAfter = time.Second
+	case opts.ToolShowAfter < 0:
+		opts.ToolShowAfter = 0
 	}
 	if opts.ApprovalTimeout <= 0 {
 		opts.ApprovalTimeout = 30 * time.Minute
@@ -588,9 +597,26 @@ func (r *Runner) runTool(ctx context.Context, key string, env *ToolEnv, tc opena
 	if _, ok := r.opts.Tools.Lookup(name); !ok || name == todo.ToolName {
 		return r.opts.Tools.call(ctx, env, tc)
 	}
-	r.publish(Event{Session: key, Kind: ToolStarted, Tool: name})
+	// Only a call that takes a while is shown: quick ones would spend the
+	// platform's edit budget on a flicker nobody can read.
+	var mu sync.Mutex // orders the two events
+	shown, done := false, false
+	t := time.AfterFunc(r.opts.ToolShowAfter, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !done {
+			shown = true
+			r.publish(Event{Session: key, Kind: ToolStarted, Tool: name})
+		}
+	})
 	out := r.opts.Tools.call(ctx, env, tc)
-	r.publish(Event{Session: key, Kind: ToolEnded, Tool: name})
+	t.Stop()
+	mu.Lock()
+	done = true
+	if shown {
+		r.publish(Event{Session: key, Kind: ToolEnded, Tool: name})
+	}
+	mu.Unlock()
 	return out
 }
 

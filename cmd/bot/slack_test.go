@@ -124,7 +124,7 @@ func waitReply(t *testing.T, s *fakeslack.Server, channel, thread, text string) 
 	var got fakeslack.Message
 	waitFor(t, 60*time.Second, "the reply in "+thread, func() bool {
 		for _, m := range s.Messages(channel) {
-			if m.ThreadTS == thread && m.Blocks == "" && strings.Contains(m.Text, text) {
+			if m.ThreadTS == thread && m.BotID != "" && m.Blocks == "" && strings.Contains(m.Text, text) {
 				got = m
 				return true
 			}
@@ -212,16 +212,31 @@ func TestSlackRedeliveryStartsOneRun(t *testing.T) {
 		}
 	}
 	waitReply(t, r.slack, "C1", "1700000200.000100", "All done.")
-	time.Sleep(300 * time.Millisecond) // room for a wrongly started second run
-	// planScript(2) is 2 revisions + 2 clock rounds + the answer: 5 requests.
-	if n := len(r.model.Requests()); n != 5 {
-		t.Errorf("model requests = %d, want 5 (one run)", n)
+	// A follow-up in the thread is handled after every delivery before it,
+	// so once it is answered a wrongly started second run would show.
+	followUp := map[string]any{"type": "message", "channel_type": "channel", "user": "U1", "text": "thanks", "ts": "1700000201.000100", "thread_ts": "1700000200.000100", "channel": "C1"}
+	if _, err := r.slack.Push("EvAfter", followUp); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the answer to the follow-up", func() bool {
+		n := 0
+		for _, m := range r.slack.Messages("C1") {
+			if m.ThreadTS == "1700000200.000100" && m.BotID != "" && m.Blocks == "" {
+				n++
+			}
+		}
+		return n == 2
+	})
+	// planScript(2) is 2 revisions + 2 clock rounds + the answer: 5
+	// requests; the follow-up adds one.
+	if n := len(r.model.Requests()); n != 6 {
+		t.Errorf("model requests = %d, want 6 (one run, then the follow-up)", n)
 	}
 	if n := len(planMessages(r.slack, "C1")); n != 1 {
 		t.Errorf("plan messages = %d, want 1", n)
 	}
-	if len(r.slack.Acks()) != 3 {
-		t.Errorf("acks = %d, want every delivery acked", len(r.slack.Acks()))
+	if len(r.slack.Acks()) != 4 {
+		t.Errorf("acks = %d, want every delivery acked (three copies and the follow-up)", len(r.slack.Acks()))
 	}
 }
 
@@ -422,11 +437,8 @@ func TestSlackEventsOverHTTP(t *testing.T) {
 		t.Errorf("retry: %d", code)
 	}
 	waitReply(t, r.slack, "C1", "1700000800.000100", "All done.")
-	time.Sleep(300 * time.Millisecond)
-	if n := len(r.model.Requests()); n != 5 {
-		t.Errorf("model requests %d, want 5: the retry must not start a second run", n)
-	}
-	// A reply in the thread without a mention reaches the session.
+	// A reply in the thread without a mention reaches the session; it is
+	// handled after the retry, so the count below also checks the retry.
 	reply := map[string]any{"type": "message", "channel_type": "channel", "user": "U2", "text": "and the changelog", "ts": "1700000900.000100", "thread_ts": "1700000800.000100", "channel": "C1"}
 	if code, _ := do(signedRequest(t, url, "signing-secret", r.slack.CallbackBody("EvH2", reply), time.Now())); code != 200 {
 		t.Fatal(code)
@@ -448,7 +460,19 @@ func TestSlackEventsOverHTTP(t *testing.T) {
 		}
 		return false
 	})
-	time.Sleep(300 * time.Millisecond)
+	// One more reply in the thread: answered only after the ignored events
+	// before it were handled.
+	last := map[string]any{"type": "message", "channel_type": "channel", "user": "U2", "text": "last one", "ts": "1700000904.000100", "thread_ts": "1700000800.000100", "channel": "C1"}
+	if code, _ := do(signedRequest(t, url, "signing-secret", r.slack.CallbackBody("EvH3", last), time.Now())); code != 200 {
+		t.Fatal(code)
+	}
+	waitFor(t, 30*time.Second, "the last turn", func() bool {
+		reqs := r.model.Requests()
+		return len(reqs) > 0 && strings.Contains(reqs[len(reqs)-1].Messages[len(reqs[len(reqs)-1].Messages)-1].Content, "last one")
+	})
+	if n := len(r.model.Requests()); n != 7 {
+		t.Errorf("model requests %d, want 7 (one run of 5, two follow-ups): the retry must not start a second run", n)
+	}
 	for _, req := range r.model.Requests() {
 		for _, m := range req.Messages {
 			if strings.Contains(m.Content, "bot talk") || strings.Contains(m.Content, "edited") || strings.Contains(m.Content, "not ours") {
