@@ -34,9 +34,9 @@ type Options struct {
 	// ToolShowAfter is how long a tool call runs before observers hear of
 	// it (ToolStarted); 0 means one second, negative at once.
 	ToolShowAfter time.Duration
-	Observer        Observer
-	Logger          *slog.Logger
-	Now             func() time.Time
+	Observer      Observer
+	Logger        *slog.Logger
+	Now           func() time.Time
 }
 
 // EmptyAnswer stands in for a final answer the model left empty, in the
