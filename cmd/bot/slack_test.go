@@ -397,21 +397,25 @@ func signedRequest(t *testing.T, url, secret string, body []byte, ts time.Time) 
 	return req
 }
 
+// do sends req and returns the status and body.
+func do(t testing.TB, req *http.Request) (int, string) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	b.ReadFrom(resp.Body)
+	return resp.StatusCode, b.String()
+}
+
 func TestSlackEventsOverHTTP(t *testing.T) {
 	r := newSlackRig(t, 2, 0, false)
 	p := r.start(t)
 	defer p.stop(t)
 	url := p.URL + "/slack/events"
-	do := func(req *http.Request) (int, string) {
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var b bytes.Buffer
-		b.ReadFrom(resp.Body)
-		return resp.StatusCode, b.String()
-	}
+	do := func(req *http.Request) (int, string) { return do(t, req) }
 	body := r.slack.CallbackBody("EvH", mention("C1", "1700000800.000100", "over http"))
 	if code, _ := do(signedRequest(t, url, "wrong-secret", body, time.Now())); code != http.StatusUnauthorized {
 		t.Errorf("bad signature: %d, want 401", code)
