@@ -43,6 +43,16 @@ type boardRecord struct {
 	Requester string `json:"requester,omitempty"`
 	// Cards are the session's approval cards by id.
 	Cards map[string]cardRecord `json:"cards,omitempty"`
+	// Want is the content the message should show; when it differs from
+	// Shown after a restart, the board applies it (a final "done" edit
+	// cut short by kill -9 is not lost).
+	Want *Plan `json:"want,omitempty"`
+}
+
+// BoardLister is implemented by stores that can list every board record,
+// so that a starting router finishes the edits a previous process left.
+type BoardLister interface {
+	Boards(ctx context.Context, f func(key string, data []byte)) error
 }
 
 // Board is one session's plan message. Updates only record the wanted
@@ -93,6 +103,8 @@ type Hooks struct {
 func (b *Board) set(f func(rec *boardRecord, want *Plan)) {
 	b.change(func() {
 		f(&b.rec, &b.want)
+		want := b.want
+		b.rec.Want = &want
 		b.wantVer++
 		if !b.running {
 			b.running = true

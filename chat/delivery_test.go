@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -231,5 +232,39 @@ func TestWorkingIndicatorClearedWhereItWasSet(t *testing.T) {
 	}
 	if len(on) != 1 || len(off) != 1 || on[0] != "msg-1" || off[0] != "msg-1" {
 		t.Errorf("indicator set on %q and cleared on %q, want msg-1 both", on, off)
+	}
+}
+
+// failingEdits refuses every edit, as a platform outage would.
+type failingEdits struct{ fakePlatform }
+
+func (f *failingEdits) EditPlan(context.Context, Thread, MessageRef, Plan) error {
+	return errTransient
+}
+
+func TestUnfinishedPlanEditResumedAfterRestart(t *testing.T) {
+	boards := &chattest.Boards{}
+	down := &failingEdits{}
+	r := NewRouter(Options{Store: boards, Platforms: map[string]Platform{"test": down}, RetryDelay: time.Millisecond})
+	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress)})
+	r.Board("test/1").Wait()
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Plan: plan(1, todo.InProgress)})
+	r.Board("test/1").Wait()
+	r.Close()
+
+	up := &fakePlatform{}
+	up.next, up.shown = 1, map[string]Plan{"m1": {}} // the message m1 exists
+	r2 := NewRouter(Options{Store: boards, Platforms: map[string]Platform{"test": up}})
+	t.Cleanup(r2.Close)
+	if _, err := r2.Resume(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, r2, "test/1")
+	if up.count("edit") != 1 || up.count("post") != 0 {
+		t.Fatalf("after restart: calls %+v, want one edit of the same message", up.calls)
+	}
+	if got := up.plan("m1"); got.State != StateDone {
+		t.Errorf("m1 shows %q after the restart, want done", got.State)
 	}
 }

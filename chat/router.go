@@ -89,8 +89,28 @@ func NewRouter(opts Options) *Router {
 }
 
 // Resume delivers the replies a previous process stored but did not
-// deliver. Call it once the platforms are connected.
-func (r *Router) Resume(ctx context.Context) (int, error) { return r.outbox.resume(ctx) }
+// deliver, and finishes the plan edits it left, when the store can list
+// board records. Call it once the platforms are connected.
+func (r *Router) Resume(ctx context.Context) (int, error) {
+	if bl, ok := r.opts.Store.(BoardLister); ok {
+		var keys []string
+		err := bl.Boards(ctx, func(key string, data []byte) {
+			var rec boardRecord
+			if json.Unmarshal(data, &rec) == nil && rec.Want != nil && !rec.Ref.IsZero() && !sameContent(*rec.Want, rec.Shown) {
+				keys = append(keys, key)
+			}
+		})
+		if err != nil {
+			r.opts.Logger.Error("list plan boards", "err", err)
+		}
+		for _, key := range keys {
+			if b := r.Board(key); b != nil && b.platform != nil {
+				b.set(func(*boardRecord, *Plan) {})
+			}
+		}
+	}
+	return r.outbox.resume(ctx)
+}
 
 // Bind sets the runner; call it before Handle.
 func (r *Router) Bind(run Runner) { r.runner = run }
@@ -220,6 +240,9 @@ func (r *Router) board(key string, th *Thread) *Board {
 	}
 	b := &Board{key: key, platform: r.opts.Platforms[rec.Thread.Platform], store: r.opts.Store, hooks: r.opts.Hooks, owner: r,
 		log: r.opts.Logger.With("session", key, "platform", rec.Thread.Platform), rec: rec, want: rec.Shown}
+	if rec.Want != nil {
+		b.want = *rec.Want
+	}
 	b.idle = sync.NewCond(&b.mu)
 	if paced, ok := b.platform.(Paced); ok {
 		b.limiter = paced.Limiter(rec.Thread)

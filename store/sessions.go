@@ -92,3 +92,20 @@ func (db *DB) SaveBoard(_ context.Context, key string, data []byte) error {
 	}
 	return nil
 }
+
+// Boards implements chat.BoardLister: it calls f with every session's
+// plan board record.
+func (db *DB) Boards(_ context.Context, f func(key string, data []byte)) error {
+	err := db.bolt.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bSessions).ForEachBucket(func(k []byte) error {
+			if raw := tx.Bucket(bSessions).Bucket(k).Get(kBoard); raw != nil {
+				f(string(k), append([]byte(nil), raw...))
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("store: list plan boards: %w", err)
+	}
+	return nil
+}

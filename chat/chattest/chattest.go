@@ -5,6 +5,7 @@ package chattest
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -34,6 +35,17 @@ func (s *Boards) SaveBoard(_ context.Context, key string, data []byte) error {
 		s.m = map[string][]byte{}
 	}
 	s.m[key] = append([]byte(nil), data...)
+	return nil
+}
+
+// Boards implements chat.BoardLister.
+func (s *Boards) Boards(_ context.Context, f func(string, []byte)) error {
+	s.mu.Lock()
+	m := maps.Clone(s.m)
+	s.mu.Unlock()
+	for k, v := range m {
+		f(k, v)
+	}
 	return nil
 }
 
