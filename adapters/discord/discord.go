@@ -127,6 +127,7 @@ func New(opts Options) (*Adapter, error) {
 		chanTypes: map[string]discordgo.ChannelType{}, botRoles: map[string][]string{}, seen: map[string]seenChannel{}}
 	s.AddHandler(a.onMessage)
 	s.AddHandler(a.onGuild)
+	s.AddHandler(a.onInteraction)
 	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Connect) { a.setConnected(true) })
 	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Disconnect) { a.setConnected(false) })
 	s.AddHandler(func(_ *discordgo.Session, r *discordgo.Ready) {
@@ -266,7 +267,8 @@ func (a *Adapter) PostPlan(ctx context.Context, th chat.Thread, p chat.Plan) (ch
 // EditPlan implements chat.Platform.
 func (a *Adapter) EditPlan(ctx context.Context, th chat.Thread, ref chat.MessageRef, p chat.Plan) error {
 	embeds := []*discordgo.MessageEmbed{PlanEmbed(p)}
-	_, err := a.s.ChannelMessageEditComplex(&discordgo.MessageEdit{ID: ref.ID, Channel: ref.Channel, Embeds: &embeds, AllowedMentions: noMentions()}, discordgo.WithContext(ctx))
+	components := PlanComponents(p)
+	_, err := a.s.ChannelMessageEditComplex(&discordgo.MessageEdit{ID: ref.ID, Channel: ref.Channel, Embeds: &embeds, Components: &components, AllowedMentions: noMentions()}, discordgo.WithContext(ctx))
 	return classify("edit plan "+ref.ID, err, false)
 }
 

@@ -92,7 +92,51 @@ func noMentions() *discordgo.MessageAllowedMentions {
 
 // PlanMessage is the payload that posts a plan.
 func PlanMessage(p chat.Plan) *discordgo.MessageSend {
-	return &discordgo.MessageSend{Embeds: []*discordgo.MessageEmbed{PlanEmbed(p)}, AllowedMentions: noMentions()}
+	return &discordgo.MessageSend{Embeds: []*discordgo.MessageEmbed{PlanEmbed(p)}, Components: PlanComponents(p), AllowedMentions: noMentions()}
+}
+
+// stopID is the Stop button's custom_id; the session is the channel.
+var stopID = chat.ButtonID(chat.ActionStop, "plan")
+
+// PlanComponents is the Stop button while a turn runs, else none (an
+// empty list, so an edit removes the button).
+func PlanComponents(p chat.Plan) []discordgo.MessageComponent {
+	if !p.Stoppable {
+		return []discordgo.MessageComponent{}
+	}
+	return []discordgo.MessageComponent{discordgo.ActionsRow{Components: []discordgo.MessageComponent{
+		discordgo.Button{Label: chat.LabelStop, Style: discordgo.DangerButton, CustomID: stopID},
+	}}}
+}
+
+// CardEmbed renders an approval card: the tool and its server, the
+// arguments and who may decide, or what was decided.
+func CardEmbed(c chat.Card) *discordgo.MessageEmbed {
+	args := strings.ReplaceAll(c.Arguments, "```", "`\u200b``")
+	color := 0xd9a400
+	switch {
+	case strings.HasPrefix(c.Outcome, "Allowed"), strings.HasPrefix(c.Outcome, "Always"):
+		color = 0x2e8b57
+	case !c.Open():
+		color = 0xc5303a
+	}
+	return &discordgo.MessageEmbed{
+		Title:       chat.Shorten(c.Title(), maxTitle),
+		Description: chat.Shorten("```json\n"+args+"\n```", maxDescription-16) + "\n" + c.Status(),
+		Color:       color,
+	}
+}
+
+// CardComponents is the card's three buttons while it is open, else none.
+func CardComponents(c chat.Card) []discordgo.MessageComponent {
+	if !c.Open() {
+		return []discordgo.MessageComponent{}
+	}
+	return []discordgo.MessageComponent{discordgo.ActionsRow{Components: []discordgo.MessageComponent{
+		discordgo.Button{Label: chat.LabelAllow, Style: discordgo.SuccessButton, CustomID: chat.ButtonID(chat.ActionAllow, c.ID)},
+		discordgo.Button{Label: chat.LabelAlways, Style: discordgo.PrimaryButton, CustomID: chat.ButtonID(chat.ActionAlways, c.ID)},
+		discordgo.Button{Label: chat.LabelDeny, Style: discordgo.DangerButton, CustomID: chat.ButtonID(chat.ActionDeny, c.ID)},
+	}}}
 }
 
 // Split cuts text into messages of at most max characters, at line breaks

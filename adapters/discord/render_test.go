@@ -17,7 +17,7 @@ var at = time.Date(2026, 11, 30, 9, 30, 0, 0, time.UTC)
 
 func plans() map[string]chat.Plan {
 	long := strings.Repeat("very long step with *markdown* & @everyone ", 12)[:500]
-	worst := chat.Plan{Revision: 50, State: chat.StateWorking, Updated: at}
+	worst := chat.Plan{Revision: 50, State: chat.StateWorking, Updated: at, Stoppable: true, Activity: "running fs__read_text_file"}
 	for i := 0; i < todo.MaxItems; i++ {
 		st := []todo.Status{todo.Completed, todo.InProgress, todo.Pending}[i%3]
 		worst.Items = append(worst.Items, todo.Item{Content: long, Status: st})
@@ -32,7 +32,21 @@ func plans() map[string]chat.Plan {
 			{Content: "Draft", Status: todo.Completed}, {Content: "Review", Status: todo.Completed},
 		}},
 		"worst_case": worst,
+		"running": {Revision: 4, State: chat.StateWorking, Updated: at, Stoppable: true, Activity: "running fs__read_text_file", Items: []todo.Item{
+			{Content: "Read the notes", Status: todo.InProgress},
+		}},
+		"stopped": {Revision: 5, State: chat.StateStopped, StoppedBy: "ann", Updated: at, Items: []todo.Item{
+			{Content: "Read the notes", Status: todo.InProgress},
+		}},
 	}
+}
+
+func cards() map[string]chat.Card {
+	open := chat.Card{ID: "0123456789abcdef", Tool: "fs__write_file", Server: "fs", Arguments: `{"path":"notes.md","content":"a ` + "```" + ` <b> & @everyone"}`,
+		Requester: "U123", Deadline: at.Add(30 * time.Minute)}
+	decided := open
+	decided.Outcome, decided.By, decided.At = "Allowed once", "ann", at.Add(time.Minute)
+	return map[string]chat.Card{"card_open": open, "card_decided": decided}
 }
 
 func TestPlanMessageGolden(t *testing.T) {
@@ -95,5 +109,34 @@ func TestInviteURL(t *testing.T) {
 	}
 	if Permissions&(1<<6) != 0 {
 		t.Error("the invite asks for Add Reactions, which nothing uses")
+	}
+}
+
+func TestCardGolden(t *testing.T) {
+	for name, c := range cards() {
+		t.Run(name, func(t *testing.T) {
+			got, err := json.MarshalIndent(map[string]any{"embeds": []any{CardEmbed(c)}, "components": CardComponents(c)}, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden.Check(t, filepath.Join("testdata", name+".json"), got)
+			for _, label := range []string{chat.LabelAllow, chat.LabelAlways, chat.LabelDeny} {
+				if strings.Contains(string(got), `"label": "`+label+`"`) != c.Open() {
+					t.Errorf("button %q shown %t, want %t", label, !c.Open(), c.Open())
+				}
+			}
+		})
+	}
+}
+
+func TestStopButtonOnlyWhileRunning(t *testing.T) {
+	for name, p := range plans() {
+		got, err := json.Marshal(PlanMessage(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if has := strings.Contains(string(got), `"custom_id":"`+stopID+`"`); has != p.Stoppable {
+			t.Errorf("%s: Stop button %t, want %t", name, has, p.Stoppable)
+		}
 	}
 }

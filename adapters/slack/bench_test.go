@@ -22,6 +22,9 @@ type nopHandler struct{}
 
 func (nopHandler) Handle(context.Context, chat.Incoming) error { return nil }
 func (nopHandler) Known(string) bool                           { return false }
+func (nopHandler) Click(context.Context, chat.Click) chat.ClickResult {
+	return chat.ClickResult{Private: "no"}
+}
 
 // rig is the real adapter and plan board against the fake Slack.
 func rig(b *testing.B, editsPerMinute float64) (*fakeslack.Server, *chat.Router) {

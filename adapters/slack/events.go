@@ -60,6 +60,15 @@ func (a *Adapter) runSocketMode(ctx context.Context) {
 			case socketmode.EventTypeDisconnect:
 				a.setConnected(false)
 				a.log.Warn("slack socket mode disconnected")
+			case socketmode.EventTypeInteractive:
+				if evt.Request != nil {
+					if err := client.Ack(*evt.Request); err != nil {
+						a.log.Warn("slack ack", "err", err)
+					}
+				}
+				if cb, ok := evt.Data.(slack.InteractionCallback); ok {
+					a.queue.Do("interaction/"+cb.TriggerID+cb.ActionTs, func() { a.interact(ctx, cb) })
+				}
 			case socketmode.EventTypeEventsAPI:
 				if evt.Request != nil {
 					if err := client.Ack(*evt.Request); err != nil {
@@ -86,13 +95,7 @@ func (a *Adapter) HTTPHandler(ctx context.Context) http.Handler {
 			http.Error(w, "body too large", http.StatusRequestEntityTooLarge)
 			return
 		}
-		sv, err := slack.NewSecretsVerifier(r.Header, a.opts.SigningSecret)
-		if err == nil {
-			if _, err = sv.Write(body); err == nil {
-				err = sv.Ensure()
-			}
-		}
-		if err != nil {
+		if err := a.verify(r.Header, body); err != nil {
 			a.log.Warn("slack request rejected", "err", err, "remote", r.RemoteAddr)
 			http.Error(w, "invalid signature or timestamp", http.StatusUnauthorized)
 			return

@@ -42,6 +42,10 @@ func (r *recorder) Known(key string) bool {
 	return r.known[key]
 }
 
+func (r *recorder) Click(context.Context, chat.Click) chat.ClickResult {
+	return chat.ClickResult{Private: "no"}
+}
+
 func (r *recorder) texts() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -61,7 +61,7 @@ func PlanBlocks(p chat.Plan) []slack.Block {
 		if cur.Len() > 0 && utf8.RuneCountInString(cur.String())+1+utf8.RuneCountInString(line) > maxSectionText {
 			flush()
 		}
-		if len(blocks) >= maxBlocks-2 { // keep room for this section and the footer
+		if len(blocks) >= maxBlocks-3 { // keep room for this section, the footer and the Stop button
 			cur.Reset()
 			cur.WriteString(fmt.Sprintf("… and %d more items", len(p.Items)-i))
 			break
@@ -73,7 +73,59 @@ func PlanBlocks(p chat.Plan) []slack.Block {
 	}
 	flush()
 	blocks = append(blocks, slack.NewContextBlock("", slack.NewTextBlockObject(slack.MarkdownType, escape(p.Footer()), false, true)))
-	return blocks
+	return withStop(blocks, p)
+}
+
+// stopID is the Stop button's id; the session comes from the message's
+// thread.
+var stopID = chat.ButtonID(chat.ActionStop, "plan")
+
+// withStop adds the Stop button while a turn runs.
+func withStop(blocks []slack.Block, p chat.Plan) []slack.Block {
+	if !p.Stoppable {
+		return blocks
+	}
+	stop := slack.NewButtonBlockElement(stopID, "stop", slack.NewTextBlockObject(slack.PlainTextType, chat.LabelStop, false, false)).WithStyle(slack.StyleDanger)
+	return append(blocks, slack.NewActionBlock("pinplan-stop", stop))
+}
+
+// CardBlocks renders an approval card: the tool and its server, the
+// arguments, who may decide, and while it is open the three buttons.
+func CardBlocks(c chat.Card) []slack.Block {
+	args := strings.ReplaceAll(c.Arguments, "```", "`\u200b``")
+	text := fmt.Sprintf("*%s*\n```%s```", escape(c.Title()), escape(args))
+	blocks := []slack.Block{
+		slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, chat.Shorten(text, maxSectionText), false, true), nil, nil),
+		slack.NewContextBlock("", slack.NewTextBlockObject(slack.MarkdownType, cardStatus(c), false, true)),
+	}
+	if !c.Open() {
+		return blocks
+	}
+	button := func(action, label string) *slack.ButtonBlockElement {
+		return slack.NewButtonBlockElement(chat.ButtonID(action, c.ID), action, slack.NewTextBlockObject(slack.PlainTextType, label, false, false))
+	}
+	return append(blocks, slack.NewActionBlock("pinplan-card-"+c.ID,
+		button(chat.ActionAllow, chat.LabelAllow).WithStyle(slack.StylePrimary),
+		button(chat.ActionAlways, chat.LabelAlways),
+		button(chat.ActionDeny, chat.LabelDeny).WithStyle(slack.StyleDanger)))
+}
+
+// cardStatus is the card's status line; the requester is mentioned so
+// Slack tells them a decision waits.
+func cardStatus(c chat.Card) string {
+	status := escape(c.Status())
+	if c.Requester != "" {
+		status = strings.ReplaceAll(status, escape("<@"+c.Requester+">"), "<@"+c.Requester+">")
+	}
+	return status
+}
+
+// CardText is an approval card's plain text fallback.
+func CardText(c chat.Card) string {
+	if c.Open() {
+		return c.Title() + ": " + chat.LabelAllow + ", " + chat.LabelAlways + " or " + chat.LabelDeny + "?"
+	}
+	return c.Title() + ": " + c.Status()
 }
 
 // NativePlanBlocks renders a plan with Slack's plan and task-card blocks.
@@ -93,7 +145,7 @@ func NativePlanBlocks(p chat.Plan) []slack.Block {
 		tasks = append(tasks, tc)
 	}
 	plan.WithTasks(tasks...)
-	return []slack.Block{plan, slack.NewContextBlock("", slack.NewTextBlockObject(slack.MarkdownType, escape(p.Footer()), false, true))}
+	return withStop([]slack.Block{plan, slack.NewContextBlock("", slack.NewTextBlockObject(slack.MarkdownType, escape(p.Footer()), false, true))}, p)
 }
 
 // PlanText is the plain text fallback (notifications, old clients).

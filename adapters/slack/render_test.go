@@ -19,7 +19,7 @@ var at = time.Date(2026, 11, 30, 9, 30, 0, 0, time.UTC)
 
 func plans() map[string]chat.Plan {
 	long := strings.Repeat("very long step with <html> & @channel ", 14)[:500]
-	worst := chat.Plan{Revision: 50, State: chat.StateWorking, Updated: at}
+	worst := chat.Plan{Revision: 50, State: chat.StateWorking, Updated: at, Stoppable: true, Activity: "running fs__read_text_file"}
 	for i := 0; i < todo.MaxItems; i++ {
 		st := []todo.Status{todo.Completed, todo.InProgress, todo.Pending}[i%3]
 		worst.Items = append(worst.Items, todo.Item{Content: long, Status: st})
@@ -35,7 +35,21 @@ func plans() map[string]chat.Plan {
 			{Content: "Ask <!channel> for review", Status: todo.Pending},
 		}},
 		"worst_case": worst,
+		"running": {Revision: 4, State: chat.StateWorking, Updated: at, Stoppable: true, Activity: "running fs__read_text_file", Items: []todo.Item{
+			{Content: "Read the notes", Status: todo.InProgress},
+		}},
+		"stopped": {Revision: 5, State: chat.StateStopped, StoppedBy: "ann", Updated: at, Items: []todo.Item{
+			{Content: "Read the notes", Status: todo.InProgress},
+		}},
 	}
+}
+
+func cards() map[string]chat.Card {
+	open := chat.Card{ID: "0123456789abcdef", Tool: "fs__write_file", Server: "fs", Arguments: `{"path":"notes.md","content":"a ` + "```" + ` <b> & @everyone"}`,
+		Requester: "U123", Deadline: at.Add(30 * time.Minute)}
+	decided := open
+	decided.Outcome, decided.By, decided.At = "Allowed once", "ann", at.Add(time.Minute)
+	return map[string]chat.Card{"card_open": open, "card_decided": decided}
 }
 
 func TestPlanBlocksGolden(t *testing.T) {
@@ -143,5 +157,40 @@ func TestSplit(t *testing.T) {
 	}
 	if got := Split(strings.Repeat("x", 8000), 3500); len(got) != 3 {
 		t.Errorf("one long line split into %d parts", len(got))
+	}
+}
+
+func TestCardBlocksGolden(t *testing.T) {
+	for name, c := range cards() {
+		t.Run(name, func(t *testing.T) {
+			blocks := CardBlocks(c)
+			checkLimits(t, blocks, CardText(c))
+			got, err := json.MarshalIndent(map[string]any{"text": CardText(c), "blocks": blocks}, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden.Check(t, filepath.Join("testdata", name+".json"), got)
+			s := string(got)
+			for _, label := range []string{chat.LabelAllow, chat.LabelAlways, chat.LabelDeny} {
+				if strings.Contains(s, `"text": "`+label+`"`) != c.Open() {
+					t.Errorf("button %q shown %t, want %t", label, !c.Open(), c.Open())
+				}
+			}
+			if text := blocks[0].(*slack.SectionBlock).Text.Text; !strings.Contains(text, "&lt;b&gt; &amp;") {
+				t.Errorf("arguments not escaped for mrkdwn: %q", text)
+			}
+		})
+	}
+}
+
+func TestStopButtonOnlyWhileRunning(t *testing.T) {
+	for name, p := range plans() {
+		got, err := json.Marshal(PlanBlocks(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if has := strings.Contains(string(got), `"action_id":"`+stopID+`"`); has != p.Stoppable {
+			t.Errorf("%s: Stop button %t, want %t", name, has, p.Stoppable)
+		}
 	}
 }

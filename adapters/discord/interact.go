@@ -1,0 +1,93 @@
+package discord
+
+import (
+	"cmp"
+	"context"
+	"slices"
+
+	"github.com/bwmarrin/discordgo"
+
+	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/chat"
+)
+
+var (
+	_ chat.Interactive = (*Adapter)(nil)
+	_ chat.History     = (*Adapter)(nil)
+)
+
+// PostCard implements chat.Interactive: the card as a message in the
+// session's channel, answering nobody, pinging nobody.
+func (a *Adapter) PostCard(ctx context.Context, th chat.Thread, c chat.Card) (chat.MessageRef, error) {
+	m, err := a.s.ChannelMessageSendComplex(th.Channel, &discordgo.MessageSend{Embeds: []*discordgo.MessageEmbed{CardEmbed(c)}, Components: CardComponents(c), AllowedMentions: noMentions()}, discordgo.WithContext(ctx))
+	if err != nil {
+		return chat.MessageRef{}, classify("post approval card", err, false)
+	}
+	return chat.MessageRef{Channel: th.Channel, ID: m.ID}, nil
+}
+
+// EditCard implements chat.Interactive.
+func (a *Adapter) EditCard(ctx context.Context, _ chat.Thread, ref chat.MessageRef, c chat.Card) error {
+	embeds := []*discordgo.MessageEmbed{CardEmbed(c)}
+	components := CardComponents(c)
+	_, err := a.s.ChannelMessageEditComplex(&discordgo.MessageEdit{ID: ref.ID, Channel: ref.Channel, Embeds: &embeds, Components: &components, AllowedMentions: noMentions()}, discordgo.WithContext(ctx))
+	return classify("edit approval card "+ref.ID, err, false)
+}
+
+// History implements chat.History: the channel's messages before the one
+// that starts the session, oldest first, without bots' messages.
+func (a *Adapter) History(ctx context.Context, th chat.Thread, before string, limit int) ([]agent.Quoted, error) {
+	msgs, err := a.s.ChannelMessages(th.Channel, min(limit, 100), before, "", "", discordgo.WithContext(ctx))
+	if err != nil {
+		return nil, classify("read channel history", err, false)
+	}
+	bot := a.bot()
+	var out []agent.Quoted
+	for _, m := range slices.Backward(msgs) {
+		if a.ignorable(m, bot) {
+			continue
+		}
+		_, text := a.mention(m, bot)
+		out = append(out, agent.Quoted{Author: cmp.Or(m.Author.GlobalName, m.Author.Username), Text: text})
+	}
+	return out, nil
+}
+
+// onInteraction answers a button press within Discord's 3 seconds: with
+// the pressed message updated (type 7), or an ephemeral note for the
+// presser (type 4, flags 64). It runs off the gateway goroutine.
+func (a *Adapter) onInteraction(_ *discordgo.Session, i *discordgo.InteractionCreate) {
+	if i.Interaction == nil || i.Type != discordgo.InteractionMessageComponent || a.ctx == nil {
+		return
+	}
+	a.queue.Do("interaction/"+i.ID, func() { a.interact(a.ctx, i.Interaction) })
+}
+
+func (a *Adapter) interact(ctx context.Context, i *discordgo.Interaction) {
+	user := i.User
+	if i.Member != nil && i.Member.User != nil {
+		user = i.Member.User
+	}
+	if user == nil {
+		return
+	}
+	data := i.MessageComponentData()
+	th := chat.Thread{Platform: "discord", Key: Key(i.ChannelID), Channel: i.ChannelID}
+	res := a.opts.Handler.Click(ctx, chat.Click{Thread: th, Button: data.CustomID, UserID: user.ID, UserName: cmp.Or(user.GlobalName, user.Username)})
+	resp := &discordgo.InteractionResponse{Type: discordgo.InteractionResponseUpdateMessage, Data: &discordgo.InteractionResponseData{AllowedMentions: noMentions()}}
+	switch {
+	case res.Card != nil:
+		resp.Data.Embeds = []*discordgo.MessageEmbed{CardEmbed(*res.Card)}
+		resp.Data.Components = CardComponents(*res.Card)
+	case res.Plan != nil:
+		resp.Data.Embeds = []*discordgo.MessageEmbed{PlanEmbed(*res.Plan)}
+		resp.Data.Components = PlanComponents(*res.Plan)
+	default:
+		resp.Type = discordgo.InteractionResponseChannelMessageWithSource
+		resp.Data.Content = cmp.Or(res.Private, "Nothing to do.")
+		resp.Data.Flags = discordgo.MessageFlagsEphemeral
+	}
+	if err := a.s.InteractionRespond(i, resp, discordgo.WithContext(ctx)); err != nil {
+		a.log.Warn("discord answer a button press", "interaction", i.ID, "err", err)
+	}
+}

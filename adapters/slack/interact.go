@@ -1,0 +1,166 @@
+package slack
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+
+	"github.com/slack-go/slack"
+
+	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/chat"
+)
+
+var (
+	_ chat.Interactive = (*Adapter)(nil)
+	_ chat.History     = (*Adapter)(nil)
+)
+
+// PostCard implements chat.Interactive: the card as a reply in the thread.
+func (a *Adapter) PostCard(ctx context.Context, th chat.Thread, c chat.Card) (chat.MessageRef, error) {
+	_, ts, err := a.api.PostMessageContext(ctx, th.Channel, slack.MsgOptionTS(th.ThreadID),
+		slack.MsgOptionText(CardText(c), false), slack.MsgOptionBlocks(CardBlocks(c)...), slack.MsgOptionDisableLinkUnfurl())
+	if err != nil {
+		return chat.MessageRef{}, classify("post approval card", err)
+	}
+	a.renewStatus(ctx, th)
+	return chat.MessageRef{Channel: th.Channel, ID: ts}, nil
+}
+
+// EditCard implements chat.Interactive.
+func (a *Adapter) EditCard(ctx context.Context, _ chat.Thread, ref chat.MessageRef, c chat.Card) error {
+	_, _, _, err := a.api.UpdateMessageContext(ctx, ref.Channel, ref.ID, slack.MsgOptionText(CardText(c), false), slack.MsgOptionBlocks(CardBlocks(c)...))
+	return classify("update approval card "+ref.ID, err)
+}
+
+// History implements chat.History with conversations.replies: the
+// thread's messages before the one that starts the session, oldest first,
+// without bots' messages.
+func (a *Adapter) History(ctx context.Context, th chat.Thread, before string, limit int) ([]agent.Quoted, error) {
+	if th.ThreadID == "" || th.ThreadID == before {
+		return nil, nil // a new thread has no earlier messages
+	}
+	msgs, _, _, err := a.api.GetConversationRepliesContext(ctx, &slack.GetConversationRepliesParameters{ChannelID: th.Channel, Timestamp: th.ThreadID, Limit: 200})
+	if err != nil {
+		return nil, classify("read thread", err)
+	}
+	a.mu.Lock()
+	bot := a.botUserID
+	a.mu.Unlock()
+	var out []agent.Quoted
+	for _, m := range msgs {
+		if m.BotID != "" || m.User == bot || m.User == "" || !tsBefore(m.Timestamp, before) {
+			continue
+		}
+		author := "<@" + m.User + ">"
+		if name := a.displayName(ctx, m.User); name != "" {
+			author = name
+		}
+		out = append(out, agent.Quoted{Author: author, Text: a.mentions(ctx, m.Text)})
+	}
+	if len(out) > limit {
+		out = out[len(out)-limit:]
+	}
+	return out, nil
+}
+
+// tsBefore compares Slack timestamps ("1700000000.000100").
+func tsBefore(a, b string) bool {
+	if len(a) != len(b) {
+		return len(a) < len(b)
+	}
+	return a < b
+}
+
+// interact handles a block_actions payload: the router decides, and the
+// adapter shows the outcome (the card edited, or a note only the presser
+// sees). Slack has been acknowledged already.
+func (a *Adapter) interact(ctx context.Context, cb slack.InteractionCallback) {
+	if cb.Type != slack.InteractionTypeBlockActions || len(cb.ActionCallback.BlockActions) == 0 {
+		a.log.Debug("slack interaction ignored", "type", cb.Type)
+		return
+	}
+	act := cb.ActionCallback.BlockActions[0]
+	channel := cmpOr(cb.Container.ChannelID, cb.Channel.ID)
+	msgTS := cmpOr(cb.Container.MessageTs, cb.Message.Timestamp)
+	thread := cmpOr(cb.Container.ThreadTs, cb.Message.ThreadTimestamp, msgTS)
+	a.mu.Lock()
+	team := a.teamID
+	a.mu.Unlock()
+	team = cmpOr(cb.Team.ID, team)
+	th := chat.Thread{Platform: "slack", Key: Key(team, channel, thread), Channel: channel, ThreadID: thread}
+	name := cmpOr(cb.User.Name, cb.User.Username, cb.User.ID)
+	if dn := a.displayName(ctx, cb.User.ID); dn != "" {
+		name = dn
+	}
+	res := a.opts.Handler.Click(ctx, chat.Click{Thread: th, Button: act.ActionID, UserID: cb.User.ID, UserName: name})
+	switch {
+	case res.Private != "":
+		if _, err := a.api.PostEphemeralContext(ctx, channel, cb.User.ID, slack.MsgOptionText(res.Private, false), slack.MsgOptionTS(thread)); err != nil {
+			a.log.Warn("slack ephemeral answer to a click", "err", err)
+		}
+	case res.Card != nil:
+		if err := a.EditCard(ctx, th, chat.MessageRef{Channel: channel, ID: msgTS}, *res.Card); err != nil {
+			a.log.Warn("slack show the decision on the card", "err", err)
+		}
+	}
+	// A Stop shows on the plan message through the plan board.
+}
+
+func cmpOr(vals ...string) string {
+	i := slices.IndexFunc(vals, func(s string) bool { return s != "" })
+	if i < 0 {
+		return ""
+	}
+	return vals[i]
+}
+
+// InteractionsHandler serves POST /slack/interactions: the signature and
+// timestamp are verified like events, the click is acknowledged at once
+// and handled on its thread's queue.
+func (a *Adapter) InteractionsHandler(ctx context.Context) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+		if err != nil {
+			http.Error(w, "body too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		if err := a.verify(r.Header, body); err != nil {
+			a.log.Warn("slack interaction rejected", "err", err, "remote", r.RemoteAddr)
+			http.Error(w, "invalid signature or timestamp", http.StatusUnauthorized)
+			return
+		}
+		form, err := url.ParseQuery(string(body))
+		if err != nil || form.Get("payload") == "" {
+			http.Error(w, "no payload", http.StatusBadRequest)
+			return
+		}
+		var cb slack.InteractionCallback
+		if err := json.Unmarshal([]byte(form.Get("payload")), &cb); err != nil {
+			a.log.Warn("slack interaction not understood", "err", err)
+			http.Error(w, "bad payload", http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+		a.queue.Do("interaction/"+cb.TriggerID+cb.ActionTs, func() { a.interact(ctx, cb) })
+	})
+}
+
+// verify checks a request's Slack signature and 5-minute window.
+func (a *Adapter) verify(h http.Header, body []byte) error {
+	sv, err := slack.NewSecretsVerifier(h, a.opts.SigningSecret)
+	if err != nil {
+		return err
+	}
+	if _, err := sv.Write(body); err != nil {
+		return err
+	}
+	if err := sv.Ensure(); err != nil {
+		return errors.Join(errors.New("bad signature"), err)
+	}
+	return nil
+}
