@@ -67,7 +67,7 @@ func (c Card) Status() string {
 	if c.Open() {
 		s := "Waiting for a decision"
 		if c.Requester != "" {
-			s += " from " + c.Requester + " or an approver"
+			s += " from " + mention(c.Requester) + " or an approver"
 		}
 		if !c.Deadline.IsZero() {
 			s += "; denied if nobody decides by " + c.Deadline.UTC().Format("15:04 UTC")
@@ -145,9 +145,9 @@ type Click struct {
 // message as it now is (Card or Plan), or with a note only the presser
 // sees (Private). Exactly one is set.
 type ClickResult struct {
-	Card    *Card
-	Plan    *Plan
-	Private string
+	Card    *Card  `json:"card,omitempty"`
+	Plan    *Plan  `json:"plan,omitempty"`
+	Private string `json:"private,omitempty"`
 }
 
 // cardRecord is a card as the board record keeps it.
@@ -253,15 +253,20 @@ func mention(requester string) string {
 func (r *Router) showCard(ctx context.Context, b *Board, th Thread, a agent.Approval) {
 	id := cardID(th.Key, a.CallID)
 	b.mu.Lock()
-	_, have := b.rec.Cards[id]
+	cr, have := b.rec.Cards[id]
 	requester := cmp.Or(a.Requester, b.rec.Requester)
 	b.mu.Unlock()
-	if have {
-		return
-	}
 	ip, ok := b.platform.(Interactive)
 	if !ok {
 		b.log.Error("platform shows no approval cards", "platform", th.Platform)
+		return
+	}
+	if have {
+		// Announced again after a restart: the card is there. Show it
+		// again as it is (the console keeps cards in memory only).
+		if err := ip.EditCard(ctx, th, cr.Ref, cr.Card); err != nil {
+			b.log.Warn("refresh approval card", "err", err)
+		}
 		return
 	}
 	card := Card{ID: id, Tool: a.Tool, Server: a.Server, Arguments: compactArguments(a.Arguments), Requester: requester, Deadline: a.Deadline}

@@ -50,6 +50,8 @@ type Inbox interface {
 	// Known reports whether a session exists, so that messages without a
 	// mention reach only threads pinplan is already part of.
 	Known(key string) bool
+	// Click handles a button press on a card or a plan message.
+	Click(ctx context.Context, c Click) ClickResult
 }
 
 // Deduper records event ids so redelivered events run once; store.DB

@@ -43,9 +43,11 @@ type Store interface {
 	Plans(ctx context.Context, key string) ([]agent.PlanRevision, error)
 }
 
-// Handler is what the console sends messages to: chat.Router.
+// Handler is what the console sends messages and button presses to:
+// chat.Router.
 type Handler interface {
 	Handle(ctx context.Context, in chat.Incoming) error
+	Click(ctx context.Context, c chat.Click) chat.ClickResult
 }
 
 // Summary is one thread in the list.
@@ -77,14 +79,18 @@ type Console struct {
 	opts    Options
 	handler Handler
 
-	mu      sync.Mutex // guards plans, notices, clients and closed
+	mu      sync.Mutex // guards plans, notices, cards, clients and closed
 	plans   map[string]chat.Plan
 	notices map[string][]Message
+	cards   map[string]map[string]chat.Card // by thread key, then card id
 	clients map[chan []byte]struct{}
 	closed  bool
 }
 
-var _ chat.Platform = (*Console)(nil)
+var (
+	_ chat.Platform    = (*Console)(nil)
+	_ chat.Interactive = (*Console)(nil)
+)
 
 // New returns a console.
 func New(opts Options) *Console {
@@ -94,7 +100,7 @@ func New(opts Options) *Console {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Console{opts: opts, plans: map[string]chat.Plan{}, notices: map[string][]Message{}, clients: map[chan []byte]struct{}{}}
+	return &Console{opts: opts, plans: map[string]chat.Plan{}, notices: map[string][]Message{}, cards: map[string]map[string]chat.Card{}, clients: map[chan []byte]struct{}{}}
 }
 
 // Bind sets where messages go; call it before serving.
@@ -121,9 +127,10 @@ type Message struct {
 
 // event is one SSE event.
 type event struct {
-	Type    string     `json:"type"` // plan, message, working, thread
+	Type    string     `json:"type"` // plan, message, working, thread, card
 	Thread  string     `json:"thread"`
 	Plan    *chat.Plan `json:"plan,omitempty"`
+	Card    *chat.Card `json:"card,omitempty"`
 	Message *Message   `json:"message,omitempty"`
 	Working *bool      `json:"working,omitempty"`
 }
@@ -209,6 +216,28 @@ func (c *Console) Undelivered(th chat.Thread, text string, err error) {
 	c.notice(th, Message{Role: "notice", Text: fmt.Sprintf("Not delivered to %s (%v): %s", th.Platform, err, text), At: c.opts.Now()})
 }
 
+// PostCard implements chat.Interactive: the card joins the thread's view.
+func (c *Console) PostCard(_ context.Context, th chat.Thread, card chat.Card) (chat.MessageRef, error) {
+	c.setCard(th, card)
+	return chat.MessageRef{Channel: th.Key, ID: "card-" + card.ID}, nil
+}
+
+// EditCard implements chat.Interactive.
+func (c *Console) EditCard(_ context.Context, th chat.Thread, _ chat.MessageRef, card chat.Card) error {
+	c.setCard(th, card)
+	return nil
+}
+
+func (c *Console) setCard(th chat.Thread, card chat.Card) {
+	c.mu.Lock()
+	if c.cards[th.Key] == nil {
+		c.cards[th.Key] = map[string]chat.Card{}
+	}
+	c.cards[th.Key][card.ID] = card
+	c.mu.Unlock()
+	c.broadcast(event{Type: "card", Thread: th.Key, Card: &card})
+}
+
 // Working implements chat.Platform.
 func (c *Console) Working(_ context.Context, th chat.Thread, _ string, on bool) error {
 	c.broadcast(event{Type: "working", Thread: th.Key, Working: &on})
@@ -232,6 +261,7 @@ func (c *Console) Register(mux *http.ServeMux) {
 	mux.Handle("GET /api/threads/{id}", c.auth(http.HandlerFunc(c.getThread)))
 	mux.Handle("POST /api/threads/{id}/messages", c.auth(http.HandlerFunc(c.postMessage)))
 	mux.Handle("GET /api/threads/{id}/plans", c.auth(http.HandlerFunc(c.getPlans)))
+	mux.Handle("POST /api/threads/{id}/click", c.auth(http.HandlerFunc(c.click)))
 	mux.Handle("GET /api/events", c.auth(http.HandlerFunc(c.events)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
@@ -457,7 +487,14 @@ func (c *Console) getThread(w http.ResponseWriter, r *http.Request) {
 		summary.Plan = &p
 	}
 	c.mu.Unlock()
-	writeJSON(w, http.StatusOK, map[string]any{"thread": summary, "messages": msgs})
+	c.mu.Lock()
+	cards := make([]chat.Card, 0, len(c.cards[key]))
+	for _, card := range c.cards[key] {
+		cards = append(cards, card)
+	}
+	c.mu.Unlock()
+	sort.Slice(cards, func(i, j int) bool { return cards[i].Deadline.Before(cards[j].Deadline) })
+	writeJSON(w, http.StatusOK, map[string]any{"thread": summary, "messages": msgs, "cards": cards})
 }
 
 func (c *Console) getPlans(w http.ResponseWriter, r *http.Request) {
@@ -522,4 +559,32 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 			flusher.Flush()
 		}
 	}
+}
+
+// click handles a press of a card's button or the plan's Stop button:
+// POST {"button":"pinplan:allow:<id>"}. The answer is the card or plan as
+// it now is, or {"private": "..."} when nothing changed.
+func (c *Console) click(w http.ResponseWriter, r *http.Request) {
+	key, ok := keyOf(r.PathValue("id"))
+	if !ok {
+		writeErr(w, http.StatusBadRequest, "bad thread id")
+		return
+	}
+	var body struct {
+		Button string `json:"button"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&body); err != nil || body.Button == "" {
+		writeErr(w, http.StatusBadRequest, `send JSON like {"button":"pinplan:allow:..."}`)
+		return
+	}
+	th := chat.Thread{Platform: "web", Key: key, Channel: key, ThreadID: strings.TrimPrefix(key, "web/")}
+	if !strings.HasPrefix(key, "web/") {
+		writeErr(w, http.StatusForbidden, "this thread lives on another platform; decide there")
+		return
+	}
+	res := c.handler.Click(r.Context(), chat.Click{Thread: th, Button: body.Button, UserID: "web", UserName: "the console user"})
+	if res.Card != nil {
+		c.setCard(th, *res.Card)
+	}
+	writeJSON(w, http.StatusOK, res)
 }

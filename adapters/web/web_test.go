@@ -25,7 +25,16 @@ func (f *fakeStore) Plans(context.Context, string) ([]agent.PlanRevision, error)
 	return nil, nil
 }
 
-type recHandler struct{ got []chat.Incoming }
+type recHandler struct {
+	got    []chat.Incoming
+	clicks []chat.Click
+}
+
+func (h *recHandler) Click(_ context.Context, c chat.Click) chat.ClickResult {
+	h.clicks = append(h.clicks, c)
+	card := chat.Card{ID: "c1", Tool: "demo__write_note", Outcome: "Allowed once", By: c.UserName}
+	return chat.ClickResult{Card: &card}
+}
 
 func (h *recHandler) Handle(_ context.Context, in chat.Incoming) error {
 	h.got = append(h.got, in)
@@ -123,5 +132,46 @@ func TestIDsRoundTrip(t *testing.T) {
 		if _, ok := keyOf(bad); ok {
 			t.Errorf("keyOf(%q) accepted", bad)
 		}
+	}
+}
+
+func TestCardsAndClicks(t *testing.T) {
+	c, srv, h, _ := newConsole(t, "")
+	th := chat.Thread{Platform: "web", Key: "web/abc", Channel: "web/abc", ThreadID: "abc"}
+	if _, err := c.PostCard(context.Background(), th, chat.Card{ID: "c1", Tool: "demo__write_note"}); err != nil {
+		t.Fatal(err)
+	}
+	var thread struct {
+		Cards []chat.Card `json:"cards"`
+	}
+	resp, err := http.Get(srv.URL + "/api/threads/abc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(resp.Body).Decode(&thread)
+	resp.Body.Close()
+	if len(thread.Cards) != 1 || !thread.Cards[0].Open() {
+		t.Fatalf("cards = %+v, want the open card", thread.Cards)
+	}
+	resp, err = http.Post(srv.URL+"/api/threads/abc/click", "application/json", strings.NewReader(`{"button":"pinplan:allow:c1"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res chat.ClickResult
+	json.NewDecoder(resp.Body).Decode(&res)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || res.Card == nil || res.Card.Outcome != "Allowed once" {
+		t.Errorf("click answered %d %+v", resp.StatusCode, res)
+	}
+	if len(h.clicks) != 1 || h.clicks[0].Button != "pinplan:allow:c1" || h.clicks[0].Thread.Key != "web/abc" {
+		t.Errorf("clicks %+v", h.clicks)
+	}
+	resp, err = http.Post(srv.URL+"/api/threads/slack~T1~C1~1.1/click", "application/json", strings.NewReader(`{"button":"pinplan:allow:c1"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a click for a Slack thread from the console: %d, want 403", resp.StatusCode)
 	}
 }

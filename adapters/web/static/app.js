@@ -20,10 +20,12 @@ function progress(plan) {
 function footer(plan) {
   const [done, total] = progress(plan);
   let state = plan.state || "working";
+  if (state === "stopped" && plan.stopped_by) state += ` by ${plan.stopped_by}`;
   const open = total - done;
-  if (open > 0 && state !== "working" && state !== "resumed after restart") {
+  if (open > 0 && !["working", "resumed after restart", "waiting for approval"].includes(plan.state || "working")) {
     state += ` · ${open} open item${open === 1 ? "" : "s"} left`;
   }
+  if (plan.activity) state += ` · ${plan.activity}`;
   const at = new Date(plan.updated).toISOString().replace("T", " ").slice(0, 19) + " UTC";
   return `Updated ${at} · revision ${plan.revision} · ${state}`;
 }
@@ -48,9 +50,70 @@ function renderPlan(plan) {
     return li;
   }));
   $("plan-footer").textContent = footer(plan);
+  $("stop").hidden = !plan.stoppable || !isWeb();
   box.dataset.revision = plan.revision;
   box.dataset.state = plan.state;
   box.hidden = false;
+}
+
+let currentPlatform = "web";
+function isWeb() { return currentPlatform === "web"; }
+
+// A press of a card's or the plan's button; the answer is the card or plan
+// as it now is, or a note for this user only.
+async function press(button) {
+  if (!current) return;
+  try {
+    const res = await api(`/api/threads/${current}/click`, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ button }) });
+    if (res.card) renderCard(res.card);
+    if (res.plan) renderPlan(res.plan);
+    if (res.private) addMessage({ role: "notice", text: res.private });
+  } catch (e) {
+    addMessage({ role: "notice", text: `That did not work: ${e.message}` });
+  }
+}
+
+const labels = [["allow", "Allow once"], ["always", "Always allow here"], ["deny", "Deny"]];
+
+// renderCard shows an approval card, replacing its earlier state.
+function renderCard(card) {
+  let li = document.querySelector(`li.card[data-card="${CSS.escape(card.id)}"]`);
+  if (!li) {
+    li = document.createElement("li");
+    li.className = "card";
+    li.dataset.card = card.id;
+    $("messages").append(li);
+  }
+  const title = document.createElement("strong");
+  title.textContent = card.server ? `Approval needed: ${card.tool} (server ${card.server})` : `Approval needed: ${card.tool}`;
+  const args = document.createElement("pre");
+  args.textContent = card.arguments;
+  const status = document.createElement("p");
+  status.className = "status";
+  if (card.outcome) {
+    let s = card.outcome;
+    if (card.by) s += ` by ${card.by}`;
+    if (card.at) s += ` at ${new Date(card.at).toISOString().replace("T", " ").slice(0, 19)} UTC`;
+    status.textContent = s + ".";
+    li.dataset.outcome = card.outcome;
+  } else {
+    status.textContent = "Waiting for a decision.";
+    delete li.dataset.outcome;
+  }
+  li.replaceChildren(title, args, status);
+  if (!card.outcome && isWeb()) {
+    const row = document.createElement("div");
+    row.className = "buttons";
+    for (const [action, label] of labels) {
+      const b = document.createElement("button");
+      b.type = "button";
+      b.textContent = label;
+      b.className = action;
+      b.addEventListener("click", () => press(`pinplan:${action}:${card.id}`));
+      row.append(b);
+    }
+    li.append(row);
+  }
 }
 
 function addMessage(m) {
@@ -101,11 +164,13 @@ async function loadThread(id) {
     $("thread-title").textContent = t.thread.title || id;
     // Slack and Discord threads are shown read-only, for operators.
     const web = t.thread.platform === "web";
+    currentPlatform = t.thread.platform;
     $("send").hidden = !web;
     $("readonly").hidden = web;
     renderPlan(t.thread.plan);
     $("working").hidden = t.thread.state !== "running";
     (t.messages || []).forEach(addMessage);
+    (t.cards || []).forEach(renderCard);
   } catch (e) {
     $("thread-title").textContent = "Thread not found";
   }
@@ -138,6 +203,8 @@ $("text").addEventListener("keydown", (ev) => {
   if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) $("send").requestSubmit();
 });
 
+$("stop").addEventListener("click", () => press("pinplan:stop:plan"));
+
 $("new-thread").addEventListener("click", () => { location.hash = ""; $("text").focus(); });
 window.addEventListener("hashchange", () => loadThread(location.hash.slice(1)));
 
@@ -156,6 +223,8 @@ function connect() {
       const t = threads.find((x) => x.key === e.thread);
       if (t) { t.state = e.working ? "running" : "idle"; renderList(); }
       if (id === current) $("working").hidden = !e.working;
+    } else if (e.type === "card" && id === current) {
+      renderCard(e.card);
     } else if (e.type === "thread") {
       loadThreads();
     }
