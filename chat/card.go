@@ -261,7 +261,7 @@ func (r *Router) showCard(ctx context.Context, b *Board, th Thread, a agent.Appr
 		b.log.Error("platform shows no approval cards", "platform", th.Platform)
 		return
 	}
-	if have {
+	if have && !cr.Ref.IsZero() {
 		// Announced again after a restart: the card is there. Show it
 		// again as it is (the console keeps cards in memory only).
 		if err := ip.EditCard(ctx, th, cr.Ref, cr.Card); err != nil {
@@ -270,6 +270,18 @@ func (r *Router) showCard(ctx context.Context, b *Board, th Thread, a agent.Appr
 		return
 	}
 	card := Card{ID: id, Tool: a.Tool, Server: a.Server, Arguments: compactArguments(a.Arguments), Requester: requester, Deadline: a.Deadline}
+	if have {
+		card = cr.Card
+	}
+	// Recorded before it is posted, so a click as soon as it shows finds it.
+	b.update(func(rec *boardRecord) {
+		if rec.Cards == nil {
+			rec.Cards = map[string]cardRecord{}
+		}
+		if _, ok := rec.Cards[id]; !ok {
+			rec.Cards[id] = cardRecord{CallID: a.CallID, Card: card}
+		}
+	})
 	var ref MessageRef
 	var err error
 	for attempt := 1; attempt <= 5; attempt++ {
@@ -287,12 +299,21 @@ func (r *Router) showCard(ctx context.Context, b *Board, th Thread, a agent.Appr
 		b.log.Error("post approval card", "err", err)
 		return
 	}
+	var decided *Card
 	b.update(func(rec *boardRecord) {
-		if rec.Cards == nil {
-			rec.Cards = map[string]cardRecord{}
+		got := rec.Cards[id]
+		got.Ref = ref
+		rec.Cards[id] = got
+		if !got.Card.Open() {
+			decided = &got.Card
 		}
-		rec.Cards[id] = cardRecord{CallID: a.CallID, Ref: ref, Card: card}
 	})
+	if decided != nil {
+		// Decided while it was being posted: show that at once.
+		if err := ip.EditCard(ctx, th, ref, *decided); err != nil {
+			b.log.Warn("edit approval card", "err", err)
+		}
+	}
 }
 
 // closeCard shows a decision on the card, unless a click already did.

@@ -77,6 +77,7 @@ func TestBrowserConsole(t *testing.T) {
 	}
 	revisions := map[string]bool{}
 	var state, rev string
+	sawStop, approved := false, false
 	deadline := time.Now().Add(60 * time.Second)
 	for state != "done" {
 		if time.Now().After(deadline) {
@@ -87,7 +88,30 @@ func TestBrowserConsole(t *testing.T) {
 		if rev != "" {
 			revisions[rev] = true
 		}
+		if eval(`String(!document.getElementById("stop").hidden)`) == "true" {
+			sawStop = true
+		}
+		// The demo's write asks first: press Allow once on its card.
+		if !approved && eval(`String(document.querySelectorAll("#messages li.card button.allow").length)`) == "1" {
+			if state != "waiting for approval" {
+				t.Errorf("plan state %q while a card waits, want waiting for approval", state)
+			}
+			saveScreenshot(t, ctx, "console-approval-card.png")
+			if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#messages li.card button.allow"))); err != nil {
+				t.Fatal(err)
+			}
+			approved = true
+		}
 		time.Sleep(40 * time.Millisecond)
+	}
+	if !approved || !sawStop {
+		t.Errorf("approval card pressed %t, Stop button seen %t; want both", approved, sawStop)
+	}
+	if got := eval(`document.querySelector("#messages li.card .status").textContent`); !strings.HasPrefix(got, "Allowed once by") {
+		t.Errorf("card after the click says %q, want the outcome", got)
+	}
+	if eval(`String(document.querySelectorAll("#messages li.card button").length)`) != "0" || eval(`String(document.getElementById("stop").hidden)`) != "true" {
+		t.Error("buttons left on the decided card or Stop left after the turn")
 	}
 	if len(revisions) < 3 {
 		t.Errorf("saw revisions %v live, want the plan to move through several", revisions)

@@ -102,6 +102,32 @@ type threadView struct {
 		Role string `json:"role"`
 		Text string `json:"text"`
 	} `json:"messages"`
+	Cards []struct {
+		ID      string `json:"id"`
+		Tool    string `json:"tool"`
+		Outcome string `json:"outcome"`
+	} `json:"cards"`
+}
+
+// approveDemo waits for the demo's approval card in the console thread id
+// and presses Allow once, as a person in the console would.
+func approveDemo(t *testing.T, base, id string) {
+	t.Helper()
+	var view threadView
+	waitFor(t, 60*time.Second, "the demo's approval card", func() bool {
+		getJSON(t, base+"/api/threads/"+id, &view)
+		return len(view.Cards) == 1 && view.Thread.State == "waiting"
+	})
+	if view.Cards[0].Tool != "demo__write_note" || view.Cards[0].Outcome != "" {
+		t.Fatalf("card %+v, want an open card for demo__write_note", view.Cards[0])
+	}
+	res, err := postJSON(context.Background(), base+"/api/threads/"+id+"/click", map[string]string{"button": "pinplan:allow:" + view.Cards[0].ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if card, _ := res["card"].(map[string]any); card == nil || card["outcome"] != "Allowed once" {
+		t.Fatalf("click answered %v", res)
+	}
 }
 
 // TestReadmeRunCommand starts pinplan the way README.md says (go run
@@ -128,6 +154,7 @@ func TestReadmeRunCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := out["id"].(string)
+	approveDemo(t, p.URL, id)
 	var view threadView
 	waitFor(t, 60*time.Second, "the demo turn to finish", func() bool {
 		getJSON(t, p.URL+"/api/threads/"+id, &view)
@@ -151,7 +178,7 @@ func TestReadmeRunCommand(t *testing.T) {
 		t.Errorf("/readyz: %d %s", code, body)
 	}
 	code, metrics := httpGet(t, p.URL+"/metrics")
-	for _, want := range []string{`pinplan_turns_total{outcome="done"} 1`, "pinplan_model_rounds_total 7", `pinplan_plan_renders_total{platform="web"}`, "pinplan_sessions 1"} {
+	for _, want := range []string{`pinplan_turns_total{outcome="done"} 1`, "pinplan_model_rounds_total 8", `pinplan_plan_renders_total{platform="web"}`, "pinplan_sessions 1"} {
 		if code != 200 || !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
@@ -178,6 +205,7 @@ func TestBackup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	approveDemo(t, p.URL, out["id"].(string))
 	var view threadView
 	waitFor(t, 30*time.Second, "the turn", func() bool {
 		getJSON(t, p.URL+"/api/threads/"+out["id"].(string), &view)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
@@ -74,6 +75,15 @@ func demoTools() []agent.Tool {
 			Run: func(context.Context, *agent.ToolEnv, string) (string, error) {
 				return `{"passed":12,"failed":0}`, nil
 			}},
+		// A write that asks first, so the console shows an approval card
+		// with no key and no MCP server.
+		{Name: "demo__write_note", Server: "demo", Description: "Demo: save a note for the team (asks for approval).", Ask: true,
+			Parameters: map[string]any{"type": "object", "properties": map[string]any{"path": map[string]any{"type": "string"}, "content": map[string]any{"type": "string"}}},
+			Run: func(_ context.Context, _ *agent.ToolEnv, args string) (string, error) {
+				var a struct{ Path string }
+				json.Unmarshal([]byte(args), &a)
+				return fmt.Sprintf(`{"saved":%q}`, a.Path), nil
+			}},
 	}
 }
 
@@ -90,15 +100,19 @@ func (d demoModel) Complete(ctx context.Context, req openai.ChatCompletionReques
 		return agent.Reply{}, context.Cause(ctx)
 	case <-t.C:
 	}
-	task, round := "", 0
+	task, round, saved := "", 0, ""
 	for _, m := range req.Messages {
 		switch m.Role {
 		case openai.ChatMessageRoleUser:
-			if m.Content != todo.ReminderText {
-				task, round = m.Content, 0
+			if m.Content != todo.ReminderText && !strings.HasPrefix(m.Content, "Earlier messages in this thread") {
+				task, round, saved = m.Content, 0, ""
 			}
 		case openai.ChatMessageRoleAssistant:
 			round++
+		case openai.ChatMessageRoleTool:
+			if strings.HasPrefix(m.ToolCallID, "demo_") && strings.HasSuffix(m.ToolCallID, "_demo__write_note") {
+				saved = m.Content
+			}
 		}
 	}
 	subject := chat.Shorten(task, 60)
@@ -128,11 +142,18 @@ func (d demoModel) Complete(ctx context.Context, req openai.ChatCompletionReques
 	case 3:
 		msg.ToolCalls = []openai.ToolCall{plan(2, 2)}
 	case 4:
-		msg.ToolCalls = []openai.ToolCall{plan(3, 3), call(round, "demo_check", `{"query":"all"}`)}
+		note, _ := json.Marshal(map[string]string{"path": "notes/draft.md", "content": "Draft for: " + subject})
+		msg.ToolCalls = []openai.ToolCall{call(round, "demo__write_note", string(note))}
 	case 5:
+		msg.ToolCalls = []openai.ToolCall{plan(3, 3), call(round, "demo_check", `{"query":"all"}`)}
+	case 6:
 		msg.ToolCalls = []openai.ToolCall{plan(4, -1)}
 	default:
-		msg.Content = fmt.Sprintf("Done: %s\n\nThis was the built-in demo (no model was called). Set OPENAI_API_KEY to work with a real model.", subject)
+		outcome := "The draft was saved to notes/draft.md."
+		if strings.Contains(saved, `"code":"denied"`) {
+			outcome = "The draft was not saved: saving it was not approved."
+		}
+		msg.Content = fmt.Sprintf("Done: %s\n\n%s\n\nThis was the built-in demo (no model was called). Set OPENAI_API_KEY to work with a real model.", subject, outcome)
 	}
 	msg.Role = openai.ChatMessageRoleAssistant
 	return agent.Reply{Message: msg, Usage: openai.Usage{PromptTokens: 20 * len(req.Messages), CompletionTokens: 30, TotalTokens: 20*len(req.Messages) + 30}}, nil
