@@ -143,6 +143,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, stdout, stderr io
 		platforms["slack"] = slk
 		if cfg.SlackAppToken == "" {
 			mux.Handle("POST /slack/events", slk.HTTPHandler(ctx))
+			mux.Handle("POST /slack/interactions", slk.InteractionsHandler(ctx))
 		}
 	}
 	mux.Handle("GET /api/backup", backupHandler(db, cfg))
