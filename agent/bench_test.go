@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -142,4 +143,125 @@ func BenchmarkIdleSessionMemory(b *testing.B) {
 		runtime.ReadMemStats(&after)
 		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/sessions, "heap-bytes/idle-session")
 	}
+}
+
+// approvalEnv is a runner and router whose model always calls a tool that
+// asks for approval first; toolStarted receives the time a call started.
+type approvalEnv struct {
+	runner      *agent.Runner
+	router      *chat.Router
+	needed      chan agent.Event
+	toolStarted chan time.Time
+}
+
+func newApprovalEnv(b *testing.B) *approvalEnv {
+	fake := &fakeopenai.Server{NoRecord: true, Respond: writeOnce}
+	srv := httptest.NewServer(fake)
+	b.Cleanup(srv.Close)
+	db, err := store.Open(filepath.Join(b.TempDir(), "bench.db"), store.Options{BatchDelay: 2 * time.Millisecond})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	env := &approvalEnv{needed: make(chan agent.Event, 100000), toolStarted: make(chan time.Time, 100000)}
+	tool := agent.Tool{Name: "fs__write_file", Server: "fs", Ask: true, Parameters: map[string]any{"type": "object"},
+		Run: func(context.Context, *agent.ToolEnv, string) (string, error) {
+			env.toolStarted <- time.Now()
+			return "written", nil
+		}}
+	reg, err := agent.NewRegistry(tool)
+	if err != nil {
+		b.Fatal(err)
+	}
+	console := web.New(web.Options{})
+	env.router = chat.NewRouter(chat.Options{Store: db, Outbox: db, Platforms: map[string]chat.Platform{"web": console}})
+	env.runner, err = agent.NewRunner(agent.Options{
+		Model: agent.NewOpenAIModel(agent.OpenAIOptions{BaseURL: srv.URL + "/v1", Concurrency: 64}), Store: db, Tools: reg,
+		Observer: func(e agent.Event) {
+			env.router.Observe(e)
+			if e.Kind == agent.ApprovalNeeded {
+				env.needed <- e
+			}
+		}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	env.router.Bind(env.runner)
+	b.Cleanup(func() {
+		env.runner.Close()
+		env.router.Close()
+	})
+	return env
+}
+
+// BenchmarkWaitingSessions measures what 1,000 sessions cost while each
+// waits on an approval card: heap after a GC and goroutines, per session.
+func BenchmarkWaitingSessions(b *testing.B) {
+	const sessions = 1000
+	for i := 0; i < b.N; i++ {
+		env := newApprovalEnv(b)
+		ctx := context.Background()
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		goroutines := runtime.NumGoroutine()
+		for s := 0; s < sessions; s++ {
+			key := fmt.Sprintf("web/wait%d-%d", i, s)
+			th := chat.Thread{Platform: "web", Key: key, Channel: key}
+			if err := env.router.Handle(ctx, chat.Incoming{Thread: th, Text: "write " + key, AuthorID: "U1"}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for s := 0; s < sessions; s++ {
+			<-env.needed
+		}
+		for s := 0; s < sessions; s++ {
+			env.router.Board(fmt.Sprintf("web/wait%d-%d", i, s)).Wait()
+		}
+		time.Sleep(100 * time.Millisecond) // let session goroutines finish exiting
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/sessions, "heap-bytes/waiting-session")
+		b.ReportMetric(float64(runtime.NumGoroutine()-goroutines)/sessions, "goroutines/waiting-session")
+	}
+}
+
+// BenchmarkClickToToolStart measures the time from a press of Allow once
+// (chat.Router.Click: the decision committed to bbolt) to the approved
+// tool's start, one session at a time.
+func BenchmarkClickToToolStart(b *testing.B) {
+	env := newApprovalEnv(b)
+	ctx := context.Background()
+	var lat []time.Duration
+	for i := 0; i < b.N; i++ {
+		key := fmt.Sprintf("web/click%d", i)
+		th := chat.Thread{Platform: "web", Key: key, Channel: key}
+		if err := env.router.Handle(ctx, chat.Incoming{Thread: th, Text: "write", AuthorID: "U1"}); err != nil {
+			b.Fatal(err)
+		}
+		e := <-env.needed
+		id := ""
+		for deadline := time.Now().Add(10 * time.Second); id == "" && time.Now().Before(deadline); {
+			id = cardIDOf(env.router, key, e.Approval.CallID)
+		}
+		start := time.Now()
+		res := env.router.Click(ctx, chat.Click{Thread: th, Button: chat.ButtonID(chat.ActionAllow, id), UserID: "U1", UserName: "ann"})
+		if res.Card == nil {
+			b.Fatalf("click: %+v", res)
+		}
+		lat = append(lat, (<-env.toolStarted).Sub(start))
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}
+
+// cardIDOf finds the id of the card for callID once the board has it.
+func cardIDOf(r *chat.Router, key, callID string) string {
+	for _, c := range r.Cards(key) {
+		if c.CallID == callID {
+			return c.ID
+		}
+	}
+	return ""
 }

@@ -336,3 +336,25 @@ func (r *Router) closeCard(ctx context.Context, b *Board, th Thread, a agent.App
 		rec.Cards[id] = cr
 	})
 }
+
+// CardInfo is a card as Cards lists it.
+type CardInfo struct {
+	Card
+	CallID string
+	Ref    MessageRef
+}
+
+// Cards lists a session's approval cards, for operators and tests.
+func (r *Router) Cards(key string) []CardInfo {
+	b := r.Board(key)
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]CardInfo, 0, len(b.rec.Cards))
+	for _, cr := range b.rec.Cards {
+		out = append(out, CardInfo{Card: cr.Card, CallID: cr.CallID, Ref: cr.Ref})
+	}
+	return out
+}
