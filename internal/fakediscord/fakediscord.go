@@ -17,6 +17,14 @@
 // (Limit, LimitEdits) and gateway trouble (Reconnect, Drop, InvalidSession,
 // CloseWith).
 //
+// Message components and interactions work as on Discord: buttons in
+// action rows are checked and kept with their message, Click dispatches
+// the INTERACTION_CREATE of a user clicking one, and
+// POST /interactions/{id}/{token}/callback answers it within the 3 s
+// Discord allows (InteractionWindow), once, with a channel message, an
+// ephemeral reply (Ephemerals), a deferral or an update of the clicked
+// message; every callback is recorded (Responses).
+//
 // Only tests import it.
 package fakediscord
 
@@ -57,6 +65,13 @@ type Message struct {
 	Reference                        string // message_reference.message_id
 	Type                             int
 	Edits                            int
+	// Components are the message's action rows, as sent.
+	Components []map[string]any
+	Flags      int // 64 on an ephemeral reply
+	// Recipient is the only user who sees an ephemeral reply.
+	Recipient string
+	// Interaction is the id of the interaction this message answers.
+	Interaction string
 
 	at, edited time.Time
 	thread     string // the thread started from it
@@ -114,30 +129,36 @@ type Server struct {
 	Token string
 	// PinLimit is how many pins a channel holds before 30003; default 50.
 	PinLimit int
+	// InteractionWindow is how long after Click dispatched an interaction
+	// its callback is accepted (later: 404 code 10062); default 3 s, as on
+	// Discord.
+	InteractionWindow time.Duration
 
 	handlers sync.WaitGroup // gateway connections being served
 
-	mu          sync.Mutex // guards everything below
-	closed      bool
-	calls       []Call
-	messages    map[string]*Message
-	order       []string
-	pins        map[string]bool
-	channels    map[string]*channel
-	typing      map[string]int
-	failures    map[string][]*fault // "PATCH message" etc.
-	httpFaults  map[string][]*fault
-	delays      map[string][]*fault
-	limits      map[string]*window // by route
-	retryUntil  map[string]time.Time
-	violations  []string
-	nextID      int64
-	sessions    []*session
-	sessionByID map[string]*session
-	conns       map[*conn]bool
-	records     []*record // dispatched events, for Missed
-	identifies  int
-	resumes     int
+	mu           sync.Mutex // guards everything below
+	closed       bool
+	calls        []Call
+	messages     map[string]*Message
+	order        []string
+	pins         map[string]bool
+	channels     map[string]*channel
+	typing       map[string]int
+	failures     map[string][]*fault // "PATCH message" etc.
+	httpFaults   map[string][]*fault
+	delays       map[string][]*fault
+	limits       map[string]*window // by route
+	retryUntil   map[string]time.Time
+	violations   []string
+	nextID       int64
+	sessions     []*session
+	sessionByID  map[string]*session
+	conns        map[*conn]bool
+	records      []*record // dispatched events, for Missed
+	identifies   int
+	resumes      int
+	interactions map[string]*interaction
+	ephemerals   []*Message // ephemeral interaction replies, oldest first
 }
 
 func (s *Server) initLocked() {
@@ -153,6 +174,7 @@ func (s *Server) initLocked() {
 		s.retryUntil = map[string]time.Time{}
 		s.sessionByID = map[string]*session{}
 		s.conns = map[*conn]bool{}
+		s.interactions = map[string]*interaction{}
 		s.nextID = 1000000000000000000
 	}
 }
@@ -214,8 +236,9 @@ func (s *Server) Limit(route string, n int, per time.Duration) {
 
 // Fail queues an error for the next request matching route, "METHOD
 // kind", where kind is one of messages (the list and posting), message
-// (one message), pins, typing, threads, channel, member, roles, user or
-// gateway: "PATCH message", "GET messages". A code of 0 answers a plain
+// (one message), pins, typing, threads, channel, member, roles, user,
+// gateway or callback (an interaction callback): "PATCH message",
+// "GET messages", "POST callback". A code of 0 answers a plain
 // HTTP error.
 func (s *Server) Fail(route string, status, code int) {
 	s.mu.Lock()
@@ -309,8 +332,10 @@ func (s *Server) Typing(channel string) int {
 }
 
 // Violations lists what Discord would hold against the client: requests
-// made before a 429's retry_after had passed, and messages refused as
-// invalid (too long, too many embeds, empty) with the reason.
+// made before a 429's retry_after had passed, messages refused as
+// invalid (too long, too many embeds, bad components, empty) with the
+// reason, and interaction callbacks refused (late, twice, wrong token,
+// invalid).
 func (s *Server) Violations() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()

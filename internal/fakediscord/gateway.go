@@ -364,10 +364,15 @@ func (s *Server) dispatchLocked(name string, data map[string]any) {
 }
 
 // visible applies a session's intents to an event: whether it is sent at
-// all, and without the MESSAGE_CONTENT intent a message's content, embeds,
+// all (INTERACTION_CREATE always is), and without the MESSAGE_CONTENT intent a message's content, embeds,
 // attachments and components are blank unless it mentions the bot, is a
 // DM or is the bot's own.
 func visible(name string, data map[string]any, intents int64) (map[string]any, bool) {
+	if name == "INTERACTION_CREATE" {
+		// Interactions need no intent, and carry the message they are on
+		// in full.
+		return data, true
+	}
 	guild, _ := data["guild_id"].(string)
 	need := int64(intentGuilds)
 	switch name {

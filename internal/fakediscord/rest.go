@@ -41,6 +41,9 @@ const (
 	codeUnknownGuild       = 10004
 	codeUnknownMember      = 10007
 	codeUnknownMessage     = 10008
+	codeUnknownInteraction = 10062
+	codeAlreadyAcked       = 40060
+	codeInvalidWebhookTok  = 50027
 	codeMaxPins            = 30003
 	codeOtherAuthor        = 50005
 	codeEmptyMessage       = 50006
@@ -79,7 +82,7 @@ func formError(field, code, message string) *apiError {
 
 // route is a parsed REST path.
 type route struct {
-	kind  string // messages, message, pins, typing, threads, channel, member, roles, user, gateway
+	kind  string // messages, message, pins, typing, threads, channel, member, roles, user, gateway, callback
 	major string // the channel or guild id rate limits are kept by
 	parts []string
 }
@@ -107,6 +110,9 @@ func parseRoute(path string) (route, bool) {
 		return route{kind: "member", major: p[1], parts: p}, true
 	case len(p) == 3 && p[0] == "guilds" && p[2] == "roles":
 		return route{kind: "roles", major: p[1], parts: p}, true
+	case len(p) == 4 && p[0] == "interactions" && p[3] == "callback":
+		// Kept by interaction: each has its own bucket.
+		return route{kind: "callback", major: p[1], parts: p}, true
 	}
 	return route{}, false
 }
@@ -124,6 +130,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := r.Method + " " + rt.kind
+	arrived := time.Now() // an interaction callback is on time if it arrives in time
 	var body map[string]any
 	raw, _ := io.ReadAll(r.Body)
 	badJSON := len(raw) > 0 && json.Unmarshal(raw, &body) != nil
@@ -152,7 +159,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case limited > 0:
 		status, resp = http.StatusTooManyRequests, limited
-	case !s.authorized(r.Header.Get("Authorization")):
+	case rt.kind != "callback" && !s.authorized(r.Header.Get("Authorization")):
+		// An interaction callback is authorized by its token instead.
 		aerr = fail(http.StatusUnauthorized, 0, "401: Unauthorized")
 	case badJSON:
 		aerr = fail(http.StatusBadRequest, codeInvalidJSON, "The request body contains invalid JSON.")
@@ -162,6 +170,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			f = takeLocked(s.failures, name)
 		}
 		switch {
+		case f == nil && rt.kind == "callback":
+			status, resp, aerr = s.callbackLocked(r, rt, body, arrived)
 		case f == nil:
 			status, resp, aerr = s.routeLocked(r, rt, body)
 		case f.status == http.StatusTooManyRequests:
@@ -184,6 +194,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		call.Status, call.Code = aerr.status, aerr.code
 	}
 	s.calls = append(s.calls, call)
+	if rt.kind == "callback" {
+		s.recordResponseLocked(rt.parts[1], body, call, arrived)
+	}
 	s.mu.Unlock()
 
 	switch {
@@ -306,7 +319,7 @@ func (s *Server) routeLocked(r *http.Request, rt route, body map[string]any) (in
 		}
 		return 200, rolesJSON(rt.major), nil
 	}
-	if rt.kind == "gateway" || rt.kind == "user" || rt.kind == "member" || rt.kind == "roles" {
+	if rt.kind == "gateway" || rt.kind == "user" || rt.kind == "member" || rt.kind == "roles" || rt.kind == "callback" {
 		return 0, nil, fail(405, 0, "405: Method Not Allowed")
 	}
 	ch, ok := s.channels[rt.major]
@@ -327,14 +340,7 @@ func (s *Server) routeLocked(r *http.Request, rt route, body map[string]any) (in
 		if err := s.applyLocked(m, body, true); err != nil {
 			return s.violationLocked(r, rt.major, err)
 		}
-		if ch.archived {
-			// Sending a message unarchives a thread that is not locked.
-			ch.archived = false
-			s.dispatchLocked("THREAD_UPDATE", ch.json())
-		}
-		m.ID, m.at = s.idLocked(), time.Now()
-		s.addLocked(m)
-		s.dispatchLocked("MESSAGE_CREATE", s.messageJSONLocked(m))
+		s.createLocked(ch, m)
 		return 200, s.messageJSONLocked(m), nil
 	case "GET message", "PATCH message", "DELETE message":
 		m, ok := s.messages[p[3]]
@@ -420,6 +426,18 @@ func (s *Server) routeLocked(r *http.Request, rt route, body map[string]any) (in
 		return s.startThreadLocked(ch, p[3], body)
 	}
 	return 0, nil, fail(405, 0, "405: Method Not Allowed")
+}
+
+// createLocked adds the bot's message m to ch and announces it.
+func (s *Server) createLocked(ch *channel, m *Message) {
+	if ch.archived {
+		// Sending a message unarchives a thread that is not locked.
+		ch.archived = false
+		s.dispatchLocked("THREAD_UPDATE", ch.json())
+	}
+	m.ID, m.at = s.idLocked(), time.Now()
+	s.addLocked(m)
+	s.dispatchLocked("MESSAGE_CREATE", s.messageJSONLocked(m))
 }
 
 func (s *Server) pinsUpdateLocked(ch *channel) map[string]any {
@@ -533,8 +551,8 @@ func idLess(a, b string) bool {
 	return a < b
 }
 
-// applyLocked sets the content, embeds and reply of m from a create or
-// edit body, refusing what Discord refuses.
+// applyLocked sets the content, embeds, components and reply of m from a
+// create or edit body, refusing what Discord refuses.
 func (s *Server) applyLocked(m *Message, body map[string]any, create bool) *apiError {
 	if v, ok := body["content"]; ok && v != nil {
 		c, ok := v.(string)
@@ -559,6 +577,19 @@ func (s *Server) applyLocked(m *Message, body map[string]any, create bool) *apiE
 			m.Embeds = append(m.Embeds, e.(map[string]any))
 		}
 	}
+	if v, ok := body["components"]; ok && v != nil {
+		list, ok := v.([]any)
+		if !ok {
+			return formError("components", "LIST_TYPE_CONVERT", "Only iterables may be used in a ListType.")
+		}
+		if err := checkComponents(list); err != nil {
+			return err
+		}
+		m.Components = nil // an empty list removes them
+		for _, c := range list {
+			m.Components = append(m.Components, c.(map[string]any))
+		}
+	}
 	if am, ok := body["allowed_mentions"].(map[string]any); ok {
 		if err := checkAllowedMentions(am); err != nil {
 			return err
@@ -577,8 +608,7 @@ func (s *Server) applyLocked(m *Message, body map[string]any, create bool) *apiE
 		}
 	}
 	stickers, _ := body["sticker_ids"].([]any)
-	components, _ := body["components"].([]any)
-	if m.Content == "" && len(m.Embeds) == 0 && len(stickers) == 0 && len(components) == 0 && body["poll"] == nil {
+	if m.Content == "" && len(m.Embeds) == 0 && len(stickers) == 0 && len(m.Components) == 0 && body["poll"] == nil {
 		return fail(400, codeEmptyMessage, "Cannot send an empty message")
 	}
 	return nil
@@ -689,6 +719,10 @@ func (s *Server) messageJSONLocked(m *Message) map[string]any {
 	for _, e := range m.Embeds {
 		embeds = append(embeds, e)
 	}
+	components := make([]any, 0, len(m.Components))
+	for _, c := range m.Components {
+		components = append(components, c)
+	}
 	at := m.at
 	if at.IsZero() {
 		at = time.Now()
@@ -697,7 +731,7 @@ func (s *Server) messageJSONLocked(m *Message) map[string]any {
 		"id": m.ID, "channel_id": m.ChannelID, "content": m.Content, "type": m.Type,
 		"author": userJSON(m.AuthorID), "timestamp": at.UTC().Format(time.RFC3339Nano), "edited_timestamp": nil,
 		"mentions": mentions, "mention_roles": roles, "mention_everyone": false, "embeds": embeds,
-		"attachments": []any{}, "components": []any{}, "pinned": s.pins[m.ID], "tts": false, "flags": 0,
+		"attachments": []any{}, "components": components, "pinned": s.pins[m.ID], "tts": false, "flags": m.Flags,
 	}
 	if !m.edited.IsZero() {
 		out["edited_timestamp"] = m.edited.UTC().Format(time.RFC3339Nano)
@@ -712,6 +746,9 @@ func (s *Server) messageJSONLocked(m *Message) map[string]any {
 		if th, ok := s.channels[m.thread]; ok {
 			out["thread"] = th.json()
 		}
+	}
+	if in, ok := s.interactions[m.Interaction]; ok {
+		out["interaction_metadata"] = in.metadataJSON()
 	}
 	return out
 }

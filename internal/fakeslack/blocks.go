@@ -22,6 +22,10 @@ const (
 	maxActionID      = 255
 	maxButtonValue   = 2000
 	maxButtonURL     = 3000
+	maxButtonA11y    = 75 // accessibility_label
+	maxConfirmTitle  = 100
+	maxConfirmText   = 300
+	maxConfirmButton = 30 // confirm and deny
 	maxAltText       = 2000
 	maxImageTitle    = 2000
 	maxInputLabel    = 2000
@@ -35,6 +39,15 @@ var blockTypes = map[string]bool{
 	"section": true, "header": true, "context": true, "divider": true, "actions": true,
 	"rich_text": true, "image": true, "input": true, "file": true, "video": true,
 	"markdown": true, "plan": true, "task_card": true,
+}
+
+// actionsElements are the interactive elements an actions block may hold.
+var actionsElements = map[string]bool{
+	"button": true, "checkboxes": true, "datepicker": true, "datetimepicker": true, "overflow": true,
+	"radio_buttons": true, "timepicker": true, "workflow_button": true, "rich_text_input": true,
+	"static_select": true, "external_select": true, "users_select": true, "conversations_select": true, "channels_select": true,
+	"multi_static_select": true, "multi_external_select": true, "multi_users_select": true,
+	"multi_conversations_select": true, "multi_channels_select": true,
 }
 
 var taskStatuses = map[string]bool{"pending": true, "in_progress": true, "complete": true, "error": true}
@@ -167,9 +180,23 @@ func checkBlock(typ string, b map[string]any) string {
 		if len(list) > maxActionsElems {
 			return fmt.Sprintf("%d elements, limit %d", len(list), maxActionsElems)
 		}
+		// An action_id names one element of its block: a click reports
+		// the block_id and the action_id.
+		actionIDs := map[string]bool{}
 		for j, e := range list {
-			if d := checkElement(e, fmt.Sprintf("elements[%d]", j)); d != "" {
+			name := fmt.Sprintf("elements[%d]", j)
+			if d := checkElement(e, name); d != "" {
 				return d
+			}
+			m := e.(map[string]any)
+			if typ, _ := m["type"].(string); !actionsElements[typ] {
+				return fmt.Sprintf("%s: element type %q is not allowed in an actions block", name, typ)
+			}
+			if id, ok := m["action_id"].(string); ok {
+				if actionIDs[id] {
+					return fmt.Sprintf("%s: duplicate action_id %q", name, id)
+				}
+				actionIDs[id] = true
 			}
 		}
 	case "image":
@@ -295,9 +322,15 @@ func checkElement(v any, name string) string {
 	if typ == "" {
 		return name + ".type is required"
 	}
-	if id, ok := m["action_id"].(string); ok {
-		if n := utf8.RuneCountInString(id); n > maxActionID {
-			return fmt.Sprintf("%s.action_id is %d characters, limit %d", name, n, maxActionID)
+	if c, ok := m["confirm"]; ok {
+		if d := checkConfirm(c, name+".confirm"); d != "" {
+			return d
+		}
+	}
+	if id, ok := m["action_id"]; ok {
+		s, isString := id.(string)
+		if n := utf8.RuneCountInString(s); !isString || n > maxActionID || n == 0 {
+			return fmt.Sprintf("%s.action_id is %d characters, want 1 to %d", name, n, maxActionID)
 		}
 	}
 	switch typ {
@@ -315,11 +348,41 @@ func checkElement(v any, name string) string {
 				return fmt.Sprintf("%s.url is %d characters, limit %d", name, n, maxButtonURL)
 			}
 		}
-		if st, ok := m["style"].(string); ok && st != "primary" && st != "danger" {
-			return fmt.Sprintf("%s.style %q is not primary or danger", name, st)
+		if st, ok := m["style"]; ok && st != "primary" && st != "danger" {
+			return fmt.Sprintf("%s.style %v is not primary or danger", name, st)
+		}
+		if l, ok := m["accessibility_label"].(string); ok {
+			if n := utf8.RuneCountInString(l); n > maxButtonA11y {
+				return fmt.Sprintf("%s.accessibility_label is %d characters, limit %d", name, n, maxButtonA11y)
+			}
 		}
 	case "image":
 		return checkImage(m, name)
+	}
+	return ""
+}
+
+// checkConfirm checks a confirmation dialog object: title, text, confirm
+// and deny are required, style is primary or danger.
+func checkConfirm(v any, name string) string {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return name + " must be a confirmation dialog object"
+	}
+	if d := checkTextObject(m["title"], name+".title", maxConfirmTitle, true); d != "" {
+		return d
+	}
+	if d := checkTextObject(m["text"], name+".text", maxConfirmText, false); d != "" {
+		return d
+	}
+	if d := checkTextObject(m["confirm"], name+".confirm", maxConfirmButton, true); d != "" {
+		return d
+	}
+	if d := checkTextObject(m["deny"], name+".deny", maxConfirmButton, true); d != "" {
+		return d
+	}
+	if st, ok := m["style"]; ok && st != "primary" && st != "danger" {
+		return fmt.Sprintf("%s.style %v is not primary or danger", name, st)
 	}
 	return ""
 }

@@ -14,6 +14,13 @@
 // slow answers (Delay), deleted messages (Delete) and Socket Mode
 // disconnects (Disconnect).
 //
+// Interactivity is Slack's too: BlockActions builds the block_actions
+// payload of a click on a button of a bot message, PushInteraction sends
+// it in an interactive Socket Mode envelope and InteractionBody encodes it
+// for an HTTP Request URL; its response_url is served here and recorded
+// (ResponseURLPosts). chat.postEphemeral messages are kept apart from the
+// channel's (Ephemerals).
+//
 // Only tests import it.
 package fakeslack
 
@@ -48,6 +55,9 @@ type Message struct {
 	Channel, TS, ThreadTS, Text, Blocks, User string
 	BotID                                     string // set on bot messages
 	Edits                                     int
+	// Recipient is the only user who sees an ephemeral message; "" on
+	// channel messages.
+	Recipient string
 }
 
 type window struct {
@@ -66,6 +76,10 @@ type fault struct {
 type Server struct {
 	BotUserID string // default UBOT
 	TeamID    string // default T1
+	// BaseURL is the fake's own address (http://127.0.0.1:port) for the
+	// response_url of BlockActions payloads; by default the Host of the
+	// latest Web API request.
+	BaseURL string
 	// AssistantStatusError, when set, is the error assistant.threads.setStatus answers.
 	AssistantStatusError string
 	// RejectNativePlan makes chat.postMessage and chat.update refuse the
@@ -110,6 +124,11 @@ type Server struct {
 	inflight   map[string]*envelope // sent, not acknowledged
 	tickets    map[string]bool      // connection URLs handed out, unused
 	acks       []string
+	host       string                     // the Host of the latest Web API request, for response_url
+	ephemerals []*Message                 // chat.postEphemeral and response_url replies, oldest first
+	members    map[string]map[string]bool // channel → users seen in it
+	responses  map[string]*responseURL    // by path
+	posts      []ResponseURLPost
 }
 
 func (s *Server) initLocked() {
@@ -126,6 +145,8 @@ func (s *Server) initLocked() {
 		s.retryUntil = map[string]time.Time{}
 		s.inflight = map[string]*envelope{}
 		s.tickets = map[string]bool{}
+		s.members = map[string]map[string]bool{}
+		s.responses = map[string]*responseURL{}
 	}
 	if s.BotUserID == "" {
 		s.BotUserID = "UBOT"
@@ -272,8 +293,9 @@ func (s *Server) Reactions(channel, ts string) []string {
 
 // Violations lists what Slack would hold against the client: calls made
 // before a 429's Retry-After had passed, messages Slack refused as invalid
-// (invalid_blocks, msg_too_long, no_text) with the reason, and envelopes
-// never acknowledged.
+// (invalid_blocks, msg_too_long, no_text) with the reason, envelopes
+// never acknowledged, and interactive envelopes acknowledged after
+// AckTimeout (the user who clicked saw an error).
 func (s *Server) Violations() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -293,6 +315,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.socket(w, r)
 		return
 	}
+	if strings.HasPrefix(r.URL.Path, responseURLPrefix) {
+		s.serveResponseURL(w, r)
+		return
+	}
 	method, ok := strings.CutPrefix(r.URL.Path, "/api/")
 	if !ok {
 		http.NotFound(w, r)
@@ -309,6 +335,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	s.initLocked()
+	s.host = r.Host
 	d := takeLocked(s.delays, method)
 	s.mu.Unlock()
 	if d != nil {

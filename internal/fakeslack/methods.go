@@ -30,6 +30,8 @@ func (s *Server) handleLocked(method string, p map[string]string, r *http.Reques
 		return s.postMessageLocked(method, p)
 	case "chat.update":
 		return s.updateMessageLocked(method, p)
+	case "chat.postEphemeral":
+		return s.postEphemeralLocked(method, p)
 	case "pins.add", "pins.remove":
 		return s.pinLocked(method == "pins.add", p)
 	case "reactions.add", "reactions.remove":
@@ -317,6 +319,7 @@ func (s *Server) storeEventLocked(ev map[string]any) {
 	}
 	s.messages[key] = m
 	s.order = append(s.order, key)
+	s.memberLocked(channel, m.User)
 	if t := tsMicros(ts); t > s.lastTS {
 		s.lastTS = t
 	}

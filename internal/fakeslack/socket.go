@@ -51,17 +51,26 @@ func (c *sock) take() []any {
 	return q
 }
 
-// envelope is one events_api delivery of an event, kept until acked.
+// envelope is one events_api or interactive delivery, kept until acked.
 type envelope struct {
-	id, eventID string
+	id, eventID string // eventID names an interactive envelope's payload type
+	interactive bool
 	payload     json.RawMessage
 	attempt     int
 	reason      string
 	on          *sock // the connection it was last sent on
 	sentAt      time.Time
+	firstSent   time.Time // the first send; an interactive ack is due AckTimeout after it
 }
 
 func (e *envelope) frame() map[string]any {
+	if e.interactive {
+		f := map[string]any{"envelope_id": e.id, "type": "interactive", "accepts_response_payload": false, "payload": e.payload}
+		if e.attempt > 0 {
+			f["retry_attempt"], f["retry_reason"] = e.attempt, e.reason
+		}
+		return f
+	}
 	return map[string]any{"envelope_id": e.id, "type": "events_api", "accepts_response_payload": false,
 		"retry_attempt": e.attempt, "retry_reason": e.reason, "payload": e.payload}
 }
@@ -151,6 +160,17 @@ func (s *Server) socket(w http.ResponseWriter, r *http.Request) {
 		if json.Unmarshal(raw, &msg) == nil && msg.EnvelopeID != "" {
 			s.mu.Lock()
 			s.acks = append(s.acks, msg.EnvelopeID)
+			if e := s.inflight[msg.EnvelopeID]; e != nil && e.interactive {
+				// The user who clicked saw an error after 3 s.
+				limit := ackTimeout
+				if limit < 0 {
+					limit = defaultAckTimeout
+				}
+				if late := time.Since(e.firstSent); late > limit {
+					s.violations = append(s.violations, fmt.Sprintf("interactive envelope %s (%s) acknowledged %s after it was sent, limit %s",
+						e.id, e.eventID, late.Round(time.Millisecond), limit))
+				}
+			}
 			delete(s.inflight, msg.EnvelopeID)
 			s.mu.Unlock()
 		}
@@ -207,7 +227,11 @@ func (s *Server) retryLocked(e *envelope) {
 	delete(s.inflight, e.id)
 	e.on = nil
 	if e.attempt >= maxRetries {
-		s.violations = append(s.violations, fmt.Sprintf("envelope %s (event %s) never acknowledged after %d retries", e.id, e.eventID, maxRetries))
+		what := "event " + e.eventID
+		if e.interactive {
+			what = "interactive " + e.eventID
+		}
+		s.violations = append(s.violations, fmt.Sprintf("envelope %s (%s) never acknowledged after %d retries", e.id, what, maxRetries))
 		return
 	}
 	e.attempt++
@@ -233,6 +257,9 @@ func (s *Server) flushLocked() {
 		e := s.pending[0]
 		s.pending = s.pending[1:]
 		e.on, e.sentAt = c, time.Now()
+		if e.firstSent.IsZero() {
+			e.firstSent = e.sentAt
+		}
 		s.inflight[e.id] = e
 		c.send(e.frame())
 	}

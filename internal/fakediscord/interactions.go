@@ -1,0 +1,424 @@
+package fakediscord
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Discord's limits on message components (discord.com/developers/docs,
+// Component reference).
+const (
+	maxActionRows     = 5
+	maxRowComponents  = 5
+	maxButtonLabel    = 80
+	maxCustomID       = 100
+	maxButtonURL      = 512
+	defaultInteractIn = 3 * time.Second
+)
+
+// Component types and the interaction types and flags the fake knows.
+const (
+	componentActionRow = 1
+	componentButton    = 2
+	buttonLink         = 5
+	buttonPremium      = 6
+	interactionComp    = 3
+	flagEphemeral      = 64
+	// Flags an interaction response may set: SUPPRESS_EMBEDS, EPHEMERAL,
+	// SUPPRESS_NOTIFICATIONS.
+	responseFlags = 1<<2 | flagEphemeral | 1<<12
+)
+
+// Interaction callback types.
+const (
+	callbackMessage         = 4 // CHANNEL_MESSAGE_WITH_SOURCE
+	callbackDeferredMessage = 5 // DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE
+	callbackDeferredUpdate  = 6 // DEFERRED_UPDATE_MESSAGE
+	callbackUpdate          = 7 // UPDATE_MESSAGE
+	callbackModal           = 9 // MODAL
+)
+
+// ErrNoButton is Click's error for a message without a button, enabled
+// and not a link, that has the custom_id.
+var ErrNoButton = errors.New("fakediscord: no such button")
+
+// Response is one interaction callback as the fake answered it.
+type Response struct {
+	Type int            // the callback type: 4, 5, 6, 7, 9
+	Data map[string]any // the callback's data, nil without one
+	// Latency is the time from the INTERACTION_CREATE dispatch to the
+	// callback's arrival; Discord accepts it within 3 s.
+	Latency time.Duration
+	Status  int // the HTTP status answered: 204, 400, 401, 404, 429
+	Code    int // the Discord error code answered, if any
+	At      time.Time
+}
+
+// interaction is a component interaction created by Click.
+type interaction struct {
+	id, token              string
+	channel, message, user string
+	guild                  string
+	created                time.Time
+	acked                  bool
+	responses              []Response
+}
+
+func (in *interaction) metadataJSON() map[string]any {
+	owners := map[string]any{}
+	if in.guild != "" {
+		owners["0"] = in.guild
+	}
+	return map[string]any{"id": in.id, "type": interactionComp, "user": interactionUserJSON(in.user),
+		"authorizing_integration_owners": owners, "interacted_message_id": in.message}
+}
+
+func interactionUserJSON(id string) map[string]any {
+	u := userJSON(id)
+	u["global_name"] = "User " + id
+	u["avatar"] = nil
+	return u
+}
+
+// checkComponents checks a message's components as Discord does: only
+// action rows at the top, at most 5, each with 1 to 5 buttons or one
+// select menu; buttons with a label of at most 80 characters, a custom_id
+// of 1 to 100 characters unique in the message for styles 1 to 4, a url
+// and no custom_id for style 5.
+func checkComponents(list []any) *apiError {
+	if len(list) > maxActionRows {
+		return formError("components", "BASE_TYPE_MAX_LENGTH", fmt.Sprintf("Must be %d or fewer in length.", maxActionRows))
+	}
+	ids := map[string]bool{}
+	for i, raw := range list {
+		at := fmt.Sprintf("components.%d", i)
+		row, ok := raw.(map[string]any)
+		if !ok {
+			return formError(at, "MODEL_TYPE_CONVERT", "Only dictionaries may be used in a ModelType")
+		}
+		if row["type"] != float64(componentActionRow) {
+			return formError(at+".type", "UNION_TYPE_CHOICES", "Value of field \"type\" must be one of (1,).")
+		}
+		children, ok := row["components"].([]any)
+		if !ok || len(children) < 1 || len(children) > maxRowComponents {
+			return formError(at+".components", "BASE_TYPE_BAD_LENGTH", fmt.Sprintf("Must be between 1 and %d in length.", maxRowComponents))
+		}
+		for j, raw := range children {
+			at := fmt.Sprintf("%s.components.%d", at, j)
+			c, ok := raw.(map[string]any)
+			if !ok {
+				return formError(at, "MODEL_TYPE_CONVERT", "Only dictionaries may be used in a ModelType")
+			}
+			typ, _ := c["type"].(float64)
+			switch typ {
+			case componentButton:
+				if err := checkButton(c, at); err != nil {
+					return err
+				}
+			case 3, 5, 6, 7, 8: // select menus take a whole row
+				if len(children) > 1 {
+					return formError(at, "COMPONENT_LAYOUT_WIDTH_EXCEEDED", "The specified component exceeds the maximum width")
+				}
+				if err := checkCustomID(c, at); err != nil {
+					return err
+				}
+			default:
+				return formError(at+".type", "UNION_TYPE_CHOICES", "Value of field \"type\" must be one of (2, 3, 5, 6, 7, 8).")
+			}
+			if id, ok := c["custom_id"].(string); ok {
+				if ids[id] {
+					return formError(at+".custom_id", "COMPONENT_CUSTOM_ID_DUPLICATED", "Component custom id was already specified")
+				}
+				ids[id] = true
+			}
+		}
+	}
+	return nil
+}
+
+func checkButton(c map[string]any, at string) *apiError {
+	if l, ok := c["label"]; ok && l != nil {
+		label, ok := l.(string)
+		if !ok {
+			return formError(at+".label", "STRING_TYPE_CONVERT", "Could not interpret the value as string.")
+		}
+		if utf8.RuneCountInString(label) > maxButtonLabel {
+			return formError(at+".label", "BASE_TYPE_MAX_LENGTH", fmt.Sprintf("Must be %d or fewer in length.", maxButtonLabel))
+		}
+	}
+	style, _ := c["style"].(float64)
+	_, hasID := c["custom_id"]
+	url, hasURL := c["url"].(string)
+	switch style {
+	case 1, 2, 3, 4:
+		if hasURL {
+			return formError(at+".url", "BUTTON_COMPONENT_URL_NOT_ALLOWED", "Only link buttons may have a url")
+		}
+		return checkCustomID(c, at)
+	case buttonLink:
+		if hasID {
+			return formError(at+".custom_id", "BUTTON_COMPONENT_CUSTOM_ID_NOT_ALLOWED", "A link button cannot have a custom id")
+		}
+		if !hasURL || url == "" {
+			return formError(at+".url", "BASE_TYPE_REQUIRED", "This field is required")
+		}
+		if utf8.RuneCountInString(url) > maxButtonURL {
+			return formError(at+".url", "BASE_TYPE_MAX_LENGTH", fmt.Sprintf("Must be %d or fewer in length.", maxButtonURL))
+		}
+	case buttonPremium:
+		if hasID || hasURL {
+			return formError(at, "BUTTON_COMPONENT_INVALID_PREMIUM", "A premium button takes a sku_id and no custom id or url")
+		}
+		if sku, _ := c["sku_id"].(string); sku == "" {
+			return formError(at+".sku_id", "BASE_TYPE_REQUIRED", "This field is required")
+		}
+	default:
+		return formError(at+".style", "BASE_TYPE_CHOICES", "Value must be one of {1, 2, 3, 4, 5, 6}.")
+	}
+	return nil
+}
+
+func checkCustomID(c map[string]any, at string) *apiError {
+	id, _ := c["custom_id"].(string)
+	if id == "" {
+		return formError(at+".custom_id", "BASE_TYPE_REQUIRED", "This field is required")
+	}
+	if utf8.RuneCountInString(id) > maxCustomID {
+		return formError(at+".custom_id", "BASE_TYPE_MAX_LENGTH", fmt.Sprintf("Must be %d or fewer in length.", maxCustomID))
+	}
+	return nil
+}
+
+// findButton returns the clickable button with customID among
+// components: enabled, not a link or premium button.
+func findButton(components []map[string]any, customID string) map[string]any {
+	for _, row := range components {
+		children, _ := row["components"].([]any)
+		for _, raw := range children {
+			c, _ := raw.(map[string]any)
+			if c["type"] != float64(componentButton) || c["custom_id"] != customID || c["disabled"] == true {
+				continue
+			}
+			if st, _ := c["style"].(float64); st == buttonLink || st == buttonPremium {
+				continue
+			}
+			return c
+		}
+	}
+	return nil
+}
+
+// Click has userID click the button with customID on the message
+// messageID in channel: it dispatches the INTERACTION_CREATE Discord
+// sends the bot (a component interaction with the full message, the
+// member in a guild channel or the user in a DM, a token for the
+// callback) and returns the interaction's id. The callback is accepted
+// for InteractionWindow from now. It fails with ErrNoButton when the
+// message does not exist or has no enabled, non-link button with that
+// custom_id; nothing is dispatched then.
+func (s *Server) Click(channel, messageID, userID, customID string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.initLocked()
+	ch, ok := s.channels[channel]
+	if !ok {
+		return "", fmt.Errorf("click %s in channel %s: unknown channel: %w", customID, channel, ErrNoButton)
+	}
+	m, ok := s.messages[messageID]
+	if !ok || m.ChannelID != channel {
+		return "", fmt.Errorf("click %s on message %s: unknown message: %w", customID, messageID, ErrNoButton)
+	}
+	if findButton(m.Components, customID) == nil {
+		return "", fmt.Errorf("click %s on message %s: %w", customID, messageID, ErrNoButton)
+	}
+	if userID == "" {
+		return "", errors.New("fakediscord: click by no user")
+	}
+	id := s.idLocked()
+	in := &interaction{id: id, channel: channel, message: m.ID, user: userID, guild: ch.guildID, created: time.Now(),
+		token: base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf("interaction:%s:%s%d", id, "fake", time.Now().UnixNano())))}
+	s.interactions[id] = in
+
+	chJSON := ch.json()
+	const appPermissions = "2248473465835073"
+	ev := map[string]any{
+		"id": id, "application_id": BotID, "type": interactionComp, "token": in.token, "version": 1,
+		"data":            map[string]any{"custom_id": customID, "component_type": componentButton},
+		"channel_id":      channel,
+		"channel":         chJSON,
+		"message":         s.messageJSONLocked(m),
+		"app_permissions": appPermissions,
+		"locale":          "en-US",
+		"entitlements":    []any{},
+		// 10 MiB, the attachment limit without boosts.
+		"attachment_size_limit":          10485760,
+		"authorizing_integration_owners": in.metadataJSON()["authorizing_integration_owners"],
+	}
+	if ch.guildID != "" {
+		ev["guild_id"] = ch.guildID
+		ev["guild_locale"] = "en-US"
+		ev["guild"] = map[string]any{"id": ch.guildID, "locale": "en-US", "features": []any{}}
+		ev["context"] = 0 // GUILD
+		ev["member"] = map[string]any{"user": interactionUserJSON(userID), "roles": []any{}, "permissions": "2248473465835073",
+			"joined_at": "2026-01-01T00:00:00Z", "deaf": false, "mute": false, "flags": 0, "pending": false,
+			"nick": nil, "avatar": nil, "premium_since": nil, "communication_disabled_until": nil}
+	} else {
+		ev["context"] = 1 // BOT_DM
+		ev["user"] = interactionUserJSON(userID)
+	}
+	s.dispatchLocked("INTERACTION_CREATE", ev)
+	return id, nil
+}
+
+// Responses returns the callbacks made for the interaction, oldest first,
+// refused ones too.
+func (s *Server) Responses(interactionID string) []Response {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if in, ok := s.interactions[interactionID]; ok {
+		return append([]Response(nil), in.responses...)
+	}
+	return nil
+}
+
+// Ephemerals returns the ephemeral interaction replies in channel, oldest
+// first, each with its Recipient and Interaction. They are not among the
+// channel's Messages and cannot be fetched, edited or pinned through the
+// channel routes.
+func (s *Server) Ephemerals(channel string) []Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Message
+	for _, m := range s.ephemerals {
+		if m.ChannelID == channel {
+			out = append(out, *m)
+		}
+	}
+	return out
+}
+
+// recordResponseLocked keeps a callback request with what was answered.
+func (s *Server) recordResponseLocked(id string, body map[string]any, call Call, arrived time.Time) {
+	in, ok := s.interactions[id]
+	if !ok {
+		return
+	}
+	typ, _ := body["type"].(float64)
+	data, _ := body["data"].(map[string]any)
+	in.responses = append(in.responses, Response{Type: int(typ), Data: data, Latency: arrived.Sub(in.created),
+		Status: call.Status, Code: call.Code, At: call.At})
+}
+
+// callbackLocked answers POST /interactions/{id}/{token}/callback.
+func (s *Server) callbackLocked(r *http.Request, rt route, body map[string]any, arrived time.Time) (int, any, *apiError) {
+	if r.Method != http.MethodPost {
+		return 0, nil, fail(405, 0, "405: Method Not Allowed")
+	}
+	// Each refusal is the client's fault: the user sees "This interaction
+	// failed" or a second answer is lost.
+	where := "interaction " + rt.parts[1]
+	in, ok := s.interactions[rt.parts[1]]
+	switch {
+	case !ok:
+		return s.violationLocked(r, where, fail(http.StatusNotFound, codeUnknownInteraction, "Unknown interaction"))
+	case rt.parts[2] != in.token:
+		return s.violationLocked(r, where, fail(http.StatusUnauthorized, codeInvalidWebhookTok, "Invalid Webhook Token"))
+	case in.acked:
+		return s.violationLocked(r, where, fail(http.StatusBadRequest, codeAlreadyAcked, "Interaction has already been acknowledged."))
+	}
+	window := s.InteractionWindow
+	if window <= 0 {
+		window = defaultInteractIn
+	}
+	if late := arrived.Sub(in.created); late > window {
+		s.violations = append(s.violations, fmt.Sprintf("interaction %s answered %s after it was created, limit %s", in.id, late.Round(time.Millisecond), window))
+		return 0, nil, fail(http.StatusNotFound, codeUnknownInteraction, "Unknown interaction")
+	}
+	typ, _ := body["type"].(float64)
+	data, hasData := body["data"].(map[string]any)
+	if !hasData {
+		data = map[string]any{}
+	}
+	flags, _ := data["flags"].(float64)
+	if int(flags)&^responseFlags != 0 {
+		return s.violationLocked(r, where, formError("data.flags", "BASE_TYPE_CHOICES", "Only SUPPRESS_EMBEDS, EPHEMERAL and SUPPRESS_NOTIFICATIONS may be set."))
+	}
+	ch := s.channels[in.channel]
+	var resource map[string]any
+	switch typ {
+	case callbackMessage:
+		m := &Message{ChannelID: in.channel, AuthorID: BotID, Interaction: in.id}
+		if err := s.applyLocked(m, data, false); err != nil {
+			return s.violationLocked(r, where, dataError(err))
+		}
+		if int(flags)&flagEphemeral != 0 {
+			m.ID, m.at, m.Flags, m.Recipient = s.idLocked(), time.Now(), int(flags), in.user
+			s.ephemerals = append(s.ephemerals, m)
+		} else {
+			if ch == nil || ch.archived && ch.locked {
+				return 0, nil, fail(400, codeThreadArchived, "Thread is archived")
+			}
+			// The reply to a component interaction answers the clicked message.
+			m.Type, m.Reference, m.Flags = 19, in.message, int(flags)
+			s.createLocked(ch, m)
+		}
+		resource = map[string]any{"type": callbackMessage, "message": s.messageJSONLocked(m)}
+	case callbackUpdate:
+		m, ok := s.messages[in.message]
+		if !ok {
+			return 0, nil, fail(404, codeUnknownMessage, "Unknown Message")
+		}
+		if ch != nil && ch.archived {
+			return 0, nil, fail(400, codeThreadArchived, "Thread is archived")
+		}
+		edited := *m
+		if err := s.applyLocked(&edited, data, false); err != nil {
+			return s.violationLocked(r, where, dataError(err))
+		}
+		*m = edited
+		m.Edits++
+		m.edited = time.Now()
+		s.dispatchLocked("MESSAGE_UPDATE", s.messageJSONLocked(m))
+		resource = map[string]any{"type": callbackUpdate, "message": s.messageJSONLocked(m)}
+	case callbackDeferredMessage, callbackDeferredUpdate:
+		resource = map[string]any{"type": int(typ)}
+	case callbackModal:
+		if id, _ := data["custom_id"].(string); id == "" {
+			return s.violationLocked(r, where, formError("data.custom_id", "BASE_TYPE_REQUIRED", "This field is required"))
+		}
+		if title, _ := data["title"].(string); title == "" {
+			return s.violationLocked(r, where, formError("data.title", "BASE_TYPE_REQUIRED", "This field is required"))
+		}
+		resource = map[string]any{"type": callbackModal}
+	default:
+		// PONG answers PING and autocomplete results an autocomplete
+		// interaction, not a button.
+		return s.violationLocked(r, where, formError("type", "BASE_TYPE_CHOICES", "Value must be one of {4, 5, 6, 7, 9}."))
+	}
+	in.acked = true
+	if r.URL.Query().Get("with_response") == "true" {
+		return 200, map[string]any{"interaction": map[string]any{"id": in.id, "type": interactionComp,
+			"response_message_loading": typ == callbackDeferredMessage, "response_message_ephemeral": int(flags)&flagEphemeral != 0},
+			"resource": resource}, nil
+	}
+	return 204, nil, nil
+}
+
+// dataError moves the fields of a 50035 under data, where a callback
+// carries the message.
+func dataError(err *apiError) *apiError {
+	if err.errors == nil {
+		return err
+	}
+	out := *err
+	out.errors = map[string]any{}
+	for k, v := range err.errors {
+		out.errors["data."+strings.TrimPrefix(k, "data.")] = v
+	}
+	return &out
+}
