@@ -125,9 +125,14 @@ type Checkpoint struct {
 	Decisions map[string]Decision `json:"decisions,omitempty"`
 	// Allowed lists tools allowed for the rest of the session ("Always
 	// allow here").
-	Allowed []string  `json:"allowed,omitempty"`
-	Created time.Time `json:"created"`
-	Updated time.Time `json:"updated"`
+	Allowed []string `json:"allowed,omitempty"`
+	// Summary stands in for the oldest history entries in requests.
+	Summary *Summary `json:"summary,omitempty"`
+	// TokenRatio is the server's prompt_tokens over pinplan's estimate,
+	// learned from usage; 0 until a server reports usage.
+	TokenRatio float64   `json:"token_ratio,omitempty"`
+	Created    time.Time `json:"created"`
+	Updated    time.Time `json:"updated"`
 }
 
 // Round is everything one checkpoint writes, in one transaction: the

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -92,14 +93,17 @@ func (m *OpenAIModel) Complete(ctx context.Context, req openai.ChatCompletionReq
 		if ctx.Err() != nil {
 			return Reply{}, fmt.Errorf("%w: %w", ErrModel, context.Cause(ctx))
 		}
+		if contextTooLong(err) {
+			return Reply{}, m.fail(req, fmt.Errorf("%w: %w: %w", ErrModel, ErrContextTooLong, err))
+		}
 		if !retryable(err) || attempt >= m.opts.Retries {
-			return Reply{}, fmt.Errorf("%w after %d attempt(s): %w", ErrModel, attempt+1, err)
+			return Reply{}, m.fail(req, fmt.Errorf("%w after %d attempt(s): %w", ErrModel, attempt+1, err))
 		}
 		retryAfter := hint.get()
 		if retryAfter > m.opts.MaxBackoff {
 			// Retrying sooner would ignore the server; waiting longer would
 			// hold the thread for too long. Give up and say why.
-			return Reply{}, fmt.Errorf("%w: the server asked to retry after %s, longer than the %s this bot waits: %w", ErrModel, retryAfter, m.opts.MaxBackoff, err)
+			return Reply{}, m.fail(req, fmt.Errorf("%w: %w: the server asked to retry after %s, longer than the %s this bot waits: %w", ErrModel, ErrRateLimited, retryAfter, m.opts.MaxBackoff, err))
 		}
 		wait := m.backoff(attempt, retryAfter)
 		if m.opts.OnRetry != nil {
@@ -113,6 +117,16 @@ func (m *OpenAIModel) Complete(ctx context.Context, req openai.ChatCompletionReq
 		case <-t.C:
 		}
 	}
+}
+
+// fail wraps a final error with what the thread should be told.
+func (m *OpenAIModel) fail(req openai.ChatCompletionRequest, err error) error {
+	base := m.opts.BaseURL
+	if u, perr := url.Parse(base); perr == nil {
+		u.User = nil
+		base = u.String()
+	}
+	return &ModelError{Status: status(err), BaseURL: base, Model: req.Model, Err: err}
 }
 
 // backoff is exponential with full jitter in [d/2, d], at least Retry-After.

@@ -34,6 +34,9 @@ type Options struct {
 	// ToolShowAfter is how long a tool call runs before observers hear of
 	// it (ToolStarted); 0 means one second, negative at once.
 	ToolShowAfter time.Duration
+	// ContextTokens is the model's context budget for one request
+	// (PINPLAN_CONTEXT_TOKENS); 0 means 32,000.
+	ContextTokens int
 	Observer      Observer
 	Logger        *slog.Logger
 	Now           func() time.Time
@@ -106,6 +109,9 @@ func NewRunner(opts Options) (*Runner, error) {
 	}
 	if opts.ApprovalTimeout <= 0 {
 		opts.ApprovalTimeout = 30 * time.Minute
+	}
+	if opts.ContextTokens <= 0 {
+		opts.ContextTokens = defaultContextTokens
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -365,8 +371,23 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 	drained, ids := r.userEntries(inbox)
 	work := s.tracker.Clone()
 	remind := work.TakeReminder(r.opts.StaleRounds)
-	req := r.request(s.hist, drained, remind)
-	reply, err := r.opts.Model.Complete(ctx, req)
+	v, err := r.build(ctx, s, drained, remind, false)
+	if err != nil {
+		if r.ctx.Err() != nil {
+			return context.Cause(r.ctx)
+		}
+		return err
+	}
+	reply, err := r.opts.Model.Complete(ctx, v.req)
+	if errors.Is(err, ErrContextTooLong) && ctx.Err() == nil {
+		// The server counts differently or its window is smaller than
+		// configured: compact harder and try once more.
+		r.opts.Logger.Warn("request too long for the model; compacting harder", "session", s.key, "estimated", correct(v.estimated, s.cp.TokenRatio))
+		s.cp.TokenRatio = max(s.cp.TokenRatio*1.5, 1.5)
+		if v, err = r.build(ctx, s, drained, remind, true); err == nil {
+			reply, err = r.opts.Model.Complete(ctx, v.req)
+		}
+	}
 	if err != nil {
 		if r.ctx.Err() != nil {
 			return context.Cause(r.ctx) // shutdown: stay running, resume later
@@ -388,6 +409,7 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 	msg.ReasoningContent = ""
 	next := s.cp
 	next.Usage.add(reply.Usage)
+	next.TokenRatio = learn(s.cp.TokenRatio, v.estimated, reply.Usage.PromptTokens)
 	next.TurnRounds++
 	now := r.opts.Now()
 	asst := Entry{Message: msg, At: now}
@@ -715,28 +737,6 @@ func (r *Runner) userEntries(inbox []Inbound) ([]Entry, []uint64) {
 		ids = append(ids, in.ID)
 	}
 	return entries, ids
-}
-
-// request builds the model request: the system prompt, the stored history,
-// the drained user messages and, when due, the transient reminder, which is
-// never stored.
-func (r *Runner) request(hist, drained []Entry, remind bool) openai.ChatCompletionRequest {
-	system := todo.PromptAddendum
-	if r.opts.SystemPrompt != "" {
-		system = r.opts.SystemPrompt + "\n\n" + todo.PromptAddendum
-	}
-	msgs := make([]openai.ChatCompletionMessage, 0, len(hist)+len(drained)+2)
-	msgs = append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleSystem, Content: system})
-	for _, e := range hist {
-		msgs = append(msgs, e.Message)
-	}
-	for _, e := range drained {
-		msgs = append(msgs, e.Message)
-	}
-	if remind {
-		msgs = append(msgs, openai.ChatCompletionMessage{Role: r.opts.ReminderRole, Content: todo.ReminderText})
-	}
-	return openai.ChatCompletionRequest{Model: r.opts.ModelName, Messages: msgs, Tools: r.opts.Tools.Definitions()}
 }
 
 func (r *Runner) publish(e Event) {

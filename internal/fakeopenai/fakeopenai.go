@@ -54,10 +54,43 @@ type Server struct {
 	Respond func(req *openai.ChatCompletionRequest) Reply
 	// NoRecord keeps no requests (for benchmarks that measure memory).
 	NoRecord bool
+	// ContextWindow, when set, is the model's window in tokens (counted by
+	// CountTokens): a longer request is answered 400 with OpenAI's
+	// context_length_exceeded error body.
+	ContextWindow int
+	// NoUsage leaves usage out of answers, as some servers do.
+	NoUsage bool
 
-	mu       sync.Mutex // guards requests and faults
+	mu       sync.Mutex // guards requests, faults and rejected
 	requests []openai.ChatCompletionRequest
 	faults   []Fault
+	rejected int
+}
+
+// Rejected counts requests refused for exceeding ContextWindow.
+func (s *Server) Rejected() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rejected
+}
+
+// CountTokens is the fake's tokenizer: about one token per three bytes of
+// text (so one per CJK character, about one per three ASCII characters:
+// deliberately not pinplan's own estimate), plus 4 per message and the
+// tool definitions.
+func CountTokens(req *openai.ChatCompletionRequest) int {
+	n := 0
+	for _, m := range req.Messages {
+		n += 4 + (len(m.Content)+2)/3
+		for _, tc := range m.ToolCalls {
+			n += 3 + (len(tc.Function.Name)+len(tc.Function.Arguments)+2)/3
+		}
+	}
+	if len(req.Tools) > 0 {
+		b, _ := json.Marshal(req.Tools)
+		n += len(b) / 4
+	}
+	return n
 }
 
 // Fail queues faults; each is used by one request, in order.
@@ -91,6 +124,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if msg := invalidMessages(req.Messages); msg != "" {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", msg)
+		return
+	}
+	prompt := CountTokens(&req)
+	if s.ContextWindow > 0 && prompt > s.ContextWindow {
+		s.mu.Lock()
+		s.rejected++
+		s.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{
+			"message": fmt.Sprintf("This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.", s.ContextWindow, prompt),
+			"type":    "invalid_request_error", "param": "messages", "code": "context_length_exceeded",
+		}})
 		return
 	}
 	s.mu.Lock()
@@ -132,8 +178,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			reply.ToolCalls[i].ID = fmt.Sprintf("call_%d_%d", len(req.Messages), i)
 		}
 	}
-	usage := openai.Usage{PromptTokens: 10 * len(req.Messages), CompletionTokens: 5 + len(reply.Content)/4}
+	usage := openai.Usage{PromptTokens: prompt, CompletionTokens: 5 + len(reply.Content)/4}
 	usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens
+	if s.NoUsage {
+		usage = openai.Usage{}
+	}
 	if req.Stream {
 		s.stream(w, &req, reply, usage, f)
 		return

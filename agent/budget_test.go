@@ -1,0 +1,254 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/internal/fakeopenai"
+	"github.com/pinplan/pinplan/store"
+	"github.com/pinplan/pinplan/todo"
+)
+
+func isSummaryCall(req *openai.ChatCompletionRequest) bool {
+	return len(req.Messages) > 0 && strings.Contains(req.Messages[0].Content, "running summary")
+}
+
+var longPlan = []todo.Item{{Content: "answer every question", Status: todo.InProgress}, {Content: "keep notes", Status: todo.Pending}}
+
+// chatty answers each turn; the first turn writes a plan first.
+func chatty(summaries *atomic.Int32) func(*openai.ChatCompletionRequest) fakeopenai.Reply {
+	return func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
+		if isSummaryCall(req) {
+			summaries.Add(1)
+			return fakeopenai.Reply{Content: "The user asked a long series of questions; each was answered."}
+		}
+		last := req.Messages[len(req.Messages)-1]
+		if last.Role == openai.ChatMessageRoleUser && strings.Contains(last.Content, "question 01 ") {
+			return fakeopenai.Reply{ToolCalls: []fakeopenai.Call{call(todo.ToolName, todo.Encode(longPlan))}}
+		}
+		return fakeopenai.Reply{Content: "answered: " + strings.Repeat("detail ", 60)}
+	}
+}
+
+func longMessage(i int) string {
+	return fmt.Sprintf("question %02d %s", i, strings.Repeat("lorem ipsum dolor sit amet ", 120))[:3000]
+}
+
+func budgetHarness(t *testing.T, fake *fakeopenai.Server, db *store.DB, tokens int) *harness {
+	t.Helper()
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	model := agent.NewOpenAIModel(agent.OpenAIOptions{BaseURL: srv.URL + "/v1", APIKey: "sk-test", Timeout: 5 * time.Second, BaseBackoff: time.Millisecond})
+	reg, err := agent.NewRegistry()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{fake: fake, db: db, events: map[string]chan agent.Event{}, model: model}
+	h.runner, err = agent.NewRunner(agent.Options{Model: model, Store: db, Tools: reg, ModelName: "fake", ContextTokens: tokens,
+		Observer: func(e agent.Event) { h.ch(e.Session) <- e }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.runner.Close)
+	return h
+}
+
+func openDB(t *testing.T) (*store.DB, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "p.db")
+	db, err := store.Open(path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db, path
+}
+
+func TestLongThreadStaysInTheWindow(t *testing.T) {
+	var summaries atomic.Int32
+	fake := &fakeopenai.Server{ContextWindow: 8000}
+	fake.Respond = chatty(&summaries)
+	db, _ := openDB(t)
+	h := budgetHarness(t, fake, db, 8000)
+	for i := 1; i <= 26; i++ {
+		h.send(t, "web/long", longMessage(i))
+		events := h.waitEnd(t, "web/long")
+		if end := events[len(events)-1]; end.Outcome != agent.Done {
+			t.Fatalf("turn %d: outcome %s (%v): %q", i, end.Outcome, end.Err, end.Text)
+		}
+	}
+	if n := fake.Rejected(); n != 0 {
+		t.Errorf("%d requests exceeded the window", n)
+	}
+	if summaries.Load() == 0 {
+		t.Error("26 turns of 3,000 characters fit 8,000 tokens without a summary: the test proves nothing")
+	}
+	reqs := fake.Requests()
+	last := reqs[len(reqs)-1]
+	var all strings.Builder
+	for _, m := range last.Messages {
+		all.WriteString(m.Content + "\n")
+	}
+	if !strings.Contains(all.String(), todo.NewSnapshot(longPlan).String()) {
+		t.Error("the last request lacks the plan snapshot, byte for byte")
+	}
+	if !strings.Contains(all.String(), longMessage(26)) {
+		t.Error("the last request lacks the newest message")
+	}
+	_, hist, _, err := h.db.Load(context.Background(), "web/long")
+	if err != nil {
+		t.Fatal(err)
+	}
+	users := 0
+	for _, e := range hist {
+		if e.Message.Role == openai.ChatMessageRoleUser {
+			users++
+		}
+	}
+	if users != 26 {
+		t.Errorf("stored history has %d user messages, want all 26", users)
+	}
+}
+
+func TestSummaryIsCheckpointed(t *testing.T) {
+	var summaries atomic.Int32
+	fake := &fakeopenai.Server{ContextWindow: 8000}
+	fake.Respond = chatty(&summaries)
+	db, _ := openDB(t)
+	h := budgetHarness(t, fake, db, 8000)
+	i := 0
+	for summaries.Load() == 0 && i < 26 {
+		i++
+		h.send(t, "web/sum", longMessage(i))
+		h.waitEnd(t, "web/sum")
+	}
+	if summaries.Load() != 1 {
+		t.Fatalf("%d summary calls after %d turns, want 1", summaries.Load(), i)
+	}
+	cp, _, _, err := db.Load(context.Background(), "web/sum")
+	if err != nil || cp.Summary == nil || cp.Summary.Through == 0 {
+		t.Fatalf("summary not in the checkpoint: %+v, %v", cp, err)
+	}
+	h.runner.Close() // a restart: the summary comes back from the store
+	h2 := budgetHarness(t, fake, db, 8000)
+	h2.send(t, "web/sum", "a short follow-up")
+	if events := h2.waitEnd(t, "web/sum"); events[len(events)-1].Outcome != agent.Done {
+		t.Fatal("follow-up after restart failed")
+	}
+	if summaries.Load() != 1 {
+		t.Errorf("%d summary calls after the restart, want still 1", summaries.Load())
+	}
+}
+
+func TestContextErrorCompactsHarderOnce(t *testing.T) {
+	var summaries atomic.Int32
+	// The server's window is smaller than the budget pinplan was given.
+	fake := &fakeopenai.Server{ContextWindow: 5000}
+	fake.Respond = chatty(&summaries)
+	db, _ := openDB(t)
+	h := budgetHarness(t, fake, db, 9000)
+	for i := 1; i <= 8; i++ {
+		h.send(t, "web/hard", longMessage(i))
+		events := h.waitEnd(t, "web/hard")
+		if end := events[len(events)-1]; end.Outcome != agent.Done {
+			t.Fatalf("turn %d: outcome %s: %q", i, end.Outcome, end.Text)
+		}
+	}
+	if fake.Rejected() == 0 {
+		t.Error("no request was rejected: the recovery path was not exercised")
+	}
+}
+
+func TestModelFailuresSayWhatToDo(t *testing.T) {
+	unreachable := func() string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		return "http://" + addr + "/v1"
+	}
+	tests := []struct {
+		name   string
+		status int
+		code   string
+		want   string
+	}{
+		{"bad key", 401, "invalid_api_key", "OPENAI_API_KEY"},
+		{"unknown model", 404, "model_not_found", "OPENAI_MODEL"},
+		{"context too long", 400, "context_length_exceeded", "reset"},
+		{"server down", 0, "", "could not be reached"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			base := unreachable()
+			if tt.status != 0 {
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+					w.Header().Set("Content-Type", "application/json")
+					w.WriteHeader(tt.status)
+					fmt.Fprintf(w, `{"error":{"message":"injected: maximum context length exceeded","type":"invalid_request_error","code":%q}}`, tt.code)
+				}))
+				t.Cleanup(srv.Close)
+				base = srv.URL + "/v1"
+			}
+			db, _ := openDB(t)
+			model := agent.NewOpenAIModel(agent.OpenAIOptions{BaseURL: base, APIKey: "sk-test", Timeout: 2 * time.Second, BaseBackoff: time.Millisecond, Retries: 1})
+			events := make(chan agent.Event, 100)
+			r, err := agent.NewRunner(agent.Options{Model: model, Store: db, ModelName: "gpt-x", Observer: func(e agent.Event) { events <- e }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			if err := r.Submit(context.Background(), "web/f", agent.Inbound{Text: "hi"}); err != nil {
+				t.Fatal(err)
+			}
+			timeout := time.After(20 * time.Second)
+			for {
+				select {
+				case e := <-events:
+					if e.Kind != agent.TurnEnded {
+						continue
+					}
+					if e.Outcome != agent.Failed || !strings.Contains(e.Text, tt.want) {
+						t.Errorf("got %s %q, want failed mentioning %q", e.Outcome, e.Text, tt.want)
+					}
+					return
+				case <-timeout:
+					t.Fatal("no TurnEnded")
+				}
+			}
+		})
+	}
+}
+
+func TestNoUsageReported(t *testing.T) {
+	var summaries atomic.Int32
+	fake := &fakeopenai.Server{ContextWindow: 8000, NoUsage: true}
+	fake.Respond = chatty(&summaries)
+	db, _ := openDB(t)
+	h := budgetHarness(t, fake, db, 8000)
+	for i := 1; i <= 12; i++ {
+		h.send(t, "web/nousage", longMessage(i))
+		if events := h.waitEnd(t, "web/nousage"); events[len(events)-1].Outcome != agent.Done {
+			t.Fatalf("turn %d failed", i)
+		}
+	}
+	// Without usage pinplan cannot learn how the server counts until the
+	// server says a request was too long; after that one correction (the
+	// turn still succeeds) it stays within the window.
+	if fake.Rejected() > 1 {
+		t.Errorf("%d requests rejected with no usage reported, want at most the first", fake.Rejected())
+	}
+}
