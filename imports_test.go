@@ -18,6 +18,7 @@ var allowed = map[string][]string{
 	"config":               {},
 	"agent":                {"todo"},
 	"store":                {"agent", "todo"},
+	"mcp":                  {"agent", "todo"},
 	"chat":                 {"agent", "todo"},
 	"chat/chattest":        {"agent", "todo"},
 	"adapters/web":         {"chat", "agent", "todo"},

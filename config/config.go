@@ -14,10 +14,12 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/BurntSushi/toml"
 )
@@ -72,6 +74,16 @@ type Config struct {
 
 	LogLevel string // PINPLAN_LOG_LEVEL: debug, info, warn, error
 
+	ToolResultBytes int           // PINPLAN_TOOL_RESULT_BYTES: longest tool result given to the model
+	ToolTimeout     time.Duration // PINPLAN_TOOL_TIMEOUT: one MCP tool call
+	Approvers       []string      // PINPLAN_APPROVERS: platform user ids who may decide any approval
+	ApprovalTimeout time.Duration // PINPLAN_APPROVAL_TIMEOUT: an undecided approval card is denied after this
+	ThreadContext   int           // PINPLAN_THREAD_CONTEXT: earlier thread messages quoted on first mention (0: none)
+
+	// MCP lists the [mcp.<name>] tables of the PINPLAN_CONFIG file, sorted
+	// by name (DESIGN.md §12).
+	MCP []MCPServer
+
 	DemoDelay time.Duration // PINPLAN_DEMO_DELAY: pause per round of the -demo model
 }
 
@@ -88,15 +100,22 @@ var keys = []string{
 	"PINPLAN_SLACK_PLAN_BLOCKS", "PINPLAN_SLACK_EDITS_PER_MINUTE",
 	"DISCORD_BOT_TOKEN", "DISCORD_API_URL", "PINPLAN_DISCORD_THREAD_PER_TASK",
 	"PINPLAN_LOG_LEVEL", "PINPLAN_DEMO_DELAY",
+	"PINPLAN_TOOL_RESULT_BYTES", "PINPLAN_TOOL_TIMEOUT", "PINPLAN_APPROVERS",
+	"PINPLAN_APPROVAL_TIMEOUT", "PINPLAN_THREAD_CONTEXT",
 }
 
 // Load reads the settings through getenv (os.Getenv in main), applies
 // defaults and validates them. The error names the offending key.
 func Load(getenv func(string) string) (*Config, error) {
 	file := map[string]string{}
+	var servers []MCPServer
 	if path := getenv("PINPLAN_CONFIG"); path != "" {
+		var mcp any
 		var err error
-		if file, err = readFile(path); err != nil {
+		if file, mcp, err = readFile(path); err != nil {
+			return nil, err
+		}
+		if servers, err = parseMCP(mcp, getenv); err != nil {
 			return nil, err
 		}
 	}
@@ -131,6 +150,14 @@ func Load(getenv func(string) string) (*Config, error) {
 		LogLevel: l.oneOf("PINPLAN_LOG_LEVEL", "info", "debug", "info", "warn", "error"),
 
 		DemoDelay: l.duration("PINPLAN_DEMO_DELAY", 700*time.Millisecond),
+
+		ToolResultBytes: l.integer("PINPLAN_TOOL_RESULT_BYTES", 16384, 256, 16<<20),
+		ToolTimeout:     l.duration("PINPLAN_TOOL_TIMEOUT", 120*time.Second),
+		Approvers:       l.ids("PINPLAN_APPROVERS"),
+		ApprovalTimeout: l.duration("PINPLAN_APPROVAL_TIMEOUT", 30*time.Minute),
+		ThreadContext:   l.integer("PINPLAN_THREAD_CONTEXT", 30, 0, 1000),
+
+		MCP: servers,
 	}
 	c.ModelConfigured = l.str("OPENAI_API_KEY", "") != "" || l.str("OPENAI_BASE_URL", "") != ""
 	if !strings.HasSuffix(c.SlackAPIURL, "/") {
@@ -178,8 +205,12 @@ func checkAddr(addr string, token Secret) error {
 // Secrets returns every non-empty secret value, for redacting text.
 func (c *Config) Secrets() []string {
 	var out []string
-	for _, s := range []Secret{c.WebToken, c.OpenAIKey, c.SlackBotToken, c.SlackAppToken, c.SlackSigningSecret, c.DiscordBotToken} {
-		if len(s) >= 4 {
+	secrets := []Secret{c.WebToken, c.OpenAIKey, c.SlackBotToken, c.SlackAppToken, c.SlackSigningSecret, c.DiscordBotToken}
+	for _, srv := range c.MCP {
+		secrets = append(secrets, srv.secretValues()...)
+	}
+	for _, s := range secrets {
+		if len(s) >= 4 && !slices.Contains(out, string(s)) {
 			out = append(out, string(s))
 		}
 	}
@@ -196,9 +227,13 @@ func (c *Config) Redact(s string) string {
 
 // String lists the settings with secrets redacted.
 func (c *Config) String() string {
-	return fmt.Sprintf("db=%s http=%s model=%s base_url=%s stream=%t slack=%t discord=%t openai_key=%s",
+	names := make([]string, len(c.MCP))
+	for i, s := range c.MCP {
+		names[i] = s.Name
+	}
+	return fmt.Sprintf("db=%s http=%s model=%s base_url=%s stream=%t slack=%t discord=%t openai_key=%s mcp=%s",
 		c.DB, c.HTTPAddr, c.OpenAIModel, RedactURL(c.OpenAIBaseURL), c.Stream,
-		c.SlackBotToken != "", c.DiscordBotToken != "", c.OpenAIKey)
+		c.SlackBotToken != "", c.DiscordBotToken != "", c.OpenAIKey, strings.Join(names, ","))
 }
 
 // RedactURL hides a password in a URL's user info.
@@ -213,15 +248,19 @@ func RedactURL(raw string) string {
 	return u.String()
 }
 
-func readFile(path string) (map[string]string, error) {
+// readFile reads the TOML file: the settings by their environment name, and
+// the raw [mcp] table for parseMCP.
+func readFile(path string) (map[string]string, any, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("config: PINPLAN_CONFIG: %w", err)
+		return nil, nil, fmt.Errorf("config: PINPLAN_CONFIG: %w", err)
 	}
 	raw := map[string]any{}
 	if err := toml.Unmarshal(b, &raw); err != nil {
-		return nil, fmt.Errorf("config: PINPLAN_CONFIG %s: %w", path, err)
+		return nil, nil, fmt.Errorf("config: PINPLAN_CONFIG %s: %w", path, err)
 	}
+	mcp, hasMCP := raw["mcp"]
+	delete(raw, "mcp")
 	known := map[string]bool{}
 	for _, k := range keys {
 		known[strings.ToLower(k)] = true
@@ -234,18 +273,29 @@ func readFile(path string) (map[string]string, error) {
 	out := map[string]string{}
 	for _, k := range names {
 		if !known[k] {
-			return nil, fmt.Errorf("config: %s: unknown key %q", path, k)
+			return nil, nil, fmt.Errorf("config: %s: unknown key %q", path, k)
 		}
 		switch v := raw[k].(type) {
 		case string:
 			out[strings.ToUpper(k)] = v
 		case bool, int64, float64:
 			out[strings.ToUpper(k)] = fmt.Sprint(v)
+		case []any:
+			// A list setting (pinplan_approvers = ["U1", "U2"]) is the same
+			// as its comma-separated form.
+			items, ok := stringList(v)
+			if !ok || k != "pinplan_approvers" {
+				return nil, nil, fmt.Errorf("config: %s: key %q: expected a string, number or boolean", path, k)
+			}
+			out[strings.ToUpper(k)] = strings.Join(items, ",")
 		default:
-			return nil, fmt.Errorf("config: %s: key %q: expected a string, number or boolean", path, k)
+			return nil, nil, fmt.Errorf("config: %s: key %q: expected a string, number or boolean", path, k)
 		}
 	}
-	return out, nil
+	if !hasMCP {
+		mcp = nil
+	}
+	return out, mcp, nil
 }
 
 type loader struct {
@@ -313,6 +363,26 @@ func (l *loader) duration(key string, def time.Duration) time.Duration {
 		l.fail(key, fmt.Sprintf("must be a positive duration such as 90s, got %q", v))
 	}
 	return d
+}
+
+// ids reads a comma-separated list of platform user ids.
+func (l *loader) ids(key string) []string {
+	v := l.str(key, "")
+	if v == "" {
+		return nil
+	}
+	var out []string
+	for _, id := range strings.Split(v, ",") {
+		id = strings.TrimSpace(id)
+		if id == "" || strings.ContainsFunc(id, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) || r == '"' || r == '\'' }) {
+			l.fail(key, fmt.Sprintf("must be comma-separated user ids (U024BE7LH,123456789012345678), got %q", v))
+			return nil
+		}
+		if !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 func (l *loader) oneOf(key, def string, allowed ...string) string {

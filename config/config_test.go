@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func env(m map[string]string) func(string) string {
@@ -98,5 +100,171 @@ func TestSecretsNeverPrinted(t *testing.T) {
 	}
 	if c.SlackBotToken.Reveal() != tok {
 		t.Error("Reveal lost the value")
+	}
+}
+
+func TestToolSettings(t *testing.T) {
+	c, err := Load(env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ToolResultBytes != 16384 || c.ToolTimeout != 120*time.Second || c.ApprovalTimeout != 30*time.Minute ||
+		c.ThreadContext != 30 || c.Approvers != nil || c.MCP != nil {
+		t.Errorf("defaults: bytes=%d timeout=%s approval=%s context=%d approvers=%q mcp=%v",
+			c.ToolResultBytes, c.ToolTimeout, c.ApprovalTimeout, c.ThreadContext, c.Approvers, c.MCP)
+	}
+	c, err = Load(env(map[string]string{
+		"PINPLAN_TOOL_RESULT_BYTES": "4096", "PINPLAN_TOOL_TIMEOUT": "5s", "PINPLAN_APPROVERS": " U024BE7LH, 80351110224678912 ,U024BE7LH",
+		"PINPLAN_APPROVAL_TIMEOUT": "10m", "PINPLAN_THREAD_CONTEXT": "0",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ToolResultBytes != 4096 || c.ToolTimeout != 5*time.Second || c.ApprovalTimeout != 10*time.Minute || c.ThreadContext != 0 ||
+		!slices.Equal(c.Approvers, []string{"U024BE7LH", "80351110224678912"}) {
+		t.Errorf("got bytes=%d timeout=%s approval=%s context=%d approvers=%q", c.ToolResultBytes, c.ToolTimeout, c.ApprovalTimeout, c.ThreadContext, c.Approvers)
+	}
+
+	path := writeFile(t, "pinplan_approvers = [\"U1\", \"U2\"]\npinplan_tool_timeout = \"90s\"\n")
+	c, err = Load(env(map[string]string{"PINPLAN_CONFIG": path}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.Approvers, []string{"U1", "U2"}) || c.ToolTimeout != 90*time.Second {
+		t.Errorf("from file: approvers=%q timeout=%s, want [U1 U2] 1m30s", c.Approvers, c.ToolTimeout)
+	}
+}
+
+func TestToolSettingErrorsNameTheKey(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		key  string
+	}{
+		{"bytes word", map[string]string{"PINPLAN_TOOL_RESULT_BYTES": "lots"}, "PINPLAN_TOOL_RESULT_BYTES"},
+		{"bytes small", map[string]string{"PINPLAN_TOOL_RESULT_BYTES": "10"}, "PINPLAN_TOOL_RESULT_BYTES"},
+		{"tool timeout", map[string]string{"PINPLAN_TOOL_TIMEOUT": "0s"}, "PINPLAN_TOOL_TIMEOUT"},
+		{"tool timeout unit", map[string]string{"PINPLAN_TOOL_TIMEOUT": "120"}, "PINPLAN_TOOL_TIMEOUT"},
+		{"approval timeout", map[string]string{"PINPLAN_APPROVAL_TIMEOUT": "soon"}, "PINPLAN_APPROVAL_TIMEOUT"},
+		{"approvers empty item", map[string]string{"PINPLAN_APPROVERS": "U1,,U2"}, "PINPLAN_APPROVERS"},
+		{"approvers space", map[string]string{"PINPLAN_APPROVERS": "U1 U2"}, "PINPLAN_APPROVERS"},
+		{"context negative", map[string]string{"PINPLAN_THREAD_CONTEXT": "-1"}, "PINPLAN_THREAD_CONTEXT"},
+		{"context huge", map[string]string{"PINPLAN_THREAD_CONTEXT": "5000"}, "PINPLAN_THREAD_CONTEXT"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Load(env(tt.env))
+			if err == nil || !strings.Contains(err.Error(), tt.key) {
+				t.Errorf("got %v, want an error naming %s", err, tt.key)
+			}
+		})
+	}
+}
+
+func writeFile(t testing.TB, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "pinplan.toml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+const mcpExample = `
+[mcp.fs]
+command = ["npx", "-y", "@modelcontextprotocol/server-filesystem", "/srv/docs"]
+env = { LOG_LEVEL = "warn", GITHUB_TOKEN = "${GH_TOKEN}" }
+policy = "ask"
+tools = { read_text_file = "allow", move_file = "deny" }
+
+[mcp.tracker]
+url = "https://mcp.example.com/mcp"
+headers = { Authorization = "Bearer ${TRACKER_TOKEN}", X-Team = "core" }
+`
+
+func TestMCPServers(t *testing.T) {
+	const tracker, gh = "trk-0123456789abcdef", "ghp_secretsecret"
+	c, err := Load(env(map[string]string{"PINPLAN_CONFIG": writeFile(t, mcpExample), "TRACKER_TOKEN": tracker, "GH_TOKEN": gh}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.MCP) != 2 {
+		t.Fatalf("got %d servers, want 2", len(c.MCP))
+	}
+	fs, tr := c.MCP[0], c.MCP[1]
+	if fs.Name != "fs" || !slices.Equal(fs.Command, []string{"npx", "-y", "@modelcontextprotocol/server-filesystem", "/srv/docs"}) ||
+		fs.URL != "" || fs.Policy != "ask" || fs.Env["LOG_LEVEL"] != "warn" || fs.Env["GITHUB_TOKEN"].Reveal() != gh ||
+		fs.Tools["read_text_file"] != "allow" || fs.Tools["move_file"] != "deny" || len(fs.Tools) != 2 || fs.Headers != nil {
+		t.Errorf("fs: got %+v", fs)
+	}
+	if tr.Name != "tracker" || tr.URL != "https://mcp.example.com/mcp" || tr.Command != nil || tr.Policy != "" ||
+		tr.Headers["Authorization"].Reveal() != "Bearer "+tracker || tr.Headers["X-Team"].Reveal() != "core" || tr.Env != nil {
+		t.Errorf("tracker: got %+v", tr)
+	}
+	for _, want := range []string{tracker, "Bearer " + tracker, gh} {
+		if !slices.Contains(c.Secrets(), want) {
+			t.Errorf("Secrets() lacks %q", want)
+		}
+		if got := c.Redact("401 for " + want); strings.Contains(got, want) {
+			t.Errorf("Redact left %q: %s", want, got)
+		}
+	}
+	j, _ := json.Marshal(c)
+	for _, out := range []string{c.String(), fmt.Sprintf("%v", c), fmt.Sprintf("%+v", *c), fmt.Sprintf("%#v", *c), string(j)} {
+		for _, s := range []string{tracker, gh} {
+			if strings.Contains(out, s) {
+				t.Errorf("secret %q printed in %q", s, out)
+			}
+		}
+	}
+	if !strings.Contains(c.String(), "mcp=fs,tracker") {
+		t.Errorf("String() = %q, want it to list mcp=fs,tracker", c.String())
+	}
+}
+
+func TestMCPErrorsNameTheKey(t *testing.T) {
+	tests := []struct {
+		name string
+		file string
+		want string
+	}{
+		{"unknown key", "[mcp.fs]\ncomand = [\"x\"]\n", "PINPLAN_CONFIG: mcp.fs.comand: unknown key"},
+		{"bad name", "[mcp.Files]\ncommand = [\"x\"]\n", "mcp.Files: a server name must match"},
+		{"long name", "[mcp.abcdefghijklmnopqrstu]\ncommand = [\"x\"]\n", "mcp.abcdefghijklmnopqrstu:"},
+		{"neither", "[mcp.fs]\npolicy = \"ask\"\n", "mcp.fs: needs command"},
+		{"both", "[mcp.fs]\ncommand = [\"x\"]\nurl = \"http://127.0.0.1:1/mcp\"\n", "mcp.fs.url: cannot be set with command"},
+		{"command string", "[mcp.fs]\ncommand = \"npx server\"\n", "mcp.fs.command: must be a non-empty array of strings"},
+		{"command empty", "[mcp.fs]\ncommand = []\n", "mcp.fs.command:"},
+		{"command number", "[mcp.fs]\ncommand = [\"x\", 1]\n", "mcp.fs.command:"},
+		{"url scheme", "[mcp.t]\nurl = \"ftp://example.com\"\n", "mcp.t.url: must be an http or https URL"},
+		{"policy", "[mcp.fs]\ncommand = [\"x\"]\npolicy = \"maybe\"\n", `mcp.fs.policy: must be one of allow, ask, deny, got "maybe"`},
+		{"tool policy", "[mcp.fs]\ncommand = [\"x\"]\ntools = { write_file = \"yes\" }\n", "mcp.fs.tools.write_file: must be one of"},
+		{"tools not table", "[mcp.fs]\ncommand = [\"x\"]\ntools = [\"a\"]\n", "mcp.fs.tools: must be a table"},
+		{"env on http", "[mcp.t]\nurl = \"http://127.0.0.1:1/mcp\"\nenv = { A = \"b\" }\n", "mcp.t.env: is for command servers"},
+		{"headers on stdio", "[mcp.fs]\ncommand = [\"x\"]\nheaders = { A = \"b\" }\n", "mcp.fs.headers: is for url servers"},
+		{"env number", "[mcp.fs]\ncommand = [\"x\"]\nenv = { A = 1 }\n", "mcp.fs.env.A: must be a string"},
+		{"env name", "[mcp.fs]\ncommand = [\"x\"]\nenv = { \"A=B\" = \"c\" }\n", "mcp.fs.env.A=B: is not a valid environment variable name"},
+		{"header name", "[mcp.t]\nurl = \"http://127.0.0.1:1/mcp\"\nheaders = { \"Bad Header\" = \"c\" }\n", "mcp.t.headers.Bad Header: is not a valid HTTP header name"},
+		{"unset var", "[mcp.t]\nurl = \"http://127.0.0.1:1/mcp\"\nheaders = { Authorization = \"Bearer ${NOPE_TOKEN}\" }\n", "mcp.t.headers.Authorization: refers to ${NOPE_TOKEN}, which is not set"},
+		{"malformed var", "[mcp.t]\nurl = \"http://127.0.0.1:1/mcp\"\nheaders = { Authorization = \"Bearer ${1X}\" }\n", "mcp.t.headers.Authorization: has a malformed ${VAR}"},
+		{"line break", "[mcp.t]\nurl = \"http://127.0.0.1:1/mcp\"\nheaders = { X-A = \"a\\r\\nX-B: b\" }\n", "mcp.t.headers.X-A: must not contain a line break"},
+		{"server not table", "[mcp]\nfs = \"npx\"\n", "mcp.fs: must be a table"},
+		{"mcp not table", "mcp = 1\n", "PINPLAN_CONFIG: mcp: must be a table"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Load(env(map[string]string{"PINPLAN_CONFIG": writeFile(t, tt.file)}))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("got %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestMCPHeaderValueNotInError(t *testing.T) {
+	// A wrong type of header value is reported without echoing it.
+	_, err := Load(env(map[string]string{"PINPLAN_CONFIG": writeFile(t, "[mcp.t]\nurl = \"http://127.0.0.1:1/mcp\"\nheaders = { Authorization = [\"Bearer abc123secret\"] }\n")}))
+	if err == nil || strings.Contains(err.Error(), "abc123secret") || !strings.Contains(err.Error(), "mcp.t.headers.Authorization") {
+		t.Errorf("got %v, want an error naming mcp.t.headers.Authorization without the value", err)
 	}
 }
