@@ -579,6 +579,9 @@ func (r *Runner) runTools(ctx context.Context, s *session, drained []Entry, ids 
 			out = errorResult(&ToolError{Code: "stopped", Message: "The turn was stopped; this call did not run."})
 		default:
 			out = r.runTool(ctx, s.key, env, tc)
+			if errors.Is(context.Cause(ctx), ErrStopped) {
+				out = errorResult(&ToolError{Code: "stopped", Message: "The turn was stopped while this call ran; it was cancelled and may or may not have taken effect."})
+			}
 		}
 		if work.Revision() != before {
 			rd.Plans = append(rd.Plans, PlanRevision{Revision: work.Revision(), Items: work.Snapshot().Items(), At: r.opts.Now(), ToolCallID: tc.ID})

@@ -80,6 +80,9 @@ type Config struct {
 	ApprovalTimeout time.Duration // PINPLAN_APPROVAL_TIMEOUT: an undecided approval card is denied after this
 	ThreadContext   int           // PINPLAN_THREAD_CONTEXT: earlier thread messages quoted on first mention (0: none)
 
+	ContextTokens int           // PINPLAN_CONTEXT_TOKENS: the model's context budget for one request
+	Retention     time.Duration // PINPLAN_RETENTION: sessions idle for longer are deleted; 0 keeps them
+
 	// MCP lists the [mcp.<name>] tables of the PINPLAN_CONFIG file, sorted
 	// by name (DESIGN.md §12).
 	MCP []MCPServer
@@ -156,6 +159,8 @@ func Load(getenv func(string) string) (*Config, error) {
 		Approvers:       l.ids("PINPLAN_APPROVERS"),
 		ApprovalTimeout: l.duration("PINPLAN_APPROVAL_TIMEOUT", 30*time.Minute),
 		ThreadContext:   l.integer("PINPLAN_THREAD_CONTEXT", 30, 0, 1000),
+		ContextTokens:   l.integer("PINPLAN_CONTEXT_TOKENS", 32000, 2000, 10_000_000),
+		Retention:       l.durationOrZero("PINPLAN_RETENTION"),
 
 		MCP: servers,
 	}
@@ -361,6 +366,22 @@ func (l *loader) duration(key string, def time.Duration) time.Duration {
 	d, err := time.ParseDuration(v)
 	if err != nil || d <= 0 {
 		l.fail(key, fmt.Sprintf("must be a positive duration such as 90s, got %q", v))
+	}
+	return d
+}
+
+// durationOrZero reads a duration where 0 (the default) means "never".
+func (l *loader) durationOrZero(key string) time.Duration {
+	v := l.str(key, "")
+	if v == "" || v == "0" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		l.fail(key, fmt.Sprintf("must be 0 (keep forever) or a positive duration such as 720h, got %q", v))
+	}
+	if d > 0 && d < time.Minute {
+		l.fail(key, fmt.Sprintf("must be at least 1m, got %q", v))
 	}
 	return d
 }

@@ -150,6 +150,11 @@ func TestToolSettingErrorsNameTheKey(t *testing.T) {
 		{"approvers space", map[string]string{"PINPLAN_APPROVERS": "U1 U2"}, "PINPLAN_APPROVERS"},
 		{"context negative", map[string]string{"PINPLAN_THREAD_CONTEXT": "-1"}, "PINPLAN_THREAD_CONTEXT"},
 		{"context huge", map[string]string{"PINPLAN_THREAD_CONTEXT": "5000"}, "PINPLAN_THREAD_CONTEXT"},
+		{"budget small", map[string]string{"PINPLAN_CONTEXT_TOKENS": "100"}, "PINPLAN_CONTEXT_TOKENS"},
+		{"budget word", map[string]string{"PINPLAN_CONTEXT_TOKENS": "lots"}, "PINPLAN_CONTEXT_TOKENS"},
+		{"retention word", map[string]string{"PINPLAN_RETENTION": "forever"}, "PINPLAN_RETENTION"},
+		{"retention negative", map[string]string{"PINPLAN_RETENTION": "-1h"}, "PINPLAN_RETENTION"},
+		{"retention tiny", map[string]string{"PINPLAN_RETENTION": "5s"}, "PINPLAN_RETENTION"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -266,5 +271,22 @@ func TestMCPHeaderValueNotInError(t *testing.T) {
 	_, err := Load(env(map[string]string{"PINPLAN_CONFIG": writeFile(t, "[mcp.t]\nurl = \"http://127.0.0.1:1/mcp\"\nheaders = { Authorization = [\"Bearer abc123secret\"] }\n")}))
 	if err == nil || strings.Contains(err.Error(), "abc123secret") || !strings.Contains(err.Error(), "mcp.t.headers.Authorization") {
 		t.Errorf("got %v, want an error naming mcp.t.headers.Authorization without the value", err)
+	}
+}
+
+func TestBudgetAndRetention(t *testing.T) {
+	c, err := Load(env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ContextTokens != 32000 || c.Retention != 0 {
+		t.Errorf("defaults: context %d, retention %s; want 32000 and 0", c.ContextTokens, c.Retention)
+	}
+	c, err = Load(env(map[string]string{"PINPLAN_CONTEXT_TOKENS": "8000", "PINPLAN_RETENTION": "720h"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ContextTokens != 8000 || c.Retention != 720*time.Hour {
+		t.Errorf("got context %d, retention %s", c.ContextTokens, c.Retention)
 	}
 }

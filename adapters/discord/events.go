@@ -1,6 +1,7 @@
 package discord
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -114,7 +115,7 @@ func (a *Adapter) process(ctx context.Context, m *discordgo.Message) {
 	if channel != m.ChannelID {
 		trigger = "" // the message is in the parent channel, not the thread
 	}
-	err := a.opts.Handler.Handle(ctx, chat.Incoming{Thread: th, Text: text, Author: m.Author.Username, MessageID: trigger})
+	err := a.opts.Handler.Handle(ctx, chat.Incoming{Thread: th, Text: text, Author: cmp.Or(m.Author.GlobalName, m.Author.Username), AuthorID: m.Author.ID, MessageID: trigger})
 	if err != nil && !errors.Is(err, chat.ErrRejected) {
 		a.log.Error("discord message not handled", "session", th.Key, "err", err)
 	}

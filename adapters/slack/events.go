@@ -213,7 +213,8 @@ func (a *Adapter) dispatch(ctx context.Context, m message) {
 		return
 	}
 	th := chat.Thread{Platform: "slack", Key: Key(m.team, m.channel, m.thread), Channel: m.channel, ThreadID: m.thread}
-	err := a.opts.Handler.Handle(ctx, chat.Incoming{Thread: th, Text: a.mentions(ctx, m.text), Author: "<@" + m.author + ">", MessageID: m.ts})
+	author := cmp.Or(a.displayName(ctx, m.author), "<@"+m.author+">")
+	err := a.opts.Handler.Handle(ctx, chat.Incoming{Thread: th, Text: a.mentions(ctx, m.text), Author: author, AuthorID: m.author, MessageID: m.ts})
 	if err != nil && !errors.Is(err, chat.ErrRejected) {
 		a.log.Error("slack message not handled", "session", th.Key, "err", err)
 	}

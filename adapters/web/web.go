@@ -71,7 +71,9 @@ type Options struct {
 	Logger  *slog.Logger
 	Metrics http.Handler // served at /metrics
 	Ready   func() error // /readyz
-	Now     func() time.Time
+	// ReadyDetail adds lines to /readyz (the MCP servers' states).
+	ReadyDetail func() string
+	Now         func() time.Time
 }
 
 // Console is the web platform and its HTTP handlers.
@@ -265,13 +267,17 @@ func (c *Console) Register(mux *http.ServeMux) {
 	mux.Handle("GET /api/events", c.auth(http.HandlerFunc(c.events)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		detail := ""
+		if c.opts.ReadyDetail != nil {
+			detail = c.opts.ReadyDetail()
+		}
 		if c.opts.Ready != nil {
 			if err := c.opts.Ready(); err != nil {
-				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				http.Error(w, "not ready: "+err.Error()+"\n"+detail, http.StatusServiceUnavailable)
 				return
 			}
 		}
-		io.WriteString(w, "ready\n")
+		io.WriteString(w, "ready\n"+detail)
 	})
 	if c.opts.Metrics != nil {
 		mux.Handle("GET /metrics", c.auth(c.opts.Metrics))

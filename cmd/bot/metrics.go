@@ -12,6 +12,7 @@ import (
 
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/mcp"
 	"github.com/pinplan/pinplan/store"
 )
 
@@ -28,6 +29,10 @@ type metrics struct {
 	revisionToEdit *prometheus.HistogramVec
 	replyLatency   *prometheus.HistogramVec
 	undelivered    *prometheus.CounterVec
+	toolCalls      *prometheus.CounterVec
+	toolSeconds    *prometheus.HistogramVec
+	mcpUp          *prometheus.GaugeVec
+	mcpTools       *prometheus.GaugeVec
 
 	mu       sync.Mutex // guards notReady and checks
 	notReady error
@@ -56,7 +61,12 @@ func newMetrics(reg *prometheus.Registry, db *store.DB) *metrics {
 		replyLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "pinplan_reply_delivery_seconds", Help: "Time from an answer to the platform accepting it, retries included.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 20)}, []string{"platform"}),
 		undelivered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pinplan_replies_undelivered_total", Help: "Replies the platform refused for good or that could not be delivered within 24 hours."}, []string{"platform"}),
-		notReady:    errors.New("starting"),
+		toolCalls:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pinplan_mcp_calls_total", Help: "MCP tool calls, by server, tool and outcome (ok, tool_failed, timeout, tool_unavailable, invalid_arguments, canceled)."}, []string{"server", "tool", "outcome"}),
+		toolSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "pinplan_mcp_call_seconds", Help: "MCP tool call latency, by server.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)}, []string{"server"}),
+		mcpUp:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "pinplan_mcp_server_up", Help: "1 when the MCP server is connected, 0 when connecting or failed."}, []string{"server"}),
+		mcpTools: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "pinplan_mcp_tools", Help: "Tools the MCP server offers the model."}, []string{"server"}),
+		notReady: errors.New("starting"),
 	}
 	sessions := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pinplan_sessions", Help: "Sessions in the database."}, func() float64 {
 		list, err := db.Sessions(context.Background())
@@ -65,7 +75,7 @@ func newMetrics(reg *prometheus.Registry, db *store.DB) *metrics {
 		}
 		return float64(len(list))
 	})
-	reg.MustRegister(m.turns, m.rounds, m.modelLatency, m.modelErrors, m.modelRetries, m.renders, m.renderErrors, m.rateWaits, m.revisionToEdit, m.replyLatency, m.undelivered, sessions)
+	reg.MustRegister(m.turns, m.rounds, m.modelLatency, m.modelErrors, m.modelRetries, m.renders, m.renderErrors, m.rateWaits, m.revisionToEdit, m.replyLatency, m.undelivered, m.toolCalls, m.toolSeconds, m.mcpUp, m.mcpTools, sessions)
 	return m
 }
 
@@ -131,4 +141,22 @@ func (t timedModel) Complete(ctx context.Context, req openai.ChatCompletionReque
 		t.m.rounds.Inc()
 	}
 	return r, err
+}
+
+// mcpHooks feeds the MCP servers' calls and states into the metrics.
+func (m *metrics) mcpHooks() mcp.Hooks {
+	return mcp.Hooks{
+		Call: func(server, tool, outcome string, took time.Duration) {
+			m.toolCalls.WithLabelValues(server, tool, outcome).Inc()
+			m.toolSeconds.WithLabelValues(server).Observe(took.Seconds())
+		},
+		State: func(server, state, _ string) {
+			up := 0.0
+			if state == mcp.StateReady {
+				up = 1
+			}
+			m.mcpUp.WithLabelValues(server).Set(up)
+		},
+		Tools: func(server string, offered int) { m.mcpTools.WithLabelValues(server).Set(float64(offered)) },
+	}
 }

@@ -1,0 +1,356 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/pinplan/pinplan/internal/fakeopenai"
+	"github.com/pinplan/pinplan/internal/fakeslack"
+	"github.com/pinplan/pinplan/todo"
+)
+
+// mcpServerPath is a reference MCP server installed by .ci/run.
+func mcpServerPath(t *testing.T, name string) string {
+	t.Helper()
+	path, err := filepath.Abs(filepath.Join("..", "..", ".ci", "node", "node_modules", ".bin", "mcp-server-"+name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("the reference MCP server %s is not installed (%v): run .ci/run", name, err)
+	}
+	return path
+}
+
+// toolScript is the model for the tool tests. The newest user message
+// picks the call: "read" reads notes.txt, "write <text>" writes out.txt,
+// "sleep" plans and then runs a 30 s operation; a tool result is answered
+// "tool said: ...".
+func toolScript(dir string) func(*openai.ChatCompletionRequest) fakeopenai.Reply {
+	return func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
+		// The stale reminder (a later system message) is not a request.
+		last := req.Messages[len(req.Messages)-1]
+		for i := len(req.Messages) - 1; i > 0 && last.Role == openai.ChatMessageRoleSystem; i-- {
+			last = req.Messages[i-1]
+		}
+		if last.Role == openai.ChatMessageRoleTool {
+			if strings.HasPrefix(last.Content, `{"todos"`) {
+				return fakeopenai.Reply{ToolCalls: []fakeopenai.Call{{Name: "ev__trigger-long-running-operation", Arguments: `{"duration":30,"steps":30}`}}}
+			}
+			return fakeopenai.Reply{Content: "tool said: " + last.Content}
+		}
+		text := last.Content
+		switch {
+		case strings.Contains(text, "read"):
+			return fakeopenai.Reply{ToolCalls: []fakeopenai.Call{{Name: "fs__read_text_file", Arguments: fmt.Sprintf(`{"path":%q}`, filepath.Join(dir, "notes.txt"))}}}
+		case strings.Contains(text, "write "):
+			body := strings.TrimSpace(text[strings.Index(text, "write ")+6:])
+			return fakeopenai.Reply{ToolCalls: []fakeopenai.Call{{Name: "fs__write_file", Arguments: fmt.Sprintf(`{"path":%q,"content":%q}`, filepath.Join(dir, "out.txt"), body)}}}
+		case strings.Contains(text, "sleep"):
+			return fakeopenai.Reply{ToolCalls: []fakeopenai.Call{{Name: todo.ToolName, Arguments: todo.Encode([]todo.Item{{Content: "wait for the long operation", Status: todo.InProgress}})}}}
+		}
+		return fakeopenai.Reply{Content: "nothing to do"}
+	}
+}
+
+type toolRig struct {
+	*slackRig
+	dir string
+}
+
+func newToolRig(t *testing.T, socket bool, extra map[string]string) *toolRig {
+	t.Helper()
+	r := &toolRig{slackRig: newSlackRig(t, 1, 0, socket), dir: t.TempDir()}
+	if err := os.WriteFile(filepath.Join(r.dir, "notes.txt"), []byte("release on friday"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.model.Respond = toolScript(r.dir)
+	cfg := fmt.Sprintf(`
+[mcp.fs]
+command = [%q, %q]
+
+[mcp.ev]
+command = [%q]
+tools = { "trigger-long-running-operation" = "allow" }
+`, mcpServerPath(t, "filesystem"), r.dir, mcpServerPath(t, "everything"))
+	path := filepath.Join(t.TempDir(), "pinplan.toml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r.env["PINPLAN_CONFIG"] = path
+	for k, v := range extra {
+		r.env[k] = v
+	}
+	r.slack.AddUser("U1", "ann")
+	r.slack.AddUser("U2", "bob")
+	return r
+}
+
+// botMessages returns the bot's messages in a thread whose text or blocks
+// contain s.
+func botMessages(s *fakeslack.Server, channel, thread, contains string) []fakeslack.Message {
+	var out []fakeslack.Message
+	for _, m := range s.Messages(channel) {
+		if m.BotID != "" && m.ThreadTS == thread && (strings.Contains(m.Text, contains) || strings.Contains(m.Blocks, contains)) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// waitCard waits for an approval card for tool in the thread and returns
+// it with the action id of the button labelled label.
+func waitCard(t *testing.T, s *fakeslack.Server, thread, tool, action string) (fakeslack.Message, string) {
+	t.Helper()
+	var card fakeslack.Message
+	waitFor(t, 60*time.Second, "an approval card for "+tool, func() bool {
+		for _, m := range botMessages(s, "C1", thread, "Approval needed: "+tool) {
+			if strings.Contains(m.Blocks, `"actions"`) {
+				card = m
+				return true
+			}
+		}
+		return false
+	})
+	var blocks []map[string]any
+	if err := json.Unmarshal([]byte(card.Blocks), &blocks); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range blocks {
+		els, _ := b["elements"].([]any)
+		for _, e := range els {
+			el, _ := e.(map[string]any)
+			if id, _ := el["action_id"].(string); strings.HasPrefix(id, "pinplan:"+action+":") {
+				return card, id
+			}
+		}
+	}
+	t.Fatalf("card %s has no %s button: %s", card.TS, action, card.Blocks)
+	return card, ""
+}
+
+// press clicks a button as user over Socket Mode.
+func (r *toolRig) press(t *testing.T, user, thread, msgTS, actionID string) {
+	t.Helper()
+	payload := r.slack.BlockActions(user, "C1", msgTS, actionID)
+	if payload == nil {
+		t.Fatalf("no button %s on message %s", actionID, msgTS)
+	}
+	if _, err := r.slack.PushInteraction(payload); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readOut(dir string) string {
+	b, _ := os.ReadFile(filepath.Join(dir, "out.txt"))
+	return string(b)
+}
+
+func TestSlackToolsAndApprovals(t *testing.T) {
+	r := newToolRig(t, true, nil)
+	p := r.start(t)
+	defer p.stop(t)
+
+	// A read-only tool runs at once: no card.
+	if _, err := r.slack.Push("EvR", mention("C1", "1700010000.000100", "read the notes")); err != nil {
+		t.Fatal(err)
+	}
+	waitReply(t, r.slack, "C1", "1700010000.000100", "release on friday")
+	if cards := botMessages(r.slack, "C1", "1700010000.000100", "Approval needed"); len(cards) != 0 {
+		t.Errorf("a read-only tool asked for approval: %+v", cards)
+	}
+
+	// A write asks. Someone else's click is refused privately.
+	thread := "1700010100.000100"
+	if _, err := r.slack.Push("EvW", mention("C1", thread, "write hello")); err != nil {
+		t.Fatal(err)
+	}
+	card, allow := waitCard(t, r.slack, thread, "fs__write_file", "allow")
+	r.press(t, "U2", thread, card.TS, allow)
+	defer func() {
+		if t.Failed() {
+			t.Logf("ephemeral calls %+v\nstderr:\n%s", r.slack.Calls("chat.postEphemeral"), p.stderr)
+		}
+	}()
+	waitFor(t, 20*time.Second, "the private refusal", func() bool {
+		for _, m := range r.slack.Ephemerals("C1") {
+			if m.Recipient == "U2" && strings.Contains(m.Text, "Only") {
+				return true
+			}
+		}
+		return false
+	})
+	if readOut(r.dir) != "" {
+		t.Fatal("someone else's click ran the write")
+	}
+	// The requester's Allow once runs it, once, and the card says so.
+	r.press(t, "U1", thread, card.TS, allow)
+	waitReply(t, r.slack, "C1", thread, "tool said:")
+	if got := readOut(r.dir); got != "hello" {
+		t.Errorf("out.txt = %q, want hello", got)
+	}
+	waitFor(t, 20*time.Second, "the decided card", func() bool {
+		for _, m := range r.slack.Messages("C1") {
+			if m.TS == card.TS {
+				return strings.Contains(m.Blocks, "Allowed once by ann") && !strings.Contains(m.Blocks, `"actions"`)
+			}
+		}
+		return false
+	})
+
+	// Always allow here: the next write in this thread does not ask.
+	reply := func(id, ts, text string) {
+		t.Helper()
+		ev := map[string]any{"type": "message", "channel_type": "channel", "user": "U1", "text": text, "ts": ts, "thread_ts": thread, "channel": "C1"}
+		if _, err := r.slack.Push(id, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reply("EvW2", "1700010101.000100", "write second")
+	card2, always := waitCard(t, r.slack, thread, "fs__write_file", "always")
+	if card2.TS == card.TS {
+		t.Fatal("no new card for the second write")
+	}
+	r.press(t, "U1", thread, card2.TS, always)
+	waitFor(t, 30*time.Second, "the second write", func() bool { return readOut(r.dir) == "second" })
+	reply("EvW3", "1700010102.000100", "write third")
+	waitFor(t, 30*time.Second, "the third write, unasked", func() bool { return readOut(r.dir) == "third" })
+	if n := len(botMessages(r.slack, "C1", thread, "Approval needed")); n != 2 {
+		t.Errorf("%d cards in the thread after Always allow here, want 2", n)
+	}
+
+	// Another thread still asks; Deny answers the model "denied".
+	other := "1700010200.000100"
+	if _, err := r.slack.Push("EvO", mention("C1", other, "write elsewhere")); err != nil {
+		t.Fatal(err)
+	}
+	card3, deny := waitCard(t, r.slack, other, "fs__write_file", "deny")
+	r.press(t, "U1", other, card3.TS, deny)
+	waitReply(t, r.slack, "C1", other, `"code":"denied"`)
+	if got := readOut(r.dir); got != "third" {
+		t.Errorf("a denied write changed out.txt to %q", got)
+	}
+
+	// Stop on the plan message cancels the long MCP call.
+	slow := "1700010300.000100"
+	if _, err := r.slack.Push("EvS", mention("C1", slow, "sleep a while")); err != nil {
+		t.Fatal(err)
+	}
+	var plan fakeslack.Message
+	waitFor(t, 30*time.Second, "the Stop button while the tool runs", func() bool {
+		for _, m := range planMessages(r.slack, "C1") {
+			if m.ThreadTS == slow && strings.Contains(m.Blocks, "running ev__trigger-long-running-operation") && strings.Contains(m.Blocks, "pinplan:stop:plan") {
+				plan = m
+				return true
+			}
+		}
+		return false
+	})
+	start := time.Now()
+	r.press(t, "U1", slow, plan.TS, "pinplan:stop:plan")
+	waitFor(t, 20*time.Second, "the stopped footer", func() bool {
+		for _, m := range planMessages(r.slack, "C1") {
+			if m.TS == plan.TS {
+				return strings.Contains(m.Blocks, "stopped by ann") && !strings.Contains(m.Blocks, "pinplan:stop:plan")
+			}
+		}
+		return false
+	})
+	if took := time.Since(start); took > 15*time.Second {
+		t.Errorf("Stop took %s against a 30 s operation", took)
+	}
+	if v := r.slack.Violations(); len(v) > 0 {
+		t.Errorf("Slack would have refused: %v", v)
+	}
+}
+
+func TestSlackApprovalSurvivesKill(t *testing.T) {
+	r := newToolRig(t, true, nil)
+	p := r.start(t)
+	thread := "1700020000.000100"
+	if _, err := r.slack.Push("EvK", mention("C1", thread, "write survived")); err != nil {
+		t.Fatal(err)
+	}
+	card, allow := waitCard(t, r.slack, thread, "fs__write_file", "allow")
+	p.kill() // kill -9 with the card open
+	p = r.start(t)
+	defer p.stop(t)
+	r.press(t, "U1", thread, card.TS, allow)
+	waitReply(t, r.slack, "C1", thread, "tool said:")
+	if got := readOut(r.dir); got != "survived" {
+		t.Errorf("out.txt = %q, want the approved write", got)
+	}
+	if n := len(botMessages(r.slack, "C1", thread, "Approval needed")); n != 1 {
+		t.Errorf("%d cards after the restart, want the same one", n)
+	}
+	writes := 0
+	for _, req := range r.model.Requests() {
+		for _, m := range req.Messages {
+			if m.Role == openai.ChatMessageRoleTool && strings.Contains(m.Content, "Successfully wrote") {
+				writes++
+				break
+			}
+		}
+	}
+	if writes == 0 {
+		t.Error("the model never saw the write's result")
+	}
+}
+
+func TestSlackApprovalExpires(t *testing.T) {
+	r := newToolRig(t, true, map[string]string{"PINPLAN_APPROVAL_TIMEOUT": "2s"})
+	p := r.start(t)
+	defer p.stop(t)
+	thread := "1700030000.000100"
+	if _, err := r.slack.Push("EvX", mention("C1", thread, "write never")); err != nil {
+		t.Fatal(err)
+	}
+	waitCard(t, r.slack, thread, "fs__write_file", "allow")
+	waitReply(t, r.slack, "C1", thread, `"code":"denied"`)
+	if readOut(r.dir) != "" {
+		t.Error("an expired approval ran the write")
+	}
+	waitFor(t, 20*time.Second, "the expired card", func() bool {
+		cards := botMessages(r.slack, "C1", thread, "no decision in time")
+		return len(cards) == 1 && !strings.Contains(cards[0].Blocks, `"actions"`)
+	})
+}
+
+func TestSlackInteractionsOverHTTP(t *testing.T) {
+	r := newToolRig(t, false, nil)
+	p := r.start(t)
+	defer p.stop(t)
+	thread := "1700040000.000100"
+	body := r.slack.CallbackBody("EvH", mention("C1", thread, "write over http"))
+	if code, _ := do(t, signedRequest(t, p.URL+"/slack/events", "signing-secret", body, time.Now())); code != 200 {
+		t.Fatalf("event: %d", code)
+	}
+	card, allow := waitCard(t, r.slack, thread, "fs__write_file", "allow")
+	form := r.slack.InteractionBody(r.slack.BlockActions("U1", "C1", card.TS, allow))
+	forged := signedRequest(t, p.URL+"/slack/interactions", "wrong-secret", form, time.Now())
+	forged.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if code, _ := do(t, forged); code != http.StatusUnauthorized {
+		t.Errorf("forged interaction: %d, want 401", code)
+	}
+	if readOut(r.dir) != "" {
+		t.Fatal("a forged click ran the write")
+	}
+	req := signedRequest(t, p.URL+"/slack/interactions", "signing-secret", form, time.Now())
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if code, _ := do(t, req); code != 200 {
+		t.Fatalf("signed interaction: %d", code)
+	}
+	waitReply(t, r.slack, "C1", thread, "tool said:")
+	if got := readOut(r.dir); got != "over http" {
+		t.Errorf("out.txt = %q", got)
+	}
+}
+
