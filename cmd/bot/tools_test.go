@@ -353,4 +353,3 @@ func TestSlackInteractionsOverHTTP(t *testing.T) {
 		t.Errorf("out.txt = %q", got)
 	}
 }
-
