@@ -12,6 +12,7 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/pinplan/pinplan/internal/fakediscord"
 	"github.com/pinplan/pinplan/internal/fakeopenai"
 	"github.com/pinplan/pinplan/internal/fakeslack"
 	"github.com/pinplan/pinplan/todo"
@@ -351,5 +352,76 @@ func TestSlackInteractionsOverHTTP(t *testing.T) {
 	waitReply(t, r.slack, "C1", thread, "tool said:")
 	if got := readOut(r.dir); got != "over http" {
 		t.Errorf("out.txt = %q", got)
+	}
+}
+
+func TestDiscordApprovalButtons(t *testing.T) {
+	r := newDiscordRig(t, 1, 0)
+	dir := t.TempDir()
+	r.model.Respond = toolScript(dir)
+	cfg := fmt.Sprintf("[mcp.fs]\ncommand = [%q, %q]\n", mcpServerPath(t, "filesystem"), dir)
+	path := filepath.Join(t.TempDir(), "pinplan.toml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r.env["PINPLAN_CONFIG"] = path
+	p := r.start(t)
+	defer p.stop(t)
+	r.dc.UserMessage("C1", "111", "write from discord", true)
+	var card fakediscord.Message
+	waitFor(t, 60*time.Second, "the approval card", func() bool {
+		for _, m := range r.dc.Messages("C1") {
+			if m.AuthorID == fakediscord.BotID && strings.Contains(embedOf(m), "Approval needed: fs__write_file") && len(m.Components) > 0 {
+				card = m
+				return true
+			}
+		}
+		return false
+	})
+	allowID := ""
+	for _, row := range card.Components {
+		buttons, _ := row["components"].([]any)
+		for _, b := range buttons {
+			if id, _ := b.(map[string]any)["custom_id"].(string); strings.HasPrefix(id, "pinplan:allow:") {
+				allowID = id
+			}
+		}
+	}
+	if allowID == "" {
+		t.Fatalf("no Allow once button: %+v", card.Components)
+	}
+	// Someone else: an ephemeral answer, within 3 s, and nothing runs.
+	other, err := r.dc.Click("C1", card.ID, "222", allowID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the answer to someone else's click", func() bool { return len(r.dc.Responses(other)) > 0 })
+	if res := r.dc.Responses(other)[0]; res.Type != 4 || res.Status >= 300 || res.Latency > 3*time.Second || res.Data["flags"] != float64(64) {
+		t.Errorf("answer to someone else's click: %+v, want an ephemeral message within 3 s", res)
+	}
+	if readOut(dir) != "" {
+		t.Fatal("someone else's click ran the write")
+	}
+	// The requester: the card is updated in place (type 7), within 3 s.
+	id, err := r.dc.Click("C1", card.ID, "111", allowID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the answer to the requester's click", func() bool { return len(r.dc.Responses(id)) > 0 })
+	res := r.dc.Responses(id)[0]
+	if res.Type != 7 || res.Status >= 300 || res.Latency > 3*time.Second {
+		t.Errorf("answer to the requester's click: %+v, want an update within 3 s", res)
+	}
+	waitDiscordReply(t, r.dc, "C1", "tool said:")
+	if got := readOut(dir); got != "from discord" {
+		t.Errorf("out.txt = %q", got)
+	}
+	for _, m := range r.dc.Messages("C1") {
+		if m.ID == card.ID && (len(m.Components) != 0 || !strings.Contains(embedOf(m), "Allowed once")) {
+			t.Errorf("the card after the decision: components %v, %q", m.Components, embedOf(m))
+		}
+	}
+	if v := r.dc.Violations(); len(v) > 0 {
+		t.Errorf("Discord would have refused: %v", v)
 	}
 }
