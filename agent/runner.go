@@ -345,7 +345,18 @@ func (r *Runner) run(key string, w *worker, log *slog.Logger) error {
 		case s.cp.Pending != nil && s.cp.State == Waiting:
 			var waiting bool
 			if waiting, err = r.await(ctx, s); err == nil && waiting {
-				return nil // Decide (or the deadline) starts the session again
+				// Decide (or the deadline) starts the session again. A Stop
+				// from now on goes through Decide; one that came before
+				// this turn's context was released is honoured here.
+				endTurn()
+				endTurn = func() {}
+				if errors.Is(context.Cause(ctx), ErrStopped) && s.cp.Waiting != nil {
+					d := Decision{ByName: stoppedBy(ctx), Reason: "stopped"}
+					if _, err := r.Decide(r.ctx, key, s.cp.Waiting.CallID, d); err != nil && !errors.Is(err, ErrNotPending) {
+						return fmt.Errorf("record stop: %w", err)
+					}
+				}
+				return nil
 			}
 			if err == nil {
 				err = r.runDecided(ctx, s)
