@@ -167,6 +167,9 @@ type Store interface {
 	// ErrNotPending unless the session waits for exactly that call and
 	// nothing was decided for it yet.
 	Decide(ctx context.Context, key, callID string, d Decision) (Approval, error)
+	// Archive keeps the session's history and plan revisions aside and
+	// starts it afresh (DESIGN.md §13, reset).
+	Archive(ctx context.Context, key string) error
 }
 
 // ErrNotPending: the approval was already decided, or is not this
@@ -190,6 +193,8 @@ const (
 	// ToolStarted and ToolEnded bracket a tool call (Event.Tool).
 	ToolStarted
 	ToolEnded
+	// SessionReset: the session's history and plan were archived.
+	SessionReset
 )
 
 // Outcome is how a turn ended.

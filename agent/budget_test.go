@@ -252,3 +252,47 @@ func TestNoUsageReported(t *testing.T) {
 		t.Errorf("%d requests rejected with no usage reported, want at most the first", fake.Rejected())
 	}
 }
+
+func TestResetStartsFresh(t *testing.T) {
+	release := make(chan struct{})
+	fake := &fakeopenai.Server{}
+	fake.Respond = func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
+		if last := req.Messages[len(req.Messages)-1]; strings.Contains(last.Content, "slow") {
+			<-release
+		}
+		return fakeopenai.Reply{Content: "ok"}
+	}
+	db, _ := openDB(t)
+	h := budgetHarness(t, fake, db, 32000)
+	defer close(release)
+	for _, text := range []string{"first topic", "second topic"} {
+		h.send(t, "web/reset", text)
+		h.waitEnd(t, "web/reset")
+	}
+	// A reset during a running turn stops it first.
+	h.send(t, "web/reset", "slow task")
+	waitRequests(t, fake, 3)
+	if err := h.runner.Reset(context.Background(), "web/reset", "ann"); err != nil {
+		t.Fatal(err)
+	}
+	h.send(t, "web/reset", "brand new")
+	var last agent.Event
+	for last.Kind != agent.TurnEnded || last.Outcome != agent.Done {
+		events := h.waitEnd(t, "web/reset")
+		last = events[len(events)-1]
+	}
+	reqs := fake.Requests()
+	msgs := reqs[len(reqs)-1].Messages
+	for _, m := range msgs {
+		if strings.Contains(m.Content, "topic") || strings.Contains(m.Content, "slow") {
+			t.Errorf("the request after reset carries earlier history: %q", m.Content)
+		}
+	}
+	if len(msgs) != 2 || msgs[1].Content != "brand new" {
+		t.Errorf("request after reset: %+v, want the system prompt and the new message", msgs)
+	}
+	n, archived, err := db.Archived(context.Background(), "web/reset", 1)
+	if err != nil || n != 1 || len(archived) < 4 {
+		t.Errorf("archive: %d archives, %d entries, %v; want the earlier history kept", n, len(archived), err)
+	}
+}

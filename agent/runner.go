@@ -72,9 +72,12 @@ type Runner struct {
 	cancel context.CancelCauseFunc
 	wg     sync.WaitGroup
 
-	mu     sync.Mutex // guards active, timers and closed
+	mu     sync.Mutex // guards active, timers, paused and closed
 	active map[string]*worker
 	timers map[string]*time.Timer // approval deadlines, by session key
+	// paused sessions start no turn (a reset is archiving them); the
+	// value records that work arrived meanwhile.
+	paused map[string]bool
 	closed bool
 }
 
@@ -123,7 +126,7 @@ func NewRunner(opts Options) (*Runner, error) {
 		opts.Observer = func(Event) {}
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Runner{opts: opts, ctx: ctx, cancel: cancel, active: map[string]*worker{}, timers: map[string]*time.Timer{}}, nil
+	return &Runner{opts: opts, ctx: ctx, cancel: cancel, active: map[string]*worker{}, timers: map[string]*time.Timer{}, paused: map[string]bool{}}, nil
 }
 
 // Submit persists a user message for the session and makes sure the
@@ -176,6 +179,65 @@ func (r *Runner) Stop(key, by string) bool {
 	}
 	_, err = r.Decide(r.ctx, key, cp.Waiting.CallID, Decision{ByName: by, Reason: "stopped"})
 	return err == nil
+}
+
+// isPaused reports whether a reset holds the session.
+func (r *Runner) isPaused(key string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.paused[key]
+	return ok
+}
+
+// Reset archives the session's history and plan and starts it afresh. A
+// turn that runs or waits for approval is stopped first (by names who);
+// messages queued meanwhile start the next turn, in the fresh session.
+func (r *Runner) Reset(ctx context.Context, key, by string) error {
+	r.mu.Lock()
+	if _, ok := r.paused[key]; ok {
+		r.mu.Unlock()
+		return errors.New("agent: a reset of this session is already under way")
+	}
+	r.paused[key] = false
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		pending := r.paused[key]
+		delete(r.paused, key)
+		r.mu.Unlock()
+		if pending {
+			r.kick(key)
+		}
+	}()
+	r.Stop(key, by)
+	// Wait for the session's goroutine to end its turn and exit.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		r.mu.Lock()
+		_, running := r.active[key]
+		r.mu.Unlock()
+		if !running {
+			break
+		}
+		if time.Now().After(deadline) {
+			return errors.New("agent: the running turn did not stop within 30 s")
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	r.mu.Lock()
+	if t, ok := r.timers[key]; ok {
+		t.Stop()
+		delete(r.timers, key)
+	}
+	r.mu.Unlock()
+	if err := r.opts.Store.Archive(ctx, key); err != nil {
+		return fmt.Errorf("agent: reset %s: %w", key, err)
+	}
+	r.publish(Event{Session: key, Kind: SessionReset})
+	return nil
 }
 
 // Decide records a decision on the session's pending approval of callID
@@ -244,6 +306,10 @@ func (r *Runner) kick(key string) {
 	if r.closed {
 		return
 	}
+	if _, ok := r.paused[key]; ok {
+		r.paused[key] = true
+		return
+	}
 	if w, ok := r.active[key]; ok {
 		w.again = true
 		return
@@ -266,7 +332,10 @@ func (r *Runner) work(key string, w *worker) {
 			log.Error("session failed", "err", err)
 		}
 		r.mu.Lock()
-		if !w.again || r.closed {
+		if _, paused := r.paused[key]; paused && w.again {
+			r.paused[key] = true
+		}
+		if _, paused := r.paused[key]; !w.again || r.closed || paused {
 			delete(r.active, key)
 			r.mu.Unlock()
 			return
@@ -331,7 +400,7 @@ func (r *Runner) run(key string, w *worker, log *slog.Logger) error {
 	for {
 		if s.cp.State == Idle {
 			endTurn()
-			if len(inbox) == 0 {
+			if len(inbox) == 0 || r.isPaused(key) {
 				return nil
 			}
 			ctx, endTurn = r.turnContext(w)

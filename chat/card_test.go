@@ -192,3 +192,27 @@ func TestButtonIDs(t *testing.T) {
 		t.Errorf("button id of %d characters, Discord allows 100", n)
 	}
 }
+
+func TestResetTakesThePlanDown(t *testing.T) {
+	r, p, _ := cardRig(t)
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress)})
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done})
+	settle(t, r, "test/1")
+	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
+	if err := r.Handle(context.Background(), Incoming{Thread: th, Text: "reset", Author: "ann", AuthorID: "UANN"}); err != ErrRejected {
+		t.Fatalf("reset: %v, want it answered in the thread", err)
+	}
+	settle(t, r, "test/1")
+	if p.count("unpin") != 1 {
+		t.Errorf("calls %+v, want the plan message unpinned", p.calls)
+	}
+	if _, ref := r.Board("test/1").Shown(); !ref.IsZero() {
+		t.Errorf("board still points at %s after reset", ref.ID)
+	}
+	// The next plan gets a new message.
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
+	settle(t, r, "test/1")
+	if p.count("post") != 2 {
+		t.Errorf("%d plan posts, want a new message after reset", p.count("post"))
+	}
+}

@@ -24,6 +24,7 @@ type Runner interface {
 	Submit(ctx context.Context, key string, in agent.Inbound) error
 	Stop(key, by string) bool
 	Decide(ctx context.Context, key, callID string, d agent.Decision) (agent.Approval, error)
+	Reset(ctx context.Context, key, by string) error
 }
 
 // Options configures a Router.
@@ -174,6 +175,9 @@ func (r *Router) Handle(ctx context.Context, in Incoming) error {
 			msg = "Stopping the current turn."
 		}
 		return refuse(msg)
+	}
+	if strings.EqualFold(text, "reset") {
+		return refuse(r.reset(ctx, th, in))
 	}
 	isNew := !r.Known(th.Key)
 	b := r.board(th.Key, &th)
@@ -410,4 +414,35 @@ func (r *Router) threadContext(ctx context.Context, p Platform, th Thread, befor
 		return nil
 	}
 	return msgs
+}
+
+// reset archives the session (stopping its turn first, with the same
+// rules as stop) and takes the plan message down: unpinned, left in the
+// thread. It returns what to tell the thread.
+func (r *Router) reset(ctx context.Context, th Thread, in Incoming) string {
+	b := r.Board(th.Key)
+	if b == nil {
+		return "There is nothing to reset in this thread yet."
+	}
+	b.mu.Lock()
+	requester, running := b.rec.Requester, b.want.Stoppable
+	b.mu.Unlock()
+	if running && !r.mayDecide(requester, in.AuthorID) {
+		return "A turn is running; only " + mention(requester) + " or an approver can reset this thread now."
+	}
+	if err := r.runner.Reset(ctx, th.Key, in.Author); err != nil {
+		r.opts.Logger.Error("reset session", "session", th.Key, "err", err)
+		return "I couldn't reset this thread (the bot's log has the details). Nothing was changed."
+	}
+	r.closeOpenCards(ctx, b, th, agent.Event{StoppedBy: in.Author, At: r.opts.Now()})
+	b.set(func(rec *boardRecord, want *Plan) {
+		if !rec.Ref.IsZero() {
+			rec.Unpin = append(rec.Unpin, rec.Ref)
+		}
+		rec.Ref, rec.Pinned, rec.PinUnavailable, rec.Closed, rec.FailureSaid = MessageRef{}, false, false, false, false
+		rec.Shown, rec.Cards, rec.Requester = Plan{}, nil, ""
+		*want = Plan{}
+	})
+	r.opts.Logger.Info("session reset", "session", th.Key, "by", in.Author)
+	return "Started fresh: the earlier conversation and plan are archived (kept in the database), and the plan message is unpinned. Your next message begins a new session here."
 }

@@ -58,6 +58,9 @@ func (Runner) Submit(context.Context, string, agent.Inbound) error { return nil 
 // Stop implements chat.Runner.
 func (Runner) Stop(string, string) bool { return false }
 
+// Reset implements chat.Runner.
+func (Runner) Reset(context.Context, string, string) error { return nil }
+
 // Decide implements chat.Runner.
 func (Runner) Decide(context.Context, string, string, agent.Decision) (agent.Approval, error) {
 	return agent.Approval{}, agent.ErrNotPending

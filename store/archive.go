@@ -1,0 +1,118 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/pinplan/pinplan/agent"
+)
+
+var bArchive = []byte("archive")
+
+// Archive implements agent.Store: in one transaction, the session's
+// history, plan revisions and record move to
+// sessions/<key>/archive/<n>/ and the session starts afresh (an idle
+// record, empty history and plans). Queued messages stay queued; the plan
+// board record is the chat layer's.
+func (db *DB) Archive(_ context.Context, key string) error {
+	err := db.bolt.Update(func(tx *bolt.Tx) error {
+		sb := session(tx, key)
+		if sb == nil {
+			return nil
+		}
+		ar, err := sb.CreateBucketIfNotExists(bArchive)
+		if err != nil {
+			return err
+		}
+		n, err := ar.NextSequence()
+		if err != nil {
+			return err
+		}
+		dst, err := ar.CreateBucket(u64(n))
+		if err != nil {
+			return err
+		}
+		var old agent.Checkpoint
+		if raw := sb.Get(kRecord); raw != nil {
+			if err := dst.Put(kRecord, append([]byte(nil), raw...)); err != nil {
+				return err
+			}
+			if err := json.Unmarshal(raw, &old); err != nil {
+				old = agent.Checkpoint{} // an unreadable record is archived as it was
+			}
+		}
+		for _, name := range [][]byte{bHistory, bPlans} {
+			if err := moveBucket(sb, dst, name); err != nil {
+				return err
+			}
+		}
+		now := db.now()
+		fresh := agent.Checkpoint{Key: key, State: agent.Idle, Turns: old.Turns, Created: now, Updated: now}
+		raw, err := json.Marshal(fresh)
+		if err != nil {
+			return err
+		}
+		return sb.Put(kRecord, raw)
+	})
+	if err != nil {
+		return fmt.Errorf("store: archive session %s: %w", key, err)
+	}
+	return nil
+}
+
+// moveBucket copies the bucket name of src into dst and leaves an empty
+// one in src.
+func moveBucket(src, dst *bolt.Bucket, name []byte) error {
+	from := src.Bucket(name)
+	to, err := dst.CreateBucket(name)
+	if err != nil {
+		return err
+	}
+	if from != nil {
+		if err := from.ForEach(func(k, v []byte) error { return to.Put(append([]byte(nil), k...), append([]byte(nil), v...)) }); err != nil {
+			return err
+		}
+		if err := src.DeleteBucket(name); err != nil {
+			return err
+		}
+	}
+	_, err = src.CreateBucket(name)
+	return err
+}
+
+// Archived returns how many times the session was reset and the history
+// of archive n (1-based), for audit.
+func (db *DB) Archived(_ context.Context, key string, n uint64) (int, []agent.Entry, error) {
+	count := 0
+	var hist []agent.Entry
+	err := db.bolt.View(func(tx *bolt.Tx) error {
+		sb := session(tx, key)
+		if sb == nil || sb.Bucket(bArchive) == nil {
+			return nil
+		}
+		ar := sb.Bucket(bArchive)
+		count = 0
+		if err := ar.ForEachBucket(func([]byte) error { count++; return nil }); err != nil {
+			return err
+		}
+		b := ar.Bucket(u64(n))
+		if b == nil || b.Bucket(bHistory) == nil {
+			return nil
+		}
+		return b.Bucket(bHistory).ForEach(func(_, v []byte) error {
+			var e agent.Entry
+			if err := json.Unmarshal(v, &e); err != nil {
+				return err
+			}
+			hist = append(hist, e)
+			return nil
+		})
+	})
+	if err != nil {
+		return 0, nil, fmt.Errorf("store: archives of %s: %w", key, err)
+	}
+	return count, hist, nil
+}
