@@ -75,6 +75,7 @@ type Board struct {
 	saveMu sync.Mutex
 
 	mu      sync.Mutex // guards everything below
+	used    time.Time  // last change, for eviction
 	rec     boardRecord
 	want    Plan
 	wantVer uint64
@@ -120,6 +121,7 @@ func (b *Board) change(f func()) {
 	b.saveMu.Lock()
 	defer b.saveMu.Unlock()
 	b.mu.Lock()
+	b.used = time.Now()
 	f()
 	raw, err := json.Marshal(b.rec)
 	b.mu.Unlock()

@@ -268,3 +268,32 @@ func TestUnfinishedPlanEditResumedAfterRestart(t *testing.T) {
 		t.Errorf("m1 shows %q after the restart, want done", got.State)
 	}
 }
+
+func TestEvictDropsOnlyIdleBoards(t *testing.T) {
+	p := &fakePlatform{}
+	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}})
+	t.Cleanup(r.Close)
+	for _, key := range []string{"test/idle", "test/busy"} {
+		r.board(key, &Thread{Platform: "test", Key: key, Channel: "C1"})
+		r.Observe(agent.Event{Session: key, Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
+		settle(t, r, key)
+	}
+	r.Observe(agent.Event{Session: "test/idle", Kind: agent.TurnEnded, Outcome: agent.Done})
+	settle(t, r, "test/idle")
+	r.Observe(agent.Event{Session: "test/busy", Kind: agent.TurnStarted})
+	settle(t, r, "test/busy")
+	if n := r.Evict(0); n != 1 {
+		t.Fatalf("evicted %d boards, want the idle one", n)
+	}
+	r.mu.Lock()
+	_, idle := r.boards["test/idle"]
+	_, busy := r.boards["test/busy"]
+	r.mu.Unlock()
+	if idle || !busy {
+		t.Errorf("after Evict: idle kept %t, busy kept %t", idle, busy)
+	}
+	// An evicted board loads again from the store, with its message.
+	if _, ref := r.Board("test/idle").Shown(); ref.IsZero() {
+		t.Error("the evicted board lost its plan message")
+	}
+}

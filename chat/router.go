@@ -446,3 +446,34 @@ func (r *Router) reset(ctx context.Context, th Thread, in Incoming) string {
 	r.opts.Logger.Info("session reset", "session", th.Key, "by", in.Author)
 	return "Started fresh: the earlier conversation and plan are archived (kept in the database), and the plan message is unpinned. Your next message begins a new session here."
 }
+
+// Evict drops from memory the boards of sessions idle for longer than
+// idle: no render running, no turn running, no open approval card. Their
+// records stay in the store and load again on the next event. It returns
+// how many were dropped.
+func (r *Router) Evict(idle time.Duration) int {
+	cutoff := time.Now().Add(-idle)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for key, b := range r.boards {
+		b.mu.Lock()
+		busy := b.running || b.want.Stoppable || b.used.After(cutoff)
+		for _, cr := range b.rec.Cards {
+			busy = busy || cr.Card.Open()
+		}
+		b.mu.Unlock()
+		if !busy {
+			delete(r.boards, key)
+			n++
+		}
+	}
+	return n
+}
+
+// Forget drops a session's board from memory (its session was deleted).
+func (r *Router) Forget(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.boards, key)
+}
