@@ -86,7 +86,7 @@ func newHarness(t *testing.T, fake *fakeopenai.Server, o harnessOpts) *harness {
 	return h
 }
 
-func (h *harness) send(t *testing.T, key, text string) {
+func (h *harness) send(t testing.TB, key, text string) {
 	t.Helper()
 	if err := h.runner.Submit(context.Background(), key, agent.Inbound{Text: text}); err != nil {
 		t.Fatal(err)
@@ -95,7 +95,7 @@ func (h *harness) send(t *testing.T, key, text string) {
 
 // waitEnd waits for the session's next TurnEnded event and returns the
 // events of that session seen on the way.
-func (h *harness) waitEnd(t *testing.T, key string) []agent.Event {
+func (h *harness) waitEnd(t testing.TB, key string) []agent.Event {
 	t.Helper()
 	var seen []agent.Event
 	timeout := time.After(20 * time.Second)

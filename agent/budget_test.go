@@ -45,17 +45,17 @@ func longMessage(i int) string {
 	return fmt.Sprintf("question %02d %s", i, strings.Repeat("lorem ipsum dolor sit amet ", 120))[:3000]
 }
 
-func budgetHarness(t *testing.T, fake *fakeopenai.Server, db *store.DB, tokens int) *harness {
+func budgetHarness(t testing.TB, fake *fakeopenai.Server, db *store.DB, tokens int, tools ...agent.Tool) *harness {
 	t.Helper()
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
 	model := agent.NewOpenAIModel(agent.OpenAIOptions{BaseURL: srv.URL + "/v1", APIKey: "sk-test", Timeout: 5 * time.Second, BaseBackoff: time.Millisecond})
-	reg, err := agent.NewRegistry()
+	reg, err := agent.NewRegistry(tools...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := &harness{fake: fake, db: db, events: map[string]chan agent.Event{}, model: model}
-	h.runner, err = agent.NewRunner(agent.Options{Model: model, Store: db, Tools: reg, ModelName: "fake", ContextTokens: tokens,
+	h.runner, err = agent.NewRunner(agent.Options{Model: model, Store: db, Tools: reg, ModelName: "fake", ContextTokens: tokens, MaxRounds: 200,
 		Observer: func(e agent.Event) { h.ch(e.Session) <- e }})
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +64,7 @@ func budgetHarness(t *testing.T, fake *fakeopenai.Server, db *store.DB, tokens i
 	return h
 }
 
-func openDB(t *testing.T) (*store.DB, string) {
+func openDB(t testing.TB) (*store.DB, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "p.db")
 	db, err := store.Open(path, store.Options{})
