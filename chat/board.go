@@ -47,6 +47,8 @@ type boardRecord struct {
 	// Shown after a restart, the board applies it (a final "done" edit
 	// cut short by kill -9 is not lost).
 	Want *Plan `json:"want,omitempty"`
+	// Hidden: deleted from the console's listing (the session archived).
+	Hidden bool `json:"hidden,omitempty"`
 }
 
 // BoardLister is implemented by stores that can list every board record,
@@ -360,10 +362,10 @@ func planFrom(snap todo.Snapshot, rev int64, state PlanState, at time.Time) Plan
 }
 
 // DecodeBoard reads a stored board record: the thread and what its plan
-// message shows. ok is false for an empty or unreadable record.
+// message shows. ok is false for an empty, unreadable or deleted record.
 func DecodeBoard(raw []byte) (th Thread, shown Plan, ok bool) {
 	var rec boardRecord
-	if len(raw) == 0 || json.Unmarshal(raw, &rec) != nil {
+	if len(raw) == 0 || json.Unmarshal(raw, &rec) != nil || rec.Hidden {
 		return Thread{}, Plan{}, false
 	}
 	return rec.Thread, rec.Shown, true

@@ -2,6 +2,7 @@ package chat
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -199,7 +200,7 @@ func TestResetTakesThePlanDown(t *testing.T) {
 	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done})
 	settle(t, r, "test/1")
 	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
-	if err := r.Handle(context.Background(), Incoming{Thread: th, Text: "reset", Author: "ann", AuthorID: "UANN"}); err != ErrRejected {
+	if err := r.Handle(context.Background(), Incoming{Thread: th, Text: "reset", Author: "ann", AuthorID: "UANN"}); !errors.Is(err, ErrRejected) {
 		t.Fatalf("reset: %v, want it answered in the thread", err)
 	}
 	settle(t, r, "test/1")

@@ -42,6 +42,9 @@ type Incoming struct {
 	Author    string // display name
 	AuthorID  string // the platform's user id, for approvals and Stop
 	MessageID string // the platform's id of the message, for replies and reactions
+	// Sync: the caller shows a refusal itself (the console answers the
+	// request with it), so the router does not also reply in the thread.
+	Sync bool
 }
 
 // Inbox is where adapters hand decoded, deduplicated messages: Router.

@@ -137,9 +137,21 @@ func (r *Router) Close() {
 	<-done
 }
 
-// ErrRejected is returned by Handle for a message it answered with an
-// explanation instead of passing it on.
+// ErrRejected is returned by Handle for a message it answered itself
+// instead of passing it on to the agent: a refused message, or a command
+// (stop, reset). The error is a *Rejection saying which.
 var ErrRejected = errors.New("chat: message rejected")
+
+// Rejection is the error Handle returns for a message it answered itself.
+// Refused is true when the message was not accepted (empty, too long, the
+// database unavailable); Reason is what the thread was told.
+type Rejection struct {
+	Reason  string
+	Refused bool
+}
+
+func (e *Rejection) Error() string        { return "chat: " + e.Reason }
+func (e *Rejection) Is(target error) bool { return target == ErrRejected }
 
 // Handle takes one user message. Empty and oversized messages are answered
 // in the thread and not passed on; "stop" stops the running turn.
@@ -151,10 +163,14 @@ func (r *Router) Handle(ctx context.Context, in Incoming) error {
 		return fmt.Errorf("chat: no platform %q", th.Platform)
 	}
 	text := strings.TrimSpace(in.Text)
-	refuse := func(msg string) error {
-		r.outbox.add(th, in.MessageID, msg)
-		return ErrRejected
+	answer := func(msg string, refused bool) error {
+		if !in.Sync {
+			r.outbox.add(th, in.MessageID, msg)
+		}
+		return &Rejection{Reason: msg, Refused: refused}
 	}
+	refuse := func(msg string) error { return answer(msg, true) }
+	reply := func(msg string) error { return answer(msg, false) }
 	switch n := utf8.RuneCountInString(text); {
 	case n == 0:
 		return refuse("Your message was empty. Tell me the task, for example: `plan the release checklist for v2`.")
@@ -168,21 +184,24 @@ func (r *Router) Handle(ctx context.Context, in Incoming) error {
 			requester := b.rec.Requester
 			b.mu.Unlock()
 			if !r.mayDecide(requester, in.AuthorID) {
-				return refuse("Only " + mention(requester) + " or an approver can stop this turn.")
+				return reply("Only " + mention(requester) + " or an approver can stop this turn.")
 			}
 		}
 		if r.runner.Stop(th.Key, in.Author) {
 			msg = "Stopping the current turn."
 		}
-		return refuse(msg)
+		return reply(msg)
 	}
 	if strings.EqualFold(text, "reset") {
-		return refuse(r.reset(ctx, th, in))
+		return reply(r.reset(ctx, th, in))
 	}
 	isNew := !r.Known(th.Key)
 	b := r.board(th.Key, &th)
 	b.update(func(rec *boardRecord) {
 		rec.Thread.Channel, rec.Thread.ThreadID = th.Channel, th.ThreadID
+		if rec.Hidden {
+			rec.Hidden, rec.Thread.Title = false, "" // a deleted thread written to again
+		}
 		if rec.Thread.Title == "" {
 			rec.Thread.Title = Shorten(text, 80)
 		}
@@ -196,8 +215,7 @@ func (r *Router) Handle(ctx context.Context, in Incoming) error {
 	}
 	if err := r.runner.Submit(ctx, th.Key, inb); err != nil {
 		log.Error("queue message", "err", err)
-		refuse("I couldn't accept your message right now (the bot is shutting down or its database is unavailable). Please send it again in a moment.")
-		return err
+		return refuse("I couldn't accept your message right now (the bot is shutting down or its database is unavailable). Please send it again in a moment.")
 	}
 	return nil
 }
@@ -476,4 +494,57 @@ func (r *Router) Forget(key string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.boards, key)
+}
+
+// Visible reports whether a session exists and was not deleted.
+func (r *Router) Visible(key string) bool {
+	b := r.Board(key)
+	if b == nil {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return !b.rec.Hidden
+}
+
+// Rename sets a session's title (shown in listings).
+func (r *Router) Rename(key, title string) (Thread, bool) {
+	b := r.Board(key)
+	if b == nil {
+		return Thread{}, false
+	}
+	title = Shorten(strings.Join(strings.Fields(title), " "), 80)
+	var th Thread
+	b.update(func(rec *boardRecord) {
+		if title != "" {
+			rec.Thread.Title = title
+		}
+		th = rec.Thread
+	})
+	return th, true
+}
+
+// Delete archives a session as reset does and hides it from listings; a
+// later message starts it again.
+func (r *Router) Delete(ctx context.Context, key, by string) error {
+	b := r.Board(key)
+	if b == nil {
+		return errors.New("chat: no such session")
+	}
+	b.mu.Lock()
+	th := b.rec.Thread
+	b.mu.Unlock()
+	if err := r.runner.Reset(ctx, key, by); err != nil {
+		return err
+	}
+	r.closeOpenCards(ctx, b, th, agent.Event{StoppedBy: by, At: r.opts.Now()})
+	b.set(func(rec *boardRecord, want *Plan) {
+		if !rec.Ref.IsZero() {
+			rec.Unpin = append(rec.Unpin, rec.Ref)
+		}
+		rec.Ref, rec.Pinned, rec.Closed, rec.Shown, rec.Cards, rec.Requester = MessageRef{}, false, false, Plan{}, nil, ""
+		rec.Hidden = true
+		*want = Plan{}
+	})
+	return nil
 }
