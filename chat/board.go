@@ -370,3 +370,11 @@ func DecodeBoard(raw []byte) (th Thread, shown Plan, ok bool) {
 	}
 	return rec.Thread, rec.Shown, true
 }
+
+// Hidden reports whether a stored board record was deleted from listings.
+func Hidden(raw []byte) bool {
+	var rec struct {
+		Hidden bool `json:"hidden"`
+	}
+	return len(raw) > 0 && json.Unmarshal(raw, &rec) == nil && rec.Hidden
+}

@@ -10,7 +10,6 @@ package web
 import (
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	"embed"
 	"encoding/hex"
 	"encoding/json"
@@ -43,11 +42,14 @@ type Store interface {
 	Plans(ctx context.Context, key string) ([]agent.PlanRevision, error)
 }
 
-// Handler is what the console sends messages and button presses to:
-// chat.Router.
+// Handler is what the console sends messages, button presses and thread
+// changes to: chat.Router.
 type Handler interface {
 	Handle(ctx context.Context, in chat.Incoming) error
 	Click(ctx context.Context, c chat.Click) chat.ClickResult
+	Visible(key string) bool
+	Rename(key, title string) (chat.Thread, bool)
+	Delete(ctx context.Context, key, by string) error
 }
 
 // Summary is one thread in the list.
@@ -56,7 +58,9 @@ type Summary struct {
 	Key      string      `json:"key"`
 	Platform string      `json:"platform"`
 	Title    string      `json:"title"`
-	State    string      `json:"state"` // idle or running
+	State    string      `json:"state"`  // idle, running or waiting
+	Status   string      `json:"status"` // the pill: working, waiting for approval, done, stopped, failed, ...; "" before any turn
+	Seq      int64       `json:"seq"`    // the thread's event sequence number when this was read
 	Plan     *chat.Plan  `json:"plan,omitempty"`
 	Updated  time.Time   `json:"updated"`
 	Usage    agent.Usage `json:"usage"`
@@ -81,10 +85,13 @@ type Console struct {
 	opts    Options
 	handler Handler
 
-	mu      sync.Mutex // guards plans, notices, cards, clients and closed
+	mu      sync.Mutex // guards the fields below
+	addr    string     // the listener's address, for the Host check
 	plans   map[string]chat.Plan
 	notices map[string][]Message
 	cards   map[string]map[string]chat.Card // by thread key, then card id
+	seq     map[string]int64                // events sent, by thread key
+	status  map[string]string               // the pill, by thread key
 	clients map[chan []byte]struct{}
 	closed  bool
 }
@@ -102,11 +109,24 @@ func New(opts Options) *Console {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Console{opts: opts, plans: map[string]chat.Plan{}, notices: map[string][]Message{}, cards: map[string]map[string]chat.Card{}, clients: map[chan []byte]struct{}{}}
+	return &Console{opts: opts, plans: map[string]chat.Plan{}, notices: map[string][]Message{}, cards: map[string]map[string]chat.Card{},
+		seq: map[string]int64{}, status: map[string]string{}, clients: map[chan []byte]struct{}{}}
 }
 
 // Bind sets where messages go; call it before serving.
 func (c *Console) Bind(h Handler) { c.handler = h }
+
+// SetAddr tells the console the address it is served on, for the Host
+// check (DNS rebinding) on loopback listeners.
+func (c *Console) SetAddr(addr string) {
+	c.mu.Lock()
+	c.addr = addr
+	c.mu.Unlock()
+}
+
+// Guard wraps the server's whole handler with the console's security
+// checks (see guard.go).
+func (c *Console) Guard(h http.Handler) http.Handler { return c.guard(h) }
 
 // Close ends every event stream, so a server shutdown does not wait on them.
 func (c *Console) Close() {
@@ -129,21 +149,25 @@ type Message struct {
 
 // event is one SSE event.
 type event struct {
-	Type    string     `json:"type"` // plan, message, working, thread, card
+	Type    string     `json:"type"` // plan, message, state, thread, card
 	Thread  string     `json:"thread"`
+	Seq     int64      `json:"seq"` // per thread, increasing: older never overwrites newer
 	Plan    *chat.Plan `json:"plan,omitempty"`
 	Card    *chat.Card `json:"card,omitempty"`
 	Message *Message   `json:"message,omitempty"`
-	Working *bool      `json:"working,omitempty"`
+	State   string     `json:"state,omitempty"`  // with type state: idle, running or waiting
+	Status  string     `json:"status,omitempty"` // with type state: the pill
 }
 
 func (c *Console) broadcast(e event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq[e.Thread]++
+	e.Seq = c.seq[e.Thread]
 	raw, err := json.Marshal(e)
 	if err != nil {
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	for ch := range c.clients {
 		select {
 		case ch <- raw:
@@ -183,8 +207,21 @@ func (c *Console) Mirror(th chat.Thread, p *chat.Plan, working *bool) {
 		c.setPlan(th, *p)
 	}
 	if working != nil {
-		c.broadcast(event{Type: "working", Thread: th.Key, Working: working})
+		state, status := "idle", ""
+		if *working {
+			state, status = "running", string(chat.StateWorking)
+		}
+		c.SetState(th, state, status)
 	}
+}
+
+// SetState shows a session's run state and status pill live, for every
+// platform's sessions.
+func (c *Console) SetState(th chat.Thread, state, status string) {
+	c.mu.Lock()
+	c.status[th.Key] = status
+	c.mu.Unlock()
+	c.broadcast(event{Type: "state", Thread: th.Key, State: state, Status: status})
 }
 
 // Pin implements chat.Platform. The console always shows the current plan
@@ -240,11 +277,9 @@ func (c *Console) setCard(th chat.Thread, card chat.Card) {
 	c.broadcast(event{Type: "card", Thread: th.Key, Card: &card})
 }
 
-// Working implements chat.Platform.
-func (c *Console) Working(_ context.Context, th chat.Thread, _ string, on bool) error {
-	c.broadcast(event{Type: "working", Thread: th.Key, Working: &on})
-	return nil
-}
+// Working implements chat.Platform. The run state is shown through
+// SetState, which cmd/bot calls for every session.
+func (c *Console) Working(context.Context, chat.Thread, string, bool) error { return nil }
 
 func randomID() string {
 	var b [8]byte
@@ -257,6 +292,8 @@ func (c *Console) Register(mux *http.ServeMux) {
 	sub, _ := fs.Sub(static, "static")
 	files := http.FileServerFS(sub)
 	mux.Handle("GET /", c.auth(files))
+	mux.HandleFunc("GET /login", c.login)
+	mux.HandleFunc("POST /login", c.login)
 	mux.Handle("GET /api/info", c.auth(http.HandlerFunc(c.info)))
 	mux.Handle("GET /api/threads", c.auth(http.HandlerFunc(c.listThreads)))
 	mux.Handle("POST /api/threads", c.auth(http.HandlerFunc(c.newThread)))
@@ -264,6 +301,8 @@ func (c *Console) Register(mux *http.ServeMux) {
 	mux.Handle("POST /api/threads/{id}/messages", c.auth(http.HandlerFunc(c.postMessage)))
 	mux.Handle("GET /api/threads/{id}/plans", c.auth(http.HandlerFunc(c.getPlans)))
 	mux.Handle("POST /api/threads/{id}/click", c.auth(http.HandlerFunc(c.click)))
+	mux.Handle("PATCH /api/threads/{id}", c.auth(http.HandlerFunc(c.renameThread)))
+	mux.Handle("DELETE /api/threads/{id}", c.auth(http.HandlerFunc(c.deleteThread)))
 	mux.Handle("GET /api/events", c.auth(http.HandlerFunc(c.events)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
@@ -282,31 +321,6 @@ func (c *Console) Register(mux *http.ServeMux) {
 	if c.opts.Metrics != nil {
 		mux.Handle("GET /metrics", c.auth(c.opts.Metrics))
 	}
-}
-
-// auth requires the token, when one is set, as a bearer header, a
-// ?token= parameter (which also sets a cookie for the page's own requests)
-// or that cookie.
-func (c *Console) auth(next http.Handler) http.Handler {
-	if c.opts.Token == "" {
-		return next
-	}
-	want := []byte(c.opts.Token)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if q := r.URL.Query().Get("token"); q != "" {
-			got = q
-			http.SetCookie(w, &http.Cookie{Name: "pinplan_token", Value: q, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
-		} else if ck, err := r.Cookie("pinplan_token"); got == "" && err == nil {
-			got = ck.Value
-		}
-		if subtle.ConstantTimeCompare([]byte(got), want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="pinplan"`)
-			http.Error(w, "unauthorized: this console needs PINPLAN_WEB_TOKEN (as ?token=, a cookie or a bearer header)", http.StatusUnauthorized)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -340,6 +354,7 @@ func (c *Console) listThreads(w http.ResponseWriter, r *http.Request) {
 		if p, ok := c.plans[list[i].Key]; ok {
 			list[i].Plan = &p
 		}
+		c.fillLocked(&list[i])
 	}
 	c.mu.Unlock()
 	sort.Slice(list, func(i, j int) bool { return list[i].Updated.After(list[j].Updated) })
@@ -349,24 +364,43 @@ func (c *Console) listThreads(w http.ResponseWriter, r *http.Request) {
 type postBody struct {
 	Text   string `json:"text"`
 	Author string `json:"author"`
+	Title  string `json:"title"`
 }
 
+// maxBody is the largest request body the console reads.
+const maxBody = 1 << 20
+
+// readBody decodes exactly one JSON object of at most 1 MiB: a larger
+// body is 413, anything after the object 400.
 func readBody(w http.ResponseWriter, r *http.Request) (postBody, bool) {
 	var b postBody
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&b); err != nil {
-		writeErr(w, http.StatusBadRequest, "send JSON like {\"text\":\"...\"}: "+err.Error())
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	err := dec.Decode(&b)
+	if err == nil {
+		if _, terr := dec.Token(); terr != io.EOF {
+			err = errors.New("trailing data after the JSON object")
+		}
+	}
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		writeErr(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request is over %d bytes", maxBody))
+		return b, false
+	case err != nil:
+		writeErr(w, http.StatusBadRequest, `send one JSON object like {"text":"..."}: `+err.Error())
 		return b, false
 	}
 	return b, true
 }
 
+// newThread creates a web thread from its first message: 201 with the
+// thread, or 422 with the reason and nothing created.
 func (c *Console) newThread(w http.ResponseWriter, r *http.Request) {
 	b, ok := readBody(w, r)
 	if !ok {
 		return
 	}
-	id := randomID()
-	c.send(w, r, id, b)
+	c.send(w, r, randomID(), b, true)
 }
 
 func (c *Console) postMessage(w http.ResponseWriter, r *http.Request) {
@@ -374,28 +408,104 @@ func (c *Console) postMessage(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	c.send(w, r, r.PathValue("id"), b)
-}
-
-func (c *Console) send(w http.ResponseWriter, r *http.Request, id string, b postBody) {
-	if !validID(id) {
-		writeErr(w, http.StatusBadRequest, "bad thread id")
+	key, ok := keyOf(r.PathValue("id"))
+	switch {
+	case !ok || !c.handler.Visible(key):
+		writeErr(w, http.StatusNotFound, "no such thread; start one with POST /api/threads")
+		return
+	case !strings.HasPrefix(key, "web/"):
+		writeErr(w, http.StatusForbidden, "this thread lives on another platform; answer it there")
 		return
 	}
+	c.send(w, r, strings.TrimPrefix(key, "web/"), b, false)
+}
+
+func (c *Console) send(w http.ResponseWriter, r *http.Request, id string, b postBody, create bool) {
 	author := strings.TrimSpace(b.Author) // optional: the console is one person's
 	key := "web/" + id
 	th := chat.Thread{Platform: "web", Key: key, Channel: key, ThreadID: id}
 	m := Message{Role: "user", Author: author, Text: b.Text, At: c.opts.Now()}
-	err := c.handler.Handle(r.Context(), chat.Incoming{Thread: th, Text: b.Text, Author: author, MessageID: randomID()})
-	if err != nil && !errors.Is(err, chat.ErrRejected) {
+	err := c.handler.Handle(r.Context(), chat.Incoming{Thread: th, Text: b.Text, Author: author, MessageID: randomID(), Sync: true})
+	var rej *chat.Rejection
+	switch {
+	case errors.As(err, &rej) && rej.Refused:
+		writeErr(w, http.StatusUnprocessableEntity, rej.Reason)
+		return
+	case errors.As(err, &rej): // a command (stop, reset): answered in the thread
+		c.broadcast(event{Type: "message", Thread: key, Message: &m})
+		n := Message{Role: "notice", Text: rej.Reason, At: c.opts.Now()}
+		c.notice(th, n)
+		writeJSON(w, http.StatusAccepted, map[string]any{"message": m, "notice": n})
+		return
+	case err != nil:
 		writeErr(w, http.StatusServiceUnavailable, "the message was not accepted: "+err.Error())
 		return
 	}
-	if err == nil {
-		c.broadcast(event{Type: "message", Thread: key, Message: &m})
-		c.broadcast(event{Type: "thread", Thread: key})
+	c.broadcast(event{Type: "message", Thread: key, Message: &m})
+	c.broadcast(event{Type: "thread", Thread: key})
+	if !create {
+		writeJSON(w, http.StatusAccepted, map[string]any{"message": m})
+		return
 	}
-	writeJSON(w, http.StatusAccepted, map[string]any{"id": id, "key": key, "accepted": err == nil})
+	c.mu.Lock()
+	seq := c.seq[key]
+	c.mu.Unlock()
+	sum := Summary{ID: id, Key: key, Platform: "web", Title: chat.Shorten(strings.TrimSpace(b.Text), 80), State: "running",
+		Status: string(chat.StateWorking), Updated: m.At, Seq: seq}
+	writeJSON(w, http.StatusCreated, map[string]any{"id": id, "key": key, "thread": sum, "message": m})
+}
+
+// renameThread: PATCH {"title": "..."}.
+func (c *Console) renameThread(w http.ResponseWriter, r *http.Request) {
+	b, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	key, ok := keyOf(r.PathValue("id"))
+	if !ok || !c.handler.Visible(key) {
+		writeErr(w, http.StatusNotFound, "no such thread")
+		return
+	}
+	if !strings.HasPrefix(key, "web/") {
+		writeErr(w, http.StatusForbidden, "this thread lives on another platform")
+		return
+	}
+	if strings.TrimSpace(b.Title) == "" {
+		writeErr(w, http.StatusUnprocessableEntity, "the title is empty")
+		return
+	}
+	th, _ := c.handler.Rename(key, b.Title)
+	c.broadcast(event{Type: "thread", Thread: key})
+	c.mu.Lock()
+	seq := c.seq[key]
+	c.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{"thread": Summary{ID: idOf(key), Key: key, Platform: "web", Title: th.Title, Updated: c.opts.Now(), Seq: seq}})
+}
+
+// deleteThread archives a web thread and takes it off the list.
+func (c *Console) deleteThread(w http.ResponseWriter, r *http.Request) {
+	key, ok := keyOf(r.PathValue("id"))
+	if !ok || !c.handler.Visible(key) {
+		writeErr(w, http.StatusNotFound, "no such thread")
+		return
+	}
+	if !strings.HasPrefix(key, "web/") {
+		writeErr(w, http.StatusForbidden, "this thread lives on another platform")
+		return
+	}
+	if err := c.handler.Delete(r.Context(), key, "the console user"); err != nil {
+		c.opts.Logger.Error("delete thread", "session", key, "err", err)
+		writeErr(w, http.StatusInternalServerError, "could not delete the thread")
+		return
+	}
+	c.mu.Lock()
+	delete(c.plans, key)
+	delete(c.notices, key)
+	delete(c.cards, key)
+	delete(c.status, key)
+	c.mu.Unlock()
+	c.broadcast(event{Type: "thread", Thread: key})
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func validID(id string) bool {
@@ -438,8 +548,8 @@ func keyOf(id string) (string, bool) {
 
 func (c *Console) getThread(w http.ResponseWriter, r *http.Request) {
 	key, ok := keyOf(r.PathValue("id"))
-	if !ok {
-		writeErr(w, http.StatusBadRequest, "bad thread id")
+	if !ok || !c.handler.Visible(key) {
+		writeErr(w, http.StatusNotFound, "no such thread")
 		return
 	}
 	hist, err := c.opts.Store.History(r.Context(), key)
@@ -492,21 +602,21 @@ func (c *Console) getThread(w http.ResponseWriter, r *http.Request) {
 	if p, ok := c.plans[key]; ok {
 		summary.Plan = &p
 	}
-	c.mu.Unlock()
-	c.mu.Lock()
+	c.fillLocked(summary)
+	seq := summary.Seq
 	cards := make([]chat.Card, 0, len(c.cards[key]))
 	for _, card := range c.cards[key] {
 		cards = append(cards, card)
 	}
 	c.mu.Unlock()
 	sort.Slice(cards, func(i, j int) bool { return cards[i].Deadline.Before(cards[j].Deadline) })
-	writeJSON(w, http.StatusOK, map[string]any{"thread": summary, "messages": msgs, "cards": cards})
+	writeJSON(w, http.StatusOK, map[string]any{"thread": summary, "messages": msgs, "cards": cards, "seq": seq})
 }
 
 func (c *Console) getPlans(w http.ResponseWriter, r *http.Request) {
 	key, ok := keyOf(r.PathValue("id"))
-	if !ok {
-		writeErr(w, http.StatusBadRequest, "bad thread id")
+	if !ok || !c.handler.Visible(key) {
+		writeErr(w, http.StatusNotFound, "no such thread")
 		return
 	}
 	plans, err := c.opts.Store.Plans(r.Context(), key)
@@ -593,4 +703,22 @@ func (c *Console) click(w http.ResponseWriter, r *http.Request) {
 		c.setCard(th, *res.Card)
 	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// fillLocked sets a summary's status pill and sequence number: the live
+// status when the console saw one, else what the store says.
+func (c *Console) fillLocked(sum *Summary) {
+	sum.Seq = c.seq[sum.Key]
+	if st, ok := c.status[sum.Key]; ok {
+		sum.Status = st
+		return
+	}
+	switch {
+	case sum.State == "waiting":
+		sum.Status = string(chat.StateWaiting)
+	case sum.State == "running":
+		sum.Status = string(chat.StateWorking)
+	case sum.Plan != nil:
+		sum.Status = string(sum.Plan.State)
+	}
 }

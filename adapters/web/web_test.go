@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"io"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -26,8 +27,21 @@ func (f *fakeStore) Plans(context.Context, string) ([]agent.PlanRevision, error)
 }
 
 type recHandler struct {
-	got    []chat.Incoming
-	clicks []chat.Click
+	got     []chat.Incoming
+	clicks  []chat.Click
+	known   map[string]bool
+	deleted []string
+}
+
+func (h *recHandler) Visible(key string) bool { return key == "web/abc" || h.known[key] }
+
+func (h *recHandler) Rename(key, title string) (chat.Thread, bool) {
+	return chat.Thread{Platform: "web", Key: key, Title: title}, true
+}
+
+func (h *recHandler) Delete(_ context.Context, key, _ string) error {
+	h.deleted = append(h.deleted, key)
+	return nil
 }
 
 func (h *recHandler) Click(_ context.Context, c chat.Click) chat.ClickResult {
@@ -37,7 +51,14 @@ func (h *recHandler) Click(_ context.Context, c chat.Click) chat.ClickResult {
 }
 
 func (h *recHandler) Handle(_ context.Context, in chat.Incoming) error {
+	if len(in.Text) > 100 {
+		return &chat.Rejection{Reason: "too long", Refused: true}
+	}
 	h.got = append(h.got, in)
+	if h.known == nil {
+		h.known = map[string]bool{}
+	}
+	h.known[in.Thread.Key] = true
 	return nil
 }
 
@@ -49,7 +70,8 @@ func newConsole(t *testing.T, token string) (*Console, *httptest.Server, *recHan
 	c.Bind(h)
 	mux := http.NewServeMux()
 	c.Register(mux)
-	srv := httptest.NewServer(mux)
+	srv := httptest.NewServer(c.Guard(mux))
+	c.SetAddr(srv.Listener.Addr().String())
 	t.Cleanup(func() { c.Close(); srv.Close() })
 	return c, srv, h, st
 }
@@ -89,6 +111,7 @@ func TestTokenAndInput(t *testing.T) {
 	_, srv, h, _ := newConsole(t, "s3cret")
 	do := func(method, path, body, auth string) int {
 		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
 		if auth != "" {
 			req.Header.Set("Authorization", "Bearer "+auth)
 		}
@@ -108,8 +131,14 @@ func TestTokenAndInput(t *testing.T) {
 		{"good token", "GET", "/api/threads", "", "s3cret", 200},
 		{"health is open", "GET", "/healthz", "", "", 200},
 		{"bad json", "POST", "/api/threads", "{", "s3cret", 400},
-		{"bad id", "POST", "/api/threads/..%2fx/messages", `{"text":"x"}`, "s3cret", 400},
-		{"new thread", "POST", "/api/threads", `{"text":"hello"}`, "s3cret", 202},
+		{"trailing data", "POST", "/api/threads", `{"text":"x"} {"text":"y"}`, "s3cret", 400},
+		{"too big", "POST", "/api/threads", `{"text":"` + strings.Repeat("a", 1<<20) + `"}`, "s3cret", 413},
+		{"refused", "POST", "/api/threads", `{"text":"` + strings.Repeat("a", 200) + `"}`, "s3cret", 422},
+		{"bad id", "POST", "/api/threads/..%2fx/messages", `{"text":"x"}`, "s3cret", 404},
+		{"unknown thread", "POST", "/api/threads/nosuch/messages", `{"text":"x"}`, "s3cret", 404},
+		{"plans of an unknown thread", "GET", "/api/threads/nosuch/plans", "", "s3cret", 404},
+		{"new thread", "POST", "/api/threads", `{"text":"hello"}`, "s3cret", 201},
+		{"slack thread is read-only", "POST", "/api/threads/slack~T1~C1~1.1/messages", `{"text":"x"}`, "s3cret", 404},
 	}
 	for _, tt := range tests {
 		if got := do(tt.method, tt.path, tt.body, tt.auth); got != tt.want {
@@ -173,5 +202,124 @@ func TestCardsAndClicks(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusForbidden {
 		t.Errorf("a click for a Slack thread from the console: %d, want 403", resp.StatusCode)
+	}
+}
+
+func TestConsoleRefusesOtherSites(t *testing.T) {
+	_, srv, h, _ := newConsole(t, "")
+	send := func(mod func(*http.Request)) (*http.Response, string) {
+		req, _ := http.NewRequest("POST", srv.URL+"/api/threads", strings.NewReader(`{"text":"hi"}`))
+		req.Header.Set("Content-Type", "application/json")
+		mod(req)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b strings.Builder
+		io.Copy(&b, resp.Body)
+		return resp, b.String()
+	}
+	tests := []struct {
+		name string
+		mod  func(*http.Request)
+		want int
+	}{
+		{"text/plain from another site", func(r *http.Request) {
+			r.Header.Set("Content-Type", "text/plain")
+			r.Header.Set("Origin", "https://evil.example")
+		}, 403},
+		{"json from another origin", func(r *http.Request) { r.Header.Set("Origin", "https://evil.example") }, 403},
+		{"cross-site fetch metadata", func(r *http.Request) { r.Header.Set("Sec-Fetch-Site", "cross-site") }, 403},
+		{"same origin but a form", func(r *http.Request) {
+			r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			r.Header.Set("Origin", srv.URL)
+		}, 415},
+		{"DNS rebinding", func(r *http.Request) { r.Host = "evil.example:" + srv.URL[strings.LastIndex(srv.URL, ":")+1:] }, 421},
+		{"the console itself", func(r *http.Request) { r.Header.Set("Origin", srv.URL) }, 201},
+		{"localhost name", func(r *http.Request) {
+			r.Host = "localhost:" + srv.URL[strings.LastIndex(srv.URL, ":")+1:]
+			r.Header.Set("Sec-Fetch-Site", "same-origin")
+		}, 201},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := len(h.got)
+			resp, body := send(tt.mod)
+			if resp.StatusCode != tt.want {
+				t.Errorf("got %d %s, want %d", resp.StatusCode, body, tt.want)
+			}
+			if tt.want >= 400 && len(h.got) != before {
+				t.Error("a refused request reached the router")
+			}
+			if resp.Header.Get("X-Frame-Options") != "DENY" || !strings.Contains(resp.Header.Get("Content-Security-Policy"), "frame-ancestors 'none'") ||
+				resp.Header.Get("Referrer-Policy") != "no-referrer" {
+				t.Errorf("security headers missing: %v", resp.Header)
+			}
+		})
+	}
+	// A health check with any Host is answered (supervisors probe it so).
+	req, _ := http.NewRequest("GET", srv.URL+"/healthz", nil)
+	req.Host = "pinplan.internal"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("/healthz with another Host: %d", resp.StatusCode)
+	}
+}
+
+func TestTokenExchangedForCookie(t *testing.T) {
+	_, srv, _, _ := newConsole(t, "s3cret")
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Get(srv.URL + "/?token=s3cret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther || strings.Contains(resp.Header.Get("Location"), "token") {
+		t.Errorf("?token= answered %d to %q, want a redirect without the token", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	var cookie *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == "pinplan_token" {
+			cookie = c
+		}
+	}
+	if cookie == nil || !cookie.HttpOnly || cookie.SameSite != http.SameSiteStrictMode {
+		t.Fatalf("cookie %+v, want HttpOnly SameSite=Strict", cookie)
+	}
+	// Without a token, the page is the sign-in form; the API says 401 in JSON.
+	resp, err = client.Get(srv.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var page strings.Builder
+	io.Copy(&page, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 401 || !strings.Contains(page.String(), `<form method="post" action="/login">`) {
+		t.Errorf("page without a token: %d %.200s", resp.StatusCode, page.String())
+	}
+	resp, err = client.Get(srv.URL + "/api/threads")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 401 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		t.Errorf("API without a token: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	// The form signs in.
+	req, _ := http.NewRequest("POST", srv.URL+"/login", strings.NewReader("token=s3cret"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", srv.URL)
+	resp, err = client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther || len(resp.Cookies()) == 0 {
+		t.Errorf("login: %d, cookies %v", resp.StatusCode, resp.Cookies())
 	}
 }

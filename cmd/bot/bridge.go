@@ -22,6 +22,9 @@ func (s webStore) Threads(ctx context.Context) ([]web.Summary, error) {
 	}
 	out := make([]web.Summary, 0, len(infos))
 	for _, in := range infos {
+		if chat.Hidden(in.Board) {
+			continue // deleted from the console
+		}
 		cp := in.Checkpoint
 		sum := web.Summary{Key: cp.Key, Platform: strings.SplitN(cp.Key, "/", 2)[0], State: string(cp.State), Updated: cp.Updated, Usage: cp.Usage}
 		if sum.State == "" {

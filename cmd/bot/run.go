@@ -157,10 +157,9 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 		Observer: func(e agent.Event) {
 			m.observe(e)
 			router.Observe(e)
-			if e.Kind == agent.TurnStarted || e.Kind == agent.TurnEnded {
+			if state, status, ok := runState(e); ok {
 				if th, ok := router.Thread(e.Session); ok {
-					working := e.Kind == agent.TurnStarted
-					console.Mirror(th, nil, &working)
+					console.SetState(th, state, status)
 				}
 			}
 		},
@@ -203,7 +202,8 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 		router.Close()
 		return fmt.Errorf("listen on PINPLAN_HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	console.SetAddr(ln.Addr().String())
+	srv := &http.Server{Handler: console.Guard(mux), ReadHeaderTimeout: 10 * time.Second}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -215,7 +215,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	if !cfg.ModelConfigured && !demo {
 		fmt.Fprintln(stdout, "pinplan: no model configured; set OPENAI_API_KEY or OPENAI_BASE_URL, or run with -demo")
 	}
-	fmt.Fprintf(stdout, "pinplan: web console at http://%s/\n", ln.Addr())
+	fmt.Fprintf(stdout, "pinplan: web console at %s\n", consoleURL(ln.Addr().String(), cfg.WebToken != ""))
 	if slk != nil {
 		if err := slk.Start(ctx); err != nil {
 			srv.Close()
@@ -396,4 +396,40 @@ func mcpStatus(m *mcp.Manager) string {
 		fmt.Fprintf(&b, "mcp %s: %s\n", name, st[name])
 	}
 	return b.String()
+}
+
+// runState is the console's run state and status pill after an event.
+func runState(e agent.Event) (state, status string, ok bool) {
+	switch e.Kind {
+	case agent.TurnStarted:
+		if e.Resumed {
+			return "running", string(chat.StateResumed), true
+		}
+		return "running", string(chat.StateWorking), true
+	case agent.ApprovalNeeded:
+		return "waiting", string(chat.StateWaiting), true
+	case agent.ApprovalDecided:
+		return "running", string(chat.StateWorking), true
+	case agent.TurnEnded:
+		st := map[agent.Outcome]chat.PlanState{agent.Done: chat.StateDone, agent.Failed: chat.StateFailed, agent.Stopped: chat.StateStopped, agent.Limited: chat.StateLimited}[e.Outcome]
+		return "idle", string(st), true
+	}
+	return "", "", false
+}
+
+// consoleURL is an address a person can open: an unspecified host (":8080",
+// "0.0.0.0") becomes localhost. With a token the console asks for it.
+func consoleURL(addr string, token bool) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "http://" + addr + "/"
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "localhost"
+	}
+	u := "http://" + net.JoinHostPort(host, port) + "/"
+	if token {
+		u += " (sign in with PINPLAN_WEB_TOKEN)"
+	}
+	return u
 }
