@@ -25,6 +25,7 @@ var allowed = map[string][]string{
 	"adapters/slack":       {"chat", "agent", "todo"},
 	"adapters/discord":     {"chat", "agent", "todo"},
 	"internal/golden":      {},
+	"internal/inboxtest":   {"chat", "agent", "todo"},
 	"internal/fakeopenai":  {},
 	"internal/fakeslack":   {},
 	"internal/fakediscord": {},

@@ -5,75 +5,14 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/internal/fakediscord"
+	"github.com/pinplan/pinplan/internal/inboxtest"
 )
 
-// recorder is a chat.Inbox that records messages; known sessions are the
-// ones it was handed a message for.
-type recorder struct {
-	mu    sync.Mutex
-	got   []chat.Incoming
-	known map[string]bool
-}
-
-func (r *recorder) Handle(_ context.Context, in chat.Incoming) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.got = append(r.got, in)
-	if r.known == nil {
-		r.known = map[string]bool{}
-	}
-	r.known[in.Thread.Key] = true
-	return nil
-}
-
-func (r *recorder) Known(key string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.known[key]
-}
-
-func (r *recorder) Click(context.Context, chat.Click) chat.ClickResult {
-	return chat.ClickResult{Private: "no"}
-}
-
-func (r *recorder) texts() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []string
-	for _, in := range r.got {
-		out = append(out, in.Text)
-	}
-	return out
-}
-
-// countingDedupe is a chat.Deduper that counts writes.
-type countingDedupe struct {
-	mu     sync.Mutex
-	seen   map[string]bool
-	writes int
-}
-
-func (d *countingDedupe) FirstSeen(_ context.Context, key string, _ time.Duration) (bool, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.writes++
-	if d.seen == nil {
-		d.seen = map[string]bool{}
-	}
-	if d.seen[key] {
-		return false, nil
-	}
-	d.seen[key] = true
-	return true, nil
-}
-
-func gatewayRig(t *testing.T) (*Adapter, *fakediscord.Server, *recorder, *countingDedupe) {
+func gatewayRig(t *testing.T) (*Adapter, *fakediscord.Server, *inboxtest.Inbox, *inboxtest.Dedupe) {
 	t.Helper()
 	fake := &fakediscord.Server{HeartbeatInterval: time.Second}
 	fake.AddChannel("C1", 0, "G1")
@@ -81,7 +20,7 @@ func gatewayRig(t *testing.T) (*Adapter, *fakediscord.Server, *recorder, *counti
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
 	t.Cleanup(fake.Close)
-	rec, dd := &recorder{}, &countingDedupe{}
+	rec, dd := &inboxtest.Inbox{}, &inboxtest.Dedupe{}
 	a, err := New(Options{Token: "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", APIURL: srv.URL, Handler: rec, Dedupe: dd})
 	if err != nil {
 		t.Fatal(err)
@@ -94,11 +33,11 @@ func gatewayRig(t *testing.T) (*Adapter, *fakediscord.Server, *recorder, *counti
 	return a, fake, rec, dd
 }
 
-func waitTexts(t *testing.T, rec *recorder, n int) []string {
+func waitTexts(t *testing.T, rec *inboxtest.Inbox, n int) []string {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		got := rec.texts()
+		got := rec.Texts()
 		if len(got) >= n {
 			return got
 		}
@@ -131,9 +70,7 @@ func TestUnrelatedMessagesCostNoWriteOrLookup(t *testing.T) {
 	if got := waitTexts(t, rec, 1); len(got) != 1 || got[0] != "a task" {
 		t.Fatalf("handled %q, want only the mention", got)
 	}
-	dd.mu.Lock()
-	writes := dd.writes
-	dd.mu.Unlock()
+	writes := dd.Writes()
 	if writes != 1 {
 		t.Errorf("%d dedupe writes for 1,000 unrelated messages and a mention, want 1", writes)
 	}

@@ -90,14 +90,8 @@ func (a *Adapter) runSocketMode(ctx context.Context) {
 // acks at once and handles the event in the background.
 func (a *Adapter) HTTPHandler(ctx context.Context) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
-		if err != nil {
-			http.Error(w, "body too large", http.StatusRequestEntityTooLarge)
-			return
-		}
-		if err := a.verify(r.Header, body); err != nil {
-			a.log.Warn("slack request rejected", "err", err, "remote", r.RemoteAddr)
-			http.Error(w, "invalid signature or timestamp", http.StatusUnauthorized)
+		body, ok := a.readSigned(w, r)
+		if !ok {
 			return
 		}
 		api, err := slackevents.ParseEvent(json.RawMessage(body), slackevents.OptionNoVerifyToken())

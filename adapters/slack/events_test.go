@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,75 +13,16 @@ import (
 
 	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/internal/fakeslack"
+	"github.com/pinplan/pinplan/internal/inboxtest"
 	"github.com/pinplan/pinplan/todo"
 )
 
-// recorder is a chat.Inbox that records messages; known sessions are the
-// ones it was handed a message for.
-type recorder struct {
-	mu    sync.Mutex
-	got   []chat.Incoming
-	known map[string]bool
-}
-
-func (r *recorder) Handle(_ context.Context, in chat.Incoming) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.got = append(r.got, in)
-	if r.known == nil {
-		r.known = map[string]bool{}
-	}
-	r.known[in.Thread.Key] = true
-	return nil
-}
-
-func (r *recorder) Known(key string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.known[key]
-}
-
-func (r *recorder) Click(context.Context, chat.Click) chat.ClickResult {
-	return chat.ClickResult{Private: "no"}
-}
-
-func (r *recorder) texts() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []string
-	for _, in := range r.got {
-		out = append(out, in.Text)
-	}
-	return out
-}
-
-// countingDedupe is a chat.Deduper that counts writes.
-type countingDedupe struct {
-	mu     sync.Mutex
-	seen   map[string]bool
-	writes int
-}
-
-func (d *countingDedupe) FirstSeen(_ context.Context, key string, _ time.Duration) (bool, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.writes++
-	if d.seen == nil {
-		d.seen = map[string]bool{}
-	}
-	if d.seen[key] {
-		return false, nil
-	}
-	d.seen[key] = true
-	return true, nil
-}
-
-func eventAdapter(t *testing.T) (*Adapter, *fakeslack.Server, *recorder, *countingDedupe) {
+func eventAdapter(t *testing.T) (*Adapter, *fakeslack.Server, *inboxtest.Inbox, *inboxtest.Dedupe) {
 	t.Helper()
 	fake := &fakeslack.Server{}
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
-	rec, dd := &recorder{}, &countingDedupe{}
+	rec, dd := &inboxtest.Inbox{}, &inboxtest.Dedupe{}
 	a := New(Options{BotToken: "xoxb-t", APIURL: srv.URL + "/api/", Handler: rec, Dedupe: dd})
 	if err := a.Start(t.Context()); err != nil {
 		t.Fatal(err)
@@ -108,7 +48,7 @@ func TestOnlyTheBotMentionIsStripped(t *testing.T) {
 		"text": "<@" + bot + "> ask <@U777> about the release, and <@U888|bob> too, not <@U999>"})
 	a.queue.Wait()
 	want := "ask @Rita about the release, and @bob too, not <@U999>"
-	if got := rec.texts(); len(got) != 1 || got[0] != want {
+	if got := rec.Texts(); len(got) != 1 || got[0] != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
 }
@@ -125,13 +65,11 @@ func TestUnrelatedMessagesCostNoWrite(t *testing.T) {
 	// A mention afterwards proves the events above had their chance.
 	push(t, a, fake, "EvMention", map[string]any{"type": "app_mention", "user": "U1", "channel": "C1", "ts": "3.1", "text": "<@" + a.botUserID + "> hi"})
 	a.queue.Wait()
-	if got := rec.texts(); len(got) != 1 || got[0] != "hi" {
+	if got := rec.Texts(); len(got) != 1 || got[0] != "hi" {
 		t.Fatalf("handled %q, want only the mention", got)
 	}
-	dd.mu.Lock()
-	defer dd.mu.Unlock()
-	if dd.writes != 2 {
-		t.Errorf("%d dedupe writes for 1,000 unrelated messages and one mention, want 2 (the mention's event and message)", dd.writes)
+	if w := dd.Writes(); w != 2 {
+		t.Errorf("%d dedupe writes for 1,000 unrelated messages and one mention, want 2 (the mention's event and message)", w)
 	}
 }
 
@@ -144,7 +82,7 @@ func TestThreadMessagesHandledInOrder(t *testing.T) {
 		push(t, a, fake, "EvF"+string(rune('a'+i)), map[string]any{"type": "message", "user": "U1", "channel": "C1", "ts": "5." + string(rune('a'+i)), "thread_ts": "5.0", "text": "follow-up " + string(rune('a'+i))})
 	}
 	a.queue.Wait()
-	got := rec.texts()
+	got := rec.Texts()
 	if len(got) != 21 {
 		t.Fatalf("handled %d messages, want 21: %q", len(got), got)
 	}

@@ -124,14 +124,8 @@ func cmpOr(vals ...string) string {
 // and handled on its thread's queue.
 func (a *Adapter) InteractionsHandler(ctx context.Context) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
-		if err != nil {
-			http.Error(w, "body too large", http.StatusRequestEntityTooLarge)
-			return
-		}
-		if err := a.verify(r.Header, body); err != nil {
-			a.log.Warn("slack interaction rejected", "err", err, "remote", r.RemoteAddr)
-			http.Error(w, "invalid signature or timestamp", http.StatusUnauthorized)
+		body, ok := a.readSigned(w, r)
+		if !ok {
 			return
 		}
 		form, err := url.ParseQuery(string(body))
@@ -148,6 +142,22 @@ func (a *Adapter) InteractionsHandler(ctx context.Context) http.Handler {
 		w.WriteHeader(http.StatusOK)
 		a.queue.Do("interaction/"+cb.TriggerID+cb.ActionTs, func() { a.interact(ctx, cb) })
 	})
+}
+
+// readSigned reads a request body of at most 1 MiB signed by Slack; it
+// answers 413 or 401 itself and then reports false.
+func (a *Adapter) readSigned(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+	if err != nil {
+		http.Error(w, "body too large", http.StatusRequestEntityTooLarge)
+		return nil, false
+	}
+	if err := a.verify(r.Header, body); err != nil {
+		a.log.Warn("slack request rejected", "path", r.URL.Path, "err", err, "remote", r.RemoteAddr)
+		http.Error(w, "invalid signature or timestamp", http.StatusUnauthorized)
+		return nil, false
+	}
+	return body, true
 }
 
 // verify checks a request's Slack signature and 5-minute window.

@@ -1,0 +1,90 @@
+// Package inboxtest has in-memory stand-ins for what the adapters hand
+// messages to (chat.Inbox, chat.Deduper), for the adapters' tests.
+package inboxtest
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/pinplan/pinplan/chat"
+)
+
+var (
+	_ chat.Inbox   = (*Inbox)(nil)
+	_ chat.Deduper = (*Dedupe)(nil)
+)
+
+// Inbox is a chat.Inbox that records messages; a session is known once it
+// was handed a message. Clicks are answered privately. The zero value is
+// ready.
+type Inbox struct {
+	mu    sync.Mutex // guards got and known
+	got   []chat.Incoming
+	known map[string]bool
+}
+
+// Handle implements chat.Inbox.
+func (r *Inbox) Handle(_ context.Context, in chat.Incoming) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, in)
+	if r.known == nil {
+		r.known = map[string]bool{}
+	}
+	r.known[in.Thread.Key] = true
+	return nil
+}
+
+// Known implements chat.Inbox.
+func (r *Inbox) Known(key string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.known[key]
+}
+
+// Click implements chat.Inbox.
+func (r *Inbox) Click(context.Context, chat.Click) chat.ClickResult {
+	return chat.ClickResult{Private: "no"}
+}
+
+// Texts returns the texts handled so far, in order.
+func (r *Inbox) Texts() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.got))
+	for _, in := range r.got {
+		out = append(out, in.Text)
+	}
+	return out
+}
+
+// Dedupe is a chat.Deduper in memory that counts its writes. The zero
+// value is ready.
+type Dedupe struct {
+	mu     sync.Mutex // guards seen and writes
+	seen   map[string]bool
+	writes int
+}
+
+// FirstSeen implements chat.Deduper.
+func (d *Dedupe) FirstSeen(_ context.Context, key string, _ time.Duration) (bool, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.writes++
+	if d.seen == nil {
+		d.seen = map[string]bool{}
+	}
+	if d.seen[key] {
+		return false, nil
+	}
+	d.seen[key] = true
+	return true, nil
+}
+
+// Writes counts FirstSeen calls: each is a write to the store.
+func (d *Dedupe) Writes() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.writes
+}
