@@ -38,7 +38,7 @@ func (db *DB) AddOutbox(_ context.Context, items [][]byte) ([]uint64, error) {
 
 // DeleteOutbox implements chat.OutboxStore.
 func (db *DB) DeleteOutbox(_ context.Context, id uint64) error {
-	err := db.bolt.Batch(func(tx *bolt.Tx) error { return tx.Bucket(bOutbox).Delete(u64(id)) })
+	err := db.write(func(tx *bolt.Tx) error { return tx.Bucket(bOutbox).Delete(u64(id)) })
 	if err != nil {
 		return fmt.Errorf("store: delete outbox item %d: %w", id, err)
 	}

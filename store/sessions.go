@@ -80,7 +80,7 @@ func (db *DB) Board(_ context.Context, key string) ([]byte, error) {
 
 // SaveBoard stores the plan board record of a session.
 func (db *DB) SaveBoard(_ context.Context, key string, data []byte) error {
-	err := db.bolt.Batch(func(tx *bolt.Tx) error {
+	err := db.write(func(tx *bolt.Tx) error {
 		sb, err := createSession(tx, key)
 		if err != nil {
 			return err
@@ -108,4 +108,27 @@ func (db *DB) Boards(_ context.Context, f func(key string, data []byte)) error {
 		return fmt.Errorf("store: list plan boards: %w", err)
 	}
 	return nil
+}
+
+// SessionCount returns the number of sessions (as Sessions lists them)
+// without reading their records: it counts the keys of the sessions bucket
+// with a cursor, which touches only that bucket's pages. (Bucket.Stats is
+// no shortcut: it walks every page of every nested bucket, and its BucketN
+// and KeyN include each session's history, plans and inbox buckets and
+// their keys.)
+func (db *DB) SessionCount() (int, error) {
+	n := 0
+	err := db.bolt.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bSessions).Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if v == nil { // a nested bucket: a session
+				n++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("store: count sessions: %w", err)
+	}
+	return n, nil
 }

@@ -14,6 +14,7 @@
 //	sessions/<key>/history/<u64>      agent.Entry as JSON, in order
 //	sessions/<key>/plans/<u64 rev>    agent.PlanRevision as JSON
 //	sessions/<key>/inbox/<u64 id>     agent.Inbound as JSON
+//	sessions/<key>/archive/<u64 n>/   a reset's record, history and plans
 //	dedupe/<key>                      expiry, unix nanoseconds as u64
 //	outbox/<u64 id>                   a reply not yet delivered, opaque bytes owned by chat
 package store
@@ -27,6 +28,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -61,7 +63,8 @@ var (
 type Options struct {
 	// LockTimeout bounds the wait for another process's file lock.
 	LockTimeout time.Duration
-	// BatchDelay is how long a commit waits for others to share its fsync.
+	// BatchDelay is how long a commit waits for others to share its fsync
+	// when other writes are in flight; a lone commit does not wait.
 	BatchDelay time.Duration
 	Now        func() time.Time
 }
@@ -70,6 +73,9 @@ type Options struct {
 type DB struct {
 	bolt *bolt.DB
 	now  func() time.Time
+	// writes counts the calls of write in flight (running or waiting in
+	// a batch); a write that finds none runs at once.
+	writes atomic.Int64
 }
 
 var _ agent.Store = (*DB)(nil)
@@ -249,35 +255,51 @@ func (db *DB) Enqueue(_ context.Context, key string, in agent.Inbound) (agent.In
 	return in, nil
 }
 
-// Commit implements agent.Store: one bbolt transaction, shared with
-// concurrent commits through db.Batch. The function only puts precomputed
-// bytes at fixed keys and deletes fixed keys, so running it twice (as Batch
-// may) writes the same state.
+// Commit implements agent.Store: the round in one bbolt transaction (see
+// write: at once when no other write is in flight, else shared with the
+// concurrent ones through db.Batch).
 func (db *DB) Commit(_ context.Context, r *agent.Round) error {
+	fn, err := commitTx(r)
+	if err == nil {
+		err = db.write(fn)
+	}
+	if err != nil {
+		return fmt.Errorf("store: commit round of %s: %w", r.Checkpoint.Key, err)
+	}
+	return nil
+}
+
+// commitTx encodes a round and returns the transaction function that
+// writes it. The function only puts precomputed bytes at fixed keys and
+// deletes fixed keys, so running it twice (as Batch may) writes the same
+// state; it refuses a round that does not follow the stored record.
+func commitTx(r *agent.Round) (func(*bolt.Tx) error, error) {
 	key := r.Checkpoint.Key
 	record, err := json.Marshal(r.Checkpoint)
 	if err != nil {
-		return fmt.Errorf("store: encode checkpoint of %s: %w", key, err)
+		return nil, fmt.Errorf("encode checkpoint: %w", err)
 	}
 	entries := make([][]byte, len(r.Append))
 	for i, e := range r.Append {
 		if entries[i], err = json.Marshal(e); err != nil {
-			return fmt.Errorf("store: encode history of %s: %w", key, err)
+			return nil, fmt.Errorf("encode history: %w", err)
 		}
 	}
 	plans := make([][]byte, len(r.Plans))
 	for i, p := range r.Plans {
 		if plans[i], err = json.Marshal(p); err != nil {
-			return fmt.Errorf("store: encode plan of %s: %w", key, err)
+			return nil, fmt.Errorf("encode plan: %w", err)
 		}
 	}
-	err = db.bolt.Batch(func(tx *bolt.Tx) error {
+	return func(tx *bolt.Tx) error {
 		sb, err := createSession(tx, key)
 		if err != nil {
 			return err
 		}
 		if raw := sb.Get(kRecord); raw != nil {
-			var cur agent.Checkpoint
+			var cur struct {
+				HistoryLen int `json:"history_len"`
+			}
 			if err := json.Unmarshal(raw, &cur); err != nil {
 				return fmt.Errorf("record: %w", err)
 			}
@@ -306,11 +328,22 @@ func (db *DB) Commit(_ context.Context, r *agent.Round) error {
 			}
 		}
 		return sb.Put(kRecord, record)
-	})
-	if err != nil {
-		return fmt.Errorf("store: commit round of %s: %w", key, err)
+	}, nil
+}
+
+// write runs fn in a write transaction. A lone write runs at once in its
+// own Update: waiting MaxBatchDelay for company that is not coming would
+// cost a lone session's round several times the fsync (BENCHMARKS.md).
+// When another write is in flight or waiting, fn joins db.Batch, so that
+// concurrent sessions share fsyncs. fn must be idempotent: Batch may run it
+// twice.
+func (db *DB) write(fn func(*bolt.Tx) error) error {
+	n := db.writes.Add(1)
+	defer db.writes.Add(-1)
+	if n == 1 {
+		return db.bolt.Update(fn)
 	}
-	return nil
+	return db.bolt.Batch(fn)
 }
 
 // Resumable implements agent.Store.

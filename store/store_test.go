@@ -3,9 +3,11 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -244,5 +246,74 @@ func TestOutboxKeepsOrderAcrossReopen(t *testing.T) {
 	}
 	if strings.Join(got, ",") != "one,three" {
 		t.Errorf("outbox after reopen = %q, want [one three]", got)
+	}
+}
+
+// TestConcurrentCommits runs lone and concurrent commits (the Update and
+// the Batch paths of write) with conflicting rounds among them: every
+// session ends with its whole history in order and each conflict is
+// refused alone.
+func TestConcurrentCommits(t *testing.T) {
+	ctx := context.Background()
+	db, err := Open(filepath.Join(t.TempDir(), "c.db"), Options{BatchDelay: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	// Lone: the Update path.
+	if err := db.Commit(ctx, round("web/lone", 0, "a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Commit(ctx, round("web/lone", 3, "x")); !errors.Is(err, ErrConflict) {
+		t.Errorf("lone out-of-order commit: got %v, want ErrConflict", err)
+	}
+	const sessions, rounds = 16, 25
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*sessions*rounds)
+	for s := range sessions {
+		key := fmt.Sprintf("web/c%d", s)
+		wg.Go(func() {
+			for i := range rounds {
+				if err := db.Commit(ctx, round(key, 2*i, fmt.Sprintf("q%d", i), fmt.Sprintf("a%d", i))); err != nil {
+					errs <- fmt.Errorf("%s round %d: %w", key, i, err)
+					return
+				}
+				// A stale round (a second process, a bug) in the same batch
+				// is refused and does not take the others down.
+				if err := db.Commit(ctx, round(key, 2*i+7, "stale")); !errors.Is(err, ErrConflict) {
+					errs <- fmt.Errorf("%s stale round %d: got %v, want ErrConflict", key, i, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for s := range sessions {
+		key := fmt.Sprintf("web/c%d", s)
+		cp, hist, _, err := db.Load(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cp == nil || cp.HistoryLen != 2*rounds || len(hist) != 2*rounds {
+			t.Fatalf("%s: record %+v, %d entries; want %d", key, cp, len(hist), 2*rounds)
+		}
+		for i, e := range hist {
+			want := fmt.Sprintf("q%d", i/2)
+			if i%2 == 1 {
+				want = fmt.Sprintf("a%d", i/2)
+			}
+			if e.Message.Content != want {
+				t.Errorf("%s entry %d = %q, want %q", key, i, e.Message.Content, want)
+			}
+		}
+	}
+	if n := db.writes.Load(); n != 0 {
+		t.Errorf("%d writes still counted in flight", n)
+	}
+	if err := db.Check(); err != nil {
+		t.Error(err)
 	}
 }

@@ -4,6 +4,7 @@
 //	bot [-demo]          serve (Slack and Discord when their tokens are set; the console always)
 //	bot backup FILE      write a hot backup of the database to FILE
 //	bot invite           print the Discord invite URL
+//	bot compact OUT      write a compacted copy of the database to OUT (offline)
 //
 // main only sets up signals; run does the work and is what tests call.
 package main

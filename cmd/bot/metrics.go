@@ -69,11 +69,11 @@ func newMetrics(reg *prometheus.Registry, db *store.DB) *metrics {
 		notReady: errors.New("starting"),
 	}
 	sessions := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pinplan_sessions", Help: "Sessions in the database."}, func() float64 {
-		list, err := db.Sessions(context.Background())
+		n, err := db.SessionCount()
 		if err != nil {
 			return -1
 		}
-		return float64(len(list))
+		return float64(n)
 	})
 	reg.MustRegister(m.turns, m.rounds, m.modelLatency, m.modelErrors, m.modelRetries, m.renders, m.renderErrors, m.rateWaits, m.revisionToEdit, m.replyLatency, m.undelivered, m.toolCalls, m.toolSeconds, m.mcpUp, m.mcpTools, sessions)
 	return m

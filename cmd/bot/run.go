@@ -57,6 +57,7 @@ const usage = `usage:
   bot [-demo]        serve: Slack and Discord when their tokens are set, and the web console
   bot backup FILE    write a hot backup of the database (PINPLAN_DB) to FILE
   bot invite         print the Discord OAuth2 invite URL
+  bot compact OUT    write a compacted copy of the database (PINPLAN_DB) to OUT; stop the bot first
 
 Settings come from the environment (see README.md); PINPLAN_CONFIG may name a TOML file.
 `
@@ -84,6 +85,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return backup(ctx, cfg, fs.Arg(1), stdout)
 	case "invite":
 		return invite(cfg, getenv, stdout)
+	case "compact":
+		if fs.NArg() != 2 {
+			return errors.New("usage: bot compact OUT")
+		}
+		return compact(ctx, cfg, fs.Arg(1), stdout)
 	default:
 		fs.Usage()
 		return fmt.Errorf("unknown command %q", cmd)
@@ -252,17 +258,32 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	log.Info("pinplan started", "config", cfg.String(), "resumed", n, "replies_pending", pending, "demo", demo)
 
 	wg.Add(1)
-	go func() { // prune expired dedupe keys
+	go func() { // housekeeping: expired dedupe keys, idle boards, retention
 		defer wg.Done()
-		t := time.NewTicker(10 * time.Minute)
+		t := time.NewTicker(time.Minute)
 		defer t.Stop()
-		for {
+		for n := 1; ; n++ {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
+			}
+			router.Evict(10 * time.Minute)
+			if n%10 == 0 {
 				if _, err := db.PruneDedupe(ctx); err != nil {
 					log.Warn("prune dedupe keys", "err", err)
+				}
+			}
+			if cfg.Retention > 0 && n%10 == 1 {
+				keys, err := db.DeleteIdle(ctx, time.Now().Add(-cfg.Retention))
+				if err != nil {
+					log.Warn("delete idle sessions", "err", err)
+				}
+				for _, k := range keys {
+					router.Forget(k)
+				}
+				if len(keys) > 0 {
+					log.Info("deleted idle sessions", "count", len(keys), "retention", cfg.Retention)
 				}
 			}
 		}

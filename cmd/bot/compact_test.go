@@ -1,0 +1,180 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/pinplan/pinplan/adapters/web"
+	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/chat/chattest"
+	"github.com/pinplan/pinplan/config"
+	"github.com/pinplan/pinplan/store"
+	"github.com/pinplan/pinplan/todo"
+)
+
+// compactConfig returns a configuration whose PINPLAN_DB is a new
+// database in a temp dir holding one session with a finished turn.
+func compactConfig(t testing.TB) *config.Config {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "data", "pinplan.db")
+	cfg, err := config.Load(func(k string) string {
+		if k == "PINPLAN_DB" {
+			return path
+		}
+		return ""
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := store.Open(path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &agent.Round{
+		Append:     []agent.Entry{{Message: openai.ChatCompletionMessage{Role: "user", Content: "plan the release"}}},
+		Checkpoint: agent.Checkpoint{Key: "web/t1", State: agent.Idle, HistoryLen: 1},
+	}
+	if err := db.Commit(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func TestCompactCommand(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name    string
+		running bool   // the bot holds the database
+		out     string // existing content of OUT; "" for none
+		wantErr error
+		wantMsg string // in the error or the output
+	}{
+		{name: "writes a compacted copy", wantMsg: "compacted"},
+		{name: "refused while the bot runs", running: true, wantErr: store.ErrLocked, wantMsg: "is pinplan running?"},
+		{name: "refuses to overwrite", out: "an earlier copy", wantErr: store.ErrExists, wantMsg: "already exists"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := compactConfig(t)
+			out := filepath.Join(t.TempDir(), "compacted.db")
+			if tt.out != "" {
+				if err := os.WriteFile(out, []byte(tt.out), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tt.running {
+				db, err := store.Open(cfg.DB, store.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { db.Close() })
+			}
+			var stdout bytes.Buffer
+			err := compact(ctx, cfg, out, &stdout)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("got %v, want %v", err, tt.wantErr)
+			}
+			if err != nil {
+				if !strings.Contains(err.Error(), tt.wantMsg) {
+					t.Errorf("error %q does not say %q", err, tt.wantMsg)
+				}
+				if stdout.Len() != 0 {
+					t.Errorf("printed %q on failure", stdout.String())
+				}
+				got, rerr := os.ReadFile(out)
+				switch {
+				case tt.out == "" && !errors.Is(rerr, os.ErrNotExist):
+					t.Errorf("refused compaction left %s (%v)", out, rerr)
+				case tt.out != "" && string(got) != tt.out:
+					t.Errorf("%s now holds %q, want it untouched", out, got)
+				}
+				return
+			}
+			if msg := stdout.String(); !strings.Contains(msg, tt.wantMsg) || !strings.Contains(msg, out) || !strings.Contains(msg, cfg.DB) {
+				t.Errorf("output %q does not name both files", msg)
+			}
+			db, err := store.Open(out, store.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			_, hist, _, err := db.Load(ctx, "web/t1")
+			if err != nil || len(hist) != 1 || hist[0].Message.Content != "plan the release" {
+				t.Errorf("copy holds %d entries (%v), want the session's one", len(hist), err)
+			}
+		})
+	}
+}
+
+// TestRetentionReadsChatBoards checks store.DeleteIdle against board
+// records written by the real chat plan board: store cannot import chat,
+// so it reads a mirror of chat's record, which this test keeps honest.
+func TestRetentionReadsChatBoards(t *testing.T) {
+	ctx := context.Background()
+	db, err := store.Open(filepath.Join(t.TempDir(), "pinplan.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	console := web.New(web.Options{})
+	t.Cleanup(console.Close)
+	router := chat.NewRouter(chat.Options{Store: db, Outbox: db, Platforms: map[string]chat.Platform{"web": console}})
+	t.Cleanup(router.Close)
+	router.Bind(chattest.Runner{})
+
+	const key = "web/r1"
+	cutoff := time.Now()
+	old := cutoff.Add(-30 * 24 * time.Hour)
+	th := chat.Thread{Platform: "web", Key: key, Channel: "r1"}
+	if err := router.Handle(ctx, chat.Incoming{Thread: th, Text: "plan the release", MessageID: "m1"}); err != nil {
+		t.Fatal(err)
+	}
+	// The session's record: idle since long ago, so only the board
+	// decides.
+	r := &agent.Round{
+		Append:     []agent.Entry{{Message: openai.ChatCompletionMessage{Role: "user", Content: "plan the release"}}},
+		Checkpoint: agent.Checkpoint{Key: key, State: agent.Idle, HistoryLen: 1, Updated: old},
+	}
+	if err := db.Commit(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	plan := todo.NewSnapshot([]todo.Item{{Content: "write the notes", Status: todo.InProgress}})
+	steps := []struct {
+		name    string
+		event   agent.Event
+		deleted bool
+	}{
+		{name: "turn started", event: agent.Event{Kind: agent.TurnStarted}},
+		{name: "plan changed", event: agent.Event{Kind: agent.PlanChanged, Plan: plan, Revision: 1}},
+		{name: "tool running", event: agent.Event{Kind: agent.ToolStarted, Tool: "fs__read_text_file"}},
+		{name: "waiting for approval", event: agent.Event{Kind: agent.ApprovalNeeded}},
+		{name: "approval decided", event: agent.Event{Kind: agent.ApprovalDecided}},
+		{name: "turn ended", event: agent.Event{Kind: agent.TurnEnded, Outcome: agent.Done}, deleted: true},
+	}
+	for _, st := range steps {
+		st.event.Session, st.event.At = key, old
+		router.Observe(st.event)
+		router.Board(key).Wait()
+		got, err := db.DeleteIdle(ctx, cutoff)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if deleted := slices.Contains(got, key); deleted != st.deleted {
+			board, _ := db.Board(ctx, key)
+			t.Fatalf("after %s: deleted %t, want %t (board record %s)", st.name, deleted, st.deleted, board)
+		}
+	}
+}

@@ -1,0 +1,159 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/pinplan/pinplan/agent"
+)
+
+// deleteChunk bounds the sessions one DeleteIdle transaction deletes, so
+// that retention does not hold the writer lock against commits for long.
+const deleteChunk = 64
+
+// DeleteIdle deletes every session idle since before olderThan, whole
+// (record, plan board, history, plan revisions, inbox, and the archives
+// kept by reset, which renews the record's Updated), and returns the
+// deleted keys in key order. On an error it returns the keys deleted so
+// far.
+//
+// A session is idle when:
+//   - its inbox is empty, and
+//   - its record's state is idle (never running, waiting for an approval,
+//     or a state this version does not know) and its Updated is before
+//     olderThan (a record without Updated, or one that cannot be read, is
+//     kept: its age is unknown), and
+//   - its plan board record, if any, does not say a turn runs (see
+//     boardBusy; a board record that cannot be read is kept).
+//
+// A session without a record is kept while it has queued messages. With
+// only a board record, it is deleted when the board's own timestamps are
+// all before olderThan, and kept when it has none (its age is unknown). A
+// session bucket with nothing in it holds no state and is deleted.
+//
+// Outbox items are not touched: they carry their thread themselves and
+// delivery drops them when they fail for good.
+//
+// Candidates are found in a read transaction and deleted in write
+// transactions of at most deleteChunk sessions, each checking again that
+// the session is still idle, so a session that became busy meanwhile stays.
+func (db *DB) DeleteIdle(ctx context.Context, olderThan time.Time) ([]string, error) {
+	var candidates []string
+	err := db.bolt.View(func(tx *bolt.Tx) error {
+		sessions := tx.Bucket(bSessions)
+		return sessions.ForEachBucket(func(k []byte) error {
+			if idleSince(sessions.Bucket(k), olderThan) {
+				candidates = append(candidates, string(k))
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: find idle sessions: %w", err)
+	}
+	var deleted []string
+	for len(candidates) > 0 {
+		if err := ctx.Err(); err != nil {
+			return deleted, fmt.Errorf("store: delete idle sessions: %w", context.Cause(ctx))
+		}
+		chunk := candidates[:min(deleteChunk, len(candidates))]
+		candidates = candidates[len(chunk):]
+		var done []string
+		err := db.bolt.Update(func(tx *bolt.Tx) error {
+			done = done[:0]
+			sessions := tx.Bucket(bSessions)
+			for _, key := range chunk {
+				sb := sessions.Bucket([]byte(key))
+				if sb == nil || !idleSince(sb, olderThan) {
+					continue
+				}
+				if err := sessions.DeleteBucket([]byte(key)); err != nil {
+					return fmt.Errorf("session %s: %w", key, err)
+				}
+				done = append(done, key)
+			}
+			return nil
+		})
+		if err != nil {
+			return deleted, fmt.Errorf("store: delete idle sessions: %w", err)
+		}
+		deleted = append(deleted, done...)
+	}
+	return deleted, nil
+}
+
+// idleSince reports whether the session in sb may be deleted by retention
+// with the cutoff olderThan (see DeleteIdle).
+func idleSince(sb *bolt.Bucket, olderThan time.Time) bool {
+	if ib := sb.Bucket(bInbox); ib != nil {
+		if k, _ := ib.Cursor().First(); k != nil {
+			return false
+		}
+	}
+	var boardAge time.Time
+	if raw := sb.Get(kBoard); raw != nil {
+		busy, updated, ok := boardBusy(raw)
+		if !ok || busy {
+			return false
+		}
+		boardAge = updated
+	}
+	raw := sb.Get(kRecord)
+	if raw == nil {
+		if sb.Get(kBoard) == nil {
+			return true // nothing stored: nothing to keep
+		}
+		return !boardAge.IsZero() && boardAge.Before(olderThan)
+	}
+	var rec struct {
+		State   agent.RunState `json:"state"`
+		Updated time.Time      `json:"updated"`
+	}
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		return false
+	}
+	return rec.State == agent.Idle && !rec.Updated.IsZero() && rec.Updated.Before(olderThan)
+}
+
+// boardView is the part of the chat plan board's record (chat.boardRecord,
+// JSON) that retention reads. The record is chat's and store may not import
+// chat, so these field names and state strings mirror chat's; the
+// retention test writes records in that shape.
+type boardView struct {
+	Shown boardPlan  `json:"shown"`
+	Want  *boardPlan `json:"want"`
+}
+
+type boardPlan struct {
+	State     string    `json:"state"`
+	Updated   time.Time `json:"updated"`
+	Stoppable bool      `json:"stoppable"`
+}
+
+// boardBusy reports whether a board record says a turn runs: the content
+// the board last wanted (else the content it shows) carries a Stop button
+// or a footer of a turn in progress (chat.StateWorking, StateResumed,
+// StateWaiting). updated is the newer of the two contents' times; ok is
+// false when the record cannot be read.
+func boardBusy(raw []byte) (busy bool, updated time.Time, ok bool) {
+	var v boardView
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return false, time.Time{}, false
+	}
+	p, updated := v.Shown, v.Shown.Updated
+	if v.Want != nil {
+		p = *v.Want
+		if v.Want.Updated.After(updated) {
+			updated = v.Want.Updated
+		}
+	}
+	switch p.State {
+	case "working", "resumed after restart", "waiting for approval":
+		busy = true
+	}
+	return busy || p.Stoppable, updated, true
+}
