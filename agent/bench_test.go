@@ -115,9 +115,15 @@ func BenchmarkRounds(b *testing.B) {
 }
 
 // BenchmarkIdleSessionMemory measures heap held per idle session (one
-// finished turn, its plan board loaded in the router) after a GC.
+// finished turn) after a GC: with its plan board loaded in the router, and
+// with idle boards evicted as cmd/bot does after ten minutes.
 func BenchmarkIdleSessionMemory(b *testing.B) {
-	const sessions = 500
+	for _, evict := range []bool{false, true} {
+		b.Run(fmt.Sprintf("evicted=%t", evict), func(b *testing.B) { idleMemory(b, 10000, evict) })
+	}
+}
+
+func idleMemory(b *testing.B, sessions int, evict bool) {
 	for i := 0; i < b.N; i++ {
 		env := newBenchEnv(b, true)
 		ctx := context.Background()
@@ -139,9 +145,12 @@ func BenchmarkIdleSessionMemory(b *testing.B) {
 		for s := 0; s < sessions; s++ {
 			env.router.Board(fmt.Sprintf("web/idle%d-%d", i, s)).Wait()
 		}
+		if evict {
+			env.router.Evict(0)
+		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)
-		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/sessions, "heap-bytes/idle-session")
+		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(sessions), "heap-bytes/idle-session")
 	}
 }
 
