@@ -177,8 +177,8 @@ func lastRound(hist []Entry) int {
 // out: those after the summary and before the round in progress.
 func (r *Runner) maskable(s *session) []int {
 	from := 0
-	if s.cp.Summary != nil {
-		from = s.cp.Summary.Through
+	if sum := summaryOf(s); sum != nil {
+		from = sum.Through
 	}
 	end := lastRound(s.hist)
 	var out []int
@@ -200,7 +200,7 @@ func (r *Runner) assemble(s *session, drained []Entry, remind bool, masked map[i
 	msgs = append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleSystem, Content: system})
 	from := 0
 	compacted := len(masked) > 0
-	if sum := s.cp.Summary; sum != nil && sum.Through > 0 && sum.Through <= len(s.hist) {
+	if sum := summaryOf(s); sum != nil {
 		from = sum.Through
 		compacted = true
 		msgs = append(msgs, openai.ChatCompletionMessage{Role: r.opts.ReminderRole,
@@ -241,8 +241,8 @@ func (r *Runner) assemble(s *session, drained []Entry, remind bool, masked map[i
 func (r *Runner) summarise(ctx context.Context, s *session, budget int) error {
 	from := 0
 	prev := ""
-	if s.cp.Summary != nil {
-		from, prev = s.cp.Summary.Through, s.cp.Summary.Text
+	if sum := summaryOf(s); sum != nil {
+		from, prev = sum.Through, sum.Text
 	}
 	end := lastRound(s.hist)
 	// Walk back from the round in progress while the kept part fits half
@@ -333,4 +333,15 @@ func clip(s string, n int) string {
 	}
 	r := []rune(s)
 	return string(r[:n]) + fmt.Sprintf(" … [%d more characters]", len(r)-n)
+}
+
+// summaryOf is the session's summary when it is usable: one that covers
+// nothing or more than the history, or has no text (a damaged record), is
+// ignored, and the next summary is built again from the start.
+func summaryOf(s *session) *Summary {
+	sum := s.cp.Summary
+	if sum == nil || sum.Through <= 0 || sum.Through > len(s.hist) || strings.TrimSpace(sum.Text) == "" || !safeCut(s.hist, sum.Through) {
+		return nil
+	}
+	return sum
 }

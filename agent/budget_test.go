@@ -296,3 +296,37 @@ func TestResetStartsFresh(t *testing.T) {
 		t.Errorf("archive: %d archives, %d entries, %v; want the earlier history kept", n, len(archived), err)
 	}
 }
+
+func TestDamagedSummaryIsRebuilt(t *testing.T) {
+	var summaries atomic.Int32
+	fake := &fakeopenai.Server{ContextWindow: 8000}
+	fake.Respond = chatty(&summaries)
+	db, _ := openDB(t)
+	h := budgetHarness(t, fake, db, 8000)
+	for i := 1; summaries.Load() == 0 && i <= 26; i++ {
+		h.send(t, "web/dmg", longMessage(i))
+		h.waitEnd(t, "web/dmg")
+	}
+	h.runner.Close()
+	// Damage the stored summary: it claims more history than exists.
+	cp, hist, _, err := db.Load(context.Background(), "web/dmg")
+	if err != nil || cp.Summary == nil {
+		t.Fatalf("no summary to damage: %v", err)
+	}
+	cp.Summary.Through = len(hist) + 50
+	if err := db.Commit(context.Background(), &agent.Round{Base: len(hist), Checkpoint: *cp}); err != nil {
+		t.Fatal(err)
+	}
+	before := summaries.Load()
+	h2 := budgetHarness(t, fake, db, 8000)
+	h2.send(t, "web/dmg", longMessage(30))
+	if events := h2.waitEnd(t, "web/dmg"); events[len(events)-1].Outcome != agent.Done {
+		t.Fatalf("turn after a damaged summary failed: %q", events[len(events)-1].Text)
+	}
+	if summaries.Load() == before {
+		t.Error("the damaged summary was not rebuilt")
+	}
+	if fake.Rejected() != 0 {
+		t.Errorf("%d requests exceeded the window", fake.Rejected())
+	}
+}
