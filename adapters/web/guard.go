@@ -136,12 +136,13 @@ func (c *Console) auth(next http.Handler) http.Handler {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if q := r.URL.Query().Get("token"); q != "" {
+		if q := r.URL.Query().Get("token"); q != "" && !strings.HasPrefix(r.URL.Path, "/api/") && r.URL.Path != "/metrics" {
 			if !c.tokenOK(q) {
 				c.loginPage(w, r, "That token is not right.", http.StatusUnauthorized)
 				return
 			}
-			// Exchange it for the cookie and take it out of the URL.
+			// A page: exchange it for the cookie and take it out of the
+			// address bar.
 			c.setCookie(w, q)
 			u := *r.URL
 			qs := u.Query()
@@ -153,6 +154,9 @@ func (c *Console) auth(next http.Handler) http.Handler {
 		got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if ck, err := r.Cookie(cookieName); got == "" && err == nil {
 			got = ck.Value
+		}
+		if got == "" {
+			got = r.URL.Query().Get("token") // API clients that cannot set headers
 		}
 		if !c.tokenOK(got) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="pinplan"`)

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -193,7 +194,8 @@ func TestSlackMention(t *testing.T) {
 	// ...and live: the console's event stream mirrored the plan and state.
 	waitFor(t, 5*time.Second, "mirrored events", func() bool {
 		ev := sse.String()
-		return strings.Contains(ev, `"type":"plan","thread":"slack/T1/C1/1700000100.000100"`) && strings.Contains(ev, `"type":"working","thread":"slack/T1/C1/1700000100.000100","working":false`)
+		return regexp.MustCompile(`"type":"plan","thread":"slack/T1/C1/1700000100.000100","seq":\d+`).MatchString(ev) &&
+			regexp.MustCompile(`"type":"state","thread":"slack/T1/C1/1700000100.000100","seq":\d+,"state":"idle","status":"done"`).MatchString(ev)
 	})
 	// The working indicator fell back to a reaction and was removed.
 	if len(okCalls(r.slack, "reactions.add")) != 1 || len(okCalls(r.slack, "reactions.remove")) != 1 {
