@@ -64,7 +64,9 @@ func (c *Console) guard(next http.Handler) http.Handler {
 				writeErr(w, http.StatusForbidden, "cross-site request refused")
 				return
 			}
-			if r.URL.Path != "/login" && !isJSON(r) {
+			// A DELETE carries no body; other methods must send JSON,
+			// which no form or simple cross-site request can.
+			if r.URL.Path != "/login" && r.Method != http.MethodDelete && !isJSON(r) {
 				writeErr(w, http.StatusUnsupportedMediaType, "send Content-Type: application/json")
 				return
 			}
@@ -110,9 +112,14 @@ func isLoopback(host string) bool {
 // sameOrigin: the browser says the request comes from the console's own
 // page, or no browser sent it.
 func sameOrigin(r *http.Request) bool {
-	if o := r.Header.Get("Origin"); o != "" {
+	// With Referrer-Policy no-referrer a browser sends "Origin: null" on a
+	// form post, even from the console's own page: Sec-Fetch-Site decides.
+	if o := r.Header.Get("Origin"); o != "" && o != "null" {
 		u, err := url.Parse(o)
 		return err == nil && strings.EqualFold(u.Host, r.Host)
+	}
+	if r.Header.Get("Origin") == "null" && r.Header.Get("Sec-Fetch-Site") == "" {
+		return false // an opaque origin and nothing else to go by
 	}
 	switch r.Header.Get("Sec-Fetch-Site") {
 	case "same-origin", "none":
