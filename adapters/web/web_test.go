@@ -237,6 +237,11 @@ func TestConsoleRefusesOtherSites(t *testing.T) {
 		}, 415},
 		{"DNS rebinding", func(r *http.Request) { r.Host = "evil.example:" + srv.URL[strings.LastIndex(srv.URL, ":")+1:] }, 421},
 		{"the console itself", func(r *http.Request) { r.Header.Set("Origin", srv.URL) }, 201},
+		{"opaque origin alone", func(r *http.Request) { r.Header.Set("Origin", "null") }, 403},
+		{"opaque origin from the console's page", func(r *http.Request) {
+			r.Header.Set("Origin", "null")
+			r.Header.Set("Sec-Fetch-Site", "same-origin")
+		}, 201},
 		{"localhost name", func(r *http.Request) {
 			r.Host = "localhost:" + srv.URL[strings.LastIndex(srv.URL, ":")+1:]
 			r.Header.Set("Sec-Fetch-Site", "same-origin")
