@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/internal/fakediscord"
 	"github.com/pinplan/pinplan/internal/inboxtest"
 )
@@ -100,5 +101,20 @@ func TestReconnectFetchesMissedMessages(t *testing.T) {
 	want := []string{"the task", "sent in the gap", "also in the gap", "after the gap"}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("handled %q, want %q (each once, in order)", got, want)
+	}
+}
+
+func TestHistoryQuotesEarlierChannelMessages(t *testing.T) {
+	a, fake, _, _ := gatewayRig(t)
+	fake.UserMessage("T1", "111", "the release is friday", false)
+	fake.BotMessage("T1", "a bot's chatter")
+	fake.UserMessage("T1", "222", "and the notes are late", false)
+	trigger := fake.UserMessage("T1", "111", "sum it up", true)
+	got, err := a.History(context.Background(), chat.Thread{Platform: "discord", Key: Key("T1"), Channel: "T1"}, trigger, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Text != "the release is friday" || got[1].Text != "and the notes are late" {
+		t.Errorf("history = %+v, want the two earlier user messages, oldest first", got)
 	}
 }

@@ -167,3 +167,27 @@ func TestStatusRenewedAndNotLatchedOff(t *testing.T) {
 	}
 	a.Wait()
 }
+
+func TestHistoryQuotesEarlierThreadMessages(t *testing.T) {
+	a, fake, _, _ := eventAdapter(t)
+	fake.AddUser("U7", "Rita")
+	// Earlier messages of a thread, stored in the fake as Slack has them.
+	for _, ev := range []map[string]any{
+		{"type": "message", "user": "U7", "channel": "C1", "ts": "9.000001", "text": "the release is friday"},
+		{"type": "message", "user": "U7", "channel": "C1", "ts": "9.000002", "thread_ts": "9.000001", "text": "and the notes are late"},
+		{"type": "message", "user": "U1", "channel": "C1", "ts": "9.000003", "thread_ts": "9.000001", "text": "<@" + a.botUserID + "> sum it up"},
+	} {
+		fake.CallbackBody("Ev"+ev["ts"].(string), ev)
+	}
+	th := chat.Thread{Platform: "slack", Key: Key("T1", "C1", "9.000001"), Channel: "C1", ThreadID: "9.000001"}
+	got, err := a.History(context.Background(), th, "9.000003", 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Author != "Rita" || got[0].Text != "the release is friday" || got[1].Text != "and the notes are late" {
+		t.Errorf("history = %+v, want the two earlier messages, oldest first, by name", got)
+	}
+	if got, err := a.History(context.Background(), chat.Thread{Channel: "C1", ThreadID: "9.000003"}, "9.000003", 30); err != nil || len(got) != 0 {
+		t.Errorf("a top-level mention's history = %+v, %v; want none", got, err)
+	}
+}
