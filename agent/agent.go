@@ -34,6 +34,9 @@ type Approval struct {
 	Arguments string    `json:"arguments"`
 	Requester string    `json:"requester,omitempty"` // platform user id of the turn's requester
 	Deadline  time.Time `json:"deadline"`
+	// Turn is the session's turn number: with CallID it names the
+	// approval uniquely, as some servers reuse call ids across turns.
+	Turn int64 `json:"turn"`
 }
 
 // Decision is what became of an approval.

@@ -593,7 +593,7 @@ func (r *Runner) await(ctx context.Context, s *session) (waiting bool, err error
 			next := s.cp
 			next.State = Waiting
 			next.Waiting = &Approval{CallID: tc.ID, Tool: tc.Function.Name, Server: t.Server, Arguments: tc.Function.Arguments,
-				Requester: s.cp.Requester, Deadline: r.opts.Now().Add(r.opts.ApprovalTimeout)}
+				Requester: s.cp.Requester, Deadline: r.opts.Now().Add(r.opts.ApprovalTimeout), Turn: s.cp.Turns}
 			if err := r.commit(ctx, s, &Round{}, next, s.tracker.Clone()); err != nil {
 				return false, err
 			}

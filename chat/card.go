@@ -106,8 +106,8 @@ func ParseButtonID(s string) (action, id string, ok bool) {
 
 // cardID derives a card's id from its session and call, so a card posted
 // again after a crash carries the same buttons.
-func cardID(key, callID string) string {
-	h := sha256.Sum256([]byte(key + "\x00" + callID))
+func cardID(key string, a agent.Approval) string {
+	h := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%d\x00%s", key, a.Turn, a.CallID)))
 	return hex.EncodeToString(h[:8])
 }
 
@@ -251,7 +251,7 @@ func mention(requester string) string {
 // showCard posts the approval's card, unless the board has it already
 // (after a restart the same approval is announced again).
 func (r *Router) showCard(ctx context.Context, b *Board, th Thread, a agent.Approval) {
-	id := cardID(th.Key, a.CallID)
+	id := cardID(th.Key, a)
 	b.mu.Lock()
 	cr, have := b.rec.Cards[id]
 	requester := cmp.Or(a.Requester, b.rec.Requester)
@@ -318,7 +318,10 @@ func (r *Router) showCard(ctx context.Context, b *Board, th Thread, a agent.Appr
 
 // closeCard shows a decision on the card, unless a click already did.
 func (r *Router) closeCard(ctx context.Context, b *Board, th Thread, a agent.Approval, d agent.Decision) {
-	id := cardID(th.Key, a.CallID)
+	r.closeCardID(ctx, b, th, cardID(th.Key, a), d)
+}
+
+func (r *Router) closeCardID(ctx context.Context, b *Board, th Thread, id string, d agent.Decision) {
 	b.mu.Lock()
 	cr, ok := b.rec.Cards[id]
 	b.mu.Unlock()

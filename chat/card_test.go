@@ -189,7 +189,7 @@ func TestButtonIDs(t *testing.T) {
 			t.Errorf("ParseButtonID(%q) = %q, %t; want %q, %t", tt.in, action, ok, tt.action, tt.ok)
 		}
 	}
-	if n := len(ButtonID(ActionAlways, cardID("discord/123456789012345678", "call_abcdefghijklmnopqrstuvwxyz0123456789"))); n > 100 {
+	if n := len(ButtonID(ActionAlways, cardID("discord/123456789012345678", agent.Approval{CallID: "call_abcdefghijklmnopqrstuvwxyz0123456789", Turn: 1 << 40}))); n > 100 {
 		t.Errorf("button id of %d characters, Discord allows 100", n)
 	}
 }
@@ -215,5 +215,18 @@ func TestResetTakesThePlanDown(t *testing.T) {
 	settle(t, r, "test/1")
 	if p.count("post") != 2 {
 		t.Errorf("%d plan posts, want a new message after reset", p.count("post"))
+	}
+}
+
+func TestReusedCallIDsGetTheirOwnCards(t *testing.T) {
+	r, p, _ := cardRig(t)
+	for turn := int64(1); turn <= 2; turn++ {
+		a := agent.Approval{CallID: "call_0", Tool: "fs__write_file", Requester: "UANN", Turn: turn}
+		r.Observe(agent.Event{Session: "test/1", Kind: agent.ApprovalNeeded, Approval: &a})
+		r.Observe(agent.Event{Session: "test/1", Kind: agent.ApprovalDecided, Approval: &a, Decision: &agent.Decision{Allow: true, ByName: "ann", At: time.Now()}})
+	}
+	settle(t, r, "test/1")
+	if p.posts != 2 {
+		t.Errorf("%d cards for two turns that reused call_0, want 2", p.posts)
 	}
 }

@@ -407,7 +407,7 @@ func (r *Router) closeOpenCards(ctx context.Context, b *Board, th Thread, e agen
 	b.mu.Unlock()
 	for _, cr := range open {
 		d := agent.Decision{Reason: "stopped", ByName: e.StoppedBy, At: e.At}
-		r.closeCard(ctx, b, th, agent.Approval{CallID: cr.CallID}, d)
+		r.closeCardID(ctx, b, th, cr.Card.ID, d)
 	}
 }
 

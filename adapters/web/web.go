@@ -292,6 +292,7 @@ func (c *Console) Register(mux *http.ServeMux) {
 	sub, _ := fs.Sub(static, "static")
 	files := http.FileServerFS(sub)
 	mux.Handle("GET /", c.auth(files))
+	mux.Handle("GET /app.css", files) // the sign-in page is styled too; it holds nothing private
 	mux.HandleFunc("GET /login", c.login)
 	mux.HandleFunc("POST /login", c.login)
 	mux.Handle("GET /api/info", c.auth(http.HandlerFunc(c.info)))
@@ -552,6 +553,13 @@ func (c *Console) getThread(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusNotFound, "no such thread")
 		return
 	}
+	// The sequence number is read before the state: an event after it
+	// is replayed by the page on top of this answer, so nothing that
+	// lands while this reads is lost (at worst it comes twice, and the
+	// page drops the second).
+	c.mu.Lock()
+	seq := c.seq[key]
+	c.mu.Unlock()
 	hist, err := c.opts.Store.History(r.Context(), key)
 	if err != nil {
 		writeErr(w, http.StatusInternalServerError, "could not read the database")
@@ -603,7 +611,7 @@ func (c *Console) getThread(w http.ResponseWriter, r *http.Request) {
 		summary.Plan = &p
 	}
 	c.fillLocked(summary)
-	seq := summary.Seq
+	summary.Seq = seq
 	cards := make([]chat.Card, 0, len(c.cards[key]))
 	for _, card := range c.cards[key] {
 		cards = append(cards, card)

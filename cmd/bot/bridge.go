@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"strings"
+	"time"
 
 	openai "github.com/sashabaranov/go-openai"
 
@@ -27,6 +28,10 @@ func (s webStore) Threads(ctx context.Context) ([]web.Summary, error) {
 		}
 		cp := in.Checkpoint
 		sum := web.Summary{Key: cp.Key, Platform: strings.SplitN(cp.Key, "/", 2)[0], State: string(cp.State), Updated: cp.Updated, Usage: cp.Usage}
+		if sum.Updated.IsZero() {
+			// A session whose first message is still queued: it is new.
+			sum.Updated = time.Now()
+		}
 		if sum.State == "" {
 			sum.State = string(agent.Idle)
 		}
