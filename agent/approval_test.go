@@ -253,3 +253,45 @@ func TestThreadContextIsQuoted(t *testing.T) {
 		t.Errorf("quoted context = %q", q)
 	}
 }
+
+func TestStopWhileWaitingStopsEveryCall(t *testing.T) {
+	var runs atomic.Int32
+	fake := &fakeopenai.Server{Respond: func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
+		last := req.Messages[len(req.Messages)-1]
+		if last.Role == openai.ChatMessageRoleTool {
+			return fakeopenai.Reply{Content: "done"}
+		}
+		return fakeopenai.Reply{ToolCalls: []fakeopenai.Call{
+			{ID: "c1", Name: "fs__write_file", Arguments: `{"path":"a"}`},
+			{ID: "c2", Name: "fs__write_file", Arguments: `{"path":"b"}`},
+			{ID: "c3", Name: "read_file", Arguments: `{"path":"c"}`},
+		}}
+	}}
+	var reads atomic.Int32
+	read := readTool()
+	inner := read.Run
+	read.Run = func(ctx context.Context, env *agent.ToolEnv, args string) (string, error) {
+		reads.Add(1)
+		return inner(ctx, env, args)
+	}
+	h := newHarness(t, fake, harnessOpts{tools: []agent.Tool{writeTool(&runs), read}})
+	h.send(t, "web/multi", "write both")
+	h.waitKind(t, "web/multi", agent.ApprovalNeeded)
+	if !h.runner.Stop("web/multi", "bob") {
+		t.Fatal("Stop found nothing to stop")
+	}
+	for _, e := range h.waitEnd(t, "web/multi") {
+		if e.Kind == agent.ApprovalNeeded {
+			t.Error("a second card was asked for after Stop")
+		}
+		if e.Kind == agent.TurnEnded && (e.Outcome != agent.Stopped || e.StoppedBy != "bob") {
+			t.Errorf("outcome %s by %q, want stopped by bob", e.Outcome, e.StoppedBy)
+		}
+	}
+	if runs.Load() != 0 || reads.Load() != 0 {
+		t.Errorf("after Stop %d writes and %d reads ran, want none", runs.Load(), reads.Load())
+	}
+	// The history stays valid for the next turn.
+	h.send(t, "web/multi", "again")
+	h.waitKind(t, "web/multi", agent.ApprovalNeeded)
+}

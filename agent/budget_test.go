@@ -330,3 +330,29 @@ func TestDamagedSummaryIsRebuilt(t *testing.T) {
 		t.Errorf("%d requests exceeded the window", fake.Rejected())
 	}
 }
+
+func TestSummaryCallFitsTheWindowWithCJK(t *testing.T) {
+	var summaries atomic.Int32
+	fake := &fakeopenai.Server{ContextWindow: 6000}
+	fake.Respond = func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
+		if isSummaryCall(req) {
+			summaries.Add(1)
+			return fakeopenai.Reply{Content: "很长的对话，每个问题都已回答。"}
+		}
+		return fakeopenai.Reply{Content: "已回答：" + strings.Repeat("细节", 200)}
+	}
+	db, _ := openDB(t)
+	h := budgetHarness(t, fake, db, 6000)
+	for i := 1; i <= 20; i++ {
+		h.send(t, "web/cjk", fmt.Sprintf("问题 %02d %s", i, strings.Repeat("这是一个很长的中文问题", 90)))
+		if events := h.waitEnd(t, "web/cjk"); events[len(events)-1].Outcome != agent.Done {
+			t.Fatalf("turn %d failed: %q", i, events[len(events)-1].Text)
+		}
+	}
+	if summaries.Load() == 0 {
+		t.Fatal("no summary was needed: the test proves nothing")
+	}
+	if n := fake.Rejected(); n != 0 {
+		t.Errorf("%d requests (summary calls included) exceeded the window", n)
+	}
+}

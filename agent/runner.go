@@ -202,12 +202,11 @@ func (r *Runner) Reset(ctx context.Context, key, by string) error {
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
-		pending := r.paused[key]
 		delete(r.paused, key)
 		r.mu.Unlock()
-		if pending {
-			r.kick(key)
-		}
+		// Messages that came meanwhile (or that a worker left when it saw
+		// the pause) start the fresh session; with none it ends at once.
+		r.kick(key)
 	}()
 	r.Stop(key, by)
 	// Wait for the session's goroutine to end its turn and exit.
@@ -566,6 +565,18 @@ func (r *Runner) asks(s *session, name string) bool {
 // waiting is false once every call is decided.
 func (r *Runner) await(ctx context.Context, s *session) (waiting bool, err error) {
 	msg := *s.cp.Pending
+	if stoppedDecision(s.cp.Decisions) != "" {
+		// Stopped while waiting: report the decided card and ask for
+		// nothing more; runTools answers every call and ends the turn.
+		if w := s.cp.Waiting; w != nil {
+			if d, ok := s.cp.Decisions[w.CallID]; ok {
+				a := *w
+				r.publish(Event{Session: s.key, Kind: ApprovalDecided, Approval: &a, Decision: &d})
+				s.cp.Waiting = nil
+			}
+		}
+		return false, nil
+	}
 	for _, tc := range msg.ToolCalls {
 		if !r.asks(s, tc.Function.Name) {
 			continue
@@ -641,7 +652,8 @@ func (r *Runner) runTools(ctx context.Context, s *session, drained []Entry, ids 
 	env := &ToolEnv{Session: s.key, Plan: work}
 	rd := &Round{Append: append(drained, Entry{Message: msg, At: r.opts.Now()}), Drained: ids}
 	names := make([]string, 0, len(msg.ToolCalls))
-	stopper := ""
+	// A stop decided while the turn waited answers every call: none runs.
+	stopper := stoppedDecision(decisions)
 	for _, tc := range msg.ToolCalls {
 		names = append(names, tc.Function.Name)
 		before := work.Revision()
@@ -650,9 +662,8 @@ func (r *Runner) runTools(ctx context.Context, s *session, drained []Entry, ids 
 		switch {
 		case interrupted[tc.ID]:
 			out = errorResult(&ToolError{Code: "interrupted", Message: "pinplan restarted while this tool was running; it may or may not have taken effect. Check before calling it again."})
-		case decided && d.Reason == "stopped":
-			stopper = cmp.Or(stopper, d.ByName, "someone")
-			out = errorResult(&ToolError{Code: "denied", Message: "The turn was stopped before this call was approved; it did not run."})
+		case stopper != "":
+			out = errorResult(&ToolError{Code: "stopped", Message: "The turn was stopped before this call ran; it did not run."})
 		case decided && !d.Allow:
 			out = errorResult(&ToolError{Code: "denied", Message: denial(d)})
 		case errors.Is(context.Cause(ctx), ErrStopped):
@@ -839,4 +850,15 @@ func quote(msgs []Quoted) string {
 		fmt.Fprintf(&b, "<thread_message author=%q>%s</thread_message>\n", html.EscapeString(m.Author), text)
 	}
 	return strings.TrimRight(b.String(), "\n")
+}
+
+// stoppedDecision is who stopped the turn while it waited for approval,
+// "" when nobody did.
+func stoppedDecision(decisions map[string]Decision) string {
+	for _, d := range decisions {
+		if d.Reason == "stopped" {
+			return cmp.Or(d.ByName, "someone")
+		}
+	}
+	return ""
 }

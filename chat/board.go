@@ -224,12 +224,12 @@ func (b *Board) loop() {
 		case errors.Is(err, ErrMessageGone) && reposts < maxReposts:
 			reposts++
 			b.log.Warn("plan message gone; posting a new one", "ref", ref.ID, "repost", reposts, "err", err)
-			b.mu.Lock()
-			if b.rec.Ref == ref {
-				b.rec.Unpin = append(b.rec.Unpin, b.rec.Ref)
-				b.rec.Ref, b.rec.Pinned = MessageRef{}, false
-			}
-			b.mu.Unlock()
+			b.update(func(r *boardRecord) {
+				if !ref.IsZero() && r.Ref == ref {
+					r.Unpin = append(r.Unpin, r.Ref)
+					r.Ref, r.Pinned = MessageRef{}, false
+				}
+			})
 		default:
 			failures++
 			b.log.Error("plan board update failed", "attempt", failures, "err", err)

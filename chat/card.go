@@ -157,9 +157,15 @@ type cardRecord struct {
 	Card   Card       `json:"card"`
 }
 
-// mayDecide reports whether user may decide for requester's turn.
-func (r *Router) mayDecide(requester, user string) bool {
-	return requester == "" || user == requester || slices.Contains(r.opts.Approvers, user)
+// mayDecide reports whether user may decide for requester's turn on
+// platform. The console has no users: its requester is always empty. A
+// Slack or Discord turn whose requester is unknown (started before
+// requesters were recorded) is left to the approvers.
+func (r *Router) mayDecide(platform, requester, user string) bool {
+	if requester == "" && platform == "web" {
+		return true
+	}
+	return (requester != "" && user == requester) || slices.Contains(r.opts.Approvers, user)
 }
 
 // Click handles a button press: a decision on an approval card, or Stop
@@ -183,7 +189,7 @@ func (r *Router) Click(ctx context.Context, c Click) ClickResult {
 		if !want.Stoppable {
 			return ClickResult{Private: "Nothing is running in this thread."}
 		}
-		if !r.mayDecide(rec.Requester, c.UserID) {
+		if !r.mayDecide(c.Thread.Platform, rec.Requester, c.UserID) {
 			return ClickResult{Private: "Only " + mention(rec.Requester) + " or an approver can stop this turn."}
 		}
 		if !r.runner.Stop(c.Thread.Key, c.UserName) {
@@ -201,7 +207,7 @@ func (r *Router) Click(ctx context.Context, c Click) ClickResult {
 	if !cr.Card.Open() {
 		return ClickResult{Private: "This was already decided: " + cr.Card.Status()}
 	}
-	if !r.mayDecide(cr.Card.Requester, c.UserID) {
+	if !r.mayDecide(c.Thread.Platform, cr.Card.Requester, c.UserID) {
 		return ClickResult{Private: "Only " + mention(cr.Card.Requester) + " or an approver can decide this."}
 	}
 	d := agent.Decision{Allow: action != ActionDeny, Always: action == ActionAlways, By: c.UserID, ByName: c.UserName, At: r.opts.Now()}
@@ -335,8 +341,10 @@ func (r *Router) closeCardID(ctx context.Context, b *Board, th Thread, id string
 		}
 	}
 	b.update(func(rec *boardRecord) {
-		cr.Card = card
-		rec.Cards[id] = cr
+		if got, ok := rec.Cards[id]; ok && got.Card.Open() {
+			got.Card = card
+			rec.Cards[id] = got
+		}
 	})
 }
 

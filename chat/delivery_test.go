@@ -297,3 +297,42 @@ func TestEvictDropsOnlyIdleBoards(t *testing.T) {
 		t.Error("the evicted board lost its plan message")
 	}
 }
+
+func TestConcurrentRepliesDeliveredOnce(t *testing.T) {
+	p := &fakePlatform{}
+	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond})
+	t.Cleanup(r.Close)
+	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
+	r.board("test/1", &th)
+	// A reply that arrives just as the queue empties must not start a
+	// second delivery goroutine for the same session.
+	var once sync.Once
+	r.outbox.afterPop = func() { once.Do(func() { r.outbox.add(th, "", "just after") }) }
+	var wg sync.WaitGroup
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.outbox.add(th, "", fmt.Sprintf("reply %d", i))
+		}()
+		if i%3 == 0 {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	wg.Wait()
+	settle(t, r, "test/1")
+	seen := map[string]int{}
+	for _, c := range p.calls {
+		if c.Op == "reply" {
+			seen[c.Text]++
+		}
+	}
+	if len(seen) != 201 {
+		t.Errorf("%d distinct replies delivered, want 201", len(seen))
+	}
+	for text, n := range seen {
+		if n != 1 {
+			t.Errorf("%q delivered %d times", text, n)
+		}
+	}
+}

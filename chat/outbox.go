@@ -59,6 +59,8 @@ type outbox struct {
 
 	mu     sync.Mutex // guards queues
 	queues map[string][]queued
+
+	afterPop func() // for tests: runs right after an item leaves its queue
 }
 
 func newOutbox(r *Router, st OutboxStore) *outbox {
@@ -122,9 +124,11 @@ func (o *outbox) enqueue(key string, qs ...queued) {
 	if o.r.ctx.Err() != nil {
 		return // shutting down: stored items go out after the restart
 	}
-	start := len(o.queues[key]) == 0
+	// A key present means its goroutine runs: it deletes the key, under
+	// this lock, when it finds the queue empty.
+	_, busy := o.queues[key]
 	o.queues[key] = append(o.queues[key], qs...)
-	if start {
+	if !busy {
 		o.r.wg.Add(1)
 		go o.deliver(key)
 	}
@@ -150,6 +154,9 @@ func (o *outbox) deliver(key string) {
 		o.mu.Lock()
 		o.queues[key] = o.queues[key][1:]
 		o.mu.Unlock()
+		if o.afterPop != nil {
+			o.afterPop()
+		}
 	}
 }
 

@@ -181,9 +181,9 @@ func (r *Router) Handle(ctx context.Context, in Incoming) error {
 		msg := "Nothing is running in this thread."
 		if b := r.Board(th.Key); b != nil {
 			b.mu.Lock()
-			requester := b.rec.Requester
+			requester, running := b.rec.Requester, b.want.Stoppable
 			b.mu.Unlock()
-			if !r.mayDecide(requester, in.AuthorID) {
+			if running && !r.mayDecide(th.Platform, requester, in.AuthorID) {
 				return reply("Only " + mention(requester) + " or an approver can stop this turn.")
 			}
 		}
@@ -445,7 +445,7 @@ func (r *Router) reset(ctx context.Context, th Thread, in Incoming) string {
 	b.mu.Lock()
 	requester, running := b.rec.Requester, b.want.Stoppable
 	b.mu.Unlock()
-	if running && !r.mayDecide(requester, in.AuthorID) {
+	if running && !r.mayDecide(th.Platform, requester, in.AuthorID) {
 		return "A turn is running; only " + mention(requester) + " or an approver can reset this thread now."
 	}
 	if err := r.runner.Reset(ctx, th.Key, in.Author); err != nil {

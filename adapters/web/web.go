@@ -690,8 +690,12 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 // it now is, or {"private": "..."} when nothing changed.
 func (c *Console) click(w http.ResponseWriter, r *http.Request) {
 	key, ok := keyOf(r.PathValue("id"))
-	if !ok {
-		writeErr(w, http.StatusBadRequest, "bad thread id")
+	switch {
+	case ok && !strings.HasPrefix(key, "web/"):
+		writeErr(w, http.StatusForbidden, "this thread lives on another platform; decide there")
+		return
+	case !ok || !c.handler.Visible(key):
+		writeErr(w, http.StatusNotFound, "no such thread")
 		return
 	}
 	var body struct {
