@@ -274,3 +274,53 @@ func cardIDOf(r *chat.Router, key, callID string) string {
 	}
 	return ""
 }
+
+// BenchmarkRoundsStores runs 100 concurrent sessions' 10-round turns with
+// the bbolt store and with memStore, in the same run: the ratio is what
+// durable checkpoints cost at that concurrency.
+func BenchmarkRoundsStores(b *testing.B) {
+	const n = 100
+	for _, name := range []string{"bbolt", "memory"} {
+		b.Run(name, func(b *testing.B) {
+			fake := &fakeopenai.Server{Respond: fakeopenai.Script(benchScript), NoRecord: true}
+			srv := httptest.NewServer(fake)
+			b.Cleanup(srv.Close)
+			var st agent.Store = &memStore{}
+			if name == "bbolt" {
+				db, err := store.Open(filepath.Join(b.TempDir(), "bench.db"), store.Options{BatchDelay: 2 * time.Millisecond})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { db.Close() })
+				st = db
+			}
+			reg, _ := agent.NewRegistry(readTool())
+			done := make(chan string, 100000)
+			r, err := agent.NewRunner(agent.Options{Model: agent.NewOpenAIModel(agent.OpenAIOptions{BaseURL: srv.URL + "/v1", Concurrency: 64}),
+				Store: st, Tools: reg, Observer: func(e agent.Event) {
+					if e.Kind == agent.TurnEnded {
+						done <- e.Session
+					}
+				}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(r.Close)
+			ctx := context.Background()
+			b.ResetTimer()
+			start := time.Now()
+			for i := 0; i < b.N; i++ {
+				for s := 0; s < n; s++ {
+					key := fmt.Sprintf("web/%s%d-%d", name, i, s)
+					if err := r.Submit(ctx, key, agent.Inbound{Text: key}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				for s := 0; s < n; s++ {
+					<-done
+				}
+			}
+			b.ReportMetric(float64(b.N*n*roundsPerTurn)/time.Since(start).Seconds(), "rounds/s")
+		})
+	}
+}
