@@ -302,7 +302,10 @@ func (r *Router) showCard(ctx context.Context, b *Board, th Thread, a agent.Appr
 		sleep(ctx, wait)
 	}
 	if err != nil {
+		// The turn still waits: say so in words, with the way out.
 		b.log.Error("post approval card", "err", err)
+		r.outbox.add(th, "", fmt.Sprintf("A call to %s needs approval, but I could not post its approval card here (the bot's log has the details). It will be denied at %s unless decided; send `stop` to end this turn now.",
+			card.Tool, card.Deadline.UTC().Format("15:04 UTC")))
 		return
 	}
 	var decided *Card

@@ -230,3 +230,30 @@ func TestReusedCallIDsGetTheirOwnCards(t *testing.T) {
 		t.Errorf("%d cards for two turns that reused call_0, want 2", p.posts)
 	}
 }
+
+// refusingCards cannot post cards: the channel refuses them for good.
+type refusingCards struct{ cardPlatform }
+
+func (*refusingCards) PostCard(context.Context, Thread, Card) (MessageRef, error) {
+	return MessageRef{}, fmt.Errorf("slack: post approval card: channel_not_found: %w", ErrUndeliverable)
+}
+
+func TestUnpostableCardIsSaidInWords(t *testing.T) {
+	p := &refusingCards{}
+	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond})
+	r.Bind(&decider{})
+	t.Cleanup(r.Close)
+	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	a := agent.Approval{CallID: "c1", Tool: "fs__write_file", Requester: "UANN", Deadline: time.Now().Add(time.Hour)}
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.ApprovalNeeded, Approval: &a})
+	settle(t, r, "test/1")
+	var said []string
+	for _, c := range p.calls {
+		if c.Op == "reply" {
+			said = append(said, c.Text)
+		}
+	}
+	if len(said) != 1 || !strings.Contains(said[0], "fs__write_file") || !strings.Contains(said[0], "stop") {
+		t.Errorf("replies %q, want one saying the card could not be posted and how to stop", said)
+	}
+}

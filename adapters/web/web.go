@@ -196,22 +196,12 @@ func (c *Console) setPlan(th chat.Thread, p chat.Plan) {
 	c.broadcast(event{Type: "plan", Thread: th.Key, Plan: &p})
 }
 
-// Mirror shows the operator a plan message and run state of another
+// Mirror shows the operator the plan message of another
 // platform's session live; web threads are shown through the Platform
 // methods already.
-func (c *Console) Mirror(th chat.Thread, p *chat.Plan, working *bool) {
-	if th.Platform == "web" {
-		return
-	}
-	if p != nil {
-		c.setPlan(th, *p)
-	}
-	if working != nil {
-		state, status := "idle", ""
-		if *working {
-			state, status = "running", string(chat.StateWorking)
-		}
-		c.SetState(th, state, status)
+func (c *Console) Mirror(th chat.Thread, p chat.Plan) {
+	if th.Platform != "web" {
+		c.setPlan(th, p)
 	}
 }
 

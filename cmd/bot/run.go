@@ -149,7 +149,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	platforms := map[string]chat.Platform{"web": console}
 
 	hooks := m.boardHooks()
-	hooks.Shown = func(th chat.Thread, p chat.Plan) { console.Mirror(th, &p, nil) }
+	hooks.Shown = func(th chat.Thread, p chat.Plan) { console.Mirror(th, p) }
 	hooks.Undelivered = func(th chat.Thread, text string, err error) {
 		m.undelivered.WithLabelValues(th.Platform).Inc()
 		console.Undelivered(th, text, err)
