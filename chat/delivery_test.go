@@ -2,6 +2,7 @@ package chat
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -334,5 +335,76 @@ func TestConcurrentRepliesDeliveredOnce(t *testing.T) {
 		if n != 1 {
 			t.Errorf("%q delivered %d times", text, n)
 		}
+	}
+}
+
+// TestUnpostedPlanPostedAfterRestart: a plan whose first post was still
+// waiting for the platform's pace when the process died (the record has a
+// wanted plan and no message ref) is posted and pinned once after the
+// restart, on its newest content.
+func TestUnpostedPlanPostedAfterRestart(t *testing.T) {
+	boards := &chattest.Boards{}
+	want := Plan{Items: plan(3, todo.Completed).Items(), Revision: 3, State: StateDone}
+	raw, err := json.Marshal(boardRecord{Thread: Thread{Platform: "test", Key: "test/1", Channel: "C1"}, Want: &want})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := boards.SaveBoard(context.Background(), "test/1", raw); err != nil {
+		t.Fatal(err)
+	}
+
+	up := &fakePlatform{}
+	r := NewRouter(Options{Store: boards, Platforms: map[string]Platform{"test": up}})
+	t.Cleanup(r.Close)
+	if _, err := r.Resume(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, r, "test/1")
+	if up.count("post") != 1 || up.count("pin") != 1 || up.count("edit") != 0 {
+		t.Fatalf("after restart: calls %+v, want one post and one pin", up.calls)
+	}
+	if got := up.plan("m1"); got.Revision != 3 || got.State != StateDone {
+		t.Errorf("m1 shows revision %d %q, want 3 done", got.Revision, got.State)
+	}
+
+	// A second restart finds the ref stored: nothing more is posted.
+	r.Close()
+	r2 := NewRouter(Options{Store: boards, Platforms: map[string]Platform{"test": up}})
+	t.Cleanup(r2.Close)
+	if _, err := r2.Resume(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, r2, "test/1")
+	if up.count("post") != 1 || up.count("pin") != 1 {
+		t.Fatalf("after the second restart: calls %+v, still want one post and one pin", up.calls)
+	}
+}
+
+// TestPostWithoutStoredRefIsRepeated documents the one case where a plan
+// can appear twice: the platform accepted the post but the process died
+// before the ref was stored. The record still has no ref, so the restart
+// posts again; the first copy stays in the thread unpinned (it was never
+// pinned, since the pin follows the stored ref), and only the new one is
+// pinned and edited from then on.
+func TestPostWithoutStoredRefIsRepeated(t *testing.T) {
+	boards := &chattest.Boards{}
+	want := Plan{Items: plan(1, todo.InProgress).Items(), Revision: 1, State: StateWorking}
+	raw, _ := json.Marshal(boardRecord{Thread: Thread{Platform: "test", Key: "test/1", Channel: "C1"}, Want: &want})
+	if err := boards.SaveBoard(context.Background(), "test/1", raw); err != nil {
+		t.Fatal(err)
+	}
+	up := &fakePlatform{}
+	up.next, up.shown = 1, map[string]Plan{"m1": want} // posted, ref lost
+	r := NewRouter(Options{Store: boards, Platforms: map[string]Platform{"test": up}})
+	t.Cleanup(r.Close)
+	if _, err := r.Resume(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, r, "test/1")
+	if up.count("post") != 1 || up.count("pin") != 1 {
+		t.Fatalf("calls %+v, want one new post, pinned", up.calls)
+	}
+	if _, ref := r.Board("test/1").Shown(); ref.ID != "m2" {
+		t.Errorf("the board works on %q, want the new message m2", ref.ID)
 	}
 }

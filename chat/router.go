@@ -90,14 +90,23 @@ func NewRouter(opts Options) *Router {
 }
 
 // Resume delivers the replies a previous process stored but did not
-// deliver, and finishes the plan edits it left, when the store can list
-// board records. Call it once the platforms are connected.
+// deliver, and finishes the plan posts and edits it left, when the store
+// can list board records. Call it once the platforms are connected.
+//
+// Every board whose wanted plan differs from what its message shows is
+// resumed, whether or not the message exists yet: a first post still
+// waiting for the platform's pace at the kill is posted and pinned now.
+// The one case that can show a plan twice is a post the platform accepted
+// just before the kill whose ref was not stored yet: the record has no
+// ref, so it is posted again and the new message is the one pinned and
+// edited; the first copy stays in the thread, unpinned (pins follow the
+// stored ref). TestPostWithoutStoredRefIsRepeated pins that down.
 func (r *Router) Resume(ctx context.Context) (int, error) {
 	if bl, ok := r.opts.Store.(BoardLister); ok {
 		var keys []string
 		err := bl.Boards(ctx, func(key string, data []byte) {
 			var rec boardRecord
-			if json.Unmarshal(data, &rec) == nil && rec.Want != nil && !rec.Ref.IsZero() && !sameContent(*rec.Want, rec.Shown) {
+			if json.Unmarshal(data, &rec) == nil && rec.Want != nil && (!rec.Ref.IsZero() || len(rec.Want.Items) > 0) && !sameContent(*rec.Want, rec.Shown) {
 				keys = append(keys, key)
 			}
 		})

@@ -515,3 +515,82 @@ func TestSlackDirectMessageAndPinLimit(t *testing.T) {
 		t.Errorf("pins.add tried %d times, want once", n)
 	}
 }
+
+// TestSlackQueuedPlansSurviveKill: plans still waiting for the workspace's
+// pace when the process is killed are posted after the restart. Every
+// thread ends with exactly one plan message, pinned, on its last revision,
+// and exactly one answer.
+func TestSlackQueuedPlansSurviveKill(t *testing.T) {
+	r := newSlackRig(t, 3, 0, true)
+	r.env["PINPLAN_SLACK_EDITS_PER_MINUTE"] = "6" // a burst of 5, then one per 10 s
+	p := r.start(t)
+	const n = 10
+	thread := func(i int) string { return fmt.Sprintf("1700009%03d.000100", i) }
+	for i := range n {
+		if _, err := r.slack.Push(fmt.Sprintf("EvQ%d", i), mention("C1", thread(i), fmt.Sprintf("task %d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		waitReply(t, r.slack, "C1", thread(i), "All done.")
+	}
+	plansIn := func(ts string) []fakeslack.Message {
+		var out []fakeslack.Message
+		for _, m := range planMessages(r.slack, "C1") {
+			if m.ThreadTS == ts {
+				out = append(out, m)
+			}
+		}
+		return out
+	}
+	unposted := 0
+	for i := range n {
+		if len(plansIn(thread(i))) == 0 {
+			unposted++
+		}
+	}
+	if unposted == 0 {
+		t.Fatal("every plan was posted before the kill: the test did not exercise queued plans")
+	}
+	p.kill()
+	t.Logf("%d of %d threads had no plan message at the kill", unposted, n)
+
+	r.env["PINPLAN_SLACK_EDITS_PER_MINUTE"] = "600"
+	p = r.start(t)
+	defer p.stop(t)
+	waitFor(t, 60*time.Second, "every thread's plan on its last revision", func() bool {
+		for i := range n {
+			pl := plansIn(thread(i))
+			if len(pl) != 1 || !strings.Contains(pl[0].Blocks, "revision 3 · done") {
+				return false
+			}
+		}
+		return true
+	})
+	pinned := map[string]bool{}
+	for _, ts := range r.slack.Pinned("C1") {
+		pinned[ts] = true
+	}
+	for i := range n {
+		pl := plansIn(thread(i))
+		if len(pl) != 1 {
+			t.Errorf("thread %d: %d plan messages, want 1", i, len(pl))
+			continue
+		}
+		if !pinned[pl[0].TS] {
+			t.Errorf("thread %d: plan %s not pinned", i, pl[0].TS)
+		}
+		answers := 0
+		for _, m := range r.slack.Messages("C1") {
+			if m.ThreadTS == thread(i) && m.BotID != "" && m.Blocks == "" && strings.Contains(m.Text, "All done.") {
+				answers++
+			}
+		}
+		if answers != 1 {
+			t.Errorf("thread %d: %d answers, want 1", i, answers)
+		}
+	}
+	if pins := len(okCalls(r.slack, "pins.add")); pins != n {
+		t.Errorf("pins.add succeeded %d times, want %d", pins, n)
+	}
+}
