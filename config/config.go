@@ -47,7 +47,8 @@ func (s Secret) Reveal() string { return string(s) }
 type Config struct {
 	DB       string // PINPLAN_DB
 	HTTPAddr string // PINPLAN_HTTP_ADDR
-	WebToken Secret // PINPLAN_WEB_TOKEN: required for a non-loopback HTTPAddr
+	WebToken Secret // PINPLAN_WEB_TOKEN: the console's token; empty lets cmd/bot generate one beside the DB, but a non-loopback HTTPAddr needs it set
+	WebOff   bool   // PINPLAN_WEB=off: serve no web console (a Slack-only deployment)
 
 	OpenAIKey        Secret        // OPENAI_API_KEY
 	OpenAIBaseURL    string        // OPENAI_BASE_URL
@@ -93,9 +94,13 @@ type Config struct {
 // DefaultModel is the model used when OPENAI_MODEL is not set.
 const DefaultModel = "gpt-4.1-mini"
 
-// keys lists every accepted name, for the unknown-key check of the file.
+// keys lists every setting by its environment name; the file takes the same
+// names in lower case. It is the one list for both sources: the file refuses
+// a name not in it, and Load cannot read one not in it (the loader panics),
+// so no key is accepted by one source and refused by the other.
+// TestREADMESettings checks the README's settings table against it.
 var keys = []string{
-	"PINPLAN_DB", "PINPLAN_HTTP_ADDR", "PINPLAN_WEB_TOKEN",
+	"PINPLAN_DB", "PINPLAN_HTTP_ADDR", "PINPLAN_WEB_TOKEN", "PINPLAN_WEB",
 	"OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL", "PINPLAN_STREAM",
 	"PINPLAN_MODEL_TIMEOUT", "PINPLAN_MODEL_RETRIES", "PINPLAN_MODEL_CONCURRENCY",
 	"PINPLAN_MAX_ROUNDS", "PINPLAN_STALE_ROUNDS", "PINPLAN_REMINDER_ROLE",
@@ -105,6 +110,7 @@ var keys = []string{
 	"PINPLAN_LOG_LEVEL", "PINPLAN_DEMO_DELAY",
 	"PINPLAN_TOOL_RESULT_BYTES", "PINPLAN_TOOL_TIMEOUT", "PINPLAN_APPROVERS",
 	"PINPLAN_APPROVAL_TIMEOUT", "PINPLAN_THREAD_CONTEXT",
+	"PINPLAN_CONTEXT_TOKENS", "PINPLAN_RETENTION",
 }
 
 // Load reads the settings through getenv (os.Getenv in main), applies
@@ -127,6 +133,7 @@ func Load(getenv func(string) string) (*Config, error) {
 		DB:       l.str("PINPLAN_DB", "./data/pinplan.db"),
 		HTTPAddr: l.str("PINPLAN_HTTP_ADDR", "127.0.0.1:8080"),
 		WebToken: Secret(l.str("PINPLAN_WEB_TOKEN", "")),
+		WebOff:   !l.onOff("PINPLAN_WEB", true),
 
 		OpenAIKey:        Secret(l.str("OPENAI_API_KEY", "")),
 		OpenAIBaseURL:    l.url("OPENAI_BASE_URL", "https://api.openai.com/v1"),
@@ -236,8 +243,12 @@ func (c *Config) String() string {
 	for i, s := range c.MCP {
 		names[i] = s.Name
 	}
-	return fmt.Sprintf("db=%s http=%s model=%s base_url=%s stream=%t slack=%t discord=%t openai_key=%s mcp=%s",
-		c.DB, c.HTTPAddr, c.OpenAIModel, RedactURL(c.OpenAIBaseURL), c.Stream,
+	web := "on"
+	if c.WebOff {
+		web = "off"
+	}
+	return fmt.Sprintf("db=%s http=%s web=%s model=%s base_url=%s stream=%t slack=%t discord=%t openai_key=%s mcp=%s",
+		c.DB, c.HTTPAddr, web, c.OpenAIModel, RedactURL(c.OpenAIBaseURL), c.Stream,
 		c.SlackBotToken != "", c.DiscordBotToken != "", c.OpenAIKey, strings.Join(names, ","))
 }
 
@@ -316,6 +327,9 @@ func (l *loader) fail(key, msg string) {
 }
 
 func (l *loader) str(key, def string) string {
+	if !slices.Contains(keys, key) {
+		panic("config: " + key + " is read but missing from keys, so the file would refuse it")
+	}
 	if v := strings.TrimSpace(l.getenv(key)); v != "" {
 		return v
 	}
@@ -344,6 +358,22 @@ func (l *loader) boolean(key string, def bool) bool {
 		l.fail(key, fmt.Sprintf("must be true or false, got %q", v))
 	}
 	return b
+}
+
+// onOff reads a switch: on or off (true and false are taken too).
+func (l *loader) onOff(key string, def bool) bool {
+	v := l.str(key, "")
+	switch strings.ToLower(v) {
+	case "":
+		return def
+	case "on", "true":
+		return true
+	case "off", "false":
+		return false
+	default:
+		l.fail(key, fmt.Sprintf("must be on or off, got %q", v))
+		return def
+	}
 }
 
 func (l *loader) integer(key string, def, min, max int) int {

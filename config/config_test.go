@@ -3,9 +3,13 @@ package config
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -44,6 +48,7 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"addr", map[string]string{"PINPLAN_HTTP_ADDR": "0.0.0.0:8080"}, "PINPLAN_WEB_TOKEN"},
 		{"slack half", map[string]string{"SLACK_BOT_TOKEN": "xoxb-1"}, "SLACK_APP_TOKEN"},
 		{"timeout", map[string]string{"PINPLAN_MODEL_TIMEOUT": "-1s"}, "PINPLAN_MODEL_TIMEOUT"},
+		{"web", map[string]string{"PINPLAN_WEB": "disabled"}, "PINPLAN_WEB"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -83,7 +88,8 @@ func TestFileAndEnvPrecedence(t *testing.T) {
 
 func TestSecretsNeverPrinted(t *testing.T) {
 	const tok = "xoxb-very-secret-value"
-	c, err := Load(env(map[string]string{"SLACK_BOT_TOKEN": tok, "SLACK_APP_TOKEN": "xapp-another-secret", "OPENAI_API_KEY": "sk-abcdef123456"}))
+	c, err := Load(env(map[string]string{"SLACK_BOT_TOKEN": tok, "SLACK_APP_TOKEN": "xapp-another-secret", "OPENAI_API_KEY": "sk-abcdef123456",
+		"PINPLAN_WEB_TOKEN": "web-token-secret", "DISCORD_BOT_TOKEN": "discord-secret-value", "SLACK_SIGNING_SECRET": "signing-secret-value"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,6 +103,9 @@ func TestSecretsNeverPrinted(t *testing.T) {
 	}
 	if got := c.Redact("auth failed for " + tok); strings.Contains(got, tok) {
 		t.Errorf("Redact left the token: %s", got)
+	}
+	if len(c.Secrets()) != 6 {
+		t.Errorf("Secrets() has %d values, want the 6 set", len(c.Secrets()))
 	}
 	if c.SlackBotToken.Reveal() != tok {
 		t.Error("Reveal lost the value")
@@ -288,5 +297,196 @@ func TestBudgetAndRetention(t *testing.T) {
 	}
 	if c.ContextTokens != 8000 || c.Retention != 720*time.Hour {
 		t.Errorf("got context %d, retention %s", c.ContextTokens, c.Retention)
+	}
+}
+
+// TestFileBudgetAndRetention is issue #14, defect 5: the file refused these
+// two keys as unknown though the environment took them.
+func TestFileBudgetAndRetention(t *testing.T) {
+	path := writeFile(t, "pinplan_context_tokens = 9000\npinplan_retention = \"720h\"\n")
+	c, err := Load(env(map[string]string{"PINPLAN_CONFIG": path}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ContextTokens != 9000 || c.Retention != 720*time.Hour {
+		t.Errorf("got context %d, retention %s; want 9000 and 720h0m0s", c.ContextTokens, c.Retention)
+	}
+}
+
+// settingSamples holds a valid, non-default value for every key, and the
+// keys it needs beside it (a Slack app token needs the bot token).
+var settingSamples = map[string]struct {
+	value string
+	with  map[string]string
+}{
+	"PINPLAN_DB":                      {value: "/tmp/sample/pinplan.db"},
+	"PINPLAN_HTTP_ADDR":               {value: "127.0.0.1:9090"},
+	"PINPLAN_WEB_TOKEN":               {value: "tok-0123456789"},
+	"PINPLAN_WEB":                     {value: "off"},
+	"OPENAI_API_KEY":                  {value: "sk-sample-0123"},
+	"OPENAI_BASE_URL":                 {value: "http://localhost:11434/v1"},
+	"OPENAI_MODEL":                    {value: "llama3"},
+	"PINPLAN_STREAM":                  {value: "true"},
+	"PINPLAN_MODEL_TIMEOUT":           {value: "30s"},
+	"PINPLAN_MODEL_RETRIES":           {value: "2"},
+	"PINPLAN_MODEL_CONCURRENCY":       {value: "3"},
+	"PINPLAN_MAX_ROUNDS":              {value: "10"},
+	"PINPLAN_STALE_ROUNDS":            {value: "5"},
+	"PINPLAN_REMINDER_ROLE":           {value: "user"},
+	"SLACK_BOT_TOKEN":                 {value: "xoxb-sample", with: map[string]string{"SLACK_APP_TOKEN": "xapp-sample"}},
+	"SLACK_APP_TOKEN":                 {value: "xapp-sample", with: map[string]string{"SLACK_BOT_TOKEN": "xoxb-sample"}},
+	"SLACK_SIGNING_SECRET":            {value: "sign-sample", with: map[string]string{"SLACK_BOT_TOKEN": "xoxb-sample"}},
+	"SLACK_API_URL":                   {value: "https://slack.example.com/api/"},
+	"PINPLAN_SLACK_PLAN_BLOCKS":       {value: "true"},
+	"PINPLAN_SLACK_EDITS_PER_MINUTE":  {value: "20"},
+	"DISCORD_BOT_TOKEN":               {value: "discord-sample"},
+	"DISCORD_API_URL":                 {value: "https://discord.example.com"},
+	"PINPLAN_DISCORD_THREAD_PER_TASK": {value: "true"},
+	"PINPLAN_LOG_LEVEL":               {value: "debug"},
+	"PINPLAN_DEMO_DELAY":              {value: "1s"},
+	"PINPLAN_TOOL_RESULT_BYTES":       {value: "4096"},
+	"PINPLAN_TOOL_TIMEOUT":            {value: "5s"},
+	"PINPLAN_APPROVERS":               {value: "U024BE7LH,80351110224678912"},
+	"PINPLAN_APPROVAL_TIMEOUT":        {value: "10m"},
+	"PINPLAN_THREAD_CONTEXT":          {value: "0"},
+	"PINPLAN_CONTEXT_TOKENS":          {value: "9000"},
+	"PINPLAN_RETENTION":               {value: "720h"},
+}
+
+// readmeKeys returns the setting names in the first column of the table
+// under "## Settings" in ../README.md.
+func readmeKeys(t testing.TB) []string {
+	t.Helper()
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "\n## Settings\n")
+	if !ok {
+		t.Fatal(`README.md has no "## Settings" section`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	_, table, ok := strings.Cut(section, "\n| key | default | meaning |\n")
+	if !ok {
+		t.Fatal(`README.md: no "| key | default | meaning |" table under "## Settings"`)
+	}
+	name := regexp.MustCompile("`((?:PINPLAN|OPENAI|SLACK|DISCORD)_[A-Z0-9_]+)`")
+	var out []string
+	for _, line := range strings.Split(table, "\n") {
+		if !strings.HasPrefix(line, "|") {
+			break
+		}
+		if strings.HasPrefix(line, "|---") {
+			continue
+		}
+		first := strings.Split(line, "|")[1]
+		found := name.FindAllStringSubmatch(first, -1)
+		if len(found) == 0 {
+			t.Errorf("README.md settings row names no setting: %s", line)
+		}
+		for _, m := range found {
+			out = append(out, m[1])
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("README.md: the settings table is empty")
+	}
+	return out
+}
+
+// TestREADMESettings keeps the README's settings table, the key list and
+// both sources in step: every key in the table is in the list, every key in
+// the list is in the table, and each one takes effect from the environment
+// and, in lower case, from the file.
+func TestREADMESettings(t *testing.T) {
+	documented := readmeKeys(t)
+	for _, k := range documented {
+		if !slices.Contains(keys, k) {
+			t.Errorf("README.md documents %s, but config does not accept it", k)
+		}
+	}
+	for _, k := range keys {
+		if !slices.Contains(documented, k) {
+			t.Errorf("config accepts %s, but README.md's settings table does not list it", k)
+		}
+	}
+	for _, k := range keys {
+		t.Run(k, func(t *testing.T) {
+			s, ok := settingSamples[k]
+			if !ok {
+				t.Fatalf("no sample value for %s: add a valid, non-default one to settingSamples", k)
+			}
+			without, errWithout := Load(env(s.with))
+			check := func(source string, c *Config, err error) {
+				t.Helper()
+				if err != nil {
+					t.Errorf("%s %s=%q: got %v, want it accepted", source, k, s.value, err)
+					return
+				}
+				if errWithout == nil && reflect.DeepEqual(c, without) {
+					t.Errorf("%s %s=%q: took no effect", source, k, s.value)
+				}
+			}
+
+			e := maps.Clone(s.with)
+			if e == nil {
+				e = map[string]string{}
+			}
+			e[k] = s.value
+			c, err := Load(env(e))
+			check("env", c, err)
+
+			f := maps.Clone(s.with)
+			if f == nil {
+				f = map[string]string{}
+			}
+			f["PINPLAN_CONFIG"] = writeFile(t, strings.ToLower(k)+" = "+tomlValue(s.value)+"\n")
+			c, err = Load(env(f))
+			check("file", c, err)
+		})
+	}
+}
+
+// tomlValue writes v as a TOML integer or boolean where it reads as one, so
+// the file is tested with its native types too, and as a string otherwise.
+func tomlValue(v string) string {
+	if _, err := strconv.Atoi(v); err == nil || v == "true" || v == "false" {
+		return v
+	}
+	return strconv.Quote(v)
+}
+
+func TestWeb(t *testing.T) {
+	tests := []struct {
+		name, value string
+		off         bool
+	}{
+		{"default", "", false},
+		{"on", "on", false},
+		{"off", "off", true},
+		{"false", "false", true},
+		{"upper", "OFF", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Load(env(map[string]string{"PINPLAN_WEB": tt.value}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.WebOff != tt.off {
+				t.Errorf("PINPLAN_WEB=%q: got WebOff %t, want %t", tt.value, c.WebOff, tt.off)
+			}
+			want := "web=on"
+			if tt.off {
+				want = "web=off"
+			}
+			if !strings.Contains(c.String(), want) {
+				t.Errorf("String() = %q, want it to contain %s", c.String(), want)
+			}
+		})
+	}
+	c, err := Load(env(map[string]string{"PINPLAN_CONFIG": writeFile(t, "pinplan_web = \"off\"\n")}))
+	if err != nil || !c.WebOff {
+		t.Errorf("pinplan_web = \"off\" in the file: got %v, WebOff %t; want it off", err, c != nil && c.WebOff)
 	}
 }
