@@ -1,12 +1,19 @@
 package web
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"html/template"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // Security of the console (DESIGN.md §7, issue 10): other websites must
@@ -22,10 +29,10 @@ import (
 //     login form excepted) and, from a browser, an Origin or
 //     Sec-Fetch-Site of the console itself. A request with neither header
 //     comes from no browser (a script, curl), which no website can make.
-//   - With PINPLAN_WEB_TOKEN set, every request needs it: a bearer header,
-//     or the HttpOnly SameSite=Strict cookie that /login or ?token= sets
-//     (?token= is then redirected away, so it stays out of the address
-//     bar, history and links).
+//   - Every console request needs the token (PINPLAN_WEB_TOKEN or the
+//     generated one): a bearer header, or the HttpOnly SameSite=Strict
+//     cookie that /login or ?token= sets (?token= is then redirected
+//     away, so it stays out of the address bar, history and links).
 
 const csp = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
 	"frame-ancestors 'none'; base-uri 'none'; form-action 'self'; object-src 'none'"
@@ -91,7 +98,15 @@ func (c *Console) hostAllowed(host string) bool {
 		return true
 	}
 	h, p, err := net.SplitHostPort(host)
-	if err != nil || p != lport {
+	if err != nil {
+		// No port: browsers and curl leave out the scheme's default,
+		// so on port 80 (or 443) a bare host is the same host.
+		if lport != "80" && lport != "443" {
+			return false
+		}
+		h, p = host, lport
+	}
+	if p != lport {
 		return false
 	}
 	switch strings.ToLower(strings.Trim(h, "[]")) {
@@ -137,20 +152,37 @@ func isJSON(r *http.Request) bool {
 
 const cookieName = "pinplan_token"
 
-// auth requires the token when one is set.
+// auth requires the token (DESIGN §7): a loopback address is no boundary,
+// so every console route needs it, always. A console built without a
+// token refuses everything rather than serve the world.
+//
+// Credentials, in the order looked at: a bearer header, the cookie (which
+// holds a value derived from the token, never the token itself), then
+// ?token= (API clients that cannot set headers; on a page it is exchanged
+// for the cookie and redirected away). A client that keeps presenting
+// wrong credentials is slowed: past a small burst, its attempts are
+// answered 429 until its budget refills (failureRate a second).
 func (c *Console) auth(next http.Handler) http.Handler {
-	if c.opts.Token == "" {
-		return next
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if q := r.URL.Query().Get("token"); q != "" && !strings.HasPrefix(r.URL.Path, "/api/") && r.URL.Path != "/metrics" {
+		api := strings.HasPrefix(r.URL.Path, "/api/") || r.URL.Path == "/metrics"
+		presented := r.Header.Get("Authorization") != "" || r.URL.Query().Get("token") != ""
+		if ck, err := r.Cookie(cookieName); err == nil && ck.Value != "" {
+			presented = true
+		}
+		if presented && !c.failures.allowed(clientIP(r)) {
+			w.Header().Set("Retry-After", "1")
+			writeErr(w, http.StatusTooManyRequests, "too many wrong tokens from this address; wait a moment")
+			return
+		}
+		if q := r.URL.Query().Get("token"); q != "" && !api {
 			if !c.tokenOK(q) {
+				c.failures.failed(clientIP(r))
 				c.loginPage(w, r, "That token is not right.", http.StatusUnauthorized)
 				return
 			}
 			// A page: exchange it for the cookie and take it out of the
 			// address bar.
-			c.setCookie(w, q)
+			c.setCookie(w, r)
 			u := *r.URL
 			qs := u.Query()
 			qs.Del("token")
@@ -158,17 +190,26 @@ func (c *Console) auth(next http.Handler) http.Handler {
 			http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
 			return
 		}
-		got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if ck, err := r.Cookie(cookieName); got == "" && err == nil {
-			got = ck.Value
+		ok := false
+		switch {
+		case strings.HasPrefix(r.Header.Get("Authorization"), "Bearer "):
+			ok = c.tokenOK(strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
+		case r.Header.Get("Authorization") != "":
+			ok = false
+		default:
+			if ck, err := r.Cookie(cookieName); err == nil && ck.Value != "" {
+				ok = c.cookieOK(ck.Value)
+			} else if q := r.URL.Query().Get("token"); q != "" {
+				ok = c.tokenOK(q)
+			}
 		}
-		if got == "" {
-			got = r.URL.Query().Get("token") // API clients that cannot set headers
-		}
-		if !c.tokenOK(got) {
+		if !ok {
+			if presented {
+				c.failures.failed(clientIP(r))
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="pinplan"`)
-			if strings.HasPrefix(r.URL.Path, "/api/") || r.URL.Path == "/metrics" {
-				writeErr(w, http.StatusUnauthorized, "this console needs PINPLAN_WEB_TOKEN: sign in at /login, or send it as a bearer token")
+			if api {
+				writeErr(w, http.StatusUnauthorized, "this console needs its token (PINPLAN_WEB_TOKEN, or the one in the URL the bot printed at start): sign in at /login, or send it as a bearer token")
 				return
 			}
 			c.loginPage(w, r, "", http.StatusUnauthorized)
@@ -178,12 +219,96 @@ func (c *Console) auth(next http.Handler) http.Handler {
 	})
 }
 
+// Protect wraps h with the console's token check, for routes the process
+// serves beside the console (the backup download).
+func (c *Console) Protect(h http.Handler) http.Handler { return c.auth(h) }
+
 func (c *Console) tokenOK(got string) bool {
-	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(c.opts.Token)) == 1
+	return c.opts.Token != "" && got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(c.opts.Token)) == 1
 }
 
-func (c *Console) setCookie(w http.ResponseWriter, token string) {
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+func (c *Console) cookieOK(got string) bool {
+	return c.opts.Token != "" && subtle.ConstantTimeCompare([]byte(got), []byte(c.cookieValue())) == 1
+}
+
+// cookieValue is what the cookie holds: an HMAC of a fixed label under the
+// token, so a leaked cookie jar does not reveal the token (which also
+// works as a bearer token for /metrics and scripts).
+func (c *Console) cookieValue() string {
+	m := hmac.New(sha256.New, []byte(c.opts.Token))
+	m.Write([]byte("pinplan console cookie v1"))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// setCookie signs the browser in. Secure when the request came over
+// HTTPS, directly or through a proxy that says so.
+func (c *Console) setCookie(w http.ResponseWriter, r *http.Request) {
+	secure := r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: c.cookieValue(), Path: "/", HttpOnly: true, Secure: secure, SameSite: http.SameSiteStrictMode})
+}
+
+// clientIP is the remote address without its port: the unit wrong guesses
+// are counted by. Behind a reverse proxy every client shares the proxy's
+// address; a guesser there slows everyone's wrong attempts, not the
+// right ones of others' requests that carry no wrong credential.
+func clientIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// Wrong-guess pacing: a burst of failureBurst, then failureRate a second.
+const (
+	failureRate  = 2
+	failureBurst = 10
+	maxClients   = 4096
+)
+
+// failureLimiter counts wrong credentials per client address.
+type failureLimiter struct {
+	mu   sync.Mutex
+	by   map[string]*rate.Limiter
+	now  func() time.Time
+	seen map[string]time.Time
+}
+
+// allowed reports whether ip may present a credential now.
+func (f *failureLimiter) allowed(ip string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l, ok := f.by[ip]
+	return !ok || l.TokensAt(f.now()) >= 1
+}
+
+// failed spends one attempt of ip's budget.
+func (f *failureLimiter) failed(ip string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.now()
+	if f.by == nil {
+		f.by, f.seen = map[string]*rate.Limiter{}, map[string]time.Time{}
+	}
+	if len(f.by) >= maxClients {
+		// Forget clients whose budget has refilled.
+		for k, at := range f.seen {
+			if now.Sub(at) > failureBurst*time.Second/failureRate {
+				delete(f.by, k)
+				delete(f.seen, k)
+			}
+		}
+	}
+	l, ok := f.by[ip]
+	if !ok {
+		if len(f.by) >= maxClients {
+			return // a flood of addresses: each still meets the token check
+		}
+		l = rate.NewLimiter(failureRate, failureBurst)
+		f.by[ip] = l
+	}
+	l.AllowN(now, 1)
+	f.seen[ip] = now
 }
 
 var loginTmpl = template.Must(template.New("login").Parse(`<!doctype html>
@@ -208,19 +333,21 @@ func (c *Console) loginPage(w http.ResponseWriter, _ *http.Request, msg string, 
 
 // login handles GET and POST /login.
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
-	if c.opts.Token == "" {
-		http.Redirect(w, r, "/", http.StatusSeeOther)
-		return
-	}
 	if r.Method != http.MethodPost {
 		c.loginPage(w, r, "", http.StatusOK)
 		return
 	}
+	if !c.failures.allowed(clientIP(r)) {
+		w.Header().Set("Retry-After", "1")
+		c.loginPage(w, r, "Too many wrong tokens from this address; wait a moment and try again.", http.StatusTooManyRequests)
+		return
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, 4096)
 	if err := r.ParseForm(); err != nil || !c.tokenOK(r.PostForm.Get("token")) {
+		c.failures.failed(clientIP(r))
 		c.loginPage(w, r, "That token is not right.", http.StatusUnauthorized)
 		return
 	}
-	c.setCookie(w, r.PostForm.Get("token"))
+	c.setCookie(w, r)
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }

@@ -69,7 +69,7 @@ type Summary struct {
 // Options configures the console.
 type Options struct {
 	Store   Store
-	Token   string // required on every request when set
+	Token   string // required on every console request; empty refuses them all
 	Demo    bool   // label the page as running the built-in demo model
 	Model   string // model name shown on the page
 	Logger  *slog.Logger
@@ -82,8 +82,9 @@ type Options struct {
 
 // Console is the web platform and its HTTP handlers.
 type Console struct {
-	opts    Options
-	handler Handler
+	opts     Options
+	handler  Handler
+	failures failureLimiter // wrong tokens, per client
 
 	mu      sync.Mutex // guards the fields below
 	addr    string     // the listener's address, for the Host check
@@ -109,7 +110,7 @@ func New(opts Options) *Console {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Console{opts: opts, plans: map[string]chat.Plan{}, notices: map[string][]Message{}, cards: map[string]map[string]chat.Card{},
+	return &Console{opts: opts, failures: failureLimiter{now: opts.Now}, plans: map[string]chat.Plan{}, notices: map[string][]Message{}, cards: map[string]map[string]chat.Card{},
 		seq: map[string]int64{}, status: map[string]string{}, clients: map[chan []byte]struct{}{}}
 }
 
@@ -295,6 +296,13 @@ func (c *Console) Register(mux *http.ServeMux) {
 	mux.Handle("PATCH /api/threads/{id}", c.auth(http.HandlerFunc(c.renameThread)))
 	mux.Handle("DELETE /api/threads/{id}", c.auth(http.HandlerFunc(c.deleteThread)))
 	mux.Handle("GET /api/events", c.auth(http.HandlerFunc(c.events)))
+	c.RegisterProbes(mux)
+}
+
+// RegisterProbes adds only /healthz, /readyz (open, nothing secret) and
+// /metrics (behind the token): what a process serving no console
+// (PINPLAN_WEB=off) still answers.
+func (c *Console) RegisterProbes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		detail := ""
@@ -651,6 +659,11 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 		}
 		c.mu.Unlock()
 	}()
+	// The stream outlives the server's read and write timeouts (which cut
+	// off slow clients elsewhere); pings keep it alive.
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Time{})
+	rc.SetWriteDeadline(time.Time{})
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")

@@ -62,15 +62,37 @@ func (h *recHandler) Handle(_ context.Context, in chat.Incoming) error {
 	return nil
 }
 
+// testToken is the console token of tests that are not about the token:
+// their requests carry it as a bearer header unless they set their own.
+const testToken = "test-console-token"
+
+// newConsole serves a console. With token "" the console still has one
+// (testToken) and every request without an Authorization header gets it,
+// so tests of other things need not sign in; a test of the token itself
+// passes its own and gets no help.
 func newConsole(t *testing.T, token string) (*Console, *httptest.Server, *recHandler, *fakeStore) {
 	t.Helper()
 	st := &fakeStore{}
+	signIn := token == ""
+	if signIn {
+		token = testToken
+	}
 	c := New(Options{Store: st, Token: token})
 	h := &recHandler{}
 	c.Bind(h)
 	mux := http.NewServeMux()
 	c.Register(mux)
-	srv := httptest.NewServer(c.Guard(mux))
+	var handler http.Handler = c.Guard(mux)
+	if signIn {
+		inner := handler
+		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Authorization") == "" {
+				r.Header.Set("Authorization", "Bearer "+testToken)
+			}
+			inner.ServeHTTP(w, r)
+		})
+	}
+	srv := httptest.NewServer(handler)
 	c.SetAddr(srv.Listener.Addr().String())
 	t.Cleanup(func() { c.Close(); srv.Close() })
 	return c, srv, h, st

@@ -38,6 +38,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build bot: %v\n%s", err, out)
 		os.Exit(1)
 	}
+	http.DefaultTransport = signedIn
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -60,17 +61,52 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// anonymous sends requests as they are, with no console token: for the
+// tests of the token itself.
+var anonymous = &http.Client{Transport: http.DefaultTransport}
+
+// signedIn is the tests' default transport: a request to a bot started by
+// startBot carries the console token that bot printed (or was given), as
+// a bearer header, unless the request has an Authorization of its own.
+// The console always needs its token (DESIGN §7); tests of other things
+// sign in the way a script would.
+var signedIn = &tokenTransport{base: http.DefaultTransport, tokens: map[string]string{}}
+
+type tokenTransport struct {
+	base   http.RoundTripper
+	mu     sync.Mutex
+	tokens map[string]string // by host:port
+}
+
+func (t *tokenTransport) set(host, token string) {
+	t.mu.Lock()
+	t.tokens[host] = token
+	t.mu.Unlock()
+}
+
+func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	t.mu.Lock()
+	tok := t.tokens[req.URL.Host]
+	t.mu.Unlock()
+	if tok != "" && req.Header.Get("Authorization") == "" {
+		req = req.Clone(req.Context())
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	return t.base.RoundTrip(req)
+}
+
 // botProc is a running bot subprocess.
 type botProc struct {
 	cmd    *exec.Cmd
 	URL    string // the web console, e.g. http://127.0.0.1:40123
+	Token  string // the console token: printed at start, or PINPLAN_WEB_TOKEN
 	stdout *syncBuffer
 	stderr *syncBuffer
 	done   chan struct{}
 	err    error
 }
 
-var consoleLine = regexp.MustCompile(`web console at (http://[^/\s]+)/`)
+var consoleLine = regexp.MustCompile(`web console at (http://[^/\s]+)/(?:\?token=([0-9a-f]+))?`)
 
 // startBot starts argv with env (on top of a minimal base environment) and
 // waits until it prints its console address.
@@ -98,7 +134,7 @@ func startBotIn(t testing.TB, dir string, env map[string]string, argv ...string)
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	found := make(chan string, 1)
+	found := make(chan []string, 1)
 	go func() {
 		sc := bufio.NewScanner(pipe)
 		for sc.Scan() {
@@ -106,7 +142,7 @@ func startBotIn(t testing.TB, dir string, env map[string]string, argv ...string)
 			p.stdout.Write([]byte(line + "\n"))
 			if m := consoleLine.FindStringSubmatch(line); m != nil {
 				select {
-				case found <- m[1]:
+				case found <- m:
 				default:
 				}
 			}
@@ -122,7 +158,12 @@ func startBotIn(t testing.TB, dir string, env map[string]string, argv ...string)
 		}
 	})
 	select {
-	case p.URL = <-found:
+	case m := <-found:
+		p.URL, p.Token = m[1], m[2]
+		if p.Token == "" {
+			p.Token = env["PINPLAN_WEB_TOKEN"]
+		}
+		signedIn.set(strings.TrimPrefix(p.URL, "http://"), p.Token)
 	case <-p.done:
 		t.Fatalf("bot exited before serving: %v\nstdout:\n%s\nstderr:\n%s", p.err, p.stdout, p.stderr)
 	case <-time.After(120 * time.Second):
@@ -130,6 +171,10 @@ func startBotIn(t testing.TB, dir string, env map[string]string, argv ...string)
 	}
 	return p
 }
+
+// link is the console URL with the token, as the startup line prints a
+// generated one.
+func (p *botProc) link() string { return p.URL + "/?token=" + p.Token }
 
 func goEnv(key string) string {
 	if v := os.Getenv(key); v != "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -60,7 +61,7 @@ func TestNonLoopbackNeedsToken(t *testing.T) {
 		if tc.auth != "" {
 			req.Header.Set("Authorization", tc.auth)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := anonymous.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -225,6 +226,10 @@ func TestBackup(t *testing.T) {
 		t.Fatalf("cold backup: %v\n%s", err, b)
 	}
 	for _, path := range []string{hot, cold} {
+		// A backup holds every thread's history: only its owner reads it.
+		if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v (%v), want 0600", filepath.Base(path), st.Mode().Perm(), err)
+		}
 		q := startBot(t, map[string]string{"PINPLAN_DB": path, "PINPLAN_HTTP_ADDR": "127.0.0.1:0"}, botBinary)
 		var again threadView
 		getJSON(t, q.URL+"/api/threads/"+out["id"].(string), &again)

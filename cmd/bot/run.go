@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"sort"
 	"strings"
@@ -121,6 +122,11 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 		return err
 	}
 	defer db.Close()
+	token, generated, err := consoleToken(cfg)
+	if err != nil {
+		return err
+	}
+	cfg.WebToken = config.Secret(token) // redacted from every log line from here on
 
 	reg := prometheus.NewRegistry()
 	m := newMetrics(reg, db)
@@ -159,7 +165,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	runner, err := agent.NewRunner(agent.Options{
 		Model: model, Store: db, Tools: registry, ModelName: modelName,
 		SystemPrompt: systemPrompt, StaleRounds: cfg.StaleRounds, ReminderRole: cfg.ReminderRole, MaxRounds: cfg.MaxRounds,
-		ApprovalTimeout: cfg.ApprovalTimeout, ContextTokens: cfg.ContextTokens,
+		ApprovalTimeout: cfg.ApprovalTimeout, ContextTokens: cfg.ContextTokens, Approvers: cfg.Approvers,
 		Observer: func(e agent.Event) {
 			m.observe(e)
 			router.Observe(e)
@@ -178,7 +184,11 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	console.Bind(router)
 
 	mux := http.NewServeMux()
-	console.Register(mux)
+	if cfg.WebOff {
+		console.RegisterProbes(mux)
+	} else {
+		console.Register(mux)
+	}
 	var slk *slackadapter.Adapter
 	if cfg.SlackBotToken != "" {
 		slk = slackadapter.New(slackadapter.Options{
@@ -192,7 +202,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 			mux.Handle("POST /slack/interactions", slk.InteractionsHandler(ctx))
 		}
 	}
-	mux.Handle("GET /api/backup", backupHandler(db, cfg))
+	mux.Handle("GET /api/backup", console.Protect(backupHandler(db)))
 	var dsc *discordadapter.Adapter
 	if cfg.DiscordBotToken != "" {
 		dsc, err = discordadapter.New(discordadapter.Options{Token: cfg.DiscordBotToken.Reveal(), APIURL: cfg.DiscordAPIURL,
@@ -209,7 +219,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 		return fmt.Errorf("listen on PINPLAN_HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
 	}
 	console.SetAddr(ln.Addr().String())
-	srv := &http.Server{Handler: console.Guard(mux), ReadHeaderTimeout: 10 * time.Second}
+	srv := newHTTPServer(console.Guard(mux), log)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -221,7 +231,11 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	if !cfg.ModelConfigured && !demo {
 		fmt.Fprintln(stdout, "pinplan: no model configured; set OPENAI_API_KEY or OPENAI_BASE_URL, or run with -demo")
 	}
-	fmt.Fprintf(stdout, "pinplan: web console at %s\n", consoleURL(ln.Addr().String(), cfg.WebToken != ""))
+	if cfg.WebOff {
+		fmt.Fprintf(stdout, "pinplan: listening on %s (PINPLAN_WEB=off: no console)\n", ln.Addr())
+	} else {
+		fmt.Fprintf(stdout, "pinplan: web console at %s\n", consoleURL(ln.Addr().String(), token, generated))
+	}
 	if slk != nil {
 		if err := slk.Start(ctx); err != nil {
 			srv.Close()
@@ -333,12 +347,11 @@ func backup(ctx context.Context, cfg *config.Config, file string, stdout io.Writ
 	return nil
 }
 
-func backupHandler(db *store.DB, cfg *config.Config) http.Handler {
+// backupHandler streams a hot backup; the console's token guards it.
+func backupHandler(db *store.DB) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if tok := cfg.WebToken.Reveal(); tok != "" && r.Header.Get("Authorization") != "Bearer "+tok {
-			http.Error(w, "unauthorized", http.StatusUnauthorized)
-			return
-		}
+		// A large DB may take longer than the server's write timeout.
+		http.NewResponseController(w).SetWriteDeadline(time.Time{})
 		w.Header().Set("Content-Type", "application/octet-stream")
 		if _, err := db.WriteTo(w); err != nil {
 			http.Error(w, "backup failed", http.StatusInternalServerError)
@@ -351,9 +364,13 @@ func backupFromServer(ctx context.Context, cfg *config.Config, file string, stdo
 	if err != nil {
 		return err
 	}
-	if tok := cfg.WebToken.Reveal(); tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
+	tok := cfg.WebToken.Reveal()
+	if tok == "" {
+		if tok, err = readToken(tokenFile(cfg)); err != nil {
+			return fmt.Errorf("backup: %s is locked by a running pinplan, and its console token could not be read (set PINPLAN_WEB_TOKEN): %w", cfg.DB, err)
+		}
 	}
+	req.Header.Set("Authorization", "Bearer "+tok)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("backup: %s is locked by a running pinplan, and it did not answer at %s: %w", cfg.DB, cfg.HTTPAddr, err)
@@ -363,7 +380,7 @@ func backupFromServer(ctx context.Context, cfg *config.Config, file string, stdo
 		return fmt.Errorf("backup: running pinplan answered %s", resp.Status)
 	}
 	tmp := file + ".tmp"
-	f, err := os.Create(tmp)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600) // a backup holds every thread's history
 	if err != nil {
 		return err
 	}
@@ -439,18 +456,47 @@ func runState(e agent.Event) (state, status string, ok bool) {
 }
 
 // consoleURL is an address a person can open: an unspecified host (":8080",
-// "0.0.0.0") becomes localhost. With a token the console asks for it.
-func consoleURL(addr string, token bool) string {
+// "0.0.0.0") becomes localhost. A generated token is in the URL, as
+// Jupyter prints its own: the operator has no other way to learn it, and
+// the link signs the browser in. A configured PINPLAN_WEB_TOKEN is never
+// printed; the line says to sign in with it.
+func consoleURL(addr, token string, generated bool) string {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return "http://" + addr + "/"
+		host, port = addr, ""
 	}
 	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
 		host = "localhost"
 	}
-	u := "http://" + net.JoinHostPort(host, port) + "/"
-	if token {
-		u += " (sign in with PINPLAN_WEB_TOKEN)"
+	u := "http://" + host + "/"
+	if port != "" {
+		u = "http://" + net.JoinHostPort(host, port) + "/"
 	}
-	return u
+	if generated {
+		return u + "?token=" + url.QueryEscape(token)
+	}
+	return u + " (sign in with PINPLAN_WEB_TOKEN)"
+}
+
+// HTTP server limits (DESIGN §16): the Events endpoint faces the internet,
+// so a client that trickles its headers or body, or idles, is cut off.
+// Long-lived answers (the console's event stream, a backup download) lift
+// their own deadlines.
+const (
+	httpReadTimeout  = 30 * time.Second
+	httpWriteTimeout = 60 * time.Second
+	httpIdleTimeout  = 120 * time.Second
+	httpHeaderBytes  = 64 << 10
+)
+
+func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       httpReadTimeout,
+		WriteTimeout:      httpWriteTimeout,
+		IdleTimeout:       httpIdleTimeout,
+		MaxHeaderBytes:    httpHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
 }
