@@ -39,6 +39,13 @@ type Approval struct {
 	Turn int64 `json:"turn"`
 }
 
+// Grant is an "Always allow here": Tool runs without a card on later turns
+// of Requester (and of approvers).
+type Grant struct {
+	Tool      string `json:"tool"`
+	Requester string `json:"requester,omitempty"`
+}
+
 // Decision is what became of an approval.
 type Decision struct {
 	Allow  bool      `json:"allow"`
@@ -126,9 +133,11 @@ type Checkpoint struct {
 	// decided for Pending's calls so far.
 	Waiting   *Approval           `json:"waiting,omitempty"`
 	Decisions map[string]Decision `json:"decisions,omitempty"`
-	// Allowed lists tools allowed for the rest of the session ("Always
-	// allow here").
-	Allowed []string `json:"allowed,omitempty"`
+	// Grants are the session's "Always allow here" decisions, each for
+	// the requester whose turn it was given on. (Grants of the whole
+	// session, stored as "allowed" before they were scoped, are no longer
+	// honoured: those tools ask again, once.)
+	Grants []Grant `json:"grants,omitempty"`
 	// Summary stands in for the oldest history entries in requests.
 	Summary *Summary `json:"summary,omitempty"`
 	// TokenRatio is the server's prompt_tokens over pinplan's estimate,

@@ -52,6 +52,7 @@ type harnessOpts struct {
 	db      *store.DB
 	// approvalTimeout: 0 keeps the runner's default.
 	approvalTimeout time.Duration
+	approvers       []string
 }
 
 func newHarness(t *testing.T, fake *fakeopenai.Server, o harnessOpts) *harness {
@@ -77,7 +78,7 @@ func newHarness(t *testing.T, fake *fakeopenai.Server, o harnessOpts) *harness {
 		t.Fatal(err)
 	}
 	h := &harness{fake: fake, db: db, events: map[string]chan agent.Event{}, model: model}
-	h.runner, err = agent.NewRunner(agent.Options{Model: model, Store: db, Tools: reg, ModelName: "fake", ReminderRole: o.role, ApprovalTimeout: o.approvalTimeout,
+	h.runner, err = agent.NewRunner(agent.Options{Model: model, Store: db, Tools: reg, ModelName: "fake", ReminderRole: o.role, ApprovalTimeout: o.approvalTimeout, Approvers: o.approvers,
 		Observer: func(e agent.Event) { h.ch(e.Session) <- e }})
 	if err != nil {
 		t.Fatal(err)

@@ -295,3 +295,106 @@ func TestStopWhileWaitingStopsEveryCall(t *testing.T) {
 	h.send(t, "web/multi", "again")
 	h.waitKind(t, "web/multi", agent.ApprovalNeeded)
 }
+
+// TestRepeatedCallIDsGetTheirOwnApprovals: a server that answers call_0
+// every time (llama.cpp) must not make a later approval reuse an earlier,
+// decided one: each call gets an id of its own within the session, and
+// the second approval waits for its own decision.
+func TestRepeatedCallIDsGetTheirOwnApprovals(t *testing.T) {
+	var runs atomic.Int32
+	writes := 0
+	fake := &fakeopenai.Server{Respond: func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
+		if last := req.Messages[len(req.Messages)-1]; last.Role == openai.ChatMessageRoleTool && writes >= 2 {
+			return fakeopenai.Reply{Content: "wrote twice"}
+		}
+		writes++
+		return fakeopenai.Reply{ToolCalls: []fakeopenai.Call{{ID: "call_0", Name: "fs__write_file", Arguments: `{"path":"notes.txt"}`}}}
+	}}
+	h := newHarness(t, fake, harnessOpts{tools: []agent.Tool{writeTool(&runs)}})
+	if err := h.runner.Submit(context.Background(), "web/dup", agent.Inbound{Text: "write two notes", AuthorID: "U1"}); err != nil {
+		t.Fatal(err)
+	}
+	first := h.waitKind(t, "web/dup", agent.ApprovalNeeded).Approval
+	if _, err := h.runner.Decide(context.Background(), "web/dup", first.CallID, agent.Decision{Allow: true, By: "U1"}); err != nil {
+		t.Fatal(err)
+	}
+	second := h.waitKind(t, "web/dup", agent.ApprovalNeeded).Approval
+	if second.CallID == first.CallID && second.Turn == first.Turn {
+		t.Fatalf("the second call reuses the first approval's id %q in turn %d", second.CallID, second.Turn)
+	}
+	if _, err := h.runner.Decide(context.Background(), "web/dup", second.CallID, agent.Decision{Allow: true, By: "U1"}); err != nil {
+		t.Fatalf("deciding the second approval: %v", err)
+	}
+	h.waitEnd(t, "web/dup")
+	if runs.Load() != 2 {
+		t.Errorf("the tool ran %d times, want 2", runs.Load())
+	}
+	// The ids sent back to the model are unique and paired with results.
+	reqs := fake.Requests()
+	ids := map[string]int{}
+	for _, m := range reqs[len(reqs)-1].Messages {
+		for _, tc := range m.ToolCalls {
+			ids[tc.ID]++
+		}
+	}
+	for id, n := range ids {
+		if n != 1 {
+			t.Errorf("call id %q appears %d times in the request", id, n)
+		}
+	}
+}
+
+// TestAlwaysAllowIsForTheRequester: "Always allow here" granted on U1's
+// turn covers U1's later turns and approvers' turns, not anyone else's.
+func TestAlwaysAllowIsForTheRequester(t *testing.T) {
+	var runs atomic.Int32
+	fake := &fakeopenai.Server{Respond: writeOnce}
+	h := newHarness(t, fake, harnessOpts{tools: []agent.Tool{writeTool(&runs)}, approvers: []string{"UBOSS"}})
+	submit := func(text, who string) {
+		t.Helper()
+		if err := h.runner.Submit(context.Background(), "web/aa", agent.Inbound{Text: text, AuthorID: who}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	submit("first", "U1")
+	a := h.waitKind(t, "web/aa", agent.ApprovalNeeded).Approval
+	if _, err := h.runner.Decide(context.Background(), "web/aa", a.CallID, agent.Decision{Allow: true, Always: true, By: "U1"}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitEnd(t, "web/aa")
+	// asked reports whether the turn asked for approval (denying it) before
+	// it ended.
+	asked := func() bool {
+		t.Helper()
+		timeout := time.After(20 * time.Second)
+		did := false
+		for {
+			select {
+			case e := <-h.ch("web/aa"):
+				switch e.Kind {
+				case agent.ApprovalNeeded:
+					did = true
+					if _, err := h.runner.Decide(context.Background(), "web/aa", e.Approval.CallID, agent.Decision{Allow: false, By: "UBOSS"}); err != nil {
+						t.Fatal(err)
+					}
+				case agent.TurnEnded:
+					return did
+				}
+			case <-timeout:
+				t.Fatal("the turn did not end")
+			}
+		}
+	}
+	submit("U2 asks", "U2")
+	if !asked() {
+		t.Error("U2's turn ran the tool on U1's Always allow, with no card")
+	}
+	submit("U1 again", "U1")
+	if asked() {
+		t.Error("U1's later turn asked again after U1's Always allow")
+	}
+	submit("the boss asks", "UBOSS")
+	if asked() {
+		t.Error("an approver's turn asked again after Always allow")
+	}
+}

@@ -31,6 +31,9 @@ type Options struct {
 	// ApprovalTimeout is how long a tool call waits for a person's
 	// decision before it is denied; 0 means 30 minutes.
 	ApprovalTimeout time.Duration
+	// Approvers are platform user ids who may approve any call
+	// (PINPLAN_APPROVERS): an "Always allow here" covers their turns too.
+	Approvers []string
 	// ToolShowAfter is how long a tool call runs before observers hear of
 	// it (ToolStarted); 0 means one second, negative at once.
 	ToolShowAfter time.Duration
@@ -510,12 +513,7 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 		r.publish(Event{Session: s.key, Kind: TurnEnded, Outcome: Done, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision()})
 		return nil
 	}
-	for i := range msg.ToolCalls {
-		if msg.ToolCalls[i].ID == "" {
-			msg.ToolCalls[i].ID = "call_" + strconv.FormatInt(next.Turns, 10) + "_" + strconv.Itoa(next.TurnRounds) + "_" + strconv.Itoa(i)
-		}
-		msg.ToolCalls[i].Type = openai.ToolTypeFunction
-	}
+	uniqueCallIDs(s.hist, &msg, next.Turns, next.TurnRounds)
 	asst.Message = msg
 	if r.needsApproval(s, msg) {
 		// Pause the turn durably: the call, the state and (by the chat
@@ -543,6 +541,33 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 	return r.runTools(ctx, s, drained, ids, msg, work, next, nil, nil)
 }
 
+// uniqueCallIDs gives every call of msg an id that no other call in the
+// session's history or in msg has. Servers are not trusted to (DESIGN
+// §16): llama.cpp-style servers answer call_0 every time, streamed calls
+// may have none, and a card, a decision and a tool result are each named
+// by the id. An id the server gave that is unique is kept, since some
+// servers check the ids they issued.
+func uniqueCallIDs(hist []Entry, msg *openai.ChatCompletionMessage, turn int64, round int) {
+	seen := map[string]bool{}
+	for _, e := range hist {
+		for _, tc := range e.Message.ToolCalls {
+			seen[tc.ID] = true
+		}
+	}
+	for i := range msg.ToolCalls {
+		tc := &msg.ToolCalls[i]
+		if tc.ID == "" || seen[tc.ID] {
+			base := "call_" + strconv.FormatInt(turn, 10) + "_" + strconv.Itoa(round) + "_" + strconv.Itoa(i)
+			tc.ID = base
+			for n := 2; seen[tc.ID]; n++ {
+				tc.ID = base + "_" + strconv.Itoa(n)
+			}
+		}
+		seen[tc.ID] = true
+		tc.Type = openai.ToolTypeFunction
+	}
+}
+
 // needsApproval reports whether any of msg's calls is to a tool that asks
 // and is not allowed for the session.
 func (r *Runner) needsApproval(s *session, msg openai.ChatCompletionMessage) bool {
@@ -556,7 +581,28 @@ func (r *Runner) needsApproval(s *session, msg openai.ChatCompletionMessage) boo
 
 func (r *Runner) asks(s *session, name string) bool {
 	t, ok := r.opts.Tools.Lookup(name)
-	return ok && t.Ask && !slices.Contains(s.cp.Allowed, name)
+	return ok && t.Ask && !r.granted(s.cp, name)
+}
+
+// granted reports whether an "Always allow here" covers name in cp's turn:
+// one given on a turn of the same requester, or the requester is an
+// approver (DESIGN §12). Anyone else's turn still gets a card.
+func (r *Runner) granted(cp Checkpoint, name string) bool {
+	for _, g := range cp.Grants {
+		if g.Tool == name && (g.Requester == cp.Requester || slices.Contains(r.opts.Approvers, cp.Requester)) {
+			return true
+		}
+	}
+	return false
+}
+
+// grant records an "Always allow here" for tool on cp's requester's turns.
+func grant(grants []Grant, tool, requester string) []Grant {
+	g := Grant{Tool: tool, Requester: requester}
+	if slices.Contains(grants, g) {
+		return grants
+	}
+	return append(slices.Clone(grants), g)
 }
 
 // await goes through the pending message's calls that need a decision:
@@ -583,7 +629,7 @@ func (r *Runner) await(ctx context.Context, s *session) (waiting bool, err error
 		}
 		if d, ok := s.cp.Decisions[tc.ID]; ok {
 			if d.Allow && d.Always {
-				s.cp.Allowed = append(s.cp.Allowed, tc.Function.Name)
+				s.cp.Grants = grant(s.cp.Grants, tc.Function.Name, s.cp.Requester)
 			}
 			if w := s.cp.Waiting; w != nil && w.CallID == tc.ID {
 				a := *w
@@ -689,8 +735,8 @@ func (r *Runner) runTools(ctx context.Context, s *session, drained []Entry, ids 
 	next.Pending, next.Waiting, next.Decisions = nil, nil, nil
 	next.State = Running
 	for _, tc := range msg.ToolCalls {
-		if d, ok := decisions[tc.ID]; ok && d.Allow && d.Always && !slices.Contains(next.Allowed, tc.Function.Name) {
-			next.Allowed = append(slices.Clone(next.Allowed), tc.Function.Name)
+		if d, ok := decisions[tc.ID]; ok && d.Allow && d.Always {
+			next.Grants = grant(next.Grants, tc.Function.Name, next.Requester)
 		}
 	}
 	if err := r.commit(ctx, s, rd, next, work); err != nil {
