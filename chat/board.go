@@ -39,8 +39,21 @@ type boardRecord struct {
 	// updated; cleared by the next success, so it is said once per outage.
 	FailureSaid bool `json:"failure_said,omitempty"`
 	// Requester is the platform user id whose message started the running
-	// turn: with the approvers, the one who may stop it or decide.
+	// turn: with the starter and the approvers, one who may stop it.
 	Requester string `json:"requester,omitempty"`
+	// Starter is the platform user id whose mention created the session:
+	// they may stop any of its turns and reset it (DESIGN §12).
+	Starter string `json:"starter,omitempty"`
+	// Running: a turn is in progress (TurnStarted until TurnEnded),
+	// whatever the plan message shows.
+	Running bool `json:"running,omitempty"`
+	// Final is what a finished plan's message showed when a later turn
+	// put its Stop button on it. If that turn moves on to a new plan
+	// message, the old one gets this content back (Restore).
+	Final *Plan `json:"final,omitempty"`
+	// Restore lists earlier plan messages to edit back to their final
+	// content before they are unpinned.
+	Restore []restoreEdit `json:"restore,omitempty"`
 	// Cards are the session's approval cards by id.
 	Cards map[string]cardRecord `json:"cards,omitempty"`
 	// Want is the content the message should show; when it differs from
@@ -49,6 +62,12 @@ type boardRecord struct {
 	Want *Plan `json:"want,omitempty"`
 	// Hidden: deleted from the console's listing (the session archived).
 	Hidden bool `json:"hidden,omitempty"`
+}
+
+// restoreEdit is an earlier plan message and the content it should end on.
+type restoreEdit struct {
+	Ref  MessageRef `json:"ref"`
+	Plan Plan       `json:"plan"`
 }
 
 // BoardLister is implemented by stores that can list every board record,
@@ -257,6 +276,21 @@ func (b *Board) loop() {
 // and returns the ref it worked on.
 func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) (MessageRef, error) {
 	th := rec.Thread
+	for _, re := range rec.Restore {
+		if err := b.wait(ctx); err != nil {
+			return rec.Ref, err
+		}
+		err := b.platform.EditPlan(ctx, th, re.Ref, re.Plan)
+		b.rendered(th, err)
+		var rl *RateLimitError
+		if errors.As(err, &rl) {
+			return rec.Ref, err
+		}
+		if err != nil {
+			b.log.Warn("restore the final content of an earlier plan message", "ref", re.Ref.ID, "err", err)
+		}
+		b.update(func(r *boardRecord) { r.Restore = r.Restore[1:] })
+	}
 	for _, old := range rec.Unpin {
 		if err := b.platform.Pin(ctx, th, old, false); err != nil && !errors.Is(err, ErrMessageGone) && !errors.Is(err, ErrPinUnavailable) {
 			var rl *RateLimitError

@@ -168,6 +168,30 @@ func (r *Router) mayDecide(platform, requester, user string) bool {
 	return (requester != "" && user == requester) || slices.Contains(r.opts.Approvers, user)
 }
 
+// mayStop reports whether user may stop rec's running turn: its requester,
+// the session's starter, or an approver (DESIGN §12), on every turn.
+func (r *Router) mayStop(platform string, rec boardRecord, user string) bool {
+	return r.mayDecide(platform, rec.Requester, user) || (rec.Starter != "" && user == rec.Starter)
+}
+
+// mayReset reports whether user may reset rec's session: its starter or
+// an approver.
+func (r *Router) mayReset(platform string, rec boardRecord, user string) bool {
+	return r.mayDecide(platform, starter(rec), user)
+}
+
+// starter is who started rec's session; a session recorded before
+// starters were kept falls back to its last requester.
+func starter(rec boardRecord) string { return cmp.Or(rec.Starter, rec.Requester) }
+
+func stopRefusal(rec boardRecord) string {
+	who := mention(rec.Requester)
+	if rec.Starter != "" && rec.Starter != rec.Requester {
+		who += ", " + mention(rec.Starter) + " (who started this session)"
+	}
+	return "Only " + who + " or an approver can stop this turn."
+}
+
 // Click handles a button press: a decision on an approval card, or Stop
 // on a plan message. Only the person whose message started the turn, or
 // an approver, may press them; anyone else is told so privately and
@@ -186,11 +210,11 @@ func (r *Router) Click(ctx context.Context, c Click) ClickResult {
 	b.mu.Unlock()
 	log := r.opts.Logger.With("session", c.Thread.Key, "user", c.UserID, "action", action)
 	if action == ActionStop {
-		if !want.Stoppable {
+		if !rec.Running {
 			return ClickResult{Private: "Nothing is running in this thread."}
 		}
-		if !r.mayDecide(c.Thread.Platform, rec.Requester, c.UserID) {
-			return ClickResult{Private: "Only " + mention(rec.Requester) + " or an approver can stop this turn."}
+		if !r.mayStop(c.Thread.Platform, rec, c.UserID) {
+			return ClickResult{Private: stopRefusal(rec)}
 		}
 		if !r.runner.Stop(c.Thread.Key, c.UserName) {
 			return ClickResult{Private: "Nothing is running in this thread."}

@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -190,10 +191,10 @@ func (r *Router) Handle(ctx context.Context, in Incoming) error {
 		msg := "Nothing is running in this thread."
 		if b := r.Board(th.Key); b != nil {
 			b.mu.Lock()
-			requester, running := b.rec.Requester, b.want.Stoppable
+			rec := b.rec
 			b.mu.Unlock()
-			if running && !r.mayDecide(th.Platform, requester, in.AuthorID) {
-				return reply("Only " + mention(requester) + " or an approver can stop this turn.")
+			if rec.Running && !r.mayStop(th.Platform, rec, in.AuthorID) {
+				return reply(stopRefusal(rec))
 			}
 		}
 		if r.runner.Stop(th.Key, in.Author) {
@@ -216,6 +217,12 @@ func (r *Router) Handle(ctx context.Context, in Incoming) error {
 		}
 		if in.MessageID != "" {
 			rec.Trigger = in.MessageID
+		}
+		if rec.Starter == "" {
+			// The session's first message (a new thread, or the first
+			// after a reset). A session recorded before starters were
+			// kept takes its last requester.
+			rec.Starter = cmp.Or(rec.Requester, in.AuthorID)
 		}
 	})
 	inb := agent.Inbound{Text: text, Author: in.Author, AuthorID: in.AuthorID}
@@ -290,7 +297,7 @@ func (r *Router) Observe(e agent.Event) {
 		return
 	}
 	b.mu.Lock()
-	th, trigger, closed, indicated := b.rec.Thread, b.rec.Trigger, b.rec.Closed, b.rec.Indicated
+	th, trigger, indicated := b.rec.Thread, b.rec.Trigger, b.rec.Indicated
 	b.mu.Unlock()
 	log := b.log
 	ctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)
@@ -304,10 +311,17 @@ func (r *Router) Observe(e agent.Event) {
 		b.set(func(rec *boardRecord, want *Plan) {
 			rec.Indicated = trigger
 			rec.Requester = e.Requester
-			if !closed {
-				want.State, want.Updated = state, e.At
-				want.Stoppable, want.StoppedBy, want.Activity = true, "", ""
+			rec.Running = true
+			if rec.Closed && rec.Final == nil && len(want.Items) > 0 {
+				// A later turn on a finished plan: the plan message is
+				// the thread's live plan again and carries the Stop
+				// button; its final content is kept in case this turn
+				// moves on to a new task (and a new message).
+				final := *want
+				rec.Final = &final
 			}
+			want.State, want.Updated = state, e.At
+			want.Stoppable, want.StoppedBy, want.Activity = true, "", ""
 		})
 		if err := b.platform.Working(ctx, th, trigger, true); err != nil {
 			log.Warn("show working indicator", "err", err)
@@ -320,10 +334,13 @@ func (r *Router) Observe(e agent.Event) {
 					// A new task after a plan whose run ended: a new
 					// message; the old one stays in the thread with its
 					// final footer, and is unpinned.
+					if rec.Final != nil && !rec.Ref.IsZero() && !sameContent(rec.Shown, *rec.Final) {
+						rec.Restore = append(rec.Restore, restoreEdit{Ref: rec.Ref, Plan: *rec.Final})
+					}
 					rec.Unpin = append(rec.Unpin, rec.Ref)
 					rec.Ref, rec.Pinned, rec.Shown = MessageRef{}, false, Plan{}
 				}
-				rec.Closed = false
+				rec.Closed, rec.Final = false, nil
 				state = StateWorking
 			}
 			if state != StateResumed {
@@ -334,9 +351,6 @@ func (r *Router) Observe(e agent.Event) {
 			want.Stoppable, want.Activity = true, activity
 		})
 	case agent.ToolStarted, agent.ToolEnded:
-		if closed {
-			return
-		}
 		b.set(func(_ *boardRecord, want *Plan) {
 			want.Activity = ""
 			if e.Kind == agent.ToolStarted {
@@ -344,9 +358,7 @@ func (r *Router) Observe(e agent.Event) {
 			}
 		})
 	case agent.ApprovalNeeded:
-		if !closed {
-			b.set(func(_ *boardRecord, want *Plan) { want.State, want.Updated, want.Activity = StateWaiting, e.At, "" })
-		}
+		b.set(func(_ *boardRecord, want *Plan) { want.State, want.Updated, want.Activity = StateWaiting, e.At, "" })
 		if e.Approval != nil {
 			r.showCard(ctx, b, th, *e.Approval)
 		}
@@ -354,27 +366,24 @@ func (r *Router) Observe(e agent.Event) {
 		if e.Approval != nil && e.Decision != nil {
 			r.closeCard(ctx, b, th, *e.Approval, *e.Decision)
 		}
-		if !closed {
-			b.set(func(_ *boardRecord, want *Plan) {
-				if want.State == StateWaiting {
-					want.State, want.Updated = StateWorking, e.At
-				}
-			})
-		}
+		b.set(func(_ *boardRecord, want *Plan) {
+			if want.State == StateWaiting {
+				want.State, want.Updated = StateWorking, e.At
+			}
+		})
 	case agent.Replied:
 		r.outbox.add(th, trigger, e.Text)
 	case agent.TurnEnded:
 		state := map[agent.Outcome]PlanState{agent.Done: StateDone, agent.Failed: StateFailed, agent.Stopped: StateStopped, agent.Limited: StateLimited}[e.Outcome]
-		if !closed {
-			b.set(func(rec *boardRecord, want *Plan) {
-				want.State, want.Updated = state, e.At
-				want.Stoppable, want.Activity, want.StoppedBy = false, "", e.StoppedBy
-				// The run is over (done, stopped, failed or at the round
-				// limit): the next turn's plan gets its own message unless
-				// it continues this one.
-				rec.Closed = len(want.Items) > 0
-			})
-		}
+		b.set(func(rec *boardRecord, want *Plan) {
+			rec.Running, rec.Final = false, nil
+			want.State, want.Updated = state, e.At
+			want.Stoppable, want.Activity, want.StoppedBy = false, "", e.StoppedBy
+			// The run is over (done, stopped, failed or at the round
+			// limit): the next turn's plan gets its own message unless
+			// it continues this one.
+			rec.Closed = len(want.Items) > 0
+		})
 		r.closeOpenCards(ctx, b, th, e)
 		if err := b.platform.Working(ctx, th, indicated, false); err != nil {
 			log.Warn("clear working indicator", "err", err)
@@ -452,10 +461,10 @@ func (r *Router) reset(ctx context.Context, th Thread, in Incoming) string {
 		return "There is nothing to reset in this thread yet."
 	}
 	b.mu.Lock()
-	requester, running := b.rec.Requester, b.want.Stoppable
+	rec := b.rec
 	b.mu.Unlock()
-	if running && !r.mayDecide(th.Platform, requester, in.AuthorID) {
-		return "A turn is running; only " + mention(requester) + " or an approver can reset this thread now."
+	if !r.mayReset(th.Platform, rec, in.AuthorID) {
+		return "Only " + mention(starter(rec)) + ", who started this thread's session, or an approver can reset it."
 	}
 	if err := r.runner.Reset(ctx, th.Key, in.Author); err != nil {
 		r.opts.Logger.Error("reset session", "session", th.Key, "err", err)
@@ -467,7 +476,8 @@ func (r *Router) reset(ctx context.Context, th Thread, in Incoming) string {
 			rec.Unpin = append(rec.Unpin, rec.Ref)
 		}
 		rec.Ref, rec.Pinned, rec.PinUnavailable, rec.Closed, rec.FailureSaid = MessageRef{}, false, false, false, false
-		rec.Shown, rec.Cards, rec.Requester = Plan{}, nil, ""
+		rec.Shown, rec.Cards, rec.Requester, rec.Final, rec.Restore = Plan{}, nil, "", nil, nil
+		rec.Starter = "" // the next message begins a new session: its author starts it
 		*want = Plan{}
 	})
 	r.opts.Logger.Info("session reset", "session", th.Key, "by", in.Author)

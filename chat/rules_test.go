@@ -1,0 +1,159 @@
+package chat
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/chat/chattest"
+	"github.com/pinplan/pinplan/todo"
+)
+
+// actRunner records stops and resets.
+type actRunner struct {
+	decider
+	rmu    sync.Mutex
+	resets []string
+}
+
+func (a *actRunner) Reset(_ context.Context, _, by string) error {
+	a.rmu.Lock()
+	defer a.rmu.Unlock()
+	a.resets = append(a.resets, by)
+	return nil
+}
+
+func (a *actRunner) counts() (stops, resets int) {
+	a.mu.Lock()
+	stops = len(a.stops)
+	a.mu.Unlock()
+	a.rmu.Lock()
+	defer a.rmu.Unlock()
+	return stops, len(a.resets)
+}
+
+// TestWhoMayActOnLaterTurns: DESIGN §12 "Who may act", from the second
+// turn of a session on. The second turn works without a new todo_write,
+// so the board still holds the first turn's finished plan.
+func TestWhoMayActOnLaterTurns(t *testing.T) {
+	p := &cardPlatform{}
+	run := &actRunner{}
+	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, Approvers: []string{"UADMIN"}, RetryDelay: time.Millisecond})
+	r.Bind(run)
+	t.Cleanup(r.Close)
+	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
+	say := func(user, text string) string {
+		t.Helper()
+		err := r.Handle(context.Background(), Incoming{Thread: th, Text: text, Author: strings.ToLower(user), AuthorID: user, MessageID: "m-" + user + text})
+		var rej *Rejection
+		if errors.As(err, &rej) {
+			return rej.Reason
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ""
+	}
+	click := func(user string) ClickResult {
+		return r.Click(context.Background(), Click{Thread: th, Button: ButtonID(ActionStop, th.Key), UserID: user, UserName: strings.ToLower(user)})
+	}
+
+	say("U1", "plan the release") // U1 starts the session
+	r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "U1"})
+	r.Observe(agent.Event{Session: th.Key, Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Completed, todo.Pending, todo.Pending)})
+	r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnEnded, Outcome: agent.Done})
+	settle(t, r, th.Key)
+
+	// The second turn, U1's again, runs without a todo_write.
+	say("U1", "now check the changelog")
+	r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "U1"})
+	settle(t, r, th.Key)
+	if shown := p.plan("m1"); !shown.Stoppable || shown.State != StateWorking {
+		t.Errorf("the plan during the second turn: stoppable %t, footer %q; want the Stop button and working", shown.Stoppable, shown.Footer())
+	}
+	if reply := say("U2", "stop"); !strings.Contains(reply, "Only") {
+		t.Errorf("U2's stop in the second turn answered %q, want a refusal", reply)
+	}
+	if res := click("U2"); res.Private == "" {
+		t.Errorf("U2's Stop click in the second turn: %+v, want a private refusal", res)
+	}
+	if reply := say("U2", "reset"); !strings.Contains(reply, "only") && !strings.Contains(reply, "Only") {
+		t.Errorf("U2's reset in the second turn answered %q, want a refusal", reply)
+	}
+	if stops, resets := run.counts(); stops != 0 || resets != 0 {
+		t.Fatalf("U2 changed U1's turn: %d stops, %d resets", stops, resets)
+	}
+
+	// A third turn requested by U3: U3, the starter U1 and an approver
+	// may stop it; U2 may not.
+	r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnEnded, Outcome: agent.Done})
+	say("U3", "and the docs")
+	r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "U3"})
+	settle(t, r, th.Key)
+	if res := click("U2"); res.Private == "" {
+		t.Errorf("U2's Stop of U3's turn: %+v, want a refusal", res)
+	}
+	for _, u := range []string{"U3", "U1", "UADMIN"} {
+		if res := click(u); res.Plan == nil {
+			t.Errorf("%s's Stop of U3's turn refused: %+v", u, res)
+		}
+	}
+	if stops, _ := run.counts(); stops != 3 {
+		t.Errorf("%d stops, want 3 (requester, starter, approver)", stops)
+	}
+	r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnEnded, Outcome: agent.Stopped, StoppedBy: "admin"})
+	settle(t, r, th.Key)
+
+	// Idle: reset is the starter's or an approver's, not the last
+	// requester's nor anyone else's.
+	for _, u := range []string{"U2", "U3"} {
+		if reply := say(u, "reset"); !strings.Contains(strings.ToLower(reply), "only") {
+			t.Errorf("%s's reset of an idle thread answered %q, want a refusal", u, reply)
+		}
+	}
+	if _, resets := run.counts(); resets != 0 {
+		t.Fatalf("%d resets by people who may not", resets)
+	}
+	if reply := say("U1", "reset"); !strings.Contains(reply, "Started fresh") {
+		t.Errorf("the starter's reset answered %q", reply)
+	}
+	if _, resets := run.counts(); resets != 1 {
+		t.Errorf("%d resets, want the starter's", resets)
+	}
+}
+
+// TestNewTaskLeavesTheOldPlanFinal: a later turn puts the Stop button on
+// the finished plan while it works; when it moves on to a new task, the
+// old message gets its final content back before it is unpinned, so it
+// does not stay in the thread reading "working" with a Stop button.
+func TestNewTaskLeavesTheOldPlanFinal(t *testing.T) {
+	p := &cardPlatform{}
+	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond})
+	r.Bind(&actRunner{})
+	t.Cleanup(r.Close)
+	key := "test/1"
+	r.board(key, &Thread{Platform: "test", Key: key, Channel: "C1"})
+	r.Observe(agent.Event{Session: key, Kind: agent.TurnStarted, Requester: "U1"})
+	r.Observe(agent.Event{Session: key, Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Completed)})
+	r.Observe(agent.Event{Session: key, Kind: agent.TurnEnded, Outcome: agent.Done})
+	settle(t, r, key)
+	final := p.plan("m1")
+	r.Observe(agent.Event{Session: key, Kind: agent.TurnStarted, Requester: "U1"})
+	settle(t, r, key)
+	if !p.plan("m1").Stoppable {
+		t.Fatal("the second turn shows no Stop button")
+	}
+	other := todo.NewSnapshot([]todo.Item{{Content: "another task", Status: todo.InProgress}})
+	r.Observe(agent.Event{Session: key, Kind: agent.PlanChanged, Revision: 2, Plan: other})
+	settle(t, r, key)
+	if got := p.plan("m1"); got.Stoppable || got.State != final.State {
+		t.Errorf("the old plan message ends as %q (stoppable %t), want its final %q", got.Footer(), got.Stoppable, final.Footer())
+	}
+	if p.count("post") != 2 || !p.plan("m2").Stoppable {
+		t.Errorf("calls %+v: want the new task on a new message with the Stop button", p.calls)
+	}
+}
