@@ -169,7 +169,15 @@ func (a *Adapter) setConnected(v bool) {
 func (a *Adapter) Limiter(chat.Thread) chat.Limiter { return a.limiter }
 
 // classify maps Slack errors to the board's sentinel errors.
-func classify(op string, err error) error {
+func classify(op string, err error) error { return classifyOp(op, false, err) }
+
+// classifyPin is classify for pins.add and pins.remove: there a missing
+// permission or channel membership means pinning is not possible here
+// (the plan is kept up to date unpinned), while for every other
+// operation the same codes mean the call will never succeed.
+func classifyPin(op string, err error) error { return classifyOp(op, true, err) }
+
+func classifyOp(op string, pin bool, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -183,7 +191,9 @@ func classify(op string, err error) error {
 		case "message_not_found", "cant_update_message", "edit_window_closed", "msg_too_long_to_update":
 			return fmt.Errorf("slack: %s: %s: %w", op, se.Err, chat.ErrMessageGone)
 		case "too_many_pins", "not_pinnable", "missing_scope", "not_in_channel", "restricted_action", "access_denied", "permission_denied", "no_permission":
-			return fmt.Errorf("slack: %s: %s: %w", op, se.Err, chat.ErrPinUnavailable)
+			if pin {
+				return fmt.Errorf("slack: %s: %s: %w", op, se.Err, chat.ErrPinUnavailable)
+			}
 		case "internal_error", "fatal_error", "service_unavailable", "request_timeout", "ratelimited":
 			return fmt.Errorf("slack: %s: %w", op, err) // Slack's side: try again
 		}
@@ -277,13 +287,13 @@ func (a *Adapter) Pin(ctx context.Context, th chat.Thread, ref chat.MessageRef, 
 		if slackCode(err) == "already_pinned" {
 			return nil
 		}
-		return classify("pin "+ref.ID, err)
+		return classifyPin("pin "+ref.ID, err)
 	}
 	err := a.api.RemovePinContext(ctx, ref.Channel, item)
 	if c := slackCode(err); c == "no_pin" || c == "not_pinned" {
 		return nil
 	}
-	return classify("unpin "+ref.ID, err)
+	return classifyPin("unpin "+ref.ID, err)
 }
 
 // SplitReply implements chat.Splitter: Markdown converted to mrkdwn, in

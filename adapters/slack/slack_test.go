@@ -71,3 +71,31 @@ func TestErrorClassification(t *testing.T) {
 		t.Errorf("429: %v", err)
 	}
 }
+
+// TestErrorsClassifiedPerOperation: codes that mean "no pinning here" for
+// pins.add mean "this reply can never be delivered" for chat.postMessage:
+// a reply must not be retried as if a pin had failed.
+func TestErrorsClassifiedPerOperation(t *testing.T) {
+	ctx := context.Background()
+	th := chat.Thread{Platform: "slack", Channel: "C1", ThreadID: "1.1"}
+	p := chat.Plan{Revision: 1, Items: []todo.Item{{Content: "a", Status: todo.Pending}}}
+	for _, code := range []string{"not_in_channel", "missing_scope", "access_denied"} {
+		a, fake := testAdapter(t, false)
+		fake.Fail("chat.postMessage", code)
+		if err := a.Reply(ctx, th, "", "the answer"); !errors.Is(err, chat.ErrUndeliverable) || errors.Is(err, chat.ErrPinUnavailable) {
+			t.Errorf("reply met with %s: %v, want undeliverable (not a pin problem)", code, err)
+		}
+		fake.Fail("chat.postMessage", code)
+		if _, err := a.PostPlan(ctx, th, p); !errors.Is(err, chat.ErrUndeliverable) || errors.Is(err, chat.ErrPinUnavailable) {
+			t.Errorf("plan post met with %s: %v, want undeliverable", code, err)
+		}
+		ref, err := a.PostPlan(ctx, th, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fake.Fail("pins.add", code)
+		if err := a.Pin(ctx, th, ref, true); !errors.Is(err, chat.ErrPinUnavailable) {
+			t.Errorf("pin met with %s: %v, want pin unavailable", code, err)
+		}
+	}
+}
