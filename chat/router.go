@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/pinplan/pinplan/agent"
@@ -19,6 +20,26 @@ import (
 // MaxMessageRunes is the longest user message accepted; longer ones are
 // refused with a reply rather than cut.
 const MaxMessageRunes = 16000
+
+// MaxAuthorRunes caps an author's display name before it reaches the
+// model and the store.
+const MaxAuthorRunes = 80
+
+// invisible reports whether s has nothing a person can see: only
+// whitespace, format characters (zero-width spaces and joiners, the byte
+// order mark, soft hyphens), variation selectors and the blank-looking
+// fillers that chat clients render as nothing.
+func invisible(s string) bool {
+	for _, c := range s {
+		switch {
+		case unicode.IsSpace(c), unicode.Is(unicode.Cf, c), unicode.Is(unicode.Variation_Selector, c):
+		case c == '\u115f', c == '\u1160', c == '\u3164', c == '\uffa0', c == '\u2800':
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // Runner is the part of agent.Runner the router uses.
 type Runner interface {
@@ -181,8 +202,9 @@ func (r *Router) Handle(ctx context.Context, in Incoming) error {
 	}
 	refuse := func(msg string) error { return answer(msg, true) }
 	reply := func(msg string) error { return answer(msg, false) }
+	in.Author = Shorten(strings.TrimSpace(in.Author), MaxAuthorRunes)
 	switch n := utf8.RuneCountInString(text); {
-	case n == 0:
+	case invisible(text):
 		return refuse("Your message was empty. Tell me the task, for example: `plan the release checklist for v2`.")
 	case n > MaxMessageRunes:
 		return refuse(fmt.Sprintf("Your message is %d characters long; the limit is %d. Please shorten it or split it.", n, MaxMessageRunes))

@@ -157,3 +157,47 @@ func TestNewTaskLeavesTheOldPlanFinal(t *testing.T) {
 		t.Errorf("calls %+v: want the new task on a new message with the Stop button", p.calls)
 	}
 }
+
+// subRunner records what reaches the agent.
+type subRunner struct {
+	chattest.Runner
+	mu  sync.Mutex
+	got []agent.Inbound
+}
+
+func (s *subRunner) Submit(_ context.Context, _ string, in agent.Inbound) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.got = append(s.got, in)
+	return nil
+}
+
+// TestInvisibleMessagesAndLongNames: a message of only zero-width or
+// format characters is refused as empty (DESIGN §16), and an author name
+// is capped before it reaches the model.
+func TestInvisibleMessagesAndLongNames(t *testing.T) {
+	p := &cardPlatform{}
+	run := &subRunner{}
+	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}})
+	r.Bind(run)
+	t.Cleanup(r.Close)
+	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
+	for _, text := range []string{"\u200b\u200b\ufeff", " \u200d\u2060 \u00ad ", "\u3164\u2800", "\ufe0f"} {
+		err := r.Handle(context.Background(), Incoming{Thread: th, Text: text, Sync: true})
+		var rej *Rejection
+		if !errors.As(err, &rej) || !rej.Refused || !strings.Contains(rej.Reason, "empty") {
+			t.Errorf("Handle(%q) = %v, want it refused as empty", text, err)
+		}
+	}
+	if err := r.Handle(context.Background(), Incoming{Thread: th, Text: "real \u200b task", Author: strings.Repeat("n", 50000), Sync: true}); err != nil {
+		t.Fatal(err)
+	}
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	if len(run.got) != 1 {
+		t.Fatalf("%d messages reached the agent, want the one with text", len(run.got))
+	}
+	if n := len([]rune(run.got[0].Author)); n > MaxAuthorRunes {
+		t.Errorf("an author of %d characters reached the agent, the cap is %d", n, MaxAuthorRunes)
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
@@ -421,6 +422,10 @@ func (c *Console) postMessage(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) send(w http.ResponseWriter, r *http.Request, id string, b postBody, create bool) {
 	author := strings.TrimSpace(b.Author) // optional: the console is one person's
+	if n := utf8.RuneCountInString(author); n > chat.MaxAuthorRunes {
+		writeErr(w, http.StatusUnprocessableEntity, fmt.Sprintf("the author name is %d characters long; the limit is %d", n, chat.MaxAuthorRunes))
+		return
+	}
 	key := "web/" + id
 	th := chat.Thread{Platform: "web", Key: key, Channel: key, ThreadID: id}
 	m := Message{Role: "user", Author: author, Text: b.Text, At: c.opts.Now()}

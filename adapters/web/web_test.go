@@ -159,6 +159,7 @@ func TestTokenAndInput(t *testing.T) {
 		{"bad id", "POST", "/api/threads/..%2fx/messages", `{"text":"x"}`, "s3cret", 404},
 		{"unknown thread", "POST", "/api/threads/nosuch/messages", `{"text":"x"}`, "s3cret", 404},
 		{"plans of an unknown thread", "GET", "/api/threads/nosuch/plans", "", "s3cret", 404},
+		{"author too long", "POST", "/api/threads", `{"text":"hello","author":"` + strings.Repeat("n", 50000) + `"}`, "s3cret", 422},
 		{"new thread", "POST", "/api/threads", `{"text":"hello"}`, "s3cret", 201},
 		{"slack thread is read-only", "POST", "/api/threads/slack~T1~C1~1.1/messages", `{"text":"x"}`, "s3cret", 404},
 	}

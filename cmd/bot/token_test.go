@@ -155,3 +155,23 @@ func TestSlowBodiesAreCutOff(t *testing.T) {
 		t.Errorf("healthz after the slow clients: %d", code)
 	}
 }
+
+// TestInvisibleMessageRefused: a message of only zero-width and format
+// characters, or with an endless author name, gets a 4xx and starts no
+// run.
+func TestInvisibleMessageRefused(t *testing.T) {
+	p := demoBot(t, "1ms")
+	defer p.stop(t)
+	api := apiClient{t: t, base: p.URL}
+	for _, body := range []map[string]string{
+		{"text": "\u200b\u200b\ufeff"},
+		{"text": "plan it", "author": strings.Repeat("n", 50000)},
+	} {
+		if status, out := api.do("POST", "/api/threads", body); status != http.StatusUnprocessableEntity {
+			t.Errorf("POST /api/threads %.40q: %d %s, want 422", body, status, out)
+		}
+	}
+	if n := len(api.threads()); n != 0 {
+		t.Errorf("%d threads exist after refused messages, want none", n)
+	}
+}
