@@ -252,16 +252,41 @@ func (c *Config) String() string {
 		c.SlackBotToken != "", c.DiscordBotToken != "", c.OpenAIKey, strings.Join(names, ","))
 }
 
-// RedactURL hides a password in a URL's user info.
+// RedactURL keeps a URL's scheme, host and path and replaces its user
+// info, each query value and its fragment with "***" (mcp has the same
+// rule for the URLs in its logs). Text that does not parse as a URL is cut
+// to its scheme.
 func RedactURL(raw string) string {
 	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return raw
+	if err != nil {
+		if scheme, _, ok := strings.Cut(raw, "://"); ok {
+			return scheme + "://***"
+		}
+		return "***"
 	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	var b strings.Builder
+	if u.Scheme != "" {
+		b.WriteString(u.Scheme + "://")
 	}
-	return u.String()
+	if u.User != nil {
+		b.WriteString("***@")
+	}
+	b.WriteString(u.Host)
+	b.WriteString(u.EscapedPath())
+	if u.RawQuery != "" || u.ForceQuery {
+		b.WriteByte('?')
+		for i, pair := range strings.Split(u.RawQuery, "&") {
+			if i > 0 {
+				b.WriteByte('&')
+			}
+			key, _, _ := strings.Cut(pair, "=")
+			b.WriteString(key + "=***")
+		}
+	}
+	if u.Fragment != "" {
+		b.WriteString("#***")
+	}
+	return b.String()
 }
 
 // readFile reads the TOML file: the settings by their environment name, and

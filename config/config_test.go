@@ -283,6 +283,27 @@ func TestMCPHeaderValueNotInError(t *testing.T) {
 	}
 }
 
+func TestMCPURLCredentialsNotInError(t *testing.T) {
+	// A URL refused for its scheme is quoted without its credentials.
+	_, err := Load(env(map[string]string{"PINPLAN_CONFIG": writeFile(t, "[mcp.t]\nurl = \"ftp://user:pw@example.com/mcp?api_key=SECRET\"\n")}))
+	if err == nil || strings.Contains(err.Error(), "SECRET") || strings.Contains(err.Error(), "pw") || !strings.Contains(err.Error(), "example.com/mcp") {
+		t.Errorf("got %v, want an error quoting the URL without its password and query values", err)
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"https://api.openai.com/v1", "https://api.openai.com/v1"},
+		{"https://user:pw@host/v1?api_key=SECRET&v=2", "https://***@host/v1?api_key=***&v=***"},
+		{"https://token@host/v1", "https://***@host/v1"},
+	}
+	for _, tt := range tests {
+		if got := RedactURL(tt.in); got != tt.want {
+			t.Errorf("RedactURL(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
 func TestBudgetAndRetention(t *testing.T) {
 	c, err := Load(env(nil))
 	if err != nil {

@@ -71,17 +71,19 @@ func (s *server) call(ctx context.Context, tool, arguments string) (string, stri
 			if rpcErr.Code == jsonrpc.CodeInvalidParams {
 				code = OutcomeInvalidArguments
 			}
-			return "", code, &agent.ToolError{Code: code, Message: s.cut(s.redact.Replace(rpcErr.Message))}
+			msg, dropped := uncut(rpcErr.Message, s.m.cutMark)
+			return "", code, &agent.ToolError{Code: code, Message: s.cut(s.redact.Replace(msg), dropped)}
 		default:
 			s.lost(cs)
-			s.log.Warn("mcp tool call failed; reconnecting the server", "tool", tool, "error", s.redact.Replace(err.Error()))
+			s.log.Warn("mcp tool call failed; reconnecting the server", "tool", tool, "error", s.redact.Log(err.Error()))
 			return "", OutcomeUnavailable, unavailable(s.cfg.Name)
 		}
 	}
 	if res == nil {
 		res = &sdk.CallToolResult{}
 	}
-	text := s.cut(s.redact.Replace(resultText(res)))
+	text, dropped := uncut(resultText(res), s.m.cutMark)
+	text = s.cut(s.redact.Replace(text), dropped)
 	if res.IsError {
 		if text == "" {
 			text = "the tool reported an error without saying what it was"
@@ -174,16 +176,18 @@ func orDefault(s, def string) string {
 const cutNote = "\n[result cut: %d of %d bytes left out]"
 
 // cut shortens text to the result limit, on a UTF-8 boundary, with a note
-// saying how much was left out; the note fits within the limit.
-func (s *server) cut(text string) string {
+// saying how much was left out; the note fits within the limit. dropped is
+// what the transport's cutter already left out of the result.
+func (s *server) cut(text string, dropped int) string {
 	limit := s.m.opts.ResultBytes
-	if len(text) <= limit {
+	total := len(text) + dropped
+	if total <= limit {
 		return text
 	}
 	// The note is longest when everything is left out.
-	keep := max(limit-len(fmt.Sprintf(cutNote, len(text), len(text))), 0)
+	keep := max(limit-len(fmt.Sprintf(cutNote, total, total)), 0)
 	kept := cutUTF8(text, keep)
-	return kept + fmt.Sprintf(cutNote, len(text)-len(kept), len(text))
+	return kept + fmt.Sprintf(cutNote, total-len(kept), total)
 }
 
 // cutUTF8 returns the longest prefix of s of at most n bytes that does not

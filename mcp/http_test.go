@@ -64,6 +64,10 @@ func newHTTPServer(tb testing.TB, token string) *httpServer {
 		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 			return &sdk.CallToolResult{}, nil
 		})
+	sdk.AddTool(s.mcp, &sdk.Tool{Name: "big", Description: "Repeats the text to the given size.", Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}},
+		func(_ context.Context, _ *sdk.CallToolRequest, in bigIn) (*sdk.CallToolResult, any, error) {
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: strings.Repeat(in.Text, in.Bytes/len(in.Text))}}}, nil, nil
+		})
 	s.ts = httptest.NewUnstartedServer(s.handler())
 	s.ts.Start()
 	tb.Cleanup(s.close)

@@ -30,8 +30,9 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// serveTestStdio serves, on stdin and stdout, "echo" and "corrupt", which
-// writes a line that is not JSON-RPC to stdout before it answers.
+// serveTestStdio serves, on stdin and stdout, "echo", "corrupt", which
+// writes a line that is not JSON-RPC to stdout before it answers, and
+// "big", whose result is as large as asked.
 func serveTestStdio() int {
 	srv := sdk.NewServer(&sdk.Implementation{Name: "gotest", Version: "1"}, nil)
 	sdk.AddTool(srv, &sdk.Tool{Name: "echo", Description: "Echoes the message.", Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}},
@@ -43,10 +44,19 @@ func serveTestStdio() int {
 			_, _ = os.Stdout.WriteString("panic: this is not JSON-RPC\n")
 			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "done"}}}, nil
 		})
+	sdk.AddTool(srv, &sdk.Tool{Name: "big", Description: "Repeats the text to the given size.", Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}},
+		func(_ context.Context, _ *sdk.CallToolRequest, in bigIn) (*sdk.CallToolResult, any, error) {
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: strings.Repeat(in.Text, in.Bytes/len(in.Text))}}}, nil, nil
+		})
 	if err := srv.Run(context.Background(), &sdk.StdioTransport{}); err != nil {
 		return 1
 	}
 	return 0
+}
+
+type bigIn struct {
+	Bytes int    `json:"bytes" jsonschema:"the result's size"`
+	Text  string `json:"text" jsonschema:"what to repeat"`
 }
 
 // installHint says how to get the reference servers the tests run.
@@ -158,8 +168,11 @@ func start(tb testing.TB, opts Options) *harness {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := h.m.Start(ctx); err != nil {
+	if err := h.m.Start(); err != nil {
 		tb.Fatalf("Start: %v", err)
+	}
+	if err := h.m.WaitStarted(ctx); err != nil {
+		tb.Fatalf("WaitStarted: %v", err)
 	}
 	return h
 }

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"strings"
@@ -128,6 +129,10 @@ type Manager struct {
 	log     *slog.Logger
 	servers []*server // sorted by name; fixed by New
 
+	// cutMark starts the mark a cutter leaves in a string it shortened;
+	// the nonce keeps a result that quotes one from being miscounted.
+	cutMark string
+
 	ctx    context.Context // the servers' lifetime, ended by Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the servers' run loops
@@ -156,7 +161,7 @@ func New(opts Options) *Manager {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	m := &Manager{opts: opts, log: opts.Logger.With("component", "mcp")}
+	m := &Manager{opts: opts, log: opts.Logger.With("component", "mcp"), cutMark: fmt.Sprintf("[pinplan-cut %016x ", rand.Uint64())}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	for _, cfg := range opts.Servers {
 		m.servers = append(m.servers, newServer(m, cfg))
@@ -165,15 +170,15 @@ func New(opts Options) *Manager {
 	return m
 }
 
-// Start connects every server in parallel and returns once each has
-// connected or failed its first attempt, or when ctx ends. A server that
-// fails is logged, reported by Status and retried with backoff until Close;
-// it never makes Start fail. ctx bounds only this wait: the sessions live
-// until Close.
-func (m *Manager) Start(ctx context.Context) error {
+// Start connects every server in parallel, in the background, and
+// returns at once: a server slow to start holds nothing up (DESIGN.md
+// §16), and its tools appear in Tools when it is ready. A server that
+// fails is logged, reported by Status and retried with backoff until
+// Close; it never makes Start fail. The sessions live until Close.
+func (m *Manager) Start() error {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	if m.started || m.closed {
-		m.mu.Unlock()
 		return errors.New("mcp: Start called twice or after Close")
 	}
 	m.started = true
@@ -184,7 +189,12 @@ func (m *Manager) Start(ctx context.Context) error {
 			s.run(m.ctx)
 		}()
 	}
-	m.mu.Unlock()
+	return nil
+}
+
+// WaitStarted returns, after Start, once every server has connected or
+// failed its first attempt, or when ctx ends.
+func (m *Manager) WaitStarted(ctx context.Context) error {
 	for _, s := range m.servers {
 		select {
 		case <-s.first:

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestServerNeverPrintsSecrets(t *testing.T) {
@@ -23,5 +24,70 @@ func TestServerNeverPrintsSecrets(t *testing.T) {
 	r := newRedactor(s)
 	if got := r.Replace("401: Bearer tok-abcdef123456 / tok-abcdef123456 / hunter2pass"); got != "401: [redacted] / [redacted] / [redacted]" {
 		t.Errorf("redacted: %q", got)
+	}
+}
+
+func TestURLCredentialsNeverShown(t *testing.T) {
+	// Nothing listens on port 1: the server fails, and its status and the
+	// log carry the error, which names the URL.
+	raw := "https://user:pw@127.0.0.1:1/mcp?api_key=SECRET&v=2"
+	s := Server{Name: "tracker", URL: raw}
+	h := start(t, Options{Servers: []Server{s}, ConnectTimeout: 5 * time.Second})
+	waitFor(t, 10*time.Second, "tracker failed", func() (bool, string) {
+		st := h.m.Status()["tracker"]
+		return strings.HasPrefix(st, StateFailed), st
+	})
+	var logs strings.Builder
+	slog.New(slog.NewTextHandler(&logs, nil)).Info("x", "server", s)
+	shown := map[string]string{
+		"status":   h.m.Status()["tracker"],
+		"Ready":    fmt.Sprint(h.m.Ready()),
+		"log":      h.logs.String(),
+		"String":   fmt.Sprintf("%v %+v %#v", s, s, s),
+		"LogValue": logs.String(),
+	}
+	for where, out := range shown {
+		for _, secret := range []string{"SECRET", "pw"} {
+			if strings.Contains(out, secret) {
+				t.Errorf("%s shows %q: %s", where, secret, out)
+			}
+		}
+	}
+	if !strings.Contains(shown["status"], "127.0.0.1:1/mcp") {
+		t.Errorf("status %q does not name the server's host and path", shown["status"])
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"https://mcp.example.com/mcp", "https://mcp.example.com/mcp"},
+		{"https://user:pw@host/mcp?api_key=SECRET", "https://***@host/mcp?api_key=***"},
+		{"https://token@host/mcp", "https://***@host/mcp"},
+		{"http://host:8080/a/b?x=1&x=2&y=&z", "http://host:8080/a/b?x=***&x=***&y=***&z=***"},
+		{"https://host/mcp#frag", "https://host/mcp#***"},
+	}
+	for _, tt := range tests {
+		if got := redactURL(tt.in); got != tt.want {
+			t.Errorf("redactURL(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestEnvValuesNeverLogged(t *testing.T) {
+	srv := Server{Name: "chatty", Command: []string{script(t, `echo "key is $MY_SECRET, short is $SHORT" >&2
+echo "$MY_SECRET" >&2
+exec sleep 30
+`)}, Env: map[string]string{"MY_SECRET": "literal-secret-value", "SHORT": "on"}}
+	h := start(t, Options{Servers: []Server{srv}, ConnectTimeout: 2 * time.Second})
+	waitFor(t, 10*time.Second, "the server's stderr logged", func() (bool, string) {
+		logs := h.logs.String()
+		return strings.Count(logs, "mcp server stderr") >= 2, logs
+	})
+	logs := h.logs.String()
+	if strings.Contains(logs, "literal-secret-value") {
+		t.Errorf("an env value was logged:\n%s", logs)
+	}
+	if !strings.Contains(logs, "key is ") {
+		t.Errorf("the stderr line was not logged:\n%s", logs)
 	}
 }

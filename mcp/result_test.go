@@ -48,7 +48,7 @@ func TestCut(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := s.cut(tt.text)
+			got := s.cut(tt.text, 0)
 			kept, note, ok := strings.Cut(got, "\n[result cut: ")
 			if !ok || len(got) > 100 || !utf8.ValidString(got) || !strings.HasPrefix(tt.text, kept) {
 				t.Fatalf("got %q (%d bytes); want a valid UTF-8 prefix and the note within 100 bytes", got, len(got))
@@ -59,7 +59,7 @@ func TestCut(t *testing.T) {
 		})
 	}
 	for _, short := range []string{"", "short", strings.Repeat("x", 100)} {
-		if got := s.cut(short); got != short {
+		if got := s.cut(short, 0); got != short {
 			t.Errorf("cut(%d bytes) = %q; a result within the limit is kept whole", len(short), got)
 		}
 	}

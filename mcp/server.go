@@ -29,7 +29,7 @@ type server struct {
 	m      *Manager
 	cfg    Server
 	log    *slog.Logger
-	redact *strings.Replacer
+	redact *redactor
 	client *sdk.Client
 	http   *http.Transport // HTTP servers: its idle connections are closed by Close
 
@@ -48,11 +48,14 @@ type server struct {
 }
 
 func newServer(m *Manager, cfg Server) *server {
+	r := newRedactor(cfg)
 	s := &server{
-		m:      m,
-		cfg:    cfg,
-		log:    m.log.With("server", cfg.Name),
-		redact: newRedactor(cfg),
+		m:   m,
+		cfg: cfg,
+		// Every line logged for this server, the SDK's among them, is
+		// redacted on its way out.
+		log:    slog.New(&redactHandler{next: m.log.With("server", cfg.Name).Handler(), r: r}),
+		redact: r,
 		first:  make(chan struct{}),
 		relist: make(chan struct{}, 1),
 		kick:   make(chan struct{}, 1),
@@ -97,20 +100,26 @@ func signal(ch chan struct{}) {
 func (s *server) run(ctx context.Context) {
 	backoff := minBackoff
 	first := true
-	for {
-		cs, err := s.connect(ctx)
+	firstDone := func() {
+		// After the state is set: WaitStarted's caller reads Status.
 		if first {
 			close(s.first)
 			first = false
 		}
+	}
+	defer firstDone()
+	for {
+		cs, err := s.connect(ctx)
 		if err != nil && ctx.Err() != nil {
 			return
 		}
 		wait := jitter(backoff)
 		if err != nil {
 			s.setState(StateFailed, err.Error())
-			s.log.Error("mcp server failed to start; retrying", "error", s.redact.Replace(err.Error()), "retry_in", wait.Round(time.Millisecond))
+			firstDone()
+			s.log.Error("mcp server failed to start; retrying", "error", s.redact.Log(err.Error()), "retry_in", wait.Round(time.Millisecond))
 		} else {
+			firstDone()
 			up := time.Now()
 			s.serve(ctx, cs) // closes cs, at once if ctx has ended meanwhile
 			if ctx.Err() != nil {
@@ -206,7 +215,7 @@ loop:
 			cancel()
 			if err != nil {
 				if ctx.Err() == nil {
-					s.log.Warn("mcp server tools re-list failed", "error", s.redact.Replace(err.Error()))
+					s.log.Warn("mcp server tools re-list failed", "error", s.redact.Log(err.Error()))
 				}
 				if connectionLost(err) {
 					break loop
@@ -253,7 +262,7 @@ func (s *server) current() *sdk.ClientSession {
 }
 
 func (s *server) setState(state, detail string) {
-	detail = s.redact.Replace(detail)
+	detail = s.redact.Log(detail)
 	s.mu.Lock()
 	changed := s.state != state || s.detail != detail
 	s.state, s.detail = state, detail

@@ -107,7 +107,7 @@ func (s *server) warnOnce(tool, msg string, err error) {
 	s.warned[tool] = true
 	args := []any{"tool", tool}
 	if err != nil {
-		args = append(args, "error", s.redact.Replace(err.Error()))
+		args = append(args, "error", s.redact.Log(err.Error()))
 	}
 	s.log.Warn(msg, args...)
 }

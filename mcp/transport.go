@@ -3,6 +3,7 @@ package mcp
 import (
 	"bytes"
 	"errors"
+	"io"
 	"net/http"
 	"os/exec"
 	"slices"
@@ -26,8 +27,9 @@ var inherited = []string{"HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LA
 func (s *server) transport() (sdk.Transport, *exec.Cmd, error) {
 	if s.cfg.URL != "" {
 		return &sdk.StreamableClientTransport{
-			Endpoint:   s.cfg.URL,
-			HTTPClient: &http.Client{Transport: &headerTransport{base: s.http, headers: s.cfg.Headers}},
+			Endpoint:     s.cfg.URL,
+			HTTPClient:   &http.Client{Transport: &headerTransport{base: s.http, headers: s.cfg.Headers, cut: s.cutter}},
+			MaxEventSize: maxFrame,
 		}, nil, nil
 	}
 	if len(s.cfg.Command) == 0 || s.cfg.Command[0] == "" {
@@ -38,7 +40,7 @@ func (s *server) transport() (sdk.Transport, *exec.Cmd, error) {
 	cmd.Stderr = &stderrLog{s: s}
 	cmd.WaitDelay = stopWait // a grandchild holding stderr open must not stall Wait
 	setProcessGroup(cmd)
-	return &sdk.CommandTransport{Command: cmd, TerminateDuration: stopWait}, cmd, nil
+	return &commandTransport{cmd: cmd, cut: s.cutter, wait: stopWait}, cmd, nil
 }
 
 func (s *server) childEnv() []string {
@@ -77,10 +79,17 @@ func newHTTPTransport() *http.Transport {
 	return &http.Transport{}
 }
 
-// headerTransport adds the configured headers to every request.
+// cutter returns r read through a cutter for this server's result limit.
+func (s *server) cutter(r io.Reader) io.Reader {
+	return newCutter(r, cutAt(s.m.opts.ResultBytes), s.m.cutMark)
+}
+
+// headerTransport adds the configured headers to every request and reads
+// every response through a cutter.
 type headerTransport struct {
 	base    http.RoundTripper
 	headers map[string]string
+	cut     func(io.Reader) io.Reader
 }
 
 func (t *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -90,7 +99,14 @@ func (t *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			req.Header.Set(k, v)
 		}
 	}
-	return t.base.RoundTrip(req)
+	resp, err := t.base.RoundTrip(req)
+	if err == nil && resp.Body != nil && t.cut != nil {
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{t.cut(resp.Body), resp.Body}
+	}
+	return resp, err
 }
 
 // stderrLog logs a stdio server's stderr line by line; servers write their
@@ -129,7 +145,7 @@ func (w *stderrLog) logLocked(line []byte) {
 	if len(line) == 0 {
 		return
 	}
-	text := w.s.redact.Replace(string(line))
+	text := w.s.redact.Log(string(line))
 	if len(text) > maxStderrLine {
 		text = cutUTF8(text, maxStderrLine) + "…"
 	}

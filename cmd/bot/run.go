@@ -141,11 +141,13 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 		Logger: log.With("component", "mcp"), Hooks: m.mcpHooks(), Env: getenv})
 	defer servers.Close()
 	if len(cfg.MCP) > 0 {
-		// A server that fails to start is logged and reported at /readyz;
-		// the bot starts anyway and keeps trying.
-		startCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		servers.Start(startCtx)
-		cancel()
+		// The servers connect in the background: one slow to start must
+		// not hold up the listener or the platforms, and its tools appear
+		// when it is ready. One that fails is logged, reported at /readyz
+		// and retried.
+		if err := servers.Start(); err != nil {
+			return err
+		}
 		registry.AddSource(servers)
 	}
 
@@ -265,6 +267,14 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	if err != nil {
 		log.Error("resume undelivered replies", "err", err)
 	}
+	// A resumed turn may be waiting on an MCP tool (an approval card left
+	// open by a crash): give the servers their first try before it looks
+	// the tool up. The listener and the platforms are up already.
+	mcpCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	if err := servers.WaitStarted(mcpCtx); err != nil {
+		log.Warn("resuming sessions before every MCP server has started", "err", err)
+	}
+	cancel()
 	n, err := runner.Resume(ctx)
 	if err != nil {
 		log.Error("resume sessions", "err", err)

@@ -95,6 +95,16 @@ tools = { "trigger-long-running-operation" = "allow" }
 	return r
 }
 
+// start starts the bot and waits until both MCP servers are ready: they
+// connect in the background, and a turn started sooner would not have
+// their tools.
+func (r *toolRig) start(t *testing.T) *botProc {
+	t.Helper()
+	p := r.slackRig.start(t)
+	waitMCPReady(t, p, "fs", "ev")
+	return p
+}
+
 // botMessages returns the bot's messages in a thread whose text or blocks
 // contain s.
 func botMessages(s *fakeslack.Server, channel, thread, contains string) []fakeslack.Message {
@@ -376,6 +386,7 @@ func TestDiscordApprovalButtons(t *testing.T) {
 	r.env["PINPLAN_CONFIG"] = path
 	p := r.start(t)
 	defer p.stop(t)
+	waitMCPReady(t, p, "fs")
 	r.dc.UserMessage("C1", "111", "write from discord", true)
 	var card fakediscord.Message
 	waitFor(t, 60*time.Second, "the approval card", func() bool {
