@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -443,5 +444,61 @@ func TestDiscordApprovalButtons(t *testing.T) {
 	}
 	if v := r.dc.Violations(); len(v) > 0 {
 		t.Errorf("Discord would have refused: %v", v)
+	}
+}
+
+// TestRepeatedCallIDGetsItsOwnCard: a server that answers call_0 for every
+// call (llama.cpp-style) asks twice in one turn; the second call gets its
+// own working card instead of reusing the first, decided one.
+func TestRepeatedCallIDGetsItsOwnCard(t *testing.T) {
+	r := newToolRig(t, true, nil)
+	var mu sync.Mutex
+	writes := 0
+	r.model.Respond = func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
+		mu.Lock()
+		defer mu.Unlock()
+		if last := req.Messages[len(req.Messages)-1]; last.Role == openai.ChatMessageRoleTool && writes >= 2 {
+			return fakeopenai.Reply{Content: "wrote both"}
+		}
+		writes++
+		args := fmt.Sprintf(`{"path":%q,"content":"note %d"}`, filepath.Join(r.dir, "out.txt"), writes)
+		return fakeopenai.Reply{ToolCalls: []fakeopenai.Call{{ID: "call_0", Name: "fs__write_file", Arguments: args}}}
+	}
+	p := r.start(t)
+	defer p.stop(t)
+	thread := "1700019000.000100"
+	if _, err := r.slack.Push("EvDup", mention("C1", thread, "write two notes")); err != nil {
+		t.Fatal(err)
+	}
+	first, allow := waitCard(t, r.slack, thread, "fs__write_file", "allow")
+	r.press(t, "U1", thread, first.TS, allow)
+	var second fakeslack.Message
+	var allow2 string
+	waitFor(t, 60*time.Second, "a second, open card", func() bool {
+		for _, m := range botMessages(r.slack, "C1", thread, "Approval needed: fs__write_file") {
+			if m.TS != first.TS && strings.Contains(m.Blocks, `"actions"`) {
+				second = m
+				return true
+			}
+		}
+		return false
+	})
+	var blocks []map[string]any
+	json.Unmarshal([]byte(second.Blocks), &blocks)
+	for _, b := range blocks {
+		els, _ := b["elements"].([]any)
+		for _, e := range els {
+			if id, _ := e.(map[string]any)["action_id"].(string); strings.HasPrefix(id, "pinplan:allow:") {
+				allow2 = id
+			}
+		}
+	}
+	if allow2 == "" || allow2 == allow {
+		t.Fatalf("the second card's Allow button %q, first %q: want a button of its own", allow2, allow)
+	}
+	r.press(t, "U1", thread, second.TS, allow2)
+	waitReply(t, r.slack, "C1", thread, "wrote both")
+	if got := readOut(r.dir); got != "note 2" {
+		t.Errorf("out.txt = %q, want the second write", got)
 	}
 }
