@@ -502,3 +502,88 @@ func TestRepeatedCallIDGetsItsOwnCard(t *testing.T) {
 		t.Errorf("out.txt = %q, want the second write", got)
 	}
 }
+
+// TestSecondTurnOnlyTheRightPeopleAct: in the second turn of U1's session,
+// a turn that works without a new todo_write and waits on a card, U2's
+// `stop`, `reset` and Stop click change nothing; the plan message carries
+// the Stop button meanwhile.
+func TestSecondTurnOnlyTheRightPeopleAct(t *testing.T) {
+	r := newToolRig(t, true, nil)
+	write := r.model.Respond
+	r.model.Respond = func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
+		last := req.Messages[len(req.Messages)-1]
+		if last.Role == openai.ChatMessageRoleUser && strings.Contains(last.Content, "plan the release") {
+			return fakeopenai.Reply{ToolCalls: []fakeopenai.Call{{Name: todo.ToolName, Arguments: todo.Encode([]todo.Item{
+				{Content: "draft the notes", Status: todo.Completed}, {Content: "tag it", Status: todo.Pending}, {Content: "announce", Status: todo.Pending}})}}}
+		}
+		if last.Role == openai.ChatMessageRoleTool && strings.HasPrefix(last.Content, `{"todos"`) {
+			return fakeopenai.Reply{Content: "planned"}
+		}
+		return write(req)
+	}
+	p := r.start(t)
+	defer p.stop(t)
+	thread := "1700021000.000100"
+	if _, err := r.slack.Push("Ev2a", mention("C1", thread, "plan the release")); err != nil {
+		t.Fatal(err)
+	}
+	waitReply(t, r.slack, "C1", thread, "planned")
+	reply := func(id, user, text string) {
+		t.Helper()
+		ev := map[string]any{"type": "message", "channel_type": "channel", "user": user, "text": text, "ts": "1700021001." + id, "thread_ts": thread, "channel": "C1"}
+		if _, err := r.slack.Push("Ev2"+id, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reply("000100", "U1", "write second turn")
+	card, _ := waitCard(t, r.slack, thread, "fs__write_file", "allow")
+	var plan fakeslack.Message
+	var stop string
+	waitFor(t, 30*time.Second, "the Stop button on the plan during the second turn", func() bool {
+		for _, m := range planMessages(r.slack, "C1") {
+			if m.ThreadTS == thread && strings.Contains(m.Blocks, `"pinplan:stop:`) {
+				plan = m
+				return true
+			}
+		}
+		return false
+	})
+	var blocks []map[string]any
+	json.Unmarshal([]byte(plan.Blocks), &blocks)
+	for _, b := range blocks {
+		els, _ := b["elements"].([]any)
+		for _, e := range els {
+			if id, _ := e.(map[string]any)["action_id"].(string); strings.HasPrefix(id, "pinplan:stop:") {
+				stop = id
+			}
+		}
+	}
+	reply("000200", "U2", "stop")
+	reply("000300", "U2", "reset")
+	r.press(t, "U2", thread, plan.TS, stop)
+	waitFor(t, 30*time.Second, "U2 told no, twice in the thread and once privately", func() bool {
+		refusals := 0
+		for _, m := range botMessages(r.slack, "C1", thread, "Only") {
+			if m.Blocks == "" {
+				refusals++
+			}
+		}
+		private := false
+		for _, m := range r.slack.Ephemerals("C1") {
+			private = private || (m.Recipient == "U2" && strings.Contains(m.Text, "Only"))
+		}
+		return refusals == 2 && private
+	})
+	for _, bad := range []string{"Stopping the current turn", "Started fresh", "Stopped."} {
+		if got := botMessages(r.slack, "C1", thread, bad); len(got) != 0 {
+			t.Errorf("U2 changed U1's turn: %q in the thread", bad)
+		}
+	}
+	// U1's turn goes on: the card still works.
+	_, allow := waitCard(t, r.slack, thread, "fs__write_file", "allow")
+	r.press(t, "U1", thread, card.TS, allow)
+	waitReply(t, r.slack, "C1", thread, "tool said:")
+	if got := readOut(r.dir); got != "second turn" {
+		t.Errorf("out.txt = %q, want U1's write", got)
+	}
+}
