@@ -444,6 +444,12 @@ func (r *Runner) run(key string, w *worker, log *slog.Logger) error {
 			return err
 		}
 		if inbox, err = store.Inbox(r.ctx, key); err != nil {
+			if r.ctx.Err() == nil {
+				// As for Load: the last commit stands, the queued messages
+				// stay where they are, and the thread hears why it stopped.
+				r.publish(Event{Session: key, Kind: TurnEnded, Outcome: Failed, Err: err, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision(),
+					Text: "I couldn't read this thread's queued messages from the database, so I stopped. The last saved state is kept; an operator can restore the database from a backup (the bot's log has the details)."})
+			}
 			return fmt.Errorf("read inbox: %w", err)
 		}
 	}

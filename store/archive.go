@@ -18,7 +18,7 @@ var bArchive = []byte("archive")
 // record, empty history and plans). Queued messages stay queued; the plan
 // board record is the chat layer's.
 func (db *DB) Archive(_ context.Context, key string) error {
-	err := db.bolt.Update(func(tx *bolt.Tx) error {
+	err := db.update(func(tx *bolt.Tx) error {
 		sb := session(tx, key)
 		if sb == nil {
 			return nil
@@ -88,7 +88,7 @@ func moveBucket(src, dst *bolt.Bucket, name []byte) error {
 func (db *DB) Archived(_ context.Context, key string, n uint64) (int, []agent.Entry, error) {
 	count := 0
 	var hist []agent.Entry
-	err := db.bolt.View(func(tx *bolt.Tx) error {
+	err := db.view(func(tx *bolt.Tx) error {
 		sb := session(tx, key)
 		if sb == nil || sb.Bucket(bArchive) == nil {
 			return nil

@@ -14,7 +14,7 @@ import (
 // use (a hot backup).
 func (db *DB) WriteTo(w io.Writer) (int64, error) {
 	var n int64
-	err := db.bolt.View(func(tx *bolt.Tx) error {
+	err := db.view(func(tx *bolt.Tx) error {
 		var err error
 		n, err = tx.WriteTo(w)
 		return err
@@ -48,22 +48,23 @@ func (db *DB) Backup(path string) (int64, error) {
 
 // Ping reports whether the database is open and readable.
 func (db *DB) Ping() error {
-	return db.bolt.View(func(tx *bolt.Tx) error {
+	err := db.view(func(tx *bolt.Tx) error {
 		if tx.Bucket(bMeta) == nil {
-			return errors.New("store: meta bucket missing")
+			return errors.New("meta bucket missing")
 		}
 		return nil
 	})
+	if err != nil {
+		return fmt.Errorf("store: ping: %w", err)
+	}
+	return nil
 }
 
-// Check runs bbolt's consistency check and returns every problem found.
+// Check checks the whole file (see checkTx); a damaged one is an error
+// wrapping ErrCorrupt that names the first problems found.
 func (db *DB) Check() error {
-	var errs []error
-	err := db.bolt.View(func(tx *bolt.Tx) error {
-		for e := range tx.Check() {
-			errs = append(errs, e)
-		}
-		return nil
-	})
-	return errors.Join(append(errs, err)...)
+	if err := db.view(func(tx *bolt.Tx) error { return checkTx(db.path, tx) }); err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	return nil
 }

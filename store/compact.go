@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -41,7 +42,7 @@ func CompactFile(src, dst string) (before, after int64, err error) {
 	if err != nil {
 		return 0, 0, fmt.Errorf("store: compact %s: %w", src, err)
 	}
-	from, err := bolt.Open(src, 0o600, &bolt.Options{ReadOnly: true, Timeout: compactLockTimeout})
+	from, err := openBolt(src, &bolt.Options{ReadOnly: true, Timeout: compactLockTimeout})
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return 0, 0, fmt.Errorf("store: compact %s: %w (is pinplan running with this PINPLAN_DB? stop it first)", src, ErrLocked)
 	}
@@ -49,6 +50,10 @@ func CompactFile(src, dst string) (before, after int64, err error) {
 		return 0, 0, fmt.Errorf("store: compact %s: %w", src, err)
 	}
 	defer from.Close()
+	// A damaged source is refused before anything is copied.
+	if err := (&DB{bolt: from, path: src}).Check(); err != nil {
+		return 0, 0, fmt.Errorf("store: compact: %w", err)
+	}
 
 	tmp, err := os.CreateTemp(filepath.Dir(dst), ".pinplan-compact-*")
 	if err != nil {
@@ -63,7 +68,7 @@ func CompactFile(src, dst string) (before, after int64, err error) {
 	if err != nil {
 		return 0, 0, fmt.Errorf("store: compact to %s: %w", dst, err)
 	}
-	err = bolt.Compact(to, from, compactTxSize)
+	err = compact(to, from, src)
 	if err == nil {
 		err = to.Sync()
 	}
@@ -85,4 +90,16 @@ func CompactFile(src, dst string) (before, after int64, err error) {
 		return 0, 0, fmt.Errorf("store: compact %s to %s: %w", src, dst, err)
 	}
 	return st.Size(), out.Size(), nil
+}
+
+// compact is bolt.Compact with damage it meets in src (which Check did
+// not catch) an error rather than a panic.
+func compact(to, from *bolt.DB, src string) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			err = damaged(src, p)
+		}
+	}()
+	return bolt.Compact(to, from, compactTxSize)
 }

@@ -15,7 +15,7 @@ import (
 func (db *DB) FirstSeen(_ context.Context, key string, ttl time.Duration) (bool, error) {
 	now := db.now()
 	first := false
-	err := db.bolt.Update(func(tx *bolt.Tx) error {
+	err := db.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bDedupe)
 		if raw := b.Get([]byte(key)); len(raw) == 8 && int64(binary.BigEndian.Uint64(raw)) > now.UnixNano() {
 			first = false
@@ -34,7 +34,7 @@ func (db *DB) FirstSeen(_ context.Context, key string, ttl time.Duration) (bool,
 func (db *DB) PruneDedupe(_ context.Context) (int, error) {
 	now := uint64(db.now().UnixNano())
 	n := 0
-	err := db.bolt.Update(func(tx *bolt.Tx) error {
+	err := db.update(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bDedupe).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
 			if len(v) != 8 || binary.BigEndian.Uint64(v) <= now {
@@ -46,5 +46,8 @@ func (db *DB) PruneDedupe(_ context.Context) (int, error) {
 		}
 		return nil
 	})
-	return n, err
+	if err != nil {
+		return 0, fmt.Errorf("store: prune dedupe keys: %w", err)
+	}
+	return n, nil
 }

@@ -15,7 +15,7 @@ import (
 // transaction, in order, before anything is sent.
 func (db *DB) AddOutbox(_ context.Context, items [][]byte) ([]uint64, error) {
 	ids := make([]uint64, 0, len(items))
-	err := db.bolt.Update(func(tx *bolt.Tx) error {
+	err := db.update(func(tx *bolt.Tx) error {
 		ids = ids[:0]
 		b := tx.Bucket(bOutbox)
 		for _, it := range items {
@@ -48,10 +48,10 @@ func (db *DB) DeleteOutbox(_ context.Context, id uint64) error {
 // Outbox implements chat.OutboxStore: it calls f with every undelivered
 // item, oldest first.
 func (db *DB) Outbox(_ context.Context, f func(id uint64, data []byte)) error {
-	err := db.bolt.View(func(tx *bolt.Tx) error {
+	err := db.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bOutbox).ForEach(func(k, v []byte) error {
 			if len(k) == 8 {
-				f(binary.BigEndian.Uint64(k), append([]byte(nil), v...))
+				callback(func() { f(binary.BigEndian.Uint64(k), append([]byte(nil), v...)) })
 			}
 			return nil
 		})

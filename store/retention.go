@@ -43,7 +43,7 @@ const deleteChunk = 64
 // the session is still idle, so a session that became busy meanwhile stays.
 func (db *DB) DeleteIdle(ctx context.Context, olderThan time.Time) ([]string, error) {
 	var candidates []string
-	err := db.bolt.View(func(tx *bolt.Tx) error {
+	err := db.view(func(tx *bolt.Tx) error {
 		sessions := tx.Bucket(bSessions)
 		return sessions.ForEachBucket(func(k []byte) error {
 			if idleSince(sessions.Bucket(k), olderThan) {
@@ -63,7 +63,7 @@ func (db *DB) DeleteIdle(ctx context.Context, olderThan time.Time) ([]string, er
 		chunk := candidates[:min(deleteChunk, len(candidates))]
 		candidates = candidates[len(chunk):]
 		var done []string
-		err := db.bolt.Update(func(tx *bolt.Tx) error {
+		err := db.update(func(tx *bolt.Tx) error {
 			done = done[:0]
 			sessions := tx.Bucket(bSessions)
 			for _, key := range chunk {

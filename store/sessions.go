@@ -19,7 +19,7 @@ type SessionInfo struct {
 // Sessions lists every session with a checkpoint, in key order.
 func (db *DB) Sessions(_ context.Context) ([]SessionInfo, error) {
 	var out []SessionInfo
-	err := db.bolt.View(func(tx *bolt.Tx) error {
+	err := db.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bSessions).ForEachBucket(func(k []byte) error {
 			sb := tx.Bucket(bSessions).Bucket(k)
 			info := SessionInfo{Checkpoint: agent.Checkpoint{Key: string(k), State: agent.Idle}}
@@ -44,7 +44,7 @@ func (db *DB) Sessions(_ context.Context) ([]SessionInfo, error) {
 // Plans returns every plan revision of a session, oldest first.
 func (db *DB) Plans(_ context.Context, key string) ([]agent.PlanRevision, error) {
 	var out []agent.PlanRevision
-	err := db.bolt.View(func(tx *bolt.Tx) error {
+	err := db.view(func(tx *bolt.Tx) error {
 		sb := session(tx, key)
 		if sb == nil {
 			return nil
@@ -67,7 +67,7 @@ func (db *DB) Plans(_ context.Context, key string) ([]agent.PlanRevision, error)
 // Board returns the plan board record of a session (nil if none).
 func (db *DB) Board(_ context.Context, key string) ([]byte, error) {
 	var out []byte
-	err := db.bolt.View(func(tx *bolt.Tx) error {
+	err := db.view(func(tx *bolt.Tx) error {
 		if sb := session(tx, key); sb != nil {
 			if raw := sb.Get(kBoard); raw != nil {
 				out = append([]byte(nil), raw...)
@@ -75,7 +75,10 @@ func (db *DB) Board(_ context.Context, key string) ([]byte, error) {
 		}
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return nil, fmt.Errorf("store: plan board of %s: %w", key, err)
+	}
+	return out, nil
 }
 
 // SaveBoard stores the plan board record of a session.
@@ -96,10 +99,10 @@ func (db *DB) SaveBoard(_ context.Context, key string, data []byte) error {
 // Boards implements chat.BoardLister: it calls f with every session's
 // plan board record.
 func (db *DB) Boards(_ context.Context, f func(key string, data []byte)) error {
-	err := db.bolt.View(func(tx *bolt.Tx) error {
+	err := db.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bSessions).ForEachBucket(func(k []byte) error {
 			if raw := tx.Bucket(bSessions).Bucket(k).Get(kBoard); raw != nil {
-				f(string(k), append([]byte(nil), raw...))
+				callback(func() { f(string(k), append([]byte(nil), raw...)) })
 			}
 			return nil
 		})
@@ -118,7 +121,7 @@ func (db *DB) Boards(_ context.Context, f func(key string, data []byte)) error {
 // their keys.)
 func (db *DB) SessionCount() (int, error) {
 	n := 0
-	err := db.bolt.View(func(tx *bolt.Tx) error {
+	err := db.view(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bSessions).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
 			if v == nil { // a nested bucket: a session

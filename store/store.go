@@ -72,10 +72,14 @@ type Options struct {
 // DB is the pinplan database. It is safe for concurrent use.
 type DB struct {
 	bolt *bolt.DB
+	path string
 	now  func() time.Time
 	// writes counts the calls of write in flight (running or waiting in
 	// a batch); a write that finds none runs at once.
 	writes atomic.Int64
+	// stuck is set when damage met while bbolt committed or rolled back
+	// may have left its writer lock held (see writeWith).
+	stuck atomic.Pointer[error]
 }
 
 var _ agent.Store = (*DB)(nil)
@@ -93,29 +97,47 @@ func Open(path string, opts Options) (*DB, error) {
 			return nil, fmt.Errorf("store: create folder for %s: %w", path, err)
 		}
 	}
-	b, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: opts.LockTimeout})
-	if errors.Is(err, bolterrors.ErrTimeout) {
-		return nil, fmt.Errorf("store: open %s: %w (waited %s; is another pinplan running with this PINPLAN_DB?)", path, ErrLocked, opts.LockTimeout)
+	// A damaged file fails here, once, rather than in a session later.
+	err := precheck(path, opts.LockTimeout)
+	var b *bolt.DB
+	if err == nil {
+		b, err = openBolt(path, &bolt.Options{Timeout: opts.LockTimeout})
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, bolterrors.ErrTimeout):
+		return nil, fmt.Errorf("store: open %s: %w (waited %s; is another pinplan running with this PINPLAN_DB?)", path, ErrLocked, opts.LockTimeout)
+	case errors.Is(err, ErrCorrupt):
+		return nil, fmt.Errorf("store: %w", err)
+	case err != nil:
 		return nil, fmt.Errorf("store: open %s: %w (if the file is damaged, restore it from a backup made with `bot backup`)", path, err)
 	}
 	if opts.BatchDelay > 0 {
 		b.MaxBatchDelay = opts.BatchDelay
 	}
-	db := &DB{bolt: b, now: opts.Now}
+	db := &DB{bolt: b, path: path, now: opts.Now}
 	if err := db.migrate(); err != nil {
 		b.Close()
+		if errors.Is(err, ErrCorrupt) {
+			return nil, fmt.Errorf("store: %w", err)
+		}
 		return nil, fmt.Errorf("store: %s: %w", path, err)
 	}
 	return db, nil
 }
 
-// Close closes the file.
-func (db *DB) Close() error { return db.bolt.Close() }
+// Close closes the file. After damage that may have left bbolt's writer
+// lock held (see writeWith), bbolt could not close it without waiting
+// forever: Close returns that error and the file stays open until the
+// process ends.
+func (db *DB) Close() error {
+	if stuck := db.stuck.Load(); stuck != nil {
+		return *stuck
+	}
+	return db.bolt.Close()
+}
 
 func (db *DB) migrate() error {
-	return db.bolt.Update(func(tx *bolt.Tx) error {
+	return db.update(func(tx *bolt.Tx) error {
 		meta, err := tx.CreateBucketIfNotExists(bMeta)
 		if err != nil {
 			return err
@@ -167,7 +189,7 @@ func (db *DB) Load(_ context.Context, key string) (*agent.Checkpoint, []agent.En
 	var cp *agent.Checkpoint
 	var hist []agent.Entry
 	var inbox []agent.Inbound
-	err := db.bolt.View(func(tx *bolt.Tx) error {
+	err := db.view(func(tx *bolt.Tx) error {
 		sb := session(tx, key)
 		if sb == nil {
 			return nil
@@ -217,7 +239,7 @@ func readInbox(sb *bolt.Bucket) ([]agent.Inbound, error) {
 // Inbox implements agent.Store.
 func (db *DB) Inbox(_ context.Context, key string) ([]agent.Inbound, error) {
 	var inbox []agent.Inbound
-	err := db.bolt.View(func(tx *bolt.Tx) error {
+	err := db.view(func(tx *bolt.Tx) error {
 		sb := session(tx, key)
 		if sb == nil {
 			return nil
@@ -234,7 +256,7 @@ func (db *DB) Inbox(_ context.Context, key string) ([]agent.Inbound, error) {
 
 // Enqueue implements agent.Store.
 func (db *DB) Enqueue(_ context.Context, key string, in agent.Inbound) (agent.Inbound, error) {
-	err := db.bolt.Update(func(tx *bolt.Tx) error {
+	err := db.update(func(tx *bolt.Tx) error {
 		sb, err := createSession(tx, key)
 		if err != nil {
 			return err
@@ -341,15 +363,15 @@ func (db *DB) write(fn func(*bolt.Tx) error) error {
 	n := db.writes.Add(1)
 	defer db.writes.Add(-1)
 	if n == 1 {
-		return db.bolt.Update(fn)
+		return db.writeWith(db.bolt.Update, fn)
 	}
-	return db.bolt.Batch(fn)
+	return db.writeWith(db.bolt.Batch, fn)
 }
 
 // Resumable implements agent.Store.
 func (db *DB) Resumable(_ context.Context) ([]string, error) {
 	var keys []string
-	err := db.bolt.View(func(tx *bolt.Tx) error {
+	err := db.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bSessions).ForEachBucket(func(k []byte) error {
 			sb := tx.Bucket(bSessions).Bucket(k)
 			if first, _ := sb.Bucket(bInbox).Cursor().First(); first != nil {
@@ -380,7 +402,7 @@ func (db *DB) Resumable(_ context.Context) ([]string, error) {
 // callID in the session's record, in one transaction.
 func (db *DB) Decide(_ context.Context, key, callID string, d agent.Decision) (agent.Approval, error) {
 	var a agent.Approval
-	err := db.bolt.Update(func(tx *bolt.Tx) error {
+	err := db.update(func(tx *bolt.Tx) error {
 		sb := session(tx, key)
 		if sb == nil {
 			return agent.ErrNotPending
