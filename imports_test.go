@@ -13,19 +13,23 @@ const module = "github.com/pinplan/pinplan"
 // depend on (directly or not), following DESIGN.md §1: cmd/bot -> adapters
 // -> chat -> agent -> todo; store implements agent's and chat's interfaces;
 // adapters never import store or each other; config imports nothing of ours.
+// internal/serial, the one serial executor, imports nothing of ours and
+// sits under agent, so whatever depends on agent depends on it.
 var allowed = map[string][]string{
 	"todo":                 {},
 	"config":               {},
-	"agent":                {"todo"},
-	"store":                {"agent", "todo"},
-	"mcp":                  {"agent", "todo"},
-	"chat":                 {"agent", "todo"},
-	"chat/chattest":        {"agent", "todo"},
-	"adapters/web":         {"chat", "agent", "todo"},
-	"adapters/slack":       {"chat", "agent", "todo"},
-	"adapters/discord":     {"chat", "agent", "todo"},
+	"httphost":             {},
+	"internal/serial":      {},
+	"agent":                {"todo", "internal/serial"},
+	"store":                {"agent", "todo", "internal/serial"},
+	"mcp":                  {"agent", "todo", "internal/serial"},
+	"chat":                 {"agent", "todo", "internal/serial"},
+	"chat/chattest":        {"agent", "todo", "internal/serial"},
+	"adapters/web":         {"chat", "agent", "todo", "internal/serial"},
+	"adapters/slack":       {"chat", "agent", "todo", "internal/serial"},
+	"adapters/discord":     {"chat", "agent", "todo", "internal/serial"},
 	"internal/golden":      {},
-	"internal/inboxtest":   {"chat", "agent", "todo"},
+	"internal/inboxtest":   {"chat", "agent", "todo", "internal/serial"},
 	"internal/fakeopenai":  {},
 	"internal/fakeslack":   {},
 	"internal/fakediscord": {},

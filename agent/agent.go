@@ -1,12 +1,13 @@
 // Package agent runs pinplan's per-thread agent sessions: model rounds over
 // an OpenAI-compatible API, the tool registry with todo_write, the stale
 // reminder, and one checkpoint per round through the Store interface it
-// declares. It imports todo and go-openai; chat and store import it.
+// declares. It imports todo and go-openai; chat, mcp and store import it.
 package agent
 
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
@@ -92,6 +93,25 @@ type Inbound struct {
 	// Context is the thread's earlier messages, quoted, given with the
 	// first message of a session (DESIGN.md §12).
 	Context []Quoted `json:"context,omitempty"`
+}
+
+// Entry is the history entry for the message: its text, after the
+// author's name and ": " when there is one, is what the model reads.
+func (in Inbound) Entry() Entry {
+	text := in.Text
+	if in.Author != "" {
+		text = in.Author + ": " + text
+	}
+	return Entry{Message: openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: text}, At: in.At, Author: in.Author}
+}
+
+// Text is what the person wrote: a user entry's content without the
+// author prefix Inbound.Entry adds.
+func (e Entry) Text() string {
+	if e.Author == "" {
+		return e.Message.Content
+	}
+	return strings.TrimPrefix(e.Message.Content, e.Author+": ")
 }
 
 // Quoted is an earlier message of a thread, given to the model as quoted

@@ -16,6 +16,7 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/pinplan/pinplan/internal/serial"
 	"github.com/pinplan/pinplan/todo"
 )
 
@@ -70,24 +71,25 @@ var errShutdown = errors.New("agent: shutting down")
 
 // Runner runs sessions: at most one goroutine and one turn per session key,
 // different sessions in parallel.
+//
+// A session runs on its key of a serial.Queue: every reason to look at it
+// (a message, a decision, a resume) is a Kick of work, so a session that
+// is running when it is kicked runs once more afterwards, never twice at
+// once, and an idle or waiting session holds no goroutine.
 type Runner struct {
 	opts   Options
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	wg     sync.WaitGroup
+	queue  serial.Queue // one run at a time per session key
 
-	mu     sync.Mutex // guards active, timers, paused and closed
-	active map[string]*worker
-	timers map[string]*time.Timer // approval deadlines, by session key
-	// paused sessions start no turn (a reset is archiving them); the
-	// value records that work arrived meanwhile.
+	mu    sync.Mutex                         // guards stops, timers, paused and closed
+	stops map[string]context.CancelCauseFunc // cancels each session's running turn
+	// timers are approval deadlines, by session key.
+	timers map[string]*time.Timer
+	// paused sessions start no work (a reset is archiving them): kicks
+	// are held back, and the value records that one came meanwhile.
 	paused map[string]bool
 	closed bool
-}
-
-type worker struct {
-	again bool                    // more work arrived while it ran
-	stop  context.CancelCauseFunc // cancels the running turn; nil between turns
 }
 
 // NewRunner returns a runner. Call Resume to pick up sessions a previous
@@ -130,7 +132,7 @@ func NewRunner(opts Options) (*Runner, error) {
 		opts.Observer = func(Event) {}
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Runner{opts: opts, ctx: ctx, cancel: cancel, active: map[string]*worker{}, timers: map[string]*time.Timer{}, paused: map[string]bool{}}, nil
+	return &Runner{opts: opts, ctx: ctx, cancel: cancel, stops: map[string]context.CancelCauseFunc{}, timers: map[string]*time.Timer{}, paused: map[string]bool{}}, nil
 }
 
 // Submit persists a user message for the session and makes sure the
@@ -169,13 +171,13 @@ func (r *Runner) Resume(ctx context.Context) (int, error) {
 // in flight is cancelled.
 func (r *Runner) Stop(key, by string) bool {
 	r.mu.Lock()
-	w, ok := r.active[key]
-	if ok && w.stop != nil {
-		w.stop(stopCause{by: by})
+	if stop, ok := r.stops[key]; ok {
+		stop(stopCause{by: by})
 		r.mu.Unlock()
 		return true
 	}
 	r.mu.Unlock()
+	ok := r.queue.Busy(key)
 	// A waiting turn holds no goroutine: stopping it decides its approval.
 	cp, _, _, err := r.opts.Store.Load(r.ctx, key)
 	if err != nil || cp == nil || cp.State != Waiting || cp.Waiting == nil {
@@ -196,6 +198,10 @@ func (r *Runner) isPaused(key string) bool {
 // Reset archives the session's history and plan and starts it afresh. A
 // turn that runs or waits for approval is stopped first (by names who);
 // messages queued meanwhile start the next turn, in the fresh session.
+//
+// The pause: while Reset runs, kick queues nothing for the session and
+// work already queued returns at once (see work), so once the work in
+// flight ends, nothing touches the session until Reset kicks it again.
 func (r *Runner) Reset(ctx context.Context, key, by string) error {
 	r.mu.Lock()
 	if _, ok := r.paused[key]; ok {
@@ -208,27 +214,22 @@ func (r *Runner) Reset(ctx context.Context, key, by string) error {
 		r.mu.Lock()
 		delete(r.paused, key)
 		r.mu.Unlock()
-		// Messages that came meanwhile (or that a worker left when it saw
-		// the pause) start the fresh session; with none it ends at once.
+		// Messages that came meanwhile (or that a run kicked before the
+		// pause left) start the fresh session; with none it ends at once.
 		r.kick(key)
 	}()
 	r.Stop(key, by)
-	// Wait for the session's goroutine to end its turn and exit.
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		r.mu.Lock()
-		_, running := r.active[key]
-		r.mu.Unlock()
-		if !running {
-			break
-		}
-		if time.Now().After(deadline) {
-			return errors.New("agent: the running turn did not stop within 30 s")
-		}
-		select {
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		case <-time.After(10 * time.Millisecond):
-		}
+	// Wait for the session's work in flight to end: this runs after it on
+	// the session's queue (and after a kick queued before the pause, which
+	// returns at once).
+	drained := make(chan struct{})
+	r.queue.Add(key, func() { close(drained) })
+	select {
+	case <-drained:
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-time.After(30 * time.Second):
+		return errors.New("agent: the running turn did not stop within 30 s")
 	}
 	r.mu.Lock()
 	if t, ok := r.timers[key]; ok {
@@ -300,9 +301,14 @@ func (r *Runner) Close() {
 	}
 	r.mu.Unlock()
 	r.cancel(errShutdown)
-	r.wg.Wait()
+	// Kicks are refused from now on, so this returns once the work in
+	// flight has seen the cancellation.
+	r.queue.Wait(context.Background())
 }
 
+// kick makes the session run once after now: at once if it is idle, after
+// its current work if it runs (however many kicks come meanwhile, one run
+// follows, and it reads everything queued).
 func (r *Runner) kick(key string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -313,37 +319,26 @@ func (r *Runner) kick(key string) {
 		r.paused[key] = true
 		return
 	}
-	if w, ok := r.active[key]; ok {
-		w.again = true
-		return
-	}
-	w := &worker{}
-	r.active[key] = w
-	r.wg.Add(1)
-	go r.work(key, w)
+	r.queue.Kick(key, func() { r.work(key) })
 }
 
-func (r *Runner) work(key string, w *worker) {
-	defer r.wg.Done()
+// work is one run of the session, on its queue. A run kicked before a
+// pause or Close began does nothing: Reset kicks again when it is done,
+// and the next process resumes after Close.
+func (r *Runner) work(key string) {
+	r.mu.Lock()
+	_, paused := r.paused[key]
+	if paused {
+		r.paused[key] = true
+	}
+	closed := r.closed
+	r.mu.Unlock()
+	if paused || closed {
+		return
+	}
 	log := r.opts.Logger.With("session", key)
-	for {
-		r.mu.Lock()
-		w.again = false
-		r.mu.Unlock()
-		err := r.run(key, w, log)
-		if err != nil && r.ctx.Err() == nil {
-			log.Error("session failed", "err", err)
-		}
-		r.mu.Lock()
-		if _, paused := r.paused[key]; paused && w.again {
-			r.paused[key] = true
-		}
-		if _, paused := r.paused[key]; !w.again || r.closed || paused {
-			delete(r.active, key)
-			r.mu.Unlock()
-			return
-		}
-		r.mu.Unlock()
+	if err := r.run(key, log); err != nil && r.ctx.Err() == nil {
+		log.Error("session failed", "err", err)
 	}
 }
 
@@ -358,20 +353,20 @@ type session struct {
 // turnContext returns a fresh context for one turn, which Stop cancels.
 // Each turn gets its own, so a stop ends only the turn it was meant for
 // and messages queued before it start the next turn normally.
-func (r *Runner) turnContext(w *worker) (context.Context, func()) {
+func (r *Runner) turnContext(key string) (context.Context, func()) {
 	ctx, stop := context.WithCancelCause(r.ctx)
 	r.mu.Lock()
-	w.stop = stop
+	r.stops[key] = stop
 	r.mu.Unlock()
 	return ctx, func() {
 		r.mu.Lock()
-		w.stop = nil
+		delete(r.stops, key)
 		r.mu.Unlock()
 		stop(nil)
 	}
 }
 
-func (r *Runner) run(key string, w *worker, log *slog.Logger) error {
+func (r *Runner) run(key string, log *slog.Logger) error {
 	store := r.opts.Store
 	cp, hist, inbox, err := store.Load(r.ctx, key)
 	if err != nil {
@@ -395,10 +390,10 @@ func (r *Runner) run(key string, w *worker, log *slog.Logger) error {
 	switch s.cp.State {
 	case Running:
 		log.Info("resuming turn", "history", len(hist), "revision", s.cp.Revision)
-		ctx, endTurn = r.turnContext(w)
+		ctx, endTurn = r.turnContext(key)
 		r.publish(Event{Session: key, Kind: TurnStarted, Resumed: true, Requester: s.cp.Requester, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision()})
 	case Waiting:
-		ctx, endTurn = r.turnContext(w)
+		ctx, endTurn = r.turnContext(key)
 	}
 	for {
 		if s.cp.State == Idle {
@@ -406,7 +401,7 @@ func (r *Runner) run(key string, w *worker, log *slog.Logger) error {
 			if len(inbox) == 0 || r.isPaused(key) {
 				return nil
 			}
-			ctx, endTurn = r.turnContext(w)
+			ctx, endTurn = r.turnContext(key)
 			s.cp.State, s.cp.TurnRounds = Running, 0
 			s.cp.Requester, s.cp.RequesterName = inbox[0].AuthorID, inbox[0].Author
 			s.cp.Turns++
@@ -876,11 +871,7 @@ func (r *Runner) userEntries(inbox []Inbound) ([]Entry, []uint64) {
 		if len(in.Context) > 0 {
 			entries = append(entries, Entry{Message: openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: quote(in.Context)}, At: in.At})
 		}
-		text := in.Text
-		if in.Author != "" {
-			text = in.Author + ": " + text
-		}
-		entries = append(entries, Entry{Message: openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: text}, At: in.At, Author: in.Author})
+		entries = append(entries, in.Entry())
 		ids = append(ids, in.ID)
 	}
 	return entries, ids

@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/pinplan/pinplan/internal/serial"
 )
 
 // OutboxStore keeps replies until the platform has them, so a reply that
@@ -52,22 +54,21 @@ type queued struct {
 	item outboxItem
 }
 
-// outbox delivers each session's replies in order, one at a time.
+// outbox delivers each session's replies in order, one at a time, on the
+// session's key of its queue.
 type outbox struct {
 	r     *Router
 	store OutboxStore
+	queue serial.Queue // deliveries, by session key
 
-	mu     sync.Mutex // guards queues
-	queues map[string][]queued
-
-	afterPop func() // for tests: runs right after an item leaves its queue
+	afterPop func() // for tests: runs right after an item was sent
 }
 
 func newOutbox(r *Router, st OutboxStore) *outbox {
 	if st == nil {
 		st = &memOutbox{}
 	}
-	return &outbox{r: r, store: st, queues: map[string][]queued{}}
+	return &outbox{r: r, store: st}
 }
 
 // add stores a reply and starts its delivery. If the store fails, the
@@ -118,42 +119,24 @@ func (o *outbox) resume(ctx context.Context) (int, error) {
 	return len(qs), err
 }
 
+// enqueue queues the items behind the session's earlier replies. They go
+// in as one function, so the parts of one reply are never interleaved
+// with another's.
 func (o *outbox) enqueue(key string, qs ...queued) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
 	if o.r.ctx.Err() != nil {
 		return // shutting down: stored items go out after the restart
 	}
-	// A key present means its goroutine runs: it deletes the key, under
-	// this lock, when it finds the queue empty.
-	_, busy := o.queues[key]
-	o.queues[key] = append(o.queues[key], qs...)
-	if !busy {
-		o.r.wg.Add(1)
-		go o.deliver(key)
-	}
+	o.queue.Add(key, func() { o.deliver(qs) })
 }
 
-// deliver sends the session's queued replies in order until none is left.
-func (o *outbox) deliver(key string) {
-	defer o.r.wg.Done()
+// deliver sends items in order; after shutdown it leaves the rest stored.
+func (o *outbox) deliver(qs []queued) {
 	ctx := o.r.ctx
-	for {
-		o.mu.Lock()
-		q := o.queues[key]
-		if len(q) == 0 || ctx.Err() != nil {
-			delete(o.queues, key)
-			o.mu.Unlock()
+	for _, q := range qs {
+		if ctx.Err() != nil {
 			return
 		}
-		next := q[0]
-		o.mu.Unlock()
-
-		o.send(ctx, next)
-
-		o.mu.Lock()
-		o.queues[key] = o.queues[key][1:]
-		o.mu.Unlock()
+		o.send(ctx, q)
 		if o.afterPop != nil {
 			o.afterPop()
 		}
@@ -212,9 +195,9 @@ func (o *outbox) send(ctx context.Context, q queued) {
 
 // idle reports whether no reply is waiting for delivery.
 func (o *outbox) idle() bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return len(o.queues) == 0
+	now, cancel := context.WithCancel(context.Background())
+	cancel()
+	return o.queue.Wait(now) == nil
 }
 
 // memOutbox is the OutboxStore of a router given none: ids only, nothing

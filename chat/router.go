@@ -83,7 +83,7 @@ type Router struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // board loops
 
-	outbox *outbox
+	outbox *outbox // its queue is waited for beside wg
 
 	mu     sync.Mutex // guards boards
 	boards map[string]*Board
@@ -158,6 +158,7 @@ func (r *Router) Close() {
 	done := make(chan struct{})
 	go func() {
 		r.wg.Wait()
+		r.outbox.queue.Wait(context.Background())
 		close(done)
 	}()
 	select {
@@ -356,7 +357,9 @@ func (r *Router) Observe(e agent.Event) {
 					// A new task after a plan whose run ended: a new
 					// message; the old one stays in the thread with its
 					// final footer, and is unpinned.
-					if rec.Final != nil && !rec.Ref.IsZero() && !sameContent(rec.Shown, *rec.Final) {
+					// Always: an edit to "working" may be in flight, so
+					// what the record says the message shows may lag.
+					if rec.Final != nil && !rec.Ref.IsZero() {
 						rec.Restore = append(rec.Restore, restoreEdit{Ref: rec.Ref, Plan: *rec.Final})
 					}
 					rec.Unpin = append(rec.Unpin, rec.Ref)

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/internal/serial"
 )
 
 // Options configures the adapter.
@@ -48,7 +49,7 @@ type Adapter struct {
 	ctx  context.Context
 	wg   sync.WaitGroup
 
-	queue chat.Serial // messages handled in order per channel
+	queue serial.Queue // messages handled in order per channel
 
 	mu        sync.Mutex // guards the fields below
 	botID     string
@@ -172,7 +173,7 @@ func (a *Adapter) Start(ctx context.Context) error {
 // Close closes the gateway and waits for handlers the adapter started.
 func (a *Adapter) Close() {
 	a.s.Close()
-	a.queue.Wait()
+	a.queue.Wait(context.Background())
 	a.mu.Lock()
 	for ch, stop := range a.typing {
 		stop()

@@ -26,13 +26,13 @@ func (a *Adapter) onMessage(_ *discordgo.Session, m *discordgo.MessageCreate) {
 	}
 	bot := a.bot()
 	if m.Type == discordgo.MessageTypeChannelPinnedMessage && m.Author.ID == bot {
-		a.queue.Do(m.ChannelID, func() { a.removePinNotice(a.ctx, m.ChannelID, m.ID) })
+		a.queue.Add(m.ChannelID, func() { a.removePinNotice(a.ctx, m.ChannelID, m.ID) })
 		return
 	}
 	if a.ignorable(m.Message, bot) {
 		return
 	}
-	a.queue.Do(m.ChannelID, func() { a.process(a.ctx, m.Message) })
+	a.queue.Add(m.ChannelID, func() { a.process(a.ctx, m.Message) })
 }
 
 func (a *Adapter) bot() string {
@@ -165,7 +165,7 @@ func (a *Adapter) onReady() {
 	}
 	a.log.Info("discord reconnected; fetching missed messages", "channels", len(chans))
 	for _, ch := range chans {
-		a.queue.Do(ch, func() { a.catchUp(a.ctx, ch) })
+		a.queue.Add(ch, func() { a.catchUp(a.ctx, ch) })
 	}
 }
 
@@ -247,7 +247,7 @@ func (a *Adapter) onGuild(_ *discordgo.Session, g *discordgo.GuildCreate) {
 		return
 	}
 	// Large guilds send no member list: ask for the bot's own member.
-	a.queue.Do("guild/"+g.ID, func() {
+	a.queue.Add("guild/"+g.ID, func() {
 		mem, err := a.s.GuildMember(g.ID, bot, discordgo.WithContext(a.ctx))
 		if err != nil {
 			a.log.Warn("discord: look up the bot's roles", "guild", g.ID, "err", err)

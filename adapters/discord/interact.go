@@ -60,7 +60,7 @@ func (a *Adapter) onInteraction(_ *discordgo.Session, i *discordgo.InteractionCr
 	if i.Interaction == nil || i.Type != discordgo.InteractionMessageComponent || a.ctx == nil {
 		return
 	}
-	a.queue.Do("interaction/"+i.ID, func() { a.interact(a.ctx, i.Interaction) })
+	a.queue.Add("interaction/"+i.ID, func() { a.interact(a.ctx, i.Interaction) })
 }
 
 func (a *Adapter) interact(ctx context.Context, i *discordgo.Interaction) {

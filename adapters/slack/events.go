@@ -67,7 +67,7 @@ func (a *Adapter) runSocketMode(ctx context.Context) {
 					}
 				}
 				if cb, ok := evt.Data.(slack.InteractionCallback); ok {
-					a.queue.Do("interaction/"+cb.TriggerID+cb.ActionTs, func() { a.interact(ctx, cb) })
+					a.queue.Add("interaction/"+cb.TriggerID+cb.ActionTs, func() { a.interact(ctx, cb) })
 				}
 			case socketmode.EventTypeEventsAPI:
 				if evt.Request != nil {
@@ -136,7 +136,7 @@ func (a *Adapter) route(ctx context.Context, api slackevents.EventsAPIEvent) {
 	if !ok {
 		return
 	}
-	a.queue.Do(m.channel+"/"+m.thread, func() { a.dispatch(ctx, m) })
+	a.queue.Add(m.channel+"/"+m.thread, func() { a.dispatch(ctx, m) })
 }
 
 // relevant filters an event without I/O: messages from bots, edits and

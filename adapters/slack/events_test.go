@@ -46,7 +46,7 @@ func TestOnlyTheBotMentionIsStripped(t *testing.T) {
 	bot := a.botUserID
 	push(t, a, fake, "Ev1", map[string]any{"type": "app_mention", "user": "U1", "channel": "C1", "ts": "1.1",
 		"text": "<@" + bot + "> ask <@U777> about the release, and <@U888|bob> too, not <@U999>"})
-	a.queue.Wait()
+	a.queue.Wait(context.Background())
 	want := "ask @Rita about the release, and @bob too, not <@U999>"
 	if got := rec.Texts(); len(got) != 1 || got[0] != want {
 		t.Errorf("got %q, want %q", got, want)
@@ -64,7 +64,7 @@ func TestUnrelatedMessagesCostNoWrite(t *testing.T) {
 	}
 	// A mention afterwards proves the events above had their chance.
 	push(t, a, fake, "EvMention", map[string]any{"type": "app_mention", "user": "U1", "channel": "C1", "ts": "3.1", "text": "<@" + a.botUserID + "> hi"})
-	a.queue.Wait()
+	a.queue.Wait(context.Background())
 	if got := rec.Texts(); len(got) != 1 || got[0] != "hi" {
 		t.Fatalf("handled %q, want only the mention", got)
 	}
@@ -81,7 +81,7 @@ func TestThreadMessagesHandledInOrder(t *testing.T) {
 	for i := range 20 {
 		push(t, a, fake, "EvF"+string(rune('a'+i)), map[string]any{"type": "message", "user": "U1", "channel": "C1", "ts": "5." + string(rune('a'+i)), "thread_ts": "5.0", "text": "follow-up " + string(rune('a'+i))})
 	}
-	a.queue.Wait()
+	a.queue.Wait(context.Background())
 	got := rec.Texts()
 	if len(got) != 21 {
 		t.Fatalf("handled %d messages, want 21: %q", len(got), got)

@@ -1,13 +1,13 @@
 package slack
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"net/url"
-	"slices"
 
 	"github.com/slack-go/slack"
 
@@ -85,15 +85,15 @@ func (a *Adapter) interact(ctx context.Context, cb slack.InteractionCallback) {
 		return
 	}
 	act := cb.ActionCallback.BlockActions[0]
-	channel := cmpOr(cb.Container.ChannelID, cb.Channel.ID)
-	msgTS := cmpOr(cb.Container.MessageTs, cb.Message.Timestamp)
-	thread := cmpOr(cb.Container.ThreadTs, cb.Message.ThreadTimestamp, msgTS)
+	channel := cmp.Or(cb.Container.ChannelID, cb.Channel.ID)
+	msgTS := cmp.Or(cb.Container.MessageTs, cb.Message.Timestamp)
+	thread := cmp.Or(cb.Container.ThreadTs, cb.Message.ThreadTimestamp, msgTS)
 	a.mu.Lock()
 	team := a.teamID
 	a.mu.Unlock()
-	team = cmpOr(cb.Team.ID, team)
+	team = cmp.Or(cb.Team.ID, team)
 	th := chat.Thread{Platform: "slack", Key: Key(team, channel, thread), Channel: channel, ThreadID: thread}
-	name := cmpOr(cb.User.Name, cb.User.Username, cb.User.ID)
+	name := cmp.Or(cb.User.Name, cb.User.Username, cb.User.ID)
 	if dn := a.displayName(ctx, cb.User.ID); dn != "" {
 		name = dn
 	}
@@ -111,17 +111,10 @@ func (a *Adapter) interact(ctx context.Context, cb slack.InteractionCallback) {
 	// A Stop shows on the plan message through the plan board.
 }
 
-func cmpOr(vals ...string) string {
-	i := slices.IndexFunc(vals, func(s string) bool { return s != "" })
-	if i < 0 {
-		return ""
-	}
-	return vals[i]
-}
-
 // InteractionsHandler serves POST /slack/interactions: the signature and
 // timestamp are verified like events, the click is acknowledged at once
-// and handled on its thread's queue.
+// and handled in the background, on a queue key of its own: a click never
+// waits behind its thread's events.
 func (a *Adapter) InteractionsHandler(ctx context.Context) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, ok := a.readSigned(w, r)
@@ -140,7 +133,7 @@ func (a *Adapter) InteractionsHandler(ctx context.Context) http.Handler {
 			return
 		}
 		w.WriteHeader(http.StatusOK)
-		a.queue.Do("interaction/"+cb.TriggerID+cb.ActionTs, func() { a.interact(ctx, cb) })
+		a.queue.Add("interaction/"+cb.TriggerID+cb.ActionTs, func() { a.interact(ctx, cb) })
 	})
 }
 

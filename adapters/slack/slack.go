@@ -19,6 +19,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/internal/serial"
 )
 
 // Options configures the adapter.
@@ -48,7 +49,7 @@ type Adapter struct {
 	log     *slog.Logger
 	wg      sync.WaitGroup
 
-	queue chat.Serial // events handled in order per thread
+	queue serial.Queue // events handled in order per thread
 
 	mu        sync.Mutex // guards the fields below
 	botUserID string
@@ -144,7 +145,7 @@ func (a *Adapter) Wait() {
 		delete(a.status, key)
 	}
 	a.mu.Unlock()
-	a.queue.Wait()
+	a.queue.Wait(context.Background())
 	a.wg.Wait()
 }
 
@@ -198,8 +199,8 @@ func classifyOp(op string, pin bool, err error) error {
 			return fmt.Errorf("slack: %s: %w", op, err) // Slack's side: try again
 		}
 		// Any other error answer (channel_not_found, is_archived,
-		// not_in_channel, invalid_auth, msg_too_long...) will be the same
-		// next time.
+		// invalid_auth, msg_too_long..., and the permission codes above
+		// for anything but a pin) will be the same next time.
 		return fmt.Errorf("slack: %s: %s: %w", op, se.Err, chat.ErrUndeliverable)
 	}
 	return fmt.Errorf("slack: %s: %w", op, err)

@@ -5,8 +5,6 @@ import (
 	"strings"
 	"time"
 
-	openai "github.com/sashabaranov/go-openai"
-
 	"github.com/pinplan/pinplan/adapters/web"
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
@@ -53,11 +51,7 @@ func (s webStore) History(ctx context.Context, key string) ([]agent.Entry, error
 		return nil, err
 	}
 	for _, in := range inbox {
-		text := in.Text
-		if in.Author != "" {
-			text = in.Author + ": " + text
-		}
-		hist = append(hist, agent.Entry{Message: openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: text}, At: in.At, Author: in.Author})
+		hist = append(hist, in.Entry())
 	}
 	return hist, nil
 }
