@@ -105,7 +105,10 @@ type Board struct {
 	idle    *sync.Cond // signalled when running goes false
 }
 
-// Hooks observe boards, for metrics. Every field may be nil.
+// Hooks observe what the router sends to the platforms: plan renders and
+// rate-limit waits (metrics), what each plan message shows (the console's
+// mirror) and how replies fare (metrics, the console's undelivered list).
+// Every field may be nil.
 type Hooks struct {
 	Rendered       func(platform string, err error)
 	RateLimitWait  func(platform string, d time.Duration)
@@ -155,7 +158,7 @@ func (b *Board) change(f func()) {
 }
 
 // Wait blocks until the board has applied everything wanted so far (or
-// given up on it), for tests and shutdown.
+// given up on it). Tests use it; Router.Close drains every board itself.
 func (b *Board) Wait() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -328,14 +331,22 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) (MessageR
 		if b.hooks != nil && b.hooks.RevisionToEdit != nil && !want.Updated.IsZero() {
 			b.hooks.RevisionToEdit(th.Platform, time.Since(want.Updated))
 		}
-		b.update(func(r *boardRecord) { r.Shown = want })
+		b.update(func(r *boardRecord) {
+			if r.Ref == rec.Ref { // not moved on to a new message meanwhile
+				r.Shown = want
+			}
+		})
 		b.shown(th, want)
 	}
 	if !rec.Pinned && !rec.PinUnavailable {
 		err := b.platform.Pin(ctx, th, rec.Ref, true)
 		switch {
 		case err == nil:
-			b.update(func(r *boardRecord) { r.Pinned = true })
+			b.update(func(r *boardRecord) {
+				if r.Ref == rec.Ref {
+					r.Pinned = true
+				}
+			})
 		case errors.Is(err, ErrPinUnavailable):
 			b.update(func(r *boardRecord) { r.PinUnavailable = true })
 			b.log.Warn("cannot pin the plan message", "err", err)
