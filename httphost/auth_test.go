@@ -1,4 +1,4 @@
-package web
+package httphost
 
 import (
 	"net/http"
@@ -12,14 +12,11 @@ import (
 // loopback listener is no boundary (a reverse proxy on the same host
 // forwards Host: 127.0.0.1:PORT), so nothing is served without it.
 func TestNoTokenRefusesEverything(t *testing.T) {
-	c := New(Options{Store: &fakeStore{}, Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("secret_metric 1\n")) })})
-	c.Bind(&recHandler{})
-	mux := http.NewServeMux()
-	c.Register(mux)
-	srv := httptest.NewServer(c.Guard(mux))
+	h := New(Options{Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("secret_metric 1\n")) })})
+	mountConsole(h)
+	srv := httptest.NewServer(h.Handler())
 	defer srv.Close()
-	defer c.Close()
-	c.SetAddr(srv.Listener.Addr().String())
+	h.SetAddr(srv.Listener.Addr().String())
 	for _, path := range []string{"/", "/app.js", "/api/threads", "/api/events", "/metrics", "/?token="} {
 		resp, err := http.Get(srv.URL + path)
 		if err != nil {
@@ -53,7 +50,7 @@ func TestNoTokenRefusesEverything(t *testing.T) {
 // TestCookieIsDerived: the cookie never holds the token itself, is Secure
 // behind HTTPS, and works on its own.
 func TestCookieIsDerived(t *testing.T) {
-	_, srv, _, _ := newConsole(t, "s3cret-token")
+	srv := newHost(t, "s3cret-token")
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	for _, https := range []bool{false, true} {
 		req, _ := http.NewRequest("GET", srv.URL+"/?token=s3cret-token", nil)
@@ -108,7 +105,7 @@ func TestCookieIsDerived(t *testing.T) {
 // is answered 429 until its budget refills, on the API and the sign-in
 // form alike.
 func TestWrongGuessesAreSlowed(t *testing.T) {
-	_, srv, _, _ := newConsole(t, "s3cret-token")
+	srv := newHost(t, "s3cret-token")
 	codes := map[int]int{}
 	for i := range 40 {
 		req, _ := http.NewRequest("GET", srv.URL+"/api/threads", nil)
@@ -140,10 +137,14 @@ func TestWrongGuessesAreSlowed(t *testing.T) {
 // without the port; it is the same host.
 func TestDefaultPortHost(t *testing.T) {
 	for _, port := range []string{"80", "443"} {
-		c, srv, _, _ := newConsole(t, "")
-		c.SetAddr("127.0.0.1:" + port)
+		h := New(Options{Token: "tok-123456789"})
+		mountConsole(h)
+		srv := httptest.NewServer(h.Handler())
+		defer srv.Close()
+		h.SetAddr("127.0.0.1:" + port)
 		for host, want := range map[string]int{"127.0.0.1": 200, "localhost": 200, "127.0.0.1:" + port: 200, "evil.example": 421, "127.0.0.1:81": 421} {
 			req, _ := http.NewRequest("GET", srv.URL+"/api/threads", nil)
+			req.Header.Set("Authorization", "Bearer tok-123456789")
 			req.Host = host
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
@@ -155,4 +156,25 @@ func TestDefaultPortHost(t *testing.T) {
 			}
 		}
 	}
+}
+
+// mountConsole mounts stand-ins for the console's routes.
+func mountConsole(h *Host) {
+	ok := func(status int) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(status) })
+	}
+	h.Handle("GET /", ok(200))
+	h.Handle("GET /api/threads", ok(200))
+	h.Handle("POST /api/threads", ok(201))
+	h.Handle("GET /api/events", ok(200))
+}
+
+func newHost(t *testing.T, token string) *httptest.Server {
+	t.Helper()
+	h := New(Options{Token: token})
+	mountConsole(h)
+	srv := httptest.NewServer(h.Handler())
+	t.Cleanup(srv.Close)
+	h.SetAddr(srv.Listener.Addr().String())
+	return srv
 }

@@ -69,26 +69,19 @@ type Summary struct {
 
 // Options configures the console.
 type Options struct {
-	Store   Store
-	Token   string // required on every console request; empty refuses them all
-	Demo    bool   // label the page as running the built-in demo model
-	Model   string // model name shown on the page
-	Logger  *slog.Logger
-	Metrics http.Handler // served at /metrics
-	Ready   func() error // /readyz
-	// ReadyDetail adds lines to /readyz (the MCP servers' states).
-	ReadyDetail func() string
-	Now         func() time.Time
+	Store  Store
+	Demo   bool   // label the page as running the built-in demo model
+	Model  string // model name shown on the page
+	Logger *slog.Logger
+	Now    func() time.Time
 }
 
 // Console is the web platform and its HTTP handlers.
 type Console struct {
-	opts     Options
-	handler  Handler
-	failures failureLimiter // wrong tokens, per client
+	opts    Options
+	handler Handler
 
 	mu      sync.Mutex // guards the fields below
-	addr    string     // the listener's address, for the Host check
 	plans   map[string]chat.Plan
 	notices map[string][]Message
 	cards   map[string]map[string]chat.Card // by thread key, then card id
@@ -111,24 +104,12 @@ func New(opts Options) *Console {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Console{opts: opts, failures: failureLimiter{now: opts.Now}, plans: map[string]chat.Plan{}, notices: map[string][]Message{}, cards: map[string]map[string]chat.Card{},
+	return &Console{opts: opts, plans: map[string]chat.Plan{}, notices: map[string][]Message{}, cards: map[string]map[string]chat.Card{},
 		seq: map[string]int64{}, status: map[string]string{}, clients: map[chan []byte]struct{}{}}
 }
 
 // Bind sets where messages go; call it before serving.
 func (c *Console) Bind(h Handler) { c.handler = h }
-
-// SetAddr tells the console the address it is served on, for the Host
-// check (DNS rebinding) on loopback listeners.
-func (c *Console) SetAddr(addr string) {
-	c.mu.Lock()
-	c.addr = addr
-	c.mu.Unlock()
-}
-
-// Guard wraps the server's whole handler with the console's security
-// checks (see guard.go).
-func (c *Console) Guard(h http.Handler) http.Handler { return c.guard(h) }
 
 // Close ends every event stream, so a server shutdown does not wait on them.
 func (c *Console) Close() {
@@ -279,48 +260,28 @@ func randomID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Register adds the console's routes to mux.
-func (c *Console) Register(mux *http.ServeMux) {
-	sub, _ := fs.Sub(static, "static")
-	files := http.FileServerFS(sub)
-	mux.Handle("GET /", c.auth(files))
-	mux.Handle("GET /app.css", files) // the sign-in page is styled too; it holds nothing private
-	mux.HandleFunc("GET /login", c.login)
-	mux.HandleFunc("POST /login", c.login)
-	mux.Handle("GET /api/info", c.auth(http.HandlerFunc(c.info)))
-	mux.Handle("GET /api/threads", c.auth(http.HandlerFunc(c.listThreads)))
-	mux.Handle("POST /api/threads", c.auth(http.HandlerFunc(c.newThread)))
-	mux.Handle("GET /api/threads/{id}", c.auth(http.HandlerFunc(c.getThread)))
-	mux.Handle("POST /api/threads/{id}/messages", c.auth(http.HandlerFunc(c.postMessage)))
-	mux.Handle("GET /api/threads/{id}/plans", c.auth(http.HandlerFunc(c.getPlans)))
-	mux.Handle("POST /api/threads/{id}/click", c.auth(http.HandlerFunc(c.click)))
-	mux.Handle("PATCH /api/threads/{id}", c.auth(http.HandlerFunc(c.renameThread)))
-	mux.Handle("DELETE /api/threads/{id}", c.auth(http.HandlerFunc(c.deleteThread)))
-	mux.Handle("GET /api/events", c.auth(http.HandlerFunc(c.events)))
-	c.RegisterProbes(mux)
+// Mux is where the console mounts its routes: the process's HTTP host
+// (package httphost), which guards them against other websites and asks
+// for the token.
+type Mux interface {
+	// Handle serves h behind the guard and the token.
+	Handle(pattern string, h http.Handler)
 }
 
-// RegisterProbes adds only /healthz, /readyz (open, nothing secret) and
-// /metrics (behind the token): what a process serving no console
-// (PINPLAN_WEB=off) still answers.
-func (c *Console) RegisterProbes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		detail := ""
-		if c.opts.ReadyDetail != nil {
-			detail = c.opts.ReadyDetail()
-		}
-		if c.opts.Ready != nil {
-			if err := c.opts.Ready(); err != nil {
-				http.Error(w, "not ready: "+err.Error()+"\n"+detail, http.StatusServiceUnavailable)
-				return
-			}
-		}
-		io.WriteString(w, "ready\n"+detail)
-	})
-	if c.opts.Metrics != nil {
-		mux.Handle("GET /metrics", c.auth(c.opts.Metrics))
-	}
+// Register adds the console's pages and API to m.
+func (c *Console) Register(m Mux) {
+	sub, _ := fs.Sub(static, "static")
+	m.Handle("GET /", http.FileServerFS(sub))
+	m.Handle("GET /api/info", http.HandlerFunc(c.info))
+	m.Handle("GET /api/threads", http.HandlerFunc(c.listThreads))
+	m.Handle("POST /api/threads", http.HandlerFunc(c.newThread))
+	m.Handle("GET /api/threads/{id}", http.HandlerFunc(c.getThread))
+	m.Handle("POST /api/threads/{id}/messages", http.HandlerFunc(c.postMessage))
+	m.Handle("GET /api/threads/{id}/plans", http.HandlerFunc(c.getPlans))
+	m.Handle("POST /api/threads/{id}/click", http.HandlerFunc(c.click))
+	m.Handle("PATCH /api/threads/{id}", http.HandlerFunc(c.renameThread))
+	m.Handle("DELETE /api/threads/{id}", http.HandlerFunc(c.deleteThread))
+	m.Handle("GET /api/events", http.HandlerFunc(c.events))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -572,11 +533,7 @@ func (c *Console) getThread(w http.ResponseWriter, r *http.Request) {
 	for _, e := range hist {
 		switch {
 		case e.Message.Role == "user":
-			text := e.Message.Content
-			if e.Author != "" {
-				text = strings.TrimPrefix(text, e.Author+": ")
-			}
-			msgs = append(msgs, Message{Role: "user", Author: e.Author, Text: text, At: e.At})
+			msgs = append(msgs, Message{Role: "user", Author: e.Author, Text: e.Text(), At: e.At})
 		case e.Message.Role == "assistant" && len(e.Message.ToolCalls) == 0 && e.Message.Content != "":
 			msgs = append(msgs, Message{Role: "assistant", Text: e.Message.Content, At: e.At})
 		}
@@ -714,10 +671,6 @@ func (c *Console) click(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	th := chat.Thread{Platform: "web", Key: key, Channel: key, ThreadID: strings.TrimPrefix(key, "web/")}
-	if !strings.HasPrefix(key, "web/") {
-		writeErr(w, http.StatusForbidden, "this thread lives on another platform; decide there")
-		return
-	}
 	res := c.handler.Click(r.Context(), chat.Click{Thread: th, Button: body.Button, UserID: "web", UserName: "the console user"})
 	if res.Card != nil {
 		c.setCard(th, *res.Card)

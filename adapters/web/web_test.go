@@ -14,6 +14,7 @@ import (
 
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/httphost"
 )
 
 type fakeStore struct{ hist []agent.Entry }
@@ -77,12 +78,12 @@ func newConsole(t *testing.T, token string) (*Console, *httptest.Server, *recHan
 	if signIn {
 		token = testToken
 	}
-	c := New(Options{Store: st, Token: token})
+	c := New(Options{Store: st})
 	h := &recHandler{}
 	c.Bind(h)
-	mux := http.NewServeMux()
-	c.Register(mux)
-	var handler http.Handler = c.Guard(mux)
+	host := httphost.New(httphost.Options{Token: token})
+	c.Register(host)
+	var handler http.Handler = host.Handler()
 	if signIn {
 		inner := handler
 		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -93,7 +94,7 @@ func newConsole(t *testing.T, token string) (*Console, *httptest.Server, *recHan
 		})
 	}
 	srv := httptest.NewServer(handler)
-	c.SetAddr(srv.Listener.Addr().String())
+	host.SetAddr(srv.Listener.Addr().String())
 	t.Cleanup(func() { c.Close(); srv.Close() })
 	return c, srv, h, st
 }
@@ -131,7 +132,10 @@ func TestThreadViewMergesNotices(t *testing.T) {
 
 func TestTokenAndInput(t *testing.T) {
 	_, srv, h, _ := newConsole(t, "s3cret")
-	do := func(method, path, body, auth string) int {
+	// The handler knows a Slack thread: the console may show it, but
+	// answering it is Slack's business.
+	h.known = map[string]bool{"slack/T1/C1/1.1": true}
+	do := func(method, path, body, auth string) (int, string) {
 		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		if auth != "" {
@@ -141,31 +145,41 @@ func TestTokenAndInput(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
-		return resp.StatusCode
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, string(b)
 	}
 	tests := []struct {
 		name, method, path, body, auth string
 		want                           int
+		answer                         string // in the answer's body, if set
 	}{
-		{"no token", "GET", "/api/threads", "", "", 401},
-		{"events need it too", "GET", "/api/events", "", "", 401},
-		{"good token", "GET", "/api/threads", "", "s3cret", 200},
-		{"health is open", "GET", "/healthz", "", "", 200},
-		{"bad json", "POST", "/api/threads", "{", "s3cret", 400},
-		{"trailing data", "POST", "/api/threads", `{"text":"x"} {"text":"y"}`, "s3cret", 400},
-		{"too big", "POST", "/api/threads", `{"text":"` + strings.Repeat("a", 1<<20) + `"}`, "s3cret", 413},
-		{"refused", "POST", "/api/threads", `{"text":"` + strings.Repeat("a", 200) + `"}`, "s3cret", 422},
-		{"bad id", "POST", "/api/threads/..%2fx/messages", `{"text":"x"}`, "s3cret", 404},
-		{"unknown thread", "POST", "/api/threads/nosuch/messages", `{"text":"x"}`, "s3cret", 404},
-		{"plans of an unknown thread", "GET", "/api/threads/nosuch/plans", "", "s3cret", 404},
-		{"author too long", "POST", "/api/threads", `{"text":"hello","author":"` + strings.Repeat("n", 50000) + `"}`, "s3cret", 422},
-		{"new thread", "POST", "/api/threads", `{"text":"hello"}`, "s3cret", 201},
-		{"slack thread is read-only", "POST", "/api/threads/slack~T1~C1~1.1/messages", `{"text":"x"}`, "s3cret", 404},
+		{"no token", "GET", "/api/threads", "", "", 401, ""},
+		{"events need it too", "GET", "/api/events", "", "", 401, ""},
+		{"good token", "GET", "/api/threads", "", "s3cret", 200, ""},
+		{"health is open", "GET", "/healthz", "", "", 200, ""},
+		{"bad json", "POST", "/api/threads", "{", "s3cret", 400, ""},
+		{"trailing data", "POST", "/api/threads", `{"text":"x"} {"text":"y"}`, "s3cret", 400, ""},
+		{"too big", "POST", "/api/threads", `{"text":"` + strings.Repeat("a", 1<<20) + `"}`, "s3cret", 413, ""},
+		{"refused", "POST", "/api/threads", `{"text":"` + strings.Repeat("a", 200) + `"}`, "s3cret", 422, ""},
+		{"bad id", "POST", "/api/threads/..%2fx/messages", `{"text":"x"}`, "s3cret", 404, ""},
+		{"unknown thread", "POST", "/api/threads/nosuch/messages", `{"text":"x"}`, "s3cret", 404, ""},
+		{"plans of an unknown thread", "GET", "/api/threads/nosuch/plans", "", "s3cret", 404, ""},
+		{"author too long", "POST", "/api/threads", `{"text":"hello","author":"` + strings.Repeat("n", 50000) + `"}`, "s3cret", 422, ""},
+		{"new thread", "POST", "/api/threads", `{"text":"hello"}`, "s3cret", 201, ""},
+		{"unknown slack thread", "POST", "/api/threads/slack~T1~C9~1.1/messages", `{"text":"x"}`, "s3cret", 404, "no such thread"},
+		{"slack thread is read-only", "POST", "/api/threads/slack~T1~C1~1.1/messages", `{"text":"x"}`, "s3cret", 403, "this thread lives on another platform"},
 	}
 	for _, tt := range tests {
-		if got := do(tt.method, tt.path, tt.body, tt.auth); got != tt.want {
+		got, body := do(tt.method, tt.path, tt.body, tt.auth)
+		if got != tt.want {
 			t.Errorf("%s: %d, want %d", tt.name, got, tt.want)
+		}
+		if !strings.Contains(body, tt.answer) {
+			t.Errorf("%s: answer %q, want it to say %q", tt.name, body, tt.answer)
 		}
 	}
 	if len(h.got) != 1 || h.got[0].Text != "hello" || !strings.HasPrefix(h.got[0].Thread.Key, "web/") {

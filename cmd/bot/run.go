@@ -25,6 +25,7 @@ import (
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/config"
+	"github.com/pinplan/pinplan/httphost"
 	"github.com/pinplan/pinplan/mcp"
 	"github.com/pinplan/pinplan/store"
 )
@@ -114,14 +115,29 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 }
 
 // serve runs until ctx is done, then shuts down in order: stop taking
-// events, let sessions reach a checkpoint, finish plan renders, close the DB.
-func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(string) string, stdout, stderr io.Writer) error {
+// events, let sessions reach a checkpoint, finish plan renders, close the
+// DB. Every part registers its teardown as it is made; they run in
+// reverse, on a clean stop and on an early error alike.
+func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(string) string, stdout, stderr io.Writer) (err error) {
 	log := newLogger(cfg, stderr)
+	ctx, cancel := context.WithCancel(ctx)
+	var teardown []func()
+	defer func() {
+		cancel()
+		for i := len(teardown) - 1; i >= 0; i-- {
+			teardown[i]()
+		}
+		if err == nil {
+			log.Info("stopped")
+		}
+	}()
+	later := func(f func()) { teardown = append(teardown, f) }
+
 	db, err := store.Open(cfg.DB, store.Options{LockTimeout: 2 * time.Second, BatchDelay: 2 * time.Millisecond})
 	if err != nil {
 		return err
 	}
-	defer db.Close()
+	later(func() { db.Close() })
 	token, generated, err := consoleToken(cfg)
 	if err != nil {
 		return err
@@ -139,7 +155,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	}
 	servers := mcp.New(mcp.Options{Servers: mcpServers(cfg), ResultBytes: cfg.ToolResultBytes, Timeout: cfg.ToolTimeout,
 		Logger: log.With("component", "mcp"), Hooks: m.mcpHooks(), Env: getenv})
-	defer servers.Close()
+	later(func() { servers.Close() })
 	if len(cfg.MCP) > 0 {
 		// The servers connect in the background: one slow to start must
 		// not hold up the listener or the platforms, and its tools appear
@@ -150,10 +166,10 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 		}
 		registry.AddSource(servers)
 	}
+	var wg sync.WaitGroup // the HTTP server and housekeeping
+	later(wg.Wait)
 
-	console := web.New(web.Options{Store: webStore{db}, Token: cfg.WebToken.Reveal(), Demo: demo, Model: modelName,
-		Logger: log.With("adapter", "web"), Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
-		Ready: func() error { return m.ready() }, ReadyDetail: func() string { return mcpStatus(servers) }})
+	console := web.New(web.Options{Store: webStore{db}, Demo: demo, Model: modelName, Logger: log.With("adapter", "web")})
 	platforms := map[string]chat.Platform{"web": console}
 
 	hooks := m.boardHooks()
@@ -164,6 +180,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	}
 	router := chat.NewRouter(chat.Options{Store: db, Outbox: db, Platforms: platforms, Logger: log.With("component", "chat"), Hooks: hooks,
 		Approvers: cfg.Approvers, ThreadContext: cfg.ThreadContext})
+	later(router.Close)
 	runner, err := agent.NewRunner(agent.Options{
 		Model: model, Store: db, Tools: registry, ModelName: modelName,
 		SystemPrompt: systemPrompt, StaleRounds: cfg.StaleRounds, ReminderRole: cfg.ReminderRole, MaxRounds: cfg.MaxRounds,
@@ -182,15 +199,17 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	if err != nil {
 		return err
 	}
+	later(runner.Close)
 	router.Bind(runner)
 	console.Bind(router)
 
-	mux := http.NewServeMux()
-	if cfg.WebOff {
-		console.RegisterProbes(mux)
-	} else {
-		console.Register(mux)
+	host := httphost.New(httphost.Options{Token: token, Logger: log.With("component", "http"),
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		Ready:   func() error { return m.ready() }, ReadyDetail: func() string { return mcpStatus(servers) }})
+	if !cfg.WebOff {
+		console.Register(host)
 	}
+	host.Handle("GET /api/backup", backupHandler(db))
 	var slk *slackadapter.Adapter
 	if cfg.SlackBotToken != "" {
 		slk = slackadapter.New(slackadapter.Options{
@@ -199,12 +218,13 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 			Handler: router, Dedupe: db, Logger: log.With("adapter", "slack"),
 		})
 		platforms["slack"] = slk
+		later(slk.Wait) // after the HTTP server stops: no more events
 		if cfg.SlackAppToken == "" {
-			mux.Handle("POST /slack/events", slk.HTTPHandler(ctx))
-			mux.Handle("POST /slack/interactions", slk.InteractionsHandler(ctx))
+			// Signed by Slack: neither the console's guard nor its token.
+			host.HandlePublic("POST /slack/events", slk.HTTPHandler(ctx))
+			host.HandlePublic("POST /slack/interactions", slk.InteractionsHandler(ctx))
 		}
 	}
-	mux.Handle("GET /api/backup", console.Protect(backupHandler(db)))
 	var dsc *discordadapter.Adapter
 	if cfg.DiscordBotToken != "" {
 		dsc, err = discordadapter.New(discordadapter.Options{Token: cfg.DiscordBotToken.Reveal(), APIURL: cfg.DiscordAPIURL,
@@ -214,22 +234,25 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 		}
 		platforms["discord"] = dsc
 	}
-	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	ln, err := host.Listen(cfg.HTTPAddr)
 	if err != nil {
-		runner.Close()
-		router.Close()
 		return fmt.Errorf("listen on PINPLAN_HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
 	}
-	console.SetAddr(ln.Addr().String())
-	srv := newHTTPServer(console.Guard(mux), log)
-	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := host.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server", "err", err)
 		}
 	}()
+	later(func() {
+		shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := host.Shutdown(shutCtx); err != nil {
+			log.Warn("http shutdown", "err", err)
+		}
+	})
+	later(console.Close) // end the event streams first, so the shutdown does not wait on them
 	if !cfg.ModelConfigured && !demo {
 		fmt.Fprintln(stdout, "pinplan: no model configured; set OPENAI_API_KEY or OPENAI_BASE_URL, or run with -demo")
 	}
@@ -240,28 +263,19 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	}
 	if slk != nil {
 		if err := slk.Start(ctx); err != nil {
-			srv.Close()
-			runner.Close()
-			router.Close()
-			wg.Wait()
 			return err
 		}
 		m.addCheck(slk.Ready)
 	}
 	if dsc != nil {
 		if err := dsc.Start(ctx); err != nil {
-			srv.Close()
-			runner.Close()
-			router.Close()
-			if slk != nil {
-				slk.Wait()
-			}
-			wg.Wait()
 			return err
 		}
+		later(dsc.Close) // no new messages while sessions wind down
 		m.addCheck(dsc.Ready)
 	}
 	m.setReady(nil)
+	later(func() { m.setReady(errors.New("shutting down")) })
 
 	pending, err := router.Resume(ctx)
 	if err != nil {
@@ -270,11 +284,11 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	// A resumed turn may be waiting on an MCP tool (an approval card left
 	// open by a crash): give the servers their first try before it looks
 	// the tool up. The listener and the platforms are up already.
-	mcpCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	mcpCtx, mcpCancel := context.WithTimeout(ctx, 10*time.Second)
 	if err := servers.WaitStarted(mcpCtx); err != nil {
 		log.Warn("resuming sessions before every MCP server has started", "err", err)
 	}
-	cancel()
+	mcpCancel()
 	n, err := runner.Resume(ctx)
 	if err != nil {
 		log.Error("resume sessions", "err", err)
@@ -284,55 +298,44 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	wg.Add(1)
 	go func() { // housekeeping: expired dedupe keys, idle boards, retention
 		defer wg.Done()
-		t := time.NewTicker(time.Minute)
-		defer t.Stop()
-		for n := 1; ; n++ {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			router.Evict(10 * time.Minute)
-			if n%10 == 0 {
-				if _, err := db.PruneDedupe(ctx); err != nil {
-					log.Warn("prune dedupe keys", "err", err)
-				}
-			}
-			if cfg.Retention > 0 && n%10 == 1 {
-				keys, err := db.DeleteIdle(ctx, time.Now().Add(-cfg.Retention))
-				if err != nil {
-					log.Warn("delete idle sessions", "err", err)
-				}
-				for _, k := range keys {
-					router.Forget(k)
-				}
-				if len(keys) > 0 {
-					log.Info("deleted idle sessions", "count", len(keys), "retention", cfg.Retention)
-				}
-			}
-		}
+		housekeep(ctx, cfg, db, router, log)
 	}()
 
 	<-ctx.Done()
 	log.Info("shutting down")
-	m.setReady(errors.New("shutting down"))
-	console.Close()
-	if dsc != nil {
-		dsc.Close() // no new messages while sessions wind down
-	}
-	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(shutCtx); err != nil {
-		log.Warn("http shutdown", "err", err)
-	}
-	runner.Close()
-	router.Close()
-	if slk != nil {
-		slk.Wait()
-	}
-	wg.Wait()
-	log.Info("stopped")
 	return nil
+}
+
+// housekeep runs every minute until ctx is done: idle boards leave memory,
+// expired dedupe keys and (with PINPLAN_RETENTION) idle sessions go.
+func housekeep(ctx context.Context, cfg *config.Config, db *store.DB, router *chat.Router, log *slog.Logger) {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for n := 1; ; n++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		router.Evict(10 * time.Minute)
+		if n%10 == 0 {
+			if _, err := db.PruneDedupe(ctx); err != nil {
+				log.Warn("prune dedupe keys", "err", err)
+			}
+		}
+		if cfg.Retention > 0 && n%10 == 1 {
+			keys, err := db.DeleteIdle(ctx, time.Now().Add(-cfg.Retention))
+			if err != nil {
+				log.Warn("delete idle sessions", "err", err)
+			}
+			for _, k := range keys {
+				router.Forget(k)
+			}
+			if len(keys) > 0 {
+				log.Info("deleted idle sessions", "count", len(keys), "retention", cfg.Retention)
+			}
+		}
+	}
 }
 
 const systemPrompt = `You are pinplan, an agent working inside a team chat thread. People in the thread give you multi-step tasks. Plan with todo_write, keep the plan current as you work, and finish with a concise answer for the thread. Your plan is shown to everyone as a pinned checklist, so keep item texts short and concrete.
@@ -486,27 +489,4 @@ func consoleURL(addr, token string, generated bool) string {
 		return u + "?token=" + url.QueryEscape(token)
 	}
 	return u + " (sign in with PINPLAN_WEB_TOKEN)"
-}
-
-// HTTP server limits (DESIGN §16): the Events endpoint faces the internet,
-// so a client that trickles its headers or body, or idles, is cut off.
-// Long-lived answers (the console's event stream, a backup download) lift
-// their own deadlines.
-const (
-	httpReadTimeout  = 30 * time.Second
-	httpWriteTimeout = 60 * time.Second
-	httpIdleTimeout  = 120 * time.Second
-	httpHeaderBytes  = 64 << 10
-)
-
-func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
-	return &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       httpReadTimeout,
-		WriteTimeout:      httpWriteTimeout,
-		IdleTimeout:       httpIdleTimeout,
-		MaxHeaderBytes:    httpHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
 }
