@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -156,10 +157,27 @@ func TestApprovalTimesOutAsDenied(t *testing.T) {
 	}
 }
 
+// crashCopy copies the database file as it is on disk now, while its
+// process keeps it open and running: the file a kill -9 at this moment
+// would leave. No shutdown code of that process reaches the copy.
+func crashCopy(t testing.TB, path string) string {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := filepath.Join(t.TempDir(), "after-crash.db")
+	if err := os.WriteFile(to, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return to
+}
+
 func TestApprovalSurvivesRestartAndRunsOnce(t *testing.T) {
 	var runs atomic.Int32
 	fake := &fakeopenai.Server{Respond: writeOnce}
-	db, err := store.Open(filepath.Join(t.TempDir(), "p.db"), store.Options{})
+	path := filepath.Join(t.TempDir(), "p.db")
+	db, err := store.Open(path, store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,9 +185,17 @@ func TestApprovalSurvivesRestartAndRunsOnce(t *testing.T) {
 	h := newHarness(t, fake, harnessOpts{tools: []agent.Tool{writeTool(&runs)}, db: db})
 	h.send(t, "web/rs", "write")
 	a := h.waitKind(t, "web/rs", agent.ApprovalNeeded).Approval
-	h.runner.Close()
 
-	h2 := newHarness(t, fake, harnessOpts{tools: []agent.Tool{writeTool(&runs)}, db: db})
+	// A crash while the runner waits: the next process starts on the file
+	// as it is now. The first runner is neither closed nor told anything
+	// (its Close runs at cleanup, on the old file), so only what it
+	// committed before announcing the approval survives.
+	db2, err := store.Open(crashCopy(t, path), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db2.Close() })
+	h2 := newHarness(t, fake, harnessOpts{tools: []agent.Tool{writeTool(&runs)}, db: db2})
 	if n, err := h2.runner.Resume(context.Background()); err != nil || n != 1 {
 		t.Fatalf("Resume = %d, %v; want the waiting session", n, err)
 	}

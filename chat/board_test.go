@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,12 +26,16 @@ type call struct {
 }
 
 // fakePlatform records calls. editErr, when set, decides an edit's error.
+// hold, when set, is called as each plan message request (post, edit, pin)
+// starts, before it counts as in flight, and may block it.
 type fakePlatform struct {
+	hold func(op string)
+
 	mu       sync.Mutex
 	calls    []call
 	next     int
 	shown    map[string]Plan
-	inFlight int
+	inFlight int // plan message requests (post, edit, pin) in progress
 	maxIn    int
 	editErr  func(n int) error
 	pinErr   error
@@ -39,7 +44,10 @@ type fakePlatform struct {
 	replies  int
 }
 
-func (f *fakePlatform) enter() {
+func (f *fakePlatform) enter(op string) {
+	if f.hold != nil {
+		f.hold(op)
+	}
 	f.mu.Lock()
 	f.inFlight++
 	f.maxIn = max(f.maxIn, f.inFlight)
@@ -50,7 +58,7 @@ func (f *fakePlatform) enter() {
 func (f *fakePlatform) leave() { f.mu.Lock(); f.inFlight--; f.mu.Unlock() }
 
 func (f *fakePlatform) PostPlan(_ context.Context, th Thread, p Plan) (MessageRef, error) {
-	f.enter()
+	f.enter("post")
 	defer f.leave()
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -60,12 +68,12 @@ func (f *fakePlatform) PostPlan(_ context.Context, th Thread, p Plan) (MessageRe
 		f.shown = map[string]Plan{}
 	}
 	f.shown[id] = p
-	f.calls = append(f.calls, call{Op: "post", Ref: id, Rev: p.Revision})
+	f.calls = append(f.calls, call{Op: "post", Ref: id, Rev: p.Revision, Text: string(p.State)})
 	return MessageRef{Channel: th.Channel, ID: id}, nil
 }
 
 func (f *fakePlatform) EditPlan(_ context.Context, _ Thread, ref MessageRef, p Plan) error {
-	f.enter()
+	f.enter("edit")
 	defer f.leave()
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -85,6 +93,8 @@ func (f *fakePlatform) EditPlan(_ context.Context, _ Thread, ref MessageRef, p P
 }
 
 func (f *fakePlatform) Pin(_ context.Context, _ Thread, ref MessageRef, pin bool) error {
+	f.enter("pin")
+	defer f.leave()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	op := "pin"
@@ -175,29 +185,81 @@ func newTestRouter(t *testing.T, p Platform, st *chattest.Boards) *Router {
 }
 
 func TestBoardPostsPinsOnceAndEndsOnNewest(t *testing.T) {
-	p := &fakePlatform{}
+	// The platform holds the first post until every revision has arrived:
+	// revisions come faster than the platform takes them, which is when
+	// DESIGN §6 says the board skips intermediate ones.
+	posting, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	p := &fakePlatform{hold: func(op string) {
+		if op == "post" {
+			once.Do(func() { close(posting); <-release })
+		}
+	}}
 	r := newTestRouter(t, p, &chattest.Boards{})
 	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnStarted})
-	for rev := int64(1); rev <= 100; rev++ {
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress, todo.Pending)})
+	select {
+	case <-posting:
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("revision 1 was not posted within 10s")
+	}
+	for rev := int64(2); rev <= 100; rev++ {
 		r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: rev, Plan: plan(rev, todo.InProgress, todo.Pending)})
 	}
 	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Plan: plan(100, todo.InProgress, todo.Pending)})
+	close(release)
 	settle(t, r, "test/1")
+
+	p.mu.Lock()
+	calls, edits, maxIn := append([]call(nil), p.calls...), p.edits, p.maxIn
+	p.mu.Unlock()
 	if p.count("post") != 1 || p.count("pin") != 1 {
 		t.Errorf("posts=%d pins=%d, want 1 and 1", p.count("post"), p.count("pin"))
+	}
+	// 101 contents were wanted (revisions 1..100, then revision 100 done).
+	// The post showed the first; everything after it arrived while the
+	// platform was busy, so one edit, to the newest, is all it takes.
+	if edits != 1 {
+		t.Errorf("%d edits after the held post, want 1 (to the newest): intermediate revisions not skipped; calls %+v", edits, calls)
+	}
+	// Shown in the order they were wanted: by revision, and revision 100
+	// done after revision 100 working. Never an older after a newer.
+	order := func(c call) int64 {
+		o := 2 * c.Rev
+		if c.Text == string(StateDone) {
+			o++
+		}
+		return o
+	}
+	var shown []call
+	for _, c := range calls {
+		if c.Op == "post" || c.Op == "edit" {
+			shown = append(shown, c)
+		}
+	}
+	for i := 1; i < len(shown); i++ {
+		if order(shown[i]) <= order(shown[i-1]) {
+			t.Errorf("revision %d %s shown after revision %d %s: older after newer or shown twice", shown[i].Rev, shown[i].Text, shown[i-1].Rev, shown[i-1].Text)
+		}
+	}
+	if len(shown) == 0 || shown[0].Op != "post" || shown[0].Rev != 1 {
+		t.Errorf("shown %+v, want revision 1 posted first", shown)
 	}
 	got := p.plan("m1")
 	if got.Revision != 100 || got.State != StateDone {
 		t.Errorf("final shown revision %d state %s, want 100 done", got.Revision, got.State)
 	}
-	if p.maxIn > 1 {
-		t.Errorf("%d requests in flight at once, want at most 1", p.maxIn)
+	if maxIn != 1 {
+		t.Errorf("at most %d plan message requests in flight at once, want 1", maxIn)
 	}
-	if p.edits >= 100 {
-		t.Errorf("%d edits for 100 revisions: not coalesced", p.edits)
+	// The bot closes the run out and ticks nothing: the items stay open
+	// and the footer says so.
+	if got.Title() != "Plan · 0/2 done" {
+		t.Errorf("title %q, want %q", got.Title(), "Plan · 0/2 done")
 	}
-	if got.Footer() == "" || got.Title() != "Plan · 0/2 done" {
-		t.Errorf("title %q", got.Title())
+	if want := " · revision 100 · done · 2 open items left"; !strings.HasSuffix(got.Footer(), want) {
+		t.Errorf("footer %q, want it to end %q", got.Footer(), want)
 	}
 }
 

@@ -8,8 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,7 +16,6 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/pinplan/pinplan/agent"
-	"github.com/pinplan/pinplan/config"
 )
 
 // httpServer is a streamable-HTTP MCP server made with the go-sdk's own
@@ -119,58 +116,21 @@ func (s *httpServer) counts() (cancelled int, rejected []string) {
 	return s.cancelled, append([]string(nil), s.rejected...)
 }
 
-// fromConfig is what cmd/bot does with config.Config.MCP.
-func fromConfig(cs []config.MCPServer) []Server {
-	var out []Server
-	for _, c := range cs {
-		s := Server{Name: c.Name, Command: c.Command, URL: c.URL, Policy: c.Policy, Tools: c.Tools}
-		if c.Env != nil {
-			s.Env = map[string]string{}
-			for k, v := range c.Env {
-				s.Env[k] = v.Reveal()
-			}
-		}
-		if c.Headers != nil {
-			s.Headers = map[string]string{}
-			for k, v := range c.Headers {
-				s.Headers[k] = v.Reveal()
-			}
-		}
-		for _, v := range c.Secrets {
-			s.Secrets = append(s.Secrets, v.Reveal())
-		}
-		out = append(out, s)
-	}
-	return out
-}
-
-// loadServers reads [mcp.*] tables through config.Load, as the bot does.
-func loadServers(tb testing.TB, toml string, env map[string]string) []Server {
-	tb.Helper()
-	path := filepath.Join(tb.TempDir(), "pinplan.toml")
-	if err := os.WriteFile(path, []byte(toml), 0o600); err != nil {
-		tb.Fatal(err)
-	}
-	env["PINPLAN_CONFIG"] = path
-	cfg, err := config.Load(func(k string) string { return env[k] })
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return fromConfig(cfg.MCP)
-}
-
-func TestHTTPBearerTokenFromEnv(t *testing.T) {
+// TestHTTPBearerToken: a server's headers are sent with every request and
+// never shown. The servers are what the bot makes of
+//
+//	[mcp.remote]
+//	url = "..."
+//	headers = { Authorization = "Bearer ${REMOTE_TOKEN}" }
+//
+// (cmd/bot's TestMCPServersFromConfig checks that conversion).
+func TestHTTPBearerToken(t *testing.T) {
 	const token, wrong = "tok-4f9c2e7a1b3d5c6e", "tok-wrong-0000000000"
 	srv := newHTTPServer(t, token)
-	servers := loadServers(t, fmt.Sprintf(`
-[mcp.remote]
-url = %q
-headers = { Authorization = "Bearer ${REMOTE_TOKEN}" }
-
-[mcp.stale]
-url = %q
-headers = { Authorization = "Bearer ${STALE_TOKEN}" }
-`, srv.ts.URL, srv.ts.URL), map[string]string{"REMOTE_TOKEN": token, "STALE_TOKEN": wrong})
+	servers := []Server{
+		{Name: "remote", URL: srv.ts.URL, Headers: map[string]string{"Authorization": "Bearer " + token}, Secrets: []string{token}},
+		{Name: "stale", URL: srv.ts.URL, Headers: map[string]string{"Authorization": "Bearer " + wrong}, Secrets: []string{wrong}},
+	}
 	h := start(t, Options{Servers: servers, ConnectTimeout: 5 * time.Second})
 	var texts []string // every status and error the test saw, checked for the tokens at the end
 

@@ -3,8 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/pinplan/pinplan/config"
+	"github.com/pinplan/pinplan/mcp"
 )
 
 func runWith(env map[string]string, args ...string) (string, string, error) {
@@ -38,4 +45,56 @@ func TestRunErrors(t *testing.T) {
 	if _, _, err := runWith(nil, "backup"); err == nil || !strings.Contains(err.Error(), "usage") {
 		t.Errorf("backup without a file: %v", err)
 	}
+}
+
+// TestMCPServersFromConfig: what the bot hands the MCP manager for the
+// [mcp.*] tables of PINPLAN_CONFIG: ${VAR}s resolved, the values they
+// resolved to kept for redaction, policies as written.
+func TestMCPServersFromConfig(t *testing.T) {
+	const token, key = "tok-4f9c2e7a1b3d5c6e", "fs-key-0123456789"
+	path := filepath.Join(t.TempDir(), "pinplan.toml")
+	toml := `
+[mcp.remote]
+url = "https://mcp.example/mcp"
+headers = { Authorization = "Bearer ${REMOTE_TOKEN}", X-Team = "docs" }
+policy = "ask"
+
+[mcp.fs]
+command = ["npx", "-y", "@modelcontextprotocol/server-filesystem", "/srv/docs"]
+env = { FS_KEY = "${FS_KEY}", MODE = "ro" }
+tools = { read_text_file = "allow", write_file = "deny" }
+
+[mcp.plain]
+url = "http://127.0.0.1:9/mcp"
+`
+	if err := os.WriteFile(path, []byte(toml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"PINPLAN_CONFIG": path, "REMOTE_TOKEN": token, "FS_KEY": key}
+	cfg, err := config.Load(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := mcpServers(cfg)
+	want := []mcp.Server{ // config sorts the servers by name
+		{Name: "fs", Command: []string{"npx", "-y", "@modelcontextprotocol/server-filesystem", "/srv/docs"},
+			Env: map[string]string{"FS_KEY": key, "MODE": "ro"}, Tools: map[string]string{"read_text_file": "allow", "write_file": "deny"},
+			Secrets: []string{key}},
+		{Name: "plain", URL: "http://127.0.0.1:9/mcp"},
+		{Name: "remote", URL: "https://mcp.example/mcp", Policy: "ask",
+			Headers: map[string]string{"Authorization": "Bearer " + token, "X-Team": "docs"}, Secrets: []string{token}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		// %#v of an mcp.Server hides its values; print the fields.
+		t.Errorf("mcpServers =\n%s\nwant\n%s", describeServers(got), describeServers(want))
+	}
+}
+
+func describeServers(ss []mcp.Server) string {
+	var b strings.Builder
+	for _, s := range ss {
+		fmt.Fprintf(&b, "  {Name:%q Command:%q Env:%v URL:%q Headers:%v Policy:%q Tools:%v Secrets:%q}\n",
+			s.Name, s.Command, s.Env, s.URL, s.Headers, s.Policy, s.Tools, s.Secrets)
+	}
+	return b.String()
 }

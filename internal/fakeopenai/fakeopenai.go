@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -110,7 +111,7 @@ func (s *Server) Requests() []openai.ChatCompletionRequest {
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/chat/completions") {
-		writeError(w, http.StatusNotFound, "not_found", "unknown endpoint "+r.URL.Path)
+		writeError(w, http.StatusNotFound, "not_found", "", "unknown endpoint "+r.URL.Path)
 		return
 	}
 	body, err := io.ReadAll(r.Body)
@@ -119,11 +120,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var req openai.ChatCompletionRequest
 	if err := json.Unmarshal(body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "", err.Error())
 		return
 	}
-	if msg := invalidMessages(req.Messages); msg != "" {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", msg)
+	if msg, param := invalidMessages(req.Messages); msg != "" {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", param, msg)
 		return
 	}
 	prompt := CountTokens(&req)
@@ -161,7 +162,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if f.RetryAfter != "" {
 			w.Header().Set("Retry-After", f.RetryAfter)
 		}
-		writeError(w, f.Status, "server_error", fmt.Sprintf("injected %d", f.Status))
+		writeError(w, f.Status, "server_error", "", fmt.Sprintf("injected %d", f.Status))
 		return
 	}
 	if f.Malformed {
@@ -247,10 +248,15 @@ func (s *Server) stream(w http.ResponseWriter, req *openai.ChatCompletionRequest
 	io.WriteString(w, "data: [DONE]\n\n")
 }
 
-func writeError(w http.ResponseWriter, status int, typ, msg string) {
+// writeError answers with OpenAI's error body; an empty param is null.
+func writeError(w http.ResponseWriter, status int, typ, param, msg string) {
+	var p any
+	if param != "" {
+		p = param
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "code": nil}})
+	json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": p, "code": nil}})
 }
 
 // Script answers from a per-conversation script: script(first) gives the
@@ -277,29 +283,60 @@ func Script(script func(firstUser string) []Reply) func(*openai.ChatCompletionRe
 	}
 }
 
-// invalidMessages rejects what the real APIs reject in a conversation: an
+// invalidMessages rejects what the real APIs reject in a conversation and
+// names the message as OpenAI's param does ("messages.[3].role"): an
 // assistant message with neither content nor tool calls (OpenAI: "expected
 // a string, got null"), reasoning_content sent back (DeepSeek answers 400),
-// and a tool result that answers no earlier tool call.
-func invalidMessages(msgs []openai.ChatCompletionMessage) string {
-	calls := map[string]bool{}
+// an assistant message whose tool calls are not each answered by a tool
+// message before the next message of another role, and a tool message
+// that answers no call of the assistant message its run follows.
+func invalidMessages(msgs []openai.ChatCompletionMessage) (msg, param string) {
+	// run holds the call ids of the assistant message the current run of
+	// tool messages answers (nil outside a run); open those not answered
+	// yet, in order, and at the assistant message's index.
+	var (
+		run  map[string]bool
+		open []string
+		at   int
+	)
+	unanswered := func() (string, string) {
+		return "An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. The following tool_call_ids did not have response messages: " + strings.Join(open, ", "),
+			fmt.Sprintf("messages.[%d].role", at)
+	}
 	for i, m := range msgs {
+		if m.Role != openai.ChatMessageRoleTool {
+			if len(open) > 0 {
+				return unanswered()
+			}
+			run = nil
+		}
 		switch m.Role {
 		case openai.ChatMessageRoleAssistant:
 			if m.Content == "" && len(m.MultiContent) == 0 && len(m.ToolCalls) == 0 {
-				return fmt.Sprintf("Invalid value for 'messages[%d].content': expected a string, got null.", i)
+				return fmt.Sprintf("Invalid value for 'messages[%d].content': expected a string, got null.", i), fmt.Sprintf("messages.[%d].content", i)
 			}
-			for _, tc := range m.ToolCalls {
-				calls[tc.ID] = true
+			if len(m.ToolCalls) > 0 {
+				run, at = map[string]bool{}, i
+				for _, tc := range m.ToolCalls {
+					run[tc.ID] = true
+					open = append(open, tc.ID)
+				}
 			}
 		case openai.ChatMessageRoleTool:
-			if !calls[m.ToolCallID] {
-				return fmt.Sprintf("Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls' (messages[%d]).", i)
+			if run == nil {
+				return "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls'.", fmt.Sprintf("messages.[%d].role", i)
 			}
+			if !run[m.ToolCallID] {
+				return fmt.Sprintf("Invalid parameter: 'tool_call_id' of '%s' not found in 'tool_calls' of previous message.", m.ToolCallID), fmt.Sprintf("messages.[%d].tool_call_id", i)
+			}
+			open = slices.DeleteFunc(open, func(id string) bool { return id == m.ToolCallID })
 		}
 		if m.ReasoningContent != "" {
-			return fmt.Sprintf("messages[%d]: reasoning_content must not be sent back in a request", i)
+			return fmt.Sprintf("messages[%d]: reasoning_content must not be sent back in a request", i), fmt.Sprintf("messages.[%d].reasoning_content", i)
 		}
 	}
-	return ""
+	if len(open) > 0 {
+		return unanswered()
+	}
+	return "", ""
 }
