@@ -75,9 +75,6 @@ func (s Snapshot) Count(st Status) int {
 	return n
 }
 
-// Open reports whether any item is not completed.
-func (s Snapshot) Open() bool { return s.Count(Completed) < len(s.items) }
-
 // Encode returns the canonical snapshot text of items:
 // {"todos":[{"content":"...","status":"..."}]} with no whitespace, equal byte
 // for byte to ECMAScript JSON.stringify of that object after every code point
