@@ -189,3 +189,44 @@ func TestDiscordReconnectGapIsFetched(t *testing.T) {
 		}
 	}
 }
+
+// TestSlackReplyRefusedForGoodIsReported: an answer Slack refuses with
+// not_in_channel (the bot was removed from the channel) is attempted at
+// most twice, then counted as undelivered and shown to the operator; it
+// is not retried for a day as if a pin had failed.
+func TestSlackReplyRefusedForGoodIsReported(t *testing.T) {
+	r := newSlackRig(t, 1, 1500*time.Millisecond, true) // the answer comes 1.5 s after the plan
+	p := r.start(t)
+	defer p.stop(t)
+	thread := "1700004000.000100"
+	// The plan post goes through; the answer, the next postMessage after
+	// it, is refused for good.
+	if _, err := r.slack.Push("EvNIC", mention("C1", thread, "do it")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the plan message", func() bool { return len(planMessages(r.slack, "C1")) == 1 })
+	r.slack.Fail("chat.postMessage", "not_in_channel", "not_in_channel", "not_in_channel", "not_in_channel")
+	waitFor(t, 30*time.Second, "the undelivered reply counted", func() bool {
+		_, body := httpGet(t, p.URL+"/metrics")
+		return strings.Contains(body, `pinplan_replies_undelivered_total{platform="slack"} 1`)
+	})
+	time.Sleep(3 * time.Second) // any retry would come within the first backoffs
+	refused := 0
+	for _, c := range r.slack.Calls("chat.postMessage") {
+		if c.Error == "not_in_channel" {
+			refused++
+		}
+	}
+	if refused < 1 || refused > 2 {
+		t.Errorf("the refused answer was attempted %d times, want at most twice", refused)
+	}
+	var view threadView
+	getJSON(t, p.URL+"/api/threads/slack~T1~C1~"+thread, &view)
+	shown := false
+	for _, m := range view.Messages {
+		shown = shown || strings.Contains(m.Text, "Not delivered to slack")
+	}
+	if !shown {
+		t.Errorf("the console does not show the undelivered answer: %+v", view.Messages)
+	}
+}
