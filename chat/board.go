@@ -179,6 +179,10 @@ const (
 	maxFailures  = 5 // failed attempts, then the thread is told once
 	maxReposts   = 2 // new messages when the old one is gone (DESIGN §6)
 	maxEditLater = 3 // back-offs on ErrEditLater before reposting
+
+	// maxBoardBackoff caps the wait between failed attempts: with
+	// maxFailures attempts from a 1 s start it is never reached.
+	maxBoardBackoff = time.Minute
 )
 
 func (b *Board) loop() {
@@ -203,8 +207,8 @@ func (b *Board) loop() {
 		}
 
 		ref, err := b.apply(ctx, rec, want)
-		var rl *RateLimitError
-		if errors.Is(err, ErrEditLater) {
+		outcome, retryAfter := Classify(err)
+		if err != nil && outcome == EditLater {
 			// Discord 30046: too many edits of an old message for now.
 			// Back off and edit again; repost only if it persists.
 			later++
@@ -215,15 +219,19 @@ func (b *Board) loop() {
 			}
 			later = 0
 			err = fmt.Errorf("%w: %w", ErrMessageGone, err)
+			outcome = MessageGone
 		}
-		if err == nil || !errors.Is(err, ErrEditLater) {
+		if err == nil || outcome != EditLater {
 			later = 0
 		}
-		if errors.Is(err, ErrMessageGone) && reposts >= maxReposts {
+		if err != nil && outcome == MessageGone && reposts >= maxReposts {
 			// The new message keeps vanishing too (or the platform keeps
 			// saying so): stop posting and take the failure path.
 			err = fmt.Errorf("gave up after %d new plan messages: %w", reposts, err)
-			failures = maxFailures - 1
+			outcome = Permanent
+		}
+		if err != nil && outcome == Permanent {
+			failures = maxFailures - 1 // no retry can help: the failure path now
 		}
 		switch {
 		case err == nil:
@@ -237,13 +245,13 @@ func (b *Board) loop() {
 			if said {
 				b.update(func(r *boardRecord) { r.FailureSaid = false })
 			}
-		case errors.As(err, &rl):
+		case outcome == RetryAfter:
 			if b.hooks != nil && b.hooks.RateLimitWait != nil {
-				b.hooks.RateLimitWait(rec.Thread.Platform, rl.RetryAfter)
+				b.hooks.RateLimitWait(rec.Thread.Platform, retryAfter)
 			}
-			b.log.Info("plan board rate limited", "retry_after", rl.RetryAfter)
-			sleep(ctx, max(rl.RetryAfter, 50*time.Millisecond))
-		case errors.Is(err, ErrMessageGone) && reposts < maxReposts:
+			b.log.Info("plan board rate limited", "retry_after", retryAfter)
+			sleep(ctx, b.owner.backoff(maxBoardBackoff).Wait(failures, err))
+		case outcome == MessageGone:
 			reposts++
 			b.log.Warn("plan message gone; posting a new one", "ref", ref.ID, "repost", reposts, "err", err)
 			b.update(func(r *boardRecord) {
@@ -269,7 +277,7 @@ func (b *Board) loop() {
 				}
 				continue
 			}
-			sleep(ctx, b.owner.opts.RetryDelay<<(failures-1))
+			sleep(ctx, b.owner.backoff(maxBoardBackoff).Wait(failures, err))
 		}
 	}
 }

@@ -104,6 +104,13 @@ func ParseButtonID(s string) (action, id string, ok bool) {
 	return "", "", false
 }
 
+// Cards are posted and edited while a turn waits: a few quick attempts,
+// then the thread is told in words.
+const (
+	cardAttempts = 5
+	cardBackoff  = 16 * time.Second
+)
+
 // cardID derives a card's id from its session and call, so a card posted
 // again after a crash carries the same buttons.
 func cardID(key string, a agent.Approval) string {
@@ -313,18 +320,11 @@ func (r *Router) showCard(ctx context.Context, b *Board, th Thread, a agent.Appr
 		}
 	})
 	var ref MessageRef
-	var err error
-	for attempt := 1; attempt <= 5; attempt++ {
-		if ref, err = ip.PostCard(ctx, th, card); err == nil || errors.Is(err, ErrUndeliverable) {
-			break
-		}
-		var rl *RateLimitError
-		wait := r.opts.RetryDelay << (attempt - 1)
-		if errors.As(err, &rl) {
-			wait = rl.RetryAfter
-		}
-		sleep(ctx, wait)
-	}
+	_, err := sendUntil(ctx, r.backoff(cardBackoff), cardAttempts, nil, func(ctx context.Context) error {
+		var err error
+		ref, err = ip.PostCard(ctx, th, card)
+		return err
+	})
 	if err != nil {
 		// The turn still waits: say so in words, with the way out.
 		b.log.Error("post approval card", "err", err)
@@ -363,7 +363,10 @@ func (r *Router) closeCardID(ctx context.Context, b *Board, th Thread, id string
 	}
 	card := decided(cr.Card, d)
 	if ip, ok := b.platform.(Interactive); ok {
-		if err := ip.EditCard(ctx, th, cr.Ref, card); err != nil {
+		_, err := sendUntil(ctx, r.backoff(cardBackoff), cardAttempts, nil, func(ctx context.Context) error {
+			return ip.EditCard(ctx, th, cr.Ref, card)
+		})
+		if err != nil {
 			b.log.Warn("edit approval card", "err", err)
 		}
 	}

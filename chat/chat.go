@@ -1,7 +1,9 @@
 // Package chat is pinplan's platform-neutral core: thread identity, the
 // Platform interface the adapters implement, the Router that gives every
-// thread one serial agent session, and the plan board that posts, pins and
-// edits a thread's plan message.
+// thread one serial agent session, the plan board that posts, pins and
+// edits a thread's plan message, the outbox that keeps replies until they
+// are delivered, and the delivery layer (delivery.go) whose one policy
+// retries every send by its classified Outcome.
 //
 // It imports agent and todo. Adapters import it; it imports no adapter and
 // not store (the store implements BoardStore).

@@ -3,8 +3,6 @@ package chat
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -153,37 +151,28 @@ func (o *outbox) send(ctx context.Context, q queued) {
 		log.Error("reply for a platform that is not configured; kept for when it is", "platform", th.Platform)
 		return
 	}
-	for attempt := 1; ; attempt++ {
+	tooOld := func() bool { return o.r.opts.Now().Sub(it.Created) > maxReplyAge }
+	attempts, err := sendUntil(ctx, o.r.backoff(maxReplyBackoff), 0, tooOld, func(ctx context.Context) error {
 		actx, cancel := context.WithTimeout(ctx, replyTimeout)
+		defer cancel()
 		err := p.Reply(actx, th, it.ReplyTo, it.Text)
-		cancel()
-		if err == nil {
-			if hooks := o.r.opts.Hooks; hooks != nil && hooks.Delivered != nil {
-				hooks.Delivered(th.Platform, o.r.opts.Now().Sub(it.Created), attempt)
-			}
-			break
+		if err != nil && ctx.Err() == nil {
+			log.Warn("reply not delivered", "err", err)
 		}
-		if ctx.Err() != nil {
-			return // shutdown: delivered after the restart
+		return err
+	})
+	switch {
+	case err == nil:
+		if hooks := o.r.opts.Hooks; hooks != nil && hooks.Delivered != nil {
+			hooks.Delivered(th.Platform, o.r.opts.Now().Sub(it.Created), attempts)
 		}
-		var rl *RateLimitError
-		old := o.r.opts.Now().Sub(it.Created) > maxReplyAge
-		if errors.Is(err, ErrUndeliverable) || old {
-			log.Error("reply undeliverable; dropped", "attempts", attempt, "err", err)
-			if hooks := o.r.opts.Hooks; hooks != nil && hooks.Undelivered != nil {
-				hooks.Undelivered(th, it.Text, err)
-			}
-			break
-		}
-		wait := min(o.r.opts.RetryDelay<<min(attempt-1, 16), maxReplyBackoff)
-		wait = wait/2 + rand.N(wait/2+1)
-		if errors.As(err, &rl) {
-			wait = max(rl.RetryAfter, 50*time.Millisecond)
-		}
-		log.Warn("reply not delivered; retrying", "attempt", attempt, "wait", wait, "err", err)
-		sleep(ctx, wait)
-		if ctx.Err() != nil {
-			return
+	case ctx.Err() != nil:
+		return // shutdown: delivered after the restart
+	default:
+		// Refused for good, or still failing after maxReplyAge.
+		log.Error("reply undeliverable; dropped", "attempts", attempts, "err", err)
+		if hooks := o.r.opts.Hooks; hooks != nil && hooks.Undelivered != nil {
+			hooks.Undelivered(th, it.Text, err)
 		}
 	}
 	if q.id != 0 {

@@ -1,0 +1,119 @@
+package chat
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+)
+
+// The delivery layer: every send to a platform (plan post, edit, pin and
+// unpin, card post and edit, reply) is classified into an Outcome and
+// retried by one policy. Adapters classify each platform error per
+// operation, by wrapping one of the sentinel errors of chat.go or
+// returning a *RateLimitError, so a pin problem can never be mistaken for
+// a reply problem; Classify reads the outcome back.
+
+// Outcome is what a failed send means for the next attempt.
+type Outcome int
+
+const (
+	// Retry: a transient failure (a 5xx, a timeout, the network); back
+	// off and try again.
+	Retry Outcome = iota
+	// RetryAfter: the platform said how long to wait (a 429).
+	RetryAfter
+	// Permanent: the same request will never succeed; report, drop.
+	Permanent
+	// MessageGone: the message to edit is gone or frozen; post a new one.
+	MessageGone
+	// PinUnavailable: pinning is not possible here; go on unpinned.
+	PinUnavailable
+	// EditLater: edits of this message are refused for now; back off
+	// long, edit again, and post a new message only if it persists.
+	EditLater
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Retry:
+		return "retry"
+	case RetryAfter:
+		return "retry after"
+	case Permanent:
+		return "permanent"
+	case MessageGone:
+		return "message gone"
+	case PinUnavailable:
+		return "pin unavailable"
+	case EditLater:
+		return "edit later"
+	}
+	return "unknown"
+}
+
+// Classify returns the outcome of a failed send and, for RetryAfter, the
+// wait the platform asked for.
+func Classify(err error) (Outcome, time.Duration) {
+	var rl *RateLimitError
+	switch {
+	case errors.As(err, &rl):
+		return RetryAfter, rl.RetryAfter
+	case errors.Is(err, ErrUndeliverable):
+		return Permanent, 0
+	case errors.Is(err, ErrEditLater):
+		return EditLater, 0
+	case errors.Is(err, ErrMessageGone):
+		return MessageGone, 0
+	case errors.Is(err, ErrPinUnavailable):
+		return PinUnavailable, 0
+	}
+	return Retry, 0
+}
+
+// Backoff is the one retry policy of every send: doubling waits from
+// First up to Max, with jitter over the upper half so that sends failing
+// together do not retry together; a platform's own wait (429) wins, but
+// never less than minWait.
+type Backoff struct {
+	First, Max time.Duration
+}
+
+const minWait = 50 * time.Millisecond
+
+// Wait is how long to wait after the attempt-th failure (1-based) with err.
+func (b Backoff) Wait(attempt int, err error) time.Duration {
+	if o, after := Classify(err); o == RetryAfter {
+		return max(after, minWait)
+	}
+	w := min(b.First<<min(max(attempt-1, 0), 16), b.Max)
+	return w/2 + rand.N(w/2+1)
+}
+
+// backoff is the router's retry policy, from Options.RetryDelay up to max.
+func (r *Router) backoff(max time.Duration) Backoff {
+	return Backoff{First: r.opts.RetryDelay, Max: max}
+}
+
+// sendUntil runs send until it succeeds, its outcome is not worth a retry
+// (anything but Retry and RetryAfter), attempts are spent (0: no limit),
+// giveUp reports true, or ctx is done. It returns the attempts made and
+// the last error.
+func sendUntil(ctx context.Context, b Backoff, attempts int, giveUp func() bool, send func(ctx context.Context) error) (int, error) {
+	for n := 1; ; n++ {
+		err := send(ctx)
+		if err == nil {
+			return n, nil
+		}
+		if o, _ := Classify(err); o != Retry && o != RetryAfter {
+			return n, err
+		}
+		if (attempts > 0 && n >= attempts) || (giveUp != nil && giveUp()) || ctx.Err() != nil {
+			return n, err
+		}
+		sleep(ctx, b.Wait(n, err))
+		if ctx.Err() != nil {
+			return n, err
+		}
+	}
+}
