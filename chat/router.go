@@ -491,20 +491,10 @@ func (r *Router) reset(ctx context.Context, th Thread, in Incoming) string {
 	if !r.mayReset(th.Platform, rec, in.AuthorID) {
 		return "Only " + mention(starter(rec)) + ", who started this thread's session, or an approver can reset it."
 	}
-	if err := r.runner.Reset(ctx, th.Key, in.Author); err != nil {
+	if err := r.archive(ctx, b, in.Author, false); err != nil {
 		r.opts.Logger.Error("reset session", "session", th.Key, "err", err)
 		return "I couldn't reset this thread (the bot's log has the details). Nothing was changed."
 	}
-	r.closeOpenCards(ctx, b, th, agent.Event{StoppedBy: in.Author, At: r.opts.Now()})
-	b.set(func(rec *boardRecord, want *Plan) {
-		if !rec.Ref.IsZero() {
-			rec.Unpin = append(rec.Unpin, rec.Ref)
-		}
-		rec.Ref, rec.Pinned, rec.PinUnavailable, rec.Closed, rec.FailureSaid = MessageRef{}, false, false, false, false
-		rec.Shown, rec.Cards, rec.Requester, rec.Final, rec.Restore = Plan{}, nil, "", nil, nil
-		rec.Starter = "" // the next message begins a new session: its author starts it
-		*want = Plan{}
-	})
 	r.opts.Logger.Info("session reset", "session", th.Key, "by", in.Author)
 	return "Started fresh: the earlier conversation and plan are archived (kept in the database), and the plan message is unpinned. Your next message begins a new session here."
 }
@@ -575,19 +565,28 @@ func (r *Router) Delete(ctx context.Context, key, by string) error {
 	if b == nil {
 		return errors.New("chat: no such session")
 	}
+	return r.archive(ctx, b, by, true)
+}
+
+// archive is reset's and Delete's one path: the runner archives the
+// session (stopping its turn first), open cards are closed as not run,
+// and the board starts over: the plan message is unpinned and left in
+// the thread, and everything the record knew of the old session goes.
+// hidden also takes the session out of the console's listing.
+func (r *Router) archive(ctx context.Context, b *Board, by string, hidden bool) error {
 	b.mu.Lock()
 	th := b.rec.Thread
 	b.mu.Unlock()
-	if err := r.runner.Reset(ctx, key, by); err != nil {
+	if err := r.runner.Reset(ctx, th.Key, by); err != nil {
 		return err
 	}
 	r.closeOpenCards(ctx, b, th, agent.Event{StoppedBy: by, At: r.opts.Now()})
 	b.set(func(rec *boardRecord, want *Plan) {
+		unpin := rec.Unpin
 		if !rec.Ref.IsZero() {
-			rec.Unpin = append(rec.Unpin, rec.Ref)
+			unpin = append(unpin, rec.Ref)
 		}
-		rec.Ref, rec.Pinned, rec.Closed, rec.Shown, rec.Cards, rec.Requester = MessageRef{}, false, false, Plan{}, nil, ""
-		rec.Hidden = true
+		*rec = boardRecord{Thread: rec.Thread, Trigger: rec.Trigger, Indicated: rec.Indicated, Unpin: unpin, Restore: rec.Restore, Hidden: hidden}
 		*want = Plan{}
 	})
 	return nil

@@ -201,3 +201,40 @@ func TestInvisibleMessagesAndLongNames(t *testing.T) {
 		t.Errorf("an author of %d characters reached the agent, the cap is %d", n, MaxAuthorRunes)
 	}
 }
+
+// TestResetAndDeleteStartOverAlike: reset and the console's delete share
+// one path, so both forget what the record knew of the old session (they
+// once drifted: only reset cleared PinUnavailable and FailureSaid).
+func TestResetAndDeleteStartOverAlike(t *testing.T) {
+	for _, del := range []bool{false, true} {
+		p := &cardPlatform{}
+		r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond})
+		r.Bind(&actRunner{})
+		th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
+		if err := r.Handle(context.Background(), Incoming{Thread: th, Text: "go", AuthorID: "U1"}); err != nil {
+			t.Fatal(err)
+		}
+		r.Observe(agent.Event{Session: th.Key, Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
+		settle(t, r, th.Key)
+		b := r.Board(th.Key)
+		b.update(func(rec *boardRecord) { rec.PinUnavailable, rec.FailureSaid = true, true })
+		if del {
+			if err := r.Delete(context.Background(), th.Key, "op"); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := r.Handle(context.Background(), Incoming{Thread: th, Text: "reset", AuthorID: "U1"}); !errors.Is(err, ErrRejected) {
+			t.Fatal(err)
+		}
+		settle(t, r, th.Key)
+		b.mu.Lock()
+		rec := b.rec
+		b.mu.Unlock()
+		if rec.PinUnavailable || rec.FailureSaid || !rec.Ref.IsZero() || rec.Starter != "" || len(rec.Cards) != 0 || rec.Hidden != del {
+			t.Errorf("delete=%t: record after: %+v", del, rec)
+		}
+		if p.count("unpin") != 1 {
+			t.Errorf("delete=%t: calls %+v, want the plan message unpinned", del, p.calls)
+		}
+		r.Close()
+	}
+}
