@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/pinplan/pinplan/internal/fakediscord"
 	"github.com/pinplan/pinplan/internal/fakeopenai"
+	"github.com/pinplan/pinplan/todo"
 )
 
 type discordRig struct {
@@ -383,4 +385,94 @@ func TestDiscordDirectMessage(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestDiscordQueuedPlanSurvivesKill: a second task in a channel gets a
+// new plan message, whose post waits for the channel's pace behind the
+// first task's edits (a burst of 3, then one per 1.25 s); the turn answers
+// meanwhile and the process is killed before the post. After the restart
+// the plan is posted and pinned once, on its last revision, beside the
+// one answer.
+func TestDiscordQueuedPlanSurvivesKill(t *testing.T) {
+	r := newDiscordRig(t, 1, 0)
+	items := func(prefix string, n, done int) string {
+		var it []todo.Item
+		for i := range n {
+			st := todo.Pending
+			if i < done {
+				st = todo.Completed
+			}
+			it = append(it, todo.Item{Content: fmt.Sprintf("%s step %d", prefix, i+1), Status: st})
+		}
+		return todo.Encode(it)
+	}
+	r.model.Respond = func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
+		var task string
+		rounds := 0
+		for _, m := range req.Messages {
+			switch {
+			case m.Role == openai.ChatMessageRoleUser && strings.Contains(m.Content, "task "):
+				task, rounds = m.Content[strings.Index(m.Content, "task ")+5:][:1], 0
+			case m.Role == openai.ChatMessageRoleTool:
+				rounds++
+			}
+		}
+		if task == "A" && rounds < 3 {
+			return fakeopenai.Reply{ToolCalls: []fakeopenai.Call{{Name: todo.ToolName, Arguments: items("A", 3, rounds+1)}}}
+		}
+		if task == "B" && rounds < 1 {
+			return fakeopenai.Reply{ToolCalls: []fakeopenai.Call{{Name: todo.ToolName, Arguments: items("B", 2, 2)}}}
+		}
+		return fakeopenai.Reply{Content: "finished task " + task}
+	}
+	p := r.start(t)
+	r.dc.UserMessage("C1", "111", "task A", true)
+	waitDiscordReply(t, r.dc, "C1", "finished task A")
+	r.dc.UserMessage("C1", "111", "task B", true)
+	waitDiscordReply(t, r.dc, "C1", "finished task B")
+	plansOf := func(task string) []fakediscord.Message {
+		var out []fakediscord.Message
+		for _, m := range discordPlans(r.dc, "C1") {
+			if strings.Contains(embedOf(m), task+" step 1") {
+				out = append(out, m)
+			}
+		}
+		return out
+	}
+	if n := len(plansOf("B")); n != 0 {
+		t.Fatalf("task B's plan was posted (%d) before the kill: the test did not exercise a queued plan; calls %s", n, callList(r.dc.Calls("")))
+	}
+	p.kill()
+	p = r.start(t)
+	defer p.stop(t)
+	waitFor(t, 30*time.Second, "task B's plan on its last revision", func() bool {
+		pl := plansOf("B")
+		return len(pl) == 1 && strings.Contains(embedOf(pl[0]), "Plan · 2/2 done")
+	})
+	pinned := r.dc.Pinned("C1")
+	if b := plansOf("B"); len(pinned) != 1 || pinned[0] != b[0].ID {
+		t.Errorf("pinned %v, want only task B's plan %s", pinned, b[0].ID)
+	}
+	if n := len(plansOf("A")); n != 1 {
+		t.Errorf("task A has %d plan messages, want 1", n)
+	}
+	for _, task := range []string{"A", "B"} {
+		answers := 0
+		for _, m := range r.dc.Messages("C1") {
+			if m.AuthorID == fakediscord.BotID && len(m.Embeds) == 0 && m.Content == "finished task "+task {
+				answers++
+			}
+		}
+		if answers != 1 {
+			t.Errorf("task %s: %d answers, want 1", task, answers)
+		}
+	}
+}
+
+func callList(calls []fakediscord.Call) string {
+	var b strings.Builder
+	for _, c := range calls {
+		fmt.Fprintf(&b, "\n  %s %s %d %s", c.Method, c.Path, c.Status, c.At.Format("15:04:05.000"))
+	}
+	return b.String()
 }
