@@ -54,10 +54,22 @@ type Decision struct {
 	By     string    `json:"by,omitempty"`     // platform user id; empty when it timed out
 	ByName string    `json:"by_name,omitempty"`
 	At     time.Time `json:"at"`
-	// Reason is "timeout" when nobody decided in time, "stopped" when the
-	// turn was stopped while it waited.
-	Reason string `json:"reason,omitempty"`
+	// Reason says why a decision was made without a person's choice;
+	// empty when a person chose.
+	Reason DecisionReason `json:"reason,omitempty"`
 }
+
+// DecisionReason is why a call was decided without a person's choice. Its
+// values are stored in checkpoints: keep them.
+type DecisionReason string
+
+// Decision reasons.
+const (
+	// ReasonTimeout: nobody decided before the approval's deadline.
+	ReasonTimeout DecisionReason = "timeout"
+	// ReasonStopped: the turn was stopped while the call waited.
+	ReasonStopped DecisionReason = "stopped"
+)
 
 // Usage is token usage summed over a session's model calls.
 type Usage struct {
@@ -194,11 +206,24 @@ type Store interface {
 	// Resumable lists sessions left running or waiting, or with a
 	// non-empty inbox.
 	Resumable(ctx context.Context) ([]string, error)
-	// Decide records d for the session's pending approval of callID, in
-	// one transaction, and returns that approval. It fails with
-	// ErrNotPending unless the session waits for exactly that call and
-	// nothing was decided for it yet.
-	Decide(ctx context.Context, key, callID string, d Decision) (Approval, error)
+	// UpdateCheckpoint changes the session's stored checkpoint by
+	// compare-and-set: it reads the checkpoint, calls fn with it (nil when
+	// the session has none) and writes what fn left, unless fn returned an
+	// error, which UpdateCheckpoint then returns wrapped (errors.Is finds
+	// fn's sentinels) with nothing written. No other write of the
+	// checkpoint (a Commit, another UpdateCheckpoint) lands between the
+	// read and the write: store.DB runs all of it in one bbolt write
+	// transaction; a store on etcd reads the record with its ModRevision
+	// and writes it in a Txn that compares that revision, reading and
+	// calling fn again when the comparison fails. So fn may run more than
+	// once and must depend on nothing but its argument. fn changes the
+	// turn's state (decisions, State); it must not change Key or
+	// HistoryLen, which belong to Commit. With nil, returning nil writes
+	// nothing.
+	//
+	// The rules for what may change (is this call pending, was it decided)
+	// are the agent's (see turn); the store only makes them atomic.
+	UpdateCheckpoint(ctx context.Context, key string, fn func(*Checkpoint) error) error
 	// Archive keeps the session's history and plan revisions aside and
 	// starts it afresh (DESIGN.md §13, reset).
 	Archive(ctx context.Context, key string) error
@@ -207,61 +232,3 @@ type Store interface {
 // ErrNotPending: the approval was already decided, or is not this
 // session's.
 var ErrNotPending = errors.New("no such approval is pending")
-
-// EventKind says what an Event reports.
-type EventKind int
-
-// Event kinds, in the order a turn produces them.
-const (
-	TurnStarted EventKind = iota + 1
-	PlanChanged
-	Replied
-	TurnEnded
-	// ApprovalNeeded: the turn waits for Event.Approval to be decided. It
-	// is published again after a restart; the card is posted once.
-	ApprovalNeeded
-	// ApprovalDecided: Event.Approval was decided (Event.Decision).
-	ApprovalDecided
-	// ToolStarted and ToolEnded bracket a tool call (Event.Tool).
-	ToolStarted
-	ToolEnded
-	// SessionReset: the session's history and plan were archived.
-	SessionReset
-)
-
-// Outcome is how a turn ended.
-type Outcome string
-
-// Turn outcomes.
-const (
-	Done    Outcome = "done"
-	Failed  Outcome = "failed"
-	Stopped Outcome = "stopped"
-	Limited Outcome = "limited" // PINPLAN_MAX_ROUNDS reached
-)
-
-// Event is published after the checkpoint it reports has been committed.
-type Event struct {
-	Session  string
-	Kind     EventKind
-	Resumed  bool // TurnStarted: the turn resumes after a restart
-	Plan     todo.Snapshot
-	Revision int64
-	Text     string  // Replied: the answer; TurnEnded: a message for the user
-	Outcome  Outcome // TurnEnded
-	Err      error   // TurnEnded with Failed: the detail, for logs
-	// StoppedBy is who stopped the turn (TurnEnded with Stopped).
-	StoppedBy string
-	// Requester is the platform user id whose message started the turn
-	// (TurnStarted).
-	Requester string
-	Approval  *Approval // ApprovalNeeded, ApprovalDecided
-	Decision  *Decision // ApprovalDecided
-	Tool      string    // ToolStarted, ToolEnded
-	At        time.Time
-}
-
-// Observer receives events. It is called from the session's goroutine
-// (ToolStarted from a timer, ordered before its ToolEnded) and must not
-// block for long; the chat plan board coalesces.
-type Observer func(Event)

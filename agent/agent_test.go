@@ -79,12 +79,19 @@ func newHarness(t *testing.T, fake *fakeopenai.Server, o harnessOpts) *harness {
 	}
 	h := &harness{fake: fake, db: db, events: map[string]chan agent.Event{}, model: model}
 	h.runner, err = agent.NewRunner(agent.Options{Model: model, Store: db, Tools: reg, ModelName: "fake", ReminderRole: o.role, ApprovalTimeout: o.approvalTimeout, Approvers: o.approvers,
-		Observer: func(e agent.Event) { h.ch(e.Session) <- e }})
+		Events: publishTo(func(e agent.Event) { h.ch(e.Session) <- e })})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(h.runner.Close)
 	return h
+}
+
+// publishTo is an Events service with f as its one subscriber.
+func publishTo(f func(agent.Event)) *agent.Events {
+	ev := &agent.Events{}
+	ev.Subscribe(agent.SubscriberFunc(f))
+	return ev
 }
 
 func (h *harness) send(t testing.TB, key, text string) {
@@ -521,7 +528,7 @@ func TestMaxRounds(t *testing.T) {
 	}
 	events := make(chan agent.Event, 100)
 	r, err := agent.NewRunner(agent.Options{Model: agent.NewOpenAIModel(agent.OpenAIOptions{BaseURL: srv.URL}), Store: db, Tools: reg, MaxRounds: 4,
-		Observer: func(e agent.Event) { events <- e }})
+		Events: publishTo(func(e agent.Event) { events <- e })})
 	if err != nil {
 		t.Fatal(err)
 	}

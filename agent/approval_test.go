@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -457,5 +458,40 @@ func TestAlwaysAllowIsForTheRequester(t *testing.T) {
 	submit("the boss asks", "UBOSS")
 	if asked() {
 		t.Error("an approver's turn asked again after Always allow")
+	}
+}
+
+// TestConcurrentDecisionsOneWins: clicks that race on one card (two
+// people, or a click and the deadline) decide it once; the others are
+// told it is no longer pending, and the call runs once.
+func TestConcurrentDecisionsOneWins(t *testing.T) {
+	var runs atomic.Int32
+	fake := &fakeopenai.Server{Respond: writeOnce}
+	h := newHarness(t, fake, harnessOpts{tools: []agent.Tool{writeTool(&runs)}})
+	h.send(t, "web/race", "write")
+	a := h.waitKind(t, "web/race", agent.ApprovalNeeded).Approval
+	const n = 8
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := h.runner.Decide(context.Background(), "web/race", a.CallID, agent.Decision{Allow: true, By: fmt.Sprint("U", i)})
+			errs <- err
+		}()
+	}
+	won := 0
+	for range n {
+		switch err := <-errs; {
+		case err == nil:
+			won++
+		case !errors.Is(err, agent.ErrNotPending):
+			t.Errorf("a losing decision: got %v, want ErrNotPending", err)
+		}
+	}
+	if won != 1 {
+		t.Errorf("%d decisions were recorded, want 1", won)
+	}
+	h.waitEnd(t, "web/race")
+	if runs.Load() != 1 {
+		t.Errorf("the call ran %d times, want 1", runs.Load())
 	}
 }

@@ -55,32 +55,27 @@ func newBenchEnv(b *testing.B, withRouter bool) *benchEnv {
 	b.Cleanup(func() { db.Close() })
 	reg, _ := agent.NewRegistry(readTool())
 	env := &benchEnv{db: db, done: make(chan string, 100000)}
-	var router *chat.Router
-	if withRouter {
-		console := web.New(web.Options{})
-		router = chat.NewRouter(chat.Options{Store: db, Platforms: map[string]chat.Platform{"web": console}})
-		env.router = router
-	}
+	events := &agent.Events{}
 	env.runner, err = agent.NewRunner(agent.Options{
 		Model: agent.NewOpenAIModel(agent.OpenAIOptions{BaseURL: srv.URL + "/v1", Concurrency: 64}), Store: db, Tools: reg,
-		Observer: func(e agent.Event) {
-			if router != nil {
-				router.Observe(e)
-			}
-			if e.Kind == agent.TurnEnded {
-				env.done <- e.Session
-			}
-		}})
+		Events: events})
 	if err != nil {
 		b.Fatal(err)
 	}
-	if router != nil {
-		router.Bind(env.runner)
+	if withRouter {
+		console := web.New(web.Options{})
+		env.router = chat.NewRouter(chat.Options{Runner: env.runner, Store: db, Platforms: map[string]chat.Platform{"web": console}})
+		events.Subscribe(env.router)
 	}
+	events.Subscribe(agent.SubscriberFunc(func(e agent.Event) {
+		if e.Kind == agent.TurnEnded {
+			env.done <- e.Session
+		}
+	}))
 	b.Cleanup(func() {
 		env.runner.Close()
-		if router != nil {
-			router.Close()
+		if env.router != nil {
+			env.router.Close()
 		}
 	})
 	return env
@@ -182,20 +177,21 @@ func newApprovalEnv(b *testing.B) *approvalEnv {
 	if err != nil {
 		b.Fatal(err)
 	}
-	console := web.New(web.Options{})
-	env.router = chat.NewRouter(chat.Options{Store: db, Outbox: db, Platforms: map[string]chat.Platform{"web": console}})
+	events := &agent.Events{}
 	env.runner, err = agent.NewRunner(agent.Options{
 		Model: agent.NewOpenAIModel(agent.OpenAIOptions{BaseURL: srv.URL + "/v1", Concurrency: 64}), Store: db, Tools: reg,
-		Observer: func(e agent.Event) {
-			env.router.Observe(e)
-			if e.Kind == agent.ApprovalNeeded {
-				env.needed <- e
-			}
-		}})
+		Events: events})
 	if err != nil {
 		b.Fatal(err)
 	}
-	env.router.Bind(env.runner)
+	console := web.New(web.Options{})
+	env.router = chat.NewRouter(chat.Options{Runner: env.runner, Store: db, Outbox: db, Platforms: map[string]chat.Platform{"web": console}})
+	events.Subscribe(env.router)
+	events.Subscribe(agent.SubscriberFunc(func(e agent.Event) {
+		if e.Kind == agent.ApprovalNeeded {
+			env.needed <- e
+		}
+	}))
 	b.Cleanup(func() {
 		env.runner.Close()
 		env.router.Close()
@@ -297,11 +293,11 @@ func BenchmarkRoundsStores(b *testing.B) {
 			reg, _ := agent.NewRegistry(readTool())
 			done := make(chan string, 100000)
 			r, err := agent.NewRunner(agent.Options{Model: agent.NewOpenAIModel(agent.OpenAIOptions{BaseURL: srv.URL + "/v1", Concurrency: 64}),
-				Store: st, Tools: reg, Observer: func(e agent.Event) {
+				Store: st, Tools: reg, Events: publishTo(func(e agent.Event) {
 					if e.Kind == agent.TurnEnded {
 						done <- e.Session
 					}
-				}})
+				})})
 			if err != nil {
 				b.Fatal(err)
 			}

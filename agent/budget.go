@@ -275,7 +275,7 @@ func (r *Runner) summarise(ctx context.Context, s *session, budget int) error {
 	if err != nil {
 		return fmt.Errorf("summary call: %w", err)
 	}
-	next := s.cp
+	next := s.cp.clone()
 	next.Summary = &Summary{Text: text, Through: cut, At: r.opts.Now()}
 	if err := r.commit(ctx, s, &Round{}, next, s.tracker.Clone()); err != nil {
 		return err

@@ -56,7 +56,7 @@ func budgetHarness(t testing.TB, fake *fakeopenai.Server, db *store.DB, tokens i
 	}
 	h := &harness{fake: fake, db: db, events: map[string]chan agent.Event{}, model: model}
 	h.runner, err = agent.NewRunner(agent.Options{Model: model, Store: db, Tools: reg, ModelName: "fake", ContextTokens: tokens, MaxRounds: 200,
-		Observer: func(e agent.Event) { h.ch(e.Session) <- e }})
+		Events: publishTo(func(e agent.Event) { h.ch(e.Session) <- e })})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func TestModelFailuresSayWhatToDo(t *testing.T) {
 			db, _ := openDB(t)
 			model := agent.NewOpenAIModel(agent.OpenAIOptions{BaseURL: base, APIKey: "sk-test", Timeout: 2 * time.Second, BaseBackoff: time.Millisecond, Retries: 1})
 			events := make(chan agent.Event, 100)
-			r, err := agent.NewRunner(agent.Options{Model: model, Store: db, ModelName: "gpt-x", Observer: func(e agent.Event) { events <- e }})
+			r, err := agent.NewRunner(agent.Options{Model: model, Store: db, ModelName: "gpt-x", Events: publishTo(func(e agent.Event) { events <- e })})
 			if err != nil {
 				t.Fatal(err)
 			}

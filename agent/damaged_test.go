@@ -75,7 +75,7 @@ func TestDamagedSessionStopsAlone(t *testing.T) {
 			h := &harness{fake: fake, db: db, events: map[string]chan agent.Event{}, model: model}
 			var err error
 			h.runner, err = agent.NewRunner(agent.Options{Model: model, Store: st, ModelName: "fake",
-				Observer: func(e agent.Event) { h.ch(e.Session) <- e }})
+				Events: publishTo(func(e agent.Event) { h.ch(e.Session) <- e })})
 			if err != nil {
 				t.Fatal(err)
 			}

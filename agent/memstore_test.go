@@ -118,8 +118,26 @@ func (m *memStore) Enqueue(_ context.Context, key string, in agent.Inbound) (age
 
 func (m *memStore) Resumable(context.Context) ([]string, error) { return nil, nil }
 
-func (m *memStore) Decide(context.Context, string, string, agent.Decision) (agent.Approval, error) {
-	return agent.Approval{}, agent.ErrNotPending
+func (m *memStore) UpdateCheckpoint(_ context.Context, key string, fn func(*agent.Checkpoint) error) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.sessions[key]
+	if !ok || s.record == nil {
+		return fn(nil)
+	}
+	var cp agent.Checkpoint
+	if err := json.Unmarshal(s.record, &cp); err != nil {
+		return err
+	}
+	if err := fn(&cp); err != nil {
+		return err
+	}
+	raw, err := json.Marshal(cp)
+	if err != nil {
+		return err
+	}
+	s.record = raw
+	return nil
 }
 
 func (m *memStore) Archive(context.Context, string) error { return nil }

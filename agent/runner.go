@@ -42,9 +42,11 @@ type Options struct {
 	// ContextTokens is the model's context budget for one request
 	// (PINPLAN_CONTEXT_TOKENS); 0 means 32,000.
 	ContextTokens int
-	Observer      Observer
-	Logger        *slog.Logger
-	Now           func() time.Time
+	// Events takes the turns' events (an *Events, which passes them to
+	// its subscribers); nil drops them.
+	Events Publisher
+	Logger *slog.Logger
+	Now    func() time.Time
 }
 
 // EmptyAnswer stands in for a final answer the model left empty, in the
@@ -59,12 +61,15 @@ type stopCause struct{ by string }
 
 func (stopCause) Error() string        { return ErrStopped.Error() }
 func (stopCause) Is(target error) bool { return target == ErrStopped }
-func stoppedBy(ctx context.Context) string {
+
+// stopped reports whether the turn of ctx (see turnContext) was stopped,
+// and by whom.
+func stopped(ctx context.Context) (by string, ok bool) {
 	var sc stopCause
 	if errors.As(context.Cause(ctx), &sc) {
-		return sc.by
+		return sc.by, true
 	}
-	return ""
+	return "", false
 }
 
 var errShutdown = errors.New("agent: shutting down")
@@ -128,8 +133,8 @@ func NewRunner(opts Options) (*Runner, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.Observer == nil {
-		opts.Observer = func(Event) {}
+	if opts.Events == nil {
+		opts.Events = nopPublisher{}
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	return &Runner{opts: opts, ctx: ctx, cancel: cancel, stops: map[string]context.CancelCauseFunc{}, timers: map[string]*time.Timer{}, paused: map[string]bool{}}, nil
@@ -169,6 +174,12 @@ func (r *Runner) Resume(ctx context.Context) (int, error) {
 // Stop ends the session's turn, if one runs or waits for approval, with
 // outcome Stopped; by names who stopped it. A model request or tool call
 // in flight is cancelled.
+//
+// This is the one way in for a stop. A turn running in this process is
+// stopped through its context (the cause says who), and the round in
+// flight ends it; a turn that waits holds no goroutine, so the stop event
+// goes to its stored checkpoint (stopWaiting). A running turn that reaches
+// a wait after a stop hands it on the same way (see await and run).
 func (r *Runner) Stop(key, by string) bool {
 	r.mu.Lock()
 	if stop, ok := r.stops[key]; ok {
@@ -177,14 +188,35 @@ func (r *Runner) Stop(key, by string) bool {
 		return true
 	}
 	r.mu.Unlock()
-	ok := r.queue.Busy(key)
-	// A waiting turn holds no goroutine: stopping it decides its approval.
-	cp, _, _, err := r.opts.Store.Load(r.ctx, key)
-	if err != nil || cp == nil || cp.State != Waiting || cp.Waiting == nil {
-		return ok
+	busy := r.queue.Busy(key)
+	switch err := r.stopWaiting(r.ctx, key, by); {
+	case err == nil:
+		return true
+	case errors.Is(err, ErrNotPending):
+		return false // stopped or decided already
+	case errors.Is(err, errNotWaiting):
+		return busy
+	default:
+		r.opts.Logger.Error("record a stop", "session", key, "err", err)
+		return busy
 	}
-	_, err = r.Decide(r.ctx, key, cp.Waiting.CallID, Decision{ByName: by, Reason: "stopped"})
-	return err == nil
+}
+
+// stopWaiting applies the stop event to the session's stored checkpoint
+// and lets the session go on, to end the turn.
+func (r *Runner) stopWaiting(ctx context.Context, key, by string) error {
+	at := r.opts.Now()
+	err := r.opts.Store.UpdateCheckpoint(ctx, key, func(cp *Checkpoint) error {
+		if cp == nil {
+			return errNotWaiting
+		}
+		return turn{cp}.stop(by, at)
+	})
+	if err != nil {
+		return err
+	}
+	r.settle(key)
+	return nil
 }
 
 // isPaused reports whether a reset holds the session.
@@ -246,15 +278,31 @@ func (r *Runner) Reset(ctx context.Context, key, by string) error {
 
 // Decide records a decision on the session's pending approval of callID
 // (durably, before it returns) and lets the session go on. It returns the
-// approval decided, or ErrNotPending.
+// approval decided, or ErrNotPending (turn.decide says what may be
+// decided).
 func (r *Runner) Decide(ctx context.Context, key, callID string, d Decision) (Approval, error) {
 	if d.At.IsZero() {
 		d.At = r.opts.Now()
 	}
-	a, err := r.opts.Store.Decide(ctx, key, callID, d)
+	var a Approval
+	err := r.opts.Store.UpdateCheckpoint(ctx, key, func(cp *Checkpoint) error {
+		if cp == nil {
+			return ErrNotPending
+		}
+		var err error
+		a, err = turn{cp}.decide(callID, d)
+		return err
+	})
 	if err != nil {
-		return a, err
+		return Approval{}, fmt.Errorf("agent: decide %s in %s: %w", callID, key, err)
 	}
+	r.settle(key)
+	return a, nil
+}
+
+// settle disarms the approval deadline of a session whose wait was just
+// decided or stopped, and lets it go on.
+func (r *Runner) settle(key string) {
 	r.mu.Lock()
 	if t, ok := r.timers[key]; ok {
 		t.Stop()
@@ -262,7 +310,6 @@ func (r *Runner) Decide(ctx context.Context, key, callID string, d Decision) (Ap
 	}
 	r.mu.Unlock()
 	r.kick(key)
-	return a, nil
 }
 
 // arm denies a's call when its deadline passes. One timer per waiting
@@ -283,7 +330,7 @@ func (r *Runner) arm(key string, a Approval) {
 		if closed {
 			return
 		}
-		if _, err := r.Decide(r.ctx, key, a.CallID, Decision{Reason: "timeout"}); err != nil && !errors.Is(err, ErrNotPending) {
+		if _, err := r.Decide(r.ctx, key, a.CallID, Decision{Reason: ReasonTimeout}); err != nil && !errors.Is(err, ErrNotPending) {
 			r.opts.Logger.Error("deny an expired approval", "session", key, "err", err)
 		}
 	})
@@ -402,9 +449,10 @@ func (r *Runner) run(key string, log *slog.Logger) error {
 				return nil
 			}
 			ctx, endTurn = r.turnContext(key)
-			s.cp.State, s.cp.TurnRounds = Running, 0
-			s.cp.Requester, s.cp.RequesterName = inbox[0].AuthorID, inbox[0].Author
-			s.cp.Turns++
+			// Committed with the turn's first round.
+			if err := (turn{&s.cp}).start(inbox[0]); err != nil {
+				return err
+			}
 			r.publish(Event{Session: key, Kind: TurnStarted, Requester: s.cp.Requester, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision()})
 		}
 		var err error
@@ -413,13 +461,13 @@ func (r *Runner) run(key string, log *slog.Logger) error {
 			var waiting bool
 			if waiting, err = r.await(ctx, s); err == nil && waiting {
 				// Decide (or the deadline) starts the session again. A Stop
-				// from now on goes through Decide; one that came before
-				// this turn's context was released is honoured here.
+				// from now on goes to the stored checkpoint; one that came
+				// before this turn's context was released is handed on
+				// the same way here.
 				endTurn()
 				endTurn = func() {}
-				if errors.Is(context.Cause(ctx), ErrStopped) && s.cp.Waiting != nil {
-					d := Decision{ByName: stoppedBy(ctx), Reason: "stopped"}
-					if _, err := r.Decide(r.ctx, key, s.cp.Waiting.CallID, d); err != nil && !errors.Is(err, ErrNotPending) {
+				if by, ok := stopped(ctx); ok {
+					if err := r.stopWaiting(r.ctx, key, by); err != nil && !errors.Is(err, ErrNotPending) {
 						return fmt.Errorf("record stop: %w", err)
 					}
 				}
@@ -476,8 +524,8 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 		if r.ctx.Err() != nil {
 			return context.Cause(r.ctx) // shutdown: stay running, resume later
 		}
-		if errors.Is(context.Cause(ctx), ErrStopped) {
-			return r.endTurn(context.WithoutCancel(ctx), s, &Round{Append: drained, Drained: ids}, Stopped, "Stopped. The plan is kept as it was.", nil, stoppedBy(ctx))
+		if by, ok := stopped(ctx); ok {
+			return r.endStopped(ctx, s, &Round{Append: drained, Drained: ids}, by)
 		}
 		text := "The model did not answer, so this turn ended. Send a message to try again."
 		var um interface{ UserMessage() string }
@@ -491,7 +539,7 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 	// Reasoning is the model's own scratch text: it is neither stored nor
 	// sent back (servers reject or mis-handle it in a request).
 	msg.ReasoningContent = ""
-	next := s.cp
+	next := s.cp.clone()
 	next.Usage.add(reply.Usage)
 	next.TokenRatio = learn(s.cp.TokenRatio, v.estimated, reply.Usage.PromptTokens)
 	next.TurnRounds++
@@ -507,7 +555,9 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 		}
 		rd := &Round{Append: append(drained, asst), Drained: ids}
 		next.Stale = work.Stale()
-		next.State = Idle
+		if err := (turn{&next}).end(); err != nil {
+			return err
+		}
 		if err := r.commit(ctx, s, rd, next, work); err != nil {
 			return err
 		}
@@ -520,11 +570,11 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 	if r.needsApproval(s, msg) {
 		// Pause the turn durably: the call, the state and (by the chat
 		// layer) the card survive a restart. The tools run once decided.
-		pend := s.cp
-		pend.State = Waiting
-		pend.Pending = &msg
+		pend := s.cp.clone()
+		if err := (turn{&pend}).wait(msg); err != nil {
+			return err
+		}
 		pend.Usage = next.Usage
-		pend.Decisions = nil
 		return r.commit(ctx, s, &Round{Append: drained, Drained: ids}, pend, work.Clone())
 	}
 	if !r.allIdempotent(msg) {
@@ -532,8 +582,10 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 		// runs is answered with "interrupted" instead of running it again.
 		// The record keeps the plan as it was and the counter as this
 		// request left it (the reminder, if any, was taken).
-		pend := s.cp
-		pend.Pending = &msg
+		pend := s.cp.clone()
+		if err := (turn{&pend}).intend(msg); err != nil {
+			return err
+		}
 		pend.Usage = next.Usage
 		if err := r.commit(ctx, s, &Round{Append: drained, Drained: ids}, pend, work.Clone()); err != nil {
 			return err
@@ -612,8 +664,18 @@ func grant(grants []Grant, tool, requester string) []Grant {
 // approval the turn waits for (committed, announced, its deadline armed).
 // waiting is false once every call is decided.
 func (r *Runner) await(ctx context.Context, s *session) (waiting bool, err error) {
+	if by, ok := stopped(ctx); ok && (turn{&s.cp}).stoppedBy() == "" {
+		// Stopped while the session was briefly running: the stop goes to
+		// the stored checkpoint, as for a turn that holds no goroutine.
+		if err := r.stopWaiting(context.WithoutCancel(ctx), s.key, by); err != nil && !errors.Is(err, ErrNotPending) {
+			return false, fmt.Errorf("record stop: %w", err)
+		}
+		if err := r.reload(s); err != nil {
+			return false, err
+		}
+	}
 	msg := *s.cp.Pending
-	if stoppedDecision(s.cp.Decisions) != "" {
+	if (turn{&s.cp}).stoppedBy() != "" {
 		// Stopped while waiting: report the decided card and ask for
 		// nothing more; runTools answers every call and ends the turn.
 		if w := s.cp.Waiting; w != nil {
@@ -640,19 +702,14 @@ func (r *Runner) await(ctx context.Context, s *session) (waiting bool, err error
 			}
 			continue
 		}
-		if by := stoppedBy(ctx); errors.Is(context.Cause(ctx), ErrStopped) && s.cp.Waiting != nil {
-			// Stopped while the session was briefly running: decide here.
-			if _, err := r.opts.Store.Decide(context.WithoutCancel(ctx), s.key, s.cp.Waiting.CallID, Decision{ByName: by, Reason: "stopped", At: r.opts.Now()}); err != nil {
-				return false, fmt.Errorf("record stop: %w", err)
-			}
-			return false, r.reload(s)
-		}
 		if w := s.cp.Waiting; w == nil || w.CallID != tc.ID {
 			t, _ := r.opts.Tools.Lookup(tc.Function.Name)
-			next := s.cp
-			next.State = Waiting
-			next.Waiting = &Approval{CallID: tc.ID, Tool: tc.Function.Name, Server: t.Server, Arguments: tc.Function.Arguments,
+			next := s.cp.clone()
+			a := Approval{CallID: tc.ID, Tool: tc.Function.Name, Server: t.Server, Arguments: tc.Function.Arguments,
 				Requester: s.cp.Requester, Deadline: r.opts.Now().Add(r.opts.ApprovalTimeout), Turn: s.cp.Turns}
+			if err := (turn{&next}).ask(a); err != nil {
+				return false, err
+			}
 			if err := r.commit(ctx, s, &Round{}, next, s.tracker.Clone()); err != nil {
 				return false, err
 			}
@@ -665,8 +722,8 @@ func (r *Runner) await(ctx context.Context, s *session) (waiting bool, err error
 	return false, nil
 }
 
-// reload reads the session's checkpoint again after a change made outside
-// the session goroutine (a decision).
+// reload reads the session's decisions again after a change made outside
+// the session goroutine (a decision, a stop).
 func (r *Runner) reload(s *session) error {
 	cp, _, _, err := r.opts.Store.Load(r.ctx, s.key)
 	if err != nil {
@@ -684,11 +741,14 @@ func (r *Runner) reload(s *session) error {
 // "interrupted" instead of running twice.
 func (r *Runner) runDecided(ctx context.Context, s *session) error {
 	msg := *s.cp.Pending
-	next := s.cp
-	next.State, next.Waiting = Running, nil
+	next := s.cp.clone()
+	if err := (turn{&next}).proceed(); err != nil {
+		return err
+	}
 	if err := r.commit(ctx, s, &Round{}, next, s.tracker.Clone()); err != nil {
 		return err
 	}
+	next = s.cp.clone()
 	next.TurnRounds++
 	return r.runTools(ctx, s, nil, nil, msg, s.tracker.Clone(), next, nil, s.cp.Decisions)
 }
@@ -701,12 +761,13 @@ func (r *Runner) runTools(ctx context.Context, s *session, drained []Entry, ids 
 	rd := &Round{Append: append(drained, Entry{Message: msg, At: r.opts.Now()}), Drained: ids}
 	names := make([]string, 0, len(msg.ToolCalls))
 	// A stop decided while the turn waited answers every call: none runs.
-	stopper := stoppedDecision(decisions)
+	stopper := stoppedIn(decisions)
 	for _, tc := range msg.ToolCalls {
 		names = append(names, tc.Function.Name)
 		before := work.Revision()
 		var out string
 		d, decided := decisions[tc.ID]
+		_, stop := stopped(ctx)
 		switch {
 		case interrupted[tc.ID]:
 			out = errorResult(&ToolError{Code: "interrupted", Message: "pinplan restarted while this tool was running; it may or may not have taken effect. Check before calling it again."})
@@ -714,11 +775,11 @@ func (r *Runner) runTools(ctx context.Context, s *session, drained []Entry, ids 
 			out = errorResult(&ToolError{Code: "stopped", Message: "The turn was stopped before this call ran; it did not run."})
 		case decided && !d.Allow:
 			out = errorResult(&ToolError{Code: "denied", Message: denial(d)})
-		case errors.Is(context.Cause(ctx), ErrStopped):
+		case stop:
 			out = errorResult(&ToolError{Code: "stopped", Message: "The turn was stopped; this call did not run."})
 		default:
 			out = r.runTool(ctx, s.key, env, tc)
-			if errors.Is(context.Cause(ctx), ErrStopped) {
+			if _, stop := stopped(ctx); stop {
 				out = errorResult(&ToolError{Code: "stopped", Message: "The turn was stopped while this call ran; it was cancelled and may or may not have taken effect."})
 			}
 		}
@@ -727,15 +788,16 @@ func (r *Runner) runTools(ctx context.Context, s *session, drained []Entry, ids 
 		}
 		rd.Append = append(rd.Append, Entry{Message: openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, Content: out, ToolCallID: tc.ID}, At: r.opts.Now()})
 	}
-	if r.ctx.Err() != nil && !errors.Is(context.Cause(ctx), ErrStopped) {
+	if _, stop := stopped(ctx); r.ctx.Err() != nil && !stop {
 		// Shutdown cut the calls short: commit nothing. The round is redone
 		// on the next start (a pending non-idempotent call is answered
 		// "interrupted" then).
 		return context.Cause(r.ctx)
 	}
 	work.EndRound(names)
-	next.Pending, next.Waiting, next.Decisions = nil, nil, nil
-	next.State = Running
+	if err := (turn{&next}).answer(); err != nil {
+		return err
+	}
 	for _, tc := range msg.ToolCalls {
 		if d, ok := decisions[tc.ID]; ok && d.Allow && d.Always {
 			next.Grants = grant(next.Grants, tc.Function.Name, next.Requester)
@@ -747,9 +809,8 @@ func (r *Runner) runTools(ctx context.Context, s *session, drained []Entry, ids 
 	for _, p := range rd.Plans {
 		r.publish(Event{Session: s.key, Kind: PlanChanged, Plan: todo.NewSnapshot(p.Items), Revision: p.Revision, At: p.At})
 	}
-	if errors.Is(context.Cause(ctx), ErrStopped) || stopper != "" {
-		by := cmp.Or(stoppedBy(ctx), stopper)
-		return r.endTurn(context.WithoutCancel(ctx), s, nil, Stopped, "Stopped. The plan is kept as it was.", nil, by)
+	if by, stop := stopped(ctx); stop || stopper != "" {
+		return r.endStopped(ctx, s, nil, cmp.Or(by, stopper))
 	}
 	return nil
 }
@@ -786,7 +847,7 @@ func (r *Runner) runTool(ctx context.Context, key string, env *ToolEnv, tc opena
 
 // denial is the tool result message for a denied call.
 func denial(d Decision) string {
-	if d.Reason == "timeout" {
+	if d.Reason == ReasonTimeout {
 		return "No one approved this call in time, so it did not run. Ask in the thread before trying again, or do without it."
 	}
 	if d.ByName != "" {
@@ -809,7 +870,7 @@ func (r *Runner) recoverPending(ctx context.Context, s *session) error {
 			interrupted[tc.ID] = true
 		}
 	}
-	next := s.cp
+	next := s.cp.clone()
 	next.TurnRounds++
 	return r.runTools(ctx, s, nil, nil, msg, s.tracker.Clone(), next, interrupted, s.cp.Decisions)
 }
@@ -820,9 +881,10 @@ func (r *Runner) endTurn(ctx context.Context, s *session, rd *Round, outcome Out
 	if rd == nil {
 		rd = &Round{}
 	}
-	next := s.cp
-	next.State = Idle
-	next.Pending, next.Waiting, next.Decisions = nil, nil, nil
+	next := s.cp.clone()
+	if err := (turn{&next}).end(); err != nil {
+		return err
+	}
 	if err := r.commit(ctx, s, rd, next, s.tracker.Clone()); err != nil {
 		return err
 	}
@@ -832,6 +894,11 @@ func (r *Runner) endTurn(ctx context.Context, s *session, rd *Round, outcome Out
 	}
 	r.publish(e)
 	return nil
+}
+
+// endStopped ends a stopped turn; by is who stopped it.
+func (r *Runner) endStopped(ctx context.Context, s *session, rd *Round, by string) error {
+	return r.endTurn(context.WithoutCancel(ctx), s, rd, Stopped, "Stopped. The plan is kept as it was.", nil, by)
 }
 
 // commit writes rd with the checkpoint next and, only once it is durable,
@@ -881,7 +948,7 @@ func (r *Runner) publish(e Event) {
 	if e.At.IsZero() {
 		e.At = r.opts.Now()
 	}
-	r.opts.Observer(e)
+	r.opts.Events.Publish(e)
 }
 
 // tagLike matches the "<" of anything that reads as an opening or closing
@@ -900,15 +967,4 @@ func quote(msgs []Quoted) string {
 		fmt.Fprintf(&b, "<thread_message author=%q>%s</thread_message>\n", html.EscapeString(m.Author), text)
 	}
 	return strings.TrimRight(b.String(), "\n")
-}
-
-// stoppedDecision is who stopped the turn while it waited for approval,
-// "" when nobody did.
-func stoppedDecision(decisions map[string]Decision) string {
-	for _, d := range decisions {
-		if d.Reason == "stopped" {
-			return cmp.Or(d.ByName, "someone")
-		}
-	}
-	return ""
 }

@@ -164,12 +164,21 @@ type cardRecord struct {
 	Card   Card       `json:"card"`
 }
 
+// Anonymous is implemented by platforms that do not tell people apart
+// (the local console: whoever holds its token is its one user). There a
+// turn has no requester and a session no starter, and whoever reaches the
+// thread may decide, stop and reset.
+type Anonymous interface {
+	// Anonymous reports whether the platform has no users of its own.
+	Anonymous() bool
+}
+
 // mayDecide reports whether user may decide for requester's turn on
-// platform. The console has no users: its requester is always empty. A
-// Slack or Discord turn whose requester is unknown (started before
-// requesters were recorded) is left to the approvers.
+// platform. On an Anonymous platform the requester is always empty. A
+// turn elsewhere whose requester is unknown (started before requesters
+// were recorded) is left to the approvers.
 func (r *Router) mayDecide(platform, requester, user string) bool {
-	if requester == "" && platform == "web" {
+	if a, ok := r.opts.Platforms[platform].(Anonymous); ok && requester == "" && a.Anonymous() {
 		return true
 	}
 	return (requester != "" && user == requester) || slices.Contains(r.opts.Approvers, user)
@@ -263,9 +272,9 @@ func (r *Router) Click(ctx context.Context, c Click) ClickResult {
 // decided is the card after decision d.
 func decided(c Card, d agent.Decision) Card {
 	switch {
-	case d.Reason == "timeout":
+	case d.Reason == agent.ReasonTimeout:
 		c.Outcome = "Denied: no decision in time"
-	case d.Reason == "stopped":
+	case d.Reason == agent.ReasonStopped:
 		c.Outcome = "Not run: the turn was stopped"
 	case d.Allow && d.Always:
 		c.Outcome = "Always allowed here"

@@ -76,8 +76,7 @@ func cardRig(t *testing.T) (*Router, *cardPlatform, *decider) {
 	t.Helper()
 	p := &cardPlatform{}
 	run := &decider{}
-	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, Approvers: []string{"UADMIN"}, RetryDelay: time.Millisecond})
-	r.Bind(run)
+	r := NewRouter(Options{Runner: run, Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, Approvers: []string{"UADMIN"}, RetryDelay: time.Millisecond})
 	t.Cleanup(r.Close)
 	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnStarted, Requester: "UANN"})
@@ -135,7 +134,7 @@ func TestApprovalTimeoutEditsCard(t *testing.T) {
 	r, p, _ := cardRig(t)
 	a := agent.Approval{CallID: "call_9", Tool: "fs__write_file", Requester: "UANN"}
 	r.Observe(agent.Event{Session: "test/1", Kind: agent.ApprovalNeeded, Approval: &a})
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.ApprovalDecided, Approval: &a, Decision: &agent.Decision{Reason: "timeout", At: time.Now()}})
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.ApprovalDecided, Approval: &a, Decision: &agent.Decision{Reason: agent.ReasonTimeout, At: time.Now()}})
 	settle(t, r, "test/1")
 	if got := p.card("card1"); got.Open() || !strings.Contains(got.Outcome, "no decision in time") {
 		t.Errorf("card after the deadline: %+v", got)
@@ -240,8 +239,7 @@ func (*refusingCards) PostCard(context.Context, Thread, Card) (MessageRef, error
 
 func TestUnpostableCardIsSaidInWords(t *testing.T) {
 	p := &refusingCards{}
-	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond})
-	r.Bind(&decider{})
+	r := NewRouter(Options{Runner: &decider{}, Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond})
 	t.Cleanup(r.Close)
 	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	a := agent.Approval{CallID: "c1", Tool: "fs__write_file", Requester: "UANN", Deadline: time.Now().Add(time.Hour)}

@@ -51,6 +51,9 @@ type Runner interface {
 
 // Options configures a Router.
 type Options struct {
+	// Runner runs the sessions' turns (an *agent.Runner); required. The
+	// router hears of their events as an agent.Subscriber (Observe).
+	Runner    Runner
 	Store     BoardStore
 	Platforms map[string]Platform // by Thread.Platform
 	Logger    *slog.Logger
@@ -91,7 +94,7 @@ type Router struct {
 
 var _ Inbox = (*Router)(nil)
 
-// NewRouter returns a router; Bind gives it the runner.
+// NewRouter returns a router.
 func NewRouter(opts Options) *Router {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -106,7 +109,7 @@ func NewRouter(opts Options) *Router {
 		opts.EditLaterDelay = time.Minute
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &Router{opts: opts, ctx: ctx, cancel: cancel, boards: map[string]*Board{}}
+	r := &Router{opts: opts, runner: opts.Runner, ctx: ctx, cancel: cancel, boards: map[string]*Board{}}
 	r.outbox = newOutbox(r, opts.Outbox)
 	return r
 }
@@ -143,9 +146,6 @@ func (r *Router) Resume(ctx context.Context) (int, error) {
 	}
 	return r.outbox.resume(ctx)
 }
-
-// Bind sets the runner; call it before Handle.
-func (r *Router) Bind(run Runner) { r.runner = run }
 
 // drainTimeout bounds how long Close lets plan boards finish their edits.
 const drainTimeout = 5 * time.Second
@@ -312,7 +312,10 @@ func (r *Router) board(key string, th *Thread) *Board {
 	return b
 }
 
-// Observe renders agent events; pass it as agent.Options.Observer.
+var _ agent.Subscriber = (*Router)(nil)
+
+// Observe implements agent.Subscriber: it renders the turns' events on the
+// plan boards and approval cards.
 func (r *Router) Observe(e agent.Event) {
 	b := r.board(e.Session, nil)
 	if b == nil || b.platform == nil {

@@ -42,8 +42,7 @@ func (a *actRunner) counts() (stops, resets int) {
 func TestWhoMayActOnLaterTurns(t *testing.T) {
 	p := &cardPlatform{}
 	run := &actRunner{}
-	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, Approvers: []string{"UADMIN"}, RetryDelay: time.Millisecond})
-	r.Bind(run)
+	r := NewRouter(Options{Runner: run, Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, Approvers: []string{"UADMIN"}, RetryDelay: time.Millisecond})
 	t.Cleanup(r.Close)
 	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
 	say := func(user, text string) string {
@@ -132,8 +131,7 @@ func TestWhoMayActOnLaterTurns(t *testing.T) {
 // does not stay in the thread reading "working" with a Stop button.
 func TestNewTaskLeavesTheOldPlanFinal(t *testing.T) {
 	p := &cardPlatform{}
-	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond})
-	r.Bind(&actRunner{})
+	r := NewRouter(Options{Runner: &actRunner{}, Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond})
 	t.Cleanup(r.Close)
 	key := "test/1"
 	r.board(key, &Thread{Platform: "test", Key: key, Channel: "C1"})
@@ -178,8 +176,7 @@ func (s *subRunner) Submit(_ context.Context, _ string, in agent.Inbound) error 
 func TestInvisibleMessagesAndLongNames(t *testing.T) {
 	p := &cardPlatform{}
 	run := &subRunner{}
-	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}})
-	r.Bind(run)
+	r := NewRouter(Options{Runner: run, Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}})
 	t.Cleanup(r.Close)
 	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
 	for _, text := range []string{"\u200b\u200b\ufeff", " \u200d\u2060 \u00ad ", "\u3164\u2800", "\ufe0f"} {
@@ -208,8 +205,7 @@ func TestInvisibleMessagesAndLongNames(t *testing.T) {
 func TestResetAndDeleteStartOverAlike(t *testing.T) {
 	for _, del := range []bool{false, true} {
 		p := &cardPlatform{}
-		r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond})
-		r.Bind(&actRunner{})
+		r := NewRouter(Options{Runner: &actRunner{}, Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond})
 		th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
 		if err := r.Handle(context.Background(), Incoming{Thread: th, Text: "go", AuthorID: "U1"}); err != nil {
 			t.Fatal(err)

@@ -14,9 +14,9 @@ var bArchive = []byte("archive")
 
 // Archive implements agent.Store: in one transaction, the session's
 // history, plan revisions and record move to
-// sessions/<key>/archive/<n>/ and the session starts afresh (an idle
-// record, empty history and plans). Queued messages stay queued; the plan
-// board record is the chat layer's.
+// sessions/<key>/archive/<n>/ and the session starts afresh (the record
+// agent.Checkpoint.Reset gives, empty history and plans). Queued messages
+// stay queued; the plan board record is the chat layer's.
 func (db *DB) Archive(_ context.Context, key string) error {
 	err := db.update(func(tx *bolt.Tx) error {
 		sb := session(tx, key)
@@ -50,7 +50,8 @@ func (db *DB) Archive(_ context.Context, key string) error {
 			}
 		}
 		now := db.now()
-		fresh := agent.Checkpoint{Key: key, State: agent.Idle, Turns: old.Turns, Created: now, Updated: now}
+		old.Key = key
+		fresh := old.Reset(now)
 		raw, err := json.Marshal(fresh)
 		if err != nil {
 			return err

@@ -126,7 +126,9 @@ func storeCalls(db *DB, dir string) []storeCall {
 		{name: "Enqueue", call: func() error { _, err := db.Enqueue(ctx, key, agent.Inbound{Text: "more"}); return err }},
 		{name: "Commit", call: func() error { return db.Commit(ctx, round(key, 10, "next")) }},
 		{name: "Resumable", call: func() error { _, err := db.Resumable(ctx); return err }},
-		{name: "Decide", call: func() error { _, err := db.Decide(ctx, key, "call_1", agent.Decision{Allow: true}); return err }},
+		{name: "UpdateCheckpoint", call: func() error {
+			return db.UpdateCheckpoint(ctx, key, func(cp *agent.Checkpoint) error { return nil })
+		}},
 		{name: "Archive", call: func() error { return db.Archive(ctx, "web/4") }},
 		{name: "Archived", call: everyKey(func(key string) error { _, _, err := db.Archived(ctx, key, 1); return err })},
 		{name: "FirstSeen", call: func() error { _, err := db.FirstSeen(ctx, "event-new", time.Hour); return err }},

@@ -398,34 +398,31 @@ func (db *DB) Resumable(_ context.Context) ([]string, error) {
 	return keys, nil
 }
 
-// Decide implements agent.Store: it records d for the pending approval of
-// callID in the session's record, in one transaction.
-func (db *DB) Decide(_ context.Context, key, callID string, d agent.Decision) (agent.Approval, error) {
-	var a agent.Approval
+// UpdateCheckpoint implements agent.Store: the read, fn and the write are
+// one bbolt write transaction, so no other write of the record comes
+// between them. It refuses a change of the record's key or history length
+// (those are Commit's) with ErrConflict.
+func (db *DB) UpdateCheckpoint(_ context.Context, key string, fn func(*agent.Checkpoint) error) error {
 	err := db.update(func(tx *bolt.Tx) error {
 		sb := session(tx, key)
-		if sb == nil {
-			return agent.ErrNotPending
+		var raw []byte
+		if sb != nil {
+			raw = sb.Get(kRecord)
 		}
-		raw := sb.Get(kRecord)
 		if raw == nil {
-			return agent.ErrNotPending
+			return fn(nil)
 		}
 		var cp agent.Checkpoint
 		if err := json.Unmarshal(raw, &cp); err != nil {
 			return fmt.Errorf("record: %w", err)
 		}
-		if cp.State != agent.Waiting || cp.Waiting == nil || cp.Waiting.CallID != callID {
-			return agent.ErrNotPending
+		storedKey, storedLen := cp.Key, cp.HistoryLen
+		if err := fn(&cp); err != nil {
+			return err
 		}
-		if _, done := cp.Decisions[callID]; done {
-			return agent.ErrNotPending
+		if cp.Key != storedKey || cp.HistoryLen != storedLen {
+			return fmt.Errorf("%w: an update may not change the record's key or history length", ErrConflict)
 		}
-		if cp.Decisions == nil {
-			cp.Decisions = map[string]agent.Decision{}
-		}
-		cp.Decisions[callID] = d
-		a = *cp.Waiting
 		out, err := json.Marshal(cp)
 		if err != nil {
 			return err
@@ -433,7 +430,7 @@ func (db *DB) Decide(_ context.Context, key, callID string, d agent.Decision) (a
 		return sb.Put(kRecord, out)
 	})
 	if err != nil {
-		return a, fmt.Errorf("store: decide %s in %s: %w", callID, key, err)
+		return fmt.Errorf("store: update checkpoint of %s: %w", key, err)
 	}
-	return a, nil
+	return nil
 }

@@ -317,3 +317,58 @@ func TestConcurrentCommits(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestUpdateCheckpointCompareAndSet: the read, fn and the write are one
+// transaction, so concurrent updates all land; an error from fn writes
+// nothing and reaches the caller; the history length is Commit's.
+func TestUpdateCheckpointCompareAndSet(t *testing.T) {
+	ctx := context.Background()
+	db := openTemp(t)
+	var got *agent.Checkpoint
+	if err := db.UpdateCheckpoint(ctx, "web/none", func(cp *agent.Checkpoint) error { got = cp; return nil }); err != nil || got != nil {
+		t.Fatalf("no record: fn got %+v, err %v; want nil, nil", got, err)
+	}
+	if err := db.Commit(ctx, round("web/1", 0, "hello")); err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			err := db.UpdateCheckpoint(ctx, "web/1", func(cp *agent.Checkpoint) error {
+				if cp.Decisions == nil {
+					cp.Decisions = map[string]agent.Decision{}
+				}
+				cp.Decisions[fmt.Sprint("call_", i)] = agent.Decision{Allow: true}
+				return nil
+			})
+			if err != nil {
+				t.Errorf("update %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	sentinel := errors.New("refused")
+	for _, tc := range []struct {
+		name string
+		fn   func(*agent.Checkpoint) error
+		want error
+	}{
+		{name: "fn refuses", fn: func(cp *agent.Checkpoint) error { cp.State = agent.Idle; return sentinel }, want: sentinel},
+		{name: "history length changed", fn: func(cp *agent.Checkpoint) error { cp.HistoryLen++; return nil }, want: ErrConflict},
+		{name: "key changed", fn: func(cp *agent.Checkpoint) error { cp.Key = "web/2"; return nil }, want: ErrConflict},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := db.UpdateCheckpoint(ctx, "web/1", tc.fn); !errors.Is(err, tc.want) {
+				t.Errorf("got %v, want %v", err, tc.want)
+			}
+		})
+	}
+	cp, _, _, err := db.Load(ctx, "web/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cp.Decisions) != n || cp.State != agent.Running || cp.HistoryLen != 1 || cp.Key != "web/1" {
+		t.Errorf("got %d decisions, state %s, history %d, key %s; want %d, running, 1, web/1", len(cp.Decisions), cp.State, cp.HistoryLen, cp.Key, n)
+	}
+}

@@ -32,7 +32,7 @@ func rig(b *testing.B, editsPerMinute float64) (*fakeslack.Server, *chat.Router)
 	srv := httptest.NewServer(fake)
 	b.Cleanup(srv.Close)
 	a := New(Options{BotToken: "xoxb-bench", APIURL: srv.URL + "/api/", EditsPerMinute: editsPerMinute, Handler: nopHandler{}})
-	r := chat.NewRouter(chat.Options{Store: &chattest.Boards{}, Platforms: map[string]chat.Platform{"slack": a}})
+	r := chat.NewRouter(chat.Options{Runner: chattest.Runner{}, Store: &chattest.Boards{}, Platforms: map[string]chat.Platform{"slack": a}})
 	b.Cleanup(r.Close)
 	return fake, r
 }
@@ -40,7 +40,6 @@ func rig(b *testing.B, editsPerMinute float64) (*fakeslack.Server, *chat.Router)
 func start(r *chat.Router, key string) {
 	// Handle records the thread for the session (the runner is not needed).
 	th := chat.Thread{Platform: "slack", Key: key, Channel: "C1", ThreadID: "1.1"}
-	r.Bind(chattest.Runner{})
 	r.Handle(context.Background(), chat.Incoming{Thread: th, Text: "bench"})
 }
 
@@ -133,7 +132,7 @@ func BenchmarkReplyDeliveryFlaky(b *testing.B) {
 	srv := httptest.NewServer(&flaky{next: fake, share: 0.1, rng: rand.New(rand.NewPCG(1, 2))})
 	b.Cleanup(srv.Close)
 	a := New(Options{BotToken: "xoxb-bench", APIURL: srv.URL + "/api/", Handler: nopHandler{}})
-	r := chat.NewRouter(chat.Options{Store: &chattest.Boards{}, Platforms: map[string]chat.Platform{"slack": a}})
+	r := chat.NewRouter(chat.Options{Runner: chattest.Runner{}, Store: &chattest.Boards{}, Platforms: map[string]chat.Platform{"slack": a}})
 	b.Cleanup(r.Close)
 	key := "slack/T1/C1/1.1"
 	start(r, key)

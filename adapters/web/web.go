@@ -94,6 +94,7 @@ type Console struct {
 var (
 	_ chat.Platform    = (*Console)(nil)
 	_ chat.Interactive = (*Console)(nil)
+	_ chat.Anonymous   = (*Console)(nil)
 )
 
 // New returns a console.
@@ -200,6 +201,11 @@ func (c *Console) SetState(th chat.Thread, state, status string) {
 // Pin implements chat.Platform. The console always shows the current plan
 // on top of its thread, so there is nothing to pin.
 func (c *Console) Pin(context.Context, chat.Thread, chat.MessageRef, bool) error { return nil }
+
+// Anonymous implements chat.Anonymous: the console has no users of its
+// own (whoever holds the token is its one person), so its turns have no
+// requester and anyone at the console may decide, stop and reset.
+func (c *Console) Anonymous() bool { return true }
 
 // Reply implements chat.Platform.
 // Replies that are not the model's answer (errors, notices) are not in the

@@ -11,6 +11,24 @@ import (
 	"github.com/pinplan/pinplan/store"
 )
 
+// consoleState is the console's read model of the sessions' run states: it
+// shows each turn's state and status pill (runState) in the thread list.
+type consoleState struct {
+	router  *chat.Router
+	console *web.Console
+}
+
+var _ agent.Subscriber = consoleState{}
+
+// Observe implements agent.Subscriber.
+func (c consoleState) Observe(e agent.Event) {
+	if state, status, ok := runState(e); ok {
+		if th, ok := c.router.Thread(e.Session); ok {
+			c.console.SetState(th, state, status)
+		}
+	}
+}
+
 // webStore gives the web console its read-only view of the database.
 type webStore struct{ db *store.DB }
 

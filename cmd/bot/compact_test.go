@@ -131,9 +131,8 @@ func TestRetentionReadsChatBoards(t *testing.T) {
 	t.Cleanup(func() { db.Close() })
 	console := web.New(web.Options{})
 	t.Cleanup(console.Close)
-	router := chat.NewRouter(chat.Options{Store: db, Outbox: db, Platforms: map[string]chat.Platform{"web": console}})
+	router := chat.NewRouter(chat.Options{Runner: chattest.Runner{}, Store: db, Outbox: db, Platforms: map[string]chat.Platform{"web": console}})
 	t.Cleanup(router.Close)
-	router.Bind(chattest.Runner{})
 
 	const key = "web/r1"
 	cutoff := time.Now()

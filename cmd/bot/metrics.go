@@ -99,7 +99,10 @@ func (m *metrics) ready() error {
 	return nil
 }
 
-func (m *metrics) observe(e agent.Event) {
+var _ agent.Subscriber = (*metrics)(nil)
+
+// Observe implements agent.Subscriber: it counts ended turns by outcome.
+func (m *metrics) Observe(e agent.Event) {
 	if e.Kind == agent.TurnEnded {
 		m.turns.WithLabelValues(string(e.Outcome)).Inc()
 	}

@@ -178,29 +178,27 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 		m.undelivered.WithLabelValues(th.Platform).Inc()
 		console.Undelivered(th, text, err)
 	}
-	router := chat.NewRouter(chat.Options{Store: db, Outbox: db, Platforms: platforms, Logger: log.With("component", "chat"), Hooks: hooks,
-		Approvers: cfg.Approvers, ThreadContext: cfg.ThreadContext})
-	later(router.Close)
+	events := &agent.Events{}
 	runner, err := agent.NewRunner(agent.Options{
 		Model: model, Store: db, Tools: registry, ModelName: modelName,
 		SystemPrompt: systemPrompt, StaleRounds: cfg.StaleRounds, ReminderRole: cfg.ReminderRole, MaxRounds: cfg.MaxRounds,
 		ApprovalTimeout: cfg.ApprovalTimeout, ContextTokens: cfg.ContextTokens, Approvers: cfg.Approvers,
-		Observer: func(e agent.Event) {
-			m.observe(e)
-			router.Observe(e)
-			if state, status, ok := runState(e); ok {
-				if th, ok := router.Thread(e.Session); ok {
-					console.SetState(th, state, status)
-				}
-			}
-		},
-		Logger: log.With("component", "agent"),
+		Events: events, Logger: log.With("component", "agent"),
 	})
 	if err != nil {
 		return err
 	}
+	router := chat.NewRouter(chat.Options{Runner: runner, Store: db, Outbox: db, Platforms: platforms, Logger: log.With("component", "chat"), Hooks: hooks,
+		Approvers: cfg.Approvers, ThreadContext: cfg.ThreadContext})
+	// Torn down in reverse: the runner stops publishing, then the router
+	// finishes its plan edits and replies.
+	later(router.Close)
 	later(runner.Close)
-	router.Bind(runner)
+	// In this order for every event: metrics, the plan boards and cards,
+	// the console's run state.
+	events.Subscribe(m)
+	events.Subscribe(router)
+	events.Subscribe(consoleState{router: router, console: console})
 	console.Bind(router)
 
 	host := httphost.New(httphost.Options{Token: token, Logger: log.With("component", "http"),

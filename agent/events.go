@@ -1,0 +1,116 @@
+package agent
+
+import (
+	"sync"
+	"time"
+
+	"github.com/pinplan/pinplan/todo"
+)
+
+// EventKind says what an Event reports.
+type EventKind int
+
+// Event kinds, in the order a turn produces them.
+const (
+	TurnStarted EventKind = iota + 1
+	PlanChanged
+	Replied
+	TurnEnded
+	// ApprovalNeeded: the turn waits for Event.Approval to be decided. It
+	// is published again after a restart; the card is posted once.
+	ApprovalNeeded
+	// ApprovalDecided: Event.Approval was decided (Event.Decision).
+	ApprovalDecided
+	// ToolStarted and ToolEnded bracket a tool call (Event.Tool).
+	ToolStarted
+	ToolEnded
+	// SessionReset: the session's history and plan were archived.
+	SessionReset
+)
+
+// Outcome is how a turn ended.
+type Outcome string
+
+// Turn outcomes.
+const (
+	Done    Outcome = "done"
+	Failed  Outcome = "failed"
+	Stopped Outcome = "stopped"
+	Limited Outcome = "limited" // PINPLAN_MAX_ROUNDS reached
+)
+
+// Event is published after the checkpoint it reports has been committed.
+type Event struct {
+	Session  string
+	Kind     EventKind
+	Resumed  bool // TurnStarted: the turn resumes after a restart
+	Plan     todo.Snapshot
+	Revision int64
+	Text     string  // Replied: the answer; TurnEnded: a message for the user
+	Outcome  Outcome // TurnEnded
+	Err      error   // TurnEnded with Failed: the detail, for logs
+	// StoppedBy is who stopped the turn (TurnEnded with Stopped).
+	StoppedBy string
+	// Requester is the platform user id whose message started the turn
+	// (TurnStarted).
+	Requester string
+	Approval  *Approval // ApprovalNeeded, ApprovalDecided
+	Decision  *Decision // ApprovalDecided
+	Tool      string    // ToolStarted, ToolEnded
+	At        time.Time
+}
+
+// Subscriber is told of a turn's events. Observe is called from the
+// session's goroutine (ToolStarted from a timer, ordered before its
+// ToolEnded), for different sessions at once, and must not block for long:
+// the chat plan board coalesces.
+type Subscriber interface {
+	Observe(Event)
+}
+
+// SubscriberFunc is a function as a Subscriber.
+type SubscriberFunc func(Event)
+
+// Observe implements Subscriber.
+func (f SubscriberFunc) Observe(e Event) { f(e) }
+
+// Publisher takes the events a Runner publishes (Options.Events). Events
+// implements it.
+type Publisher interface {
+	Publish(Event)
+}
+
+// Events passes each published event to its subscribers: synchronously,
+// one after the other in the order they subscribed, so a subscriber sees
+// a session's events in the order they happened. cmd/bot subscribes the
+// metrics, the chat router (plan boards and cards) and the console's read
+// model. The zero value is ready and has no subscribers.
+type Events struct {
+	mu   sync.Mutex // guards subs
+	subs []Subscriber
+}
+
+var _ Publisher = (*Events)(nil)
+
+// Subscribe adds s; it sees the events published from then on.
+func (ev *Events) Subscribe(s Subscriber) {
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	// A new slice: a Publish in progress keeps the one it read.
+	ev.subs = append(ev.subs[:len(ev.subs):len(ev.subs)], s)
+}
+
+// Publish implements Publisher.
+func (ev *Events) Publish(e Event) {
+	ev.mu.Lock()
+	subs := ev.subs
+	ev.mu.Unlock()
+	for _, s := range subs {
+		s.Observe(e)
+	}
+}
+
+// nopPublisher drops events: a Runner with no Options.Events.
+type nopPublisher struct{}
+
+func (nopPublisher) Publish(Event) {}
