@@ -11,10 +11,15 @@ import (
 )
 
 // WriteTo writes a consistent copy of the database to w while it stays in
-// use (a hot backup).
+// use (a hot backup). The file is checked first, in the same transaction:
+// a backup of a damaged file would overwrite a good older one, so it is
+// refused with an error wrapping ErrCorrupt and nothing is written.
 func (db *DB) WriteTo(w io.Writer) (int64, error) {
 	var n int64
 	err := db.view(func(tx *bolt.Tx) error {
+		if err := checkTx(db.path, tx); err != nil {
+			return err
+		}
 		var err error
 		n, err = tx.WriteTo(w)
 		return err

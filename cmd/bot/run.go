@@ -365,7 +365,9 @@ func backupHandler(db *store.DB) http.Handler {
 		http.NewResponseController(w).SetWriteDeadline(time.Time{})
 		w.Header().Set("Content-Type", "application/octet-stream")
 		if _, err := db.WriteTo(w); err != nil {
-			http.Error(w, "backup failed", http.StatusInternalServerError)
+			// Refused before a byte is sent when the file is damaged.
+			w.Header().Del("Content-Type")
+			http.Error(w, "backup failed: "+err.Error(), http.StatusInternalServerError)
 		}
 	})
 }
@@ -388,7 +390,8 @@ func backupFromServer(ctx context.Context, cfg *config.Config, file string, stdo
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("backup: running pinplan answered %s", resp.Status)
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		return fmt.Errorf("backup: running pinplan answered %s: %s", resp.Status, strings.TrimSpace(string(msg)))
 	}
 	tmp := file + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600) // a backup holds every thread's history
