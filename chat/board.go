@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/todo"
 )
 
@@ -18,10 +20,13 @@ type BoardStore interface {
 	SaveBoard(ctx context.Context, key string, data []byte) error
 }
 
-// boardRecord is what survives a restart: the thread, the plan message and
-// what it last showed.
+// boardRecord is what survives a restart of a plan board: the thread, the
+// plan message, what it last showed and who may stop the running turn. The
+// session's approval cards (cardsRecord) and how it is listed
+// (listingRecord) have records of their own; a record written before they
+// did still holds them, and the router moves them when it loads it.
 type boardRecord struct {
-	Thread Thread     `json:"thread"`
+	Thread Thread     `json:"thread"` // without Title: that is the listing's
 	Ref    MessageRef `json:"ref"`
 	Pinned bool       `json:"pinned"`
 	// PinUnavailable: pinning failed and the thread was told once.
@@ -54,14 +59,10 @@ type boardRecord struct {
 	// Restore lists earlier plan messages to edit back to their final
 	// content before they are unpinned.
 	Restore []restoreEdit `json:"restore,omitempty"`
-	// Cards are the session's approval cards by id.
-	Cards map[string]cardRecord `json:"cards,omitempty"`
 	// Want is the content the message should show; when it differs from
 	// Shown after a restart, the board applies it (a final "done" edit
 	// cut short by kill -9 is not lost).
 	Want *Plan `json:"want,omitempty"`
-	// Hidden: deleted from the console's listing (the session archived).
-	Hidden bool `json:"hidden,omitempty"`
 }
 
 // restoreEdit is an earlier plan message and the content it should end on.
@@ -139,6 +140,141 @@ func (b *Board) set(f func(rec *boardRecord, want *Plan)) {
 	})
 }
 
+// What the board does for each thing that happens to its session: each
+// changes the record and the wanted content, and the render loop shows the
+// result. The router calls them and does the rest (cards, replies, the
+// working indicator).
+
+// received records a message for the session: where the thread is now, the
+// message to reply to, and who started the session if nobody is recorded.
+func (b *Board) received(th Thread, in Incoming) {
+	b.update(func(rec *boardRecord) {
+		rec.Thread.Channel, rec.Thread.ThreadID = th.Channel, th.ThreadID
+		if in.MessageID != "" {
+			rec.Trigger = in.MessageID
+		}
+		if rec.Starter == "" {
+			// The session's first message (a new thread, or the first
+			// after a reset). A session recorded before starters were
+			// kept takes its last requester.
+			rec.Starter = cmp.Or(rec.Requester, in.AuthorID)
+		}
+	})
+}
+
+// turnStarted: a turn began (or resumed after a restart). The plan message
+// says so and carries the Stop button. It returns the message the working
+// indicator goes on: the newest one for the session, which the board
+// records so that the indicator is cleared from it when the turn ends.
+func (b *Board) turnStarted(e agent.Event) (indicated string) {
+	state := StateWorking
+	if e.Resumed {
+		state = StateResumed
+	}
+	b.set(func(rec *boardRecord, want *Plan) {
+		rec.Indicated = rec.Trigger
+		indicated = rec.Indicated
+		rec.Requester = e.Requester
+		rec.Running = true
+		if rec.Closed && rec.Final == nil && len(want.Items) > 0 {
+			// A later turn on a finished plan: the plan message is
+			// the thread's live plan again and carries the Stop
+			// button; its final content is kept in case this turn
+			// moves on to a new task (and a new message).
+			final := *want
+			rec.Final = &final
+		}
+		want.State, want.Updated = state, e.At
+		want.Stoppable, want.StoppedBy, want.Activity = true, "", ""
+	})
+	return indicated
+}
+
+// planChanged: the agent committed a plan revision. After a finished plan,
+// a plan that shares no item with it is a new task and gets a new message.
+func (b *Board) planChanged(e agent.Event) {
+	b.set(func(rec *boardRecord, want *Plan) {
+		state := want.State
+		if rec.Closed {
+			if !sharesItem(want.Items, e.Plan.Items()) {
+				// A new task after a plan whose run ended: a new
+				// message; the old one stays in the thread with its
+				// final footer, and is unpinned.
+				// Always: an edit to "working" may be in flight, so
+				// what the record says the message shows may lag.
+				if rec.Final != nil && !rec.Ref.IsZero() {
+					rec.Restore = append(rec.Restore, restoreEdit{Ref: rec.Ref, Plan: *rec.Final})
+				}
+				rec.Unpin = append(rec.Unpin, rec.Ref)
+				rec.Ref, rec.Pinned, rec.Shown = MessageRef{}, false, Plan{}
+			}
+			rec.Closed, rec.Final = false, nil
+			state = StateWorking
+		}
+		if state != StateResumed {
+			state = StateWorking
+		}
+		activity := want.Activity
+		*want = planFrom(e.Plan, e.Revision, state, e.At)
+		want.Stoppable, want.Activity = true, activity
+	})
+}
+
+// toolActivity: a tool call started (the footer names it) or ended.
+func (b *Board) toolActivity(e agent.Event) {
+	b.set(func(_ *boardRecord, want *Plan) {
+		want.Activity = ""
+		if e.Kind == agent.ToolStarted {
+			want.Activity = "running " + e.Tool
+		}
+	})
+}
+
+// waiting: the turn waits for an approval.
+func (b *Board) waiting(e agent.Event) {
+	b.set(func(_ *boardRecord, want *Plan) { want.State, want.Updated, want.Activity = StateWaiting, e.At, "" })
+}
+
+// approvalDecided: the approval the turn waited for was decided; it works
+// on.
+func (b *Board) approvalDecided(e agent.Event) {
+	b.set(func(_ *boardRecord, want *Plan) {
+		if want.State == StateWaiting {
+			want.State, want.Updated = StateWorking, e.At
+		}
+	})
+}
+
+// turnEnded: the turn is over (done, stopped, failed or at the round
+// limit). The footer says how; the Stop button goes.
+func (b *Board) turnEnded(e agent.Event) {
+	state := map[agent.Outcome]PlanState{agent.Done: StateDone, agent.Failed: StateFailed, agent.Stopped: StateStopped, agent.Limited: StateLimited}[e.Outcome]
+	b.set(func(rec *boardRecord, want *Plan) {
+		rec.Running, rec.Final = false, nil
+		want.State, want.Updated = state, e.At
+		want.Stoppable, want.Activity, want.StoppedBy = false, "", e.StoppedBy
+		// The next turn's plan gets its own message unless it
+		// continues this one.
+		rec.Closed = len(want.Items) > 0
+	})
+}
+
+// reset starts the board over for a new session in the same thread: the
+// plan message is unpinned and left in the thread (with the earlier
+// messages still to restore or unpin), and everything else the record
+// knew of the old session goes. The thread and the newest message for
+// the session stay, and so does the message the working indicator is on.
+func (b *Board) reset() {
+	b.set(func(rec *boardRecord, want *Plan) {
+		unpin := rec.Unpin
+		if !rec.Ref.IsZero() {
+			unpin = append(unpin, rec.Ref)
+		}
+		*rec = boardRecord{Thread: rec.Thread, Trigger: rec.Trigger, Indicated: rec.Indicated, Unpin: unpin, Restore: rec.Restore}
+		*want = Plan{}
+	})
+}
+
 // change runs f with mu held, then persists the record. saveMu is held
 // from the copy to the store, so saves land in the order of the changes.
 func (b *Board) change(f func()) {
@@ -165,6 +301,13 @@ func (b *Board) Wait() {
 	for b.running {
 		b.idle.Wait()
 	}
+}
+
+// state returns a copy of the record and the wanted content.
+func (b *Board) state() (boardRecord, Plan) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.rec, b.want
 }
 
 // Shown returns what the plan message currently shows and its ref.
@@ -415,19 +558,13 @@ func planFrom(snap todo.Snapshot, rev int64, state PlanState, at time.Time) Plan
 }
 
 // DecodeBoard reads a stored board record: the thread and what its plan
-// message shows. ok is false for an empty, unreadable or deleted record.
+// message shows. ok is false for an empty or unreadable record. How the
+// session is listed (its title, whether it was deleted) is DecodeListing's.
 func DecodeBoard(raw []byte) (th Thread, shown Plan, ok bool) {
 	var rec boardRecord
-	if len(raw) == 0 || json.Unmarshal(raw, &rec) != nil || rec.Hidden {
+	if len(raw) == 0 || json.Unmarshal(raw, &rec) != nil {
 		return Thread{}, Plan{}, false
 	}
+	rec.Thread.Title = ""
 	return rec.Thread, rec.Shown, true
-}
-
-// Hidden reports whether a stored board record was deleted from listings.
-func Hidden(raw []byte) bool {
-	var rec struct {
-		Hidden bool `json:"hidden"`
-	}
-	return len(raw) > 0 && json.Unmarshal(raw, &rec) == nil && rec.Hidden
 }

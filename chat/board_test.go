@@ -412,3 +412,92 @@ func TestBoardFailureToldOnceAndRecovers(t *testing.T) {
 		t.Errorf("a new outage after recovery: %d notices, want 2", n)
 	}
 }
+
+// TestBoardTurnMethods drives the board's own methods, one for each thing
+// that happens to its session, with no router in between, and checks what
+// each leaves in the record and the wanted content.
+func TestBoardTurnMethods(t *testing.T) {
+	p := &fakePlatform{}
+	r := newTestRouter(t, p, &chattest.Boards{})
+	b := r.Board("test/1")
+	at := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	ev := func(kind agent.EventKind) agent.Event { return agent.Event{Session: "test/1", Kind: kind, At: at} }
+	task := func(rev int64, texts ...string) agent.Event {
+		e := ev(agent.PlanChanged)
+		e.Revision, e.Plan = rev, items(texts...)
+		return e
+	}
+	var indicated string
+	steps := []struct {
+		name  string
+		do    func()
+		check func(rec boardRecord, want Plan) bool
+	}{
+		{name: "a message", do: func() {
+			b.received(Thread{Platform: "test", Key: "test/1", Channel: "C2", ThreadID: "T9"}, Incoming{MessageID: "msg-1", AuthorID: "UANN"})
+		}, check: func(rec boardRecord, _ Plan) bool {
+			return rec.Thread.Channel == "C2" && rec.Thread.ThreadID == "T9" && rec.Trigger == "msg-1" && rec.Starter == "UANN"
+		}},
+		{name: "turn resumed", do: func() {
+			e := ev(agent.TurnStarted)
+			e.Resumed, e.Requester = true, "UBOB"
+			indicated = b.turnStarted(e)
+		}, check: func(rec boardRecord, want Plan) bool {
+			return indicated == "msg-1" && rec.Indicated == "msg-1" && rec.Running && rec.Requester == "UBOB" && rec.Starter == "UANN" &&
+				want.State == StateResumed && want.Stoppable && want.Updated.Equal(at)
+		}},
+		{name: "a plan while resumed keeps the footer", do: func() { b.planChanged(task(1, "draft", "review")) }, check: func(_ boardRecord, want Plan) bool {
+			return want.Revision == 1 && len(want.Items) == 2 && want.State == StateResumed && want.Stoppable
+		}},
+		{name: "a tool runs", do: func() {
+			e := ev(agent.ToolStarted)
+			e.Tool = "fs__read_text_file"
+			b.toolActivity(e)
+		}, check: func(_ boardRecord, want Plan) bool { return want.Activity == "running fs__read_text_file" }},
+		{name: "a plan keeps the activity", do: func() { b.planChanged(task(2, "draft", "review")) }, check: func(_ boardRecord, want Plan) bool {
+			return want.Revision == 2 && want.Activity == "running fs__read_text_file"
+		}},
+		{name: "the tool ends", do: func() { b.toolActivity(ev(agent.ToolEnded)) }, check: func(_ boardRecord, want Plan) bool { return want.Activity == "" }},
+		{name: "waiting", do: func() { b.waiting(ev(agent.ApprovalNeeded)) }, check: func(_ boardRecord, want Plan) bool {
+			return want.State == StateWaiting && want.Stoppable
+		}},
+		{name: "decided", do: func() { b.approvalDecided(ev(agent.ApprovalDecided)) }, check: func(_ boardRecord, want Plan) bool { return want.State == StateWorking }},
+		{name: "decided again changes nothing", do: func() { b.approvalDecided(ev(agent.ApprovalDecided)) }, check: func(_ boardRecord, want Plan) bool { return want.State == StateWorking }},
+		{name: "stopped", do: func() {
+			e := ev(agent.TurnEnded)
+			e.Outcome, e.StoppedBy = agent.Stopped, "ann"
+			b.turnEnded(e)
+			b.Wait()
+		}, check: func(rec boardRecord, want Plan) bool {
+			return !rec.Running && rec.Closed && rec.Ref.ID == "m1" && want.State == StateStopped && want.StoppedBy == "ann" && !want.Stoppable
+		}},
+		{name: "a later turn keeps the final content", do: func() { b.turnStarted(ev(agent.TurnStarted)) }, check: func(rec boardRecord, want Plan) bool {
+			return rec.Final != nil && rec.Final.State == StateStopped && want.State == StateWorking && want.Stoppable && want.StoppedBy == ""
+		}},
+		{name: "a new task gets a new message", do: func() { b.planChanged(task(3, "something else")); b.Wait() }, check: func(rec boardRecord, want Plan) bool {
+			return rec.Ref.ID == "m2" && !rec.Closed && rec.Final == nil && want.Revision == 3 && want.State == StateWorking &&
+				p.plan("m1").State == StateStopped && len(rec.Unpin) == 0 && len(rec.Restore) == 0
+		}},
+		{name: "reset", do: func() { b.reset(); b.Wait() }, check: func(rec boardRecord, want Plan) bool {
+			return rec.Ref.IsZero() && rec.Starter == "" && rec.Requester == "" && !rec.Running && !rec.Closed &&
+				rec.Thread.Channel == "C2" && rec.Trigger == "msg-1" && rec.Indicated == "msg-1" && len(want.Items) == 0
+		}},
+	}
+	for _, st := range steps {
+		st.do()
+		if rec, want := b.state(); !st.check(rec, want) {
+			t.Fatalf("%s: record %+v, want %+v", st.name, rec, want)
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var unpinned []string
+	for _, c := range p.calls {
+		if c.Op == "unpin" {
+			unpinned = append(unpinned, c.Ref)
+		}
+	}
+	if strings.Join(unpinned, ",") != "m1,m2" {
+		t.Errorf("unpinned %q, want m1 (the new task's) then m2 (the reset's)", unpinned)
+	}
+}

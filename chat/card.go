@@ -157,7 +157,42 @@ type ClickResult struct {
 	Private string `json:"private,omitempty"`
 }
 
-// cardRecord is a card as the board record keeps it.
+// CardStore keeps each session's approval cards record, apart from its
+// plan board record. store.DB implements it.
+type CardStore interface {
+	// Cards returns the session's cards record; nil if it has none.
+	Cards(ctx context.Context, key string) ([]byte, error)
+	// SaveCards stores the session's cards record whole.
+	SaveCards(ctx context.Context, key string, data []byte) error
+}
+
+// cardsRecord is what survives a restart of a session's approval cards:
+// every card of its current conversation, by card id. A reset starts it
+// over.
+type cardsRecord struct {
+	Cards map[string]cardRecord `json:"cards"`
+}
+
+// put records cr as card id.
+func (c *cardsRecord) put(id string, cr cardRecord) {
+	if c.Cards == nil {
+		c.Cards = map[string]cardRecord{}
+	}
+	c.Cards[id] = cr
+}
+
+// open returns the cards still waiting for a decision.
+func (c *cardsRecord) open() []cardRecord {
+	var open []cardRecord
+	for _, cr := range c.Cards {
+		if cr.Card.Open() {
+			open = append(open, cr)
+		}
+	}
+	return open
+}
+
+// cardRecord is one card as the cards record keeps it.
 type cardRecord struct {
 	CallID string     `json:"call_id"`
 	Ref    MessageRef `json:"ref"`
@@ -217,13 +252,11 @@ func (r *Router) Click(ctx context.Context, c Click) ClickResult {
 	if !ok {
 		return ClickResult{Private: "I don't know that button."}
 	}
-	b := r.Board(c.Thread.Key)
-	if b == nil {
+	s := r.session(c.Thread.Key, nil)
+	if s == nil {
 		return ClickResult{Private: "This conversation no longer exists in pinplan, so there is nothing to decide here."}
 	}
-	b.mu.Lock()
-	rec, want := b.rec, b.want
-	b.mu.Unlock()
+	rec, want := s.board.state()
 	log := r.opts.Logger.With("session", c.Thread.Key, "user", c.UserID, "action", action)
 	if action == ActionStop {
 		if !rec.Running {
@@ -240,7 +273,8 @@ func (r *Router) Click(ctx context.Context, c Click) ClickResult {
 		p.Stoppable, p.Activity = false, ""
 		return ClickResult{Plan: &p}
 	}
-	cr, ok := rec.Cards[id]
+	var cr cardRecord
+	s.cards.read(func(v *cardsRecord) { cr, ok = v.Cards[id] })
 	if !ok {
 		return ClickResult{Private: "This card does not belong to this thread's conversation."}
 	}
@@ -260,10 +294,10 @@ func (r *Router) Click(ctx context.Context, c Click) ClickResult {
 	}
 	log.Info("approval decided", "tool", cr.Card.Tool, "allow", d.Allow, "always", d.Always)
 	card := decided(cr.Card, d)
-	b.update(func(rec *boardRecord) {
-		if got, ok := rec.Cards[id]; ok {
+	s.cards.update(func(v *cardsRecord) {
+		if got, ok := v.Cards[id]; ok {
 			got.Card = card
-			rec.Cards[id] = got
+			v.Cards[id] = got
 		}
 	})
 	return ClickResult{Card: &card}
@@ -294,14 +328,16 @@ func mention(requester string) string {
 	return "<@" + requester + ">"
 }
 
-// showCard posts the approval's card, unless the board has it already
+// showCard posts the approval's card, unless the session has it already
 // (after a restart the same approval is announced again).
-func (r *Router) showCard(ctx context.Context, b *Board, th Thread, a agent.Approval) {
+func (r *Router) showCard(ctx context.Context, s *session, th Thread, a agent.Approval) {
+	b := s.board
 	id := cardID(th.Key, a)
-	b.mu.Lock()
-	cr, have := b.rec.Cards[id]
-	requester := cmp.Or(a.Requester, b.rec.Requester)
-	b.mu.Unlock()
+	var cr cardRecord
+	var have bool
+	s.cards.read(func(v *cardsRecord) { cr, have = v.Cards[id] })
+	rec, _ := b.state()
+	requester := cmp.Or(a.Requester, rec.Requester)
 	ip, ok := b.platform.(Interactive)
 	if !ok {
 		b.log.Error("platform shows no approval cards", "platform", th.Platform)
@@ -320,12 +356,9 @@ func (r *Router) showCard(ctx context.Context, b *Board, th Thread, a agent.Appr
 		card = cr.Card
 	}
 	// Recorded before it is posted, so a click as soon as it shows finds it.
-	b.update(func(rec *boardRecord) {
-		if rec.Cards == nil {
-			rec.Cards = map[string]cardRecord{}
-		}
-		if _, ok := rec.Cards[id]; !ok {
-			rec.Cards[id] = cardRecord{CallID: a.CallID, Card: card}
+	s.cards.update(func(v *cardsRecord) {
+		if _, ok := v.Cards[id]; !ok {
+			v.put(id, cardRecord{CallID: a.CallID, Card: card})
 		}
 	})
 	var ref MessageRef
@@ -342,10 +375,10 @@ func (r *Router) showCard(ctx context.Context, b *Board, th Thread, a agent.Appr
 		return
 	}
 	var decided *Card
-	b.update(func(rec *boardRecord) {
-		got := rec.Cards[id]
+	s.cards.update(func(v *cardsRecord) {
+		got := v.Cards[id]
 		got.Ref = ref
-		rec.Cards[id] = got
+		v.put(id, got)
 		if !got.Card.Open() {
 			decided = &got.Card
 		}
@@ -359,14 +392,15 @@ func (r *Router) showCard(ctx context.Context, b *Board, th Thread, a agent.Appr
 }
 
 // closeCard shows a decision on the card, unless a click already did.
-func (r *Router) closeCard(ctx context.Context, b *Board, th Thread, a agent.Approval, d agent.Decision) {
-	r.closeCardID(ctx, b, th, cardID(th.Key, a), d)
+func (r *Router) closeCard(ctx context.Context, s *session, th Thread, a agent.Approval, d agent.Decision) {
+	r.closeCardID(ctx, s, th, cardID(th.Key, a), d)
 }
 
-func (r *Router) closeCardID(ctx context.Context, b *Board, th Thread, id string, d agent.Decision) {
-	b.mu.Lock()
-	cr, ok := b.rec.Cards[id]
-	b.mu.Unlock()
+func (r *Router) closeCardID(ctx context.Context, s *session, th Thread, id string, d agent.Decision) {
+	b := s.board
+	var cr cardRecord
+	var ok bool
+	s.cards.read(func(v *cardsRecord) { cr, ok = v.Cards[id] })
 	if !ok || !cr.Card.Open() {
 		return
 	}
@@ -379,10 +413,10 @@ func (r *Router) closeCardID(ctx context.Context, b *Board, th Thread, id string
 			b.log.Warn("edit approval card", "err", err)
 		}
 	}
-	b.update(func(rec *boardRecord) {
-		if got, ok := rec.Cards[id]; ok && got.Card.Open() {
+	s.cards.update(func(v *cardsRecord) {
+		if got, ok := v.Cards[id]; ok && got.Card.Open() {
 			got.Card = card
-			rec.Cards[id] = got
+			v.Cards[id] = got
 		}
 	})
 }
@@ -396,15 +430,16 @@ type CardInfo struct {
 
 // Cards lists a session's approval cards, for operators and tests.
 func (r *Router) Cards(key string) []CardInfo {
-	b := r.Board(key)
-	if b == nil {
+	s := r.session(key, nil)
+	if s == nil {
 		return nil
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	out := make([]CardInfo, 0, len(b.rec.Cards))
-	for _, cr := range b.rec.Cards {
-		out = append(out, CardInfo{Card: cr.Card, CallID: cr.CallID, Ref: cr.Ref})
-	}
+	var out []CardInfo
+	s.cards.read(func(v *cardsRecord) {
+		out = make([]CardInfo, 0, len(v.Cards))
+		for _, cr := range v.Cards {
+			out = append(out, CardInfo{Card: cr.Card, CallID: cr.CallID, Ref: cr.Ref})
+		}
+	})
 	return out
 }

@@ -6,7 +6,8 @@
 // retries every send by its classified Outcome.
 //
 // It imports agent and todo. Adapters import it; it imports no adapter and
-// not store (the store implements BoardStore).
+// not store (the store implements BoardStore, CardStore, ListingStore and
+// OutboxStore).
 package chat
 
 import (
@@ -25,7 +26,10 @@ type Thread struct {
 	Key      string `json:"key"`      // session key, e.g. slack/T1/C1/1700000000.000100
 	Channel  string `json:"channel"`  // the platform's channel id
 	ThreadID string `json:"thread,omitempty"`
-	Title    string `json:"title,omitempty"` // the first words of the task, for listings
+	// Title is the first words of the task, or what the session was
+	// renamed to, for listings. The listing record keeps it, not the
+	// board's (Router.Thread and Rename fill it in).
+	Title string `json:"title,omitempty"`
 }
 
 // MessageRef names a posted message.

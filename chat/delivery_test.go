@@ -287,8 +287,8 @@ func TestEvictDropsOnlyIdleBoards(t *testing.T) {
 		t.Fatalf("evicted %d boards, want the idle one", n)
 	}
 	r.mu.Lock()
-	_, idle := r.boards["test/idle"]
-	_, busy := r.boards["test/busy"]
+	_, idle := r.sessions["test/idle"]
+	_, busy := r.sessions["test/busy"]
 	r.mu.Unlock()
 	if idle || !busy {
 		t.Errorf("after Evict: idle kept %t, busy kept %t", idle, busy)

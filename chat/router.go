@@ -1,7 +1,6 @@
 package chat
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -53,8 +52,15 @@ type Runner interface {
 type Options struct {
 	// Runner runs the sessions' turns (an *agent.Runner); required. The
 	// router hears of their events as an agent.Subscriber (Observe).
-	Runner    Runner
-	Store     BoardStore
+	Runner Runner
+	Store  BoardStore
+	// Cards keeps the sessions' approval cards; nil uses Store when it
+	// is a CardStore (store.DB is), else keeps them in memory only.
+	Cards CardStore
+	// Listings keeps how the sessions are listed (title, deleted); nil
+	// uses Store when it is a ListingStore (store.DB is), else keeps it
+	// in memory only.
+	Listings  ListingStore
 	Platforms map[string]Platform // by Thread.Platform
 	Logger    *slog.Logger
 	Hooks     *Hooks
@@ -78,18 +84,21 @@ type Options struct {
 
 // Router maps threads to sessions, feeds their messages to the agent runner
 // (which runs one turn at a time per session, threads in parallel) and
-// renders the runner's events on each thread's plan board.
+// renders the runner's events on each thread's plan board and approval
+// cards.
 type Router struct {
-	opts   Options
-	runner Runner
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // board loops
+	opts     Options
+	runner   Runner
+	cards    CardStore
+	listings ListingStore
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup // board loops
 
 	outbox *outbox // its queue is waited for beside wg
 
-	mu     sync.Mutex // guards boards
-	boards map[string]*Board
+	mu       sync.Mutex // guards sessions
+	sessions map[string]*session
 }
 
 var _ Inbox = (*Router)(nil)
@@ -109,7 +118,19 @@ func NewRouter(opts Options) *Router {
 		opts.EditLaterDelay = time.Minute
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &Router{opts: opts, runner: opts.Runner, ctx: ctx, cancel: cancel, boards: map[string]*Board{}}
+	r := &Router{opts: opts, runner: opts.Runner, cards: opts.Cards, listings: opts.Listings, ctx: ctx, cancel: cancel, sessions: map[string]*session{}}
+	if r.cards == nil {
+		r.cards, _ = opts.Store.(CardStore)
+	}
+	if r.cards == nil {
+		r.cards = &memRecords{}
+	}
+	if r.listings == nil {
+		r.listings, _ = opts.Store.(ListingStore)
+	}
+	if r.listings == nil {
+		r.listings = &memRecords{}
+	}
 	r.outbox = newOutbox(r, opts.Outbox)
 	return r
 }
@@ -213,9 +234,7 @@ func (r *Router) Handle(ctx context.Context, in Incoming) error {
 	if strings.EqualFold(text, "stop") {
 		msg := "Nothing is running in this thread."
 		if b := r.Board(th.Key); b != nil {
-			b.mu.Lock()
-			rec := b.rec
-			b.mu.Unlock()
+			rec, _ := b.state()
 			if rec.Running && !r.mayStop(th.Platform, rec, in.AuthorID) {
 				return reply(stopRefusal(rec))
 			}
@@ -229,25 +248,20 @@ func (r *Router) Handle(ctx context.Context, in Incoming) error {
 		return reply(r.reset(ctx, th, in))
 	}
 	isNew := !r.Known(th.Key)
-	b := r.board(th.Key, &th)
-	b.update(func(rec *boardRecord) {
-		rec.Thread.Channel, rec.Thread.ThreadID = th.Channel, th.ThreadID
-		if rec.Hidden {
-			rec.Hidden, rec.Thread.Title = false, "" // a deleted thread written to again
-		}
-		if rec.Thread.Title == "" {
-			rec.Thread.Title = Shorten(text, 80)
-		}
-		if in.MessageID != "" {
-			rec.Trigger = in.MessageID
-		}
-		if rec.Starter == "" {
-			// The session's first message (a new thread, or the first
-			// after a reset). A session recorded before starters were
-			// kept takes its last requester.
-			rec.Starter = cmp.Or(rec.Requester, in.AuthorID)
-		}
-	})
+	s := r.session(th.Key, &th)
+	s.board.received(th, in)
+	var relist bool // saved only when it changes: most messages leave it
+	s.listing.read(func(l *listingRecord) { relist = l.Hidden || l.Title == "" })
+	if relist {
+		s.listing.update(func(l *listingRecord) {
+			if l.Hidden {
+				l.Hidden, l.Title = false, "" // a deleted thread written to again
+			}
+			if l.Title == "" {
+				l.Title = Shorten(text, 80)
+			}
+		})
+	}
 	inb := agent.Inbound{Text: text, Author: in.Author, AuthorID: in.AuthorID}
 	if isNew {
 		inb.Context = r.threadContext(ctx, p, th, in.MessageID)
@@ -259,160 +273,77 @@ func (r *Router) Handle(ctx context.Context, in Incoming) error {
 	return nil
 }
 
-// Board returns the session's board, loading its record; nil if the
+// Board returns the session's board, loading its records; nil if the
 // session has none.
 func (r *Router) Board(key string) *Board { return r.board(key, nil) }
 
 // Known reports whether the session exists (it has received a message).
-func (r *Router) Known(key string) bool { return r.board(key, nil) != nil }
+func (r *Router) Known(key string) bool { return r.session(key, nil) != nil }
 
-// Thread returns the session's thread as recorded by its board.
+// Thread returns the session's thread as recorded by its board, with the
+// title it is listed under.
 func (r *Router) Thread(key string) (Thread, bool) {
-	b := r.board(key, nil)
-	if b == nil {
+	s := r.session(key, nil)
+	if s == nil {
 		return Thread{}, false
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.rec.Thread, true
+	rec, _ := s.board.state()
+	th := rec.Thread
+	s.listing.read(func(l *listingRecord) { th.Title = l.Title })
+	return th, true
 }
 
+// board returns the session's board, loading its records; with th, a
+// session it has none of starts in that thread.
 func (r *Router) board(key string, th *Thread) *Board {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if b, ok := r.boards[key]; ok {
-		return b
+	if s := r.session(key, th); s != nil {
+		return s.board
 	}
-	var rec boardRecord
-	raw, err := r.opts.Store.Board(r.ctx, key)
-	if err != nil {
-		r.opts.Logger.Error("load plan board", "session", key, "err", err)
-	}
-	if len(raw) > 0 {
-		if err := json.Unmarshal(raw, &rec); err != nil {
-			r.opts.Logger.Error("decode plan board", "session", key, "err", err)
-		}
-	}
-	if rec.Thread.Key == "" {
-		if th == nil {
-			return nil
-		}
-		rec.Thread = *th
-	}
-	b := &Board{key: key, platform: r.opts.Platforms[rec.Thread.Platform], store: r.opts.Store, hooks: r.opts.Hooks, owner: r,
-		log: r.opts.Logger.With("session", key, "platform", rec.Thread.Platform), rec: rec, want: rec.Shown}
-	if rec.Want != nil {
-		b.want = *rec.Want
-	}
-	b.idle = sync.NewCond(&b.mu)
-	if paced, ok := b.platform.(Paced); ok {
-		b.limiter = paced.Limiter(rec.Thread)
-	}
-	r.boards[key] = b
-	return b
+	return nil
 }
 
 var _ agent.Subscriber = (*Router)(nil)
 
-// Observe implements agent.Subscriber: it renders the turns' events on the
-// plan boards and approval cards.
+// Observe implements agent.Subscriber: the plan board records each turn
+// event (and renders it); the router does what is not the board's: the
+// approval cards, the replies and the working indicator.
 func (r *Router) Observe(e agent.Event) {
-	b := r.board(e.Session, nil)
-	if b == nil || b.platform == nil {
+	s := r.session(e.Session, nil)
+	if s == nil || s.board.platform == nil {
 		r.opts.Logger.Warn("event for a session without a platform", "session", e.Session, "kind", e.Kind)
 		return
 	}
-	b.mu.Lock()
-	th, trigger, indicated := b.rec.Thread, b.rec.Trigger, b.rec.Indicated
-	b.mu.Unlock()
+	b := s.board
+	rec, _ := b.state()
+	th, trigger, indicated := rec.Thread, rec.Trigger, rec.Indicated
 	log := b.log
 	ctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)
 	defer cancel()
 	switch e.Kind {
 	case agent.TurnStarted:
-		state := StateWorking
-		if e.Resumed {
-			state = StateResumed
-		}
-		b.set(func(rec *boardRecord, want *Plan) {
-			rec.Indicated = trigger
-			rec.Requester = e.Requester
-			rec.Running = true
-			if rec.Closed && rec.Final == nil && len(want.Items) > 0 {
-				// A later turn on a finished plan: the plan message is
-				// the thread's live plan again and carries the Stop
-				// button; its final content is kept in case this turn
-				// moves on to a new task (and a new message).
-				final := *want
-				rec.Final = &final
-			}
-			want.State, want.Updated = state, e.At
-			want.Stoppable, want.StoppedBy, want.Activity = true, "", ""
-		})
-		if err := b.platform.Working(ctx, th, trigger, true); err != nil {
+		marked := b.turnStarted(e)
+		if err := b.platform.Working(ctx, th, marked, true); err != nil {
 			log.Warn("show working indicator", "err", err)
 		}
 	case agent.PlanChanged:
-		b.set(func(rec *boardRecord, want *Plan) {
-			state := want.State
-			if rec.Closed {
-				if !sharesItem(want.Items, e.Plan.Items()) {
-					// A new task after a plan whose run ended: a new
-					// message; the old one stays in the thread with its
-					// final footer, and is unpinned.
-					// Always: an edit to "working" may be in flight, so
-					// what the record says the message shows may lag.
-					if rec.Final != nil && !rec.Ref.IsZero() {
-						rec.Restore = append(rec.Restore, restoreEdit{Ref: rec.Ref, Plan: *rec.Final})
-					}
-					rec.Unpin = append(rec.Unpin, rec.Ref)
-					rec.Ref, rec.Pinned, rec.Shown = MessageRef{}, false, Plan{}
-				}
-				rec.Closed, rec.Final = false, nil
-				state = StateWorking
-			}
-			if state != StateResumed {
-				state = StateWorking
-			}
-			activity := want.Activity
-			*want = planFrom(e.Plan, e.Revision, state, e.At)
-			want.Stoppable, want.Activity = true, activity
-		})
+		b.planChanged(e)
 	case agent.ToolStarted, agent.ToolEnded:
-		b.set(func(_ *boardRecord, want *Plan) {
-			want.Activity = ""
-			if e.Kind == agent.ToolStarted {
-				want.Activity = "running " + e.Tool
-			}
-		})
+		b.toolActivity(e)
 	case agent.ApprovalNeeded:
-		b.set(func(_ *boardRecord, want *Plan) { want.State, want.Updated, want.Activity = StateWaiting, e.At, "" })
+		b.waiting(e)
 		if e.Approval != nil {
-			r.showCard(ctx, b, th, *e.Approval)
+			r.showCard(ctx, s, th, *e.Approval)
 		}
 	case agent.ApprovalDecided:
 		if e.Approval != nil && e.Decision != nil {
-			r.closeCard(ctx, b, th, *e.Approval, *e.Decision)
+			r.closeCard(ctx, s, th, *e.Approval, *e.Decision)
 		}
-		b.set(func(_ *boardRecord, want *Plan) {
-			if want.State == StateWaiting {
-				want.State, want.Updated = StateWorking, e.At
-			}
-		})
+		b.approvalDecided(e)
 	case agent.Replied:
 		r.outbox.add(th, trigger, e.Text)
 	case agent.TurnEnded:
-		state := map[agent.Outcome]PlanState{agent.Done: StateDone, agent.Failed: StateFailed, agent.Stopped: StateStopped, agent.Limited: StateLimited}[e.Outcome]
-		b.set(func(rec *boardRecord, want *Plan) {
-			rec.Running, rec.Final = false, nil
-			want.State, want.Updated = state, e.At
-			want.Stoppable, want.Activity, want.StoppedBy = false, "", e.StoppedBy
-			// The run is over (done, stopped, failed or at the round
-			// limit): the next turn's plan gets its own message unless
-			// it continues this one.
-			rec.Closed = len(want.Items) > 0
-		})
-		r.closeOpenCards(ctx, b, th, e)
+		b.turnEnded(e)
+		r.closeOpenCards(ctx, s, th, e)
 		if err := b.platform.Working(ctx, th, indicated, false); err != nil {
 			log.Warn("clear working indicator", "err", err)
 		}
@@ -442,18 +373,12 @@ func sharesItem(a, b []todo.Item) bool {
 
 // closeOpenCards marks the cards still open when a turn ends as not run
 // (the turn was stopped or failed while they waited).
-func (r *Router) closeOpenCards(ctx context.Context, b *Board, th Thread, e agent.Event) {
-	b.mu.Lock()
+func (r *Router) closeOpenCards(ctx context.Context, s *session, th Thread, e agent.Event) {
 	var open []cardRecord
-	for _, cr := range b.rec.Cards {
-		if cr.Card.Open() {
-			open = append(open, cr)
-		}
-	}
-	b.mu.Unlock()
+	s.cards.read(func(v *cardsRecord) { open = v.open() })
 	for _, cr := range open {
 		d := agent.Decision{Reason: "stopped", ByName: e.StoppedBy, At: e.At}
-		r.closeCardID(ctx, b, th, cr.Card.ID, d)
+		r.closeCardID(ctx, s, th, cr.Card.ID, d)
 	}
 }
 
@@ -484,17 +409,15 @@ func (r *Router) threadContext(ctx context.Context, p Platform, th Thread, befor
 // rules as stop) and takes the plan message down: unpinned, left in the
 // thread. It returns what to tell the thread.
 func (r *Router) reset(ctx context.Context, th Thread, in Incoming) string {
-	b := r.Board(th.Key)
-	if b == nil {
+	s := r.session(th.Key, nil)
+	if s == nil {
 		return "There is nothing to reset in this thread yet."
 	}
-	b.mu.Lock()
-	rec := b.rec
-	b.mu.Unlock()
+	rec, _ := s.board.state()
 	if !r.mayReset(th.Platform, rec, in.AuthorID) {
 		return "Only " + mention(starter(rec)) + ", who started this thread's session, or an approver can reset it."
 	}
-	if err := r.archive(ctx, b, in.Author, false); err != nil {
+	if err := r.archive(ctx, s, in.Author, false); err != nil {
 		r.opts.Logger.Error("reset session", "session", th.Key, "err", err)
 		return "I couldn't reset this thread (the bot's log has the details). Nothing was changed."
 	}
@@ -511,86 +434,51 @@ func (r *Router) Evict(idle time.Duration) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := 0
-	for key, b := range r.boards {
+	for key, s := range r.sessions {
+		b := s.board
 		b.mu.Lock()
 		busy := b.running || b.want.Stoppable || b.used.After(cutoff)
-		for _, cr := range b.rec.Cards {
-			busy = busy || cr.Card.Open()
-		}
 		b.mu.Unlock()
+		s.cards.read(func(v *cardsRecord) { busy = busy || len(v.open()) > 0 })
 		if !busy {
-			delete(r.boards, key)
+			delete(r.sessions, key)
 			n++
 		}
 	}
 	return n
 }
 
-// Forget drops a session's board from memory (its session was deleted).
+// Forget drops a session's records from memory (its session was deleted).
 func (r *Router) Forget(key string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.boards, key)
-}
-
-// Visible reports whether a session exists and was not deleted.
-func (r *Router) Visible(key string) bool {
-	b := r.Board(key)
-	if b == nil {
-		return false
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return !b.rec.Hidden
-}
-
-// Rename sets a session's title (shown in listings).
-func (r *Router) Rename(key, title string) (Thread, bool) {
-	b := r.Board(key)
-	if b == nil {
-		return Thread{}, false
-	}
-	title = Shorten(strings.Join(strings.Fields(title), " "), 80)
-	var th Thread
-	b.update(func(rec *boardRecord) {
-		if title != "" {
-			rec.Thread.Title = title
-		}
-		th = rec.Thread
-	})
-	return th, true
+	delete(r.sessions, key)
 }
 
 // Delete archives a session as reset does and hides it from listings; a
 // later message starts it again.
 func (r *Router) Delete(ctx context.Context, key, by string) error {
-	b := r.Board(key)
-	if b == nil {
+	s := r.session(key, nil)
+	if s == nil {
 		return errors.New("chat: no such session")
 	}
-	return r.archive(ctx, b, by, true)
+	return r.archive(ctx, s, by, true)
 }
 
 // archive is reset's and Delete's one path: the runner archives the
-// session (stopping its turn first), open cards are closed as not run,
-// and the board starts over: the plan message is unpinned and left in
-// the thread, and everything the record knew of the old session goes.
-// hidden also takes the session out of the console's listing.
-func (r *Router) archive(ctx context.Context, b *Board, by string, hidden bool) error {
-	b.mu.Lock()
-	th := b.rec.Thread
-	b.mu.Unlock()
+// session (stopping its turn first), open cards are closed as not run, the
+// board starts over (the plan message is unpinned and left in the thread)
+// and the cards of the old session go. hidden also takes the session out
+// of the console's listing; its title stays.
+func (r *Router) archive(ctx context.Context, s *session, by string, hidden bool) error {
+	rec, _ := s.board.state()
+	th := rec.Thread
 	if err := r.runner.Reset(ctx, th.Key, by); err != nil {
 		return err
 	}
-	r.closeOpenCards(ctx, b, th, agent.Event{StoppedBy: by, At: r.opts.Now()})
-	b.set(func(rec *boardRecord, want *Plan) {
-		unpin := rec.Unpin
-		if !rec.Ref.IsZero() {
-			unpin = append(unpin, rec.Ref)
-		}
-		*rec = boardRecord{Thread: rec.Thread, Trigger: rec.Trigger, Indicated: rec.Indicated, Unpin: unpin, Restore: rec.Restore, Hidden: hidden}
-		*want = Plan{}
-	})
+	r.closeOpenCards(ctx, s, th, agent.Event{StoppedBy: by, At: r.opts.Now()})
+	s.board.reset()
+	s.cards.update(func(v *cardsRecord) { *v = cardsRecord{} })
+	s.listing.update(func(l *listingRecord) { l.Hidden = hidden })
 	return nil
 }

@@ -211,6 +211,7 @@ func TestResetAndDeleteStartOverAlike(t *testing.T) {
 			t.Fatal(err)
 		}
 		r.Observe(agent.Event{Session: th.Key, Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
+		r.Observe(agent.Event{Session: th.Key, Kind: agent.ApprovalNeeded, Approval: &agent.Approval{CallID: "c1", Tool: "fs__write_file", Deadline: time.Now().Add(time.Hour)}})
 		settle(t, r, th.Key)
 		b := r.Board(th.Key)
 		b.update(func(rec *boardRecord) { rec.PinUnavailable, rec.FailureSaid = true, true })
@@ -222,14 +223,22 @@ func TestResetAndDeleteStartOverAlike(t *testing.T) {
 			t.Fatal(err)
 		}
 		settle(t, r, th.Key)
-		b.mu.Lock()
-		rec := b.rec
-		b.mu.Unlock()
-		if rec.PinUnavailable || rec.FailureSaid || !rec.Ref.IsZero() || rec.Starter != "" || len(rec.Cards) != 0 || rec.Hidden != del {
+		rec, _ := b.state()
+		if rec.PinUnavailable || rec.FailureSaid || !rec.Ref.IsZero() || rec.Starter != "" {
 			t.Errorf("delete=%t: record after: %+v", del, rec)
+		}
+		// The cards and the listing have records of their own now.
+		if cards := r.Cards(th.Key); len(cards) != 0 {
+			t.Errorf("delete=%t: cards after: %+v, want none", del, cards)
+		}
+		if r.Visible(th.Key) == del {
+			t.Errorf("delete=%t: visible after: %t", del, !del)
 		}
 		if p.count("unpin") != 1 {
 			t.Errorf("delete=%t: calls %+v, want the plan message unpinned", del, p.calls)
+		}
+		if c := p.card("card1"); c.Open() {
+			t.Errorf("delete=%t: the open card shows %+v, want it closed as not run", del, c)
 		}
 		r.Close()
 	}

@@ -16,7 +16,9 @@ var bArchive = []byte("archive")
 // history, plan revisions and record move to
 // sessions/<key>/archive/<n>/ and the session starts afresh (the record
 // agent.Checkpoint.Reset gives, empty history and plans). Queued messages
-// stay queued; the plan board record is the chat layer's.
+// stay queued. The plan board, approval cards and listing records are the
+// chat layer's (its reset starts the board and the cards over and keeps
+// the listing): Archive leaves them as they are.
 func (db *DB) Archive(_ context.Context, key string) error {
 	err := db.update(func(tx *bolt.Tx) error {
 		sb := session(tx, key)

@@ -47,6 +47,12 @@ func TestCompactFile(t *testing.T) {
 	if err := db.SaveBoard(ctx, "web/c007", []byte(`{"ref":"m7"}`)); err != nil {
 		t.Fatal(err)
 	}
+	if err := db.SaveCards(ctx, "web/c007", []byte(`{"cards":{}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.SaveListing(ctx, "web/c007", []byte(`{"title":"seven"}`)); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := db.Enqueue(ctx, "web/c007", agent.Inbound{Text: "queued"}); err != nil {
 		t.Fatal(err)
 	}
@@ -111,6 +117,12 @@ func TestCompactFile(t *testing.T) {
 	}
 	if board, err := cp.Board(ctx, "web/c007"); err != nil || string(board) != `{"ref":"m7"}` {
 		t.Errorf("board in the copy = %q, %v", board, err)
+	}
+	if cards, err := cp.Cards(ctx, "web/c007"); err != nil || string(cards) != `{"cards":{}}` {
+		t.Errorf("cards in the copy = %q, %v", cards, err)
+	}
+	if listing, err := cp.Listing(ctx, "web/c007"); err != nil || string(listing) != `{"title":"seven"}` {
+		t.Errorf("listing in the copy = %q, %v", listing, err)
 	}
 	if n, err := cp.SessionCount(); err != nil || n != 1 {
 		t.Errorf("sessions in the copy = %d, %v; want 1", n, err)

@@ -16,9 +16,9 @@ import (
 const deleteChunk = 64
 
 // DeleteIdle deletes every session idle since before olderThan, whole
-// (record, plan board, history, plan revisions, inbox, and the archives
-// kept by reset, which renews the record's Updated), and returns the
-// deleted keys in key order. On an error it returns the keys deleted so
+// (record, chat's plan board, approval cards and listing records, history,
+// plan revisions, inbox, and the archives kept by reset, which renews the
+// record's Updated), and returns the deleted keys in key order. On an error it returns the keys deleted so
 // far.
 //
 // A session is idle when:
@@ -34,6 +34,12 @@ const deleteChunk = 64
 // only a board record, it is deleted when the board's own timestamps are
 // all before olderThan, and kept when it has none (its age is unknown). A
 // session bucket with nothing in it holds no state and is deleted.
+//
+// The cards and listing records decide nothing: they hold no run state (a
+// card waiting for a decision goes with a record that is waiting, and
+// with a board that says so) and no time, so they go with their session,
+// and a session with only them (no record, board or queued message: no
+// turn can run) is deleted like an empty one.
 //
 // Outbox items are not touched: they carry their thread themselves and
 // delivery drops them when they fail for good.
@@ -105,7 +111,7 @@ func idleSince(sb *bolt.Bucket, olderThan time.Time) bool {
 	raw := sb.Get(kRecord)
 	if raw == nil {
 		if sb.Get(kBoard) == nil {
-			return true // nothing stored: nothing to keep
+			return true // nothing stored that a turn or a board resumes
 		}
 		return !boardAge.IsZero() && boardAge.Before(olderThan)
 	}

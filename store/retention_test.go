@@ -39,6 +39,7 @@ type sessionSpec struct {
 	raw     string    // a record to store as is, instead of record
 	inbox   bool      // a queued message
 	board   string    // a board record; "" for none
+	chat    bool      // chat's cards and listing records
 	empty   bool      // only the session's (empty) bucket
 	resetAt time.Time // when set, the session was reset (archived) then
 	deleted bool      // what retention should do
@@ -73,6 +74,14 @@ func seedSession(t testing.TB, db *DB, clock *time.Time, key string, s sessionSp
 	}
 	if s.board != "" {
 		if err := db.SaveBoard(ctx, key, []byte(s.board)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.chat {
+		if err := db.SaveCards(ctx, key, []byte(`{"cards":{"c1":{"call_id":"call_1","card":{"id":"c1","outcome":"Denied"}}}}`)); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.SaveListing(ctx, key, []byte(`{"title":"plan the release"}`)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -123,6 +132,11 @@ func TestDeleteIdle(t *testing.T) {
 		{name: "board only old working", board: boardRecordJSON("k", "working", old, "working", old, true)},
 		{name: "board only old with queued message", board: boardRecordJSON("k", "done", old, "done", old, false), inbox: true},
 		{name: "empty session bucket", empty: true, deleted: true},
+		{name: "idle old with cards and listing", record: agent.Idle, updated: old, board: boardRecordJSON("k", "done", old, "done", old, false), chat: true, deleted: true},
+		{name: "idle recent with cards and listing", record: agent.Idle, updated: recent, board: boardRecordJSON("k", "done", old, "done", old, false), chat: true},
+		{name: "board only old with cards and listing", board: boardRecordJSON("k", "done", old, "done", old, false), chat: true, deleted: true},
+		{name: "board only without times with cards and listing", board: `{"thread":{"platform":"web","key":"k","channel":"k"},"trigger":"t1"}`, chat: true},
+		{name: "cards and listing only", chat: true, deleted: true},
 		{name: "reset long ago, archive and all", record: agent.Idle, updated: old.Add(-time.Hour), resetAt: old, deleted: true},
 		{name: "reset recently", record: agent.Idle, updated: old, resetAt: recent},
 	}
@@ -153,12 +167,20 @@ func TestDeleteIdle(t *testing.T) {
 		hist  []agent.Entry
 		inbox []agent.Inbound
 		board []byte
+		cards []byte
+		list  []byte
 		plans []agent.PlanRevision
 	}
 	load := func(key string) (s snapshot, err error) {
 		s.cp, s.hist, s.inbox, err = db.Load(ctx, key)
 		if err == nil {
 			s.board, err = db.Board(ctx, key)
+		}
+		if err == nil {
+			s.cards, err = db.Cards(ctx, key)
+		}
+		if err == nil {
+			s.list, err = db.Listing(ctx, key)
 		}
 		if err == nil {
 			s.plans, err = db.Plans(ctx, key)
@@ -207,6 +229,9 @@ func TestDeleteIdle(t *testing.T) {
 			if (a.cp == nil) != (b.cp == nil) || len(a.hist) != len(b.hist) || len(a.inbox) != len(b.inbox) || string(a.board) != string(b.board) || len(a.plans) != len(b.plans) {
 				t.Errorf("kept session changed: got record %v, %d entries, %d queued, board %q, %d plans; want record %v, %d, %d, %q, %d",
 					a.cp != nil, len(a.hist), len(a.inbox), a.board, len(a.plans), b.cp != nil, len(b.hist), len(b.inbox), b.board, len(b.plans))
+			}
+			if string(a.cards) != string(b.cards) || string(a.list) != string(b.list) {
+				t.Errorf("kept session's chat records changed: got cards %q, listing %q; want %q, %q", a.cards, a.list, b.cards, b.list)
 			}
 		})
 	}

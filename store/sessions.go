@@ -14,6 +14,7 @@ import (
 type SessionInfo struct {
 	Checkpoint agent.Checkpoint
 	Board      []byte // the chat plan board's record, if any
+	Listing    []byte // chat's record of how the session is listed, if any
 }
 
 // Sessions lists every session with a checkpoint, in key order.
@@ -30,6 +31,9 @@ func (db *DB) Sessions(_ context.Context) ([]SessionInfo, error) {
 			}
 			if raw := sb.Get(kBoard); raw != nil {
 				info.Board = append([]byte(nil), raw...)
+			}
+			if raw := sb.Get(kListing); raw != nil {
+				info.Listing = append([]byte(nil), raw...)
 			}
 			out = append(out, info)
 			return nil
@@ -64,34 +68,68 @@ func (db *DB) Plans(_ context.Context, key string) ([]agent.PlanRevision, error)
 	return out, nil
 }
 
-// Board returns the plan board record of a session (nil if none).
+// Board implements chat.BoardStore: the plan board record of a session
+// (nil if none).
 func (db *DB) Board(_ context.Context, key string) ([]byte, error) {
+	return db.chatRecord(key, kBoard, "plan board")
+}
+
+// SaveBoard implements chat.BoardStore.
+func (db *DB) SaveBoard(_ context.Context, key string, data []byte) error {
+	return db.saveChatRecord(key, kBoard, "plan board", data)
+}
+
+// Cards implements chat.CardStore: the approval cards record of a session
+// (nil if none).
+func (db *DB) Cards(_ context.Context, key string) ([]byte, error) {
+	return db.chatRecord(key, kCards, "approval cards")
+}
+
+// SaveCards implements chat.CardStore.
+func (db *DB) SaveCards(_ context.Context, key string, data []byte) error {
+	return db.saveChatRecord(key, kCards, "approval cards", data)
+}
+
+// Listing implements chat.ListingStore: the listing record of a session
+// (nil if none).
+func (db *DB) Listing(_ context.Context, key string) ([]byte, error) {
+	return db.chatRecord(key, kListing, "listing")
+}
+
+// SaveListing implements chat.ListingStore.
+func (db *DB) SaveListing(_ context.Context, key string, data []byte) error {
+	return db.saveChatRecord(key, kListing, "listing", data)
+}
+
+// chatRecord returns the value at sessions/<key>/<name>, one of the
+// records the chat package keeps of a session (opaque bytes); nil if none.
+func (db *DB) chatRecord(key string, name []byte, what string) ([]byte, error) {
 	var out []byte
 	err := db.view(func(tx *bolt.Tx) error {
 		if sb := session(tx, key); sb != nil {
-			if raw := sb.Get(kBoard); raw != nil {
+			if raw := sb.Get(name); raw != nil {
 				out = append([]byte(nil), raw...)
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("store: plan board of %s: %w", key, err)
+		return nil, fmt.Errorf("store: %s of %s: %w", what, key, err)
 	}
 	return out, nil
 }
 
-// SaveBoard stores the plan board record of a session.
-func (db *DB) SaveBoard(_ context.Context, key string, data []byte) error {
+// saveChatRecord stores data at sessions/<key>/<name> (see chatRecord).
+func (db *DB) saveChatRecord(key string, name []byte, what string, data []byte) error {
 	err := db.write(func(tx *bolt.Tx) error {
 		sb, err := createSession(tx, key)
 		if err != nil {
 			return err
 		}
-		return sb.Put(kBoard, data)
+		return sb.Put(name, data)
 	})
 	if err != nil {
-		return fmt.Errorf("store: save plan board of %s: %w", key, err)
+		return fmt.Errorf("store: save %s of %s: %w", what, key, err)
 	}
 	return nil
 }

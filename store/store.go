@@ -11,6 +11,8 @@
 //	meta/schema                       "1"
 //	sessions/<key>/record             agent.Checkpoint as JSON
 //	sessions/<key>/board              opaque bytes owned by the chat plan board
+//	sessions/<key>/cards              opaque bytes: chat's approval cards of the session
+//	sessions/<key>/listing            opaque bytes: how chat lists the session (title, deleted)
 //	sessions/<key>/history/<u64>      agent.Entry as JSON, in order
 //	sessions/<key>/plans/<u64 rev>    agent.PlanRevision as JSON
 //	sessions/<key>/inbox/<u64 id>     agent.Inbound as JSON
@@ -56,6 +58,8 @@ var (
 	bInbox    = []byte("inbox")
 	kRecord   = []byte("record")
 	kBoard    = []byte("board")
+	kCards    = []byte("cards")
+	kListing  = []byte("listing")
 	kSchema   = []byte("schema")
 )
 

@@ -49,6 +49,51 @@ func (s *Boards) Boards(_ context.Context, f func(string, []byte)) error {
 	return nil
 }
 
+// Cards is an in-memory chat.CardStore. The zero value is ready.
+type Cards struct{ records }
+
+// Cards implements chat.CardStore.
+func (s *Cards) Cards(_ context.Context, key string) ([]byte, error) { return s.get(key), nil }
+
+// SaveCards implements chat.CardStore.
+func (s *Cards) SaveCards(_ context.Context, key string, data []byte) error {
+	s.put(key, data)
+	return nil
+}
+
+// Listings is an in-memory chat.ListingStore. The zero value is ready.
+type Listings struct{ records }
+
+// Listing implements chat.ListingStore.
+func (s *Listings) Listing(_ context.Context, key string) ([]byte, error) { return s.get(key), nil }
+
+// SaveListing implements chat.ListingStore.
+func (s *Listings) SaveListing(_ context.Context, key string, data []byte) error {
+	s.put(key, data)
+	return nil
+}
+
+// records is one record per session key.
+type records struct {
+	mu sync.Mutex // guards m
+	m  map[string][]byte
+}
+
+func (r *records) get(key string) []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]byte(nil), r.m[key]...)
+}
+
+func (r *records) put(key string, data []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[string][]byte{}
+	}
+	r.m[key] = append([]byte(nil), data...)
+}
+
 // Runner is a chat.Runner that accepts every message and runs nothing.
 type Runner struct{}
 

@@ -39,7 +39,8 @@ func (s webStore) Threads(ctx context.Context) ([]web.Summary, error) {
 	}
 	out := make([]web.Summary, 0, len(infos))
 	for _, in := range infos {
-		if chat.Hidden(in.Board) {
+		title, hidden := chat.DecodeListing(in.Listing, in.Board)
+		if hidden {
 			continue // deleted from the console
 		}
 		cp := in.Checkpoint
@@ -51,11 +52,9 @@ func (s webStore) Threads(ctx context.Context) ([]web.Summary, error) {
 		if sum.State == "" {
 			sum.State = string(agent.Idle)
 		}
-		if th, shown, ok := chat.DecodeBoard(in.Board); ok {
-			sum.Title = th.Title
-			if len(shown.Items) > 0 {
-				sum.Plan = &shown
-			}
+		sum.Title = title
+		if _, shown, ok := chat.DecodeBoard(in.Board); ok && len(shown.Items) > 0 {
+			sum.Plan = &shown
 		}
 		out = append(out, sum)
 	}

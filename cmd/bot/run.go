@@ -188,7 +188,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	if err != nil {
 		return err
 	}
-	router := chat.NewRouter(chat.Options{Runner: runner, Store: db, Outbox: db, Platforms: platforms, Logger: log.With("component", "chat"), Hooks: hooks,
+	router := chat.NewRouter(chat.Options{Runner: runner, Store: db, Cards: db, Listings: db, Outbox: db, Platforms: platforms, Logger: log.With("component", "chat"), Hooks: hooks,
 		Approvers: cfg.Approvers, ThreadContext: cfg.ThreadContext})
 	// Torn down in reverse: the runner stops publishing, then the router
 	// finishes its plan edits and replies.

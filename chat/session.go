@@ -1,0 +1,217 @@
+package chat
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+)
+
+// session is what the router keeps in memory of one thread's session: its
+// plan board, its approval cards and how it is listed, each with its own
+// record in its own store.
+type session struct {
+	board   *Board
+	cards   *record[cardsRecord]
+	listing *record[listingRecord]
+}
+
+// record is a session's record of one kind (its cards, its listing), kept
+// in memory and stored whole after each change.
+type record[T any] struct {
+	what string // for the log: "approval cards", "listing"
+	log  *slog.Logger
+	ctx  context.Context
+	save func(ctx context.Context, data []byte) error
+
+	// saveMu orders saves: held from taking the record's copy until it is
+	// stored, so an older copy never overwrites a newer one. Taken before
+	// mu.
+	saveMu sync.Mutex
+
+	mu sync.Mutex // guards v
+	v  T
+}
+
+// read calls f with the record, mu held. f must not keep what it reads
+// of the record's maps.
+func (r *record[T]) read(f func(v *T)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f(&r.v)
+}
+
+// update changes the record with f and stores it. A failed save is
+// logged; the change stays in memory and is stored with the next one.
+func (r *record[T]) update(f func(v *T)) {
+	if err := r.put(f); err != nil {
+		r.log.Error("save session record", "record", r.what, "err", err)
+	}
+}
+
+// put is update returning the save's error.
+func (r *record[T]) put(f func(v *T)) error {
+	r.saveMu.Lock()
+	defer r.saveMu.Unlock()
+	r.mu.Lock()
+	f(&r.v)
+	raw, err := json.Marshal(r.v)
+	r.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return r.save(context.WithoutCancel(r.ctx), raw)
+}
+
+// legacyBoard is what a board record written before the cards and the
+// listing had records of their own holds of them (DecodeListing and the
+// migration in loadSession read it).
+type legacyBoard struct {
+	Thread struct {
+		Title string `json:"title"`
+	} `json:"thread"`
+	Cards  map[string]cardRecord `json:"cards"`
+	Hidden bool                  `json:"hidden"`
+}
+
+// session returns the session's records, loading them; nil if the session
+// has no board record and th is nil.
+func (r *Router) session(key string, th *Thread) *session {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s, ok := r.sessions[key]; ok {
+		return s
+	}
+	s := r.loadSession(key, th)
+	if s != nil {
+		r.sessions[key] = s
+	}
+	return s
+}
+
+// loadSession reads a session's board, cards and listing records. A board
+// record written before the cards and the listing had records of their
+// own still holds them: they move to their records, which are saved, and
+// the board record is saved without them. A cards or listing record that
+// exists already wins over what the board record still says (a move cut
+// short by a crash after the new records were saved). Called with r.mu
+// held.
+func (r *Router) loadSession(key string, th *Thread) *session {
+	log := r.opts.Logger.With("session", key)
+	var rec boardRecord
+	var old legacyBoard
+	raw, err := r.opts.Store.Board(r.ctx, key)
+	if err != nil {
+		log.Error("load plan board", "err", err)
+	}
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &rec); err != nil {
+			log.Error("decode plan board", "err", err)
+		}
+		_ = json.Unmarshal(raw, &old) // as far as it reads; the error was logged
+	}
+	if rec.Thread.Key == "" {
+		if th == nil {
+			return nil
+		}
+		rec.Thread = *th
+	}
+	rec.Thread.Title = "" // the listing's, not the board's
+	b := r.newBoard(key, rec)
+	s := &session{
+		board: b,
+		cards: &record[cardsRecord]{what: "approval cards", log: b.log, ctx: r.ctx,
+			save: func(ctx context.Context, data []byte) error { return r.cards.SaveCards(ctx, key, data) }},
+		listing: &record[listingRecord]{what: "listing", log: b.log, ctx: r.ctx,
+			save: func(ctx context.Context, data []byte) error { return r.listings.SaveListing(ctx, key, data) }},
+	}
+
+	legacy := listingRecord{Title: old.Thread.Title, Hidden: old.Hidden}
+	failed := false // a record could not be read or moved: the board record is not saved without its copy here
+	switch raw, err := r.cards.Cards(r.ctx, key); {
+	case err != nil:
+		log.Error("load approval cards", "err", err)
+		s.cards.v.Cards, failed = old.Cards, true // at best what the board record had
+	case len(raw) > 0:
+		if err := json.Unmarshal(raw, &s.cards.v); err != nil {
+			log.Error("decode approval cards", "err", err)
+		}
+	case len(old.Cards) > 0:
+		if err := s.cards.put(func(v *cardsRecord) { v.Cards = old.Cards }); err != nil {
+			log.Error("move approval cards out of the plan board record", "err", err)
+			failed = true
+		}
+	}
+	switch raw, err := r.listings.Listing(r.ctx, key); {
+	case err != nil:
+		log.Error("load listing", "err", err)
+		s.listing.v, failed = legacy, true
+	case len(raw) > 0:
+		if err := json.Unmarshal(raw, &s.listing.v); err != nil {
+			log.Error("decode listing", "err", err)
+		}
+	case legacy != listingRecord{}:
+		if err := s.listing.put(func(v *listingRecord) { *v = legacy }); err != nil {
+			log.Error("move the listing out of the plan board record", "err", err)
+			failed = true
+		}
+	}
+	if (len(old.Cards) > 0 || legacy != listingRecord{}) && !failed {
+		b.update(func(*boardRecord) {}) // saved without the fields that moved
+	}
+	return s
+}
+
+// newBoard returns the board of session key with its record.
+func (r *Router) newBoard(key string, rec boardRecord) *Board {
+	b := &Board{key: key, platform: r.opts.Platforms[rec.Thread.Platform], store: r.opts.Store, hooks: r.opts.Hooks, owner: r,
+		log: r.opts.Logger.With("session", key, "platform", rec.Thread.Platform), rec: rec, want: rec.Shown}
+	if rec.Want != nil {
+		b.want = *rec.Want
+	}
+	b.idle = sync.NewCond(&b.mu)
+	if paced, ok := b.platform.(Paced); ok {
+		b.limiter = paced.Limiter(rec.Thread)
+	}
+	return b
+}
+
+// memRecords keeps cards and listing records in memory, for a router
+// whose store keeps none.
+type memRecords struct {
+	mu sync.Mutex // guards m
+	m  map[string][]byte
+}
+
+func (m *memRecords) get(key string) []byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.m[key]
+}
+
+func (m *memRecords) put(key string, data []byte) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.m == nil {
+		m.m = map[string][]byte{}
+	}
+	m.m[key] = append([]byte(nil), data...)
+}
+
+// Cards implements CardStore.
+func (m *memRecords) Cards(_ context.Context, key string) ([]byte, error) { return m.get(key), nil }
+
+// SaveCards implements CardStore.
+func (m *memRecords) SaveCards(_ context.Context, key string, data []byte) error {
+	m.put(key, data)
+	return nil
+}
+
+// Listing implements ListingStore.
+func (m *memRecords) Listing(_ context.Context, key string) ([]byte, error) { return m.get(key), nil }
+
+// SaveListing implements ListingStore.
+func (m *memRecords) SaveListing(_ context.Context, key string, data []byte) error {
+	m.put(key, data)
+	return nil
+}
