@@ -22,7 +22,7 @@ var allowed = map[string][]string{
 	"internal/serial":      {},
 	"agent":                {"todo", "internal/serial"},
 	"store":                {"agent", "todo", "internal/serial"},
-	"mcp":                  {"agent", "todo", "internal/serial"},
+	"mcp":                  {"agent", "todo", "internal/serial", "config"},
 	"chat":                 {"agent", "todo", "internal/serial"},
 	"chat/chattest":        {"agent", "todo", "internal/serial"},
 	"adapters/web":         {"chat", "agent", "todo", "internal/serial"},

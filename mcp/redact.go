@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/pinplan/pinplan/config"
 )
 
 // redactor hides a server's secrets. Replace is for what the model gets
@@ -97,42 +99,9 @@ func (r *redactor) Log(s string) string {
 // a space or a quote.
 var urlPattern = regexp.MustCompile(`[a-zA-Z][a-zA-Z0-9+.-]*://[^\s"'<>` + "`" + `]+`)
 
-// redactURL keeps a URL's scheme, host and path and replaces its user info,
-// each query value and its fragment with "***", so that what identifies
-// the server stays readable and what authenticates to it does not. Text
-// that does not parse as a URL is cut to its scheme.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		if scheme, _, ok := strings.Cut(raw, "://"); ok {
-			return scheme + "://***"
-		}
-		return "***"
-	}
-	var b strings.Builder
-	if u.Scheme != "" {
-		b.WriteString(u.Scheme + "://")
-	}
-	if u.User != nil {
-		b.WriteString("***@")
-	}
-	b.WriteString(u.Host)
-	b.WriteString(u.EscapedPath())
-	if u.RawQuery != "" || u.ForceQuery {
-		b.WriteByte('?')
-		for i, pair := range strings.Split(u.RawQuery, "&") {
-			if i > 0 {
-				b.WriteByte('&')
-			}
-			key, _, _ := strings.Cut(pair, "=")
-			b.WriteString(key + "=***")
-		}
-	}
-	if u.Fragment != "" {
-		b.WriteString("#***")
-	}
-	return b.String()
-}
+// redactURL is config.RedactURL: a URL's scheme, host and path stay
+// readable, its user info, query values and fragment become "***".
+func redactURL(raw string) string { return config.RedactURL(raw) }
 
 // redactHandler passes log records on with Log applied to the message and
 // to every attribute's text, so that nothing logged through a server's
