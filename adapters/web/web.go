@@ -1,7 +1,10 @@
 // Package web is pinplan's local web console: a real chat platform for the
 // chat router and plan board (threads, messages, the pinned plan updating
 // live over Server-Sent Events) and an operator's view of every session.
-// It serves embedded files; no front-end build step exists.
+// It serves embedded files; no front-end build step exists: the page is ES
+// modules (static/*.js, app.js the main one), whose pure ones are tested
+// with `node --test adapters/web/static/*.test.mjs`. The server sends the
+// words the page shows (view.go) and stable message ids (messages.go).
 //
 // It implements chat.Platform and imports chat, agent (for its public
 // types) and todo; never store or another adapter. cmd/bot wires it.
@@ -30,7 +33,11 @@ import (
 	"github.com/pinplan/pinplan/todo"
 )
 
-//go:embed static
+// static is what the page loads: only the runtime files, not the
+// front end's tests (static/*.test.mjs) or its package.json, which only
+// tells Node the modules are ES modules.
+//
+//go:embed static/index.html static/app.css static/*.js
 var static embed.FS
 
 // Store is what the console reads of the database.
@@ -87,6 +94,7 @@ type Console struct {
 	cards   map[string]map[string]chat.Card // by thread key, then card id
 	seq     map[string]int64                // events sent, by thread key
 	status  map[string]string               // the pill, by thread key
+	issued  map[string][]string             // stored message IDs handed out, by thread key (see stored)
 	clients map[chan []byte]struct{}
 	closed  bool
 }
@@ -106,7 +114,7 @@ func New(opts Options) *Console {
 		opts.Now = time.Now
 	}
 	return &Console{opts: opts, plans: map[string]chat.Plan{}, notices: map[string][]Message{}, cards: map[string]map[string]chat.Card{},
-		seq: map[string]int64{}, status: map[string]string{}, clients: map[chan []byte]struct{}{}}
+		seq: map[string]int64{}, status: map[string]string{}, issued: map[string][]string{}, clients: map[chan []byte]struct{}{}}
 }
 
 // Bind sets where messages go; call it before serving.
@@ -123,24 +131,17 @@ func (c *Console) Close() {
 	}
 }
 
-// Message is one message of a thread as the page shows it.
-type Message struct {
-	Role   string    `json:"role"` // user, assistant, notice
-	Author string    `json:"author,omitempty"`
-	Text   string    `json:"text"`
-	At     time.Time `json:"at"`
-}
-
 // event is one SSE event.
 type event struct {
-	Type    string     `json:"type"` // plan, message, state, thread, card
-	Thread  string     `json:"thread"`
-	Seq     int64      `json:"seq"` // per thread, increasing: older never overwrites newer
-	Plan    *chat.Plan `json:"plan,omitempty"`
-	Card    *chat.Card `json:"card,omitempty"`
-	Message *Message   `json:"message,omitempty"`
-	State   string     `json:"state,omitempty"`  // with type state: idle, running or waiting
-	Status  string     `json:"status,omitempty"` // with type state: the pill
+	Type        string    `json:"type"` // plan, message, state, thread, card
+	Thread      string    `json:"thread"`
+	Seq         int64     `json:"seq"` // per thread, increasing: older never overwrites newer
+	Plan        *planJSON `json:"plan,omitempty"`
+	Card        *cardJSON `json:"card,omitempty"`
+	Message     *Message  `json:"message,omitempty"`
+	State       string    `json:"state,omitempty"`        // with type state: idle, running or waiting
+	Status      string    `json:"status,omitempty"`       // with type state: the pill
+	StatusClass string    `json:"status_class,omitempty"` // with type state: the pill's class
 }
 
 func (c *Console) broadcast(e event) {
@@ -177,7 +178,7 @@ func (c *Console) setPlan(th chat.Thread, p chat.Plan) {
 	c.mu.Lock()
 	c.plans[th.Key] = p
 	c.mu.Unlock()
-	c.broadcast(event{Type: "plan", Thread: th.Key, Plan: &p})
+	c.broadcast(event{Type: "plan", Thread: th.Key, Plan: viewPlan(&p)})
 }
 
 // Mirror shows the operator the plan message of another
@@ -195,7 +196,7 @@ func (c *Console) SetState(th chat.Thread, state, status string) {
 	c.mu.Lock()
 	c.status[th.Key] = status
 	c.mu.Unlock()
-	c.broadcast(event{Type: "state", Thread: th.Key, State: state, Status: status})
+	c.broadcast(event{Type: "state", Thread: th.Key, State: state, Status: status, StatusClass: pillClass(status)})
 }
 
 // Pin implements chat.Platform. The console always shows the current plan
@@ -208,16 +209,25 @@ func (c *Console) Pin(context.Context, chat.Thread, chat.MessageRef, bool) error
 func (c *Console) Anonymous() bool { return true }
 
 // Reply implements chat.Platform.
-// Replies that are not the model's answer (errors, notices) are not in the
-// session history, so the console keeps the last ones of each thread in
-// memory to show them on reload; they do not survive a restart.
-func (c *Console) Reply(_ context.Context, th chat.Thread, _, text string) error {
-	c.notice(th, Message{Role: "assistant", Text: text, At: c.opts.Now()})
+// The model's answer is in the session history (committed before it is
+// replied): it goes out live with its stored ID and time. Replies that are
+// not (errors, notices) the console keeps, the last ones of each thread,
+// in memory to show them on reload; they do not survive a restart.
+func (c *Console) Reply(ctx context.Context, th chat.Thread, _, text string) error {
+	m := Message{Role: "assistant", Text: text, At: c.opts.Now()}
+	if s, ok := c.stored(ctx, th.Key, m); ok {
+		c.broadcast(event{Type: "message", Thread: th.Key, Message: &s})
+		return nil
+	}
+	c.notice(th, m)
 	return nil
 }
 
 // notice keeps the last 50 notices of a thread and shows m live.
 func (c *Console) notice(th chat.Thread, m Message) {
+	if m.ID == "" {
+		m.ID = "n-" + randomID()
+	}
 	c.mu.Lock()
 	n := append(c.notices[th.Key], m)
 	if len(n) > 50 {
@@ -253,7 +263,7 @@ func (c *Console) setCard(th chat.Thread, card chat.Card) {
 	}
 	c.cards[th.Key][card.ID] = card
 	c.mu.Unlock()
-	c.broadcast(event{Type: "card", Thread: th.Key, Card: &card})
+	c.broadcast(event{Type: "card", Thread: th.Key, Card: viewCard(&card)})
 }
 
 // Working implements chat.Platform. The run state is shown through
@@ -301,11 +311,12 @@ func writeErr(w http.ResponseWriter, status int, msg string) {
 }
 
 func (c *Console) info(w http.ResponseWriter, _ *http.Request) {
-	marks := map[string]string{}
+	marks, names := map[string]string{}, map[string]string{}
 	for _, st := range todo.Statuses() {
 		marks[string(st)] = chat.Mark(st) // the same marks as Slack and Discord
+		names[string(st)] = strings.ReplaceAll(string(st), "_", " ")
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"demo": c.opts.Demo, "model": c.opts.Model, "marks": marks})
+	writeJSON(w, http.StatusOK, map[string]any{"demo": c.opts.Demo, "model": c.opts.Model, "marks": marks, "status_names": names})
 }
 
 func (c *Console) listThreads(w http.ResponseWriter, r *http.Request) {
@@ -325,7 +336,11 @@ func (c *Console) listThreads(w http.ResponseWriter, r *http.Request) {
 	}
 	c.mu.Unlock()
 	sort.Slice(list, func(i, j int) bool { return list[i].Updated.After(list[j].Updated) })
-	writeJSON(w, http.StatusOK, list)
+	out := make([]threadJSON, len(list))
+	for i, s := range list {
+		out[i] = viewThread(s)
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 type postBody struct {
@@ -395,7 +410,7 @@ func (c *Console) send(w http.ResponseWriter, r *http.Request, id string, b post
 	}
 	key := "web/" + id
 	th := chat.Thread{Platform: "web", Key: key, Channel: key, ThreadID: id}
-	m := Message{Role: "user", Author: author, Text: b.Text, At: c.opts.Now()}
+	m := Message{ID: "m-" + randomID(), Role: "user", Author: author, Text: b.Text, At: c.opts.Now()}
 	err := c.handler.Handle(r.Context(), chat.Incoming{Thread: th, Text: b.Text, Author: author, MessageID: randomID(), Sync: true})
 	var rej *chat.Rejection
 	switch {
@@ -404,13 +419,18 @@ func (c *Console) send(w http.ResponseWriter, r *http.Request, id string, b post
 		return
 	case errors.As(err, &rej): // a command (stop, reset): answered in the thread
 		c.broadcast(event{Type: "message", Thread: key, Message: &m})
-		n := Message{Role: "notice", Text: rej.Reason, At: c.opts.Now()}
+		n := Message{ID: "n-" + randomID(), Role: "notice", Text: rej.Reason, At: c.opts.Now()}
 		c.notice(th, n)
 		writeJSON(w, http.StatusAccepted, map[string]any{"message": m, "notice": n})
 		return
 	case err != nil:
 		writeErr(w, http.StatusServiceUnavailable, "the message was not accepted: "+err.Error())
 		return
+	}
+	// The message is queued in the store now: the page gets it with the
+	// ID and time a fetch of the thread shows it with.
+	if s, ok := c.stored(r.Context(), key, m); ok {
+		m = s
 	}
 	c.broadcast(event{Type: "message", Thread: key, Message: &m})
 	c.broadcast(event{Type: "thread", Thread: key})
@@ -423,7 +443,7 @@ func (c *Console) send(w http.ResponseWriter, r *http.Request, id string, b post
 	c.mu.Unlock()
 	sum := Summary{ID: id, Key: key, Platform: "web", Title: chat.Shorten(strings.TrimSpace(b.Text), 80), State: "running",
 		Status: string(chat.StateWorking), Updated: m.At, Seq: seq}
-	writeJSON(w, http.StatusCreated, map[string]any{"id": id, "key": key, "thread": sum, "message": m})
+	writeJSON(w, http.StatusCreated, map[string]any{"id": id, "key": key, "thread": viewThread(sum), "message": m})
 }
 
 // renameThread: PATCH {"title": "..."}.
@@ -450,7 +470,7 @@ func (c *Console) renameThread(w http.ResponseWriter, r *http.Request) {
 	c.mu.Lock()
 	seq := c.seq[key]
 	c.mu.Unlock()
-	writeJSON(w, http.StatusOK, map[string]any{"thread": Summary{ID: idOf(key), Key: key, Platform: "web", Title: th.Title, Updated: c.opts.Now(), Seq: seq}})
+	writeJSON(w, http.StatusOK, map[string]any{"thread": viewThread(Summary{ID: idOf(key), Key: key, Platform: "web", Title: th.Title, Updated: c.opts.Now(), Seq: seq})})
 }
 
 // deleteThread archives a web thread and takes it off the list.
@@ -474,6 +494,7 @@ func (c *Console) deleteThread(w http.ResponseWriter, r *http.Request) {
 	delete(c.notices, key)
 	delete(c.cards, key)
 	delete(c.status, key)
+	delete(c.issued, key)
 	c.mu.Unlock()
 	c.broadcast(event{Type: "thread", Thread: key})
 	w.WriteHeader(http.StatusNoContent)
@@ -535,15 +556,10 @@ func (c *Console) getThread(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusInternalServerError, "could not read the database")
 		return
 	}
-	var msgs []Message
-	for _, e := range hist {
-		switch {
-		case e.Message.Role == "user":
-			msgs = append(msgs, Message{Role: "user", Author: e.Author, Text: e.Text(), At: e.At})
-		case e.Message.Role == "assistant" && len(e.Message.ToolCalls) == 0 && e.Message.Content != "":
-			msgs = append(msgs, Message{Role: "assistant", Text: e.Message.Content, At: e.At})
-		}
-	}
+	msgs := historyMessages(key, hist)
+	// A reply the console could not match to the stored answer when it
+	// came (the store was unreadable) is kept as a notice: the answer shows
+	// once.
 	answers := map[string]bool{}
 	for _, m := range msgs {
 		if m.Role == "assistant" {
@@ -578,13 +594,16 @@ func (c *Console) getThread(w http.ResponseWriter, r *http.Request) {
 	}
 	c.fillLocked(summary)
 	summary.Seq = seq
-	cards := make([]chat.Card, 0, len(c.cards[key]))
+	cards := make([]*cardJSON, 0, len(c.cards[key]))
 	for _, card := range c.cards[key] {
-		cards = append(cards, card)
+		cards = append(cards, viewCard(&card))
 	}
 	c.mu.Unlock()
 	sort.Slice(cards, func(i, j int) bool { return cards[i].Deadline.Before(cards[j].Deadline) })
-	writeJSON(w, http.StatusOK, map[string]any{"thread": summary, "messages": msgs, "cards": cards, "seq": seq})
+	if msgs == nil {
+		msgs = []Message{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"thread": viewThread(*summary), "messages": msgs, "cards": cards, "seq": seq})
 }
 
 func (c *Console) getPlans(w http.ResponseWriter, r *http.Request) {
@@ -598,10 +617,11 @@ func (c *Console) getPlans(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusInternalServerError, "could not read the database")
 		return
 	}
-	if plans == nil {
-		plans = []agent.PlanRevision{}
+	out := make([]revisionJSON, len(plans))
+	for i, p := range plans {
+		out[i] = viewRevision(p)
 	}
-	writeJSON(w, http.StatusOK, plans)
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (c *Console) events(w http.ResponseWriter, r *http.Request) {
@@ -681,7 +701,7 @@ func (c *Console) click(w http.ResponseWriter, r *http.Request) {
 	if res.Card != nil {
 		c.setCard(th, *res.Card)
 	}
-	writeJSON(w, http.StatusOK, res)
+	writeJSON(w, http.StatusOK, clickJSON{Card: viewCard(res.Card), Plan: viewPlan(res.Plan), Private: res.Private})
 }
 
 // fillLocked sets a summary's status pill and sequence number: the live

@@ -6,7 +6,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,14 +19,34 @@ import (
 	"github.com/pinplan/pinplan/httphost"
 )
 
-type fakeStore struct{ hist []agent.Entry }
+// fakeStore holds one session's history and plan revisions, for every
+// key the handler knows.
+type fakeStore struct {
+	mu    sync.Mutex // guards hist and plans
+	hist  []agent.Entry
+	plans []agent.PlanRevision
+}
 
 func (f *fakeStore) Threads(context.Context) ([]Summary, error) {
 	return []Summary{{Key: "web/abc", Platform: "web", Title: "t", State: "idle"}}, nil
 }
-func (f *fakeStore) History(context.Context, string) ([]agent.Entry, error) { return f.hist, nil }
+
+func (f *fakeStore) History(context.Context, string) ([]agent.Entry, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.hist), nil
+}
+
 func (f *fakeStore) Plans(context.Context, string) ([]agent.PlanRevision, error) {
-	return nil, nil
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.plans), nil
+}
+
+func (f *fakeStore) add(e ...agent.Entry) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hist = append(f.hist, e...)
 }
 
 type recHandler struct {
@@ -32,6 +54,9 @@ type recHandler struct {
 	clicks  []chat.Click
 	known   map[string]bool
 	deleted []string
+	// queue, if set, stores each accepted message as the runner would:
+	// in its inbox, stamped by its own clock.
+	queue *fakeStore
 }
 
 func (h *recHandler) Visible(key string) bool { return key == "web/abc" || h.known[key] }
@@ -60,6 +85,9 @@ func (h *recHandler) Handle(_ context.Context, in chat.Incoming) error {
 		h.known = map[string]bool{}
 	}
 	h.known[in.Thread.Key] = true
+	if h.queue != nil {
+		h.queue.add(agent.Inbound{Text: strings.TrimSpace(in.Text), Author: in.Author, At: time.Now().Add(time.Millisecond)}.Entry())
+	}
 	return nil
 }
 
@@ -102,12 +130,12 @@ func newConsole(t *testing.T, token string) (*Console, *httptest.Server, *recHan
 func TestThreadViewMergesNotices(t *testing.T) {
 	c, srv, _, st := newConsole(t, "")
 	t0 := time.Now().Add(-time.Minute) // the turn happened before the notices
-	st.hist = []agent.Entry{
+	st.add([]agent.Entry{
 		{Message: openai.ChatCompletionMessage{Role: "user", Content: "plan it"}, At: t0},
 		{Message: openai.ChatCompletionMessage{Role: "assistant", ToolCalls: []openai.ToolCall{{ID: "c"}}}, At: t0.Add(time.Second)},
 		{Message: openai.ChatCompletionMessage{Role: "tool", Content: `{"todos":[]}`, ToolCallID: "c"}, At: t0.Add(time.Second)},
 		{Message: openai.ChatCompletionMessage{Role: "assistant", Content: "the answer"}, At: t0.Add(2 * time.Second)},
-	}
+	}...)
 	th := chat.Thread{Platform: "web", Key: "web/abc", Channel: "web/abc"}
 	c.Reply(context.Background(), th, "", "the answer")                   // also in history: shown once
 	c.Reply(context.Background(), th, "", "The model did not answer ...") // a notice: kept

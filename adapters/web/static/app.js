@@ -1,23 +1,34 @@
-"use strict";
-// pinplan console: threads, messages and the pinned plan, live over
-// Server-Sent Events.
-//
-// State rules the page keeps:
-//   - Every event and every fetched thread carries a per-thread sequence
-//     number; the page never applies one older than what it already shows.
-//     While a thread is being fetched its events are held back and replayed
-//     on top of the answer, so the live echo and the load cannot race.
-//   - On every (re)connect of the event stream the list and the open thread
-//     are fetched again (resync).
-//   - Model text is never parsed as HTML: renderMarkdown builds DOM nodes.
+// pinplan console, the main module: it wires the page's DOM to the API
+// and the event stream. The rules it keeps live in their own modules, which
+// never touch the DOM on import (node --test runs them):
+//   - replay.js: every event and every fetched thread carries a per-thread
+//     sequence number; the page never applies one older than what it
+//     shows. While a thread is being fetched its events are held back and
+//     replayed on top of the answer, so the live echo and the load cannot
+//     race. On every (re)connect of the event stream the list and the open
+//     thread are fetched again (resync).
+//   - timeline.js: each message shows once, by the id the server gives it.
+//   - view.js: the plan's title and footer, the card's words and buttons
+//     and the pills' classes are the server's, rendered by chat.
+//   - markdown.js: model text is never parsed as HTML.
+//   - plandiff.js: the revision history's diff.
 
-const $ = (id) => document.getElementById(id);
+import { api, threadPath } from "./api.js";
+import { $, el, timeEl, setTime, refreshTimes } from "./dom.js";
+import { renderMarkdown } from "./markdown.js";
+import { diffHistory } from "./plandiff.js";
+import { ThreadReplay, ListSeqs, mergeList, olderPlan } from "./replay.js";
+import { later, timeOf } from "./times.js";
+import { Timeline, messageKey, cardKey, cardSort } from "./timeline.js";
+import { planTitle, planFooter, planProgress, stopButton, pill, running, cardView, revisionProgress, statusName } from "./view.js";
+
 const phone = window.matchMedia("(max-width: 700px)");
 
 const app = {
   marks: { pending: "⬜", in_progress: "🔄", completed: "✅" }, // replaced by /api/info
+  names: { pending: "pending", in_progress: "in progress", completed: "completed" }, // replaced by /api/info
   threads: new Map(),   // thread key → Summary (plus unread)
-  listSeq: new Map(),   // thread key → newest seq applied to the list
+  listSeqs: new ListSeqs(), // thread key → newest seq applied to the list
   listToken: 0,         // the newest list fetch; older answers are dropped
   createdAt: new Map(), // thread key → performance.now() when created here
   deletedKeys: new Set(),
@@ -27,98 +38,7 @@ const app = {
   drafts: new Map(),    // thread id ("" for a new thread) → unsent text
 };
 
-// ---------------------------------------------------------------- API
-
-class ApiError extends Error {
-  constructor(status, message) {
-    super(message);
-    this.status = status;
-  }
-}
-
-// api calls the console's JSON API. State-changing calls send JSON from this
-// page's own origin, which is what the server requires.
-async function api(path, method = "GET", body) {
-  const opts = { method, headers: { Accept: "application/json" }, credentials: "same-origin", cache: "no-store" };
-  if (method !== "GET") {
-    // The console refuses a state-changing request that is not JSON.
-    opts.headers["Content-Type"] = "application/json";
-    if (body !== undefined) opts.body = JSON.stringify(body);
-  }
-  let r;
-  try {
-    r = await fetch(path, opts);
-  } catch {
-    throw new ApiError(0, "pinplan is not reachable right now.");
-  }
-  if (r.status === 401) {
-    location.assign("/login");
-    throw new ApiError(401, "This console needs its token; sign in again.");
-  }
-  const raw = await r.text().catch(() => "");
-  let data = null;
-  if (raw) {
-    try { data = JSON.parse(raw); } catch { data = null; }
-  }
-  if (!r.ok) {
-    let reason = data && typeof data.error === "string" ? data.error : "";
-    if (!reason) reason = r.status === 413 ? "That message is too large to send." : `The request failed (${r.status} ${r.statusText}).`;
-    throw new ApiError(r.status, reason);
-  }
-  return data;
-}
-
-const threadPath = (id) => `/api/threads/${encodeURIComponent(id)}`;
-
 // ---------------------------------------------------------------- helpers
-
-function el(tag, className, text) {
-  const e = document.createElement(tag);
-  if (className) e.className = className;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
-
-function utc(at) {
-  const d = new Date(at);
-  if (Number.isNaN(d.getTime())) return "";
-  return d.toISOString().replace("T", " ").slice(0, 19) + " UTC";
-}
-
-function relative(ms) {
-  const s = (Date.now() - ms) / 1000;
-  if (s < 45) return "just now";
-  if (s < 90) return "1 min ago";
-  const m = Math.round(s / 60);
-  if (m < 60) return `${m} min ago`;
-  const h = Math.round(m / 60);
-  if (h < 24) return `${h} h ago`;
-  const d = Math.round(h / 24);
-  if (d < 7) return `${d} d ago`;
-  return new Date(ms).toLocaleDateString();
-}
-
-// timeEl is a relative time, refreshed every 30 s, with the absolute time
-// in its title.
-function timeEl(at, className = "when") {
-  const t = el("time", className);
-  setTime(t, at);
-  return t;
-}
-
-function setTime(t, at) {
-  const ms = timeOf(at);
-  if (Number.isNaN(ms)) { t.hidden = true; delete t.dataset.at; return; }
-  t.hidden = false;
-  t.dateTime = new Date(ms).toISOString();
-  t.dataset.at = String(ms);
-  t.title = new Date(ms).toLocaleString(undefined, { dateStyle: "medium", timeStyle: "medium" });
-  t.textContent = relative(ms);
-}
-
-function refreshTimes() {
-  for (const t of document.querySelectorAll("time[data-at]")) t.textContent = relative(Number(t.dataset.at));
-}
 
 function keyFor(id) {
   for (const t of app.threads.values()) if (t.id === id) return t.key;
@@ -130,216 +50,13 @@ function summaryById(id) {
   return null;
 }
 
-const statusWords = {
-  running: "working",
-  waiting: "waiting for approval",
-};
-
-// statusOf is the pill's text: the server's status, or the run state.
-function statusOf(s) {
-  if (!s) return "";
-  if (typeof s.status === "string") return s.status;
-  return statusWords[s.state] || "";
-}
-
-function statusClass(status) {
-  switch (status) {
-    case "working": case "resumed after restart": return "pill-working";
-    case "waiting for approval": return "pill-waiting";
-    case "done": return "pill-done";
-    case "failed": return "pill-failed";
-    case "stopped": case "stopped at the round limit": return "pill-stopped";
-    default: return "pill-idle";
-  }
-}
-
-function setPill(p, status) {
-  p.textContent = status;
-  p.dataset.status = status;
-  p.className = `pill ${statusClass(status)}`;
-  p.hidden = !status;
-}
-
-function progress(plan) {
-  const items = plan && plan.items ? plan.items : [];
-  return [items.filter((i) => i.status === "completed").length, items.length];
-}
-
-// footer is chat.Plan.Footer, character for character.
-function footer(plan) {
-  const [done, total] = progress(plan);
-  let state = plan.state || "working";
-  if (plan.state === "stopped" && plan.stopped_by) state += ` by ${plan.stopped_by}`;
-  const open = total - done;
-  if (open > 0 && !["working", "resumed after restart", "waiting for approval"].includes(plan.state)) {
-    state += ` · ${open} open item${open === 1 ? "" : "s"} left`;
-  }
-  if (plan.activity) state += ` · ${plan.activity}`;
-  return `Updated ${utc(plan.updated)} · revision ${plan.revision} · ${state}`;
-}
-
-// ---------------------------------------------------------------- markdown
-
-// renderMarkdown turns model text into DOM nodes: paragraphs, line breaks,
-// headings, lists, quotes, fenced code, **bold**, *italic*, `code` and
-// http(s) links. Nothing in the text is ever parsed as HTML.
-function renderMarkdown(text) {
-  const frag = document.createDocumentFragment();
-  const lines = String(text).replace(/\r\n?/g, "\n").split("\n");
-  const fence = /^\s{0,3}(`{3,}|~{3,})\s*([\w+.#-]*)\s*$/;
-  const bullet = /^\s*([-*+])\s+(.*)$/;
-  const ordered = /^\s*(\d{1,9})[.)]\s+(.*)$/;
-  const heading = /^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$/;
-  const quote = /^\s{0,3}>\s?(.*)$/;
-  const rule = /^\s{0,3}([-*_])(\s*\1){2,}\s*$/;
-  const isBlockStart = (l) => fence.test(l) || bullet.test(l) || ordered.test(l) || heading.test(l) || quote.test(l) || rule.test(l);
-  let i = 0;
-  while (i < lines.length) {
-    const line = lines[i];
-    if (!line.trim()) { i++; continue; }
-    let m;
-    if ((m = line.match(fence))) {
-      const close = m[1];
-      const body = [];
-      i++;
-      while (i < lines.length && !(lines[i].trim().startsWith(close[0].repeat(close.length)) && lines[i].trim().replaceAll(close[0], "") === "")) body.push(lines[i++]);
-      i++; // the closing fence, or the end
-      const pre = el("pre", "md-code");
-      const code = el("code", "", body.join("\n"));
-      if (m[2]) code.dataset.lang = m[2];
-      pre.append(code);
-      frag.append(pre);
-      continue;
-    }
-    if ((m = line.match(heading))) {
-      const h = el("p", `md-h md-h${m[1].length}`);
-      h.append(...inline(m[2]));
-      frag.append(h);
-      i++;
-      continue;
-    }
-    if (rule.test(line)) { frag.append(el("hr")); i++; continue; }
-    if (quote.test(line)) {
-      const body = [];
-      while (i < lines.length && (m = lines[i].match(quote))) { body.push(m[1]); i++; }
-      const bq = el("blockquote");
-      bq.append(renderMarkdown(body.join("\n")));
-      frag.append(bq);
-      continue;
-    }
-    const isOl = ordered.test(line);
-    if (isOl || bullet.test(line)) {
-      const re = isOl ? ordered : bullet;
-      const list = el(isOl ? "ol" : "ul");
-      if (isOl) {
-        const start = Number(line.match(ordered)[1]);
-        if (start !== 1) list.start = start;
-      }
-      let li = null;
-      while (i < lines.length) {
-        const l = lines[i];
-        if ((m = l.match(re))) {
-          li = el("li");
-          li.append(...inline(isOl ? m[2] : m[2]));
-          list.append(li);
-          i++;
-        } else if (l.trim() && /^\s+/.test(l) && !isBlockStart(l) && li) {
-          li.append(el("br"), ...inline(l.trim())); // a continuation line
-          i++;
-        } else {
-          break;
-        }
-      }
-      frag.append(list);
-      continue;
-    }
-    const p = el("p");
-    let first = true;
-    while (i < lines.length && lines[i].trim() && (first || !isBlockStart(lines[i]))) {
-      if (!first) p.append(el("br"));
-      p.append(...inline(lines[i]));
-      first = false;
-      i++;
-    }
-    frag.append(p);
-  }
-  return frag;
-}
-
-// safeURL returns an absolute http(s) URL, or "" for anything else
-// (javascript:, data:, relative paths).
-function safeURL(raw) {
-  try {
-    const u = new URL(raw);
-    return u.protocol === "http:" || u.protocol === "https:" ? u.href : "";
-  } catch {
-    return "";
-  }
-}
-
-function link(href, label) {
-  const a = el("a", "md-link");
-  a.href = href;
-  a.target = "_blank";
-  a.rel = "noopener noreferrer";
-  a.append(...label);
-  return a;
-}
-
-const inlineRules = [
-  { re: /`([^`\n]+)`/, make: (m) => [el("code", "", m[1])] },
-  {
-    re: /\[([^\]\n]+)\]\(\s*([^\s()]+)\s*\)/,
-    make: (m) => {
-      const href = safeURL(m[2]);
-      return href ? [link(href, inline(m[1]))] : inline(m[1]).concat([document.createTextNode(` (${m[2]})`)]);
-    },
-  },
-  {
-    re: /\bhttps?:\/\/[^\s<>"'`]+/,
-    make: (m) => {
-      let url = m[0];
-      let tail = "";
-      while (/[.,;:!?)\]}*_]$/.test(url)) {
-        if (url.endsWith(")") && (url.match(/\(/g) || []).length >= (url.match(/\)/g) || []).length) break;
-        tail = url.slice(-1) + tail;
-        url = url.slice(0, -1);
-      }
-      const href = safeURL(url);
-      const out = href ? [link(href, [document.createTextNode(url)])] : [document.createTextNode(url)];
-      if (tail) out.push(document.createTextNode(tail));
-      return out;
-    },
-  },
-  { re: /\*\*(?=\S)([^\n]*?\S)\*\*/, make: (m) => [wrap("strong", m[1])] },
-  { re: /__(?=\S)([^\n]*?\S)__(?!\w)/, make: (m) => [wrap("strong", m[1])] },
-  { re: /(?<![\w*])\*(?![\s*])([^*\n]*?[^\s*])\*(?![\w*])/, make: (m) => [wrap("em", m[1])] },
-  { re: /(?<![\w_])_(?![\s_])([^_\n]*?[^\s_])_(?![\w_])/, make: (m) => [wrap("em", m[1])] },
-];
-
-function wrap(tag, text) {
-  const e = el(tag);
-  e.append(...inline(text));
-  return e;
-}
-
-// inline renders one line's spans; the earliest match wins, ties go to the
-// rule listed first (code before links before emphasis).
-function inline(text) {
-  const out = [];
-  let rest = text;
-  while (rest) {
-    let best = null;
-    for (const rule of inlineRules) {
-      const m = rule.re.exec(rest);
-      if (m && (!best || m.index < best.m.index)) best = { m, rule };
-    }
-    if (!best) { out.push(document.createTextNode(rest)); break; }
-    if (best.m.index > 0) out.push(document.createTextNode(rest.slice(0, best.m.index)));
-    out.push(...best.rule.make(best.m));
-    rest = rest.slice(best.m.index + best.m[0].length);
-  }
-  return out;
+// setPill shows a summary's status pill: the server's words and class.
+function setPill(p, s) {
+  const { text, cls } = pill(s);
+  p.textContent = text;
+  p.dataset.status = text;
+  p.className = `pill ${cls}`;
+  p.hidden = !text;
 }
 
 // ---------------------------------------------------------------- thread list
@@ -360,46 +77,14 @@ async function loadList(resync) {
     return; // the next (re)connect fetches it again
   }
   if (token !== app.listToken || !Array.isArray(list)) return;
-  if (resync) app.listSeq.clear();
-  const next = new Map();
-  for (const s of list) {
-    if (app.deletedKeys.has(s.key)) continue;
-    const old = app.threads.get(s.key);
-    const seen = app.listSeq.get(s.key) ?? -1;
-    if (old && !resync && typeof s.seq === "number" && s.seq < seen) {
-      // Events newer than this answer were applied already: keep their
-      // state, take the rest.
-      next.set(s.key, { ...s, plan: old.plan, state: old.state, status: old.status, seq: old.seq, updated: later(old.updated, s.updated), unread: old.unread });
-    } else {
-      next.set(s.key, { ...s, updated: old ? later(old.updated, s.updated) : s.updated, unread: old ? old.unread : false });
-      if (typeof s.seq === "number") app.listSeq.set(s.key, Math.max(s.seq, resync ? -1 : seen));
-    }
-  }
-  // A thread created here after this fetch began is not in its answer yet.
-  for (const [key, at] of app.createdAt) {
-    if (at > started && !next.has(key) && app.threads.has(key)) next.set(key, app.threads.get(key));
-  }
-  app.threads = next;
+  app.threads = mergeList({ old: app.threads, list, seqs: app.listSeqs, resync, deleted: app.deletedKeys, created: app.createdAt, started });
   const v = app.view;
-  if (v && v.loaded) {
+  if (v && v.replay.loaded) {
     const s = app.threads.get(v.key);
     if (s && s.title) setTitle(s.title);
   }
   renderList();
   document.body.dataset.ready = "1";
-}
-
-function later(a, b) {
-  const x = timeOf(a), y = timeOf(b);
-  if (Number.isNaN(y)) return a;
-  if (Number.isNaN(x)) return b;
-  return x >= y ? a : b;
-}
-
-// timeOf is a time in ms, or NaN for none (missing, or Go's zero time).
-function timeOf(at) {
-  const ms = Date.parse(at);
-  return ms > Date.UTC(2000, 0, 1) ? ms : NaN;
 }
 
 // A thread with no time yet has just been created: it sorts on top.
@@ -476,9 +161,8 @@ function updateRow(li, t) {
   const platform = li.querySelector(".platform");
   platform.textContent = t.platform === "web" ? "" : t.platform; // web is the default: only others are named
   platform.hidden = t.platform === "web";
-  setPill(li.querySelector(".pill"), statusOf(t));
-  const [done, total] = progress(t.plan);
-  li.querySelector(".progress").textContent = total ? `${done}/${total} done` : "";
+  setPill(li.querySelector(".pill"), t);
+  li.querySelector(".progress").textContent = planProgress(t.plan);
   const rename = li.querySelector(".rename");
   if (rename) {
     rename.setAttribute("aria-label", `Rename “${name}”`);
@@ -495,12 +179,8 @@ function touchList(e, apply) {
     scheduleListFetch(); // a thread the page has not seen yet
     return;
   }
-  const seen = app.listSeq.get(e.thread) ?? -1;
-  if (typeof e.seq === "number") {
-    if (e.seq <= seen) return;
-    app.listSeq.set(e.thread, e.seq);
-    t.seq = e.seq;
-  }
+  if (!app.listSeqs.admit(e.thread, e.seq)) return;
+  if (typeof e.seq === "number") t.seq = e.seq;
   apply(t);
   renderList();
 }
@@ -581,13 +261,13 @@ function toast(text) {
 
 // ---------------------------------------------------------------- the open thread
 
-// A view is the open thread: its id and key, the newest seq it shows, and
-// while a fetch is in flight (fetching > 0) the events held back for it.
+// A view is the open thread: its id and key, its live state (replay.js)
+// and its timeline.
 function openThread(id, seed) {
   saveDraft();
   closeDrawer();
   const summary = (seed && seed.thread) || (id ? summaryById(id) : null);
-  const v = id ? { id, key: summary ? summary.key : keyFor(id), platform: summary ? summary.platform : "web", seq: -1, loaded: false, fetching: 0, pending: [], items: [], summary: summary ? { ...summary } : null, historyToken: 0 } : null;
+  const v = id ? { id, key: summary ? summary.key : keyFor(id), platform: summary ? summary.platform : "web", replay: new ThreadReplay(), timeline: new Timeline(), summary: summary ? { ...summary } : null, historyToken: 0 } : null;
   app.view = v;
   document.body.dataset.loading = "0";
   $("messages").replaceChildren();
@@ -606,8 +286,7 @@ function openThread(id, seed) {
   }
   setTitle(summary ? summary.title || summary.key : "Loading…");
   if (seed && seed.thread) {
-    v.loaded = true;
-    v.seq = typeof seed.thread.seq === "number" ? seed.thread.seq : -1;
+    v.replay.seed(seed.thread.seq);
     if (seed.thread.plan) renderPlan(seed.thread.plan);
     if (seed.message) addMessage(seed.message, v);
   }
@@ -620,19 +299,19 @@ function openThread(id, seed) {
 async function loadView(resync) {
   const v = app.view;
   if (!v) return;
-  const token = ++v.fetching;
-  if (resync) v.resync = true;
+  const token = v.replay.begin(resync);
   document.body.dataset.loading = "1";
   let data;
   try {
     data = await api(threadPath(v.id));
   } catch (e) {
-    if (app.view !== v || token !== v.fetching) return;
-    v.fetching = 0;
+    if (app.view !== v) return;
+    const events = v.replay.failed(token);
+    if (!events) return; // a newer fetch runs
     document.body.dataset.loading = "0";
     if (e.status === 404) {
       v.missing = true;
-      v.items = [];
+      v.timeline = new Timeline();
       $("messages").replaceChildren();
       renderPlan(null);
       setTitle("Thread not found");
@@ -645,18 +324,16 @@ async function loadView(resync) {
       $("load-error").textContent = `Could not load this thread: ${e.message} It loads again when pinplan is reachable.`;
       $("load-error").hidden = false;
     }
-    replayPending(v);
+    for (const ev of events) applyToView(v, ev);
     return;
   }
-  if (app.view !== v || token !== v.fetching) return; // a newer fetch or another thread
-  v.fetching = 0;
-  document.body.dataset.loading = "0";
+  if (app.view !== v) return; // another thread
   const seq = typeof data.seq === "number" ? data.seq : data.thread && typeof data.thread.seq === "number" ? data.thread.seq : -1;
-  if (v.resync || seq >= v.seq || !v.loaded) {
-    v.resync = false;
-    v.loaded = true;
+  const res = v.replay.answer(token, seq);
+  if (!res) return; // a newer fetch runs
+  document.body.dataset.loading = "0";
+  if (res.show) {
     v.missing = false;
-    v.seq = seq;
     v.key = data.thread.key;
     v.platform = data.thread.platform;
     v.summary = { ...data.thread };
@@ -669,13 +346,7 @@ async function loadView(resync) {
     const s = app.threads.get(v.key);
     if (s) { s.unread = false; renderList(); }
   }
-  replayPending(v);
-}
-
-function replayPending(v) {
-  const pending = v.pending.sort((a, b) => (a.seq ?? 0) - (b.seq ?? 0));
-  v.pending = [];
-  for (const e of pending) applyToView(v, e);
+  for (const ev of res.events) applyToView(v, ev);
 }
 
 function setTitle(text) {
@@ -686,13 +357,9 @@ function setTitle(text) {
 function renderStatus() {
   const v = app.view;
   const s = v && v.summary;
-  const status = statusOf(s);
-  setPill($("status"), status);
-  setPill($("plan-status"), status);
-  // The pill's status is the live word; the state can lag it in a fetched
-  // summary (it is read from the store), so the status decides.
-  const running = !!s && (status ? status === "working" || status === "resumed after restart" : s.state === "running");
-  $("working").hidden = !running;
+  setPill($("status"), s);
+  setPill($("plan-status"), s);
+  $("working").hidden = !running(s);
   document.body.dataset.state = s ? s.state || "" : "";
 }
 
@@ -710,44 +377,22 @@ function updateComposer() {
 
 // ---- timeline: messages and approval cards, in time order, each once
 
-function messageId(m) {
-  return `m|${m.role}|${m.at}|${m.author || ""}|${m.text}`;
+// place shows item where the timeline puts it; false if it is shown.
+function place(v, item) {
+  const before = v.timeline.insert(item);
+  if (before === undefined) return false;
+  $("messages").insertBefore(item.el, before ? before.el : null);
+  return true;
 }
 
-function sortKeyOfCard(card) {
-  if (!card.outcome) return Number.POSITIVE_INFINITY; // open: waiting at the end
-  const at = Date.parse(card.at);
-  return Number.isNaN(at) ? Number.POSITIVE_INFINITY : at;
-}
-
-function placeItem(v, item) {
-  const list = $("messages");
-  const idx = v.items.findIndex((x) => x.sort > item.sort);
-  if (idx < 0) {
-    v.items.push(item);
-    list.append(item.el);
-  } else {
-    v.items.splice(idx, 0, item);
-    list.insertBefore(item.el, v.items[idx + 1].el);
-  }
-}
-
-// sameMessage: the server stamps a message's live echo and its stored copy
-// a few milliseconds apart, so a message is the same when its role, author
-// and text are and its times are close.
-const echoWindow = 3000;
-function sameMessage(x, m, at) {
-  return x.role === m.role && x.text === m.text && x.author === (m.author || "") && Math.abs(x.sort - at) < echoWindow;
-}
-
-// addMessage shows m once, in time order.
+// addMessage shows m once (by its id), in time order.
 function addMessage(m, v = app.view) {
   if (!v) return;
-  const id = messageId(m);
+  const id = messageKey(m);
+  if (v.timeline.has(id)) return; // shown already
   let at = Date.parse(m.at);
   if (Number.isNaN(at)) at = Date.now();
-  if (v.items.some((x) => x.id === id || sameMessage(x, m, at))) return; // shown already
-  placeItem(v, { id, sort: at, el: messageEl(m), role: m.role, author: m.author || "", text: m.text });
+  place(v, { id, sort: at, el: messageEl(m) });
   stickToBottom(m.role === "user");
 }
 
@@ -762,7 +407,7 @@ function messageEl(m) {
     body.classList.add("plain");
     body.textContent = m.text; // what the user typed, as typed
   } else {
-    body.append(renderMarkdown(m.text));
+    body.append(renderMarkdown(m.text, document));
   }
   li.append(head, body);
   return li;
@@ -770,62 +415,47 @@ function messageEl(m) {
 
 function upsertCard(card, v = app.view) {
   if (!v) return;
-  const id = `c|${card.id}`;
-  const old = v.items.find((x) => x.id === id);
+  const id = cardKey(card);
+  const old = v.timeline.get(id);
   if (old) {
     fillCard(old.el, card);
     // Decided, it sits where it was decided: before the answer that
     // followed, not after it.
-    const sort = sortKeyOfCard(card);
+    const sort = cardSort(card);
     if (sort !== old.sort) {
-      v.items.splice(v.items.indexOf(old), 1);
-      old.sort = sort;
-      placeItem(v, old);
+      const before = v.timeline.move(old, sort);
+      $("messages").insertBefore(old.el, before ? before.el : null);
     }
     return;
   }
   const li = el("li", "card");
   li.dataset.card = card.id;
   fillCard(li, card);
-  placeItem(v, { id, sort: sortKeyOfCard(card), el: li });
+  place(v, { id, sort: cardSort(card), el: li });
   stickToBottom();
 }
 
-const cardButtons = [["allow", "Allow once", "primary"], ["always", "Always allow here", "secondary"], ["deny", "Deny", "danger"]];
-
+// fillCard shows a card as the server words it.
 function fillCard(li, card) {
+  const view = cardView(card);
   const head = el("div", "card-head");
   head.append(el("span", "card-icon", "🔐"));
-  const title = el("strong", "card-title", card.server ? `Approval needed: ${card.tool} (server ${card.server})` : `Approval needed: ${card.tool}`);
-  head.append(title);
+  head.append(el("strong", "card-title", view.title));
   const pre = el("pre", "args");
   let args = card.arguments || "";
   try { args = JSON.stringify(JSON.parse(args), null, 2); } catch { /* cut at 1,000 characters: shown as sent */ }
   pre.append(el("code", "", args));
-  const status = el("p", "status");
-  if (card.outcome) {
-    let s = card.outcome;
-    if (card.by) s += ` by ${card.by}`;
-    if (card.at) s += ` at ${utc(card.at)}`;
-    status.textContent = `${s}.`;
-    li.dataset.outcome = card.outcome;
-    li.classList.toggle("denied", /^den/i.test(card.outcome));
-  } else {
-    let s = "Waiting for a decision";
-    if (card.requester && card.requester !== "web") s += ` from ${card.requester} or an approver`;
-    if (card.deadline && !card.deadline.startsWith("0001-")) s += `; denied if nobody decides by ${utc(card.deadline).slice(11, 16)} UTC`;
-    status.textContent = `${s}.`;
-    delete li.dataset.outcome;
-    li.classList.remove("denied");
-  }
+  const status = el("p", "status", view.status);
+  li.className = `card ${view.cls}`;
+  if (card.outcome) li.dataset.outcome = card.outcome; else delete li.dataset.outcome;
   li.replaceChildren(head, pre, status);
-  if (!card.outcome && app.view && app.view.platform === "web") {
+  if (view.buttons.length && app.view && app.view.platform === "web") {
     const row = el("div", "buttons");
-    for (const [action, label, kind] of cardButtons) {
-      const b = el("button", `${action} ${kind}`, label);
-      b.type = "button";
-      b.addEventListener("click", () => press(`pinplan:${action}:${card.id}`, row));
-      row.append(b);
+    for (const b of view.buttons) {
+      const button = el("button", `${b.action} ${b.style}`, b.label);
+      button.type = "button";
+      button.addEventListener("click", () => press(b.id, row));
+      row.append(button);
     }
     li.append(row);
   }
@@ -833,27 +463,22 @@ function fillCard(li, card) {
 
 function setTimeline(messages, cards) {
   const v = app.view;
-  const old = new Map(v.items.map((x) => [x.id, x]));
-  const local = v.items.filter((x) => x.local);
-  v.items = [];
-  const items = [];
+  const old = new Map(v.timeline.items.map((x) => [x.id, x]));
+  const items = v.timeline.items.filter((x) => x.local);
   for (const m of messages) {
-    const id = messageId(m);
-    if (items.some((x) => x.id === id)) continue;
+    const id = messageKey(m);
     const sort = Date.parse(m.at);
-    items.push({ id, sort: Number.isNaN(sort) ? 0 : sort, el: old.has(id) ? old.get(id).el : messageEl(m), role: m.role, author: m.author || "", text: m.text });
+    items.push({ id, sort: Number.isNaN(sort) ? 0 : sort, el: old.has(id) ? old.get(id).el : messageEl(m) });
   }
   for (const card of cards) {
-    const id = `c|${card.id}`;
+    const id = cardKey(card);
     const li = old.has(id) ? old.get(id).el : el("li", "card");
     li.dataset.card = card.id;
     fillCard(li, card);
-    items.push({ id, sort: sortKeyOfCard(card), el: li });
+    items.push({ id, sort: cardSort(card), el: li });
   }
-  items.push(...local);
-  items.sort((a, b) => a.sort - b.sort);
-  v.items = items;
-  $("messages").replaceChildren(...items.map((x) => x.el));
+  v.timeline.reset(items);
+  $("messages").replaceChildren(...v.timeline.items.map((x) => x.el));
   stickToBottom(true);
 }
 
@@ -861,7 +486,7 @@ function addLocalNote(text) {
   const v = app.view;
   if (!v) return;
   const m = { role: "notice", text, at: new Date().toISOString() };
-  placeItem(v, { id: `l|${Math.random()}`, sort: Date.now(), el: messageEl(m), local: true });
+  place(v, { id: `l|${Math.random()}`, sort: Date.now(), el: messageEl(m), local: true });
   stickToBottom(true);
 }
 
@@ -875,13 +500,6 @@ function stickToBottom(force) {
 
 let shownPlan = null;
 
-// olderPlan: p is an earlier state of the plan than cur.
-function olderPlan(p, cur) {
-  if (!cur) return false;
-  if (p.revision !== cur.revision) return p.revision < cur.revision;
-  return Date.parse(p.updated) < Date.parse(cur.updated);
-}
-
 function renderPlan(plan) {
   shownPlan = plan || null;
   const box = $("plan");
@@ -892,20 +510,25 @@ function renderPlan(plan) {
     delete box.dataset.state;
     return;
   }
-  const [done, total] = progress(plan);
-  $("plan-title").textContent = `Plan · ${done}/${total} done`;
+  $("plan-title").textContent = planTitle(plan);
   $("plan-items").replaceChildren(...plan.items.map((it) => {
     const li = el("li", it.status);
     li.dataset.status = it.status;
     const mark = el("span", "mark", app.marks[it.status] || "•");
     mark.setAttribute("role", "img");
-    mark.setAttribute("aria-label", it.status.replace("_", " "));
+    mark.setAttribute("aria-label", statusName(app.names, it.status));
     const text = el(it.status === "completed" ? "s" : it.status === "in_progress" ? "strong" : "span", "text", it.content);
     li.append(mark, text);
     return li;
   }));
-  $("plan-footer").textContent = footer(plan);
-  $("stop").hidden = !plan.stoppable || !app.view || app.view.platform !== "web";
+  $("plan-footer").textContent = planFooter(plan);
+  const stop = stopButton(plan);
+  const btn = $("stop");
+  btn.hidden = !stop || !app.view || app.view.platform !== "web";
+  if (stop) {
+    btn.textContent = stop.label;
+    btn.dataset.button = stop.id;
+  }
   box.dataset.revision = String(plan.revision);
   box.dataset.state = plan.state || "";
   box.hidden = false;
@@ -948,42 +571,16 @@ async function loadHistory() {
 }
 
 function renderHistory(revs) {
-  const out = [];
-  let prev = null;
-  for (const r of revs) {
-    out.push(revisionEl(r, prev));
-    prev = r;
-  }
-  out.reverse(); // newest first
-  $("plan-revisions").replaceChildren(...out);
+  $("plan-revisions").replaceChildren(...diffHistory(revs).map(revisionEl));
 }
 
-// diffItems lists what changed between two revisions' items: added,
-// removed, and status changes, matched by content.
-function diffItems(before, after) {
-  const left = (before || []).map((it) => ({ ...it, used: false }));
-  const changes = [];
-  for (const it of after) {
-    const match = left.find((x) => !x.used && x.content === it.content);
-    if (!match) { changes.push({ kind: "added", item: it }); continue; }
-    match.used = true;
-    if (match.status !== it.status) changes.push({ kind: "changed", item: it, from: match.status });
-  }
-  for (const x of left) if (!x.used) changes.push({ kind: "removed", item: x });
-  return changes;
-}
-
-const statusNames = { pending: "pending", in_progress: "in progress", completed: "completed" };
-
-function revisionEl(r, prev) {
+function revisionEl({ rev, first, changes }) {
   const li = el("li", "revision");
-  li.dataset.revision = String(r.revision);
+  li.dataset.revision = String(rev.revision);
   const head = el("div", "rev-head");
-  const [done, total] = progress(r);
-  head.append(el("strong", "", `Revision ${r.revision}`), document.createTextNode(" · "), timeEl(r.at), document.createTextNode(` · ${done}/${total} done`));
+  head.append(el("strong", "", `Revision ${rev.revision}`), document.createTextNode(" · "), timeEl(rev.at), document.createTextNode(` · ${revisionProgress(rev)}`));
   li.append(head);
-  const changes = prev ? diffItems(prev.items, r.items || []) : (r.items || []).map((item) => ({ kind: "added", item }));
-  if (!prev) li.append(el("p", "rev-note", "Plan created."));
+  if (first) li.append(el("p", "rev-note", "Plan created."));
   if (changes.length === 0) {
     li.append(el("p", "rev-note", "No change to the items."));
     return li;
@@ -993,7 +590,7 @@ function revisionEl(r, prev) {
     const row = el("li", c.kind);
     const sign = el("span", "sign", c.kind === "added" ? "+" : c.kind === "removed" ? "−" : "~");
     sign.setAttribute("aria-hidden", "true");
-    const what = el("span", "visually-hidden", c.kind === "changed" ? `${statusNames[c.from] || c.from} to ${statusNames[c.item.status] || c.item.status}: ` : `${c.kind}: `);
+    const what = el("span", "visually-hidden", c.kind === "changed" ? `${statusName(app.names, c.from)} to ${statusName(app.names, c.item.status)}: ` : `${c.kind}: `);
     const marks = el("span", "marks", c.kind === "changed" ? `${app.marks[c.from] || ""}→${app.marks[c.item.status] || ""}` : app.marks[c.item.status] || "");
     marks.setAttribute("aria-hidden", "true");
     row.append(sign, what, marks, el(c.kind === "removed" ? "s" : "span", "text", c.item.content));
@@ -1017,7 +614,7 @@ function onEvent(e) {
       touchList(e, (t) => { t.plan = e.plan; if (e.plan && e.plan.updated) t.updated = later(t.updated, e.plan.updated); });
       break;
     case "state":
-      touchList(e, (t) => { t.state = e.state; t.status = e.status; });
+      touchList(e, (t) => { t.state = e.state; t.status = e.status; t.status_class = e.status_class; });
       break;
     case "message":
       touchList(e, (t) => {
@@ -1031,24 +628,11 @@ function onEvent(e) {
   }
   const v = app.view;
   if (!v || v.key !== e.thread) return;
-  if (v.fetching || !v.loaded) {
-    v.pending.push(e); // replayed on top of the fetch's answer
-    return;
-  }
-  applyToView(v, e);
+  for (const ev of v.replay.offer(e)) applyToView(v, ev); // held back while a fetch runs
 }
 
+// applyToView applies an event that replay.js let through.
 function applyToView(v, e) {
-  if (typeof e.seq === "number") {
-    if (e.seq <= v.seq) {
-      // The page shows this state already. A message is the exception:
-      // messages only add up, and one that landed while the fetch was
-      // being read may be missing from it; addMessage drops it if shown.
-      if (e.type === "message" && e.message) addMessage(e.message, v);
-      return;
-    }
-    v.seq = e.seq;
-  }
   switch (e.type) {
     case "plan":
       if (v.summary) v.summary.plan = e.plan;
@@ -1064,6 +648,7 @@ function applyToView(v, e) {
       if (!v.summary) v.summary = { key: v.key, id: v.id };
       v.summary.state = e.state;
       v.summary.status = e.status;
+      v.summary.status_class = e.status_class;
       renderStatus();
       break;
   }
@@ -1157,7 +742,7 @@ async function send() {
       const s = { ...res.thread, unread: false };
       app.threads.set(s.key, s);
       app.createdAt.set(s.key, performance.now());
-      if (typeof s.seq === "number") app.listSeq.set(s.key, s.seq);
+      app.listSeqs.set(s.key, s.seq);
       navigate(s.id, { thread: s, message: res.message });
     } else {
       const res = await api(`${threadPath(v.id)}/messages`, "POST", { text });
@@ -1196,7 +781,7 @@ async function press(button, row) {
     if (app.view !== v || !res) return;
     // The answer carries no sequence number, and the plan's live event
     // can overtake it: show it only when it is not older than the shown one.
-    if (res.card && !(!res.card.outcome && v.items.some((x) => x.id === `c|${res.card.id}` && x.el.dataset.outcome))) upsertCard(res.card, v);
+    if (res.card && !(!res.card.outcome && v.timeline.items.some((x) => x.id === cardKey(res.card) && x.el.dataset.outcome))) upsertCard(res.card, v);
     if (res.plan && !olderPlan(res.plan, shownPlan)) renderPlan(res.plan);
     if (res.private) addLocalNote(res.private);
     if (row && row.isConnected) for (const b of row.querySelectorAll("button")) b.disabled = false;
@@ -1221,7 +806,7 @@ function navigate(id, seed) {
   if (location.hash.slice(1) !== id) {
     navigatingTo = id;
     if (id) location.hash = id;
-    else history.pushState(null, "", location.pathname + location.search);
+    else window.history.pushState(null, "", location.pathname + location.search);
   }
 }
 
@@ -1292,7 +877,7 @@ new ResizeObserver(() => {
   if (wasAtBottom) $("scroller").scrollTop = $("scroller").scrollHeight;
 }).observe($("scroller"));
 
-$("stop").addEventListener("click", () => press("pinplan:stop:plan"));
+$("stop").addEventListener("click", () => { if ($("stop").dataset.button) press($("stop").dataset.button); });
 $("plan-history").addEventListener("toggle", () => {
   if ($("plan-history").open) scheduleHistory(0);
 });
@@ -1321,6 +906,7 @@ setInterval(refreshTimes, 30000);
 api("/api/info").then((info) => {
   if (!info) return;
   if (info.marks) app.marks = info.marks;
+  if (info.status_names) app.names = info.status_names;
   const mode = $("mode");
   if (info.demo) { mode.textContent = "demo model: scripted, no API key used"; mode.hidden = false; }
   else if (info.model) { mode.textContent = `model: ${info.model}`; mode.hidden = false; }

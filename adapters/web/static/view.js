@@ -1,0 +1,60 @@
+// The strings and classes the server renders, read for the page. The
+// server computes them with chat's own functions (the plan's title and
+// footer, the card's title, status and button labels, the pill's class),
+// so the console says what Slack and Discord say; this module only picks
+// them out, with a plain fallback for an answer without a view. Pure: no
+// DOM.
+
+// planTitle is "Plan · 2/5 done".
+export function planTitle(plan) {
+  return (plan && plan.view && plan.view.title) || "";
+}
+
+// planFooter is chat.Plan.Footer: update time, revision and run state.
+export function planFooter(plan) {
+  return (plan && plan.view && plan.view.footer) || "";
+}
+
+// planProgress is "2/5 done" for a plan with items, else "".
+export function planProgress(plan) {
+  if (!plan || !plan.items || plan.items.length === 0) return "";
+  return (plan.view && plan.view.progress) || "";
+}
+
+// stopButton is the plan's Stop button while a turn runs, else null.
+export function stopButton(plan) {
+  return (plan && plan.view && plan.view.stop) || null;
+}
+
+// pill is a status pill: its text (the server's status) and class.
+export function pill(s) {
+  const text = (s && typeof s.status === "string" && s.status) || "";
+  return { text, cls: text ? (s.status_class || "pill-idle") : "pill-idle" };
+}
+
+// running reports whether a turn runs, for the "working…" line: the live
+// status decides (the state in a fetched summary is read from the store
+// and can lag it); without one, the state.
+export function running(s) {
+  if (!s) return false;
+  return s.status ? s.status_class === "pill-working" : s.state === "running";
+}
+
+// cardView is an approval card's title, status line, class (open,
+// decided or denied) and buttons.
+export function cardView(card) {
+  const v = card.view;
+  if (v) return { title: v.title || "", status: v.status || "", cls: v.class || (card.outcome ? "decided" : "open"), buttons: v.buttons || [] };
+  return { title: card.tool || "", status: card.outcome || "", cls: card.outcome ? "decided" : "open", buttons: [] };
+}
+
+// revisionProgress is a stored revision's "2/5 done".
+export function revisionProgress(rev) {
+  return (rev && rev.view && rev.view.progress) || "";
+}
+
+// statusName is a plan item's status in words ("in progress"), from
+// /api/info's status_names.
+export function statusName(names, status) {
+  return (names && names[status]) || String(status || "");
+}

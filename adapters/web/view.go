@@ -1,0 +1,143 @@
+package web
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/chat"
+)
+
+// The page gets chat's types as they are, plus a "view" computed here: the
+// words chat renders on every platform (the plan's title and footer, the
+// card's title, status and button labels) and the classes the page styles
+// by. So the console says what Slack and Discord say, and app.js does not
+// re-implement chat's strings.
+//
+// The views embed chat's types to keep their JSON fields; chat.Plan and
+// chat.Card must not grow a MarshalJSON, which the embedding would promote
+// over the view.
+
+// planJSON is a plan as the page gets it.
+type planJSON struct {
+	chat.Plan
+	View planView `json:"view"`
+}
+
+type planView struct {
+	Title    string      `json:"title"`          // chat.Plan.Title: "Plan · 2/5 done"
+	Progress string      `json:"progress"`       // "2/5 done", for the thread list
+	Footer   string      `json:"footer"`         // chat.Plan.Footer
+	Stop     *buttonView `json:"stop,omitempty"` // while a turn runs
+}
+
+// buttonView is a button: its label and what a press sends.
+type buttonView struct {
+	ID     string `json:"id"` // chat.ButtonID, the body of POST .../click
+	Action string `json:"action"`
+	Label  string `json:"label"`
+	Style  string `json:"style"` // primary, secondary or danger
+}
+
+// stopButton is the plan's Stop button; the session comes from the
+// thread, as on Slack and Discord.
+var stopButton = buttonView{ID: chat.ButtonID(chat.ActionStop, "plan"), Action: chat.ActionStop, Label: chat.LabelStop, Style: "danger"}
+
+func progress(done, total int) string { return fmt.Sprintf("%d/%d done", done, total) }
+
+func viewPlan(p *chat.Plan) *planJSON {
+	if p == nil {
+		return nil
+	}
+	v := planJSON{Plan: *p, View: planView{Title: p.Title(), Progress: progress(p.Progress()), Footer: p.Footer()}}
+	if p.Stoppable {
+		stop := stopButton
+		v.View.Stop = &stop
+	}
+	return &v
+}
+
+// cardJSON is an approval card as the page gets it.
+type cardJSON struct {
+	chat.Card
+	View cardView `json:"view"`
+}
+
+type cardView struct {
+	Title  string `json:"title"`  // chat.Card.Title
+	Status string `json:"status"` // chat.Card.Status
+	// Class is open, decided or denied.
+	Class   string       `json:"class"`
+	Buttons []buttonView `json:"buttons"` // while open; in the order every platform shows them
+}
+
+// viewCard renders c. Console cards carry no requester (the console
+// sends no user id), so Status never holds a Slack or Discord mention.
+func viewCard(c *chat.Card) *cardJSON {
+	if c == nil {
+		return nil
+	}
+	v := cardJSON{Card: *c, View: cardView{Title: c.Title(), Status: c.Status(), Class: "decided", Buttons: []buttonView{}}}
+	switch {
+	case c.Open():
+		v.View.Class = "open"
+		v.View.Buttons = []buttonView{
+			{ID: chat.ButtonID(chat.ActionAllow, c.ID), Action: chat.ActionAllow, Label: chat.LabelAllow, Style: "primary"},
+			{ID: chat.ButtonID(chat.ActionAlways, c.ID), Action: chat.ActionAlways, Label: chat.LabelAlways, Style: "secondary"},
+			{ID: chat.ButtonID(chat.ActionDeny, c.ID), Action: chat.ActionDeny, Label: chat.LabelDeny, Style: "danger"},
+		}
+	case strings.HasPrefix(c.Outcome, "Denied"):
+		v.View.Class = "denied"
+	}
+	return &v
+}
+
+// threadJSON is a thread as the page gets it: the summary, its plan's view
+// and its status pill's class. Its Plan hides Summary's in the JSON.
+type threadJSON struct {
+	Summary
+	Plan        *planJSON `json:"plan,omitempty"`
+	StatusClass string    `json:"status_class"`
+}
+
+func viewThread(s Summary) threadJSON {
+	return threadJSON{Summary: s, Plan: viewPlan(s.Plan), StatusClass: pillClass(s.Status)}
+}
+
+// pillClass is the class of a status pill (Summary.Status), by run state.
+func pillClass(status string) string {
+	switch chat.PlanState(status) {
+	case chat.StateWorking, chat.StateResumed:
+		return "pill-working"
+	case chat.StateWaiting:
+		return "pill-waiting"
+	case chat.StateDone:
+		return "pill-done"
+	case chat.StateFailed:
+		return "pill-failed"
+	case chat.StateStopped, chat.StateLimited:
+		return "pill-stopped"
+	}
+	return "pill-idle"
+}
+
+// revisionJSON is a stored plan revision as the history lists it.
+type revisionJSON struct {
+	agent.PlanRevision
+	View revisionView `json:"view"`
+}
+
+type revisionView struct {
+	Progress string `json:"progress"` // "2/5 done"
+}
+
+func viewRevision(r agent.PlanRevision) revisionJSON {
+	return revisionJSON{PlanRevision: r, View: revisionView{Progress: progress(chat.Plan{Items: r.Items}.Progress())}}
+}
+
+// clickJSON is the answer to a button press: chat.ClickResult with views.
+type clickJSON struct {
+	Card    *cardJSON `json:"card,omitempty"`
+	Plan    *planJSON `json:"plan,omitempty"`
+	Private string    `json:"private,omitempty"`
+}
