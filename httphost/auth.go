@@ -33,15 +33,16 @@ const cookieName = "pinplan_token"
 // holds a value derived from the token, never the token itself), then
 // ?token= (API clients that cannot set headers; on a page it is exchanged
 // for the cookie and redirected away). A client that keeps presenting
-// wrong credentials is slowed: past a small burst, its attempts are
-// answered 429 until its budget refills (failureRate a second).
+// wrong tokens is slowed: past a small burst, its attempts are answered
+// 429 until its budget refills (failureRate a second). A wrong cookie is
+// not counted (see below).
 func (h *Host) auth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		api := strings.HasPrefix(r.URL.Path, "/api/") || r.URL.Path == "/metrics"
+		// Only a presented token counts as a guess: a cookie holds a
+		// 256-bit HMAC nobody can guess, and a stale one (the token was
+		// changed) must not lock its browser's address out of signing in.
 		presented := r.Header.Get("Authorization") != "" || r.URL.Query().Get("token") != ""
-		if ck, err := r.Cookie(cookieName); err == nil && ck.Value != "" {
-			presented = true
-		}
 		if presented && !h.failures.allowed(clientIP(r)) {
 			w.Header().Set("Retry-After", "1")
 			WriteError(w, http.StatusTooManyRequests, "too many wrong tokens from this address; wait a moment")
@@ -72,7 +73,8 @@ func (h *Host) auth(next http.Handler) http.Handler {
 		default:
 			if ck, err := r.Cookie(cookieName); err == nil && ck.Value != "" {
 				ok = h.cookieOK(ck.Value)
-			} else if q := r.URL.Query().Get("token"); q != "" {
+			}
+			if q := r.URL.Query().Get("token"); !ok && q != "" {
 				ok = h.tokenOK(q)
 			}
 		}

@@ -178,3 +178,32 @@ func newHost(t *testing.T, token string) *httptest.Server {
 	h.SetAddr(srv.Listener.Addr().String())
 	return srv
 }
+
+// TestStaleCookieDoesNotLockOut: a browser whose cookie is from an older
+// token (its event stream retrying every second) does not use up its
+// address's budget, so the new token still signs it in.
+func TestStaleCookieDoesNotLockOut(t *testing.T) {
+	srv := newHost(t, "the-new-token")
+	for range 40 {
+		req, _ := http.NewRequest("GET", srv.URL+"/api/events", nil)
+		req.AddCookie(&http.Cookie{Name: cookieName, Value: "derived-from-the-old-token"})
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("a stale cookie: %d, want 401", resp.StatusCode)
+		}
+	}
+	req, _ := http.NewRequest("GET", srv.URL+"/api/threads?token=the-new-token", nil)
+	req.AddCookie(&http.Cookie{Name: cookieName, Value: "derived-from-the-old-token"})
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("the new token beside a stale cookie: %d, want 200", resp.StatusCode)
+	}
+}
