@@ -139,6 +139,8 @@ type PlanRevision struct {
 	Items      []todo.Item `json:"items"`
 	At         time.Time   `json:"at"`
 	ToolCallID string      `json:"tool_call_id"`
+	// Evidence is what had been done for each item by this revision.
+	Evidence Evidence `json:"evidence,omitempty"`
 }
 
 // Checkpoint is the agent's part of a session record.
@@ -170,6 +172,14 @@ type Checkpoint struct {
 	// session, stored as "allowed" before they were scoped, are no longer
 	// honoured: those tools ask again, once.)
 	Grants []Grant `json:"grants,omitempty"`
+	// Evidence is the calls attributed to the current plan's items;
+	// Unattributed the calls made while no item was in progress, waiting
+	// for the next snapshot (DESIGN §15). TurnCalls and TurnApprovals
+	// count the turn's tool calls and decided cards, for the footer.
+	Evidence      Evidence `json:"evidence,omitempty"`
+	Unattributed  []Call   `json:"unattributed,omitempty"`
+	TurnCalls     int      `json:"turn_calls,omitempty"`
+	TurnApprovals int      `json:"turn_approvals,omitempty"`
 	// Summary stands in for the oldest history entries in requests.
 	Summary *Summary `json:"summary,omitempty"`
 	// TokenRatio is the server's prompt_tokens over pinplan's estimate,

@@ -26,6 +26,9 @@ const (
 	ToolEnded
 	// SessionReset: the session's history and plan were archived.
 	SessionReset
+	// EvidenceChanged: a round's tool calls were committed; Event.Evidence
+	// is what has been done for each item of Event.Plan (DESIGN §15).
+	EvidenceChanged
 )
 
 // Outcome is how a turn ended.
@@ -57,6 +60,12 @@ type Event struct {
 	Approval  *Approval // ApprovalNeeded, ApprovalDecided
 	Decision  *Decision // ApprovalDecided
 	Tool      string    // ToolStarted, ToolEnded
+	// Evidence is the calls attributed to each item (PlanChanged,
+	// EvidenceChanged, TurnStarted); Calls and Approvals count the turn's
+	// tool calls and decided cards so far.
+	Evidence  Evidence
+	Calls     int
+	Approvals int
 	At        time.Time
 }
 

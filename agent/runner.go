@@ -438,7 +438,8 @@ func (r *Runner) run(key string, log *slog.Logger) error {
 	case Running:
 		log.Info("resuming turn", "history", len(hist), "revision", s.cp.Revision)
 		ctx, endTurn = r.turnContext(key)
-		r.publish(Event{Session: key, Kind: TurnStarted, Resumed: true, Requester: s.cp.Requester, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision()})
+		r.publish(Event{Session: key, Kind: TurnStarted, Resumed: true, Requester: s.cp.Requester, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision(),
+			Evidence: s.cp.Evidence.Clone(), Calls: s.cp.TurnCalls, Approvals: s.cp.TurnApprovals})
 	case Waiting:
 		ctx, endTurn = r.turnContext(key)
 	}
@@ -453,7 +454,8 @@ func (r *Runner) run(key string, log *slog.Logger) error {
 			if err := (turn{&s.cp}).start(inbox[0]); err != nil {
 				return err
 			}
-			r.publish(Event{Session: key, Kind: TurnStarted, Requester: s.cp.Requester, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision()})
+			r.publish(Event{Session: key, Kind: TurnStarted, Requester: s.cp.Requester, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision(),
+				Evidence: s.cp.Evidence.Clone()})
 		}
 		var err error
 		switch {
@@ -762,9 +764,12 @@ func (r *Runner) runTools(ctx context.Context, s *session, drained []Entry, ids 
 	names := make([]string, 0, len(msg.ToolCalls))
 	// A stop decided while the turn waited answers every call: none runs.
 	stopper := stoppedIn(decisions)
+	att := newAttribution(next)
 	for _, tc := range msg.ToolCalls {
 		names = append(names, tc.Function.Name)
 		before := work.Revision()
+		plan := work.Snapshot().Items()
+		start := r.opts.Now()
 		var out string
 		d, decided := decisions[tc.ID]
 		_, stop := stopped(ctx)
@@ -783,8 +788,22 @@ func (r *Runner) runTools(ctx context.Context, s *session, drained []Entry, ids 
 				out = errorResult(&ToolError{Code: "stopped", Message: "The turn was stopped while this call ran; it was cancelled and may or may not have taken effect."})
 			}
 		}
+		if tc.Function.Name == todo.ToolName {
+			if work.Revision() != before {
+				att.revised(plan, work.Snapshot().Items())
+			}
+		} else {
+			c := Call{Tool: tc.Function.Name, Outcome: outcomeOf(out), Start: start, Duration: r.opts.Now().Sub(start), Args: cutArgs(tc.Function.Arguments)}
+			if t, ok := r.opts.Tools.Lookup(tc.Function.Name); ok {
+				c.Server = t.Server
+			}
+			if decided {
+				c.Approver = d.ByName
+			}
+			att.called(plan, c)
+		}
 		if work.Revision() != before {
-			rd.Plans = append(rd.Plans, PlanRevision{Revision: work.Revision(), Items: work.Snapshot().Items(), At: r.opts.Now(), ToolCallID: tc.ID})
+			rd.Plans = append(rd.Plans, PlanRevision{Revision: work.Revision(), Items: work.Snapshot().Items(), At: r.opts.Now(), ToolCallID: tc.ID, Evidence: att.ev.Clone()})
 		}
 		rd.Append = append(rd.Append, Entry{Message: openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, Content: out, ToolCallID: tc.ID}, At: r.opts.Now()})
 	}
@@ -798,6 +817,13 @@ func (r *Runner) runTools(ctx context.Context, s *session, drained []Entry, ids 
 	if err := (turn{&next}).answer(); err != nil {
 		return err
 	}
+	next.Evidence, next.Unattributed = att.ev, att.pending
+	next.TurnCalls += att.calls
+	for _, tc := range msg.ToolCalls {
+		if d, ok := decisions[tc.ID]; ok && d.Reason == "" {
+			next.TurnApprovals++ // a card a person decided
+		}
+	}
 	for _, tc := range msg.ToolCalls {
 		if d, ok := decisions[tc.ID]; ok && d.Allow && d.Always {
 			next.Grants = grant(next.Grants, tc.Function.Name, next.Requester)
@@ -807,7 +833,13 @@ func (r *Runner) runTools(ctx context.Context, s *session, drained []Entry, ids 
 		return err
 	}
 	for _, p := range rd.Plans {
-		r.publish(Event{Session: s.key, Kind: PlanChanged, Plan: todo.NewSnapshot(p.Items), Revision: p.Revision, At: p.At})
+		r.publish(Event{Session: s.key, Kind: PlanChanged, Plan: todo.NewSnapshot(p.Items), Revision: p.Revision, At: p.At,
+			Evidence: p.Evidence, Calls: next.TurnCalls, Approvals: next.TurnApprovals})
+	}
+	if att.calls > 0 {
+		// The calls of this round, shown under their items at once.
+		r.publish(Event{Session: s.key, Kind: EvidenceChanged, Evidence: next.Evidence.Clone(), Calls: next.TurnCalls, Approvals: next.TurnApprovals,
+			Plan: work.Snapshot(), Revision: work.Revision()})
 	}
 	if by, stop := stopped(ctx); stop || stopper != "" {
 		return r.endStopped(ctx, s, nil, cmp.Or(by, stopper))

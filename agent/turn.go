@@ -54,6 +54,7 @@ func (t turn) start(in Inbound) error {
 		return t.refuse("start")
 	}
 	t.cp.State, t.cp.TurnRounds = Running, 0
+	t.cp.TurnCalls, t.cp.TurnApprovals = 0, 0
 	t.cp.Requester, t.cp.RequesterName = in.AuthorID, in.Author
 	t.cp.Turns++
 	return nil
@@ -220,6 +221,8 @@ func (cp Checkpoint) clone() Checkpoint {
 	}
 	c.Decisions = maps.Clone(cp.Decisions)
 	c.Grants = slices.Clone(cp.Grants)
+	c.Evidence = cp.Evidence.Clone()
+	c.Unattributed = slices.Clone(cp.Unattributed)
 	if cp.Summary != nil {
 		s := *cp.Summary
 		c.Summary = &s

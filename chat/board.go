@@ -186,6 +186,10 @@ func (b *Board) turnStarted(e agent.Event) (indicated string) {
 		}
 		want.State, want.Updated = state, e.At
 		want.Stoppable, want.StoppedBy, want.Activity = true, "", ""
+		want.Calls, want.Approvals = e.Calls, e.Approvals
+		if e.Evidence != nil {
+			want.Evidence = e.Evidence
+		}
 	})
 	return indicated
 }
@@ -217,6 +221,18 @@ func (b *Board) planChanged(e agent.Event) {
 		activity := want.Activity
 		*want = planFrom(e.Plan, e.Revision, state, e.At)
 		want.Stoppable, want.Activity = true, activity
+		want.Evidence, want.Calls, want.Approvals = e.Evidence, e.Calls, e.Approvals
+	})
+}
+
+// evidenceChanged: a round's tool calls were committed; they show under
+// their items (DESIGN §15) without a new revision.
+func (b *Board) evidenceChanged(e agent.Event) {
+	b.set(func(_ *boardRecord, want *Plan) {
+		if len(want.Items) > 0 && want.Revision == e.Revision {
+			want.Evidence = e.Evidence
+		}
+		want.Calls, want.Approvals = e.Calls, e.Approvals
 	})
 }
 
@@ -533,11 +549,14 @@ func (b *Board) update(f func(r *boardRecord)) { b.change(func() { f(&b.rec) }) 
 
 func sameContent(a, b Plan) bool {
 	if a.Revision != b.Revision || a.State != b.State || len(a.Items) != len(b.Items) ||
-		a.Stoppable != b.Stoppable || a.Activity != b.Activity || a.StoppedBy != b.StoppedBy {
+		a.Stoppable != b.Stoppable || a.Activity != b.Activity || a.StoppedBy != b.StoppedBy ||
+		a.Calls != b.Calls || a.Approvals != b.Approvals {
 		return false
 	}
 	for i := range a.Items {
-		if a.Items[i] != b.Items[i] {
+		// What a message shows of an item: its text, status and evidence
+		// line (the console's details follow the same edits).
+		if a.Items[i] != b.Items[i] || a.EvidenceLine(a.Items[i]) != b.EvidenceLine(b.Items[i]) {
 			return false
 		}
 	}

@@ -14,9 +14,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/todo"
 )
 
@@ -153,6 +156,60 @@ type Plan struct {
 	Activity string `json:"activity,omitempty"`
 	// StoppedBy names who stopped the turn.
 	StoppedBy string `json:"stopped_by,omitempty"`
+	// Evidence is the tool calls attributed to each item, by item text
+	// (DESIGN §15); Calls and Approvals count the turn's tool calls and
+	// decided approval cards, for the footer.
+	Evidence  agent.Evidence `json:"evidence,omitempty"`
+	Calls     int            `json:"calls,omitempty"`
+	Approvals int            `json:"approvals,omitempty"`
+}
+
+// EvidenceLine is the line shown under item: "↳ " and each tool in order
+// of first use, with "×N" when used more than once and a failed outcome
+// in parentheses; "↳ no tool activity" under a completed item without
+// any; "" otherwise.
+func (p Plan) EvidenceLine(item todo.Item) string {
+	ie := p.Evidence[item.Content]
+	if ie.Count() == 0 {
+		if item.Status == todo.Completed {
+			return "↳ no tool activity"
+		}
+		return ""
+	}
+	type use struct {
+		n      int
+		failed []string
+	}
+	var order []string
+	uses := map[string]*use{}
+	for _, c := range ie.Calls {
+		u, ok := uses[c.Tool]
+		if !ok {
+			u = &use{}
+			uses[c.Tool] = u
+			order = append(order, c.Tool)
+		}
+		u.n++
+		if c.Outcome != agent.OutcomeOK && !slices.Contains(u.failed, c.Outcome) {
+			u.failed = append(u.failed, c.Outcome)
+		}
+	}
+	parts := make([]string, 0, len(order)+1)
+	for _, tool := range order {
+		u := uses[tool]
+		s := tool
+		if u.n > 1 {
+			s += fmt.Sprintf(" ×%d", u.n)
+		}
+		if len(u.failed) > 0 {
+			s += " (" + strings.Join(u.failed, ", ") + ")"
+		}
+		parts = append(parts, s)
+	}
+	if ie.More > 0 {
+		parts = append(parts, fmt.Sprintf("+%d more", ie.More))
+	}
+	return "↳ " + strings.Join(parts, ", ")
 }
 
 // Progress returns completed and total item counts.
@@ -187,6 +244,12 @@ func (p Plan) Footer() string {
 	}
 	if p.Activity != "" {
 		state += " · " + p.Activity
+	}
+	if p.Calls > 0 {
+		state += fmt.Sprintf(" · %d tool call%s", p.Calls, plural(p.Calls))
+	}
+	if p.Approvals > 0 {
+		state += fmt.Sprintf(" · %d approval%s", p.Approvals, plural(p.Approvals))
 	}
 	return fmt.Sprintf("Updated %s · revision %d · %s", p.Updated.UTC().Format("2006-01-02 15:04:05 UTC"), p.Revision, state)
 }

@@ -327,6 +327,8 @@ func (r *Router) Observe(e agent.Event) {
 		}
 	case agent.PlanChanged:
 		b.planChanged(e)
+	case agent.EvidenceChanged:
+		b.evidenceChanged(e)
 	case agent.ToolStarted, agent.ToolEnded:
 		b.toolActivity(e)
 	case agent.ApprovalNeeded:
