@@ -37,29 +37,69 @@ func line(it todo.Item, max int) string {
 	return chat.Mark(it.Status) + " " + text
 }
 
-func describe(p chat.Plan, max int) string {
-	if len(p.Items) == 0 {
+// Lengths an item and its evidence line are cut to, in runes before
+// escaping. To fit the description, evidence lines are shortened first,
+// down to minEvidenceRunes, then items, down to minItemRunes; only then
+// are the evidence lines dropped.
+const (
+	maxItemRunes     = 300
+	minItemRunes     = 8
+	maxEvidenceRunes = 300
+	minEvidenceRunes = 20
+	fitStep          = 8
+	descriptionRoom  = maxDescription - 96
+)
+
+// describe is the description: each item on its line, cut to max runes,
+// and under it its evidence line (evidence[i], "" for none), cut to ev
+// runes (none for 0).
+func describe(items []todo.Item, evidence []string, max, ev int) string {
+	if len(items) == 0 {
 		return "_No items._"
 	}
-	lines := make([]string, len(p.Items))
-	for i, it := range p.Items {
-		lines[i] = line(it, max)
+	lines := make([]string, 0, 2*len(items))
+	for i, it := range items {
+		lines = append(lines, line(it, max))
+		if evidence[i] != "" && ev > 0 {
+			lines = append(lines, escapeMarkdown(chat.Shorten(evidence[i], ev)))
+		}
 	}
 	return strings.Join(lines, "\n")
 }
 
-// PlanEmbed renders a plan as an embed: the title with progress, one line
-// per item (completed struck through, in progress bold), and a footer with
-// time, revision and run state. Long items are shortened with … until the
-// description fits Discord's 4,096 characters.
-func PlanEmbed(p chat.Plan) *discordgo.MessageEmbed {
-	desc := ""
-	for max := 300; max >= 8; max -= 8 {
-		desc = describe(p, max)
-		if utf8.RuneCountInString(desc) <= maxDescription-96 {
-			break
+// fit is the longest description within Discord's limit, items first:
+// evidence lines give way before items do.
+func fit(p chat.Plan) string {
+	evidence := make([]string, len(p.Items))
+	ev := 0 // the shortest evidence lines while items shrink
+	for i, it := range p.Items {
+		if evidence[i] = p.EvidenceLine(it); evidence[i] != "" {
+			ev = minEvidenceRunes
 		}
 	}
+	fits := func(d string) bool { return utf8.RuneCountInString(d) <= descriptionRoom }
+	if ev > 0 {
+		for e := maxEvidenceRunes; e >= minEvidenceRunes; e -= fitStep {
+			if d := describe(p.Items, evidence, maxItemRunes, e); fits(d) {
+				return d
+			}
+		}
+	}
+	for max := maxItemRunes; max >= minItemRunes; max -= fitStep {
+		if d := describe(p.Items, evidence, max, ev); fits(d) {
+			return d
+		}
+	}
+	return describe(p.Items, evidence, minItemRunes, 0)
+}
+
+// PlanEmbed renders a plan as an embed: the title with progress, one line
+// per item (completed struck through, in progress bold) with its evidence
+// line under it, and a footer with time, revision and run state. Evidence
+// lines, then items, are shortened with … until the description fits
+// Discord's 4,096 characters.
+func PlanEmbed(p chat.Plan) *discordgo.MessageEmbed {
+	desc := fit(p)
 	color := 0x2457c5
 	done, total := p.Progress()
 	switch {

@@ -1,14 +1,19 @@
 package discord
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
 
+	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/internal/fakediscord"
 	"github.com/pinplan/pinplan/internal/golden"
 	"github.com/pinplan/pinplan/todo"
 )
@@ -23,6 +28,8 @@ func plans() map[string]chat.Plan {
 		worst.Items = append(worst.Items, todo.Item{Content: long, Status: st})
 	}
 	return map[string]chat.Plan{
+		"typical_evidence":    typicalEvidence(),
+		"worst_case_evidence": worstCaseEvidence(),
 		"typical": {Revision: 3, State: chat.StateWorking, Updated: at, Items: []todo.Item{
 			{Content: "Read the failing test", Status: todo.Completed},
 			{Content: "Fix the parser_edge case", Status: todo.InProgress},
@@ -39,6 +46,60 @@ func plans() map[string]chat.Plan {
 			{Content: "Read the notes", Status: todo.InProgress},
 		}},
 	}
+}
+
+// typicalEvidence is a plan with evidence under some items: tools used
+// more than once, a denied call, and a completed item without any.
+func typicalEvidence() chat.Plan {
+	call := func(tool, outcome string, sec int) agent.Call {
+		c := agent.Call{Tool: tool, Server: "fs", Outcome: outcome, Start: at.Add(time.Duration(sec) * time.Second), Duration: 120 * time.Millisecond, Args: `{"path":"notes.md"}`}
+		if outcome == agent.OutcomeDenied {
+			c.Approver = "ann"
+		}
+		return c
+	}
+	return chat.Plan{Revision: 6, State: chat.StateWorking, Updated: at, Calls: 5, Approvals: 1, Items: []todo.Item{
+		{Content: "Read the failing test", Status: todo.Completed},
+		{Content: "Check the old notes", Status: todo.Completed},
+		{Content: "Fix the parser_edge case", Status: todo.InProgress},
+		{Content: "Run the suite & ping <@123>", Status: todo.Pending},
+	}, Evidence: agent.Evidence{
+		"Read the failing test":    {Calls: []agent.Call{call("fs__read_text_file", agent.OutcomeOK, 1), call("fs__search_files", agent.OutcomeOK, 2), call("fs__read_text_file", agent.OutcomeOK, 3)}},
+		"Fix the parser_edge case": {Calls: []agent.Call{call("fs__write_file", agent.OutcomeDenied, 4), call("fs__read_text_file", agent.OutcomeError, 5)}},
+	}}
+}
+
+// worstCaseEvidence is the worst case with evidence: 50 items of 1,000
+// characters, each with the 50 calls kept over many tools with long
+// names, some failed, and more counted beyond them.
+func worstCaseEvidence() chat.Plan {
+	long := strings.Repeat("very long step with *markdown* & @everyone ", 24)[:997]
+	tools := []string{"filesystem__read_multiple_files", "filesystem__search_files", "filesystem__write_file", "filesystem__list_directory_with_sizes",
+		"github__create_pull_request_review", "github__get_pull_request_comments", "github__search_code", "fetch__fetch",
+		"memory__create_entities", "memory__search_nodes", "sqlite__read_query", "puppeteer__puppeteer_screenshot",
+		"sequential_thinking__sequentialthinking", "git__git_diff_unstaged", "time__convert_time", "everything__longRunningOperation"}
+	outcomes := []string{agent.OutcomeOK, agent.OutcomeOK, agent.OutcomeError, agent.OutcomeOK, agent.OutcomeDenied, agent.OutcomeOK,
+		agent.OutcomeTimeout, agent.OutcomeOK, agent.OutcomeInterrupted, agent.OutcomeOK, agent.OutcomeUnavailable}
+	args := strings.Repeat(`{"path":"*a*_b_@everyone.md"}`, 7)[:200]
+	p := chat.Plan{Revision: 50, State: chat.StateWorking, Updated: at, Stoppable: true, Activity: "running filesystem__read_multiple_files",
+		Calls: 2600, Approvals: 50, Evidence: agent.Evidence{}}
+	for i := 0; i < todo.MaxItems; i++ {
+		it := todo.Item{Content: fmt.Sprintf("%02d %s", i+1, long), Status: []todo.Status{todo.Completed, todo.InProgress, todo.Pending}[i%3]}
+		p.Items = append(p.Items, it)
+		var ie agent.ItemEvidence
+		for j := 0; j < 50; j++ {
+			tool := tools[(i+j)%len(tools)]
+			c := agent.Call{Tool: tool, Server: strings.Split(tool, "__")[0], Outcome: outcomes[(i+j)%len(outcomes)],
+				Start: at.Add(time.Duration(i*50+j) * time.Second), Duration: time.Duration(j*37+11) * time.Millisecond, Args: args}
+			if c.Outcome == agent.OutcomeDenied {
+				c.Approver = "ann"
+			}
+			ie.Calls = append(ie.Calls, c)
+		}
+		ie.More = 2 + i
+		p.Evidence[it.Content] = ie
+	}
+	return p
 }
 
 func cards() map[string]chat.Card {
@@ -60,8 +121,18 @@ func TestPlanMessageGolden(t *testing.T) {
 			if n := embedSize(e); n > maxEmbedTotal {
 				t.Errorf("embed of %d characters, limit %d", n, maxEmbedTotal)
 			}
-			if lines := strings.Count(e.Description, "\n") + 1; lines != len(p.Items) {
-				t.Errorf("%d lines for %d items", lines, len(p.Items))
+			items, evidence := descriptionLines(e.Description)
+			if len(items) != len(p.Items) {
+				t.Errorf("%d item lines for %d items", len(items), len(p.Items))
+			}
+			want := 0
+			for _, it := range p.Items {
+				if p.EvidenceLine(it) != "" {
+					want++
+				}
+			}
+			if len(evidence) != want {
+				t.Errorf("%d evidence lines, want %d", len(evidence), want)
 			}
 			got, err := json.MarshalIndent(msg, "", "  ")
 			if err != nil {
@@ -75,6 +146,67 @@ func TestPlanMessageGolden(t *testing.T) {
 	}
 	if d := PlanEmbed(plans()["worst_case"]).Description; !strings.Contains(d, "…") {
 		t.Error("long items are not shortened with …")
+	}
+}
+
+// descriptionLines is an embed description's item and evidence lines.
+func descriptionLines(desc string) (items, evidence []string) {
+	for _, l := range strings.Split(desc, "\n") {
+		if strings.HasPrefix(l, "↳ ") {
+			evidence = append(evidence, l)
+		} else {
+			items = append(items, l)
+		}
+	}
+	return items, evidence
+}
+
+// TestEvidenceUnderItsItem: each line follows its item, escaped; in the
+// worst case the evidence lines are shortened before the items, and
+// every item keeps one.
+func TestEvidenceUnderItsItem(t *testing.T) {
+	d := PlanEmbed(plans()["typical_evidence"]).Description
+	want := "✅ ~~Read the failing test~~\n↳ fs\\_\\_read\\_text\\_file ×2, fs\\_\\_search\\_files\n" +
+		"✅ ~~Check the old notes~~\n↳ no tool activity\n" +
+		"🔄 **Fix the parser\\_edge case**\n↳ fs\\_\\_write\\_file (denied), fs\\_\\_read\\_text\\_file (error)\n" +
+		"⬜ Run the suite & ping <\u200b@123\\>"
+	if d != want {
+		t.Errorf("description\n%s\nwant\n%s", d, want)
+	}
+	p := plans()["worst_case_evidence"]
+	items, evidence := descriptionLines(PlanEmbed(p).Description)
+	for i := range items {
+		if !strings.HasSuffix(evidence[i], "…") || utf8.RuneCountInString(evidence[i]) >= utf8.RuneCountInString(items[i]) {
+			t.Errorf("item %d: evidence line %q is not shorter than its item %q", i+1, evidence[i], items[i])
+		}
+	}
+}
+
+// TestWorstCaseThroughTheFake: Discord accepts the worst case with
+// evidence, posted and edited.
+func TestWorstCaseThroughTheFake(t *testing.T) {
+	fake := &fakediscord.Server{}
+	fake.AddChannel("C1", 0, "G1")
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	a, err := New(Options{Token: "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", APIURL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	th := chat.Thread{Platform: "discord", Key: Key("C1"), Channel: "C1"}
+	p := plans()["worst_case_evidence"]
+	ref, err := a.PostPlan(context.Background(), th, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.EditPlan(context.Background(), th, ref, p); err != nil {
+		t.Fatal(err)
+	}
+	if v := fake.Violations(); len(v) > 0 {
+		t.Errorf("Discord refused the worst case: %q", v)
+	}
+	if m := fake.Messages("C1"); len(m) != 1 || len(m[0].Embeds) != 1 || !strings.Contains(fmt.Sprint(m[0].Embeds[0]["description"]), "↳ ") {
+		t.Errorf("messages %d, want the plan with its evidence lines", len(m))
 	}
 }
 

@@ -18,8 +18,16 @@ const (
 	maxSectionText  = 3000
 	maxHeaderText   = 150
 	maxItemRunes    = 300 // an item's content in a block, before escaping
-	maxFallbackItem = 100 // an item's content in the plain text fallback
+	maxFallbackItem = 100 // an item's content, or its evidence line, in the plain text fallback
 	maxReplyRunes   = 3500
+)
+
+// Evidence lines (DESIGN §15) give way to items: they are shortened, from
+// maxEvidenceRunes down in evidenceStep steps and then dropped, before an
+// item is left out of the message.
+const (
+	maxEvidenceRunes = 300 // an item's evidence line, before escaping
+	evidenceStep     = 20
 )
 
 // escape makes text inert in mrkdwn: no links, mentions or @channel.
@@ -38,10 +46,36 @@ func itemLine(it todo.Item) string {
 	return chat.Mark(it.Status) + " " + text
 }
 
+// evidenceLine is the evidence line under it, cut to max runes and
+// escaped for mrkdwn; "" when it has none or max is 0.
+func evidenceLine(p chat.Plan, it todo.Item, max int) string {
+	line := p.EvidenceLine(it)
+	if line == "" || max <= 0 {
+		return ""
+	}
+	return escape(chat.Shorten(line, max))
+}
+
 // PlanBlocks renders a plan as standard Block Kit: a header with progress,
-// the items packed into sections of at most 3,000 characters, and a
-// context footer; never more than 50 blocks.
+// the items, each with its evidence line under it, packed into sections
+// of at most 3,000 characters, and a context footer; never more than 50
+// blocks. When the items would not all fit, the evidence lines are
+// shortened first, then dropped; only then are items left out.
 func PlanBlocks(p chat.Plan) []slack.Block {
+	for ev := maxEvidenceRunes; ; ev -= evidenceStep {
+		if ev < 0 {
+			ev = 0
+		}
+		blocks, all := planBlocks(p, ev)
+		if all || ev == 0 {
+			return blocks
+		}
+	}
+}
+
+// planBlocks renders p with evidence lines of at most ev runes (none for
+// 0) and reports whether every item fit.
+func planBlocks(p chat.Plan, ev int) ([]slack.Block, bool) {
 	blocks := []slack.Block{slack.NewHeaderBlock(slack.NewTextBlockObject(slack.PlainTextType, chat.Shorten(p.Title(), maxHeaderText), true, false))}
 	var cur strings.Builder
 	flush := func() {
@@ -53,10 +87,19 @@ func PlanBlocks(p chat.Plan) []slack.Block {
 	if len(p.Items) == 0 {
 		cur.WriteString("_No items._")
 	}
+	all := true
 	for i, it := range p.Items {
 		line := itemLine(it)
 		if utf8.RuneCountInString(line) > maxSectionText {
 			line = chat.Shorten(line, maxSectionText)
+		}
+		if evidence := evidenceLine(p, it, ev); evidence != "" {
+			// The item and its evidence stay in one section, the
+			// item whole.
+			room := maxSectionText - utf8.RuneCountInString(line) - 1
+			if room > 1 {
+				line += "\n" + chat.Shorten(evidence, room)
+			}
 		}
 		if cur.Len() > 0 && utf8.RuneCountInString(cur.String())+1+utf8.RuneCountInString(line) > maxSectionText {
 			flush()
@@ -64,6 +107,7 @@ func PlanBlocks(p chat.Plan) []slack.Block {
 		if len(blocks) >= maxBlocks-3 { // keep room for this section, the footer and the Stop button
 			cur.Reset()
 			cur.WriteString(fmt.Sprintf("… and %d more items", len(p.Items)-i))
+			all = false
 			break
 		}
 		if cur.Len() > 0 {
@@ -73,7 +117,7 @@ func PlanBlocks(p chat.Plan) []slack.Block {
 	}
 	flush()
 	blocks = append(blocks, slack.NewContextBlock("", slack.NewTextBlockObject(slack.MarkdownType, escape(p.Footer()), false, true)))
-	return withStop(blocks, p)
+	return withStop(blocks, p), all
 }
 
 // stopID is the Stop button's id; the session comes from the message's
@@ -128,7 +172,8 @@ func CardText(c chat.Card) string {
 	return c.Title() + ": " + c.Status()
 }
 
-// NativePlanBlocks renders a plan with Slack's plan and task-card blocks.
+// NativePlanBlocks renders a plan with Slack's plan and task-card blocks;
+// an item's evidence line is its task card's details.
 func NativePlanBlocks(p chat.Plan) []slack.Block {
 	plan := slack.NewPlanBlock(chat.Shorten(p.Title(), maxHeaderText))
 	tasks := make([]*slack.TaskCardBlock, 0, len(p.Items))
@@ -142,18 +187,26 @@ func NativePlanBlocks(p chat.Plan) []slack.Block {
 		}
 		tc := slack.NewTaskCardBlock(fmt.Sprintf("item-%d", i+1), chat.Shorten(it.Content, maxItemRunes))
 		tc.Status = status
+		if line := p.EvidenceLine(it); line != "" {
+			// Rich text is literal: nothing to escape, no mention.
+			tc.Details = slack.NewRichTextBlock("", slack.NewRichTextSection(slack.NewRichTextSectionTextElement(chat.Shorten(line, maxEvidenceRunes), nil)))
+		}
 		tasks = append(tasks, tc)
 	}
 	plan.WithTasks(tasks...)
 	return withStop([]slack.Block{plan, slack.NewContextBlock("", slack.NewTextBlockObject(slack.MarkdownType, escape(p.Footer()), false, true))}, p)
 }
 
-// PlanText is the plain text fallback (notifications, old clients).
+// PlanText is the plain text fallback (notifications, old clients): the
+// items and their evidence lines, shortened.
 func PlanText(p chat.Plan) string {
 	var b strings.Builder
 	b.WriteString(p.Title())
 	for _, it := range p.Items {
 		b.WriteString("\n" + chat.Mark(it.Status) + " " + escape(chat.Shorten(strings.Join(strings.Fields(it.Content), " "), maxFallbackItem)))
+		if line := evidenceLine(p, it, maxFallbackItem); line != "" {
+			b.WriteString("\n" + line)
+		}
 	}
 	b.WriteString("\n" + escape(p.Footer()))
 	return b.String()

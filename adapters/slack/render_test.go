@@ -1,7 +1,9 @@
 package slack
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/slack-go/slack"
 
+	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/internal/golden"
 	"github.com/pinplan/pinplan/todo"
@@ -25,6 +28,8 @@ func plans() map[string]chat.Plan {
 		worst.Items = append(worst.Items, todo.Item{Content: long, Status: st})
 	}
 	return map[string]chat.Plan{
+		"typical_evidence":    typicalEvidence(),
+		"worst_case_evidence": worstCaseEvidence(),
 		"typical": {Revision: 3, State: chat.StateWorking, Updated: at, Items: []todo.Item{
 			{Content: "Read the failing test", Status: todo.Completed},
 			{Content: "Fix the parser <edge case>", Status: todo.InProgress},
@@ -42,6 +47,60 @@ func plans() map[string]chat.Plan {
 			{Content: "Read the notes", Status: todo.InProgress},
 		}},
 	}
+}
+
+// typicalEvidence is a plan with evidence under some items: tools used
+// more than once, a denied call, and a completed item without any.
+func typicalEvidence() chat.Plan {
+	call := func(tool, outcome string, sec int) agent.Call {
+		c := agent.Call{Tool: tool, Server: "fs", Outcome: outcome, Start: at.Add(time.Duration(sec) * time.Second), Duration: 120 * time.Millisecond, Args: `{"path":"notes.md"}`}
+		if outcome == agent.OutcomeDenied {
+			c.Approver = "ann"
+		}
+		return c
+	}
+	return chat.Plan{Revision: 6, State: chat.StateWorking, Updated: at, Calls: 5, Approvals: 1, Items: []todo.Item{
+		{Content: "Read the failing test", Status: todo.Completed},
+		{Content: "Check the old notes", Status: todo.Completed},
+		{Content: "Fix the parser <edge case>", Status: todo.InProgress},
+		{Content: "Run the suite & report", Status: todo.Pending},
+	}, Evidence: agent.Evidence{
+		"Read the failing test":      {Calls: []agent.Call{call("fs__read_text_file", agent.OutcomeOK, 1), call("fs__search_files", agent.OutcomeOK, 2), call("fs__read_text_file", agent.OutcomeOK, 3)}},
+		"Fix the parser <edge case>": {Calls: []agent.Call{call("fs__write_file", agent.OutcomeDenied, 4), call("fs__read_text_file", agent.OutcomeError, 5)}},
+	}}
+}
+
+// worstCaseEvidence is the worst case with evidence: 50 items of 1,000
+// characters, each with the 50 calls kept over many tools with long
+// names, some failed, and more counted beyond them.
+func worstCaseEvidence() chat.Plan {
+	long := strings.Repeat("very long step with <html> & @channel ", 27)[:997]
+	tools := []string{"filesystem__read_multiple_files", "filesystem__search_files", "filesystem__write_file", "filesystem__list_directory_with_sizes",
+		"github__create_pull_request_review", "github__get_pull_request_comments", "github__search_code", "fetch__fetch",
+		"memory__create_entities", "memory__search_nodes", "sqlite__read_query", "puppeteer__puppeteer_screenshot",
+		"sequential_thinking__sequentialthinking", "git__git_diff_unstaged", "time__convert_time", "everything__longRunningOperation"}
+	outcomes := []string{agent.OutcomeOK, agent.OutcomeOK, agent.OutcomeError, agent.OutcomeOK, agent.OutcomeDenied, agent.OutcomeOK,
+		agent.OutcomeTimeout, agent.OutcomeOK, agent.OutcomeInterrupted, agent.OutcomeOK, agent.OutcomeUnavailable}
+	args := strings.Repeat(`{"path":"<b>&amp;@channel.md"}`, 7)[:200]
+	p := chat.Plan{Revision: 50, State: chat.StateWorking, Updated: at, Stoppable: true, Activity: "running filesystem__read_multiple_files",
+		Calls: 2600, Approvals: 50, Evidence: agent.Evidence{}}
+	for i := 0; i < todo.MaxItems; i++ {
+		it := todo.Item{Content: fmt.Sprintf("%02d %s", i+1, long), Status: []todo.Status{todo.Completed, todo.InProgress, todo.Pending}[i%3]}
+		p.Items = append(p.Items, it)
+		var ie agent.ItemEvidence
+		for j := 0; j < 50; j++ {
+			tool := tools[(i+j)%len(tools)]
+			c := agent.Call{Tool: tool, Server: strings.Split(tool, "__")[0], Outcome: outcomes[(i+j)%len(outcomes)],
+				Start: at.Add(time.Duration(i*50+j) * time.Second), Duration: time.Duration(j*37+11) * time.Millisecond, Args: args}
+			if c.Outcome == agent.OutcomeDenied {
+				c.Approver = "ann"
+			}
+			ie.Calls = append(ie.Calls, c)
+		}
+		ie.More = 2 + i
+		p.Evidence[it.Content] = ie
+	}
+	return p
 }
 
 func cards() map[string]chat.Card {
@@ -70,11 +129,15 @@ func TestPlanBlocksGolden(t *testing.T) {
 }
 
 func TestNativePlanBlocksGolden(t *testing.T) {
-	got, err := json.MarshalIndent(NativePlanBlocks(plans()["typical"]), "", "  ")
-	if err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"typical", "typical_evidence", "worst_case_evidence"} {
+		t.Run(name, func(t *testing.T) {
+			got, err := json.MarshalIndent(NativePlanBlocks(plans()[name]), "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden.Check(t, filepath.Join("testdata", "native_"+name+".json"), got)
+		})
 	}
-	golden.Check(t, filepath.Join("testdata", "native_typical.json"), got)
 }
 
 func checkLimits(t *testing.T, blocks []slack.Block, text string) {
@@ -105,20 +168,125 @@ func checkLimits(t *testing.T, blocks []slack.Block, text string) {
 	}
 }
 
-func TestWorstCaseKeepsEveryItem(t *testing.T) {
-	p := plans()["worst_case"]
-	blocks := PlanBlocks(p)
-	lines := 0
+// sectionLines is the lines of blocks' sections: items and evidence.
+func sectionLines(blocks []slack.Block) (items, evidence []string) {
 	for _, b := range blocks {
 		if s, ok := b.(*slack.SectionBlock); ok {
-			lines += strings.Count(s.Text.Text, "\n") + 1
+			for _, l := range strings.Split(s.Text.Text, "\n") {
+				if strings.HasPrefix(l, "↳ ") {
+					evidence = append(evidence, l)
+				} else {
+					items = append(items, l)
+				}
+			}
 		}
 	}
-	if lines != len(p.Items) {
-		t.Errorf("rendered %d item lines for %d items", lines, len(p.Items))
+	return items, evidence
+}
+
+func TestWorstCaseKeepsEveryItem(t *testing.T) {
+	for _, name := range []string{"worst_case", "worst_case_evidence"} {
+		t.Run(name, func(t *testing.T) {
+			p := plans()[name]
+			items, evidence := sectionLines(PlanBlocks(p))
+			if len(items) != len(p.Items) {
+				t.Errorf("rendered %d item lines for %d items", len(items), len(p.Items))
+			}
+			want := 0
+			for _, it := range p.Items {
+				if p.EvidenceLine(it) != "" {
+					want++
+				}
+			}
+			if len(evidence) != want {
+				t.Errorf("rendered %d evidence lines, want %d", len(evidence), want)
+			}
+			for i, l := range evidence {
+				if long := p.EvidenceLine(p.Items[i]); len(long) > maxEvidenceRunes && !strings.HasSuffix(l, "…") {
+					t.Errorf("evidence line %d is not shortened with …: %q", i, l)
+				}
+			}
+			if !strings.Contains(PlanText(p), "…") {
+				t.Error("long items are not shortened with …")
+			}
+		})
 	}
-	if !strings.Contains(PlanText(p), "…") {
-		t.Error("long items are not shortened with …")
+}
+
+// TestEvidenceGivesWayToItems: items that escape long (every & is five
+// characters in mrkdwn) leave room for one item per section with whole
+// evidence lines, too few for 50 items; the evidence lines are shortened
+// until every item fits, two to a section.
+func TestEvidenceGivesWayToItems(t *testing.T) {
+	worst := worstCaseEvidence()
+	p := worst
+	p.Items, p.Evidence = nil, agent.Evidence{}
+	for i, it := range worst.Items {
+		it.Content = fmt.Sprintf("%02d ", i+1) + strings.Repeat("&", 250)
+		p.Items = append(p.Items, it)
+		p.Evidence[it.Content] = worst.Evidence[worst.Items[i].Content]
+	}
+	blocks := PlanBlocks(p)
+	checkLimits(t, blocks, PlanText(p))
+	items, evidence := sectionLines(blocks)
+	if len(items) != len(p.Items) || len(evidence) != len(p.Items) {
+		t.Fatalf("%d item and %d evidence lines for %d items", len(items), len(evidence), len(p.Items))
+	}
+	for i, l := range evidence {
+		if n := utf8.RuneCountInString(l); n >= maxEvidenceRunes || !strings.HasSuffix(l, "…") {
+			t.Errorf("evidence line %d of %d characters: %q, want it shortened to fit", i+1, n, l)
+		}
+	}
+}
+
+// TestEvidenceUnderItsItem: each line follows its item, in the blocks,
+// in the native task cards and in the fallback text.
+func TestEvidenceUnderItsItem(t *testing.T) {
+	p := plans()["typical_evidence"]
+	_, blockLines := sectionLines(PlanBlocks(p))
+	want := []string{"↳ fs__read_text_file ×2, fs__search_files", "↳ no tool activity", "↳ fs__write_file (denied), fs__read_text_file (error)"}
+	if strings.Join(blockLines, "|") != strings.Join(want, "|") {
+		t.Errorf("evidence lines %q, want %q", blockLines, want)
+	}
+	text := PlanText(p)
+	if !strings.Contains(text, "✅ Read the failing test\n"+want[0]+"\n") || !strings.Contains(text, "🔄 Fix the parser &lt;edge case&gt;\n"+want[2]+"\n⬜") {
+		t.Errorf("fallback text without the evidence under its item:\n%s", text)
+	}
+	tasks := NativePlanBlocks(p)[0].(*slack.PlanBlock).Tasks
+	details := []string{want[0], want[1], want[2], ""} // the pending item has none
+	for i, tc := range tasks {
+		got := ""
+		if tc.Details != nil {
+			got = tc.Details.Elements[0].(*slack.RichTextSection).Elements[0].(*slack.RichTextSectionTextElement).Text
+		}
+		if got != details[i] {
+			t.Errorf("task %d details %q, want %q", i+1, got, details[i])
+		}
+	}
+}
+
+// TestWorstCaseThroughTheFake: Slack accepts the worst case with
+// evidence, in standard blocks and in native plan blocks, posted and
+// edited.
+func TestWorstCaseThroughTheFake(t *testing.T) {
+	for _, native := range []bool{false, true} {
+		a, fake := testAdapter(t, native)
+		th := chat.Thread{Platform: "slack", Key: "slack/T1/C1/1.1", Channel: "C1", ThreadID: "1.1"}
+		p := plans()["worst_case_evidence"]
+		ref, err := a.PostPlan(context.Background(), th, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.EditPlan(context.Background(), th, ref, p); err != nil {
+			t.Fatal(err)
+		}
+		if v := fake.Violations(); len(v) > 0 {
+			t.Errorf("native %t: Slack refused the worst case: %q", native, v)
+		}
+		posts := fake.Calls("chat.postMessage")
+		if len(posts) != 1 || strings.Contains(posts[0].Params["blocks"], `"type":"plan"`) != native {
+			t.Errorf("native %t: %d posts, want one in the asked-for blocks", native, len(posts))
+		}
 	}
 }
 

@@ -29,6 +29,23 @@ type planView struct {
 	Progress string      `json:"progress"`       // "2/5 done", for the thread list
 	Footer   string      `json:"footer"`         // chat.Plan.Footer
 	Stop     *buttonView `json:"stop,omitempty"` // while a turn runs
+	Items    []itemView  `json:"items"`          // one per item, in order
+}
+
+// itemView is what the page shows of an item beside its own fields. The
+// calls behind its evidence line are the plan's own evidence (by the
+// item's text), sent once.
+type itemView struct {
+	Evidence string `json:"evidence,omitempty"` // chat.Plan.EvidenceLine: "↳ fs__read_text_file ×2"
+}
+
+// itemViews is the view of each of p's items.
+func itemViews(p chat.Plan) []itemView {
+	out := make([]itemView, len(p.Items))
+	for i, it := range p.Items {
+		out[i].Evidence = p.EvidenceLine(it)
+	}
+	return out
 }
 
 // buttonView is a button: its label and what a press sends.
@@ -49,7 +66,7 @@ func viewPlan(p *chat.Plan) *planJSON {
 	if p == nil {
 		return nil
 	}
-	v := planJSON{Plan: *p, View: planView{Title: p.Title(), Progress: progress(p.Progress()), Footer: p.Footer()}}
+	v := planJSON{Plan: *p, View: planView{Title: p.Title(), Progress: progress(p.Progress()), Footer: p.Footer(), Items: itemViews(*p)}}
 	if p.Stoppable {
 		stop := stopButton
 		v.View.Stop = &stop
@@ -128,11 +145,13 @@ type revisionJSON struct {
 }
 
 type revisionView struct {
-	Progress string `json:"progress"` // "2/5 done"
+	Progress string     `json:"progress"` // "2/5 done"
+	Items    []itemView `json:"items"`    // each item's evidence line by this revision
 }
 
 func viewRevision(r agent.PlanRevision) revisionJSON {
-	return revisionJSON{PlanRevision: r, View: revisionView{Progress: progress(chat.Plan{Items: r.Items}.Progress())}}
+	p := chat.Plan{Items: r.Items, Evidence: r.Evidence}
+	return revisionJSON{PlanRevision: r, View: revisionView{Progress: progress(p.Progress()), Items: itemViews(p)}}
 }
 
 // clickJSON is the answer to a button press: chat.ClickResult with views.

@@ -2,9 +2,12 @@ package web
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"io/fs"
 	"net/http"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/internal/golden"
 	"github.com/pinplan/pinplan/todo"
 )
 
@@ -170,3 +174,160 @@ func TestStaticFiles(t *testing.T) {
 		}
 	}
 }
+
+var evidenceAt = time.Date(2026, 11, 30, 9, 30, 0, 0, time.UTC)
+
+// typicalEvidence is a plan with evidence under some items: tools used
+// more than once, a denied call, and a completed item without any.
+func typicalEvidence() chat.Plan {
+	call := func(tool, outcome string, sec int) agent.Call {
+		c := agent.Call{Tool: tool, Server: "fs", Outcome: outcome, Start: evidenceAt.Add(time.Duration(sec) * time.Second), Duration: 120 * time.Millisecond, Args: `{"path":"notes.md"}`}
+		if outcome == agent.OutcomeDenied {
+			c.Approver = "ann"
+		}
+		return c
+	}
+	return chat.Plan{Revision: 6, State: chat.StateWorking, Updated: evidenceAt, Calls: 5, Approvals: 1, Items: []todo.Item{
+		{Content: "Read the failing test", Status: todo.Completed},
+		{Content: "Check the old notes", Status: todo.Completed},
+		{Content: "Fix the parser <edge case>", Status: todo.InProgress},
+		{Content: "Run the suite & report", Status: todo.Pending},
+	}, Evidence: agent.Evidence{
+		"Read the failing test":      {Calls: []agent.Call{call("fs__read_text_file", agent.OutcomeOK, 1), call("fs__search_files", agent.OutcomeOK, 2), call("fs__read_text_file", agent.OutcomeOK, 3)}},
+		"Fix the parser <edge case>": {Calls: []agent.Call{call("fs__write_file", agent.OutcomeDenied, 4), call("fs__read_text_file", agent.OutcomeError, 5)}},
+	}}
+}
+
+// worstCaseEvidence is the worst case with evidence: 50 items of 1,000
+// characters, each with the 50 calls kept over many tools with long
+// names, some failed, and more counted beyond them.
+func worstCaseEvidence() chat.Plan {
+	long := strings.Repeat("very long step with <script> & @channel ", 25)[:997]
+	tools := []string{"filesystem__read_multiple_files", "filesystem__search_files", "filesystem__write_file", "filesystem__list_directory_with_sizes",
+		"github__create_pull_request_review", "github__get_pull_request_comments", "github__search_code", "fetch__fetch",
+		"memory__create_entities", "memory__search_nodes", "sqlite__read_query", "puppeteer__puppeteer_screenshot",
+		"sequential_thinking__sequentialthinking", "git__git_diff_unstaged", "time__convert_time", "everything__longRunningOperation"}
+	outcomes := []string{agent.OutcomeOK, agent.OutcomeOK, agent.OutcomeError, agent.OutcomeOK, agent.OutcomeDenied, agent.OutcomeOK,
+		agent.OutcomeTimeout, agent.OutcomeOK, agent.OutcomeInterrupted, agent.OutcomeOK, agent.OutcomeUnavailable}
+	args := strings.Repeat(`{"path":"<img src=x onerror=alert(1)>.md"}`, 5)[:200]
+	p := chat.Plan{Revision: 50, State: chat.StateWorking, Updated: evidenceAt, Stoppable: true, Activity: "running filesystem__read_multiple_files",
+		Calls: 2600, Approvals: 50, Evidence: agent.Evidence{}}
+	for i := 0; i < todo.MaxItems; i++ {
+		it := todo.Item{Content: fmt.Sprintf("%02d %s", i+1, long), Status: []todo.Status{todo.Completed, todo.InProgress, todo.Pending}[i%3]}
+		p.Items = append(p.Items, it)
+		var ie agent.ItemEvidence
+		for j := 0; j < 50; j++ {
+			tool := tools[(i+j)%len(tools)]
+			c := agent.Call{Tool: tool, Server: strings.Split(tool, "__")[0], Outcome: outcomes[(i+j)%len(outcomes)],
+				Start: evidenceAt.Add(time.Duration(i*50+j) * time.Second), Duration: time.Duration(j*37+11) * time.Millisecond, Args: args}
+			if c.Outcome == agent.OutcomeDenied {
+				c.Approver = "ann"
+			}
+			ie.Calls = append(ie.Calls, c)
+		}
+		ie.More = 2 + i
+		p.Evidence[it.Content] = ie
+	}
+	return p
+}
+
+// TestEvidenceViewGolden: the page gets each item's evidence line in the
+// view, in item order, and the calls behind it once, in the plan's own
+// evidence. The typical plan is kept whole; the worst case's view only
+// (its 2,500 calls are the plan's own fields, checked below).
+func TestEvidenceViewGolden(t *testing.T) {
+	typical, err := json.MarshalIndent(viewPlan(ptr(typicalEvidence())), "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden.Check(t, filepath.Join("testdata", "typical_evidence.json"), typical)
+
+	worst := worstCaseEvidence()
+	v := viewPlan(&worst)
+	view, err := json.MarshalIndent(v.View, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden.Check(t, filepath.Join("testdata", "worst_case_evidence.json"), view)
+	if len(v.View.Items) != len(worst.Items) {
+		t.Fatalf("%d item views for %d items", len(v.View.Items), len(worst.Items))
+	}
+	for i, it := range worst.Items {
+		if got, want := v.View.Items[i].Evidence, worst.EvidenceLine(it); got != want || !strings.HasPrefix(got, "↳ ") {
+			t.Errorf("item %d: evidence %q, want chat's %q", i+1, got, want)
+		}
+	}
+
+	// The calls reach the page whole: every kept call with its fields,
+	// and the count beyond.
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var page struct {
+		Items    []todo.Item `json:"items"`
+		Evidence map[string]struct {
+			Calls []map[string]any `json:"calls"`
+			More  int              `json:"more"`
+		} `json:"evidence"`
+	}
+	if err := json.Unmarshal(b, &page); err != nil {
+		t.Fatal(err)
+	}
+	for i, it := range page.Items {
+		ie := page.Evidence[it.Content]
+		if len(ie.Calls) != 50 || ie.More != 2+i {
+			t.Fatalf("item %d: %d calls and %d more, want 50 and %d", i+1, len(ie.Calls), ie.More, 2+i)
+		}
+		for _, k := range []string{"tool", "server", "outcome", "start", "duration", "args"} {
+			if _, ok := ie.Calls[0][k]; !ok {
+				t.Fatalf("item %d: a call without %s: %v", i+1, k, ie.Calls[0])
+			}
+		}
+	}
+}
+
+// TestRevisionEvidence: each stored revision carries its items' evidence
+// lines, as of that revision, beside its own evidence.
+func TestRevisionEvidence(t *testing.T) {
+	_, srv, _, st := newConsole(t, "")
+	p := typicalEvidence()
+	early := []todo.Item{{Content: "Read the failing test", Status: todo.InProgress}, {Content: "Check the old notes", Status: todo.Pending}}
+	st.mu.Lock()
+	st.plans = []agent.PlanRevision{
+		{Revision: 1, Items: early, Evidence: agent.Evidence{"Read the failing test": {Calls: p.Evidence["Read the failing test"].Calls[:1]}}},
+		{Revision: 2, Items: p.Items, Evidence: p.Evidence},
+	}
+	st.mu.Unlock()
+	var revs []struct {
+		Evidence agent.Evidence `json:"evidence"`
+		View     struct {
+			Items []struct {
+				Evidence string `json:"evidence"`
+			} `json:"items"`
+		} `json:"view"`
+	}
+	getJSON(t, srv.URL+"/api/threads/abc/plans", &revs)
+	lines := func(i int) []string {
+		var out []string
+		for _, it := range revs[i].View.Items {
+			out = append(out, it.Evidence)
+		}
+		return out
+	}
+	if len(revs) != 2 {
+		t.Fatalf("%d revisions, want 2", len(revs))
+	}
+	if got, want := lines(0), []string{"↳ fs__read_text_file", ""}; strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("revision 1: evidence %q, want %q", got, want)
+	}
+	want := []string{"↳ fs__read_text_file ×2, fs__search_files", "↳ no tool activity", "↳ fs__write_file (denied), fs__read_text_file (error)", ""}
+	if got := lines(1); strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("revision 2: evidence %q, want %q", got, want)
+	}
+	if c := revs[1].Evidence["Fix the parser <edge case>"].Calls; len(c) != 2 || c[0].Approver != "ann" {
+		t.Errorf("revision 2's own evidence: %+v", c)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -52,6 +52,14 @@ var actionsElements = map[string]bool{
 
 var taskStatuses = map[string]bool{"pending": true, "in_progress": true, "complete": true, "error": true}
 
+// richTextElements are the elements a rich_text object holds, and
+// richTextSectionElements what a rich_text_section holds.
+var (
+	richTextElements        = map[string]bool{"rich_text_section": true, "rich_text_list": true, "rich_text_preformatted": true, "rich_text_quote": true}
+	richTextSectionElements = map[string]bool{"text": true, "link": true, "emoji": true, "user": true, "usergroup": true, "channel": true,
+		"broadcast": true, "date": true, "color": true, "team": true}
+)
+
 // checkText answers the error code and detail for a message's top-level
 // text and blocks as chat.postMessage and chat.update take them, "" when
 // Slack would accept them.
@@ -206,9 +214,7 @@ func checkBlock(typ string, b map[string]any) string {
 			return "text is required"
 		}
 	case "rich_text":
-		if _, ok := b["elements"].([]any); !ok {
-			return "elements must be an array"
-		}
+		return checkRichText(b, "rich_text")
 	case "input":
 		if d := checkTextObject(b["label"], "label", maxInputLabel, true); d != "" {
 			return d
@@ -261,6 +267,53 @@ func checkTaskCard(b map[string]any) string {
 	if st, ok := b["status"]; ok {
 		if s, _ := st.(string); !taskStatuses[s] {
 			return fmt.Sprintf("unknown status %v", st)
+		}
+	}
+	// details and output are each a single rich_text object.
+	for _, k := range []string{"details", "output"} {
+		if v, ok := b[k]; ok {
+			if d := checkRichText(v, k); d != "" {
+				return d
+			}
+		}
+	}
+	return ""
+}
+
+// checkRichText checks a rich_text object: rich text elements, each
+// section holding typed inline elements, every text element non-empty.
+func checkRichText(v any, name string) string {
+	m, ok := v.(map[string]any)
+	if !ok || m["type"] != "rich_text" {
+		return name + " must be a rich_text object"
+	}
+	list, ok := m["elements"].([]any)
+	if !ok || len(list) == 0 {
+		return name + ".elements must be a non-empty array"
+	}
+	for i, e := range list {
+		at := fmt.Sprintf("%s.elements[%d]", name, i)
+		el, _ := e.(map[string]any)
+		typ, _ := el["type"].(string)
+		if !richTextElements[typ] {
+			return fmt.Sprintf("%s: unknown rich text element %q", at, typ)
+		}
+		if typ != "rich_text_section" {
+			continue
+		}
+		inline, ok := el["elements"].([]any)
+		if !ok {
+			return at + ".elements must be an array"
+		}
+		for j, x := range inline {
+			xm, _ := x.(map[string]any)
+			xt, _ := xm["type"].(string)
+			if !richTextSectionElements[xt] {
+				return fmt.Sprintf("%s.elements[%d]: unknown element %q", at, j, xt)
+			}
+			if t, _ := xm["text"].(string); xt == "text" && t == "" {
+				return fmt.Sprintf("%s.elements[%d].text must be at least 1 character", at, j)
+			}
 		}
 	}
 	return ""

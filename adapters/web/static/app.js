@@ -8,8 +8,9 @@
 //     race. On every (re)connect of the event stream the list and the open
 //     thread are fetched again (resync).
 //   - timeline.js: each message shows once, by the id the server gives it.
-//   - view.js: the plan's title and footer, the card's words and buttons
-//     and the pills' classes are the server's, rendered by chat.
+//   - view.js: the plan's title and footer, each item's evidence line,
+//     the card's words and buttons and the pills' classes are the
+//     server's, rendered by chat.
 //   - markdown.js: model text is never parsed as HTML.
 //   - plandiff.js: the revision history's diff.
 
@@ -20,7 +21,7 @@ import { diffHistory } from "./plandiff.js";
 import { ThreadReplay, ListSeqs, mergeList, olderPlan } from "./replay.js";
 import { later, timeOf } from "./times.js";
 import { Timeline, messageKey, cardKey, cardSort } from "./timeline.js";
-import { planTitle, planFooter, planProgress, stopButton, pill, running, cardView, revisionProgress, statusName } from "./view.js";
+import { planTitle, planFooter, planProgress, stopButton, pill, running, cardView, revisionProgress, statusName, itemEvidence } from "./view.js";
 
 const phone = window.matchMedia("(max-width: 700px)");
 
@@ -508,17 +509,23 @@ function renderPlan(plan) {
     box.hidden = true;
     delete box.dataset.revision;
     delete box.dataset.state;
+    $("plan-items").replaceChildren(); // so no opened item carries over to another plan
     return;
   }
   $("plan-title").textContent = planTitle(plan);
-  $("plan-items").replaceChildren(...plan.items.map((it) => {
+  // Items whose calls are open stay open across revisions.
+  const open = new Set([...document.querySelectorAll("#plan-items details.evidence[open]")].map((d) => d.dataset.item));
+  $("plan-items").replaceChildren(...plan.items.map((it, i) => {
     const li = el("li", it.status);
     li.dataset.status = it.status;
     const mark = el("span", "mark", app.marks[it.status] || "•");
     mark.setAttribute("role", "img");
     mark.setAttribute("aria-label", statusName(app.names, it.status));
-    const text = el(it.status === "completed" ? "s" : it.status === "in_progress" ? "strong" : "span", "text", it.content);
-    li.append(mark, text);
+    const body = el("div", "item");
+    body.append(el(it.status === "completed" ? "s" : it.status === "in_progress" ? "strong" : "span", "text", it.content));
+    const ev = itemEvidence(plan, i);
+    if (ev.line) body.append(evidenceEl(it, ev, open.has(it.content)));
+    li.append(mark, body);
     return li;
   }));
   $("plan-footer").textContent = planFooter(plan);
@@ -534,6 +541,50 @@ function renderPlan(plan) {
   box.hidden = false;
   const v = app.view;
   if (v && $("plan-history").open && plan.revision > (v.historyRevision ?? -1)) scheduleHistory();
+}
+
+// evidenceEl is an item's evidence line (DESIGN §15); with calls behind
+// it, the summary of a <details> that lists them when opened (built on
+// the first opening: a plan can hold 2,500 of them).
+function evidenceEl(it, ev, open) {
+  if (ev.calls.length === 0) return el("p", "evidence", ev.line);
+  const d = el("details", "evidence");
+  d.dataset.item = it.content;
+  d.append(el("summary", "", ev.line));
+  const list = el("ol", "calls");
+  d.append(list);
+  const fill = () => {
+    if (!d.open || list.childElementCount) return;
+    list.append(...ev.calls.map(callEl));
+    if (ev.more > 0) list.append(el("li", "call more", `… and ${ev.more} more call${ev.more === 1 ? "" : "s"}, counted but not kept`));
+  };
+  d.addEventListener("toggle", fill);
+  d.open = open;
+  fill();
+  return d;
+}
+
+// callEl is one call: tool, server, outcome, who decided its card, when
+// it started and how long it took; its arguments under it.
+function callEl(c) {
+  const li = el("li", c.failed ? "call failed" : "call");
+  li.dataset.outcome = c.outcome;
+  const head = el("div", "call-head");
+  head.append(el("strong", "tool", c.tool));
+  for (const part of [c.server, c.outcome, c.approver]) {
+    if (part) head.append(document.createTextNode(" · "), el("span", part === c.outcome ? "outcome" : "", part));
+  }
+  const ms = timeOf(c.start);
+  if (!Number.isNaN(ms)) {
+    const t = el("time", "when", new Date(ms).toLocaleTimeString());
+    t.dateTime = new Date(ms).toISOString();
+    t.title = new Date(ms).toLocaleString(undefined, { dateStyle: "medium", timeStyle: "medium" });
+    head.append(document.createTextNode(" · "), t);
+  }
+  if (c.took) head.append(document.createTextNode(` · ${c.took}`));
+  li.append(head);
+  if (c.args) li.append(el("code", "args", c.args));
+  return li;
 }
 
 // ---- revision history, per thread
@@ -574,17 +625,29 @@ function renderHistory(revs) {
   $("plan-revisions").replaceChildren(...diffHistory(revs).map(revisionEl));
 }
 
-function revisionEl({ rev, first, changes }) {
+function revisionEl({ rev, first, changes, evidence }) {
   const li = el("li", "revision");
   li.dataset.revision = String(rev.revision);
   const head = el("div", "rev-head");
   head.append(el("strong", "", `Revision ${rev.revision}`), document.createTextNode(" · "), timeEl(rev.at), document.createTextNode(` · ${revisionProgress(rev)}`));
   li.append(head);
   if (first) li.append(el("p", "rev-note", "Plan created."));
-  if (changes.length === 0) {
-    li.append(el("p", "rev-note", "No change to the items."));
-    return li;
+  if (changes.length === 0) li.append(el("p", "rev-note", "No change to the items."));
+  else li.append(diffEl(changes));
+  // The evidence by this revision, of the items it changed for.
+  if (evidence && evidence.length) {
+    const ul = el("ul", "rev-evidence");
+    for (const e of evidence) {
+      const row = el("li");
+      row.append(el("span", "text", e.content), el("span", "evidence", e.evidence));
+      ul.append(row);
+    }
+    li.append(ul);
   }
+  return li;
+}
+
+function diffEl(changes) {
   const ul = el("ul", "diff");
   for (const c of changes) {
     const row = el("li", c.kind);
@@ -596,8 +659,7 @@ function revisionEl({ rev, first, changes }) {
     row.append(sign, what, marks, el(c.kind === "removed" ? "s" : "span", "text", c.item.content));
     ul.append(row);
   }
-  li.append(ul);
-  return li;
+  return ul;
 }
 
 // ---------------------------------------------------------------- events

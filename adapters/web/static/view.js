@@ -48,6 +48,40 @@ export function cardView(card) {
   return { title: card.tool || "", status: card.outcome || "", cls: card.outcome ? "decided" : "open", buttons: [] };
 }
 
+// itemEvidence is what the plan shows under item i: the server's line
+// (chat.Plan.EvidenceLine: "↳ fs__read_text_file ×2", "" for none) and
+// the calls behind it, from the plan's evidence by the item's text, in
+// the order they were made, with the count of calls made beyond those
+// kept.
+export function itemEvidence(plan, i) {
+  const it = plan && plan.items ? plan.items[i] : null;
+  const v = plan && plan.view && plan.view.items ? plan.view.items[i] : null;
+  const ie = (it && plan.evidence && plan.evidence[it.content]) || null;
+  return { line: (v && v.evidence) || "", calls: ((ie && ie.calls) || []).map(callView), more: (ie && ie.more) || 0 };
+}
+
+// callView is one call as an opened item lists it: tool, server and
+// outcome, who decided its card, when it started, how long it took, and
+// the start of its arguments.
+export function callView(c) {
+  const outcome = c.outcome || "";
+  let approver = "";
+  if (c.approver) approver = `${outcome === "denied" ? "denied" : "allowed"} by ${c.approver}`;
+  return { tool: c.tool || "", server: c.server || "", outcome, failed: outcome !== "" && outcome !== "ok", approver, start: c.start, took: duration(c.duration), args: c.args || "" };
+}
+
+// duration is a call's duration, Go's nanoseconds, in words: "850 ms",
+// "1.2 s", "42 s", "2 min 5 s"; "" for none.
+export function duration(ns) {
+  if (typeof ns !== "number" || !Number.isFinite(ns) || ns < 0) return "";
+  const ms = ns / 1e6;
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  const s = ms / 1000;
+  if (s < 10) return `${s.toFixed(1)} s`;
+  if (s < 60) return `${Math.floor(s)} s`;
+  return `${Math.floor(s / 60)} min ${Math.floor(s % 60)} s`;
+}
+
 // revisionProgress is a stored revision's "2/5 done".
 export function revisionProgress(rev) {
   return (rev && rev.view && rev.view.progress) || "";

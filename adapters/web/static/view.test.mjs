@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 
-import { planTitle, planFooter, planProgress, stopButton, pill, running, cardView, revisionProgress, statusName } from "./view.js";
+import { planTitle, planFooter, planProgress, stopButton, pill, running, cardView, revisionProgress, statusName, itemEvidence, callView, duration } from "./view.js";
 
 test("the plan's title, footer and Stop button are the server's", () => {
   const plan = {
@@ -36,4 +36,40 @@ test("a card's words and buttons are the server's", () => {
   assert.deepEqual(cardView(card), { title: "Approval needed: fs__write", status: "Waiting for a decision.", cls: "open", buttons });
   assert.deepEqual(cardView({ id: "c2", tool: "x", outcome: "Denied" }), { title: "x", status: "Denied", cls: "decided", buttons: [] });
   assert.equal(statusName({ in_progress: "in progress" }, "in_progress"), "in progress");
+});
+
+test("an item's evidence: the server's line, and the calls behind it by the item's text", () => {
+  const read = { tool: "fs__read_text_file", server: "fs", outcome: "ok", start: "2026-11-30T09:30:01Z", duration: 120000000, args: '{"path":"notes.md"}' };
+  const write = { tool: "fs__write_file", server: "fs", outcome: "denied", approver: "ann", start: "2026-11-30T09:30:04Z", duration: 2500000000, args: "{}" };
+  const plan = {
+    items: [{ content: "read", status: "completed" }, { content: "tidy", status: "completed" }, { content: "write", status: "in_progress" }, { content: "ship", status: "pending" }],
+    evidence: { read: { calls: [read, read], more: 3 }, write: { calls: [write] } },
+    view: { items: [{ evidence: "↳ fs__read_text_file ×2, +3 more" }, { evidence: "↳ no tool activity" }, { evidence: "↳ fs__write_file (denied)" }, {}] },
+  };
+  const r = itemEvidence(plan, 0);
+  assert.equal(r.line, "↳ fs__read_text_file ×2, +3 more");
+  assert.equal(r.more, 3);
+  assert.deepEqual(r.calls[0], { tool: "fs__read_text_file", server: "fs", outcome: "ok", failed: false, approver: "", start: "2026-11-30T09:30:01Z", took: "120 ms", args: '{"path":"notes.md"}' });
+  assert.equal(r.calls.length, 2);
+  assert.deepEqual(itemEvidence(plan, 1), { line: "↳ no tool activity", calls: [], more: 0 });
+  const w = itemEvidence(plan, 2);
+  assert.equal(w.calls[0].failed, true);
+  assert.equal(w.calls[0].approver, "denied by ann");
+  assert.equal(w.calls[0].took, "2.5 s");
+  assert.deepEqual(itemEvidence(plan, 3), { line: "", calls: [], more: 0 });
+  // No view, no line: the page does not make one up; no plan, nothing.
+  assert.equal(itemEvidence({ items: plan.items, evidence: plan.evidence }, 0).line, "");
+  assert.deepEqual(itemEvidence(null, 0), { line: "", calls: [], more: 0 });
+  assert.equal(callView({ tool: "t", outcome: "ok", approver: "bob" }).approver, "allowed by bob");
+  assert.equal(callView({ tool: "t", outcome: "timeout" }).failed, true);
+});
+
+test("a call's duration in words", () => {
+  assert.equal(duration(0), "0 ms");
+  assert.equal(duration(850e6), "850 ms");
+  assert.equal(duration(1234e6), "1.2 s");
+  assert.equal(duration(42.9e9), "42 s");
+  assert.equal(duration(125e9), "2 min 5 s");
+  assert.equal(duration(undefined), "");
+  assert.equal(duration(-1), "");
 });
