@@ -46,15 +46,39 @@ func start(r *chat.Router, key string) {
 // BenchmarkRevisionToUpdate measures the time from a committed revision
 // (the event's time) to its chat.update reaching the fake Slack, with no
 // rate pressure, one revision at a time.
-func BenchmarkRevisionToUpdate(b *testing.B) {
+func BenchmarkRevisionToUpdate(b *testing.B) { revisionToUpdate(b, nil) }
+
+// BenchmarkRevisionToUpdateWithEvidence is BenchmarkRevisionToUpdate with
+// evidence under the plan's items (DESIGN §15): the completed item has
+// three reads, the one in progress a read and a denied write.
+func BenchmarkRevisionToUpdateWithEvidence(b *testing.B) {
+	read := agent.Call{Tool: "fs__read_text_file", Server: "fs", Outcome: agent.OutcomeOK, Args: `{"path":"/srv/docs/notes.txt"}`}
+	write := agent.Call{Tool: "fs__write_file", Server: "fs", Outcome: agent.OutcomeDenied, Approver: "ann", Args: `{"path":"/srv/docs/out.txt"}`}
+	revisionToUpdate(b, func(ev *agent.Event) {
+		items := ev.Plan.Items()
+		ev.Evidence = agent.Evidence{
+			items[0].Content: {Calls: []agent.Call{read, read, read}},
+			items[1].Content: {Calls: []agent.Call{read, write}},
+		}
+		ev.Calls, ev.Approvals = 5, 1
+	})
+}
+
+// revisionToUpdate measures a revision's way to its chat.update, p50 and
+// p99, and the size of the update's blocks.
+func revisionToUpdate(b *testing.B, evidence func(*agent.Event)) {
 	fake, r := rig(b, 1e6)
 	start(r, "slack/T1/C1/1.1")
 	r.Observe(chattest.Revision("slack/T1/C1/1.1", 1))
 	r.Board("slack/T1/C1/1.1").Wait()
 	var lat []time.Duration
+	blocks := 0
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		ev := chattest.Revision("slack/T1/C1/1.1", int64(i+2))
+		if evidence != nil {
+			evidence(&ev)
+		}
 		r.Observe(ev)
 		r.Board("slack/T1/C1/1.1").Wait()
 		calls := fake.Calls("chat.update")
@@ -63,11 +87,13 @@ func BenchmarkRevisionToUpdate(b *testing.B) {
 			b.Fatalf("update %d carries the wrong revision", i+2)
 		}
 		lat = append(lat, last.At.Sub(ev.At))
+		blocks = len(last.Params["blocks"])
 	}
 	b.StopTimer()
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	b.ReportMetric(float64(blocks), "blocks-B")
 }
 
 // BenchmarkBurstUnderTier3 sends bursts of 100 revisions against a fake
