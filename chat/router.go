@@ -234,8 +234,14 @@ func (r *Router) Handle(ctx context.Context, in Incoming) error {
 	if strings.EqualFold(text, "stop") {
 		msg := "Nothing is running in this thread."
 		if b := r.Board(th.Key); b != nil {
+			// Checked whether or not the board has seen the turn start
+			// yet: the runner can stop a turn a moment before its
+			// TurnStarted reaches the board.
 			rec, _ := b.state()
-			if rec.Running && !r.mayStop(th.Platform, rec, in.AuthorID) {
+			if !r.mayStop(th.Platform, rec, in.AuthorID) {
+				if !rec.Running {
+					return reply(msg)
+				}
 				return reply(stopRefusal(rec))
 			}
 		}

@@ -243,3 +243,29 @@ func TestResetAndDeleteStartOverAlike(t *testing.T) {
 		r.Close()
 	}
 }
+
+// TestStopBeforeTheBoardSeesTheTurn: the runner can stop a turn a moment
+// before its TurnStarted reaches the board; someone who may not stop it
+// is refused in that moment too.
+func TestStopBeforeTheBoardSeesTheTurn(t *testing.T) {
+	p := &cardPlatform{}
+	run := &actRunner{}
+	r := NewRouter(Options{Runner: run, Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}})
+	t.Cleanup(r.Close)
+	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
+	if err := r.Handle(context.Background(), Incoming{Thread: th, Text: "plan it", AuthorID: "U1"}); err != nil {
+		t.Fatal(err)
+	}
+	// No TurnStarted yet: the board does not know the turn runs.
+	err := r.Handle(context.Background(), Incoming{Thread: th, Text: "stop", AuthorID: "U2"})
+	var rej *Rejection
+	if !errors.As(err, &rej) || strings.Contains(rej.Reason, "Stopping") {
+		t.Errorf("U2's stop answered %v", err)
+	}
+	if stops, _ := run.counts(); stops != 0 {
+		t.Errorf("U2 stopped U1's starting turn (%d stops)", stops)
+	}
+	if err := r.Handle(context.Background(), Incoming{Thread: th, Text: "stop", AuthorID: "U1"}); !errors.As(err, &rej) || !strings.Contains(rej.Reason, "Stopping") {
+		t.Errorf("U1's own stop answered %v", err)
+	}
+}

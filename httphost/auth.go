@@ -119,9 +119,11 @@ func (h *Host) setCookie(w http.ResponseWriter, r *http.Request) {
 }
 
 // clientIP is the remote address without its port: the unit wrong guesses
-// are counted by. Behind a reverse proxy every client shares the proxy's
-// address; a guesser there slows everyone's wrong attempts, not the
-// right ones of others' requests that carry no wrong credential.
+// are counted by. X-Forwarded-For is not trusted (a local user could send
+// any). So behind a reverse proxy every client shares the proxy's address:
+// while someone there keeps guessing, token sign-ins and bearer clients
+// behind the same proxy get 429 too; browsers already holding the cookie
+// are not affected. Brute force is refused over availability by choice.
 func clientIP(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {

@@ -39,15 +39,14 @@ func consoleToken(cfg *config.Config) (token string, generated bool, err error) 
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return "", false, fmt.Errorf("console token: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, fs.ErrExist) {
-		// Another process wrote it first: use that one.
-		tok, err := readToken(path)
-		return tok, true, err
-	}
+	// Written whole to a temporary file, then linked into place: another
+	// process never reads a half-written token, and link (unlike rename)
+	// never replaces one written first.
+	f, err := os.CreateTemp(filepath.Dir(path), ".web-token-*")
 	if err != nil {
 		return "", false, fmt.Errorf("console token: %w", err)
 	}
+	defer os.Remove(f.Name())
 	_, err = f.WriteString(tok + "\n")
 	if err == nil {
 		err = f.Sync()
@@ -55,8 +54,15 @@ func consoleToken(cfg *config.Config) (token string, generated bool, err error) 
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
+	if err == nil {
+		err = os.Link(f.Name(), path)
+	}
+	if errors.Is(err, fs.ErrExist) {
+		// Another process wrote it first: use that one.
+		tok, err := readToken(path)
+		return tok, true, err
+	}
 	if err != nil {
-		os.Remove(path)
 		return "", false, fmt.Errorf("console token: write %s: %w", path, err)
 	}
 	return tok, true, nil
