@@ -29,6 +29,7 @@ var allowed = map[string][]string{
 	"adapters/slack":       {"chat", "agent", "todo", "internal/serial"},
 	"adapters/discord":     {"chat", "agent", "todo", "internal/serial"},
 	"internal/golden":      {},
+	"internal/plantest":    {"chat", "agent", "todo", "internal/serial"},
 	"internal/inboxtest":   {"chat", "agent", "todo", "internal/serial"},
 	"internal/fakeopenai":  {},
 	"internal/fakeslack":   {},
