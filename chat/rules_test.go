@@ -269,3 +269,63 @@ func TestStopBeforeTheBoardSeesTheTurn(t *testing.T) {
 		t.Errorf("U1's own stop answered %v", err)
 	}
 }
+
+// TestEditInFlightWhileANewTaskStarts: a later turn's edit of the finished
+// plan to "working" is still in flight when that turn starts a new task.
+// The old message must end on its final content and the new one must be
+// posted, pinned and shown as itself (the in-flight edit once marked the
+// new record as showing the old content, and pinned the wrong message).
+func TestEditInFlightWhileANewTaskStarts(t *testing.T) {
+	editing, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hold := false
+	var mu sync.Mutex
+	p := &cardPlatform{}
+	p.hold = func(op string) {
+		mu.Lock()
+		h := hold
+		mu.Unlock()
+		if op == "edit" && h {
+			once.Do(func() { close(editing); <-release })
+		}
+	}
+	r := NewRouter(Options{Runner: &actRunner{}, Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond})
+	t.Cleanup(r.Close)
+	key := "test/1"
+	r.board(key, &Thread{Platform: "test", Key: key, Channel: "C1"})
+	r.Observe(agent.Event{Session: key, Kind: agent.TurnStarted, Requester: "U1"})
+	r.Observe(agent.Event{Session: key, Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Completed)})
+	r.Observe(agent.Event{Session: key, Kind: agent.TurnEnded, Outcome: agent.Done})
+	settle(t, r, key)
+	final := p.plan("m1")
+	mu.Lock()
+	hold = true
+	mu.Unlock()
+	r.Observe(agent.Event{Session: key, Kind: agent.TurnStarted, Requester: "U1"}) // edits m1 to working
+	select {
+	case <-editing:
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("the edit to working never started")
+	}
+	other := todo.NewSnapshot([]todo.Item{{Content: "another task", Status: todo.InProgress}})
+	r.Observe(agent.Event{Session: key, Kind: agent.PlanChanged, Revision: 2, Plan: other})
+	close(release)
+	settle(t, r, key)
+	if got := p.plan("m1"); got.Stoppable || got.State != final.State {
+		t.Errorf("the old message ends as %q (stoppable %t), want its final %q", got.Footer(), got.Stoppable, final.Footer())
+	}
+	shown, ref := r.Board(key).Shown()
+	if ref.ID != "m2" || shown.Revision != 2 || len(shown.Items) != 1 || shown.Items[0].Content != "another task" {
+		t.Errorf("the board shows %+v on %s, want revision 2 of the new task on m2", shown, ref.ID)
+	}
+	pinned := 0
+	for _, c := range p.calls {
+		if c.Op == "pin" && c.Ref == "m2" {
+			pinned++
+		}
+	}
+	if pinned != 1 {
+		t.Errorf("calls %+v: want m2 pinned once", p.calls)
+	}
+}
