@@ -310,6 +310,9 @@ func TestSlackGoClient(t *testing.T) {
 	}
 	s.Push("Ev1", mention("1700000000.000100"))
 	expect("1700000000.000100")
+	// Slack redelivers an envelope not yet acked when the socket drops, so
+	// the first one must be acked before the drop for the next to be Ev2.
+	waitUntil(t, "the first ack", func() bool { return len(s.Acks()) == 1 })
 	s.Disconnect()
 	waitUntil(t, "slack-go to reconnect", func() bool { return len(s.Calls("apps.connections.open")) == 2 && s.Connected() == 1 })
 	s.Push("Ev2", mention("1700000000.000200"))
