@@ -72,6 +72,7 @@ type Config struct {
 	DiscordBotToken      Secret // DISCORD_BOT_TOKEN
 	DiscordAPIURL        string // DISCORD_API_URL
 	DiscordThreadPerTask bool   // PINPLAN_DISCORD_THREAD_PER_TASK
+	DiscordComponentsV2  bool   // PINPLAN_DISCORD_COMPONENTS_V2: the plan as a Components V2 container
 
 	LogLevel string // PINPLAN_LOG_LEVEL: debug, info, warn, error
 
@@ -83,6 +84,18 @@ type Config struct {
 
 	ContextTokens int           // PINPLAN_CONTEXT_TOKENS: the model's context budget for one request
 	Retention     time.Duration // PINPLAN_RETENTION: sessions idle for longer are deleted; 0 keeps them
+
+	// Replicas on etcd (DESIGN §14): with EtcdEndpoints set the store is
+	// on etcd instead of the bbolt file, and several processes share it.
+	EtcdEndpoints []string      // PINPLAN_ETCD_ENDPOINTS: comma separated
+	EtcdPrefix    string        // PINPLAN_ETCD_PREFIX: every key lives under it
+	LeaseTTL      time.Duration // PINPLAN_LEASE_TTL: the replica's lease; a dead owner's threads move after it
+	EtcdCA        string        // PINPLAN_ETCD_CA: CA file for the cluster's TLS
+	EtcdCert      string        // PINPLAN_ETCD_CERT: client certificate file
+	EtcdKey       string        // PINPLAN_ETCD_KEY: client key file
+	EtcdUsername  string        // PINPLAN_ETCD_USERNAME
+	EtcdPassword  Secret        // PINPLAN_ETCD_PASSWORD
+	ReplicaID     string        // PINPLAN_REPLICA_ID: this process among the replicas
 
 	// MCP lists the [mcp.<name>] tables of the PINPLAN_CONFIG file, sorted
 	// by name (DESIGN.md §12).
@@ -111,6 +124,10 @@ var keys = []string{
 	"PINPLAN_TOOL_RESULT_BYTES", "PINPLAN_TOOL_TIMEOUT", "PINPLAN_APPROVERS",
 	"PINPLAN_APPROVAL_TIMEOUT", "PINPLAN_THREAD_CONTEXT",
 	"PINPLAN_CONTEXT_TOKENS", "PINPLAN_RETENTION",
+	"PINPLAN_DISCORD_COMPONENTS_V2",
+	"PINPLAN_ETCD_ENDPOINTS", "PINPLAN_ETCD_PREFIX", "PINPLAN_LEASE_TTL",
+	"PINPLAN_ETCD_CA", "PINPLAN_ETCD_CERT", "PINPLAN_ETCD_KEY",
+	"PINPLAN_ETCD_USERNAME", "PINPLAN_ETCD_PASSWORD", "PINPLAN_REPLICA_ID",
 }
 
 // Load reads the settings through getenv (os.Getenv in main), applies
@@ -156,6 +173,7 @@ func Load(getenv func(string) string) (*Config, error) {
 		DiscordBotToken:      Secret(l.str("DISCORD_BOT_TOKEN", "")),
 		DiscordAPIURL:        l.url("DISCORD_API_URL", "https://discord.com"),
 		DiscordThreadPerTask: l.boolean("PINPLAN_DISCORD_THREAD_PER_TASK", false),
+		DiscordComponentsV2:  l.boolean("PINPLAN_DISCORD_COMPONENTS_V2", true),
 
 		LogLevel: l.oneOf("PINPLAN_LOG_LEVEL", "info", "debug", "info", "warn", "error"),
 
@@ -169,6 +187,16 @@ func Load(getenv func(string) string) (*Config, error) {
 		ContextTokens:   l.integer("PINPLAN_CONTEXT_TOKENS", 32000, 2000, 10_000_000),
 		Retention:       l.durationOrZero("PINPLAN_RETENTION"),
 
+		EtcdEndpoints: l.endpoints("PINPLAN_ETCD_ENDPOINTS"),
+		EtcdPrefix:    l.str("PINPLAN_ETCD_PREFIX", "/pinplan/"),
+		LeaseTTL:      l.duration("PINPLAN_LEASE_TTL", 10*time.Second),
+		EtcdCA:        l.str("PINPLAN_ETCD_CA", ""),
+		EtcdCert:      l.str("PINPLAN_ETCD_CERT", ""),
+		EtcdKey:       l.str("PINPLAN_ETCD_KEY", ""),
+		EtcdUsername:  l.str("PINPLAN_ETCD_USERNAME", ""),
+		EtcdPassword:  Secret(l.str("PINPLAN_ETCD_PASSWORD", "")),
+		ReplicaID:     l.str("PINPLAN_REPLICA_ID", ""),
+
 		MCP: servers,
 	}
 	c.ModelConfigured = l.str("OPENAI_API_KEY", "") != "" || l.str("OPENAI_BASE_URL", "") != ""
@@ -181,6 +209,20 @@ func Load(getenv func(string) string) (*Config, error) {
 	}
 	if (c.SlackAppToken != "" || c.SlackSigningSecret != "") && c.SlackBotToken == "" {
 		l.fail("SLACK_BOT_TOKEN", "must be set with SLACK_APP_TOKEN or SLACK_SIGNING_SECRET")
+	}
+	if len(c.EtcdEndpoints) > 0 {
+		if !strings.HasSuffix(c.EtcdPrefix, "/") {
+			c.EtcdPrefix += "/"
+		}
+		if c.LeaseTTL < 2*time.Second || c.LeaseTTL%time.Second != 0 {
+			l.fail("PINPLAN_LEASE_TTL", "must be whole seconds, at least 2s (etcd leases count in seconds)")
+		}
+		if (c.EtcdCert == "") != (c.EtcdKey == "") {
+			l.fail("PINPLAN_ETCD_CERT", "and PINPLAN_ETCD_KEY must be set together")
+		}
+		if c.EtcdPassword != "" && c.EtcdUsername == "" {
+			l.fail("PINPLAN_ETCD_USERNAME", "must be set with PINPLAN_ETCD_PASSWORD")
+		}
 	}
 	if err := checkAddr(c.HTTPAddr, c.WebToken); err != nil {
 		l.fail("PINPLAN_HTTP_ADDR", err.Error())
@@ -442,6 +484,29 @@ func (l *loader) durationOrZero(key string) time.Duration {
 }
 
 // ids reads a comma-separated list of platform user ids.
+// endpoints reads a comma-separated list of etcd endpoints: http:// or
+// https:// URLs, or host:port.
+func (l *loader) endpoints(key string) []string {
+	v := l.str(key, "")
+	if v == "" {
+		return nil
+	}
+	var out []string
+	for _, e := range strings.Split(v, ",") {
+		e = strings.TrimSpace(e)
+		hostport := e
+		if u, err := url.Parse(e); err == nil && (u.Scheme == "http" || u.Scheme == "https") {
+			hostport = u.Host
+		}
+		if _, port, err := net.SplitHostPort(hostport); err != nil || port == "" {
+			l.fail(key, fmt.Sprintf("must be comma-separated endpoints (https://etcd-1:2379,etcd-2:2379), got %q", RedactURL(e)))
+			return nil
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
 func (l *loader) ids(key string) []string {
 	v := l.str(key, "")
 	if v == "" {

@@ -341,6 +341,16 @@ var settingSamples = map[string]struct {
 	with  map[string]string
 }{
 	"PINPLAN_DB":                      {value: "/tmp/sample/pinplan.db"},
+	"PINPLAN_DISCORD_COMPONENTS_V2":   {value: "false"},
+	"PINPLAN_ETCD_ENDPOINTS":          {value: "https://etcd-1:2379,etcd-2:2379"},
+	"PINPLAN_ETCD_PREFIX":             {value: "/team/", with: map[string]string{"PINPLAN_ETCD_ENDPOINTS": "etcd:2379"}},
+	"PINPLAN_LEASE_TTL":               {value: "5s"},
+	"PINPLAN_ETCD_CA":                 {value: "/etc/etcd/ca.pem"},
+	"PINPLAN_ETCD_CERT":               {value: "/etc/etcd/c.pem", with: map[string]string{"PINPLAN_ETCD_KEY": "/etc/etcd/k.pem"}},
+	"PINPLAN_ETCD_KEY":                {value: "/etc/etcd/k.pem", with: map[string]string{"PINPLAN_ETCD_CERT": "/etc/etcd/c.pem"}},
+	"PINPLAN_ETCD_USERNAME":           {value: "pinplan"},
+	"PINPLAN_ETCD_PASSWORD":           {value: "pw-0123", with: map[string]string{"PINPLAN_ETCD_USERNAME": "pinplan"}},
+	"PINPLAN_REPLICA_ID":              {value: "replica-a"},
 	"PINPLAN_HTTP_ADDR":               {value: "127.0.0.1:9090"},
 	"PINPLAN_WEB_TOKEN":               {value: "tok-0123456789"},
 	"PINPLAN_WEB":                     {value: "off"},
