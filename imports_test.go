@@ -14,7 +14,8 @@ const module = "github.com/pinplan/pinplan"
 // -> chat -> agent -> todo; store implements agent's and chat's interfaces;
 // adapters never import store or each other; config imports nothing of ours.
 // internal/serial, the one serial executor, imports nothing of ours and
-// sits under agent, so whatever depends on agent depends on it.
+// sits under agent, so whatever depends on agent depends on it. etcdstore
+// implements the same interfaces as store, and neither imports the other.
 var allowed = map[string][]string{
 	"todo":                 {},
 	"config":               {},
@@ -22,6 +23,9 @@ var allowed = map[string][]string{
 	"internal/serial":      {},
 	"agent":                {"todo", "internal/serial"},
 	"store":                {"agent", "todo", "internal/serial"},
+	"etcdstore":            {"agent", "todo", "internal/serial"},
+	"internal/storetest":   {"agent", "todo", "internal/serial"},
+	"internal/etcdtest":    {},
 	"mcp":                  {"agent", "todo", "internal/serial", "config"},
 	"chat":                 {"agent", "todo", "internal/serial"},
 	"chat/chattest":        {"agent", "todo", "internal/serial"},

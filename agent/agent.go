@@ -239,6 +239,21 @@ type Store interface {
 	Archive(ctx context.Context, key string) error
 }
 
+// ErrFenced: this process no longer holds the session (its lease is gone,
+// another replica runs it now), so the write was refused and changed
+// nothing (DESIGN §14). Stores shared by replicas return errors wrapping it.
+var ErrFenced = errors.New("this replica no longer holds the session")
+
+// Owners decides which process runs a session when several share one
+// store (DESIGN §14); a runner without Owners runs every session itself.
+type Owners interface {
+	// Take reports whether this process runs the session's work now: it
+	// holds the session, or it just took it because nobody held it. When
+	// another process holds it, Take lets that process know the session
+	// has work, and reports false.
+	Take(ctx context.Context, key string) (bool, error)
+}
+
 // ErrNotPending: the approval was already decided, or is not this
 // session's.
 var ErrNotPending = errors.New("no such approval is pending")

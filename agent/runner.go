@@ -45,6 +45,9 @@ type Options struct {
 	// Events takes the turns' events (an *Events, which passes them to
 	// its subscribers); nil drops them.
 	Events Publisher
+	// Owners, when several replicas share Store, says which of them runs
+	// each session (DESIGN §14); nil runs every session here.
+	Owners Owners
 	Logger *slog.Logger
 	Now    func() time.Time
 }
@@ -170,6 +173,11 @@ func (r *Runner) Resume(ctx context.Context) (int, error) {
 	}
 	return len(keys), nil
 }
+
+// Wake makes the session run once, as a message queued for it would:
+// replicas call it when another process queued work for a session this
+// one holds.
+func (r *Runner) Wake(key string) { r.kick(key) }
 
 // Stop ends the session's turn, if one runs or waits for approval, with
 // outcome Stopped; by names who stopped it. A model request or tool call
@@ -384,6 +392,15 @@ func (r *Runner) work(key string) {
 		return
 	}
 	log := r.opts.Logger.With("session", key)
+	if o := r.opts.Owners; o != nil {
+		mine, err := o.Take(r.ctx, key)
+		if err != nil && r.ctx.Err() == nil {
+			log.Error("take the session", "err", err)
+		}
+		if !mine {
+			return // another replica runs it, and was told
+		}
+	}
 	if err := r.run(key, log); err != nil && r.ctx.Err() == nil {
 		log.Error("session failed", "err", err)
 	}

@@ -13,12 +13,14 @@ import (
 // meets a platform outage or a restart is delivered later rather than
 // lost. store.DB implements it.
 type OutboxStore interface {
-	// AddOutbox stores items in order, in one transaction, and returns
-	// their ids (increasing).
-	AddOutbox(ctx context.Context, items [][]byte) ([]uint64, error)
+	// AddOutbox stores the session's items in order, in one
+	// transaction, and returns their ids (increasing). A store shared by
+	// replicas keeps them under the session, fenced by its owner.
+	AddOutbox(ctx context.Context, key string, items [][]byte) ([]uint64, error)
 	// DeleteOutbox removes a delivered or undeliverable item.
-	DeleteOutbox(ctx context.Context, id uint64) error
-	// Outbox calls f with every stored item, oldest first.
+	DeleteOutbox(ctx context.Context, key string, id uint64) error
+	// Outbox calls f with every stored item, oldest first (per session,
+	// at least). Each item names its thread itself.
 	Outbox(ctx context.Context, f func(id uint64, data []byte)) error
 }
 
@@ -87,7 +89,7 @@ func (o *outbox) add(th Thread, replyTo, text string) {
 		}
 		raw[i], _ = json.Marshal(items[i])
 	}
-	ids, err := o.store.AddOutbox(context.WithoutCancel(o.r.ctx), raw)
+	ids, err := o.store.AddOutbox(context.WithoutCancel(o.r.ctx), th.Key, raw)
 	if err != nil {
 		o.r.opts.Logger.Error("store reply in outbox; delivering from memory", "session", th.Key, "err", err)
 		ids = make([]uint64, len(items))
@@ -106,7 +108,7 @@ func (o *outbox) resume(ctx context.Context) (int, error) {
 		var it outboxItem
 		if err := json.Unmarshal(data, &it); err != nil || it.Thread.Key == "" {
 			o.r.opts.Logger.Error("unreadable outbox item; dropped", "id", id, "err", err)
-			o.store.DeleteOutbox(ctx, id)
+			o.store.DeleteOutbox(ctx, it.Thread.Key, id)
 			return
 		}
 		qs = append(qs, queued{id: id, item: it})
@@ -176,7 +178,7 @@ func (o *outbox) send(ctx context.Context, q queued) {
 		}
 	}
 	if q.id != 0 {
-		if err := o.store.DeleteOutbox(context.WithoutCancel(ctx), q.id); err != nil {
+		if err := o.store.DeleteOutbox(context.WithoutCancel(ctx), th.Key, q.id); err != nil {
 			log.Warn("remove delivered reply from outbox", "err", err)
 		}
 	}
@@ -196,7 +198,7 @@ type memOutbox struct {
 	next uint64
 }
 
-func (m *memOutbox) AddOutbox(_ context.Context, items [][]byte) ([]uint64, error) {
+func (m *memOutbox) AddOutbox(_ context.Context, _ string, items [][]byte) ([]uint64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	ids := make([]uint64, len(items))
@@ -207,6 +209,6 @@ func (m *memOutbox) AddOutbox(_ context.Context, items [][]byte) ([]uint64, erro
 	return ids, nil
 }
 
-func (m *memOutbox) DeleteOutbox(context.Context, uint64) error { return nil }
+func (m *memOutbox) DeleteOutbox(context.Context, string, uint64) error { return nil }
 
 func (m *memOutbox) Outbox(context.Context, func(uint64, []byte)) error { return nil }

@@ -56,7 +56,7 @@ func TestCompactFile(t *testing.T) {
 	if _, err := db.Enqueue(ctx, "web/c007", agent.Inbound{Text: "queued"}); err != nil {
 		t.Fatal(err)
 	}
-	outIDs, err := db.AddOutbox(ctx, [][]byte{[]byte("reply one"), []byte("reply two")})
+	outIDs, err := db.AddOutbox(ctx, "web/s00", [][]byte{[]byte("reply one"), []byte("reply two")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestCompactFile(t *testing.T) {
 	if err := cp.Outbox(ctx, func(_ uint64, b []byte) { out = append(out, string(b)) }); err != nil || strings.Join(out, ",") != "reply one,reply two" {
 		t.Errorf("outbox in the copy = %q, %v", out, err)
 	}
-	ids, err := cp.AddOutbox(ctx, [][]byte{[]byte("reply three")})
+	ids, err := cp.AddOutbox(ctx, "web/s00", [][]byte{[]byte("reply three")})
 	if err != nil || ids[0] <= outIDs[1] {
 		t.Errorf("outbox id after compaction = %v, %v; want above %d (the bucket sequence is kept)", ids, err, outIDs[1])
 	}

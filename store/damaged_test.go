@@ -54,7 +54,7 @@ func seedDamageDB(t testing.TB) string {
 			t.Fatal(err)
 		}
 	}
-	if _, err := db.AddOutbox(ctx, [][]byte{[]byte("reply one"), []byte("reply two")}); err != nil {
+	if _, err := db.AddOutbox(ctx, "web/s00", [][]byte{[]byte("reply one"), []byte("reply two")}); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -130,8 +130,8 @@ func storeCalls(db *DB, dir string) []storeCall {
 		{name: "Archived", call: everyKey(func(key string) error { _, _, err := db.Archived(ctx, key, 1); return err })},
 		{name: "FirstSeen", call: func() error { _, err := db.FirstSeen(ctx, "event-new", time.Hour); return err }},
 		{name: "PruneDedupe", call: func() error { _, err := db.PruneDedupe(ctx); return err }},
-		{name: "AddOutbox", call: func() error { _, err := db.AddOutbox(ctx, [][]byte{[]byte("x")}); return err }},
-		{name: "DeleteOutbox", call: func() error { return db.DeleteOutbox(ctx, 1) }},
+		{name: "AddOutbox", call: func() error { _, err := db.AddOutbox(ctx, "web/s00", [][]byte{[]byte("x")}); return err }},
+		{name: "DeleteOutbox", call: func() error { return db.DeleteOutbox(ctx, "web/s00", 1) }},
 		{name: "Outbox", call: func() error { return db.Outbox(ctx, func(uint64, []byte) {}) }},
 		{name: "DeleteIdle", call: func() error { _, err := db.DeleteIdle(ctx, time.Now().Add(time.Hour)); return err }},
 		{name: "Sessions", call: func() error { _, err := db.Sessions(ctx); return err }},
@@ -372,7 +372,7 @@ func TestStuckWriterFailsFast(t *testing.T) {
 func TestCallbackPanicIsNotDamage(t *testing.T) {
 	db := openTemp(t)
 	ctx := context.Background()
-	if _, err := db.AddOutbox(ctx, [][]byte{[]byte("x")}); err != nil {
+	if _, err := db.AddOutbox(ctx, "web/s00", [][]byte{[]byte("x")}); err != nil {
 		t.Fatal(err)
 	}
 	got := func() (p any) {
@@ -383,7 +383,7 @@ func TestCallbackPanicIsNotDamage(t *testing.T) {
 	if got != "callback bug" {
 		t.Errorf("Outbox with a panicking callback: recovered %v, want the callback's panic", got)
 	}
-	if _, err := db.AddOutbox(ctx, [][]byte{[]byte("y")}); err != nil {
+	if _, err := db.AddOutbox(ctx, "web/s00", [][]byte{[]byte("y")}); err != nil {
 		t.Errorf("a write after the callback's panic: %v", err)
 	}
 }

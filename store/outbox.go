@@ -13,7 +13,9 @@ import (
 
 // AddOutbox implements chat.OutboxStore: the items are stored in one
 // transaction, in order, before anything is sent.
-func (db *DB) AddOutbox(_ context.Context, items [][]byte) ([]uint64, error) {
+// The file keeps one queue for all sessions (outbox/<id>): key is not
+// stored, each item names its thread itself.
+func (db *DB) AddOutbox(_ context.Context, _ string, items [][]byte) ([]uint64, error) {
 	ids := make([]uint64, 0, len(items))
 	err := db.update(func(tx *bolt.Tx) error {
 		ids = ids[:0]
@@ -37,7 +39,7 @@ func (db *DB) AddOutbox(_ context.Context, items [][]byte) ([]uint64, error) {
 }
 
 // DeleteOutbox implements chat.OutboxStore.
-func (db *DB) DeleteOutbox(_ context.Context, id uint64) error {
+func (db *DB) DeleteOutbox(_ context.Context, _ string, id uint64) error {
 	err := db.write(func(tx *bolt.Tx) error { return tx.Bucket(bOutbox).Delete(u64(id)) })
 	if err != nil {
 		return fmt.Errorf("store: delete outbox item %d: %w", id, err)

@@ -156,7 +156,7 @@ func TestDeleteIdle(t *testing.T) {
 		}
 	}
 	// State outside the sessions survives retention.
-	if _, err := db.AddOutbox(ctx, [][]byte{[]byte(`{"thread":{"key":"web/s00"},"text":"reply"}`)}); err != nil {
+	if _, err := db.AddOutbox(ctx, "web/s00", [][]byte{[]byte(`{"thread":{"key":"web/s00"},"text":"reply"}`)}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.FirstSeen(ctx, "slack/Ev1", 24*time.Hour); err != nil {

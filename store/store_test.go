@@ -225,11 +225,11 @@ func TestOutboxKeepsOrderAcrossReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids, err := db.AddOutbox(ctx, [][]byte{[]byte("one"), []byte("two"), []byte("three")})
+	ids, err := db.AddOutbox(ctx, "web/s00", [][]byte{[]byte("one"), []byte("two"), []byte("three")})
 	if err != nil || len(ids) != 3 || ids[0] >= ids[1] || ids[1] >= ids[2] {
 		t.Fatalf("AddOutbox = %v, %v; want three increasing ids", ids, err)
 	}
-	if err := db.DeleteOutbox(ctx, ids[1]); err != nil {
+	if err := db.DeleteOutbox(ctx, "web/s00", ids[1]); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Close(); err != nil {

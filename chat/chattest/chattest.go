@@ -127,7 +127,7 @@ type Outbox struct {
 }
 
 // AddOutbox implements chat.OutboxStore.
-func (o *Outbox) AddOutbox(_ context.Context, items [][]byte) ([]uint64, error) {
+func (o *Outbox) AddOutbox(_ context.Context, _ string, items [][]byte) ([]uint64, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.items == nil {
@@ -143,7 +143,7 @@ func (o *Outbox) AddOutbox(_ context.Context, items [][]byte) ([]uint64, error) 
 }
 
 // DeleteOutbox implements chat.OutboxStore.
-func (o *Outbox) DeleteOutbox(_ context.Context, id uint64) error {
+func (o *Outbox) DeleteOutbox(_ context.Context, _ string, id uint64) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	delete(o.items, id)

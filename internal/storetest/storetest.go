@@ -1,0 +1,400 @@
+// Package storetest is the contract suite of pinplan's stores: one set of
+// tests that store (bbolt) and etcdstore both pass (DESIGN §14). Each
+// store's own tests call Run with a function that opens an empty one.
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/todo"
+)
+
+// Store is everything the suite checks: agent.Store and the records,
+// outbox and dedupe the chat layer keeps in it.
+type Store interface {
+	agent.Store
+	Plans(ctx context.Context, key string) ([]agent.PlanRevision, error)
+	Archived(ctx context.Context, key string, n uint64) (int, []agent.Entry, error)
+	Board(ctx context.Context, key string) ([]byte, error)
+	SaveBoard(ctx context.Context, key string, data []byte) error
+	Cards(ctx context.Context, key string) ([]byte, error)
+	SaveCards(ctx context.Context, key string, data []byte) error
+	Listing(ctx context.Context, key string) ([]byte, error)
+	SaveListing(ctx context.Context, key string, data []byte) error
+	Boards(ctx context.Context, f func(key string, data []byte)) error
+	AddOutbox(ctx context.Context, key string, items [][]byte) ([]uint64, error)
+	DeleteOutbox(ctx context.Context, key string, id uint64) error
+	Outbox(ctx context.Context, f func(id uint64, data []byte)) error
+	FirstSeen(ctx context.Context, key string, ttl time.Duration) (bool, error)
+}
+
+// Open returns an empty store for one test. Writes for a session key are
+// made as its owner: a fenced store takes the key first (see Own).
+type Open func(t *testing.T) Store
+
+// Run runs the contract suite; own, when not nil, is called with each
+// session key before the suite writes for it (a fenced store must hold it).
+func Run(t *testing.T, open Open, own func(t *testing.T, s Store, key string)) {
+	if own == nil {
+		own = func(*testing.T, Store, string) {}
+	}
+	tests := []struct {
+		name string
+		f    func(t *testing.T, s Store, own func(string))
+	}{
+		{"CommitLoadAndRepeat", testCommitLoad},
+		{"ConflictingRoundRefused", testConflict},
+		{"BigRound", testBigRound},
+		{"InboxOrderAndDrain", testInbox},
+		{"Resumable", testResumable},
+		{"UpdateCheckpoint", testUpdateCheckpoint},
+		{"ConcurrentUpdates", testConcurrentUpdates},
+		{"Archive", testArchive},
+		{"ChatRecords", testChatRecords},
+		{"Outbox", testOutbox},
+		{"FirstSeen", testFirstSeen},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := open(t)
+			tt.f(t, s, func(key string) { own(t, s, key) })
+		})
+	}
+}
+
+func user(text string) agent.Entry {
+	return agent.Entry{Message: openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: text}}
+}
+
+// Round returns a round appending texts to key's history at base.
+func Round(key string, base int, texts ...string) *agent.Round {
+	r := &agent.Round{Base: base}
+	for _, s := range texts {
+		r.Append = append(r.Append, user(s))
+	}
+	r.Checkpoint = agent.Checkpoint{Key: key, State: agent.Running, HistoryLen: base + len(texts)}
+	return r
+}
+
+func texts(hist []agent.Entry) []string {
+	out := make([]string, len(hist))
+	for i, e := range hist {
+		out[i] = e.Message.Content
+	}
+	return out
+}
+
+func testCommitLoad(t *testing.T, s Store, own func(string)) {
+	ctx := context.Background()
+	own("web/one")
+	if cp, hist, inbox, err := s.Load(ctx, "web/one"); err != nil || cp != nil || len(hist) != 0 || len(inbox) != 0 {
+		t.Fatalf("Load of a new session = %v, %d, %d, %v; want nothing", cp, len(hist), len(inbox), err)
+	}
+	in, err := s.Enqueue(ctx, "web/one", agent.Inbound{Text: "hello", Author: "Ann"})
+	if err != nil || in.ID == 0 {
+		t.Fatalf("Enqueue = %+v, %v", in, err)
+	}
+	r := Round("web/one", 0, "hello", "answer")
+	r.Drained = []uint64{in.ID}
+	r.Plans = []agent.PlanRevision{{Revision: 1, Items: []todo.Item{{Content: "a", Status: todo.Pending}}}}
+	r.Checkpoint.Revision = 1
+	for i := range 2 { // a repeated commit changes nothing
+		if err := s.Commit(ctx, r); err != nil {
+			t.Fatalf("commit %d: %v", i, err)
+		}
+	}
+	cp, hist, inbox, err := s.Load(ctx, "web/one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cp == nil || cp.HistoryLen != 2 || !slices.Equal(texts(hist), []string{"hello", "answer"}) || len(inbox) != 0 || cp.Revision != 1 {
+		t.Fatalf("after commit: cp=%+v hist=%v inbox=%d", cp, texts(hist), len(inbox))
+	}
+	next := Round("web/one", 2, "next")
+	next.Checkpoint.Revision = 2
+	next.Plans = []agent.PlanRevision{{Revision: 2, Items: []todo.Item{{Content: "a", Status: todo.Completed}}}}
+	if err := s.Commit(ctx, next); err != nil {
+		t.Fatal(err)
+	}
+	plans, err := s.Plans(ctx, "web/one")
+	if err != nil || len(plans) != 2 || plans[0].Revision != 1 || plans[1].Items[0].Status != todo.Completed {
+		t.Fatalf("Plans = %+v, %v; want revisions 1 and 2", plans, err)
+	}
+}
+
+func testConflict(t *testing.T, s Store, own func(string)) {
+	ctx := context.Background()
+	own("web/c")
+	if err := s.Commit(ctx, Round("web/c", 3, "x")); err == nil {
+		t.Fatal("a first round at base 3 was accepted")
+	}
+	if err := s.Commit(ctx, Round("web/c", 0, "a", "b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Commit(ctx, Round("web/c", 5, "x")); err == nil {
+		t.Fatal("a round at base 5 after 2 entries was accepted")
+	}
+	_, hist, _, err := s.Load(ctx, "web/c")
+	if err != nil || !slices.Equal(texts(hist), []string{"a", "b"}) {
+		t.Fatalf("after the refused round: %v, %v; want [a b]", texts(hist), err)
+	}
+}
+
+// testBigRound commits a round bigger than one etcd transaction may be
+// (more than 128 operations, more than 1.5 MiB): it lands whole.
+func testBigRound(t *testing.T, s Store, own func(string)) {
+	ctx := context.Background()
+	own("web/big")
+	var ts []string
+	for i := range 300 {
+		ts = append(ts, fmt.Sprintf("%03d %s", i, strings.Repeat("x", 8000)))
+	}
+	r := Round("web/big", 0, ts...)
+	for rev := int64(1); rev <= 40; rev++ {
+		r.Plans = append(r.Plans, agent.PlanRevision{Revision: rev, Items: []todo.Item{{Content: fmt.Sprint("step ", rev), Status: todo.InProgress}}})
+	}
+	r.Checkpoint.Revision = 40
+	if err := s.Commit(ctx, r); err != nil {
+		t.Fatalf("commit of 300 entries (2.4 MB) and 40 plans: %v", err)
+	}
+	cp, hist, _, err := s.Load(ctx, "web/big")
+	if err != nil || cp.HistoryLen != 300 || len(hist) != 300 || !strings.HasPrefix(hist[299].Message.Content, "299 ") {
+		t.Fatalf("Load = %d entries, %v", len(hist), err)
+	}
+	plans, err := s.Plans(ctx, "web/big")
+	if err != nil || len(plans) != 40 {
+		t.Fatalf("Plans = %d, %v; want 40", len(plans), err)
+	}
+}
+
+func testInbox(t *testing.T, s Store, own func(string)) {
+	ctx := context.Background()
+	own("web/in")
+	var ids []uint64
+	for _, text := range []string{"one", "two", "three"} {
+		in, err := s.Enqueue(ctx, "web/in", agent.Inbound{Text: text})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ids) > 0 && in.ID <= ids[len(ids)-1] {
+			t.Fatalf("ids %v then %d: want increasing", ids, in.ID)
+		}
+		ids = append(ids, in.ID)
+	}
+	inbox, err := s.Inbox(ctx, "web/in")
+	if err != nil || len(inbox) != 3 || inbox[0].Text != "one" || inbox[2].Text != "three" || inbox[1].ID != ids[1] {
+		t.Fatalf("Inbox = %+v, %v", inbox, err)
+	}
+	r := Round("web/in", 0, "one", "two")
+	r.Drained = ids[:2]
+	if err := s.Commit(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	inbox, err = s.Inbox(ctx, "web/in")
+	if err != nil || len(inbox) != 1 || inbox[0].Text != "three" {
+		t.Fatalf("Inbox after draining two = %+v, %v", inbox, err)
+	}
+}
+
+func testResumable(t *testing.T, s Store, own func(string)) {
+	ctx := context.Background()
+	for _, k := range []string{"web/idle", "web/run", "web/wait", "web/queued"} {
+		own(k)
+	}
+	idle := Round("web/idle", 0, "a")
+	idle.Checkpoint.State = agent.Idle
+	wait := Round("web/wait", 0, "a")
+	wait.Checkpoint.State = agent.Waiting
+	for _, r := range []*agent.Round{idle, Round("web/run", 0, "a"), wait} {
+		if err := s.Commit(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Enqueue(ctx, "web/queued", agent.Inbound{Text: "later"}); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := s.Resumable(ctx)
+	slices.Sort(keys)
+	if err != nil || !slices.Equal(keys, []string{"web/queued", "web/run", "web/wait"}) {
+		t.Fatalf("Resumable = %v, %v; want queued, run, wait", keys, err)
+	}
+}
+
+var errNo = errors.New("no")
+
+func testUpdateCheckpoint(t *testing.T, s Store, own func(string)) {
+	ctx := context.Background()
+	own("web/u")
+	if err := s.UpdateCheckpoint(ctx, "web/u", func(cp *agent.Checkpoint) error {
+		if cp != nil {
+			t.Errorf("fn got %+v for a session without a record", cp)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Commit(ctx, Round("web/u", 0, "a")); err != nil {
+		t.Fatal(err)
+	}
+	err := s.UpdateCheckpoint(ctx, "web/u", func(cp *agent.Checkpoint) error {
+		cp.State = agent.Waiting
+		return errNo
+	})
+	if !errors.Is(err, errNo) {
+		t.Fatalf("fn's error: got %v, want it wrapped", err)
+	}
+	if cp, _, _, _ := s.Load(ctx, "web/u"); cp.State != agent.Running {
+		t.Fatalf("state after a refused update = %s, want running (nothing written)", cp.State)
+	}
+	if err := s.UpdateCheckpoint(ctx, "web/u", func(cp *agent.Checkpoint) error { cp.HistoryLen = 9; return nil }); err == nil {
+		t.Fatal("an update of HistoryLen was accepted")
+	}
+	if err := s.UpdateCheckpoint(ctx, "web/u", func(cp *agent.Checkpoint) error { cp.State = agent.Waiting; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if cp, _, _, _ := s.Load(ctx, "web/u"); cp.State != agent.Waiting {
+		t.Fatalf("state = %s, want waiting", cp.State)
+	}
+}
+
+// testConcurrentUpdates runs updates from several goroutines: each one's
+// change lands (none overwrites another's).
+func testConcurrentUpdates(t *testing.T, s Store, own func(string)) {
+	ctx := context.Background()
+	own("web/cc")
+	if err := s.Commit(ctx, Round("web/cc", 0, "a")); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			err := s.UpdateCheckpoint(ctx, "web/cc", func(cp *agent.Checkpoint) error {
+				cp.Grants = append(cp.Grants, agent.Grant{Tool: fmt.Sprint("t", i)})
+				return nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	cp, _, _, err := s.Load(ctx, "web/cc")
+	if err != nil || len(cp.Grants) != 8 {
+		t.Fatalf("grants after 8 concurrent updates = %d, %v; want 8", len(cp.Grants), err)
+	}
+}
+
+func testArchive(t *testing.T, s Store, own func(string)) {
+	ctx := context.Background()
+	own("web/a")
+	var ts []string
+	for i := range 200 { // more than one etcd transaction holds
+		ts = append(ts, fmt.Sprint("m", i))
+	}
+	r := Round("web/a", 0, ts...)
+	r.Checkpoint.Turns = 3
+	r.Checkpoint.Revision = 1
+	r.Plans = []agent.PlanRevision{{Revision: 1, Items: []todo.Item{{Content: "a", Status: todo.Pending}}}}
+	if err := s.Commit(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Enqueue(ctx, "web/a", agent.Inbound{Text: "queued"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Archive(ctx, "web/a"); err != nil {
+		t.Fatal(err)
+	}
+	cp, hist, inbox, err := s.Load(ctx, "web/a")
+	if err != nil || cp.HistoryLen != 0 || len(hist) != 0 || cp.State != agent.Idle || cp.Turns != 3 || len(inbox) != 1 {
+		t.Fatalf("after reset: cp=%+v hist=%d inbox=%d err=%v; want fresh, turns kept, message still queued", cp, len(hist), len(inbox), err)
+	}
+	if plans, _ := s.Plans(ctx, "web/a"); len(plans) != 0 {
+		t.Fatalf("plans after reset = %d, want 0", len(plans))
+	}
+	n, old, err := s.Archived(ctx, "web/a", 1)
+	if err != nil || n != 1 || len(old) != 200 || old[199].Message.Content != "m199" {
+		t.Fatalf("Archived = %d, %d entries, %v; want 1 archive of 200", n, len(old), err)
+	}
+	if err := s.Commit(ctx, Round("web/a", 0, "fresh")); err != nil {
+		t.Fatalf("a round after reset: %v", err)
+	}
+}
+
+func testChatRecords(t *testing.T, s Store, own func(string)) {
+	ctx := context.Background()
+	own("web/r1")
+	own("web/r2")
+	for _, f := range []struct {
+		name string
+		save func(context.Context, string, []byte) error
+		load func(context.Context, string) ([]byte, error)
+	}{{"board", s.SaveBoard, s.Board}, {"cards", s.SaveCards, s.Cards}, {"listing", s.SaveListing, s.Listing}} {
+		if got, err := f.load(ctx, "web/r1"); err != nil || got != nil {
+			t.Fatalf("%s of a new session = %q, %v; want nil", f.name, got, err)
+		}
+		if err := f.save(ctx, "web/r1", []byte(f.name+" 1")); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.save(ctx, "web/r1", []byte(f.name+" 2")); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := f.load(ctx, "web/r1"); err != nil || string(got) != f.name+" 2" {
+			t.Fatalf("%s = %q, %v", f.name, got, err)
+		}
+	}
+	if err := s.SaveBoard(ctx, "web/r2", []byte("b2")); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	if err := s.Boards(ctx, func(k string, d []byte) { got[k] = string(d) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got["web/r1"] != "board 2" || got["web/r2"] != "b2" {
+		t.Fatalf("Boards = %v", got)
+	}
+}
+
+func testOutbox(t *testing.T, s Store, own func(string)) {
+	ctx := context.Background()
+	own("web/o")
+	ids, err := s.AddOutbox(ctx, "web/o", [][]byte{[]byte("one"), []byte("two"), []byte("three")})
+	if err != nil || len(ids) != 3 || ids[0] >= ids[1] || ids[1] >= ids[2] {
+		t.Fatalf("AddOutbox = %v, %v; want three increasing ids", ids, err)
+	}
+	if err := s.DeleteOutbox(ctx, "web/o", ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	var items [][]byte
+	if err := s.Outbox(ctx, func(_ uint64, d []byte) { items = append(items, d) }); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.EqualFunc(items, [][]byte{[]byte("one"), []byte("three")}, bytes.Equal) {
+		t.Fatalf("Outbox = %q; want one, three", items)
+	}
+}
+
+func testFirstSeen(t *testing.T, s Store, _ func(string)) {
+	ctx := context.Background()
+	first, err := s.FirstSeen(ctx, "slack/Ev1", time.Hour)
+	if err != nil || !first {
+		t.Fatalf("first sighting = %v, %v", first, err)
+	}
+	again, err := s.FirstSeen(ctx, "slack/Ev1", time.Hour)
+	if err != nil || again {
+		t.Fatalf("second sighting = %v, %v; want false", again, err)
+	}
+	if other, _ := s.FirstSeen(ctx, "slack/Ev2", time.Hour); !other {
+		t.Fatal("another event was taken for a repeat")
+	}
+}
