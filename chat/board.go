@@ -365,6 +365,15 @@ func (b *Board) loop() {
 			lastVer, reposts = ver, 0
 		}
 
+		if err := b.owner.held(ctx, rec.Thread.Key); err != nil {
+			// Another replica holds the session now and renders it.
+			b.log.Warn("plan board stopped: this replica no longer holds the session", "err", err)
+			b.mu.Lock()
+			b.running = false
+			b.idle.Broadcast()
+			b.mu.Unlock()
+			return
+		}
 		ref, err := b.apply(ctx, rec, want)
 		outcome, retryAfter := Classify(err)
 		if err != nil && outcome == EditLater {

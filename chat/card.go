@@ -363,6 +363,9 @@ func (r *Router) showCard(ctx context.Context, s *session, th Thread, a agent.Ap
 	})
 	var ref MessageRef
 	_, err := sendUntil(ctx, r.backoff(cardBackoff), cardAttempts, nil, func(ctx context.Context) error {
+		if err := r.held(ctx, th.Key); err != nil {
+			return err
+		}
 		var err error
 		ref, err = ip.PostCard(ctx, th, card)
 		return err
@@ -407,6 +410,9 @@ func (r *Router) closeCardID(ctx context.Context, s *session, th Thread, id stri
 	card := decided(cr.Card, d)
 	if ip, ok := b.platform.(Interactive); ok {
 		_, err := sendUntil(ctx, r.backoff(cardBackoff), cardAttempts, nil, func(ctx context.Context) error {
+			if err := r.held(ctx, th.Key); err != nil {
+				return err
+			}
 			return ip.EditCard(ctx, th, cr.Ref, card)
 		})
 		if err != nil {

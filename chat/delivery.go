@@ -5,6 +5,8 @@ import (
 	"errors"
 	"math/rand/v2"
 	"time"
+
+	"github.com/pinplan/pinplan/agent"
 )
 
 // The delivery layer: every send to a platform (plan post, edit, pin and
@@ -59,7 +61,7 @@ func Classify(err error) (Outcome, time.Duration) {
 	switch {
 	case errors.As(err, &rl):
 		return RetryAfter, rl.RetryAfter
-	case errors.Is(err, ErrUndeliverable):
+	case errors.Is(err, ErrUndeliverable), errors.Is(err, agent.ErrFenced):
 		return Permanent, 0
 	case errors.Is(err, ErrEditLater):
 		return EditLater, 0
@@ -99,6 +101,23 @@ func (r *Router) backoff(max time.Duration) Backoff {
 // (anything but Retry and RetryAfter), attempts are spent (0: no limit),
 // giveUp reports true, or ctx is done. It returns the attempts made and
 // the last error.
+// Fence is implemented by stores shared by several replicas (DESIGN §14):
+// Held returns an error wrapping agent.ErrFenced once this process no
+// longer holds the session. The plan board, the cards and the outbox ask
+// before every platform request, so a replica that lost a session sends
+// nothing more for it; the new holder's first render puts it right.
+type Fence interface {
+	Held(ctx context.Context, key string) error
+}
+
+// held returns the fence's verdict on the session; nil without a fence.
+func (r *Router) held(ctx context.Context, key string) error {
+	if r.opts.Fence == nil {
+		return nil
+	}
+	return r.opts.Fence.Held(ctx, key)
+}
+
 func sendUntil(ctx context.Context, b Backoff, attempts int, giveUp func() bool, send func(ctx context.Context) error) (int, error) {
 	for n := 1; ; n++ {
 		err := send(ctx)

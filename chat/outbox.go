@@ -3,9 +3,11 @@ package chat
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync"
 	"time"
 
+	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/internal/serial"
 )
 
@@ -119,6 +121,21 @@ func (o *outbox) resume(ctx context.Context) (int, error) {
 	return len(qs), err
 }
 
+// resumeSession queues the stored replies of one session.
+func (o *outbox) resumeSession(ctx context.Context, key string) error {
+	var qs []queued
+	err := o.store.Outbox(ctx, func(id uint64, data []byte) {
+		var it outboxItem
+		if json.Unmarshal(data, &it) == nil && it.Thread.Key == key {
+			qs = append(qs, queued{id: id, item: it})
+		}
+	})
+	if len(qs) > 0 {
+		o.enqueue(key, qs...)
+	}
+	return err
+}
+
 // enqueue queues the items behind the session's earlier replies. They go
 // in as one function, so the parts of one reply are never interleaved
 // with another's.
@@ -155,6 +172,9 @@ func (o *outbox) send(ctx context.Context, q queued) {
 	}
 	tooOld := func() bool { return o.r.opts.Now().Sub(it.Created) > maxReplyAge }
 	attempts, err := sendUntil(ctx, o.r.backoff(maxReplyBackoff), 0, tooOld, func(ctx context.Context) error {
+		if err := o.r.held(ctx, th.Key); err != nil {
+			return err
+		}
 		actx, cancel := context.WithTimeout(ctx, replyTimeout)
 		defer cancel()
 		err := p.Reply(actx, th, it.ReplyTo, it.Text)
@@ -170,6 +190,9 @@ func (o *outbox) send(ctx context.Context, q queued) {
 		}
 	case ctx.Err() != nil:
 		return // shutdown: delivered after the restart
+	case errors.Is(err, agent.ErrFenced):
+		log.Warn("reply left to the replica that holds the session now", "err", err)
+		return // it is stored; that replica delivers it
 	default:
 		// Refused for good, or still failing after maxReplyAge.
 		log.Error("reply undeliverable; dropped", "attempts", attempts, "err", err)

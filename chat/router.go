@@ -80,6 +80,10 @@ type Options struct {
 	// ThreadContext is how many earlier messages of a thread the first
 	// request of a session quotes (PINPLAN_THREAD_CONTEXT); 0 quotes none.
 	ThreadContext int
+	// Fence, with replicas, says whether this process still holds a
+	// session; nothing is sent for one it does not. nil: every session is
+	// this process's.
+	Fence Fence
 }
 
 // Router maps threads to sessions, feeds their messages to the agent runner
@@ -151,8 +155,7 @@ func (r *Router) Resume(ctx context.Context) (int, error) {
 	if bl, ok := r.opts.Store.(BoardLister); ok {
 		var keys []string
 		err := bl.Boards(ctx, func(key string, data []byte) {
-			var rec boardRecord
-			if json.Unmarshal(data, &rec) == nil && rec.Want != nil && (!rec.Ref.IsZero() || len(rec.Want.Items) > 0) && !sameContent(*rec.Want, rec.Shown) {
+			if BoardPending(data) {
 				keys = append(keys, key)
 			}
 		})
@@ -166,6 +169,29 @@ func (r *Router) Resume(ctx context.Context) (int, error) {
 		}
 	}
 	return r.outbox.resume(ctx)
+}
+
+// BoardPending reports whether a stored plan board record wants content
+// its message does not show yet (a post or an edit a stop cut short).
+func BoardPending(data []byte) bool {
+	var rec boardRecord
+	return json.Unmarshal(data, &rec) == nil && rec.Want != nil && (!rec.Ref.IsZero() || len(rec.Want.Items) > 0) && !sameContent(*rec.Want, rec.Shown)
+}
+
+// ResumeSession is Resume for one session that this process has just
+// taken from another replica (DESIGN §14): its records are read afresh,
+// and the plan post or edit and the replies the other one left are
+// finished here.
+func (r *Router) ResumeSession(ctx context.Context, key string) {
+	r.Forget(key)
+	if data, err := r.opts.Store.Board(ctx, key); err == nil && BoardPending(data) {
+		if b := r.Board(key); b != nil && b.platform != nil {
+			b.set(func(*boardRecord, *Plan) {})
+		}
+	}
+	if err := r.outbox.resumeSession(ctx, key); err != nil {
+		r.opts.Logger.Error("resume undelivered replies", "session", key, "err", err)
+	}
 }
 
 // drainTimeout bounds how long Close lets plan boards finish their edits.

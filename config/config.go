@@ -220,6 +220,9 @@ func Load(getenv func(string) string) (*Config, error) {
 		if (c.EtcdCert == "") != (c.EtcdKey == "") {
 			l.fail("PINPLAN_ETCD_CERT", "and PINPLAN_ETCD_KEY must be set together")
 		}
+		if c.Retention > 0 {
+			l.fail("PINPLAN_RETENTION", "is for the bbolt file; with PINPLAN_ETCD_ENDPOINTS leave it unset (retention on etcd is not built yet)")
+		}
 		if c.EtcdPassword != "" && c.EtcdUsername == "" {
 			l.fail("PINPLAN_ETCD_USERNAME", "must be set with PINPLAN_ETCD_PASSWORD")
 		}

@@ -89,6 +89,9 @@ type Store struct {
 
 	leaseMu sync.Mutex // guards dedupeLease
 	dedupe  dedupeLease
+
+	recMu sync.Mutex // guards recs
+	recs  map[string]writtenRecord
 }
 
 var _ agent.Store = (*Store)(nil)
@@ -176,6 +179,20 @@ func opSize(ops []clientv3.Op) int {
 	n := 0
 	for _, op := range ops {
 		n += len(op.KeyBytes()) + len(op.ValueBytes()) + 16
+	}
+	return n
+}
+
+// fits returns how many of ops, from the first, one Txn takes within
+// etcd's limits: at least one.
+func fits(ops []clientv3.Op) int {
+	n, size := 0, 0
+	for n < len(ops) && n < maxOps {
+		size += opSize(ops[n : n+1])
+		if size > maxBytes && n > 0 {
+			break
+		}
+		n++
 	}
 	return n
 }
@@ -426,37 +443,26 @@ func (s *Store) commit(ctx context.Context, r *agent.Round) error {
 	if len(final) > maxOps || len(record) > maxBytes {
 		return fmt.Errorf("a round that drains %d messages with a %d-byte record does not fit one etcd transaction", len(r.Drained), len(record))
 	}
-	for {
-		resp, err := s.get(ctx, s.rec(key))
-		if err != nil {
-			return err
+	for attempt := 0; ; attempt++ {
+		// The record as this store last wrote it, if it did: no read is
+		// needed when nobody wrote it since (the compare below says).
+		mod, histLen, known := s.written(key)
+		if known && attempt == 0 {
+			if histLen != r.Base && histLen != r.Checkpoint.HistoryLen {
+				known = false // read it: the round may follow a newer record
+			}
 		}
-		var mod int64
-		if len(resp.Kvs) == 1 {
-			var cur struct {
-				HistoryLen int `json:"history_len"`
+		if !known || attempt > 0 {
+			var err error
+			if mod, err = s.readRecord(ctx, r); err != nil {
+				return err
 			}
-			if err := json.Unmarshal(resp.Kvs[0].Value, &cur); err != nil {
-				return fmt.Errorf("record: %w", err)
-			}
-			if cur.HistoryLen != r.Base && cur.HistoryLen != r.Checkpoint.HistoryLen {
-				return fmt.Errorf("%w: stored history has %d entries, round starts at %d", ErrConflict, cur.HistoryLen, r.Base)
-			}
-			mod = resp.Kvs[0].ModRevision
-		} else if r.Base != 0 {
-			return fmt.Errorf("%w: no record, round starts at %d", ErrConflict, r.Base)
 		}
 		// What does not fit beside the record goes first, in Txns of its
 		// own, under the fence; the last Txn moves the record.
 		ops := puts
 		for len(ops)+len(final) > maxOps || opSize(ops)+opSize(final) > maxBytes {
-			n := 0
-			for size := 0; n < len(ops) && n < maxOps; n++ {
-				size += opSize(ops[n : n+1])
-				if size > maxBytes && n > 0 {
-					break
-				}
-			}
+			n := fits(ops)
 			if err := s.fencedTxn(ctx, key, ops[:n]...); err != nil {
 				return err
 			}
@@ -472,11 +478,73 @@ func (s *Store) commit(ctx context.Context, r *agent.Round) error {
 			return err
 		}
 		if tr.Succeeded {
+			s.wrote(key, tr.Header.Revision, r.Checkpoint.HistoryLen)
 			return nil
 		}
+		s.forget(key)
 		// The record moved between the read and the write (a decision
 		// recorded on another replica): read it again.
 	}
+}
+
+// readRecord reads the session's record and checks that the round
+// follows it; it returns the record's ModRevision (0: none).
+func (s *Store) readRecord(ctx context.Context, r *agent.Round) (int64, error) {
+	key := r.Checkpoint.Key
+	{
+		resp, err := s.get(ctx, s.rec(key))
+		if err != nil {
+			return 0, err
+		}
+		var mod int64
+		if len(resp.Kvs) == 1 {
+			var cur struct {
+				HistoryLen int `json:"history_len"`
+			}
+			if err := json.Unmarshal(resp.Kvs[0].Value, &cur); err != nil {
+				return 0, fmt.Errorf("record: %w", err)
+			}
+			if cur.HistoryLen != r.Base && cur.HistoryLen != r.Checkpoint.HistoryLen {
+				return 0, fmt.Errorf("%w: stored history has %d entries, round starts at %d", ErrConflict, cur.HistoryLen, r.Base)
+			}
+			mod = resp.Kvs[0].ModRevision
+		} else if r.Base != 0 {
+			return 0, fmt.Errorf("%w: no record, round starts at %d", ErrConflict, r.Base)
+		}
+		return mod, nil
+	}
+}
+
+// written returns the ModRevision and history length of the session's
+// record as this store last wrote it.
+func (s *Store) written(key string) (mod int64, histLen int, ok bool) {
+	s.recMu.Lock()
+	defer s.recMu.Unlock()
+	w, ok := s.recs[key]
+	return w.mod, w.histLen, ok
+}
+
+func (s *Store) wrote(key string, mod int64, histLen int) {
+	s.recMu.Lock()
+	defer s.recMu.Unlock()
+	if s.recs == nil {
+		s.recs = map[string]writtenRecord{}
+	}
+	if len(s.recs) > 10000 {
+		clear(s.recs) // a cache: forgetting costs one read
+	}
+	s.recs[key] = writtenRecord{mod, histLen}
+}
+
+func (s *Store) forget(key string) {
+	s.recMu.Lock()
+	defer s.recMu.Unlock()
+	delete(s.recs, key)
+}
+
+type writtenRecord struct {
+	mod     int64
+	histLen int
 }
 
 // Resumable implements agent.Store: sessions whose record says running or
@@ -604,13 +672,7 @@ func (s *Store) archive(ctx context.Context, key string) error {
 		}
 	}
 	for len(copies) > 0 {
-		i := 0
-		for size := 0; i < len(copies) && i < maxOps; i++ {
-			size += opSize(copies[i : i+1])
-			if size > maxBytes && i > 0 {
-				break
-			}
-		}
+		i := fits(copies)
 		if err := s.fencedTxn(ctx, key, copies[:i]...); err != nil {
 			return err
 		}
@@ -861,4 +923,27 @@ func (s *Store) Empty(ctx context.Context) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// PutArchive writes archive n of the session's history, for migrate: the
+// archive count becomes n if it was lower. Unfenced; for an empty prefix.
+func (s *Store) PutArchive(ctx context.Context, key string, n uint64, hist []agent.Entry) error {
+	dst := s.arch(key) + num(n) + "/hist/"
+	var ops []clientv3.Op
+	for i, e := range hist {
+		raw, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		ops = append(ops, clientv3.OpPut(dst+num(uint64(i)), string(raw)))
+	}
+	ops = append(ops, clientv3.OpPut(s.aseq(key), strconv.FormatUint(n, 10)))
+	for len(ops) > 0 {
+		i := fits(ops)
+		if _, err := s.txn(ctx, "", nil, ops[:i], nil); err != nil {
+			return fmt.Errorf("etcdstore: archive %d of %s: %w", n, key, err)
+		}
+		ops = ops[i:]
+	}
+	return nil
 }

@@ -90,3 +90,29 @@ func TestContractUnfenced(t *testing.T) {
 		return s
 	}, nil)
 }
+
+// BenchmarkRounds100: rounds per second with 100 sessions committing at
+// once on the embedded etcd, fenced, and the etcd requests and bytes per
+// round (compare with store's BenchmarkRounds100 in one run).
+func BenchmarkRounds100(b *testing.B) {
+	server := etcdtest.Start(b)
+	cli := server.Client(b)
+	ctx := context.Background()
+	rep, err := NewReplica(ctx, cli, ReplicaOptions{Prefix: "/bench/", ID: "bench", TTL: 10 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rep.Close()
+	s, err := New(ctx, cli, Options{Prefix: "/bench/", Replica: rep})
+	if err != nil {
+		b.Fatal(err)
+	}
+	storetest.BenchRounds(b, s, 100, func(key string) {
+		if ok, err := rep.TryTake(ctx, key); err != nil || !ok {
+			b.Fatalf("take %s: %v %v", key, ok, err)
+		}
+	})
+	rounds := float64(b.N/100+1) * 100
+	b.ReportMetric(float64(s.Requests.Load())/rounds, "requests/round")
+	b.ReportMetric(float64(s.Bytes.Load())/rounds, "bytes/round")
+}

@@ -71,6 +71,9 @@ type Options struct {
 	// when other writes are in flight; a lone commit does not wait.
 	BatchDelay time.Duration
 	Now        func() time.Time
+	// ReadOnly opens an existing file for reading only (migrate): it is
+	// left exactly as it was, and every write fails.
+	ReadOnly bool
 }
 
 // DB is the pinplan database. It is safe for concurrent use.
@@ -105,7 +108,7 @@ func Open(path string, opts Options) (*DB, error) {
 	err := precheck(path, opts.LockTimeout)
 	var b *bolt.DB
 	if err == nil {
-		b, err = openBolt(path, &bolt.Options{Timeout: opts.LockTimeout})
+		b, err = openBolt(path, &bolt.Options{Timeout: opts.LockTimeout, ReadOnly: opts.ReadOnly})
 	}
 	switch {
 	case errors.Is(err, bolterrors.ErrTimeout):
@@ -119,7 +122,11 @@ func Open(path string, opts Options) (*DB, error) {
 		b.MaxBatchDelay = opts.BatchDelay
 	}
 	db := &DB{bolt: b, path: path, now: opts.Now}
-	if err := db.migrate(); err != nil {
+	migrate := db.migrate
+	if opts.ReadOnly {
+		migrate = db.checkSchema
+	}
+	if err := migrate(); err != nil {
 		b.Close()
 		if errors.Is(err, ErrCorrupt) {
 			return nil, fmt.Errorf("store: %w", err)
@@ -162,6 +169,21 @@ func (db *DB) migrate() error {
 			}
 		}
 		return meta.Put(kSchema, []byte(strconv.Itoa(SchemaVersion)))
+	})
+}
+
+// checkSchema refuses a file this version cannot read, without writing.
+func (db *DB) checkSchema() error {
+	return db.view(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bMeta)
+		if meta == nil || tx.Bucket(bSessions) == nil || tx.Bucket(bOutbox) == nil {
+			return errors.New("not a pinplan database (no meta, sessions or outbox bucket)")
+		}
+		v, err := strconv.Atoi(string(meta.Get(kSchema)))
+		if err != nil || v > SchemaVersion {
+			return fmt.Errorf("schema version %q is not one this pinplan reads (%d); upgrade pinplan", meta.Get(kSchema), SchemaVersion)
+		}
+		return nil
 	})
 }
 

@@ -8,7 +8,6 @@ import (
 	"github.com/pinplan/pinplan/adapters/web"
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
-	"github.com/pinplan/pinplan/store"
 )
 
 // consoleState is the console's read model of the sessions' run states: it
@@ -30,10 +29,13 @@ func (c consoleState) Observe(e agent.Event) {
 }
 
 // webStore gives the web console its read-only view of the database.
-type webStore struct{ db *store.DB }
+type webStore struct {
+	db       stateStore
+	sessions func(context.Context) ([]sessionInfo, error)
+}
 
 func (s webStore) Threads(ctx context.Context) ([]web.Summary, error) {
-	infos, err := s.db.Sessions(ctx)
+	infos, err := s.sessions(ctx)
 	if err != nil {
 		return nil, err
 	}

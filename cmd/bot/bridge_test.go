@@ -53,7 +53,7 @@ func TestConsoleListsOldAndNewBoardRecords(t *testing.T) {
 
 	listed := func(when string, want map[string]string) {
 		t.Helper()
-		sums, err := webStore{db}.Threads(ctx)
+		sums, err := webStore{db: db, sessions: sessionsOf(db, nil)}.Threads(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

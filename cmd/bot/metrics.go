@@ -13,7 +13,6 @@ import (
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/mcp"
-	"github.com/pinplan/pinplan/store"
 )
 
 // metrics are pinplan's Prometheus series, served at /metrics.
@@ -46,7 +45,7 @@ func (m *metrics) addCheck(f func() error) {
 	m.checks = append(m.checks, f)
 }
 
-func newMetrics(reg *prometheus.Registry, db *store.DB) *metrics {
+func newMetrics(reg *prometheus.Registry, db interface{ SessionCount() (int, error) }) *metrics {
 	m := &metrics{
 		turns:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pinplan_turns_total", Help: "Turns ended, by outcome."}, []string{"outcome"}),
 		rounds:       prometheus.NewCounter(prometheus.CounterOpts{Name: "pinplan_model_rounds_total", Help: "Model requests answered."}),

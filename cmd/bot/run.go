@@ -25,6 +25,7 @@ import (
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/config"
+	"github.com/pinplan/pinplan/etcdstore"
 	"github.com/pinplan/pinplan/httphost"
 	"github.com/pinplan/pinplan/mcp"
 	"github.com/pinplan/pinplan/store"
@@ -60,6 +61,8 @@ const usage = `usage:
   bot backup FILE    write a hot backup of the database (PINPLAN_DB) to FILE
   bot invite         print the Discord OAuth2 invite URL
   bot compact OUT    write a compacted copy of the database (PINPLAN_DB) to OUT; stop the bot first
+  bot migrate --to etcd  copy the database (PINPLAN_DB) into the empty etcd prefix of
+                     PINPLAN_ETCD_ENDPOINTS and PINPLAN_ETCD_PREFIX; stop the bot first
 
 Settings come from the environment (see README.md); PINPLAN_CONFIG may name a TOML file.
 `
@@ -87,6 +90,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return backup(ctx, cfg, fs.Arg(1), stdout)
 	case "invite":
 		return invite(cfg, getenv, stdout)
+	case "migrate":
+		mf := flag.NewFlagSet("migrate", flag.ContinueOnError)
+		mf.SetOutput(stderr)
+		to := mf.String("to", "", "where to copy the bbolt file: etcd")
+		if err := mf.Parse(fs.Args()[1:]); err != nil || mf.NArg() != 0 || *to == "" {
+			return errors.New("usage: bot migrate --to etcd")
+		}
+		return migrate(ctx, cfg, *to, stdout)
 	case "compact":
 		if fs.NArg() != 2 {
 			return errors.New("usage: bot compact OUT")
@@ -132,12 +143,43 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 		}
 	}()
 	later := func(f func()) { teardown = append(teardown, f) }
+	lost := make(chan error, 1) // a replica's lease ended under it
 
-	db, err := store.Open(cfg.DB, store.Options{LockTimeout: 2 * time.Second, BatchDelay: 2 * time.Millisecond})
-	if err != nil {
-		return err
+	var (
+		db   stateStore
+		bolt *store.DB // the file, when there is no etcd
+		rep  *etcdstore.Replica
+		es   *etcdstore.Store
+	)
+	if len(cfg.EtcdEndpoints) > 0 {
+		cli, err := dialEtcd(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		later(func() { cli.Close() })
+		rep, err = etcdstore.NewReplica(ctx, cli, etcdstore.ReplicaOptions{Prefix: cfg.EtcdPrefix, ID: replicaID(cfg), TTL: cfg.LeaseTTL, Logger: log.With("component", "replica")})
+		if err != nil {
+			return err
+		}
+		// Revoked after the runner and the router stopped (teardown runs
+		// in reverse): the others take over at once, not after the TTL.
+		later(func() {
+			if err := rep.Close(); err != nil {
+				log.Warn("release the replica's lease", "err", err)
+			}
+		})
+		if es, err = etcdstore.New(ctx, cli, etcdstore.Options{Prefix: cfg.EtcdPrefix, Replica: rep}); err != nil {
+			return err
+		}
+		db = es
+	} else {
+		var err error
+		if bolt, err = store.Open(cfg.DB, store.Options{LockTimeout: 2 * time.Second, BatchDelay: 2 * time.Millisecond}); err != nil {
+			return err
+		}
+		later(func() { bolt.Close() })
+		db = bolt
 	}
-	later(func() { db.Close() })
 	token, generated, err := consoleToken(cfg)
 	if err != nil {
 		return err
@@ -147,6 +189,9 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	reg := prometheus.NewRegistry()
 	m := newMetrics(reg, db)
 	m.addCheck(db.Ping)
+	if rep != nil {
+		replicaMetrics(reg, rep)
+	}
 
 	model, tools, modelName := buildModel(cfg, demo, m, log)
 	registry, err := agent.NewRegistry(tools...)
@@ -169,7 +214,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	var wg sync.WaitGroup // the HTTP server and housekeeping
 	later(wg.Wait)
 
-	console := web.New(web.Options{Store: webStore{db}, Demo: demo, Model: modelName, Logger: log.With("adapter", "web")})
+	console := web.New(web.Options{Store: webStore{db: db, sessions: sessionsOf(bolt, es)}, Demo: demo, Model: modelName, Logger: log.With("adapter", "web")})
 	platforms := map[string]chat.Platform{"web": console}
 
 	hooks := m.boardHooks()
@@ -183,13 +228,28 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 		Model: model, Store: db, Tools: registry, ModelName: modelName,
 		SystemPrompt: systemPrompt, StaleRounds: cfg.StaleRounds, ReminderRole: cfg.ReminderRole, MaxRounds: cfg.MaxRounds,
 		ApprovalTimeout: cfg.ApprovalTimeout, ContextTokens: cfg.ContextTokens, Approvers: cfg.Approvers,
-		Events: events, Logger: log.With("component", "agent"),
+		Events: events, Logger: log.With("component", "agent"), Owners: owners(rep),
 	})
 	if err != nil {
 		return err
 	}
-	router := chat.NewRouter(chat.Options{Runner: runner, Store: db, Cards: db, Listings: db, Outbox: db, Platforms: platforms, Logger: log.With("component", "chat"), Hooks: hooks,
-		Approvers: cfg.Approvers, ThreadContext: cfg.ThreadContext})
+	var chatRunner chat.Runner = runner
+	var fence chat.Fence
+	if rep != nil {
+		chatRunner, fence = replicaRunner{Runner: runner, rep: rep, log: log.With("component", "replica")}, rep
+	}
+	router := chat.NewRouter(chat.Options{Runner: chatRunner, Store: db, Cards: db, Listings: db, Outbox: db, Platforms: platforms, Logger: log.With("component", "chat"), Hooks: hooks,
+		Approvers: cfg.Approvers, ThreadContext: cfg.ThreadContext, Fence: fence})
+	// inbox is where the adapters hand their events: the router, or with
+	// replicas the session's queue in etcd (replicas.Handle).
+	var inbox chat.Inbox = router
+	var shared *replicas
+	if rep != nil {
+		shared = &replicas{ctx: ctx, rep: rep, st: es, router: router, runner: runner, log: log.With("component", "replica")}
+		rep.OnTake = shared.taken
+		inbox = shared
+		later(func() { shared.pumps.Wait(context.Background()) })
+	}
 	// Torn down in reverse: the runner stops publishing, then the router
 	// finishes its plan edits and replies.
 	later(router.Close)
@@ -199,21 +259,23 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	events.Subscribe(m)
 	events.Subscribe(router)
 	events.Subscribe(consoleState{router: router, console: console})
-	console.Bind(router)
+	console.Bind(consoleInbox{Inbox: inbox, router: router})
 
 	host := httphost.New(httphost.Options{Token: token, Logger: log.With("component", "http"),
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
-		Ready:   func() error { return m.ready() }, ReadyDetail: func() string { return mcpStatus(servers) }})
+		Ready:   func() error { return m.ready() }, ReadyDetail: func() string { return mcpStatus(servers) + replicaStatus(rep) }})
 	if !cfg.WebOff {
 		console.Register(host)
 	}
-	host.Handle("GET /api/backup", backupHandler(db))
+	if bolt != nil {
+		host.Handle("GET /api/backup", backupHandler(bolt))
+	}
 	var slk *slackadapter.Adapter
 	if cfg.SlackBotToken != "" {
 		slk = slackadapter.New(slackadapter.Options{
 			BotToken: cfg.SlackBotToken.Reveal(), AppToken: cfg.SlackAppToken.Reveal(), SigningSecret: cfg.SlackSigningSecret.Reveal(),
 			APIURL: cfg.SlackAPIURL, NativePlan: cfg.SlackPlanBlocks, EditsPerMinute: float64(cfg.SlackEditsPerMin),
-			Handler: router, Dedupe: db, Logger: log.With("adapter", "slack"),
+			Handler: inbox, Dedupe: db, Logger: log.With("adapter", "slack"),
 		})
 		platforms["slack"] = slk
 		later(slk.Wait) // after the HTTP server stops: no more events
@@ -226,7 +288,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	var dsc *discordadapter.Adapter
 	if cfg.DiscordBotToken != "" {
 		dsc, err = discordadapter.New(discordadapter.Options{Token: cfg.DiscordBotToken.Reveal(), APIURL: cfg.DiscordAPIURL,
-			ThreadPerTask: cfg.DiscordThreadPerTask, Handler: router, Dedupe: db, Logger: log.With("adapter", "discord")})
+			ThreadPerTask: cfg.DiscordThreadPerTask, Handler: inbox, Dedupe: db, Logger: log.With("adapter", "discord")})
 		if err != nil {
 			return err
 		}
@@ -275,9 +337,11 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	m.setReady(nil)
 	later(func() { m.setReady(errors.New("shutting down")) })
 
-	pending, err := router.Resume(ctx)
-	if err != nil {
-		log.Error("resume undelivered replies", "err", err)
+	var pending int
+	if rep == nil {
+		if pending, err = router.Resume(ctx); err != nil {
+			log.Error("resume undelivered replies", "err", err)
+		}
 	}
 	// A resumed turn may be waiting on an MCP tool (an approval card left
 	// open by a crash): give the servers their first try before it looks
@@ -287,21 +351,44 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 		log.Warn("resuming sessions before every MCP server has started", "err", err)
 	}
 	mcpCancel()
-	n, err := runner.Resume(ctx)
-	if err != nil {
-		log.Error("resume sessions", "err", err)
+	var n int
+	if rep == nil {
+		if n, err = runner.Resume(ctx); err != nil {
+			log.Error("resume sessions", "err", err)
+		}
+	} else {
+		// Sessions this replica holds hear of work through the watches;
+		// sessions whose holder is gone are taken by whoever sees them first.
+		rep.Watch(ctx, etcdstore.Events{Handed: shared.pump, Wake: runner.Wake, Stop: func(key, by string) { runner.Stop(key, by) },
+			Orphaned: shared.orphaned, Rescan: func() { shared.scan() }})
+		n = shared.scan()
+		go func() {
+			select {
+			case <-rep.Lost():
+				err := fmt.Errorf("replica %s: %w; stopping so that a supervisor starts it afresh (its sessions are another replica's now)", rep.ID(), rep.LostErr())
+				log.Error("lease lost", "err", err)
+				lost <- err
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
 	}
 	log.Info("pinplan started", "config", cfg.String(), "resumed", n, "replies_pending", pending, "demo", demo)
 
 	wg.Add(1)
 	go func() { // housekeeping: expired dedupe keys, idle boards, retention
 		defer wg.Done()
-		housekeep(ctx, cfg, db, router, log)
+		housekeep(ctx, cfg, bolt, router, log)
 	}()
 
 	<-ctx.Done()
 	log.Info("shutting down")
-	return nil
+	select {
+	case err := <-lost:
+		return err
+	default:
+		return nil
+	}
 }
 
 // housekeep runs every minute until ctx is done: idle boards leave memory,
@@ -316,6 +403,9 @@ func housekeep(ctx context.Context, cfg *config.Config, db *store.DB, router *ch
 		case <-t.C:
 		}
 		router.Evict(10 * time.Minute)
+		if db == nil {
+			continue // etcd: dedupe keys end with their leases; no retention
+		}
 		if n%10 == 0 {
 			if _, err := db.PruneDedupe(ctx); err != nil {
 				log.Warn("prune dedupe keys", "err", err)

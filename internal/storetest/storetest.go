@@ -398,3 +398,42 @@ func testFirstSeen(t *testing.T, s Store, _ func(string)) {
 		t.Fatal("another event was taken for a repeat")
 	}
 }
+
+// BenchRounds commits b.N rounds spread over sessions sessions committing
+// at once (each a user message and an answer, a plan revision every
+// other round), the shape of a busy deployment, and reports rounds/s.
+// own is called once per session key first (a fenced store takes it).
+func BenchRounds(b *testing.B, s Store, sessions int, own func(key string)) {
+	ctx := context.Background()
+	keys := make([]string, sessions)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("slack/T1/C%03d/1700000000.000100", i)
+		if own != nil {
+			own(keys[i])
+		}
+	}
+	per := b.N/sessions + 1
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, key := range keys {
+		wg.Go(func() {
+			for i := range per {
+				r := Round(key, 2*i, fmt.Sprint("message ", i), strings.Repeat("answer ", 40))
+				if i%2 == 0 {
+					r.Checkpoint.Revision = int64(i/2 + 1)
+					r.Plans = []agent.PlanRevision{{Revision: r.Checkpoint.Revision, Items: []todo.Item{{Content: "step one", Status: todo.InProgress}, {Content: "step two", Status: todo.Pending}}}}
+				} else {
+					r.Checkpoint.Revision = int64(i/2 + 1)
+				}
+				if err := s.Commit(ctx, r); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(per*sessions)/time.Since(start).Seconds(), "rounds/s")
+}

@@ -1,0 +1,365 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/config"
+	"github.com/pinplan/pinplan/etcdstore"
+	"github.com/pinplan/pinplan/internal/serial"
+	"github.com/pinplan/pinplan/store"
+)
+
+// dialEtcd connects to the cluster of PINPLAN_ETCD_ENDPOINTS with the TLS
+// and auth settings, and checks that it answers.
+func dialEtcd(ctx context.Context, cfg *config.Config) (*clientv3.Client, error) {
+	cc := clientv3.Config{Endpoints: cfg.EtcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		Username: cfg.EtcdUsername, Password: cfg.EtcdPassword.Reveal(), DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 3 * time.Second}
+	if cfg.EtcdCA != "" || cfg.EtcdCert != "" {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if cfg.EtcdCA != "" {
+			pem, err := os.ReadFile(cfg.EtcdCA)
+			if err != nil {
+				return nil, fmt.Errorf("PINPLAN_ETCD_CA: %w", err)
+			}
+			tc.RootCAs = x509.NewCertPool()
+			if !tc.RootCAs.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("PINPLAN_ETCD_CA: %s holds no PEM certificate", cfg.EtcdCA)
+			}
+		}
+		if cfg.EtcdCert != "" {
+			cert, err := tls.LoadX509KeyPair(cfg.EtcdCert, cfg.EtcdKey)
+			if err != nil {
+				return nil, fmt.Errorf("PINPLAN_ETCD_CERT, PINPLAN_ETCD_KEY: %w", err)
+			}
+			tc.Certificates = []tls.Certificate{cert}
+		}
+		cc.TLS = tc
+	}
+	cli, err := clientv3.New(cc)
+	if err != nil {
+		return nil, fmt.Errorf("etcd at %v: %w", cfg.EtcdEndpoints, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := cli.Get(pctx, cfg.EtcdPrefix+"meta/schema"); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("etcd at %v does not answer: %w", cfg.EtcdEndpoints, err)
+	}
+	return cli, nil
+}
+
+// replicaID is PINPLAN_REPLICA_ID, or the host name and pid.
+func replicaID(cfg *config.Config) string {
+	if cfg.ReplicaID != "" {
+		return cfg.ReplicaID
+	}
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
+}
+
+// replicas is the glue between the router, the runner and the replica's
+// ownership of sessions (DESIGN §14). Every event an adapter decodes, on
+// whichever replica, goes to the session's queue in etcd (P fwd/K/, in
+// the order the replicas received them); the replica that holds the
+// session handles them in that order through its router, so one
+// replica's router runs each session. Clicks are decided where they
+// arrive (a compare-and-set on the checkpoint), and the holder hears of
+// them through its watch.
+type replicas struct {
+	ctx    context.Context
+	rep    *etcdstore.Replica
+	st     *etcdstore.Store
+	router *chat.Router
+	runner *agent.Runner
+	log    *slog.Logger
+	pumps  serial.Queue // handed-over events, per session
+}
+
+var _ chat.Inbox = (*replicas)(nil)
+
+// Handle implements chat.Inbox: the event joins its session's queue, and
+// the session is taken if no replica holds it.
+func (x *replicas) Handle(ctx context.Context, in chat.Incoming) error {
+	key := in.Thread.Key
+	in.Sync = false // the holder answers in the thread, wherever that is
+	data, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	if err := x.rep.Forward(ctx, key, data); err != nil {
+		x.log.Error("hand a message over to its session", "session", key, "err", err)
+		return &chat.Rejection{Reason: "I couldn't accept your message right now (the bot's database is unavailable). Please send it again in a moment.", Refused: true}
+	}
+	held, err := x.rep.TryTake(ctx, key)
+	if err != nil {
+		x.log.Warn("take the session", "session", key, "err", err)
+	}
+	if held {
+		x.pump(key)
+	}
+	return nil
+}
+
+// Known implements chat.Inbox from the cluster's records.
+func (x *replicas) Known(key string) bool {
+	if x.rep.Holds(key) {
+		return x.router.Known(key)
+	}
+	ctx, cancel := context.WithTimeout(x.ctx, 5*time.Second)
+	defer cancel()
+	ok, err := x.st.Known(ctx, key)
+	if err != nil {
+		x.log.Warn("look a session up", "session", key, "err", err)
+	}
+	return ok
+}
+
+// Click implements chat.Inbox: decided here, from the records as they
+// are now (the router forgets what it read for a session it does not
+// hold).
+func (x *replicas) Click(ctx context.Context, c chat.Click) chat.ClickResult {
+	key := c.Thread.Key
+	if x.rep.Holds(key) {
+		return x.router.Click(ctx, c)
+	}
+	x.router.Forget(key)
+	defer x.router.Forget(key)
+	return x.router.Click(ctx, c)
+}
+
+// pump handles the session's handed-over events in order, on its queue.
+func (x *replicas) pump(key string) {
+	x.pumps.Kick(key, func() { x.drain(key) })
+}
+
+func (x *replicas) drain(key string) {
+	ctx := x.ctx
+	for ctx.Err() == nil && x.rep.Holds(key) {
+		queued, err := x.rep.Queued(ctx, key)
+		if err != nil {
+			x.log.Error("read handed-over events", "session", key, "err", err)
+			return
+		}
+		if len(queued) == 0 {
+			return
+		}
+		for _, h := range queued {
+			var in chat.Incoming
+			if err := json.Unmarshal(h.Data, &in); err != nil {
+				x.log.Error("unreadable handed-over event; dropped", "session", key, "err", err)
+			} else if err := x.router.Handle(etcdstore.WithConsumed(ctx, h.Key), in); err != nil && !errors.Is(err, chat.ErrRejected) {
+				x.log.Error("handle a handed-over event", "session", key, "err", err)
+			}
+			// A message the router queued took its event along (WithConsumed);
+			// a command or a refusal did not.
+			if err := x.rep.Done(ctx, key, h); err != nil {
+				x.log.Warn("remove a handled event", "session", key, "err", err)
+				return
+			}
+		}
+	}
+}
+
+// taken runs when this replica takes a session: the router reads its
+// records afresh and finishes what the last holder left (plan edits,
+// replies), the runner resumes its turn, and its queued events are
+// handled.
+func (x *replicas) taken(key string) {
+	x.router.ResumeSession(x.ctx, key)
+	x.runner.Wake(key)
+	x.pump(key)
+}
+
+// orphaned runs when a session's holder went away: the session is taken
+// if it has work (a turn running or waiting, queued messages or events,
+// replies or a plan edit not delivered).
+func (x *replicas) orphaned(key string) {
+	if !x.hasWork(key) {
+		return
+	}
+	if _, err := x.rep.TryTake(x.ctx, key); err != nil {
+		x.log.Warn("take an orphaned session", "session", key, "err", err)
+	}
+}
+
+func (x *replicas) hasWork(key string) bool {
+	ctx := x.ctx
+	if cp, _, inbox, err := x.st.Load(ctx, key); err != nil || len(inbox) > 0 || (cp != nil && (cp.State == agent.Running || cp.State == agent.Waiting)) {
+		return true // on an error, let the taker look
+	}
+	if q, err := x.rep.Queued(ctx, key); err != nil || len(q) > 0 {
+		return true
+	}
+	if data, err := x.st.Board(ctx, key); err != nil || chat.BoardPending(data) {
+		return true
+	}
+	keys, err := x.st.OutboxKeys(ctx)
+	return err != nil || slices.Contains(keys, key)
+}
+
+// scan takes every session with work that no live replica holds: at
+// start, and when a watch was restarted.
+func (x *replicas) scan() int {
+	ctx := x.ctx
+	var keys []string
+	add := func(ks []string, err error) {
+		if err != nil {
+			x.log.Error("look for sessions with work", "err", err)
+		}
+		keys = append(keys, ks...)
+	}
+	add(x.st.Resumable(ctx))
+	add(x.rep.QueuedKeys(ctx))
+	add(x.st.OutboxKeys(ctx))
+	var boards []string
+	err := x.st.Boards(ctx, func(key string, data []byte) {
+		if chat.BoardPending(data) {
+			boards = append(boards, key)
+		}
+	})
+	add(boards, err)
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	n := 0
+	for _, key := range keys {
+		if ok, err := x.rep.TryTake(ctx, key); err != nil {
+			x.log.Warn("take a session", "session", key, "err", err)
+		} else if ok {
+			n++
+		}
+	}
+	return n
+}
+
+// replicaRunner is the runner as the router sees it with replicas: a stop
+// for a session another replica holds is passed to that one.
+type replicaRunner struct {
+	*agent.Runner
+	rep *etcdstore.Replica
+	log *slog.Logger
+}
+
+func (r replicaRunner) Stop(key, by string) bool {
+	if r.rep.Holds(key) {
+		return r.Runner.Stop(key, by)
+	}
+	if r.Runner.Stop(key, by) { // waiting: the stop is a checkpoint update, fine anywhere
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.rep.RequestStop(ctx, key, by); err != nil {
+		r.log.Error("pass a stop on to the session's replica", "session", key, "err", err)
+		return false
+	}
+	return true
+}
+
+// replicaMetrics registers the replica's gauges and counters.
+func replicaMetrics(reg *prometheus.Registry, rep *etcdstore.Replica) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pinplan_replica_sessions_owned", Help: "Sessions this replica holds."}, func() float64 { return float64(rep.Owned()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "pinplan_replica_takeovers_total", Help: "Sessions this replica took (first messages and failovers)."}, func() float64 { return float64(rep.Takeovers.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "pinplan_replica_fenced_writes_total", Help: "Writes and sends refused because another replica holds the session now."}, func() float64 { return float64(rep.Fenced.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pinplan_replicas", Help: "Live replicas sharing the etcd prefix."}, func() float64 { return float64(rep.Replicas()) }),
+	)
+}
+
+// consoleInbox is the web console's handler: messages and clicks go where
+// the adapters' go (the router, or with replicas the session's queue);
+// listing changes (rename, delete) are the router's.
+type consoleInbox struct {
+	chat.Inbox
+	router *chat.Router
+}
+
+func (c consoleInbox) Visible(key string) bool { return c.router.Visible(key) }
+
+func (c consoleInbox) Rename(key, title string) (chat.Thread, bool) {
+	return c.router.Rename(key, title)
+}
+
+func (c consoleInbox) Delete(ctx context.Context, key, by string) error {
+	return c.router.Delete(ctx, key, by)
+}
+
+// owners is the runner's Owners: the replica, or none without etcd.
+func owners(rep *etcdstore.Replica) agent.Owners {
+	if rep == nil {
+		return nil
+	}
+	return rep
+}
+
+// stateStore is what serve needs of the store: a *store.DB, or an
+// *etcdstore.Store for replicas.
+type stateStore interface {
+	agent.Store
+	chat.BoardStore
+	chat.CardStore
+	chat.ListingStore
+	chat.OutboxStore
+	chat.Deduper
+	chat.BoardLister
+	Plans(ctx context.Context, key string) ([]agent.PlanRevision, error)
+	SessionCount() (int, error)
+	Ping() error
+}
+
+// sessionInfo is a session as the console lists it, from either store.
+type sessionInfo struct {
+	Checkpoint     agent.Checkpoint
+	Board, Listing []byte
+}
+
+// sessionsOf returns the listing function of whichever store is open.
+func sessionsOf(bolt *store.DB, es *etcdstore.Store) func(context.Context) ([]sessionInfo, error) {
+	if es != nil {
+		return func(ctx context.Context) ([]sessionInfo, error) {
+			infos, err := es.Sessions(ctx)
+			out := make([]sessionInfo, len(infos))
+			for i, in := range infos {
+				out[i] = sessionInfo{in.Checkpoint, in.Board, in.Listing}
+			}
+			return out, err
+		}
+	}
+	return func(ctx context.Context) ([]sessionInfo, error) {
+		infos, err := bolt.Sessions(ctx)
+		out := make([]sessionInfo, len(infos))
+		for i, in := range infos {
+			out[i] = sessionInfo{in.Checkpoint, in.Board, in.Listing}
+		}
+		return out, err
+	}
+}
+
+// replicaStatus is the replica's lines for /readyz: its id, lease and
+// how many sessions it holds (etcd's health is the store's check).
+func replicaStatus(rep *etcdstore.Replica) string {
+	if rep == nil {
+		return ""
+	}
+	state := "held"
+	select {
+	case <-rep.Lost():
+		state = "lost"
+	default:
+	}
+	return fmt.Sprintf("replica %s: lease %x %s (ttl %s), %d sessions held, %d replicas live\n", rep.ID(), int64(rep.Lease()), state, rep.TTL(), rep.Owned(), rep.Replicas())
+}

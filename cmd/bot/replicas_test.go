@@ -1,0 +1,401 @@
+package main
+
+import (
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/pinplan/pinplan/internal/etcdtest"
+	"github.com/pinplan/pinplan/internal/fakeopenai"
+	"github.com/pinplan/pinplan/internal/fakeslack"
+)
+
+// replicaRig is three (or more) bot processes sharing one embedded etcd,
+// one Slack fake (Socket Mode: it spreads envelopes round-robin over the
+// replicas' connections, as Slack does) and one model fake.
+type replicaRig struct {
+	etcd   *etcdtest.Server
+	slack  *fakeslack.Server
+	model  *fakeopenai.Server
+	env    map[string]string
+	procs  []*botProc
+	mu     sync.Mutex
+	gate   chan struct{} // when set, model requests wait on it
+	served map[string]int
+}
+
+const replicaTTL = 3 * time.Second
+
+func newReplicaRig(t *testing.T, revisions int) *replicaRig {
+	return newReplicaRigTTL(t, revisions, replicaTTL)
+}
+
+func newReplicaRigTTL(t *testing.T, revisions int, ttl time.Duration) *replicaRig {
+	t.Helper()
+	r := &replicaRig{etcd: etcdtest.Start(t), slack: &fakeslack.Server{}, served: map[string]int{}}
+	script := fakeopenai.Script(planScript(revisions, "**All done.** See the plan above."))
+	r.model = &fakeopenai.Server{Respond: func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
+		r.mu.Lock()
+		gate := r.gate
+		r.mu.Unlock()
+		if gate != nil {
+			<-gate
+		}
+		time.Sleep(150 * time.Millisecond)
+		return script(req)
+	}}
+	ss := httptest.NewServer(r.slack)
+	t.Cleanup(ss.Close)
+	ms := httptest.NewServer(r.model)
+	t.Cleanup(ms.Close)
+	r.env = map[string]string{
+		"PINPLAN_HTTP_ADDR": "127.0.0.1:0", "PINPLAN_WEB_TOKEN": "replica-test-token-0123456789",
+		"OPENAI_BASE_URL": ms.URL + "/v1", "OPENAI_API_KEY": "sk-test",
+		"SLACK_BOT_TOKEN": "xoxb-test-token", "SLACK_API_URL": ss.URL + "/api/", "SLACK_APP_TOKEN": "xapp-test-token",
+		"PINPLAN_ETCD_ENDPOINTS": r.etcd.Endpoint, "PINPLAN_ETCD_PREFIX": "/pinplan/", "PINPLAN_LEASE_TTL": ttl.String(),
+		"PINPLAN_LOG_LEVEL": "debug",
+	}
+	return r
+}
+
+// start starts replica i.
+func (r *replicaRig) start(t *testing.T, i int) *botProc {
+	t.Helper()
+	env := map[string]string{"PINPLAN_REPLICA_ID": fmt.Sprint("r", i), "PINPLAN_DB": filepath.Join(t.TempDir(), "unused.db")}
+	for k, v := range r.env {
+		env[k] = v
+	}
+	before := r.slack.Connected()
+	p := startBot(t, env, botBinary)
+	waitFor(t, 15*time.Second, "the replica's Socket Mode connection", func() bool { return r.slack.Connected() > before })
+	return p
+}
+
+// stderrs joins the replicas' logs, for a failure message.
+func stderrs(ps ...*botProc) string {
+	var b strings.Builder
+	for i, p := range ps {
+		fmt.Fprintf(&b, "--- replica %d ---\n%s\n", i, p.stderr)
+	}
+	return b.String()
+}
+
+// answers returns the bot's final answers in channel.
+func answers(s *fakeslack.Server, channel string) []fakeslack.Message {
+	var out []fakeslack.Message
+	for _, m := range s.Messages(channel) {
+		if strings.Contains(m.Text, "All done.") && m.Blocks == "" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// TestReplicasShareThreads: three replicas, three threads whose messages
+// arrive spread over every replica's connection. Each thread is run by
+// one replica: one plan post, one pin, one answer, and the follow-up
+// reaches the model after the first message, in order.
+func TestReplicasShareThreads(t *testing.T) {
+	r := newReplicaRig(t, 3)
+	ps := []*botProc{r.start(t, 0), r.start(t, 1), r.start(t, 2)}
+	channels := []string{"C1", "C2", "C3"}
+	for i, ch := range channels {
+		ts := fmt.Sprintf("17000000%02d.000100", i)
+		if _, err := r.slack.Push(fmt.Sprint("Ev", i), mention(ch, ts, "task "+ch)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	for i, ch := range channels {
+		ts := fmt.Sprintf("17000000%02d.000100", i)
+		follow := map[string]any{"type": "message", "user": "U1", "text": "and also " + ch, "ts": fmt.Sprintf("17000001%02d.000100", i), "thread_ts": ts, "channel": ch, "event_ts": ts}
+		if _, err := r.slack.Push(fmt.Sprint("EvF", i), follow); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, ch := range channels {
+		waitFor(t, 60*time.Second, "an answer in "+ch, func() bool { return len(answers(r.slack, ch)) >= 1 })
+	}
+	time.Sleep(2 * time.Second) // anything doubled would show by now
+	for _, ch := range channels {
+		if n := len(planMessages(r.slack, ch)); n != 1 {
+			t.Errorf("%s: %d plan messages, want 1\n%s", ch, n, stderrs(ps...))
+		}
+		if n := len(r.slack.Pinned(ch)); n != 1 {
+			t.Errorf("%s: %d pins, want 1", ch, n)
+		}
+		// One answer per turn: the follow-up either joined the first turn
+		// or started a second one; never one answer twice.
+		got := answers(r.slack, ch)
+		if len(got) > 2 {
+			t.Errorf("%s: %d answers, want at most one per turn", ch, len(got))
+		}
+	}
+	// Order: in every request that carries both, the task comes first.
+	for _, req := range r.model.Requests() {
+		var order []string
+		for _, m := range req.Messages {
+			if m.Role == openai.ChatMessageRoleUser {
+				order = append(order, m.Content)
+			}
+		}
+		joined := strings.Join(order, "\n")
+		for _, ch := range channels {
+			a, b := strings.Index(joined, "task "+ch), strings.Index(joined, "and also "+ch)
+			if a >= 0 && b >= 0 && b < a {
+				t.Errorf("the follow-up of %s reached the model before its task:\n%s", ch, joined)
+			}
+		}
+	}
+	if v := r.slack.Violations(); len(v) > 0 {
+		t.Errorf("Slack protocol violations: %v", v)
+	}
+	if code, body := httpGet(t, ps[0].URL+"/readyz"); code != 200 || !strings.Contains(body, "replica r0: lease") || !strings.Contains(body, "held") || !strings.Contains(body, "3 replicas live") {
+		t.Errorf("/readyz: %d %s; want the replica's lease and 3 replicas", code, body)
+	}
+	code, metrics := httpGet(t, ps[0].URL+"/metrics")
+	if code != 200 || !strings.Contains(metrics, "pinplan_replica_takeovers_total") || !strings.Contains(metrics, "pinplan_replicas 3") {
+		t.Errorf("/metrics lacks the replica's counters")
+	}
+}
+
+// ownerOf returns the index of the replica whose log says it took key.
+func ownerOf(ps []*botProc, key string) int {
+	for i, p := range ps {
+		for _, line := range strings.Split(p.stderr.String(), "\n") {
+			if strings.Contains(line, `msg="took the session"`) && strings.Contains(line, " session="+key) {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// TestReplicaKilledMidTurn: kill -9 of the replica running a turn;
+// another one takes the thread within the TTL plus 2 s and finishes it on
+// the same plan message: one post, one pin, one answer.
+func TestReplicaKilledMidTurn(t *testing.T) {
+	r := newReplicaRig(t, 4)
+	ps := []*botProc{r.start(t, 0), r.start(t, 1), r.start(t, 2)}
+	if _, err := r.slack.Push("Ev1", mention("C1", "1700000000.000100", "task C1")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the plan message", func() bool { return len(planMessages(r.slack, "C1")) == 1 })
+	key := "slack/T1/C1/1700000000.000100"
+	owner := -1
+	waitFor(t, 10*time.Second, "an owner", func() bool { owner = ownerOf(ps, key); return owner >= 0 })
+	// Hold the model so the turn is mid-way at the kill.
+	gate := make(chan struct{})
+	r.mu.Lock()
+	r.gate = gate
+	r.mu.Unlock()
+	time.Sleep(400 * time.Millisecond)
+	before := len(r.model.Requests())
+	ps[owner].kill()
+	killed := time.Now()
+	r.mu.Lock()
+	r.gate = nil
+	r.mu.Unlock()
+	close(gate)
+	waitFor(t, replicaTTL+10*time.Second, "another replica's model request", func() bool { return len(r.model.Requests()) > before })
+	if took := time.Since(killed); took > replicaTTL+2*time.Second {
+		t.Errorf("the next model request came %s after the kill, want within TTL (%s) + 2 s", took, replicaTTL)
+	}
+	waitFor(t, 60*time.Second, "the answer", func() bool { return len(answers(r.slack, "C1")) >= 1 })
+	time.Sleep(time.Second)
+	if n := len(planMessages(r.slack, "C1")); n != 1 {
+		t.Errorf("%d plan messages, want the same one\n%s", n, stderrs(ps...))
+	}
+	if n := len(r.slack.Pinned("C1")); n != 1 {
+		t.Errorf("%d pins, want 1", n)
+	}
+	if n := len(answers(r.slack, "C1")); n != 1 {
+		t.Errorf("%d answers, want 1", n)
+	}
+	if !strings.Contains(planMessages(r.slack, "C1")[0].Blocks, "done") {
+		t.Errorf("the plan message does not end done: %s", planMessages(r.slack, "C1")[0].Blocks)
+	}
+}
+
+// TestPausedReplicaChangesNothing: SIGSTOP the replica running a turn past
+// its TTL; another one finishes the turn; SIGCONT: the paused one commits
+// nothing and sends nothing (its late model answer is dropped), and exits.
+func TestPausedReplicaChangesNothing(t *testing.T) {
+	r := newReplicaRig(t, 4)
+	ps := []*botProc{r.start(t, 0), r.start(t, 1)}
+	if _, err := r.slack.Push("Ev1", mention("C1", "1700000000.000100", "task C1")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the plan message", func() bool { return len(planMessages(r.slack, "C1")) == 1 })
+	key := "slack/T1/C1/1700000000.000100"
+	owner := -1
+	waitFor(t, 10*time.Second, "an owner", func() bool { owner = ownerOf(ps, key); return owner >= 0 })
+	paused := ps[owner]
+	// Pause it while it waits for the model, with nothing on its way to
+	// Slack: a request in flight at the pause may land once (DESIGN §14).
+	gate := make(chan struct{})
+	r.mu.Lock()
+	r.gate = gate
+	r.mu.Unlock()
+	n := len(r.model.Requests())
+	waitFor(t, 30*time.Second, "a model request held at the gate", func() bool { return len(r.model.Requests()) > n })
+	time.Sleep(500 * time.Millisecond)
+	if err := syscall.Kill(-paused.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(replicaTTL + time.Second)
+	r.mu.Lock()
+	r.gate = nil
+	r.mu.Unlock()
+	close(gate) // the paused replica's answer is on its way, unread
+	waitFor(t, 60*time.Second, "the answer from the other replica", func() bool { return len(answers(r.slack, "C1")) >= 1 })
+	waitFor(t, 30*time.Second, "the plan to show done", func() bool {
+		plans := planMessages(r.slack, "C1")
+		return len(plans) == 1 && strings.Contains(plans[0].Blocks, "done")
+	})
+	time.Sleep(1500 * time.Millisecond) // the new holder's last sends land first
+	callsBefore := len(r.slack.Calls(""))
+	if err := syscall.Kill(-paused.cmd.Process.Pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-paused.done:
+	case <-time.After(15 * time.Second):
+		t.Errorf("the paused replica did not stop after it found its lease gone")
+	}
+	time.Sleep(time.Second)
+	if !strings.Contains(paused.stderr.String(), "lease lost") {
+		t.Errorf("the paused replica did not say it lost its lease:\n%s", paused.stderr)
+	}
+	for _, c := range r.slack.Calls("")[callsBefore:] {
+		if c.Method == "chat.postMessage" || c.Method == "chat.update" || c.Method == "pins.add" {
+			t.Errorf("after SIGCONT: %s %v reached Slack (the paused replica must send nothing)\n%s", c.Method, c.Params, stderrs(ps...))
+		}
+	}
+	if n := len(answers(r.slack, "C1")); n != 1 {
+		t.Errorf("%d answers, want 1", n)
+	}
+	if n := len(planMessages(r.slack, "C1")); n != 1 {
+		t.Errorf("%d plan messages, want 1", n)
+	}
+}
+
+// TestGracefulStopHandsOver: SIGINT of the replica holding a thread
+// revokes its lease; another one takes the thread at once, not after the
+// TTL.
+func TestGracefulStopHandsOver(t *testing.T) {
+	const ttl = 30 * time.Second // a takeover well before it can only come from the revoked lease
+	r := newReplicaRigTTL(t, 6, ttl)
+	ps := []*botProc{r.start(t, 0), r.start(t, 1)}
+	if _, err := r.slack.Push("Ev1", mention("C1", "1700000000.000100", "task C1")); err != nil {
+		t.Fatal(err)
+	}
+	key := "slack/T1/C1/1700000000.000100"
+	owner := -1
+	waitFor(t, 30*time.Second, "an owner", func() bool { owner = ownerOf(ps, key); return owner >= 0 })
+	waitFor(t, 30*time.Second, "the plan message", func() bool { return len(planMessages(r.slack, "C1")) == 1 })
+	other := ps[1-owner]
+	stopped := time.Now()
+	ps[owner].stop(t)
+	waitFor(t, 30*time.Second, "the other replica to take the thread", func() bool { return ownerOf([]*botProc{other}, key) == 0 })
+	if took := time.Since(stopped); took >= ttl/2 {
+		t.Errorf("taken %s after SIGINT; the revoked lease should hand it over well before the TTL (%s) would", took, ttl)
+	}
+	waitFor(t, 60*time.Second, "the answer", func() bool { return len(answers(r.slack, "C1")) >= 1 })
+	if n := len(planMessages(r.slack, "C1")); n != 1 {
+		t.Errorf("%d plan messages, want 1", n)
+	}
+}
+
+// TestMigrateToEtcd: a thread answered on the bbolt file, then `bot
+// migrate --to etcd`, then a follow-up in that thread answered by a
+// replica on etcd with the thread's history; the file is unchanged, and a
+// second migrate into the same prefix is refused.
+func TestMigrateToEtcd(t *testing.T) {
+	r := newReplicaRig(t, 2)
+	dbPath := filepath.Join(t.TempDir(), "pinplan.db")
+	boltEnv := map[string]string{"PINPLAN_DB": dbPath}
+	for k, v := range r.env {
+		if !strings.HasPrefix(k, "PINPLAN_ETCD") && k != "PINPLAN_LEASE_TTL" {
+			boltEnv[k] = v
+		}
+	}
+	p := startBot(t, boltEnv, botBinary)
+	waitFor(t, 15*time.Second, "the Socket Mode connection", func() bool { return r.slack.Connected() == 1 })
+	if _, err := r.slack.Push("Ev1", mention("C1", "1700000000.000100", "task C1")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "the answer on bbolt", func() bool { return len(answers(r.slack, "C1")) == 1 })
+	time.Sleep(500 * time.Millisecond)
+	p.stop(t)
+	waitFor(t, 10*time.Second, "the connection to close", func() bool { return r.slack.Connected() == 0 })
+	before := readFile(t, dbPath)
+
+	migrateEnv := map[string]string{}
+	for k, v := range r.env {
+		migrateEnv[k] = v
+	}
+	migrateEnv["PINPLAN_DB"] = dbPath
+	out, err := runCommand(t, migrateEnv, "migrate", "--to", "etcd")
+	if err != nil {
+		t.Fatalf("migrate: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "copied") || !strings.Contains(out, "1 sessions") || !strings.Contains(out, "checked") {
+		t.Errorf("migrate said: %s", out)
+	}
+	if readFile(t, dbPath) != before {
+		t.Error("migrate changed the bbolt file")
+	}
+	if out, err := runCommand(t, migrateEnv, "migrate", "--to", "etcd"); err == nil || !strings.Contains(out, "already holds") {
+		t.Errorf("a second migrate into the same prefix: %v\n%s; want it refused", err, out)
+	}
+
+	q := r.start(t, 0)
+	follow := map[string]any{"type": "message", "user": "U1", "text": "and one more thing", "ts": "1700000100.000100", "thread_ts": "1700000000.000100", "channel": "C1", "event_ts": "1700000100.000100"}
+	n := len(r.model.Requests())
+	if _, err := r.slack.Push("Ev2", follow); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "the follow-up's answer", func() bool {
+		for _, m := range r.slack.Messages("C1") {
+			if m.Text == "done" {
+				return true
+			}
+		}
+		return false
+	})
+	reqs := r.model.Requests()[n:]
+	if len(reqs) == 0 {
+		t.Fatalf("no model request for the follow-up\n%s", q.stderr)
+	}
+	var users []string
+	for _, m := range reqs[0].Messages {
+		if m.Role == openai.ChatMessageRoleUser {
+			users = append(users, m.Content)
+		}
+	}
+	if joined := strings.Join(users, "\n"); !strings.Contains(joined, "task C1") || !strings.Contains(joined, "and one more thing") {
+		t.Errorf("the follow-up's request lacks the migrated history: %q", users)
+	}
+}
+
+// runCommand runs the bot binary with args and env and returns its output.
+func runCommand(t *testing.T, env map[string]string, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(botBinary, args...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
