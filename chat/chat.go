@@ -2,8 +2,9 @@
 // Platform interface the adapters implement, the Router that gives every
 // thread one serial agent session, the plan board that posts, pins and
 // edits a thread's plan message, the outbox that keeps replies until they
-// are delivered, and the delivery layer (delivery.go) whose one policy
-// retries every send by its classified Outcome.
+// are delivered, the delivery layer (delivery.go) whose one policy
+// retries every send by its classified Outcome, and the statuses of the
+// sessions on platforms that show them (status.go).
 //
 // It imports agent and todo. Adapters import it; it imports no adapter and
 // not store (the store implements BoardStore, CardStore, ListingStore and
@@ -39,6 +40,11 @@ type Thread struct {
 type MessageRef struct {
 	Channel string `json:"channel"`
 	ID      string `json:"id"`
+	// Kind is the adapter's note on how the message was posted, kept with
+	// the ref so that edits after a restart match it (Discord: a
+	// Components V2 message must be edited as one). Empty in refs stored
+	// before it existed; only the adapter that set it reads it.
+	Kind string `json:"kind,omitempty"`
 }
 
 // IsZero reports whether no message is referenced.
@@ -84,7 +90,8 @@ type Platform interface {
 	// Reply posts text in the thread, answering the message replyTo if set.
 	Reply(ctx context.Context, th Thread, replyTo, text string) error
 	// Working shows or clears the working indicator for a turn that the
-	// message trigger started.
+	// message trigger started. A platform that shows sessions
+	// (SessionStatus) is asked only where it cannot show them.
 	Working(ctx context.Context, th Thread, trigger string, on bool) error
 }
 

@@ -1,8 +1,9 @@
 // Package discord connects pinplan to Discord with
 // github.com/bwmarrin/discordgo: the gateway (Guilds, GuildMessages,
-// DirectMessages and MessageContent intents), the plan message as an embed
-// pinned through the current pins route, and the chat.Platform the plan
-// board drives.
+// DirectMessages and MessageContent intents), the plan message as a
+// Components V2 container (or an embed where Discord refuses that) pinned
+// through the current pins route, and the chat.Platform the plan board
+// drives.
 //
 // It imports chat, agent (types) and todo; never store or another adapter.
 package discord
@@ -10,6 +11,7 @@ package discord
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -39,6 +41,10 @@ type Options struct {
 	// EditEvery paces plan posts and edits per channel; Discord allows 5
 	// edits per 5 s per channel, the default is one per 1.25 s, burst 3.
 	EditEvery time.Duration
+	// ComponentsV2 posts plans as a Components V2 container
+	// (PINPLAN_DISCORD_COMPONENTS_V2); a plan Discord refuses that way is
+	// posted as an embed.
+	ComponentsV2 bool
 }
 
 // Adapter is the Discord platform.
@@ -58,6 +64,7 @@ type Adapter struct {
 	chanTypes map[string]discordgo.ChannelType
 	connected bool
 	noManage  bool // deleting the pin notice was refused
+	v2Refused bool // a Components V2 plan was refused and logged
 	// botRoles are the bot's managed roles by guild: a mention of one is a
 	// mention of the bot.
 	botRoles map[string][]string
@@ -221,6 +228,7 @@ const (
 	codeEditLimit      = 30046
 	codeMissingAccess  = 50001
 	codeMissingPerms   = 50013
+	codeInvalidForm    = 50035
 )
 
 func restCode(err error) int {
@@ -256,8 +264,23 @@ func classify(op string, err error, pin bool) error {
 	return fmt.Errorf("discord: %s: %w", op, err)
 }
 
-// PostPlan implements chat.Platform.
+// PostPlan implements chat.Platform. With ComponentsV2 the plan is a
+// Components V2 container, its ref of that Kind; if Discord refuses the
+// container (400, 50035), this plan is posted as an embed and stays one.
 func (a *Adapter) PostPlan(ctx context.Context, th chat.Thread, p chat.Plan) (chat.MessageRef, error) {
+	if a.opts.ComponentsV2 {
+		ref, err := a.postV2(ctx, th, p)
+		if err == nil || !refusedV2(err) {
+			return ref, classify("post plan", err, false)
+		}
+		a.mu.Lock()
+		said := a.v2Refused
+		a.v2Refused = true
+		a.mu.Unlock()
+		if !said {
+			a.log.Warn("discord refused a Components V2 plan; posting it as an embed", "channel", th.Channel, "err", err)
+		}
+	}
 	m, err := a.s.ChannelMessageSendComplex(th.Channel, PlanMessage(p), discordgo.WithContext(ctx))
 	if err != nil {
 		return chat.MessageRef{}, classify("post plan", err, false)
@@ -265,8 +288,44 @@ func (a *Adapter) PostPlan(ctx context.Context, th chat.Thread, p chat.Plan) (ch
 	return chat.MessageRef{Channel: th.Channel, ID: m.ID}, nil
 }
 
-// EditPlan implements chat.Platform.
+// postV2 posts the plan with IS_COMPONENTS_V2. discordgo's MessageSend
+// always carries "embeds", so the body is PlanMessageV2's own.
+func (a *Adapter) postV2(ctx context.Context, th chat.Thread, p chat.Plan) (chat.MessageRef, error) {
+	endpoint := discordgo.EndpointChannelMessages(th.Channel)
+	body, err := a.s.RequestWithBucketID(http.MethodPost, endpoint, PlanMessageV2(p), endpoint, discordgo.WithContext(ctx))
+	if err != nil {
+		return chat.MessageRef{}, err
+	}
+	var m struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(body, &m); err != nil || m.ID == "" {
+		return chat.MessageRef{}, fmt.Errorf("an answer without the message id: %.200q", body)
+	}
+	return chat.MessageRef{Channel: th.Channel, ID: m.ID, Kind: refComponentsV2}, nil
+}
+
+// refusedV2 reports whether Discord refused a Components V2 post as an
+// invalid body: a 400 with code 50035 or with no code at all. Any other
+// refusal (an archived thread, missing access, a rate limit) would meet
+// the embed too.
+func refusedV2(err error) bool {
+	var re *discordgo.RESTError
+	if !errors.As(err, &re) || re.Response == nil || re.Response.StatusCode != http.StatusBadRequest {
+		return false
+	}
+	code := restCode(err)
+	return code == codeInvalidForm || code == 0
+}
+
+// EditPlan implements chat.Platform: a Components V2 message is edited as
+// one, with the flag and no content or embeds; any other as an embed.
 func (a *Adapter) EditPlan(ctx context.Context, th chat.Thread, ref chat.MessageRef, p chat.Plan) error {
+	if ref.Kind == refComponentsV2 {
+		endpoint := discordgo.EndpointChannelMessage(ref.Channel, ref.ID)
+		_, err := a.s.RequestWithBucketID(http.MethodPatch, endpoint, PlanMessageV2(p), discordgo.EndpointChannelMessage(ref.Channel, ""), discordgo.WithContext(ctx))
+		return classify("edit plan "+ref.ID, err, false)
+	}
 	embeds := []*discordgo.MessageEmbed{PlanEmbed(p)}
 	components := PlanComponents(p)
 	_, err := a.s.ChannelMessageEditComplex(&discordgo.MessageEdit{ID: ref.ID, Channel: ref.Channel, Embeds: &embeds, Components: &components, AllowedMentions: noMentions()}, discordgo.WithContext(ctx))

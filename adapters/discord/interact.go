@@ -3,6 +3,7 @@ package discord
 import (
 	"cmp"
 	"context"
+	"net/http"
 	"slices"
 
 	"github.com/bwmarrin/discordgo"
@@ -74,6 +75,20 @@ func (a *Adapter) interact(ctx context.Context, i *discordgo.Interaction) {
 	data := i.MessageComponentData()
 	th := chat.Thread{Platform: "discord", Key: Key(i.ChannelID), Channel: i.ChannelID}
 	res := a.opts.Handler.Click(ctx, chat.Click{Thread: th, Button: data.CustomID, UserID: user.ID, UserName: cmp.Or(user.GlobalName, user.Username)})
+	if res.Plan != nil && i.Message != nil && i.Message.Flags&discordgo.MessageFlagsIsComponentsV2 != 0 {
+		// A Components V2 plan is updated as one: the flag and the
+		// container, no content or embeds (discordgo's response data
+		// always sends both).
+		endpoint := discordgo.EndpointInteractionResponse(i.ID, i.Token)
+		update := struct {
+			Type discordgo.InteractionResponseType `json:"type"`
+			Data *V2Message                        `json:"data"`
+		}{discordgo.InteractionResponseUpdateMessage, PlanMessageV2(*res.Plan)}
+		if _, err := a.s.RequestWithBucketID(http.MethodPost, endpoint, update, endpoint, discordgo.WithContext(ctx)); err != nil {
+			a.log.Warn("discord answer a button press", "interaction", i.ID, "err", err)
+		}
+		return
+	}
 	resp := &discordgo.InteractionResponse{Type: discordgo.InteractionResponseUpdateMessage, Data: &discordgo.InteractionResponseData{AllowedMentions: noMentions()}}
 	switch {
 	case res.Card != nil:

@@ -67,9 +67,15 @@ func describe(items []todo.Item, evidence []string, max, ev int) string {
 	return strings.Join(lines, "\n")
 }
 
-// fit is the longest description within Discord's limit, items first:
-// evidence lines give way before items do.
-func fit(p chat.Plan) string {
+// fit is the longest description within the embed's limit.
+func fit(p chat.Plan) string { return fitWithin(p, descriptionRoom, utf8.RuneCountInString) }
+
+// fitWithin is the longest rendering of the items and their evidence
+// lines whose length, as count measures it, is within room: evidence
+// lines give way before items do. When even the shortest lines are too
+// long, the items that do not fit are left out and a last line says how
+// many.
+func fitWithin(p chat.Plan, room int, count func(string) int) string {
 	evidence := make([]string, len(p.Items))
 	ev := 0 // the shortest evidence lines while items shrink
 	for i, it := range p.Items {
@@ -77,7 +83,7 @@ func fit(p chat.Plan) string {
 			ev = minEvidenceRunes
 		}
 	}
-	fits := func(d string) bool { return utf8.RuneCountInString(d) <= descriptionRoom }
+	fits := func(d string) bool { return count(d) <= room }
 	if ev > 0 {
 		for e := maxEvidenceRunes; e >= minEvidenceRunes; e -= fitStep {
 			if d := describe(p.Items, evidence, maxItemRunes, e); fits(d) {
@@ -90,7 +96,27 @@ func fit(p chat.Plan) string {
 			return d
 		}
 	}
-	return describe(p.Items, evidence, minItemRunes, 0)
+	if d := describe(p.Items, evidence, minItemRunes, 0); fits(d) {
+		return d
+	}
+	for n := len(p.Items) - 1; n >= 0; n-- {
+		d := leftOut(len(p.Items) - n)
+		if n > 0 {
+			d = describe(p.Items[:n], evidence[:n], minItemRunes, 0) + "\n" + d
+		}
+		if fits(d) {
+			return d
+		}
+	}
+	return ""
+}
+
+// leftOut is the line that stands for n items the message had no room for.
+func leftOut(n int) string {
+	if n == 1 {
+		return "… 1 more item not shown"
+	}
+	return fmt.Sprintf("… %d more items not shown", n)
 }
 
 // PlanEmbed renders a plan as an embed: the title with progress, one line
@@ -144,9 +170,13 @@ func PlanComponents(p chat.Plan) []discordgo.MessageComponent {
 	if !p.Stoppable {
 		return []discordgo.MessageComponent{}
 	}
-	return []discordgo.MessageComponent{discordgo.ActionsRow{Components: []discordgo.MessageComponent{
-		discordgo.Button{Label: chat.LabelStop, Style: discordgo.DangerButton, CustomID: stopID},
-	}}}
+	return []discordgo.MessageComponent{discordgo.ActionsRow{Components: []discordgo.MessageComponent{stopButton()}}}
+}
+
+// stopButton is the plan message's Stop button, as an embed's component
+// or inside the Components V2 container.
+func stopButton() discordgo.Button {
+	return discordgo.Button{Label: chat.LabelStop, Style: discordgo.DangerButton, CustomID: stopID}
 }
 
 // CardEmbed renders an approval card: the tool and its server, the

@@ -71,10 +71,38 @@ func embedOf(m fakediscord.Message) string {
 	return b.String()
 }
 
+// planText is what a plan message shows: its embed's title, description
+// and footer, or a Components V2 message's text displays.
+func planText(m fakediscord.Message) string {
+	if m.IsComponentsV2() {
+		return strings.Join(m.TextDisplays(), "\n")
+	}
+	return embedOf(m)
+}
+
+// bodyText is the plan text a post or edit of a plan sent.
+func bodyText(body map[string]any) string {
+	m := fakediscord.Message{}
+	if f, ok := body["flags"].(float64); ok {
+		m.Flags = int(f)
+	}
+	list, _ := body["embeds"].([]any)
+	for _, e := range list {
+		m.Embeds = append(m.Embeds, e.(map[string]any))
+	}
+	cs, _ := body["components"].([]any)
+	for _, c := range cs {
+		m.Components = append(m.Components, c.(map[string]any))
+	}
+	return planText(m)
+}
+
+// discordPlans is the channel's plan messages (and approval cards):
+// embeds, or Components V2.
 func discordPlans(s *fakediscord.Server, channel string) []fakediscord.Message {
 	var out []fakediscord.Message
 	for _, m := range s.Messages(channel) {
-		if len(m.Embeds) > 0 {
+		if len(m.Embeds) > 0 || m.IsComponentsV2() {
 			out = append(out, m)
 		}
 	}
@@ -128,10 +156,10 @@ func TestDiscordMention(t *testing.T) {
 		t.Errorf("the deprecated pins route was used: %+v", old)
 	}
 	waitFor(t, 10*time.Second, "the final footer", func() bool {
-		return strings.Contains(embedOf(discordPlans(r.dc, "C1")[0]), "revision 5 · done")
+		return strings.Contains(planText(discordPlans(r.dc, "C1")[0]), "revision 5 · done")
 	})
-	if e := embedOf(discordPlans(r.dc, "C1")[0]); !strings.Contains(e, "Plan · 3/3 done") || !strings.Contains(e, "~~") {
-		t.Errorf("final embed: %s", e)
+	if e := planText(discordPlans(r.dc, "C1")[0]); !strings.Contains(e, "Plan · 3/3 done") || !strings.Contains(e, "~~") {
+		t.Errorf("final plan: %s", e)
 	}
 	edits := okDiscord(r.dc, "PATCH channels/C1/messages/"+plans[0].ID)
 	if len(edits) < 4 {
@@ -209,14 +237,14 @@ func TestDiscordKillResumeAndReconnect(t *testing.T) {
 	waitDiscordReply(t, r.dc, "C1", "All done.")
 	waitFor(t, 10*time.Second, "the final footer", func() bool {
 		pl := discordPlans(r.dc, "C1")
-		return len(pl) == 1 && strings.Contains(embedOf(pl[0]), "revision 6 · done")
+		return len(pl) == 1 && strings.Contains(planText(pl[0]), "revision 6 · done")
 	})
 	if n := len(okDiscord(r.dc, "PUT channels/C1/messages/pins/")); n != 1 {
 		t.Errorf("pins %d, want 1", n)
 	}
 	resumed := false
 	for _, c := range okDiscord(r.dc, "PATCH channels/C1/messages/") {
-		if strings.Contains(c.Body["embeds"].([]any)[0].(map[string]any)["footer"].(map[string]any)["text"].(string), "resumed after restart") {
+		if strings.Contains(bodyText(c.Body), "resumed after restart") {
 			resumed = true
 		}
 	}
@@ -293,7 +321,7 @@ func TestDiscordRateLimitedBurst(t *testing.T) {
 			waitDiscordReply(t, r.dc, "C1", "All done.")
 			waitFor(t, 60*time.Second, "the last revision", func() bool {
 				pl := discordPlans(r.dc, "C1")
-				return len(pl) == 1 && strings.Contains(embedOf(pl[0]), "revision 60 · done")
+				return len(pl) == 1 && strings.Contains(planText(pl[0]), "revision 60 · done")
 			})
 			if v := r.dc.Violations(); len(v) > 0 {
 				t.Errorf("retry_after ignored: %v", v)
@@ -340,7 +368,7 @@ func TestDiscordEditErrorsRepost(t *testing.T) {
 			var second string
 			waitFor(t, 15*time.Second, "the new plan message at the last revision", func() bool {
 				for _, m := range discordPlans(r.dc, "C1") {
-					if m.ID != first && strings.Contains(embedOf(m), "revision 4 · done") {
+					if m.ID != first && strings.Contains(planText(m), "revision 4 · done") {
 						second = m.ID
 						return true
 					}
@@ -433,7 +461,7 @@ func TestDiscordQueuedPlanSurvivesKill(t *testing.T) {
 	plansOf := func(task string) []fakediscord.Message {
 		var out []fakediscord.Message
 		for _, m := range discordPlans(r.dc, "C1") {
-			if strings.Contains(embedOf(m), task+" step 1") {
+			if strings.Contains(planText(m), task+" step 1") {
 				out = append(out, m)
 			}
 		}
@@ -447,7 +475,7 @@ func TestDiscordQueuedPlanSurvivesKill(t *testing.T) {
 	defer p.stop(t)
 	waitFor(t, 30*time.Second, "task B's plan on its last revision", func() bool {
 		pl := plansOf("B")
-		return len(pl) == 1 && strings.Contains(embedOf(pl[0]), "Plan · 2/2 done")
+		return len(pl) == 1 && strings.Contains(planText(pl[0]), "Plan · 2/2 done")
 	})
 	pinned := r.dc.Pinned("C1")
 	if b := plansOf("B"); len(pinned) != 1 || pinned[0] != b[0].ID {

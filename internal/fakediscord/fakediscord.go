@@ -25,6 +25,13 @@
 // ephemeral reply (Ephemerals), a deferral or an update of the clicked
 // message; every callback is recorded (Responses).
 //
+// Components V2 too: a message flagged IS_COMPONENTS_V2 (1<<15) has no
+// content, embeds, stickers or poll, its components are checked as
+// Discord checks them (known types where each may stand, at most 40 with
+// the nested ones, 4,000 characters of text display content in all), and
+// the flag is never removed by an edit. RefuseComponentsV2 makes it refuse
+// new V2 messages, as a Discord that does not take them would.
+//
 // Only tests import it.
 package fakediscord
 
@@ -65,9 +72,11 @@ type Message struct {
 	Reference                        string // message_reference.message_id
 	Type                             int
 	Edits                            int
-	// Components are the message's action rows, as sent.
+	// Components are the message's components as sent: action rows, or
+	// with IS_COMPONENTS_V2 containers and the rest (IsComponentsV2,
+	// TextDisplays, CustomIDs and ComponentCount read them).
 	Components []map[string]any
-	Flags      int // 64 on an ephemeral reply
+	Flags      int // 64 on an ephemeral reply, 1<<15 IS_COMPONENTS_V2
 	// Recipient is the only user who sees an ephemeral reply.
 	Recipient string
 	// Interaction is the id of the interaction this message answers.
@@ -159,6 +168,7 @@ type Server struct {
 	resumes      int
 	interactions map[string]*interaction
 	ephemerals   []*Message // ephemeral interaction replies, oldest first
+	refuseV2     bool       // RefuseComponentsV2
 }
 
 func (s *Server) initLocked() {

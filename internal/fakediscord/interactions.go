@@ -30,8 +30,8 @@ const (
 	interactionComp    = 3
 	flagEphemeral      = 64
 	// Flags an interaction response may set: SUPPRESS_EMBEDS, EPHEMERAL,
-	// SUPPRESS_NOTIFICATIONS.
-	responseFlags = 1<<2 | flagEphemeral | 1<<12
+	// SUPPRESS_NOTIFICATIONS, IS_COMPONENTS_V2.
+	responseFlags = flagSuppressEmbeds | flagEphemeral | flagSuppressNotifications | flagComponentsV2
 )
 
 // Interaction callback types.
@@ -96,47 +96,64 @@ func checkComponents(list []any) *apiError {
 	}
 	ids := map[string]bool{}
 	for i, raw := range list {
-		at := fmt.Sprintf("components.%d", i)
-		row, ok := raw.(map[string]any)
+		if _, err := checkRow(raw, fmt.Sprintf("components.%d", i), ids); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkRow checks an action row at at: 1 to 5 buttons or one select menu,
+// their custom_ids unique among ids. It returns how many components the
+// row holds.
+func checkRow(raw any, at string, ids map[string]bool) (int, *apiError) {
+	row, ok := raw.(map[string]any)
+	if !ok {
+		return 0, formError(at, "MODEL_TYPE_CONVERT", "Only dictionaries may be used in a ModelType")
+	}
+	if row["type"] != float64(componentActionRow) {
+		return 0, formError(at+".type", "UNION_TYPE_CHOICES", "Value of field \"type\" must be one of (1,).")
+	}
+	children, ok := row["components"].([]any)
+	if !ok || len(children) < 1 || len(children) > maxRowComponents {
+		return 0, formError(at+".components", "BASE_TYPE_BAD_LENGTH", fmt.Sprintf("Must be between 1 and %d in length.", maxRowComponents))
+	}
+	for j, raw := range children {
+		at := fmt.Sprintf("%s.components.%d", at, j)
+		c, ok := raw.(map[string]any)
 		if !ok {
-			return formError(at, "MODEL_TYPE_CONVERT", "Only dictionaries may be used in a ModelType")
+			return 0, formError(at, "MODEL_TYPE_CONVERT", "Only dictionaries may be used in a ModelType")
 		}
-		if row["type"] != float64(componentActionRow) {
-			return formError(at+".type", "UNION_TYPE_CHOICES", "Value of field \"type\" must be one of (1,).")
-		}
-		children, ok := row["components"].([]any)
-		if !ok || len(children) < 1 || len(children) > maxRowComponents {
-			return formError(at+".components", "BASE_TYPE_BAD_LENGTH", fmt.Sprintf("Must be between 1 and %d in length.", maxRowComponents))
-		}
-		for j, raw := range children {
-			at := fmt.Sprintf("%s.components.%d", at, j)
-			c, ok := raw.(map[string]any)
-			if !ok {
-				return formError(at, "MODEL_TYPE_CONVERT", "Only dictionaries may be used in a ModelType")
+		typ, _ := c["type"].(float64)
+		switch typ {
+		case componentButton:
+			if err := checkButton(c, at); err != nil {
+				return 0, err
 			}
-			typ, _ := c["type"].(float64)
-			switch typ {
-			case componentButton:
-				if err := checkButton(c, at); err != nil {
-					return err
-				}
-			case 3, 5, 6, 7, 8: // select menus take a whole row
-				if len(children) > 1 {
-					return formError(at, "COMPONENT_LAYOUT_WIDTH_EXCEEDED", "The specified component exceeds the maximum width")
-				}
-				if err := checkCustomID(c, at); err != nil {
-					return err
-				}
-			default:
-				return formError(at+".type", "UNION_TYPE_CHOICES", "Value of field \"type\" must be one of (2, 3, 5, 6, 7, 8).")
+		case 3, 5, 6, 7, 8: // select menus take a whole row
+			if len(children) > 1 {
+				return 0, formError(at, "COMPONENT_LAYOUT_WIDTH_EXCEEDED", "The specified component exceeds the maximum width")
 			}
-			if id, ok := c["custom_id"].(string); ok {
-				if ids[id] {
-					return formError(at+".custom_id", "COMPONENT_CUSTOM_ID_DUPLICATED", "Component custom id was already specified")
-				}
-				ids[id] = true
+			if err := checkCustomID(c, at); err != nil {
+				return 0, err
 			}
+		default:
+			return 0, formError(at+".type", "UNION_TYPE_CHOICES", "Value of field \"type\" must be one of (2, 3, 5, 6, 7, 8).")
 		}
+		if err := uniqueCustomID(c, at, ids); err != nil {
+			return 0, err
+		}
+	}
+	return len(children), nil
+}
+
+// uniqueCustomID refuses a custom_id already used in the message.
+func uniqueCustomID(c map[string]any, at string, ids map[string]bool) *apiError {
+	if id, ok := c["custom_id"].(string); ok {
+		if ids[id] {
+			return formError(at+".custom_id", "COMPONENT_CUSTOM_ID_DUPLICATED", "Component custom id was already specified")
+		}
+		ids[id] = true
 	}
 	return nil
 }
@@ -195,19 +212,38 @@ func checkCustomID(c map[string]any, at string) *apiError {
 }
 
 // findButton returns the clickable button with customID among
-// components: enabled, not a link or premium button.
+// components, at any depth (in an action row, a container's action row or
+// a section's accessory): enabled, not a link or premium button.
 func findButton(components []map[string]any, customID string) map[string]any {
-	for _, row := range components {
-		children, _ := row["components"].([]any)
-		for _, raw := range children {
-			c, _ := raw.(map[string]any)
-			if c["type"] != float64(componentButton) || c["custom_id"] != customID || c["disabled"] == true {
-				continue
+	for _, c := range components {
+		if b := findButtonIn(c, customID); b != nil {
+			return b
+		}
+	}
+	return nil
+}
+
+func findButtonIn(c map[string]any, customID string) map[string]any {
+	if c["type"] == float64(componentButton) {
+		if c["custom_id"] != customID || c["disabled"] == true {
+			return nil
+		}
+		if st, _ := c["style"].(float64); st == buttonLink || st == buttonPremium {
+			return nil
+		}
+		return c
+	}
+	if acc, ok := c["accessory"].(map[string]any); ok {
+		if b := findButtonIn(acc, customID); b != nil {
+			return b
+		}
+	}
+	children, _ := c["components"].([]any)
+	for _, raw := range children {
+		if child, ok := raw.(map[string]any); ok {
+			if b := findButtonIn(child, customID); b != nil {
+				return b
 			}
-			if st, _ := c["style"].(float64); st == buttonLink || st == buttonPremium {
-				continue
-			}
-			return c
 		}
 	}
 	return nil

@@ -551,45 +551,100 @@ func idLess(a, b string) bool {
 	return a < b
 }
 
-// applyLocked sets the content, embeds, components and reply of m from a
-// create or edit body, refusing what Discord refuses.
+// applyLocked sets the content, embeds, components, flags and reply of m
+// from a create or edit body, refusing what Discord refuses. A message
+// flagged IS_COMPONENTS_V2 has no content, embeds, stickers or poll, and
+// its components are held to checkComponentsV2; the flag, once set, is
+// never removed. null clears content and embeds.
 func (s *Server) applyLocked(m *Message, body map[string]any, create bool) *apiError {
-	if v, ok := body["content"]; ok && v != nil {
-		c, ok := v.(string)
-		if !ok {
-			return formError("content", "STRING_TYPE_CONVERT", "Could not interpret the value as string.")
-		}
-		if n := utf8.RuneCountInString(c); n > maxContent {
-			return formError("content", "BASE_TYPE_MAX_LENGTH", fmt.Sprintf("Must be %d or fewer in length.", maxContent))
-		}
-		m.Content = c
+	isNew := m.ID == ""
+	flags, err := messageFlags(m, body, isNew)
+	if err != nil {
+		return err
 	}
-	if v, ok := body["embeds"]; ok && v != nil {
-		list, ok := v.([]any)
-		if !ok {
-			return formError("embeds", "LIST_TYPE_CONVERT", "Only iterables may be used in a ListType.")
+	v2 := flags&flagComponentsV2 != 0
+	if v2 && isNew && s.refuseV2 {
+		return formError("components.0.type", "UNION_TYPE_CHOICES", "Value of field \"type\" must be one of (1,).")
+	}
+	if v, ok := body["content"]; ok {
+		if v == nil {
+			m.Content = ""
+		} else {
+			c, ok := v.(string)
+			if !ok {
+				return formError("content", "STRING_TYPE_CONVERT", "Could not interpret the value as string.")
+			}
+			if n := utf8.RuneCountInString(c); n > maxContent {
+				return formError("content", "BASE_TYPE_MAX_LENGTH", fmt.Sprintf("Must be %d or fewer in length.", maxContent))
+			}
+			if v2 && c != "" {
+				return legacyField("content")
+			}
+			m.Content = c
 		}
-		if err := checkEmbeds(list); err != nil {
-			return err
+	}
+	if v, ok := body["embeds"]; ok {
+		if v == nil {
+			m.Embeds = nil
+		} else {
+			list, ok := v.([]any)
+			if !ok {
+				return formError("embeds", "LIST_TYPE_CONVERT", "Only iterables may be used in a ListType.")
+			}
+			if v2 && len(list) > 0 {
+				return legacyField("embeds")
+			}
+			if err := checkEmbeds(list); err != nil {
+				return err
+			}
+			m.Embeds = nil
+			for _, e := range list {
+				m.Embeds = append(m.Embeds, e.(map[string]any))
+			}
 		}
-		m.Embeds = nil
-		for _, e := range list {
-			m.Embeds = append(m.Embeds, e.(map[string]any))
+	}
+	stickers, _ := body["sticker_ids"].([]any)
+	if v2 && len(stickers) > 0 {
+		return legacyField("sticker_ids")
+	}
+	if v2 && body["poll"] != nil {
+		return legacyField("poll")
+	}
+	if v2 && (m.Content != "" || len(m.Embeds) > 0) {
+		// An edit that sets the flag must clear what the message had.
+		field := "content"
+		if m.Content == "" {
+			field = "embeds"
 		}
+		return legacyField(field)
 	}
 	if v, ok := body["components"]; ok && v != nil {
 		list, ok := v.([]any)
 		if !ok {
 			return formError("components", "LIST_TYPE_CONVERT", "Only iterables may be used in a ListType.")
 		}
-		if err := checkComponents(list); err != nil {
+		check := checkComponents
+		if v2 {
+			check = checkComponentsV2
+		}
+		if err := check(list); err != nil {
 			return err
 		}
 		m.Components = nil // an empty list removes them
 		for _, c := range list {
 			m.Components = append(m.Components, c.(map[string]any))
 		}
+	} else if v2 && m.Flags&flagComponentsV2 == 0 && len(m.Components) > 0 {
+		// The flag set on a message whose components were not sent again.
+		list := make([]any, len(m.Components))
+		for i, c := range m.Components {
+			list[i] = c
+		}
+		if err := checkComponentsV2(list); err != nil {
+			return err
+		}
 	}
+	m.Flags = flags
 	if am, ok := body["allowed_mentions"].(map[string]any); ok {
 		if err := checkAllowedMentions(am); err != nil {
 			return err
@@ -607,7 +662,6 @@ func (s *Server) applyLocked(m *Message, body map[string]any, create bool) *apiE
 			m.Type = 19 // a reply
 		}
 	}
-	stickers, _ := body["sticker_ids"].([]any)
 	if m.Content == "" && len(m.Embeds) == 0 && len(stickers) == 0 && len(m.Components) == 0 && body["poll"] == nil {
 		return fail(400, codeEmptyMessage, "Cannot send an empty message")
 	}
