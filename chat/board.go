@@ -63,6 +63,10 @@ type boardRecord struct {
 	// Shown after a restart, the board applies it (a final "done" edit
 	// cut short by kill -9 is not lost).
 	Want *Plan `json:"want,omitempty"`
+	// Sessioned: on a platform that shows sessions (status.go), the
+	// session's first status move was queued, with its title; later
+	// moves carry none, and a reset closes it.
+	Sessioned bool `json:"sessioned,omitempty"`
 }
 
 // restoreEdit is an earlier plan message and the content it should end on.
@@ -142,8 +146,12 @@ func (b *Board) set(f func(rec *boardRecord, want *Plan)) {
 
 // What the board does for each thing that happens to its session: each
 // changes the record and the wanted content, and the render loop shows the
-// result. The router calls them and does the rest (cards, replies, the
-// working indicator).
+// result. On a platform that shows sessions, each also moves the session's
+// status (status.go): processing when a turn starts, suspended while it
+// waits for an approval and processing again once it is decided, active
+// when it ends, closed on reset. The router calls them and does the rest
+// (cards, replies, the working indicator where the platform shows no
+// sessions).
 
 // received records a message for the session: where the thread is now, the
 // message to reply to, and who started the session if nobody is recorded.
@@ -171,11 +179,19 @@ func (b *Board) turnStarted(e agent.Event) (indicated string) {
 	if e.Resumed {
 		state = StateResumed
 	}
+	var title string
+	if b.showsSessions() {
+		title = b.sessionTitle() // before set: it reads the listing
+	}
+	var th Thread
+	var sessioned bool
 	b.set(func(rec *boardRecord, want *Plan) {
 		rec.Indicated = rec.Trigger
 		indicated = rec.Indicated
 		rec.Requester = e.Requester
 		rec.Running = true
+		th, sessioned = rec.Thread, rec.Sessioned
+		rec.Sessioned = rec.Sessioned || b.showsSessions()
 		if rec.Closed && rec.Final == nil && len(want.Items) > 0 {
 			// A later turn on a finished plan: the plan message is
 			// the thread's live plan again and carries the Stop
@@ -191,6 +207,12 @@ func (b *Board) turnStarted(e agent.Event) (indicated string) {
 			want.Evidence = e.Evidence
 		}
 	})
+	on := true
+	c := statusChange{state: SessionProcessing, working: &on, trigger: indicated}
+	if !sessioned {
+		c.title = title
+	}
+	b.moveSession(th, c)
 	return indicated
 }
 
@@ -248,24 +270,39 @@ func (b *Board) toolActivity(e agent.Event) {
 
 // waiting: the turn waits for an approval.
 func (b *Board) waiting(e agent.Event) {
-	b.set(func(_ *boardRecord, want *Plan) { want.State, want.Updated, want.Activity = StateWaiting, e.At, "" })
+	var th Thread
+	b.set(func(rec *boardRecord, want *Plan) {
+		want.State, want.Updated, want.Activity = StateWaiting, e.At, ""
+		th = rec.Thread
+	})
+	b.moveSession(th, statusChange{state: SessionSuspended})
 }
 
 // approvalDecided: the approval the turn waited for was decided; it works
 // on.
 func (b *Board) approvalDecided(e agent.Event) {
-	b.set(func(_ *boardRecord, want *Plan) {
+	var th Thread
+	var resumed bool
+	b.set(func(rec *boardRecord, want *Plan) {
 		if want.State == StateWaiting {
 			want.State, want.Updated = StateWorking, e.At
+			resumed = rec.Running
 		}
+		th = rec.Thread
 	})
+	if resumed {
+		b.moveSession(th, statusChange{state: SessionProcessing})
+	}
 }
 
 // turnEnded: the turn is over (done, stopped, failed or at the round
 // limit). The footer says how; the Stop button goes.
 func (b *Board) turnEnded(e agent.Event) {
 	state := map[agent.Outcome]PlanState{agent.Done: StateDone, agent.Failed: StateFailed, agent.Stopped: StateStopped, agent.Limited: StateLimited}[e.Outcome]
+	var th Thread
+	var indicated string
 	b.set(func(rec *boardRecord, want *Plan) {
+		th, indicated = rec.Thread, rec.Indicated
 		rec.Running, rec.Final = false, nil
 		want.State, want.Updated = state, e.At
 		want.Stoppable, want.Activity, want.StoppedBy = false, "", e.StoppedBy
@@ -273,6 +310,8 @@ func (b *Board) turnEnded(e agent.Event) {
 		// continues this one.
 		rec.Closed = len(want.Items) > 0
 	})
+	off := false
+	b.moveSession(th, statusChange{state: SessionActive, working: &off, trigger: indicated})
 }
 
 // reset starts the board over for a new session in the same thread: the
@@ -280,8 +319,12 @@ func (b *Board) turnEnded(e agent.Event) {
 // messages still to restore or unpin), and everything else the record
 // knew of the old session goes. The thread and the newest message for
 // the session stay, and so does the message the working indicator is on.
+// A session the platform shows is closed.
 func (b *Board) reset() {
+	var th Thread
+	var sessioned bool
 	b.set(func(rec *boardRecord, want *Plan) {
+		th, sessioned = rec.Thread, rec.Sessioned
 		unpin := rec.Unpin
 		if !rec.Ref.IsZero() {
 			unpin = append(unpin, rec.Ref)
@@ -289,6 +332,9 @@ func (b *Board) reset() {
 		*rec = boardRecord{Thread: rec.Thread, Trigger: rec.Trigger, Indicated: rec.Indicated, Unpin: unpin, Restore: rec.Restore}
 		*want = Plan{}
 	})
+	if sessioned {
+		b.moveSession(th, statusChange{state: SessionClosed})
+	}
 }
 
 // change runs f with mu held, then persists the record. saveMu is held

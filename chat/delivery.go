@@ -61,7 +61,7 @@ func Classify(err error) (Outcome, time.Duration) {
 	switch {
 	case errors.As(err, &rl):
 		return RetryAfter, rl.RetryAfter
-	case errors.Is(err, ErrUndeliverable), errors.Is(err, agent.ErrFenced):
+	case errors.Is(err, ErrUndeliverable), errors.Is(err, agent.ErrFenced), errors.Is(err, ErrNoSessions):
 		return Permanent, 0
 	case errors.Is(err, ErrEditLater):
 		return EditLater, 0

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/internal/serial"
 	"github.com/pinplan/pinplan/todo"
 )
 
@@ -100,6 +101,9 @@ type Router struct {
 	wg       sync.WaitGroup // board loops
 
 	outbox *outbox // its queue is waited for beside wg
+	// statuses sends the sessions' status moves (status.go), by session
+	// key; waited for beside wg.
+	statuses serial.Queue
 
 	mu       sync.Mutex // guards sessions
 	sessions map[string]*session
@@ -206,6 +210,7 @@ func (r *Router) Close() {
 	go func() {
 		r.wg.Wait()
 		r.outbox.queue.Wait(context.Background())
+		r.statuses.Wait(context.Background())
 		close(done)
 	}()
 	select {
@@ -354,8 +359,10 @@ func (r *Router) Observe(e agent.Event) {
 	switch e.Kind {
 	case agent.TurnStarted:
 		marked := b.turnStarted(e)
-		if err := b.platform.Working(ctx, th, marked, true); err != nil {
-			log.Warn("show working indicator", "err", err)
+		if !b.showsSessions() { // else the session's status shows it (status.go)
+			if err := b.platform.Working(ctx, th, marked, true); err != nil {
+				log.Warn("show working indicator", "err", err)
+			}
 		}
 	case agent.PlanChanged:
 		b.planChanged(e)
@@ -378,8 +385,10 @@ func (r *Router) Observe(e agent.Event) {
 	case agent.TurnEnded:
 		b.turnEnded(e)
 		r.closeOpenCards(ctx, s, th, e)
-		if err := b.platform.Working(ctx, th, indicated, false); err != nil {
-			log.Warn("clear working indicator", "err", err)
+		if !b.showsSessions() {
+			if err := b.platform.Working(ctx, th, indicated, false); err != nil {
+				log.Warn("clear working indicator", "err", err)
+			}
 		}
 		if e.Err != nil {
 			log.Error("turn failed", "outcome", e.Outcome, "err", e.Err)

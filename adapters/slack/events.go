@@ -132,6 +132,9 @@ type message struct {
 // thread: handled in the order Slack sent them, one at a time per thread,
 // threads in parallel.
 func (a *Adapter) route(ctx context.Context, api slackevents.EventsAPIEvent) {
+	if a.routeSession(ctx, api) {
+		return
+	}
 	m, ok := a.relevant(api)
 	if !ok {
 		return
@@ -207,6 +210,7 @@ func (a *Adapter) dispatch(ctx context.Context, m message) {
 		return
 	}
 	th := chat.Thread{Platform: "slack", Key: Key(m.team, m.channel, m.thread), Channel: m.channel, ThreadID: m.thread}
+	a.noteAuthor(th.Key, m.channel, m.ts, person{user: m.author, team: m.team})
 	author := cmp.Or(a.displayName(ctx, m.author), "<@"+m.author+">")
 	err := a.opts.Handler.Handle(ctx, chat.Incoming{Thread: th, Text: a.mentions(ctx, m.text), Author: author, AuthorID: m.author, MessageID: m.ts})
 	if err != nil && !errors.Is(err, chat.ErrRejected) {

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	slackgo "github.com/slack-go/slack"
 	"github.com/slack-go/slack/slackevents"
 
 	"github.com/pinplan/pinplan/chat"
@@ -113,59 +112,6 @@ func TestNativeBlocksFallBackPerMessage(t *testing.T) {
 	if !native(calls[0]) || native(calls[1]) || !native(calls[2]) {
 		t.Errorf("native per post: %t %t %t, want true false true", native(calls[0]), native(calls[1]), native(calls[2]))
 	}
-}
-
-func TestStatusRenewedAndNotLatchedOff(t *testing.T) {
-	a, fake := testAdapter(t, false)
-	ctx := context.Background()
-	th := chat.Thread{Platform: "slack", Key: "slack/T1/D1/1.1", Channel: "D1", ThreadID: "1.1"}
-	if err := a.Working(ctx, th, "1.1", true); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Reply(ctx, th, "", "partial answer"); err != nil {
-		t.Fatal(err)
-	}
-	statuses := func() []string {
-		var out []string
-		for _, c := range fake.Calls("assistant.threads.setStatus") {
-			out = append(out, c.Params["status"])
-		}
-		return out
-	}
-	if got := statuses(); len(got) != 2 || got[1] == "" {
-		t.Errorf("statuses %q, want it set again after the bot's reply", got)
-	}
-	if err := a.Working(ctx, th, "1.1", false); err != nil {
-		t.Fatal(err)
-	}
-	if got := statuses(); len(got) != 3 || got[2] != "" {
-		t.Errorf("statuses %q, want cleared at the end", got)
-	}
-	// A thread that is not an assistant thread uses the reaction, and
-	// the next thread still tries the status.
-	fake.Fail("assistant.threads.setStatus", "invalid_thread_ts")
-	if _, _, err := a.api.PostMessageContext(ctx, "C1", slackgo.MsgOptionText("a task", false)); err != nil {
-		t.Fatal(err)
-	}
-	trigger := fake.Messages("C1")[0].TS
-	th2 := chat.Thread{Platform: "slack", Key: "slack/T1/C1/" + trigger, Channel: "C1", ThreadID: trigger}
-	if err := a.Working(ctx, th2, trigger, true); err != nil {
-		t.Fatal(err)
-	}
-	if got := fake.Reactions("C1", trigger); len(got) != 1 {
-		t.Errorf("reactions on the trigger %q, want the hourglass", got)
-	}
-	th3 := chat.Thread{Platform: "slack", Key: "slack/T1/D1/3.1", Channel: "D1", ThreadID: "3.1"}
-	a.Working(ctx, th3, "3.1", true)
-	if got := statuses(); len(got) != 5 {
-		t.Errorf("got %d setStatus calls, want 5: one error must not turn statuses off for every thread", len(got))
-	}
-	a.Working(ctx, th3, "3.1", false)
-	a.Working(ctx, th2, trigger, false)
-	if got := fake.Reactions("C1", trigger); len(got) != 0 {
-		t.Errorf("reactions left on the trigger: %q", got)
-	}
-	a.Wait()
 }
 
 func TestHistoryQuotesEarlierThreadMessages(t *testing.T) {

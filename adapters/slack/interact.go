@@ -27,7 +27,6 @@ func (a *Adapter) PostCard(ctx context.Context, th chat.Thread, c chat.Card) (ch
 	if err != nil {
 		return chat.MessageRef{}, classify("post approval card", err)
 	}
-	a.renewStatus(ctx, th)
 	return chat.MessageRef{Channel: th.Channel, ID: ts}, nil
 }
 

@@ -1,7 +1,9 @@
 // Package slack connects pinplan to Slack with github.com/slack-go/slack:
 // Socket Mode (SLACK_APP_TOKEN) or the Events API over HTTP
-// (SLACK_SIGNING_SECRET), Block Kit rendering of the plan message, and the
-// chat.Platform the plan board drives.
+// (SLACK_SIGNING_SECRET), Block Kit rendering of the plan message, the
+// chat.Platform the plan board drives, every thread as an agent session
+// (sessions.go) and, as an option, answers streamed into the thread
+// (stream.go).
 //
 // It imports chat, agent (types) and todo; never store or another adapter.
 package slack
@@ -34,11 +36,19 @@ type Options struct {
 	// EditsPerMinute paces plan posts and edits for the workspace (Tier 3
 	// chat.update allows about 50); default 45, burst 5.
 	EditsPerMinute float64
-	Handler        chat.Inbox
-	Dedupe         chat.Deduper
-	Logger         *slog.Logger
-	HTTPClient     *http.Client
-	Now            func() time.Time
+	// Stream streams replies into the thread with chat.startStream,
+	// chat.appendStream and chat.stopStream (PINPLAN_STREAM) instead of
+	// posting each part at once; plan messages and cards are never
+	// streamed.
+	Stream bool
+	// AppendsPerMinute paces chat.appendStream for the workspace (Tier 4
+	// allows about 100); default 90, burst 5.
+	AppendsPerMinute float64
+	Handler          chat.Inbox
+	Dedupe           chat.Deduper
+	Logger           *slog.Logger
+	HTTPClient       *http.Client
+	Now              func() time.Time
 }
 
 // Adapter is the Slack platform.
@@ -46,6 +56,7 @@ type Adapter struct {
 	opts    Options
 	api     *slack.Client
 	limiter *rate.Limiter
+	appends *rate.Limiter // chat.appendStream, for the workspace
 	log     *slog.Logger
 	wg      sync.WaitGroup
 
@@ -54,13 +65,20 @@ type Adapter struct {
 	mu        sync.Mutex // guards the fields below
 	botUserID string
 	teamID    string
-	// noStatus: the token may not call assistant.threads.setStatus (a
-	// token or scope error), so every thread uses the reaction.
-	noStatus bool
-	// status holds the threads whose assistant status is on, by session
-	// key; the status is renewed after the bot's own posts and every
-	// statusRenew, since both clear it.
-	status map[string]*threadStatus
+	// noSessions: the token or app may not use agent sessions
+	// (sessionsDenied), so the workspace falls back to the reaction.
+	noSessions bool
+	// noStreams: the token or app may not stream (streamsDenied), so
+	// replies are posted whole.
+	noStreams bool
+	// parts is the progress of replies being streamed, by partKey; an
+	// entry lives while its part is partly delivered (stream.go).
+	parts map[string]*partStream
+	// authors is who wrote the messages handed to the router, by
+	// channel/ts, and askers who wrote the newest one of each session,
+	// by session key: the recipients of streamed replies.
+	authors map[string]person
+	askers  map[string]person
 	// reacted is the message that got the working reaction, by session
 	// key; the reaction is removed from that message.
 	reacted map[string]string
@@ -71,19 +89,10 @@ type Adapter struct {
 	connected bool
 }
 
-// threadStatus is a thread's assistant status that is on.
-type threadStatus struct {
-	th   chat.Thread
-	stop context.CancelFunc
-}
-
-// statusRenew is how often a thread's status is set again while the turn
-// runs: Slack clears it after two minutes.
-const statusRenew = 90 * time.Second
-
 var (
-	_ chat.Platform = (*Adapter)(nil)
-	_ chat.Paced    = (*Adapter)(nil)
+	_ chat.Platform      = (*Adapter)(nil)
+	_ chat.Paced         = (*Adapter)(nil)
+	_ chat.SessionStatus = (*Adapter)(nil)
 )
 
 // New returns an adapter; Start connects it.
@@ -97,13 +106,18 @@ func New(opts Options) *Adapter {
 	if opts.EditsPerMinute <= 0 {
 		opts.EditsPerMinute = 45
 	}
+	if opts.AppendsPerMinute <= 0 {
+		opts.AppendsPerMinute = 90
+	}
 	if opts.HTTPClient == nil {
 		opts.HTTPClient = &http.Client{Timeout: 30 * time.Second}
 	}
 	api := slack.New(opts.BotToken, slack.OptionAPIURL(opts.APIURL), slack.OptionHTTPClient(opts.HTTPClient), slack.OptionAppLevelToken(opts.AppToken))
 	return &Adapter{opts: opts, api: api, log: opts.Logger,
 		limiter: rate.NewLimiter(rate.Limit(opts.EditsPerMinute/60), 5),
-		status:  map[string]*threadStatus{}, reacted: map[string]string{}, standard: map[string]bool{}, users: map[string]string{}}
+		appends: rate.NewLimiter(rate.Limit(opts.AppendsPerMinute/60), 5),
+		parts:   map[string]*partStream{}, authors: map[string]person{}, askers: map[string]person{},
+		reacted: map[string]string{}, standard: map[string]bool{}, users: map[string]string{}}
 }
 
 // Start checks the token (auth.test) and, in Socket Mode, connects. It
@@ -136,15 +150,8 @@ func (a *Adapter) mode() string {
 	return "http"
 }
 
-// Wait waits for the Socket Mode loop and event handlers to end, and stops
-// renewing statuses.
+// Wait waits for the Socket Mode loop and event handlers to end.
 func (a *Adapter) Wait() {
-	a.mu.Lock()
-	for key, st := range a.status {
-		st.stop()
-		delete(a.status, key)
-	}
-	a.mu.Unlock()
 	a.queue.Wait(context.Background())
 	a.wg.Wait()
 }
@@ -257,7 +264,6 @@ func (a *Adapter) PostPlan(ctx context.Context, th chat.Thread, p chat.Plan) (ch
 	if err != nil {
 		return chat.MessageRef{}, classify("post plan", err)
 	}
-	a.renewStatus(ctx, th)
 	return chat.MessageRef{Channel: th.Channel, ID: ts}, nil
 }
 
@@ -297,72 +303,48 @@ func (a *Adapter) Pin(ctx context.Context, th chat.Thread, ref chat.MessageRef, 
 	return classifyPin("unpin "+ref.ID, err)
 }
 
-// SplitReply implements chat.Splitter: Markdown converted to mrkdwn, in
-// parts of at most 3,500 characters.
-func (a *Adapter) SplitReply(text string) []string { return Split(Mrkdwn(text), maxReplyRunes) }
+// SplitReply implements chat.Splitter: parts of at most 3,500
+// characters, in Slack's mrkdwn; when replies are streamed, the Markdown
+// as it is (Reply makes it safe for markdown_text).
+func (a *Adapter) SplitReply(text string) []string {
+	if a.opts.Stream {
+		return Split(text, maxReplyRunes)
+	}
+	return Split(Mrkdwn(text), maxReplyRunes)
+}
 
-// Reply implements chat.Platform: one message in the thread. Text longer
-// than a part is split here too, for callers that did not split it.
-func (a *Adapter) Reply(ctx context.Context, th chat.Thread, _, text string) error {
+// Reply implements chat.Platform: one message in the thread, or with
+// Options.Stream one streamed message (stream.go). Text longer than a part
+// is split here too, for callers that did not split it.
+func (a *Adapter) Reply(ctx context.Context, th chat.Thread, replyTo, text string) error {
+	if a.opts.Stream {
+		return a.streamReply(ctx, th, replyTo, text)
+	}
+	return a.post(ctx, th, text)
+}
+
+// post posts text (mrkdwn) in the thread, in parts.
+func (a *Adapter) post(ctx context.Context, th chat.Thread, text string) error {
 	for _, part := range Split(text, maxReplyRunes) {
 		if _, _, err := a.api.PostMessageContext(ctx, th.Channel, slack.MsgOptionTS(th.ThreadID), slack.MsgOptionText(part, false)); err != nil {
 			return classify("reply", err)
 		}
 	}
-	a.renewStatus(ctx, th)
 	return nil
 }
 
 const workingReaction = "hourglass_flowing_sand"
 
-// statusDenied reports whether a setStatus error means this token can never
-// set a status (not "this thread is not an assistant thread").
-func statusDenied(code string) bool {
-	switch code {
-	case "missing_scope", "not_allowed_token_type", "invalid_auth", "not_authed", "token_revoked", "token_expired", "account_inactive", "no_permission", "access_denied":
-		return true
-	}
-	return false
-}
-
-func (a *Adapter) setStatus(ctx context.Context, th chat.Thread, status string) error {
-	return a.api.SetAssistantThreadsStatusContext(ctx, slack.AssistantThreadsSetStatusParameters{ChannelID: th.Channel, ThreadTS: th.ThreadID, Status: status})
-}
-
-const workingStatus = "is working on the plan…"
-
-// renewStatus sets the thread's status again after the bot posted in it
-// (Slack clears the status when the app replies).
-func (a *Adapter) renewStatus(ctx context.Context, th chat.Thread) {
-	a.mu.Lock()
-	_, on := a.status[th.Key]
-	a.mu.Unlock()
-	if !on {
-		return
-	}
-	if err := a.setStatus(ctx, th, workingStatus); err != nil {
-		a.log.Warn("renew assistant thread status", "session", th.Key, "err", err)
-	}
-}
-
-// Working implements chat.Platform: assistant.threads.setStatus where Slack
-// allows it (assistant threads), renewed after the bot's posts and every
-// 90 s; otherwise a reaction on the message that started the turn, removed
-// from that message when the turn ends.
+// Working implements chat.Platform: a reaction on the message that started
+// the turn, removed from that message when the turn ends. The router asks
+// for it only where agent sessions are not available (sessions.go); there
+// the session's status is the working indicator.
 func (a *Adapter) Working(ctx context.Context, th chat.Thread, trigger string, on bool) error {
 	if !on {
 		a.mu.Lock()
-		st, hadStatus := a.status[th.Key]
-		if hadStatus {
-			st.stop()
-			delete(a.status, th.Key)
-		}
 		ts, ok := a.reacted[th.Key]
 		delete(a.reacted, th.Key)
 		a.mu.Unlock()
-		if hadStatus {
-			return classify("clear status", a.setStatus(ctx, th, ""))
-		}
 		if !ok {
 			ts = trigger // after a restart: the message the router recorded
 		}
@@ -375,27 +357,6 @@ func (a *Adapter) Working(ctx context.Context, th chat.Thread, trigger string, o
 		}
 		return classify("remove reaction", err)
 	}
-	a.mu.Lock()
-	noStatus := a.noStatus
-	a.mu.Unlock()
-	if !noStatus {
-		err := a.setStatus(ctx, th, workingStatus)
-		if err == nil {
-			a.keepStatus(th)
-			return nil
-		}
-		code := slackCode(err)
-		if code == "" {
-			return classify("set status", err)
-		}
-		if statusDenied(code) {
-			a.mu.Lock()
-			a.noStatus = true
-			a.mu.Unlock()
-			a.log.Info("assistant.threads.setStatus not allowed for this token; using reactions", "err", err)
-		}
-		// Any other code: this thread is not an assistant thread.
-	}
 	if trigger == "" {
 		return nil
 	}
@@ -407,31 +368,4 @@ func (a *Adapter) Working(ctx context.Context, th chat.Thread, trigger string, o
 	a.reacted[th.Key] = trigger
 	a.mu.Unlock()
 	return nil
-}
-
-// keepStatus renews a thread's status every statusRenew until the turn ends.
-func (a *Adapter) keepStatus(th chat.Thread) {
-	ctx, stop := context.WithCancel(context.Background())
-	a.mu.Lock()
-	if old, ok := a.status[th.Key]; ok {
-		old.stop()
-	}
-	a.status[th.Key] = &threadStatus{th: th, stop: stop}
-	a.mu.Unlock()
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		t := time.NewTicker(statusRenew)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if err := a.setStatus(ctx, th, workingStatus); err != nil && ctx.Err() == nil {
-					a.log.Warn("renew assistant thread status", "session", th.Key, "err", err)
-				}
-			}
-		}
-	}()
 }

@@ -274,7 +274,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	if cfg.SlackBotToken != "" {
 		slk = slackadapter.New(slackadapter.Options{
 			BotToken: cfg.SlackBotToken.Reveal(), AppToken: cfg.SlackAppToken.Reveal(), SigningSecret: cfg.SlackSigningSecret.Reveal(),
-			APIURL: cfg.SlackAPIURL, NativePlan: cfg.SlackPlanBlocks, EditsPerMinute: float64(cfg.SlackEditsPerMin),
+			APIURL: cfg.SlackAPIURL, NativePlan: cfg.SlackPlanBlocks, EditsPerMinute: float64(cfg.SlackEditsPerMin), Stream: cfg.Stream,
 			Handler: inbox, Dedupe: db, Logger: log.With("adapter", "slack"),
 		})
 		platforms["slack"] = slk
@@ -288,7 +288,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	var dsc *discordadapter.Adapter
 	if cfg.DiscordBotToken != "" {
 		dsc, err = discordadapter.New(discordadapter.Options{Token: cfg.DiscordBotToken.Reveal(), APIURL: cfg.DiscordAPIURL,
-			ThreadPerTask: cfg.DiscordThreadPerTask, Handler: inbox, Dedupe: db, Logger: log.With("adapter", "discord")})
+			ThreadPerTask: cfg.DiscordThreadPerTask, ComponentsV2: cfg.DiscordComponentsV2, Handler: inbox, Dedupe: db, Logger: log.With("adapter", "discord")})
 		if err != nil {
 			return err
 		}

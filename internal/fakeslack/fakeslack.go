@@ -21,6 +21,15 @@
 // (ResponseURLPosts). chat.postEphemeral messages are kept apart from the
 // channel's (Ephemerals).
 //
+// Agent sessions and streams (agents.go): agents.sessions.setStatus is
+// checked as Slack checks it and each thread's statuses are recorded
+// (SessionStatuses); StopSession and RenameSession build the
+// agent_session_stopped and agent_session_title_changed events a user's
+// Stop or new title sends (push them with Push or CallbackBody);
+// chat.startStream, chat.appendStream and chat.stopStream keep streamed
+// messages (Streams), and a stream can be made to expire
+// (ExpireStreamOnAppend). AgentSessionsError turns sessions off.
+//
 // Only tests import it.
 package fakeslack
 
@@ -58,6 +67,14 @@ type Message struct {
 	// Recipient is the only user who sees an ephemeral message; "" on
 	// channel messages.
 	Recipient string
+	// Streamed: posted with chat.startStream; Text is what its chunks
+	// added up to. Streaming while it still takes chat.appendStream (until
+	// chat.stopStream, its expiry or a Stop). StreamUser and StreamTeam
+	// are its recipient_user_id and recipient_team_id; Appends counts its
+	// chat.appendStream calls.
+	Streamed, Streaming    bool
+	StreamUser, StreamTeam string
+	Appends                int
 }
 
 type window struct {
@@ -80,8 +97,15 @@ type Server struct {
 	// response_url of BlockActions payloads; by default the Host of the
 	// latest Web API request.
 	BaseURL string
-	// AssistantStatusError, when set, is the error assistant.threads.setStatus answers.
-	AssistantStatusError string
+	// AgentSessionsError, when set, is the error agents.sessions.setStatus
+	// answers: not_allowed_token_type for a token or app that may not use
+	// agent sessions (the reaction fallback).
+	AgentSessionsError string
+	// ExpireStreamOnAppend, when positive, ends every streamed message on
+	// its Nth chat.appendStream call: that call answers
+	// message_not_in_streaming_state and takes nothing, as Slack does once
+	// a stream has run for a few minutes.
+	ExpireStreamOnAppend int
 	// RejectNativePlan makes chat.postMessage and chat.update refuse the
 	// native plan and task_card blocks with invalid_blocks, as a workspace
 	// without them does.
@@ -129,6 +153,7 @@ type Server struct {
 	members    map[string]map[string]bool // channel → users seen in it
 	responses  map[string]*responseURL    // by path
 	posts      []ResponseURLPost
+	sessions   map[string]*agentSession // agent sessions, by channel/thread_ts
 }
 
 func (s *Server) initLocked() {
@@ -147,6 +172,7 @@ func (s *Server) initLocked() {
 		s.tickets = map[string]bool{}
 		s.members = map[string]map[string]bool{}
 		s.responses = map[string]*responseURL{}
+		s.sessions = map[string]*agentSession{}
 	}
 	if s.BotUserID == "" {
 		s.BotUserID = "UBOT"
@@ -411,7 +437,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // authCode answers what Slack says to a token: app-level tokens (xapp-)
 // open Socket Mode connections and nothing else, bot and user tokens do
-// the rest.
+// the rest, but agents.sessions.* take only a bot token.
 func authCode(method, token string) string {
 	switch {
 	case token == "":
@@ -421,7 +447,7 @@ func authCode(method, token string) string {
 			return "not_allowed_token_type"
 		}
 	case strings.HasPrefix(token, "xoxb-"), strings.HasPrefix(token, "xoxp-"):
-		if method == "apps.connections.open" {
+		if method == "apps.connections.open" || (strings.HasPrefix(method, "agents.") && strings.HasPrefix(token, "xoxp-")) {
 			return "not_allowed_token_type"
 		}
 	default:

@@ -51,11 +51,14 @@ func (s *Server) handleLocked(method string, p map[string]string, r *http.Reques
 		}
 		s.reactions[key][p["name"]] = on
 		return map[string]any{}, ""
-	case "assistant.threads.setStatus":
-		if s.AssistantStatusError != "" {
-			return nil, s.AssistantStatusError
-		}
-		return map[string]any{}, ""
+	case "agents.sessions.setStatus":
+		return s.setSessionStatusLocked(method, p)
+	case "chat.startStream":
+		return s.startStreamLocked(method, p)
+	case "chat.appendStream":
+		return s.appendStreamLocked(method, p)
+	case "chat.stopStream":
+		return s.stopStreamLocked(method, p)
 	case "conversations.replies":
 		return s.repliesLocked(p)
 	case "users.info":

@@ -1,0 +1,153 @@
+package slack
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+
+	"github.com/slack-go/slack"
+	"github.com/slack-go/slack/slackevents"
+
+	"github.com/pinplan/pinplan/chat"
+)
+
+// Every thread session is a Slack agent session (Slack's changelog
+// 2026-08-20; assistant_view and assistant.threads.* retire in February
+// 2027). The router moves its status (agents.sessions.setStatus): the
+// processing status, with Slack's own Stop, is the working indicator.
+// Slack's Stop arrives as agent_session_stopped and goes through the Stop
+// rule of the plan message's button; a title the user changes renames the
+// session in the console.
+
+// sessionStopper is the router's handling of Slack's own Stop
+// (chat.Router.StopSession).
+type sessionStopper interface {
+	StopSession(ctx context.Context, c chat.Click) chat.ClickResult
+}
+
+// renamer is the router's renaming of a session (chat.Router.Rename).
+type renamer interface {
+	Rename(key, title string) (chat.Thread, bool)
+}
+
+// sessionsDenied reports whether a setStatus error means this token or
+// app can never use agent sessions, rather than that this one call
+// failed: a token that is not a granular bot token, a missing scope (no
+// assistant:write: the app was not declared an agent, or was not
+// reinstalled since), or a workspace or app without the method.
+func sessionsDenied(code string) bool {
+	switch code {
+	case "not_allowed_token_type", "missing_scope", "unknown_method", "method_deprecated", "feature_disabled", "no_permission", "access_denied":
+		return true
+	}
+	return false
+}
+
+// SetSessionStatus implements chat.SessionStatus with
+// agents.sessions.setStatus. Once Slack has answered that this token or
+// app cannot use sessions, it answers chat.ErrNoSessions for the rest of
+// the process without asking Slack again (the router then uses the
+// working reaction), and says so in the log once.
+func (a *Adapter) SetSessionStatus(ctx context.Context, th chat.Thread, s chat.SessionState, title string) error {
+	a.mu.Lock()
+	off := a.noSessions
+	a.mu.Unlock()
+	if off {
+		return fmt.Errorf("slack: agent sessions not available: %w", chat.ErrNoSessions)
+	}
+	_, err := a.api.SetAgentSessionStatusContext(ctx, slack.AgentSessionSetStatusParameters{
+		Status: string(s), ChannelID: th.Channel, ThreadTS: th.ThreadID, Title: chat.Shorten(title, 200)})
+	if code := slackCode(err); sessionsDenied(code) {
+		a.mu.Lock()
+		first := !a.noSessions
+		a.noSessions = true
+		a.mu.Unlock()
+		if first {
+			a.log.Warn("slack agent sessions are not available to this token or app; the working indicator is a reaction for this workspace (see slack-app-manifest.yaml: features.agent_view, assistant:write)", "err", err)
+		}
+		return fmt.Errorf("slack: set session status %s: %s: %w", s, code, chat.ErrNoSessions)
+	}
+	return classify("set session status "+string(s), err)
+}
+
+// routeSession queues an agent session event (Slack's Stop, a new title)
+// on a queue of its own for the thread, so it never waits behind the
+// thread's messages. It reports whether api was one.
+func (a *Adapter) routeSession(ctx context.Context, api slackevents.EventsAPIEvent) bool {
+	cb, _ := api.Data.(*slackevents.EventsAPICallbackEvent)
+	a.mu.Lock()
+	team := cmp.Or(api.TeamID, a.teamID)
+	a.mu.Unlock()
+	var eventID string
+	if cb != nil {
+		eventID = cb.EventID
+	}
+	switch ev := api.InnerEvent.Data.(type) {
+	case *slackevents.AgentSessionStoppedEvent:
+		if eventID != "" && ev.Channel != "" && ev.ThreadTimestamp != "" && ev.User != "" {
+			a.queue.Add("session/"+ev.Channel+"/"+ev.ThreadTimestamp, func() { a.sessionStopped(ctx, eventID, team, ev) })
+		}
+	case *slackevents.AgentSessionTitleChangedEvent:
+		if eventID != "" && ev.Channel != "" && ev.ThreadTimestamp != "" {
+			a.queue.Add("session/"+ev.Channel+"/"+ev.ThreadTimestamp, func() { a.titleChanged(ctx, eventID, cmp.Or(ev.TeamID, team), ev) })
+		}
+	default:
+		return false
+	}
+	return true
+}
+
+// firstSeen dedupes an event on its event_id; a store error lets it
+// through (handled twice rather than lost).
+func (a *Adapter) firstSeen(ctx context.Context, eventID string) bool {
+	first, err := a.opts.Dedupe.FirstSeen(ctx, "slack/event/"+eventID, dedupeTTL)
+	if err != nil {
+		a.log.Error("slack dedupe", "event_id", eventID, "err", err)
+		return true
+	}
+	if !first {
+		a.log.Info("slack event redelivered; ignored", "event_id", eventID)
+	}
+	return first
+}
+
+// sessionStopped handles Slack's Stop: the router decides by the Stop
+// button's rule and moves the session's status whatever it decides (Slack
+// leaves it); a refusal is told to the presser privately.
+func (a *Adapter) sessionStopped(ctx context.Context, eventID, team string, ev *slackevents.AgentSessionStoppedEvent) {
+	if !a.firstSeen(ctx, eventID) {
+		return
+	}
+	st, ok := a.opts.Handler.(sessionStopper)
+	if !ok {
+		a.log.Warn("slack stop of an agent session ignored: the handler cannot stop sessions")
+		return
+	}
+	th := chat.Thread{Platform: "slack", Key: Key(team, ev.Channel, ev.ThreadTimestamp), Channel: ev.Channel, ThreadID: ev.ThreadTimestamp}
+	name := cmp.Or(a.displayName(ctx, ev.User), "<@"+ev.User+">")
+	res := st.StopSession(ctx, chat.Click{Thread: th, UserID: ev.User, UserName: name})
+	if res.Private == "" {
+		a.log.Info("slack agent session stopped", "session", th.Key, "user", ev.User)
+		return
+	}
+	if _, err := a.api.PostEphemeralContext(ctx, ev.Channel, ev.User, slack.MsgOptionText(res.Private, false), slack.MsgOptionTS(ev.ThreadTimestamp)); err != nil {
+		a.log.Warn("slack ephemeral answer to a stop", "session", th.Key, "err", err)
+	}
+}
+
+// titleChanged renames the session to the title the user gave it in
+// Slack, so the console lists it so too. A thread pinplan has no session
+// for is left alone.
+func (a *Adapter) titleChanged(ctx context.Context, eventID, team string, ev *slackevents.AgentSessionTitleChangedEvent) {
+	if !a.firstSeen(ctx, eventID) {
+		return
+	}
+	rn, ok := a.opts.Handler.(renamer)
+	if !ok {
+		return
+	}
+	key := Key(team, ev.Channel, ev.ThreadTimestamp)
+	if _, ok := rn.Rename(key, ev.Title); ok {
+		a.log.Info("slack agent session renamed", "session", key, "user", ev.User)
+	}
+}

@@ -1,0 +1,412 @@
+package slack
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/slack-go/slack"
+
+	"github.com/pinplan/pinplan/chat"
+)
+
+// Streamed replies (Options.Stream, PINPLAN_STREAM). The outbox stores a
+// reply's parts and calls Reply once per part until it succeeds; Reply
+// streams the part into the thread as one message: chat.startStream with
+// the first chunk of Markdown, chat.appendStream with the next ones
+// (paced for the workspace within Tier 4), chat.stopStream.
+//
+// A retry never repeats what landed. The adapter keeps each part's
+// progress (the message being streamed, how many chunks Slack has
+// acknowledged) from one call of Reply to the next, so the outbox's retry
+// of a part that failed halfway goes on after the last chunk Slack took,
+// in the same message if it still streams. A chunk counts as landed when
+// Slack answers ok to the call that carried it; one whose call got no
+// answer (a timeout, a dropped connection) is sent again, so that one
+// chunk is the only text a retry can show twice. The progress lives in
+// memory: after a restart the outbox sends the part whole again, below
+// the message the killed process left cut off.
+//
+// Slack ends a stream after a few minutes, answering
+// message_not_in_streaming_state: that chunk did not land, and it and the
+// rest go on in a new streamed message (a code block cut there is opened
+// again), so nothing is lost and nothing repeated. A Stop pressed while an
+// answer streams ends that message the same way; the answer of a turn is
+// still delivered whole (Stop stops turns, not their answers).
+//
+// Plan messages and approval cards are never streamed.
+
+// person is a Slack user in their workspace: a streamed reply's
+// recipient.
+type person struct{ user, team string }
+
+// Streaming bounds.
+const (
+	// streamChunkRunes is the size a chunk is cut at (at a line end or a
+	// space where it can): small enough that the answer visibly streams,
+	// large enough that a 3,500-character part takes a handful of calls.
+	streamChunkRunes = 400
+	// maxChunkRunes is markdown_text's limit for one call.
+	maxChunkRunes = 12000
+	// maxPeople bounds the authors and askers remembered.
+	maxPeople = 10000
+	// maxPartAge drops the progress of a part the outbox gave up on (it
+	// keeps a reply for 24 hours).
+	maxPartAge = 25 * time.Hour
+)
+
+// partStream is a part's progress. Only the part's delivery touches it,
+// and the outbox delivers a session's parts one at a time.
+type partStream struct {
+	ts      string // the message streaming now; "" before the first start and after Slack ended it
+	sent    int    // chunks Slack acknowledged
+	started time.Time
+}
+
+// noteAuthor remembers who wrote a message handed to the router: the
+// recipient of the replies to it and of the session's later replies.
+func (a *Adapter) noteAuthor(key, channel, ts string, p person) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.authors) >= maxPeople {
+		clear(a.authors)
+	}
+	if len(a.askers) >= maxPeople {
+		clear(a.askers)
+	}
+	a.authors[channel+"/"+ts] = p
+	a.askers[key] = p
+}
+
+func isDM(channel string) bool { return strings.HasPrefix(channel, "D") }
+
+// recipient is the person a streamed reply is for: the author of the
+// message it answers, else of the session's newest message, else (after a
+// restart, in a channel) of the thread's first message, read once with
+// conversations.replies.
+func (a *Adapter) recipient(ctx context.Context, th chat.Thread, replyTo string) (person, bool) {
+	a.mu.Lock()
+	p, ok := a.authors[th.Channel+"/"+replyTo]
+	if !ok {
+		p, ok = a.askers[th.Key]
+	}
+	bot, team := a.botUserID, a.teamID
+	a.mu.Unlock()
+	if ok || isDM(th.Channel) || th.ThreadID == "" {
+		return p, ok
+	}
+	msgs, _, _, err := a.api.GetConversationRepliesContext(ctx, &slack.GetConversationRepliesParameters{ChannelID: th.Channel, Timestamp: th.ThreadID, Limit: 1})
+	if err != nil || len(msgs) == 0 || msgs[0].User == "" || msgs[0].User == bot || msgs[0].BotID != "" {
+		a.log.Info("slack: no recipient for a streamed reply", "session", th.Key, "err", err)
+		return person{}, false
+	}
+	p = person{user: msgs[0].User, team: team}
+	a.mu.Lock()
+	if _, ok := a.askers[th.Key]; !ok {
+		a.askers[th.Key] = p
+	}
+	a.mu.Unlock()
+	return p, true
+}
+
+// partKey names a part of a reply in its session.
+func partKey(th chat.Thread, replyTo, text string) string {
+	h := sha256.Sum256([]byte(text))
+	return th.Key + "\x00" + replyTo + "\x00" + hex.EncodeToString(h[:16])
+}
+
+// part returns the progress of the part key, starting it if it has none.
+func (a *Adapter) part(key string) *partStream {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if ps, ok := a.parts[key]; ok {
+		return ps
+	}
+	now := time.Now()
+	for k, ps := range a.parts {
+		if now.Sub(ps.started) > maxPartAge {
+			delete(a.parts, k)
+		}
+	}
+	ps := &partStream{started: now}
+	a.parts[key] = ps
+	return ps
+}
+
+func (a *Adapter) partDone(key string) {
+	a.mu.Lock()
+	delete(a.parts, key)
+	a.mu.Unlock()
+}
+
+// streamEnded reports whether an append or a stop met a message that
+// takes no more: Slack ended the stream (its few minutes were up, or
+// someone pressed Stop), or the message was deleted.
+func streamEnded(code string) bool {
+	switch code {
+	case "message_not_in_streaming_state", "stopped_by_user", "message_not_found":
+		return true
+	}
+	return false
+}
+
+// streamsDenied reports whether a chat.startStream error means this token
+// or app can never stream here.
+func streamsDenied(code string) bool {
+	switch code {
+	case "not_allowed_token_type", "missing_scope", "unknown_method", "method_deprecated", "feature_disabled", "no_permission", "access_denied":
+		return true
+	}
+	return false
+}
+
+// streamRefused reports whether a chat.startStream error means this
+// thread cannot take a stream (the part is posted whole instead).
+func streamRefused(code string) bool {
+	switch code {
+	case "channel_type_not_supported", "missing_recipient_user_id", "missing_recipient_team_id", "invalid_arguments", "invalid_chunks":
+		return true
+	}
+	return false
+}
+
+// streamReply streams one part (Markdown) into the thread, going on from
+// where an earlier call for the same part stopped.
+func (a *Adapter) streamReply(ctx context.Context, th chat.Thread, replyTo, text string) error {
+	md := markdownText(text)
+	a.mu.Lock()
+	off := a.noStreams
+	a.mu.Unlock()
+	if off {
+		return a.postMarkdown(ctx, th, md)
+	}
+	to, known := a.recipient(ctx, th, replyTo)
+	if !known && !isDM(th.Channel) {
+		// Slack streams to a channel only for a named recipient.
+		return a.postMarkdown(ctx, th, md)
+	}
+	chunks, fenced := streamChunks(md)
+	if len(chunks) == 0 {
+		return nil
+	}
+	key := partKey(th, replyTo, text)
+	ps := a.part(key)
+	rest := func() string {
+		s := strings.Join(chunks[ps.sent:], "")
+		if ps.sent > 0 && fenced[ps.sent] {
+			s = "```\n" + s
+		}
+		return s
+	}
+	for ps.sent < len(chunks) {
+		if ps.ts == "" {
+			chunk := chunks[ps.sent]
+			if ps.sent > 0 && fenced[ps.sent] {
+				chunk = "```\n" + chunk // the new message goes on inside the code block
+			}
+			opts := []slack.MsgOption{slack.MsgOptionTS(th.ThreadID), slack.MsgOptionMarkdownText(chunk)}
+			if known {
+				opts = append(opts, slack.MsgOptionRecipientUserID(to.user), slack.MsgOptionRecipientTeamID(to.team))
+			}
+			_, ts, err := a.api.StartStreamContext(ctx, th.Channel, opts...)
+			if err != nil {
+				switch code := slackCode(err); {
+				case streamsDenied(code):
+					a.mu.Lock()
+					first := !a.noStreams
+					a.noStreams = true
+					a.mu.Unlock()
+					if first {
+						a.log.Warn("slack streaming is not available to this token or app; replies are posted whole", "err", err)
+					}
+					return a.postRest(ctx, th, key, rest())
+				case streamRefused(code):
+					a.log.Warn("slack refused a stream here; posting the reply whole", "session", th.Key, "err", err)
+					return a.postRest(ctx, th, key, rest())
+				}
+				return classify("start stream", err)
+			}
+			ps.ts = ts
+			ps.sent++
+			continue
+		}
+		if err := a.appends.Wait(ctx); err != nil {
+			return fmt.Errorf("slack: stream reply: %w", err)
+		}
+		_, _, err := a.api.AppendStreamContext(ctx, th.Channel, ps.ts, slack.MsgOptionMarkdownText(chunks[ps.sent]))
+		if streamEnded(slackCode(err)) {
+			a.log.Info("slack ended the stream; the reply goes on in a new message", "session", th.Key, "ts", ps.ts, "err", err)
+			ps.ts = ""
+			continue
+		}
+		if err != nil {
+			return classify("append to stream "+ps.ts, err)
+		}
+		ps.sent++
+	}
+	if ps.ts != "" {
+		_, _, err := a.api.StopStreamContext(ctx, th.Channel, ps.ts)
+		if err != nil && !streamEnded(slackCode(err)) {
+			return classify("stop stream "+ps.ts, err)
+		}
+	}
+	a.partDone(key)
+	return nil
+}
+
+// postRest posts what is left of a part whole and forgets its progress.
+func (a *Adapter) postRest(ctx context.Context, th chat.Thread, key, md string) error {
+	if err := a.postMarkdown(ctx, th, md); err != nil {
+		return err
+	}
+	a.partDone(key)
+	return nil
+}
+
+// postMarkdown posts Markdown (made safe by markdownText) whole, in a
+// markdown block, where it cannot be streamed.
+func (a *Adapter) postMarkdown(ctx context.Context, th chat.Thread, md string) error {
+	for _, part := range Split(md, maxMarkdownRunes) {
+		block := slack.NewMarkdownBlock("", part)
+		if _, _, err := a.api.PostMessageContext(ctx, th.Channel, slack.MsgOptionTS(th.ThreadID),
+			slack.MsgOptionText(part, false), slack.MsgOptionBlocks(block)); err != nil {
+			return classify("reply", err)
+		}
+	}
+	return nil
+}
+
+// maxMarkdownRunes is the most text the markdown blocks of one message
+// hold.
+const maxMarkdownRunes = 12000
+
+// markdownText makes the model's Markdown safe for markdown_text: outside
+// code, every < is escaped (\<), so no <@U…>, <!channel> or <url|text>
+// can mention anyone or hide a link. Code spans and fenced blocks are
+// literal in Markdown and stay as they are.
+func markdownText(md string) string {
+	lines := strings.SplitAfter(md, "\n")
+	fence := ""
+	for i, line := range lines {
+		var marker bool
+		if fence, marker = fenceLine(fence, line); marker || fence != "" {
+			continue
+		}
+		var spans []string
+		line = reCode.ReplaceAllStringFunc(line, func(s string) string {
+			spans = append(spans, s)
+			return fmt.Sprintf("\x00%d\x00", len(spans)-1)
+		})
+		line = strings.ReplaceAll(line, "<", `\<`)
+		for j, s := range spans {
+			line = strings.Replace(line, fmt.Sprintf("\x00%d\x00", j), s, 1)
+		}
+		lines[i] = line
+	}
+	return strings.Join(lines, "")
+}
+
+// fenceLine reads one line against the code fence open before it ("" for
+// none): it returns the fence open after it and whether the line is a
+// fence (an opening ``` or ~~~ run, after at most three spaces, or the
+// closing run, at least as long, of the same character and nothing else).
+func fenceLine(fence, line string) (string, bool) {
+	t := strings.TrimLeft(line, " ")
+	if len(line)-len(t) > 3 || t == "" || (t[0] != '`' && t[0] != '~') {
+		return fence, false
+	}
+	run := t[:len(t)-len(strings.TrimLeft(t, t[:1]))]
+	switch {
+	case len(run) < 3:
+		return fence, false
+	case fence == "":
+		return run, true
+	case run[0] == fence[0] && len(run) >= len(fence) && strings.TrimSpace(t[len(run):]) == "":
+		return "", true
+	}
+	return fence, false
+}
+
+// streamChunks cuts Markdown into the chunks of a stream, each about
+// streamChunkRunes long, and reports for each whether it starts inside a
+// code block. Every cut falls after whitespace and before the next
+// non-space character (after a line end where it can), so no chunk
+// starts with whitespace: Slack has been seen to drop a chunk's leading
+// whitespace where chunks join. Only a word longer than a chunk is cut
+// inside.
+func streamChunks(md string) (chunks []string, fenced []bool) {
+	r := []rune(md)
+	open := fenceOpen(r)
+	for start := 0; start < len(r); {
+		end := cutAt(r, start)
+		chunks = append(chunks, string(r[start:end]))
+		fenced = append(fenced, open[start])
+		start = end
+	}
+	return chunks, fenced
+}
+
+// cutAt returns where the chunk that starts at start ends.
+func cutAt(r []rune, start int) int {
+	limit := start + streamChunkRunes
+	if limit >= len(r) {
+		return len(r)
+	}
+	// b is a boundary when r[b-1] is whitespace and r[b] is not.
+	boundary := func(b int) bool { return unicode.IsSpace(r[b-1]) && !unicode.IsSpace(r[b]) }
+	afterLine := func(b int) bool {
+		for i := b - 1; i > start && unicode.IsSpace(r[i]); i-- {
+			if r[i] == '\n' {
+				return true
+			}
+		}
+		return false
+	}
+	floor := start + streamChunkRunes/2
+	for _, want := range []func(int) bool{afterLine, func(int) bool { return true }} {
+		for b := limit; b > floor; b-- {
+			if boundary(b) && want(b) {
+				return b
+			}
+		}
+	}
+	for b := limit; b > start; b-- {
+		if boundary(b) {
+			return b
+		}
+	}
+	// No space in the chunk: cut the word, or keep a run of whitespace
+	// whole so that the next chunk does not start inside it.
+	b := limit
+	for b < len(r) && b < start+maxChunkRunes && unicode.IsSpace(r[b]) && unicode.IsSpace(r[b-1]) {
+		b++
+	}
+	return b
+}
+
+// fenceOpen reports for each rune whether a code block is open there:
+// from the line after an opening fence to the end of the closing one.
+func fenceOpen(r []rune) []bool {
+	open := make([]bool, len(r)+1)
+	fence := ""
+	for i := 0; i < len(r); {
+		j := i
+		for j < len(r) && r[j] != '\n' {
+			j++
+		}
+		if j < len(r) {
+			j++ // the line end
+		}
+		inside := fence != ""
+		fence, _ = fenceLine(fence, string(r[i:j]))
+		for k := i; k < j; k++ {
+			open[k] = inside
+		}
+		i = j
+	}
+	return open
+}

@@ -1,0 +1,172 @@
+package chat
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/pinplan/pinplan/agent"
+)
+
+// Sessions a platform shows natively (Slack's agent sessions, DESIGN §7):
+// every thread session is one, with a status that says what it is doing.
+// The plan board's event methods (board.go) say which status the session
+// moves to; the moves go out on the router's status queue, one session's
+// in the order they happened, each through the delivery layer's policy
+// (sendUntil and Classify), like every other send.
+//
+// On such a platform the processing status is the working indicator: the
+// router does not call Platform.Working for the turn. Only when the
+// platform answers ErrNoSessions (the token or app cannot use sessions
+// here) does the move that starts or ends a turn fall back to Working, so
+// a turn shows exactly one of the two.
+
+// SessionState is the status of a session on a platform that shows
+// sessions.
+type SessionState string
+
+// Session states, as Slack's agents.sessions.setStatus names them.
+const (
+	// SessionProcessing: a turn runs (the platform shows its Stop).
+	SessionProcessing SessionState = "processing"
+	// SessionSuspended: the turn waits for an approval card's decision.
+	SessionSuspended SessionState = "suspended"
+	// SessionActive: no turn runs; the session takes the next message.
+	SessionActive SessionState = "active"
+	// SessionClosed: the session was reset (or deleted); a later message
+	// starts a new one.
+	SessionClosed SessionState = "closed"
+)
+
+// SessionStatus is implemented by platforms that show each thread's
+// session natively, with a status.
+type SessionStatus interface {
+	// SetSessionStatus moves th's session to s, creating the session if
+	// it has none; title names a session this call creates ("" for
+	// none). An error wrapping ErrNoSessions means the platform cannot
+	// show sessions here at all: the working indicator stands in.
+	SetSessionStatus(ctx context.Context, th Thread, s SessionState, title string) error
+}
+
+// ErrNoSessions means the platform cannot show sessions here (Slack: a
+// token or app that may not use agent sessions). No retry can help; the
+// router shows the working indicator (Platform.Working) instead.
+var ErrNoSessions = errors.New("the platform cannot show sessions here")
+
+// Status moves are sent with the cards' bounds: a few quick attempts,
+// then the move is logged and given up.
+const (
+	statusAttempts = cardAttempts
+	statusBackoff  = cardBackoff
+	statusTimeout  = 30 * time.Second
+	// maxSessionTitle is the longest title Slack takes for a session.
+	maxSessionTitle = 200
+)
+
+// statusChange is one move of a session's status.
+type statusChange struct {
+	state SessionState
+	title string // names a session the move creates
+	// working is the working indicator to show (true) or clear (false)
+	// on the message trigger instead, when the platform answers
+	// ErrNoSessions; nil when the move has no counterpart there.
+	working *bool
+	trigger string
+}
+
+// showsSessions reports whether the board's platform shows sessions;
+// then the working indicator is left to the status moves.
+func (b *Board) showsSessions() bool {
+	_, ok := b.platform.(SessionStatus)
+	return ok
+}
+
+// moveSession queues the move of the session's status in thread th
+// behind its earlier moves. It does nothing on a platform that does not
+// show sessions.
+func (b *Board) moveSession(th Thread, c statusChange) {
+	ss, ok := b.platform.(SessionStatus)
+	if !ok {
+		return
+	}
+	b.owner.queueStatus(ss, b.platform, b.key, th, c)
+}
+
+// sessionTitle is the title a new session is given: the first line of
+// what the session is listed under (the task's first words, or what it
+// was renamed to).
+func (b *Board) sessionTitle() string {
+	th, _ := b.owner.Thread(b.key)
+	line, _, _ := strings.Cut(th.Title, "\n")
+	return Shorten(strings.TrimSpace(line), maxSessionTitle)
+}
+
+func (r *Router) queueStatus(ss SessionStatus, p Platform, key string, th Thread, c statusChange) {
+	if r.ctx.Err() != nil {
+		return // shutting down: the next start sets the status again
+	}
+	r.statuses.Add(key, func() { r.sendStatus(ss, p, th, c) })
+}
+
+// sendStatus applies one move, retried by the delivery policy; where the
+// platform cannot show sessions it shows or clears the working indicator
+// in its place.
+func (r *Router) sendStatus(ss SessionStatus, p Platform, th Thread, c statusChange) {
+	ctx := r.ctx
+	log := r.opts.Logger.With("session", th.Key, "platform", th.Platform)
+	_, err := sendUntil(ctx, r.backoff(statusBackoff), statusAttempts, nil, func(ctx context.Context) error {
+		if err := r.held(ctx, th.Key); err != nil {
+			return err // another replica holds the session and moves its status
+		}
+		ctx, cancel := context.WithTimeout(ctx, statusTimeout)
+		defer cancel()
+		return ss.SetSessionStatus(ctx, th, c.state, c.title)
+	})
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrNoSessions):
+		if c.working == nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(ctx, statusTimeout)
+		defer cancel()
+		if err := p.Working(ctx, th, c.trigger, *c.working); err != nil {
+			log.Warn("working indicator in place of the session status", "on", *c.working, "err", err)
+		}
+	case ctx.Err() != nil, errors.Is(err, agent.ErrFenced):
+	default:
+		log.Warn("set the session status", "status", c.state, "err", err)
+	}
+}
+
+// StopSession handles a platform's own Stop of th's session (Slack's
+// agent_session_stopped): the Stop button's rule decides (Click), and a
+// refusal comes back as Private for the adapter to tell the presser
+// privately. The platform leaves the status where it was, so the router
+// moves it in every case: to active when the stop goes through (the
+// turn's end moves it there again), otherwise back to what the session
+// is doing (processing while a turn runs, suspended while it waits for
+// an approval, active when nothing runs).
+func (r *Router) StopSession(ctx context.Context, c Click) ClickResult {
+	c.Button = ButtonID(ActionStop, "session")
+	res := r.Click(ctx, c)
+	p := r.opts.Platforms[c.Thread.Platform]
+	ss, ok := p.(SessionStatus)
+	if !ok {
+		return res
+	}
+	th, st := c.Thread, SessionActive
+	if s := r.session(c.Thread.Key, nil); s != nil {
+		rec, want := s.board.state()
+		th = rec.Thread
+		if res.Private != "" && rec.Running {
+			st = SessionProcessing
+			if want.State == StateWaiting {
+				st = SessionSuspended
+			}
+		}
+	}
+	r.queueStatus(ss, p, c.Thread.Key, th, statusChange{state: st})
+	return res
+}

@@ -1,0 +1,256 @@
+package chat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/chat/chattest"
+	"github.com/pinplan/pinplan/todo"
+)
+
+// sessionPlatform shows sessions: it records every status move, and
+// answers ErrNoSessions when off.
+type sessionPlatform struct {
+	cardPlatform
+	smu    sync.Mutex
+	off    bool
+	moves  []string // "state" or "state:title"
+	status error    // answered by every move when set (after off)
+	// transient is how many moves to answer errTransient first.
+	transient int
+}
+
+func (s *sessionPlatform) SetSessionStatus(_ context.Context, _ Thread, st SessionState, title string) error {
+	s.smu.Lock()
+	defer s.smu.Unlock()
+	if s.off {
+		return fmt.Errorf("no sessions here: %w", ErrNoSessions)
+	}
+	if s.status != nil {
+		return s.status
+	}
+	if s.transient > 0 {
+		s.transient--
+		return errTransient
+	}
+	m := string(st)
+	if title != "" {
+		m += ":" + title
+	}
+	s.moves = append(s.moves, m)
+	return nil
+}
+
+func (s *sessionPlatform) recorded() []string {
+	s.smu.Lock()
+	defer s.smu.Unlock()
+	return append([]string(nil), s.moves...)
+}
+
+// working returns the working indicator calls, as "on:ref" and "off:ref".
+func (s *sessionPlatform) working() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, c := range s.calls {
+		switch c.Op {
+		case "working-true":
+			out = append(out, "on:"+c.Ref)
+		case "working-false":
+			out = append(out, "off:"+c.Ref)
+		}
+	}
+	return out
+}
+
+// settleStatuses waits for the board, the outbox and the status moves.
+func settleStatuses(t testing.TB, r *Router, key string) {
+	t.Helper()
+	settle(t, r, key)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.statuses.Wait(ctx); err != nil {
+		t.Fatalf("status moves still queued after 10s: %v", err)
+	}
+}
+
+func sessionRig(t *testing.T, p *sessionPlatform) (*Router, *decider, Thread) {
+	t.Helper()
+	run := &decider{}
+	r := NewRouter(Options{Runner: run, Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, Approvers: []string{"UADMIN"}, RetryDelay: time.Millisecond})
+	t.Cleanup(r.Close)
+	th := Thread{Platform: "test", Key: "test/1", Channel: "C1", ThreadID: "1.1"}
+	if err := r.Handle(context.Background(), Incoming{Thread: th, Text: "plan the release\nwith the notes", Author: "ann", AuthorID: "UANN", MessageID: "m1"}); err != nil {
+		t.Fatal(err)
+	}
+	return r, run, th
+}
+
+// TestSessionStatusFollowsTheTurn: DESIGN §7's mapping, from the board's
+// events: processing (titled on creation), suspended while a card waits,
+// processing once decided, active at the end; no working indicator
+// besides.
+func TestSessionStatusFollowsTheTurn(t *testing.T) {
+	p := &sessionPlatform{}
+	r, _, th := sessionRig(t, p)
+	a := agent.Approval{CallID: "call_1", Tool: "fs__write_file", Requester: "UANN", Deadline: time.Now().Add(time.Hour)}
+	d := agent.Decision{Allow: true, By: "UANN"}
+	for _, e := range []agent.Event{
+		{Kind: agent.TurnStarted, Requester: "UANN"},
+		{Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress)},
+		{Kind: agent.ApprovalNeeded, Approval: &a},
+		{Kind: agent.ApprovalDecided, Approval: &a, Decision: &d},
+		{Kind: agent.TurnEnded, Outcome: agent.Done},
+		// The next turn carries no title: the session exists.
+		{Kind: agent.TurnStarted, Requester: "UANN"},
+		{Kind: agent.TurnEnded, Outcome: agent.Done},
+	} {
+		e.Session = th.Key
+		r.Observe(e)
+	}
+	settleStatuses(t, r, th.Key)
+	want := []string{"processing:plan the release", "suspended", "processing", "active", "processing", "active"}
+	if got := p.recorded(); !slices.Equal(got, want) {
+		t.Errorf("status moves %q, want %q", got, want)
+	}
+	if w := p.working(); len(w) != 0 {
+		t.Errorf("working indicator %q besides the session status, want none", w)
+	}
+}
+
+// TestNoSessionsFallBackToWorking: where the platform cannot show
+// sessions, the turn's start and end show and clear the working
+// indicator on the message that started it; the other moves have no
+// counterpart.
+func TestNoSessionsFallBackToWorking(t *testing.T) {
+	p := &sessionPlatform{off: true}
+	r, _, th := sessionRig(t, p)
+	a := agent.Approval{CallID: "call_1", Tool: "fs__write_file", Requester: "UANN", Deadline: time.Now().Add(time.Hour)}
+	for _, e := range []agent.Event{
+		{Kind: agent.TurnStarted, Requester: "UANN"},
+		{Kind: agent.ApprovalNeeded, Approval: &a},
+		{Kind: agent.TurnEnded, Outcome: agent.Stopped},
+	} {
+		e.Session = th.Key
+		r.Observe(e)
+	}
+	settleStatuses(t, r, th.Key)
+	if got, want := p.working(), []string{"on:m1", "off:m1"}; !slices.Equal(got, want) {
+		t.Errorf("working indicator %q, want %q", got, want)
+	}
+}
+
+// TestSessionStatusRetriedByThePolicy: a transient failure is retried, a
+// permanent one is given up at once.
+func TestSessionStatusRetriedByThePolicy(t *testing.T) {
+	p := &sessionPlatform{}
+	r, _, th := sessionRig(t, p)
+	p.smu.Lock()
+	p.transient = 2
+	p.smu.Unlock()
+	r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "UANN"})
+	settleStatuses(t, r, th.Key)
+	if got := p.recorded(); !slices.Equal(got, []string{"processing:plan the release"}) {
+		t.Errorf("after transient failures: %q, want the move applied once", got)
+	}
+	p.smu.Lock()
+	p.status = fmt.Errorf("gone: %w", ErrUndeliverable)
+	p.smu.Unlock()
+	r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnEnded, Outcome: agent.Done})
+	settleStatuses(t, r, th.Key) // returns: a permanent failure is not retried
+	if w := p.working(); len(w) != 0 {
+		t.Errorf("a failed move fell back to the working indicator %q; only ErrNoSessions does", w)
+	}
+}
+
+// TestResetClosesTheSession: reset closes a session the platform shows;
+// one that never had a turn is not created just to be closed.
+func TestResetClosesTheSession(t *testing.T) {
+	p := &sessionPlatform{}
+	r, _, th := sessionRig(t, p)
+	if err := r.Handle(context.Background(), Incoming{Thread: th, Text: "reset", AuthorID: "UANN"}); !errors.Is(err, ErrRejected) {
+		t.Fatalf("reset: %v", err)
+	}
+	settleStatuses(t, r, th.Key)
+	if got := p.recorded(); len(got) != 0 {
+		t.Errorf("reset of a session without a turn moved %q, want nothing", got)
+	}
+	r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "UANN"})
+	r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnEnded, Outcome: agent.Done})
+	if err := r.Handle(context.Background(), Incoming{Thread: th, Text: "reset", AuthorID: "UANN"}); !errors.Is(err, ErrRejected) {
+		t.Fatalf("reset: %v", err)
+	}
+	settleStatuses(t, r, th.Key)
+	if got, want := p.recorded(), []string{"processing:plan the release", "active", "closed"}; !slices.Equal(got, want) {
+		t.Errorf("status moves %q, want %q", got, want)
+	}
+	// The next session in the thread is titled again.
+	if err := r.Handle(context.Background(), Incoming{Thread: th, Text: "start over", AuthorID: "UANN", MessageID: "m2"}); err != nil {
+		t.Fatal(err)
+	}
+	r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "UANN"})
+	settleStatuses(t, r, th.Key)
+	if got := p.recorded(); got[len(got)-1] != "processing:plan the release" {
+		t.Errorf("the new session's first move %q, want it titled (the thread keeps its listing title)", got[len(got)-1])
+	}
+}
+
+// TestStopSessionMovesTheStatus: the platform's own Stop follows the Stop
+// button's rule; someone else's is refused privately and the status goes
+// back to what the turn is doing, the requester's stops the turn and
+// moves it to active.
+func TestStopSessionMovesTheStatus(t *testing.T) {
+	p := &sessionPlatform{}
+	r, run, th := sessionRig(t, p)
+	r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "UANN"})
+	settleStatuses(t, r, th.Key)
+
+	res := r.StopSession(context.Background(), Click{Thread: th, UserID: "UBOB", UserName: "bob"})
+	if !strings.Contains(res.Private, "Only <@UANN>") {
+		t.Errorf("bob's stop answered %+v, want a private refusal naming the requester", res)
+	}
+	a := agent.Approval{CallID: "call_1", Tool: "fs__write_file", Requester: "UANN", Deadline: time.Now().Add(time.Hour)}
+	r.Observe(agent.Event{Session: th.Key, Kind: agent.ApprovalNeeded, Approval: &a})
+	settleStatuses(t, r, th.Key)
+	r.StopSession(context.Background(), Click{Thread: th, UserID: "UBOB", UserName: "bob"})
+	settleStatuses(t, r, th.Key)
+	run.mu.Lock()
+	bobs := len(run.stops)
+	run.mu.Unlock()
+	if bobs != 0 {
+		t.Fatalf("bob's stops reached the runner %d times", bobs)
+	}
+	res = r.StopSession(context.Background(), Click{Thread: th, UserID: "UANN", UserName: "ann"})
+	if res.Private != "" {
+		t.Errorf("the requester's stop answered %q, want it to go through", res.Private)
+	}
+	settleStatuses(t, r, th.Key)
+	run.mu.Lock()
+	stops := slices.Clone(run.stops)
+	run.mu.Unlock()
+	if !slices.Equal(stops, []string{"ann"}) {
+		t.Errorf("runner stops %q, want ann's only", stops)
+	}
+	want := []string{"processing:plan the release", "processing", "suspended", "suspended", "active"}
+	if got := p.recorded(); !slices.Equal(got, want) {
+		t.Errorf("status moves %q, want %q", got, want)
+	}
+	// Nothing runs any more: a later Stop is told so and the status is
+	// moved to active again (Slack leaves it where the click found it).
+	r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnEnded, Outcome: agent.Stopped, StoppedBy: "ann"})
+	res = r.StopSession(context.Background(), Click{Thread: th, UserID: "UANN", UserName: "ann"})
+	settleStatuses(t, r, th.Key)
+	if !strings.Contains(res.Private, "Nothing is running") {
+		t.Errorf("a stop with nothing running answered %+v", res)
+	}
+	if got := p.recorded(); !slices.Equal(got[len(got)-2:], []string{"active", "active"}) {
+		t.Errorf("status moves %q, want the turn's end and the late stop to move it to active", got)
+	}
+}
