@@ -23,14 +23,12 @@ import (
 // one Slack fake (Socket Mode: it spreads envelopes round-robin over the
 // replicas' connections, as Slack does) and one model fake.
 type replicaRig struct {
-	etcd   *etcdtest.Server
-	slack  *fakeslack.Server
-	model  *fakeopenai.Server
-	env    map[string]string
-	procs  []*botProc
-	mu     sync.Mutex
-	gate   chan struct{} // when set, model requests wait on it
-	served map[string]int
+	etcd  *etcdtest.Server
+	slack *fakeslack.Server
+	model *fakeopenai.Server
+	env   map[string]string
+	mu    sync.Mutex
+	gate  chan struct{} // when set, model requests wait on it
 }
 
 const replicaTTL = 3 * time.Second
@@ -41,7 +39,7 @@ func newReplicaRig(t *testing.T, revisions int) *replicaRig {
 
 func newReplicaRigTTL(t *testing.T, revisions int, ttl time.Duration) *replicaRig {
 	t.Helper()
-	r := &replicaRig{etcd: etcdtest.Start(t), slack: &fakeslack.Server{}, served: map[string]int{}}
+	r := &replicaRig{etcd: etcdtest.Start(t), slack: &fakeslack.Server{}}
 	script := fakeopenai.Script(planScript(revisions, "**All done.** See the plan above."))
 	r.model = &fakeopenai.Server{Respond: func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
 		r.mu.Lock()
