@@ -408,3 +408,31 @@ func TestPostWithoutStoredRefIsRepeated(t *testing.T) {
 		t.Errorf("the board works on %q, want the new message m2", ref.ID)
 	}
 }
+
+// TestPostedUnpinnedPlanPinnedAfterRestart: the process died after the
+// plan was posted (its ref and content stored) but before the pin. The
+// message shows what is wanted, and still the restart pins it; an
+// earlier message left to unpin is unpinned too.
+func TestPostedUnpinnedPlanPinnedAfterRestart(t *testing.T) {
+	boards := &chattest.Boards{}
+	want := Plan{Items: plan(3, todo.Completed).Items(), Revision: 3, State: StateDone}
+	ref := MessageRef{Channel: "C1", ID: "m1"}
+	raw, err := json.Marshal(boardRecord{Thread: Thread{Platform: "test", Key: "test/1", Channel: "C1"}, Ref: ref, Shown: want, Want: &want, Unpin: []MessageRef{{Channel: "C1", ID: "m0"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := boards.SaveBoard(context.Background(), "test/1", raw); err != nil {
+		t.Fatal(err)
+	}
+	up := &fakePlatform{}
+	up.next, up.shown = 1, map[string]Plan{"m1": want}
+	r := NewRouter(Options{Store: boards, Platforms: map[string]Platform{"test": up}})
+	t.Cleanup(r.Close)
+	if _, err := r.Resume(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, r, "test/1")
+	if up.count("pin") != 1 || up.count("unpin") != 1 || up.count("post") != 0 || up.count("edit") != 0 {
+		t.Fatalf("after restart: calls %+v, want the plan pinned and the old one unpinned, nothing posted or edited", up.calls)
+	}
+}

@@ -175,11 +175,19 @@ func (r *Router) Resume(ctx context.Context) (int, error) {
 	return r.outbox.resume(ctx)
 }
 
-// BoardPending reports whether a stored plan board record wants content
-// its message does not show yet (a post or an edit a stop cut short).
+// BoardPending reports whether a stored plan board record has work its
+// loop did not finish: content its message does not show yet (a post or
+// an edit a stop cut short), a posted message not pinned yet, or earlier
+// messages still to restore or unpin.
 func BoardPending(data []byte) bool {
 	var rec boardRecord
-	return json.Unmarshal(data, &rec) == nil && rec.Want != nil && (!rec.Ref.IsZero() || len(rec.Want.Items) > 0) && !sameContent(*rec.Want, rec.Shown)
+	if json.Unmarshal(data, &rec) != nil {
+		return false
+	}
+	if len(rec.Restore) > 0 || len(rec.Unpin) > 0 || (!rec.Ref.IsZero() && !rec.Pinned && !rec.PinUnavailable) {
+		return true
+	}
+	return rec.Want != nil && (!rec.Ref.IsZero() || len(rec.Want.Items) > 0) && !sameContent(*rec.Want, rec.Shown)
 }
 
 // ResumeSession is Resume for one session that this process has just
