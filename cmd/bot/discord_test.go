@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -477,9 +478,12 @@ func TestDiscordQueuedPlanSurvivesKill(t *testing.T) {
 		pl := plansOf("B")
 		return len(pl) == 1 && strings.Contains(planText(pl[0]), "Plan · 2/2 done")
 	})
-	pinned := r.dc.Pinned("C1")
-	if b := plansOf("B"); len(pinned) != 1 || pinned[0] != b[0].ID {
-		t.Errorf("pinned %v, want only task B's plan %s", pinned, b[0].ID)
+	// The pin is its own request after the post: wait for it, then make
+	// sure it is the only one.
+	b := plansOf("B")[0]
+	waitFor(t, 10*time.Second, "task B's plan pinned", func() bool { return slices.Contains(r.dc.Pinned("C1"), b.ID) })
+	if pinned := r.dc.Pinned("C1"); len(pinned) != 1 || pinned[0] != b.ID {
+		t.Errorf("pinned %v, want only task B's plan %s", pinned, b.ID)
 	}
 	if n := len(plansOf("A")); n != 1 {
 		t.Errorf("task A has %d plan messages, want 1", n)
