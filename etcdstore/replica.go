@@ -394,6 +394,21 @@ func (r *Replica) RequestStop(ctx context.Context, key, by string) error {
 	return err
 }
 
+// PendingStop returns the stop asked of the session's holder that is still
+// waiting (its holder died before it saw it).
+func (r *Replica) PendingStop(ctx context.Context, key string) (by string, ok bool, err error) {
+	resp, err := r.cli.Get(ctx, r.p+"stop/"+esc(key))
+	if err != nil || len(resp.Kvs) == 0 {
+		return "", false, err
+	}
+	return string(resp.Kvs[0].Value), true, nil
+}
+
+// StopDone removes the session's stop request once it was acted on.
+func (r *Replica) StopDone(ctx context.Context, key string) {
+	r.cli.Delete(ctx, r.p+"stop/"+esc(key))
+}
+
 // Events are what a replica hears through its watches.
 type Events struct {
 	// Handed: events were handed to a session this replica holds.
@@ -430,7 +445,7 @@ func (r *Replica) Watch(ctx context.Context, ev Events) {
 		"stop": func(e *clientv3.Event, key string) {
 			if e.Type == clientv3.EventTypePut && ev.Stop != nil && r.Holds(key) {
 				ev.Stop(key, string(e.Kv.Value))
-				r.cli.Delete(ctx, string(e.Kv.Key))
+				r.StopDone(ctx, key)
 			}
 		},
 		"owners": func(e *clientv3.Event, key string) {

@@ -60,6 +60,7 @@ type Adapter struct {
 	mu        sync.Mutex // guards the fields below
 	botID     string
 	limiters  map[string]*rate.Limiter
+	share     int // replicas sharing the per-channel pace (Share)
 	typing    map[string]context.CancelFunc
 	chanTypes map[string]discordgo.ChannelType
 	connected bool
@@ -212,7 +213,8 @@ func (a *Adapter) Limiter(th chat.Thread) chat.Limiter {
 	defer a.mu.Unlock()
 	l, ok := a.limiters[th.Channel]
 	if !ok {
-		l = rate.NewLimiter(rate.Every(a.opts.EditEvery), 3)
+		every, burst := a.editEvery()
+		l = rate.NewLimiter(rate.Every(every), burst)
 		a.limiters[th.Channel] = l
 	}
 	return l

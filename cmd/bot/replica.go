@@ -10,12 +10,15 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	discordadapter "github.com/pinplan/pinplan/adapters/discord"
+	slackadapter "github.com/pinplan/pinplan/adapters/slack"
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/config"
@@ -92,18 +95,35 @@ type replicas struct {
 
 var _ chat.Inbox = (*replicas)(nil)
 
-// Handle implements chat.Inbox: the event joins its session's queue, and
-// the session is taken if no replica holds it.
+// handed is an event in a session's queue in etcd: a message, or a
+// change of how the session is listed (renamed, deleted), which only its
+// holder may write.
+type handed struct {
+	Message *chat.Incoming `json:"message,omitempty"`
+	Rename  *string        `json:"rename,omitempty"` // the new title
+	Delete  *string        `json:"delete,omitempty"` // who deleted it
+}
+
+// Handle implements chat.Inbox: the message joins its session's queue,
+// and the session is taken if no replica holds it.
 func (x *replicas) Handle(ctx context.Context, in chat.Incoming) error {
-	key := in.Thread.Key
 	in.Sync = false // the holder answers in the thread, wherever that is
-	data, err := json.Marshal(in)
+	if err := x.hand(ctx, in.Thread.Key, handed{Message: &in}); err != nil {
+		return &chat.Rejection{Reason: "I couldn't accept your message right now (the bot's database is unavailable). Please send it again in a moment.", Refused: true}
+	}
+	return nil
+}
+
+// hand puts ev at the end of the session's queue and takes the session if
+// nobody holds it.
+func (x *replicas) hand(ctx context.Context, key string, ev handed) error {
+	data, err := json.Marshal(ev)
 	if err != nil {
 		return err
 	}
 	if err := x.rep.Forward(ctx, key, data); err != nil {
-		x.log.Error("hand a message over to its session", "session", key, "err", err)
-		return &chat.Rejection{Reason: "I couldn't accept your message right now (the bot's database is unavailable). Please send it again in a moment.", Refused: true}
+		x.log.Error("hand an event over to its session", "session", key, "err", err)
+		return err
 	}
 	held, err := x.rep.TryTake(ctx, key)
 	if err != nil {
@@ -113,6 +133,65 @@ func (x *replicas) Handle(ctx context.Context, in chat.Incoming) error {
 		x.pump(key)
 	}
 	return nil
+}
+
+// Rename renames the session (the console, Slack's title change): at
+// once when this replica holds it, else through its holder.
+func (x *replicas) Rename(key, title string) (chat.Thread, bool) {
+	if x.rep.Holds(key) {
+		return x.router.Rename(key, title)
+	}
+	th, ok := x.thread(key)
+	if !ok {
+		return chat.Thread{}, false
+	}
+	if err := x.hand(x.ctx, key, handed{Rename: &title}); err != nil {
+		return chat.Thread{}, false
+	}
+	if t := chat.Shorten(strings.Join(strings.Fields(title), " "), 80); t != "" {
+		th.Title = t
+	}
+	return th, true
+}
+
+// Delete deletes the session as reset does (the console): at once when
+// this replica holds it, else through its holder.
+func (x *replicas) Delete(ctx context.Context, key, by string) error {
+	if x.rep.Holds(key) {
+		return x.router.Delete(ctx, key, by)
+	}
+	if _, ok := x.thread(key); !ok {
+		return errors.New("chat: no such session")
+	}
+	return x.hand(ctx, key, handed{Delete: &by})
+}
+
+// Visible reports whether the console lists the session, from its
+// records as they are now.
+func (x *replicas) Visible(key string) bool {
+	if !x.rep.Holds(key) {
+		x.router.Forget(key)
+		defer x.router.Forget(key)
+	}
+	return x.router.Visible(key)
+}
+
+// thread returns the session's thread from its records as they are now.
+func (x *replicas) thread(key string) (chat.Thread, bool) {
+	x.router.Forget(key)
+	defer x.router.Forget(key)
+	return x.router.Thread(key)
+}
+
+// StopSession is Slack's own Stop (agent_session_stopped) with replicas:
+// decided here by the Stop rule, from the records as they are now; a
+// stop goes to the holder (replicaRunner.Stop).
+func (x *replicas) StopSession(ctx context.Context, c chat.Click) chat.ClickResult {
+	if !x.rep.Holds(c.Thread.Key) {
+		x.router.Forget(c.Thread.Key)
+		defer x.router.Forget(c.Thread.Key)
+	}
+	return x.router.StopSession(ctx, c)
 }
 
 // Known implements chat.Inbox from the cluster's records.
@@ -159,10 +238,19 @@ func (x *replicas) drain(key string) {
 			return
 		}
 		for _, h := range queued {
-			var in chat.Incoming
-			if err := json.Unmarshal(h.Data, &in); err != nil {
+			var ev handed
+			err := json.Unmarshal(h.Data, &ev)
+			switch {
+			case err != nil:
 				x.log.Error("unreadable handed-over event; dropped", "session", key, "err", err)
-			} else if err := x.router.Handle(etcdstore.WithConsumed(ctx, h.Key), in); err != nil && !errors.Is(err, chat.ErrRejected) {
+			case ev.Message != nil:
+				err = x.router.Handle(etcdstore.WithConsumed(ctx, h.Key), *ev.Message)
+			case ev.Rename != nil:
+				x.router.Rename(key, *ev.Rename)
+			case ev.Delete != nil:
+				err = x.router.Delete(ctx, key, *ev.Delete)
+			}
+			if err != nil && !errors.Is(err, chat.ErrRejected) {
 				x.log.Error("handle a handed-over event", "session", key, "err", err)
 			}
 			// A message the router queued took its event along (WithConsumed);
@@ -183,6 +271,28 @@ func (x *replicas) taken(key string) {
 	x.router.ResumeSession(x.ctx, key)
 	x.runner.Wake(key)
 	x.pump(key)
+	if by, ok, err := x.rep.PendingStop(x.ctx, key); err != nil {
+		x.log.Warn("look for a stop asked of the last holder", "session", key, "err", err)
+	} else if ok {
+		go x.stopResumed(key, by)
+	}
+}
+
+// stopResumed stops a turn taken over with a stop its last holder never
+// saw: once the resumed turn runs (or waits), the stop ends it.
+func (x *replicas) stopResumed(key, by string) {
+	defer x.rep.StopDone(x.ctx, key)
+	for range 50 {
+		if x.runner.Stop(key, by) {
+			return
+		}
+		select {
+		case <-x.ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	x.log.Info("a stop asked of the last holder found no turn to stop", "session", key)
 }
 
 // orphaned runs when a session's holder went away: the session is taken
@@ -280,24 +390,6 @@ func replicaMetrics(reg *prometheus.Registry, rep *etcdstore.Replica) {
 	)
 }
 
-// consoleInbox is the web console's handler: messages and clicks go where
-// the adapters' go (the router, or with replicas the session's queue);
-// listing changes (rename, delete) are the router's.
-type consoleInbox struct {
-	chat.Inbox
-	router *chat.Router
-}
-
-func (c consoleInbox) Visible(key string) bool { return c.router.Visible(key) }
-
-func (c consoleInbox) Rename(key, title string) (chat.Thread, bool) {
-	return c.router.Rename(key, title)
-}
-
-func (c consoleInbox) Delete(ctx context.Context, key, by string) error {
-	return c.router.Delete(ctx, key, by)
-}
-
 // owners is the runner's Owners: the replica, or none without etcd.
 func owners(rep *etcdstore.Replica) agent.Owners {
 	if rep == nil {
@@ -362,4 +454,41 @@ func replicaStatus(rep *etcdstore.Replica) string {
 	default:
 	}
 	return fmt.Sprintf("replica %s: lease %x %s (ttl %s), %d sessions held, %d replicas live\n", rep.ID(), int64(rep.Lease()), state, rep.TTL(), rep.Owned(), rep.Replicas())
+}
+
+// sharer is a platform whose pacing budget replicas share.
+type sharer interface{ Share(n int) }
+
+// shareBudgets gives each platform's pace an even share among the live
+// replicas (DESIGN §14: Slack's Tier 3 per workspace and Discord's
+// per-channel edits are the bot's, not each replica's), following the
+// count as replicas come and go, until ctx ends.
+func shareBudgets(ctx context.Context, rep *etcdstore.Replica, slk *slackadapter.Adapter, dsc *discordadapter.Adapter, log *slog.Logger) {
+	var platforms []sharer
+	if slk != nil {
+		platforms = append(platforms, slk)
+	}
+	if dsc != nil {
+		platforms = append(platforms, dsc)
+	}
+	if len(platforms) == 0 {
+		return
+	}
+	last := 0
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		if n := rep.Replicas(); n != last {
+			for _, p := range platforms {
+				p.Share(n)
+			}
+			log.Info("platform pace shared", "replicas", n)
+			last = n
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

@@ -260,7 +260,12 @@ func TestPausedReplicaChangesNothing(t *testing.T) {
 		plans := planMessages(r.slack, "C1")
 		return len(plans) == 1 && strings.Contains(plans[0].Blocks, "done")
 	})
-	time.Sleep(1500 * time.Millisecond) // the new holder's last sends land first
+	// The new holder's last sends land first (its pace is a share of the
+	// workspace's): nothing reaches Slack for 3 s.
+	waitFor(t, 30*time.Second, "Slack to fall quiet", func() bool {
+		calls := r.slack.Calls("")
+		return len(calls) > 0 && time.Since(calls[len(calls)-1].At) > 3*time.Second
+	})
 	callsBefore := len(r.slack.Calls(""))
 	if err := syscall.Kill(-paused.cmd.Process.Pid, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
@@ -396,4 +401,127 @@ func runCommand(t *testing.T, env map[string]string, args ...string) (string, er
 	}
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// TestReplicaKilledWithCardOpen: kill -9 of the replica whose turn waits
+// on an approval card; the click arrives at another replica (the dead
+// one's connection is gone), is decided there, and the replica that takes
+// the thread over runs the call exactly once, on the same card.
+func TestReplicaKilledWithCardOpen(t *testing.T) {
+	r := newReplicaRig(t, 1)
+	dir := t.TempDir()
+	r.model.Respond = toolScript(dir)
+	cfg := fmt.Sprintf("[mcp.fs]\ncommand = [%q, %q]\n", mcpServerPath(t, "filesystem"), dir)
+	path := filepath.Join(t.TempDir(), "pinplan.toml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r.env["PINPLAN_CONFIG"] = path
+	r.slack.AddUser("U1", "ann")
+	var ps []*botProc
+	for i := range 3 {
+		ps = append(ps, r.start(t, i))
+		waitMCPReady(t, ps[i], "fs")
+	}
+	thread := "1700030000.000100"
+	if _, err := r.slack.Push("EvC", mention("C1", thread, "write once")); err != nil {
+		t.Fatal(err)
+	}
+	card, allow := waitCard(t, r.slack, thread, "fs__write_file", "allow")
+	key := "slack/T1/C1/" + thread
+	owner := ownerOf(ps, key)
+	if owner < 0 {
+		t.Fatalf("no replica took %s\n%s", key, stderrs(ps...))
+	}
+	ps[owner].kill()
+	waitFor(t, 10*time.Second, "the dead replica's connection to close", func() bool { return r.slack.Connected() == 2 })
+	payload := r.slack.BlockActions("U1", "C1", card.TS, allow)
+	if payload == nil {
+		t.Fatalf("no allow button on %s", card.TS)
+	}
+	if _, err := r.slack.PushInteraction(payload); err != nil {
+		t.Fatal(err)
+	}
+	waitReply(t, r.slack, "C1", thread, "tool said:")
+	time.Sleep(time.Second)
+	if got := readOut(dir); got != "once" {
+		t.Errorf("out.txt = %q, want the approved write", got)
+	}
+	if n := len(botMessages(r.slack, "C1", thread, "Approval needed")); n != 1 {
+		t.Errorf("%d cards, want the same one", n)
+	}
+	if n := len(botMessages(r.slack, "C1", thread, "tool said:")); n != 1 {
+		t.Errorf("%d answers, want 1", n)
+	}
+	// The call ran once: one write among the live replicas' MCP calls, and
+	// one write result in what the model was sent.
+	calls := 0
+	for i, p := range ps {
+		if i == owner {
+			continue
+		}
+		_, metrics := httpGet(t, p.URL+"/metrics")
+		for _, line := range strings.Split(metrics, "\n") {
+			if strings.HasPrefix(line, "pinplan_mcp_calls_total{") && strings.Contains(line, `tool="write_file"`) {
+				var n int
+				fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &n)
+				calls += n
+			}
+		}
+	}
+	if calls != 1 {
+		t.Errorf("write_file ran %d times on the live replicas, want 1\n%s", calls, stderrs(ps...))
+	}
+	reqs := r.model.Requests()
+	results := 0
+	for _, m := range reqs[len(reqs)-1].Messages {
+		if m.Role == openai.ChatMessageRoleTool && strings.Contains(m.Content, "Successfully wrote") {
+			results++
+		}
+	}
+	if results != 1 {
+		t.Errorf("the last request carries %d write results, want 1", results)
+	}
+}
+
+// TestReplicasShareTheSlackPace: three busy threads on three replicas,
+// against a Slack fake that enforces the workspace's limit on chat.update
+// (15 per 5 s, a scaled-down Tier 3) with pinplan's pace set to the
+// same budget (120 a minute). Each replica takes a third, so together
+// they meet no 429, and every plan ends on its last revision.
+func TestReplicasShareTheSlackPace(t *testing.T) {
+	r := newReplicaRig(t, 8)
+	r.env["PINPLAN_SLACK_EDITS_PER_MINUTE"] = "120"
+	r.slack.Limit("chat.update", 15, 5*time.Second)
+	ps := []*botProc{r.start(t, 0), r.start(t, 1), r.start(t, 2)}
+	for _, p := range ps {
+		waitFor(t, 10*time.Second, "the pace shared by three", func() bool { return strings.Contains(p.stderr.String(), "replicas=3") })
+	}
+	channels := []string{"C1", "C2", "C3"}
+	for i, ch := range channels {
+		if _, err := r.slack.Push(fmt.Sprint("EvT", i), mention(ch, fmt.Sprintf("17000000%02d.000100", i), "task "+ch)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, ch := range channels {
+		waitFor(t, 90*time.Second, "the plan of "+ch+" on its last revision", func() bool {
+			plans := planMessages(r.slack, ch)
+			return len(plans) == 1 && strings.Contains(plans[0].Blocks, "revision 8 ") && strings.Contains(plans[0].Blocks, "done")
+		})
+	}
+	for _, c := range r.slack.Calls("") {
+		if c.Status == 429 {
+			t.Errorf("%s at %s was rate limited: the replicas together went over the workspace's pace\n%s", c.Method, c.At.Format(time.StampMilli), stderrs(ps...))
+			break
+		}
+	}
+	// Each thread was run by one replica; together they spread the work.
+	owners := map[int]bool{}
+	for i := range channels {
+		owners[ownerOf(ps, fmt.Sprintf("slack/T1/C%d/17000000%02d.000100", i+1, i))] = true
+	}
+	if v := r.slack.Violations(); len(v) > 0 {
+		t.Errorf("Slack protocol violations: %v", v)
+	}
+	t.Logf("threads held by %d replicas", len(owners))
 }

@@ -259,7 +259,11 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	events.Subscribe(m)
 	events.Subscribe(router)
 	events.Subscribe(consoleState{router: router, console: console})
-	console.Bind(consoleInbox{Inbox: inbox, router: router})
+	if shared != nil {
+		console.Bind(shared)
+	} else {
+		console.Bind(router)
+	}
 
 	host := httphost.New(httphost.Options{Token: token, Logger: log.With("component", "http"),
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
@@ -362,6 +366,11 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 		rep.Watch(ctx, etcdstore.Events{Handed: shared.pump, Wake: runner.Wake, Stop: func(key, by string) { runner.Stop(key, by) },
 			Orphaned: shared.orphaned, Rescan: func() { shared.scan() }})
 		n = shared.scan()
+		wg.Add(1)
+		go func() { // the platforms' pace, shared by the live replicas
+			defer wg.Done()
+			shareBudgets(ctx, rep, slk, dsc, log)
+		}()
 		go func() {
 			select {
 			case <-rep.Lost():

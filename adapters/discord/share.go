@@ -1,0 +1,28 @@
+package discord
+
+import (
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Share spreads each channel's edit pace over n replicas (DESIGN §14):
+// Discord's per-channel budget is the bot's, so n replicas together keep
+// to it rather than multiply it. n below 1 counts as 1.
+func (a *Adapter) Share(n int) {
+	n = max(n, 1)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.share = n
+	for _, l := range a.limiters {
+		l.SetLimit(rate.Every(a.opts.EditEvery * time.Duration(n)))
+		l.SetBurst(max(3/n, 1))
+	}
+}
+
+// editEvery is the pace of one channel's edits on this replica; called
+// with a.mu held.
+func (a *Adapter) editEvery() (time.Duration, int) {
+	n := max(a.share, 1)
+	return a.opts.EditEvery * time.Duration(n), max(3/n, 1)
+}
