@@ -463,6 +463,23 @@ func (r *Replica) Watch(ctx context.Context, ev Events) {
 	}
 }
 
+// Follow calls f with each record written under P area/ (board, hist,
+// rec, ...) for a session another replica holds, until ctx ends: the
+// console of every replica shows threads run elsewhere live.
+func (r *Replica) Follow(ctx context.Context, area string, f func(key string, value []byte)) {
+	ctx, cancel := context.WithCancel(ctx)
+	context.AfterFunc(r.ctx, cancel)
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.watch(ctx, area, func(e *clientv3.Event, key string) {
+			if e.Type == clientv3.EventTypePut && !r.Holds(key) {
+				f(key, e.Kv.Value)
+			}
+		}, nil)
+	}()
+}
+
 // watch follows P area/ from now on, starting again (and asking for a
 // rescan) if the watch breaks.
 func (r *Replica) watch(ctx context.Context, area string, f func(*clientv3.Event, string), rescan func()) {

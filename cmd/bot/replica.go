@@ -14,11 +14,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	openai "github.com/sashabaranov/go-openai"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	discordadapter "github.com/pinplan/pinplan/adapters/discord"
 	slackadapter "github.com/pinplan/pinplan/adapters/slack"
+	"github.com/pinplan/pinplan/adapters/web"
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/config"
@@ -491,4 +493,40 @@ func shareBudgets(ctx context.Context, rep *etcdstore.Replica, slk *slackadapter
 		case <-t.C:
 		}
 	}
+}
+
+// followElsewhere keeps the console live for the threads other replicas
+// run (DESIGN §14): their plan boards' shown content and run state, and
+// the answers they commit, from etcd watches.
+func followElsewhere(ctx context.Context, rep *etcdstore.Replica, console *web.Console) {
+	rep.Follow(ctx, "board", func(_ string, v []byte) {
+		th, shown, ok := chat.DecodeBoard(v)
+		if !ok || len(shown.Items) == 0 {
+			return
+		}
+		if th.Platform == "web" {
+			console.EditPlan(ctx, th, chat.MessageRef{}, shown)
+		} else {
+			console.Mirror(th, shown)
+		}
+		state := "idle"
+		switch shown.State {
+		case chat.StateWorking, chat.StateResumed:
+			state = "running"
+		case chat.StateWaiting:
+			state = "waiting"
+		}
+		console.SetState(th, state, string(shown.State))
+	})
+	rep.Follow(ctx, "hist", func(key string, v []byte) {
+		var e agent.Entry
+		if json.Unmarshal(v, &e) != nil || e.Message.Role != openai.ChatMessageRoleAssistant || e.Message.Content == "" || len(e.Message.ToolCalls) > 0 {
+			return
+		}
+		platform, _, _ := strings.Cut(key, "/")
+		if platform != "web" {
+			return // other platforms' answers are in their own threads
+		}
+		console.Reply(ctx, chat.Thread{Platform: platform, Key: key}, "", e.Message.Content)
+	})
 }

@@ -525,3 +525,22 @@ func TestReplicasShareTheSlackPace(t *testing.T) {
 	}
 	t.Logf("threads held by %d replicas", len(owners))
 }
+
+// TestConsoleFollowsThreadsHeldElsewhere: the console of a replica that
+// does not run a thread shows its plan and run state live, from etcd.
+func TestConsoleFollowsThreadsHeldElsewhere(t *testing.T) {
+	r := newReplicaRig(t, 3)
+	ps := []*botProc{r.start(t, 0), r.start(t, 1)}
+	streams := []*syncBuffer{watchEvents(t, ps[0].URL), watchEvents(t, ps[1].URL)}
+	if _, err := r.slack.Push("Ev1", mention("C1", "1700000000.000100", "task C1")); err != nil {
+		t.Fatal(err)
+	}
+	key := "slack/T1/C1/1700000000.000100"
+	owner := -1
+	waitFor(t, 30*time.Second, "an owner", func() bool { owner = ownerOf(ps, key); return owner >= 0 })
+	other := streams[1-owner]
+	waitFor(t, 60*time.Second, "the other console to show the plan done", func() bool {
+		s := other.String()
+		return strings.Contains(s, `"thread":"`+key+`"`) && strings.Contains(s, `"type":"plan"`) && strings.Contains(s, `"status":"done"`)
+	})
+}

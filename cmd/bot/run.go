@@ -366,6 +366,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 		rep.Watch(ctx, etcdstore.Events{Handed: shared.pump, Wake: runner.Wake, Stop: func(key, by string) { runner.Stop(key, by) },
 			Orphaned: shared.orphaned, Rescan: func() { shared.scan() }})
 		n = shared.scan()
+		followElsewhere(ctx, rep, console)
 		wg.Add(1)
 		go func() { // the platforms' pace, shared by the live replicas
 			defer wg.Done()
