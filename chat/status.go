@@ -44,8 +44,9 @@ const (
 type SessionStatus interface {
 	// SetSessionStatus moves th's session to s, creating the session if
 	// it has none; title names a session this call creates ("" for
-	// none). An error wrapping ErrNoSessions means the platform cannot
-	// show sessions here at all: the working indicator stands in.
+	// none), at most 200 characters (the router cuts it). An error
+	// wrapping ErrNoSessions means the platform cannot show sessions
+	// here at all: the working indicator stands in.
 	SetSessionStatus(ctx context.Context, th Thread, s SessionState, title string) error
 }
 
@@ -103,10 +104,16 @@ func (b *Board) sessionTitle() string {
 }
 
 func (r *Router) queueStatus(ss SessionStatus, p Platform, key string, th Thread, c statusChange) {
+	r.queueMove(key, func() { r.sendStatus(ss, p, th, c) })
+}
+
+// queueMove queues f on the session's status queue, behind its earlier
+// moves.
+func (r *Router) queueMove(key string, f func()) {
 	if r.ctx.Err() != nil {
 		return // shutting down: the next start sets the status again
 	}
-	r.statuses.Add(key, func() { r.sendStatus(ss, p, th, c) })
+	r.statuses.Add(key, f)
 }
 
 // sendStatus applies one move, retried by the delivery policy; where the
@@ -148,25 +155,40 @@ func (r *Router) sendStatus(ss SessionStatus, p Platform, th Thread, c statusCha
 // turn's end moves it there again), otherwise back to what the session
 // is doing (processing while a turn runs, suspended while it waits for
 // an approval, active when nothing runs).
+//
+// The move is queued before the Stop is decided, and what a refusal moves
+// to is read from the board when the move is sent: a turn that ends, or
+// starts, meanwhile queues its own move behind this one, so this move is
+// never the last one unless what it says still holds.
 func (r *Router) StopSession(ctx context.Context, c Click) ClickResult {
 	c.Button = ButtonID(ActionStop, "session")
-	res := r.Click(ctx, c)
 	p := r.opts.Platforms[c.Thread.Platform]
 	ss, ok := p.(SessionStatus)
 	if !ok {
-		return res
+		return r.Click(ctx, c)
 	}
-	th, st := c.Thread, SessionActive
-	if s := r.session(c.Thread.Key, nil); s != nil {
-		rec, want := s.board.state()
-		th = rec.Thread
-		if res.Private != "" && rec.Running {
-			st = SessionProcessing
-			if want.State == StateWaiting {
-				st = SessionSuspended
+	decided := make(chan ClickResult, 1)
+	r.queueMove(c.Thread.Key, func() {
+		var res ClickResult
+		select {
+		case res = <-decided:
+		case <-r.ctx.Done():
+			return
+		}
+		th, st := c.Thread, SessionActive
+		if s := r.session(c.Thread.Key, nil); s != nil {
+			rec, want := s.board.state()
+			th = rec.Thread
+			if res.Private != "" && rec.Running {
+				st = SessionProcessing
+				if want.State == StateWaiting {
+					st = SessionSuspended
+				}
 			}
 		}
-	}
-	r.queueStatus(ss, p, c.Thread.Key, th, statusChange{state: st})
+		r.sendStatus(ss, p, th, statusChange{state: st})
+	})
+	res := r.Click(ctx, c)
+	decided <- res
 	return res
 }

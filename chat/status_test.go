@@ -216,6 +216,7 @@ func TestStopSessionMovesTheStatus(t *testing.T) {
 	if !strings.Contains(res.Private, "Only <@UANN>") {
 		t.Errorf("bob's stop answered %+v, want a private refusal naming the requester", res)
 	}
+	settleStatuses(t, r, th.Key) // the move reads the session when it is sent
 	a := agent.Approval{CallID: "call_1", Tool: "fs__write_file", Requester: "UANN", Deadline: time.Now().Add(time.Hour)}
 	r.Observe(agent.Event{Session: th.Key, Kind: agent.ApprovalNeeded, Approval: &a})
 	settleStatuses(t, r, th.Key)
@@ -252,5 +253,87 @@ func TestStopSessionMovesTheStatus(t *testing.T) {
 	}
 	if got := p.recorded(); !slices.Equal(got[len(got)-2:], []string{"active", "active"}) {
 		t.Errorf("status moves %q, want the turn's end and the late stop to move it to active", got)
+	}
+}
+
+// TestStopSessionRacesTheTurnEnd: a refused Stop while the turn ends
+// leaves the session active: the move the Stop queues reads what the
+// session does when it is sent, not before the turn's own move. The race
+// needs the turn to end between the Stop's read and its queueing, so it
+// is tried many times (before the fix, most runs caught it within the
+// 3,000 tries).
+func TestStopSessionRacesTheTurnEnd(t *testing.T) {
+	p := &sessionPlatform{}
+	r, _, th := sessionRig(t, p)
+	ctx := context.Background()
+	for i := range 3000 {
+		r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "UANN"})
+		settleStatuses(t, r, th.Key)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			<-start
+			r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnEnded, Outcome: agent.Done})
+		}()
+		go func() {
+			defer wg.Done()
+			<-start
+			r.StopSession(ctx, Click{Thread: th, UserID: "UBOB", UserName: "bob"})
+		}()
+		close(start)
+		wg.Wait()
+		settleStatuses(t, r, th.Key)
+		if got := p.recorded(); got[len(got)-1] != string(SessionActive) {
+			t.Fatalf("try %d: status moves end %q, want active: the turn ended", i, got[max(len(got)-3, 0):])
+		}
+	}
+}
+
+// stopRunner ends the stopped turn and starts the next one within Stop,
+// before the router's StopSession goes on: the worst timing a runner can
+// have (its turn ends at once and a queued message's turn starts).
+type stopRunner struct {
+	decider
+	onStop func()
+}
+
+func (s *stopRunner) Stop(key, by string) bool {
+	s.decider.Stop(key, by)
+	if s.onStop != nil {
+		s.onStop()
+	}
+	return true
+}
+
+// TestStopSessionThenNextTurn: a Stop that goes through moves the session
+// to active, but never after the next turn's processing.
+func TestStopSessionThenNextTurn(t *testing.T) {
+	p := &sessionPlatform{}
+	run := &stopRunner{}
+	r := NewRouter(Options{Runner: run, Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond})
+	t.Cleanup(r.Close)
+	th := Thread{Platform: "test", Key: "test/1", Channel: "C1", ThreadID: "1.1"}
+	ctx := context.Background()
+	if err := r.Handle(ctx, Incoming{Thread: th, Text: "plan the release", Author: "ann", AuthorID: "UANN", MessageID: "m1"}); err != nil {
+		t.Fatal(err)
+	}
+	r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "UANN"})
+	settleStatuses(t, r, th.Key)
+	run.onStop = func() {
+		r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnEnded, Outcome: agent.Stopped, StoppedBy: "ann"})
+		r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "UANN"})
+	}
+	if res := r.StopSession(ctx, Click{Thread: th, UserID: "UANN", UserName: "ann"}); res.Private != "" {
+		t.Fatalf("the requester's stop refused: %q", res.Private)
+	}
+	settleStatuses(t, r, th.Key)
+	got := p.recorded()
+	if got[len(got)-1] != string(SessionProcessing) {
+		t.Errorf("status moves %q, want the next turn's processing last", got)
+	}
+	if !slices.Contains(got[1:], string(SessionActive)) {
+		t.Errorf("status moves %q, want the stop and the turn's end to move it to active", got)
 	}
 }

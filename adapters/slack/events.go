@@ -123,8 +123,11 @@ func (a *Adapter) HTTPHandler(ctx context.Context) http.Handler {
 type message struct {
 	eventID                           string
 	team, channel, thread, ts, author string
-	text                              string
-	needsSession                      bool // only for a thread that has a session
+	// authorTeam is the author's own team: in a channel shared with
+	// another workspace (Slack Connect) the event's user_team, else team.
+	authorTeam   string
+	text         string
+	needsSession bool // only for a thread that has a session
 }
 
 // route decides whether an event concerns the bot, before anything is
@@ -164,6 +167,7 @@ func (a *Adapter) relevant(api slackevents.EventsAPIEvent) (message, bool) {
 			return m, false
 		}
 		m.channel, m.thread, m.ts, m.author, m.text = ev.Channel, ev.ThreadTimeStamp, ev.TimeStamp, ev.User, ev.Text
+		m.authorTeam = cmp.Or(ev.UserTeam, team)
 	case *slackevents.MessageEvent:
 		if ev.BotID != "" || ev.User == bot || ev.User == "" {
 			return m, false
@@ -174,6 +178,7 @@ func (a *Adapter) relevant(api slackevents.EventsAPIEvent) (message, bool) {
 			return m, false
 		}
 		m.channel, m.thread, m.ts, m.author, m.text = ev.Channel, ev.ThreadTimeStamp, ev.TimeStamp, ev.User, ev.Text
+		m.authorTeam = cmp.Or(ev.UserTeam, team)
 		if !ev.IsIM() {
 			// In channels a mention arrives as app_mention; a reply
 			// without one reaches only a thread that has a session,
@@ -200,17 +205,14 @@ func (a *Adapter) dispatch(ctx context.Context, m message) {
 	if m.needsSession && !a.opts.Handler.Known(Key(m.team, m.channel, m.thread)) {
 		return
 	}
-	if first, err := a.opts.Dedupe.FirstSeen(ctx, "slack/event/"+m.eventID, dedupeTTL); err != nil {
-		a.log.Error("slack dedupe", "event_id", m.eventID, "err", err)
-	} else if !first {
-		a.log.Info("slack event redelivered; ignored", "event_id", m.eventID)
+	if !a.firstSeen(ctx, m.eventID) {
 		return
 	}
 	if first, err := a.opts.Dedupe.FirstSeen(ctx, "slack/msg/"+m.channel+"/"+m.ts, dedupeTTL); err == nil && !first {
 		return
 	}
 	th := chat.Thread{Platform: "slack", Key: Key(m.team, m.channel, m.thread), Channel: m.channel, ThreadID: m.thread}
-	a.noteAuthor(th.Key, m.channel, m.ts, person{user: m.author, team: m.team})
+	a.noteAuthor(th.Key, m.channel, m.ts, person{user: m.author, team: m.authorTeam})
 	author := cmp.Or(a.displayName(ctx, m.author), "<@"+m.author+">")
 	err := a.opts.Handler.Handle(ctx, chat.Incoming{Thread: th, Text: a.mentions(ctx, m.text), Author: author, AuthorID: m.author, MessageID: m.ts})
 	if err != nil && !errors.Is(err, chat.ErrRejected) {

@@ -30,24 +30,12 @@ type renamer interface {
 	Rename(key, title string) (chat.Thread, bool)
 }
 
-// sessionsDenied reports whether a setStatus error means this token or
-// app can never use agent sessions, rather than that this one call
-// failed: a token that is not a granular bot token, a missing scope (no
-// assistant:write: the app was not declared an agent, or was not
-// reinstalled since), or a workspace or app without the method.
-func sessionsDenied(code string) bool {
-	switch code {
-	case "not_allowed_token_type", "missing_scope", "unknown_method", "method_deprecated", "feature_disabled", "no_permission", "access_denied":
-		return true
-	}
-	return false
-}
-
 // SetSessionStatus implements chat.SessionStatus with
 // agents.sessions.setStatus. Once Slack has answered that this token or
-// app cannot use sessions, it answers chat.ErrNoSessions for the rest of
-// the process without asking Slack again (the router then uses the
-// working reaction), and says so in the log once.
+// app cannot use sessions (appDenied), it answers chat.ErrNoSessions for
+// the rest of the process without asking Slack again (the router then
+// uses the working reaction), and says so in the log once. The title
+// comes cut to Slack's 200 characters (chat.SessionStatus).
 func (a *Adapter) SetSessionStatus(ctx context.Context, th chat.Thread, s chat.SessionState, title string) error {
 	a.mu.Lock()
 	off := a.noSessions
@@ -56,8 +44,8 @@ func (a *Adapter) SetSessionStatus(ctx context.Context, th chat.Thread, s chat.S
 		return fmt.Errorf("slack: agent sessions not available: %w", chat.ErrNoSessions)
 	}
 	_, err := a.api.SetAgentSessionStatusContext(ctx, slack.AgentSessionSetStatusParameters{
-		Status: string(s), ChannelID: th.Channel, ThreadTS: th.ThreadID, Title: chat.Shorten(title, 200)})
-	if code := slackCode(err); sessionsDenied(code) {
+		Status: string(s), ChannelID: th.Channel, ThreadTS: th.ThreadID, Title: title})
+	if code := slackCode(err); appDenied(code) {
 		a.mu.Lock()
 		first := !a.noSessions
 		a.noSessions = true

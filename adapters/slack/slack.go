@@ -213,6 +213,20 @@ func classifyOp(op string, pin bool, err error) error {
 	return fmt.Errorf("slack: %s: %w", op, err)
 }
 
+// appDenied reports whether an error code means this token or app may
+// never use the method (agents.sessions.setStatus, chat.startStream),
+// rather than that this one call failed: a token that is not a granular
+// bot token, a missing scope (for sessions, no assistant:write: the app
+// was not declared an agent, or was not reinstalled since), or a
+// workspace or app without the method.
+func appDenied(code string) bool {
+	switch code {
+	case "not_allowed_token_type", "missing_scope", "unknown_method", "method_deprecated", "feature_disabled", "no_permission", "access_denied":
+		return true
+	}
+	return false
+}
+
 func slackCode(err error) string {
 	var se slack.SlackErrorResponse
 	if errors.As(err, &se) {
@@ -305,10 +319,12 @@ func (a *Adapter) Pin(ctx context.Context, th chat.Thread, ref chat.MessageRef, 
 
 // SplitReply implements chat.Splitter: parts of at most 3,500
 // characters, in Slack's mrkdwn; when replies are streamed, the Markdown
-// as it is (Reply makes it safe for markdown_text).
+// as it is (Reply makes it safe for markdown_text), a code block cut
+// between parts closed at the end of one and opened again at the start
+// of the next, so that each part is escaped as the whole answer reads.
 func (a *Adapter) SplitReply(text string) []string {
 	if a.opts.Stream {
-		return Split(text, maxReplyRunes)
+		return splitMarkdown(text, maxReplyRunes)
 	}
 	return Split(Mrkdwn(text), maxReplyRunes)
 }

@@ -1,6 +1,7 @@
 package slack
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/slack-go/slack"
 
@@ -29,19 +31,29 @@ import (
 // answer (a timeout, a dropped connection) is sent again, so that one
 // chunk is the only text a retry can show twice. The progress lives in
 // memory: after a restart the outbox sends the part whole again, below
-// the message the killed process left cut off.
+// the message the killed process left cut off. A part posted instead of
+// streamed (streaming turned off for the workspace, or refused in the
+// thread, halfway through) is posted from where the stream stopped. A
+// part Slack refuses for good is forgotten, so the same text later is a
+// reply of its own; one whose every chunk landed is delivered even if
+// Slack refuses to stop its stream.
+//
+// SplitReply cuts the answer where a code block may be open: the part
+// closes it and the next opens it again (splitMarkdown), so markdownText,
+// which escapes a part alone, reads each part as the whole answer reads.
 //
 // Slack ends a stream after a few minutes, answering
 // message_not_in_streaming_state: that chunk did not land, and it and the
 // rest go on in a new streamed message (a code block cut there is opened
-// again), so nothing is lost and nothing repeated. A Stop pressed while an
+// again with its own opening line), so nothing is lost and nothing repeated. A Stop pressed while an
 // answer streams ends that message the same way; the answer of a turn is
 // still delivered whole (Stop stops turns, not their answers).
 //
 // Plan messages and approval cards are never streamed.
 
-// person is a Slack user in their workspace: a streamed reply's
-// recipient.
+// person is a Slack user and the team they belong to (for a Slack
+// Connect user in a shared channel, their own workspace's, not this
+// one's): a streamed reply's recipient_user_id and recipient_team_id.
 type person struct{ user, team string }
 
 // Streaming bounds.
@@ -104,7 +116,7 @@ func (a *Adapter) recipient(ctx context.Context, th chat.Thread, replyTo string)
 		a.log.Info("slack: no recipient for a streamed reply", "session", th.Key, "err", err)
 		return person{}, false
 	}
-	p = person{user: msgs[0].User, team: team}
+	p = person{user: msgs[0].User, team: cmp.Or(msgs[0].Team, team)} // a Slack Connect user's own team
 	a.mu.Lock()
 	if _, ok := a.askers[th.Key]; !ok {
 		a.askers[th.Key] = p
@@ -154,59 +166,60 @@ func streamEnded(code string) bool {
 	return false
 }
 
-// streamsDenied reports whether a chat.startStream error means this token
-// or app can never stream here.
-func streamsDenied(code string) bool {
+// streamRefused reports whether a chat.startStream or chat.appendStream
+// error means this thread cannot take a stream (the part is posted whole
+// instead): among them a recipient Slack cannot stream to, such as a
+// Slack Connect user named with the wrong team (team_not_found) or one
+// it cannot find (user_not_found).
+func streamRefused(code string) bool {
 	switch code {
-	case "not_allowed_token_type", "missing_scope", "unknown_method", "method_deprecated", "feature_disabled", "no_permission", "access_denied":
+	case "channel_type_not_supported", "missing_recipient_user_id", "missing_recipient_team_id", "team_not_found", "user_not_found",
+		"invalid_arguments", "invalid_chunks":
 		return true
 	}
 	return false
 }
 
-// streamRefused reports whether a chat.startStream error means this
-// thread cannot take a stream (the part is posted whole instead).
-func streamRefused(code string) bool {
-	switch code {
-	case "channel_type_not_supported", "missing_recipient_user_id", "missing_recipient_team_id", "invalid_arguments", "invalid_chunks":
-		return true
-	}
-	return false
+// permanent reports whether err, as classify made it, is one no retry
+// can help.
+func permanent(err error) bool {
+	o, _ := chat.Classify(err)
+	return err != nil && o != chat.Retry && o != chat.RetryAfter
 }
 
 // streamReply streams one part (Markdown) into the thread, going on from
-// where an earlier call for the same part stopped.
+// where an earlier call for the same part stopped. A part Slack refuses
+// for good is forgotten, so the same text later is a reply of its own.
 func (a *Adapter) streamReply(ctx context.Context, th chat.Thread, replyTo, text string) error {
 	md := markdownText(text)
-	a.mu.Lock()
-	off := a.noStreams
-	a.mu.Unlock()
-	if off {
-		return a.postMarkdown(ctx, th, md)
-	}
-	to, known := a.recipient(ctx, th, replyTo)
-	if !known && !isDM(th.Channel) {
-		// Slack streams to a channel only for a named recipient.
-		return a.postMarkdown(ctx, th, md)
-	}
-	chunks, fenced := streamChunks(md)
+	chunks, reopen := streamChunks(md)
 	if len(chunks) == 0 {
 		return nil
 	}
 	key := partKey(th, replyTo, text)
+	a.mu.Lock()
+	off := a.noStreams
+	a.mu.Unlock()
+	if off {
+		return a.postRest(ctx, th, key, chunks, reopen)
+	}
+	to, known := a.recipient(ctx, th, replyTo)
+	if !known && !isDM(th.Channel) {
+		// Slack streams to a channel only for a named recipient.
+		return a.postRest(ctx, th, key, chunks, reopen)
+	}
 	ps := a.part(key)
-	rest := func() string {
-		s := strings.Join(chunks[ps.sent:], "")
-		if ps.sent > 0 && fenced[ps.sent] {
-			s = "```\n" + s
+	fail := func(err error) error {
+		if permanent(err) {
+			a.partDone(key)
 		}
-		return s
+		return err
 	}
 	for ps.sent < len(chunks) {
 		if ps.ts == "" {
 			chunk := chunks[ps.sent]
-			if ps.sent > 0 && fenced[ps.sent] {
-				chunk = "```\n" + chunk // the new message goes on inside the code block
+			if ps.sent > 0 {
+				chunk = reopen[ps.sent] + chunk // the new message goes on inside the code block, if one is open
 			}
 			opts := []slack.MsgOption{slack.MsgOptionTS(th.ThreadID), slack.MsgOptionMarkdownText(chunk)}
 			if known {
@@ -215,7 +228,7 @@ func (a *Adapter) streamReply(ctx context.Context, th chat.Thread, replyTo, text
 			_, ts, err := a.api.StartStreamContext(ctx, th.Channel, opts...)
 			if err != nil {
 				switch code := slackCode(err); {
-				case streamsDenied(code):
+				case appDenied(code):
 					a.mu.Lock()
 					first := !a.noStreams
 					a.noStreams = true
@@ -223,12 +236,12 @@ func (a *Adapter) streamReply(ctx context.Context, th chat.Thread, replyTo, text
 					if first {
 						a.log.Warn("slack streaming is not available to this token or app; replies are posted whole", "err", err)
 					}
-					return a.postRest(ctx, th, key, rest())
+					return a.postRest(ctx, th, key, chunks, reopen)
 				case streamRefused(code):
 					a.log.Warn("slack refused a stream here; posting the reply whole", "session", th.Key, "err", err)
-					return a.postRest(ctx, th, key, rest())
+					return a.postRest(ctx, th, key, chunks, reopen)
 				}
-				return classify("start stream", err)
+				return fail(classify("start stream", err))
 			}
 			ps.ts = ts
 			ps.sent++
@@ -238,29 +251,62 @@ func (a *Adapter) streamReply(ctx context.Context, th chat.Thread, replyTo, text
 			return fmt.Errorf("slack: stream reply: %w", err)
 		}
 		_, _, err := a.api.AppendStreamContext(ctx, th.Channel, ps.ts, slack.MsgOptionMarkdownText(chunks[ps.sent]))
-		if streamEnded(slackCode(err)) {
+		switch code := slackCode(err); {
+		case err == nil:
+			ps.sent++
+		case streamEnded(code):
 			a.log.Info("slack ended the stream; the reply goes on in a new message", "session", th.Key, "ts", ps.ts, "err", err)
 			ps.ts = ""
-			continue
+		case streamRefused(code):
+			a.log.Warn("slack refused the rest of a stream; posting it whole", "session", th.Key, "ts", ps.ts, "err", err)
+			return a.postRest(ctx, th, key, chunks, reopen)
+		default:
+			return fail(classify("append to stream "+ps.ts, err))
 		}
-		if err != nil {
-			return classify("append to stream "+ps.ts, err)
-		}
-		ps.sent++
 	}
 	if ps.ts != "" {
 		_, _, err := a.api.StopStreamContext(ctx, th.Channel, ps.ts)
 		if err != nil && !streamEnded(slackCode(err)) {
-			return classify("stop stream "+ps.ts, err)
+			if err := classify("stop stream "+ps.ts, err); !permanent(err) {
+				return err
+			}
+			// Every chunk landed: the reply is there to read, whatever
+			// Slack says of the stop (user_not_found, team_not_found for
+			// a recipient in another workspace, and the like).
+			a.log.Warn("slack stream stop refused; every chunk had landed, so the reply is delivered", "session", th.Key, "ts", ps.ts, "err", err)
 		}
 	}
 	a.partDone(key)
 	return nil
 }
 
-// postRest posts what is left of a part whole and forgets its progress.
-func (a *Adapter) postRest(ctx context.Context, th chat.Thread, key, md string) error {
+// postRest posts what did not land of a part whole (all of it when
+// nothing did; a code block it was cut in opened again), ends the stream
+// it was going into, and forgets its progress.
+func (a *Adapter) postRest(ctx context.Context, th chat.Thread, key string, chunks, reopen []string) error {
+	a.mu.Lock()
+	ps := a.parts[key]
+	a.mu.Unlock()
+	sent := 0
+	if ps != nil {
+		sent = ps.sent
+		if ps.ts != "" {
+			// So that the message stops showing as streaming; the rest
+			// is posted below it either way.
+			if _, _, err := a.api.StopStreamContext(ctx, th.Channel, ps.ts); err != nil {
+				a.log.Debug("slack stop of a stream left for a post", "session", th.Key, "ts", ps.ts, "err", err)
+			}
+			ps.ts = ""
+		}
+	}
+	md := strings.Join(chunks[sent:], "")
+	if sent > 0 && md != "" {
+		md = reopen[sent] + md
+	}
 	if err := a.postMarkdown(ctx, th, md); err != nil {
+		if permanent(err) {
+			a.partDone(key)
+		}
 		return err
 	}
 	a.partDone(key)
@@ -270,7 +316,7 @@ func (a *Adapter) postRest(ctx context.Context, th chat.Thread, key, md string) 
 // postMarkdown posts Markdown (made safe by markdownText) whole, in a
 // markdown block, where it cannot be streamed.
 func (a *Adapter) postMarkdown(ctx context.Context, th chat.Thread, md string) error {
-	for _, part := range Split(md, maxMarkdownRunes) {
+	for _, part := range splitMarkdown(md, maxMarkdownRunes) {
 		block := slack.NewMarkdownBlock("", part)
 		if _, _, err := a.api.PostMessageContext(ctx, th.Channel, slack.MsgOptionTS(th.ThreadID),
 			slack.MsgOptionText(part, false), slack.MsgOptionBlocks(block)); err != nil {
@@ -332,22 +378,23 @@ func fenceLine(fence, line string) (string, bool) {
 }
 
 // streamChunks cuts Markdown into the chunks of a stream, each about
-// streamChunkRunes long, and reports for each whether it starts inside a
-// code block. Every cut falls after whitespace and before the next
-// non-space character (after a line end where it can), so no chunk
-// starts with whitespace: Slack has been seen to drop a chunk's leading
-// whitespace where chunks join. Only a word longer than a chunk is cut
-// inside.
-func streamChunks(md string) (chunks []string, fenced []bool) {
+// streamChunkRunes long, and returns for each the line that opens again
+// the code block it starts inside ("" outside code): a chunk that starts
+// a new message (a stream Slack ended) is sent after it. Every cut falls
+// after whitespace and before the next non-space character (after a line
+// end where it can), so no chunk starts with whitespace: Slack has been
+// seen to drop a chunk's leading whitespace where chunks join. Only a
+// word longer than a chunk is cut inside.
+func streamChunks(md string) (chunks, reopen []string) {
 	r := []rune(md)
 	open := fenceOpen(r)
 	for start := 0; start < len(r); {
 		end := cutAt(r, start)
 		chunks = append(chunks, string(r[start:end]))
-		fenced = append(fenced, open[start])
+		reopen = append(reopen, open[start])
 		start = end
 	}
-	return chunks, fenced
+	return chunks, reopen
 }
 
 // cutAt returns where the chunk that starts at start ends.
@@ -379,20 +426,22 @@ func cutAt(r []rune, start int) int {
 			return b
 		}
 	}
-	// No space in the chunk: cut the word, or keep a run of whitespace
-	// whole so that the next chunk does not start inside it.
+	// No space in the chunk: cut the word, and keep a run of whitespace
+	// that starts at the cut with this chunk, so that the next one does
+	// not start with it.
 	b := limit
-	for b < len(r) && b < start+maxChunkRunes && unicode.IsSpace(r[b]) && unicode.IsSpace(r[b-1]) {
+	for b < len(r) && b < start+maxChunkRunes && unicode.IsSpace(r[b]) {
 		b++
 	}
 	return b
 }
 
-// fenceOpen reports for each rune whether a code block is open there:
-// from the line after an opening fence to the end of the closing one.
-func fenceOpen(r []rune) []bool {
-	open := make([]bool, len(r)+1)
-	fence := ""
+// fenceOpen returns for each rune the line that opens the code block
+// open there ("" for none): from the line after an opening fence to the
+// end of the closing one.
+func fenceOpen(r []rune) []string {
+	open := make([]string, len(r)+1)
+	fence, opening := "", ""
 	for i := 0; i < len(r); {
 		j := i
 		for j < len(r) && r[j] != '\n' {
@@ -401,12 +450,110 @@ func fenceOpen(r []rune) []bool {
 		if j < len(r) {
 			j++ // the line end
 		}
-		inside := fence != ""
-		fence, _ = fenceLine(fence, string(r[i:j]))
+		inside := ""
+		if fence != "" {
+			inside = opening
+		}
+		line := string(r[i:j])
+		next, _ := fenceLine(fence, line)
+		if fence == "" && next != "" {
+			opening = reopenLine(line, next)
+		}
+		fence = next
 		for k := i; k < j; k++ {
 			open[k] = inside
 		}
 		i = j
 	}
 	return open
+}
+
+// maxReopenRunes bounds the opening line repeated to open a code block
+// again; a longer one (a very long info string) is repeated as its fence
+// alone.
+const maxReopenRunes = 200
+
+// reopenLine is the line that opens again the code block that line (an
+// opening fence of run) opened: the same line, its info string (the
+// language) included.
+func reopenLine(line, run string) string {
+	line = strings.TrimRight(line, "\r\n") + "\n"
+	if utf8.RuneCountInString(line) > maxReopenRunes {
+		return run + "\n"
+	}
+	return line
+}
+
+// splitMarkdown cuts Markdown into parts of at most limit characters at
+// line ends, as Split does, but keeps every part's code blocks whole: a
+// part that ends inside a block closes it, and the next opens it again
+// with the same opening line (fence and info string), so that each part
+// reads alone (and is escaped by markdownText) as the whole answer reads
+// there. A line longer than a part is cut, inside a block too.
+func splitMarkdown(text string, limit int) []string {
+	var parts []string
+	var cur strings.Builder
+	n := 0                   // characters in cur
+	prefix := ""             // what cur started with: the line opening again the block the part starts in
+	fence, opening := "", "" // the code block open at the end of cur: its fence and the line that opens it again
+	// openAt is where in cur the line that opened that block starts,
+	// when this part opened it (-1 when not), and openLen its length: a
+	// part that would end right after it leaves the block to the next.
+	openAt, openLen := -1, 0
+	closing := func(fence string) int { // what closing fence takes at the end of a part
+		if fence == "" {
+			return 0
+		}
+		return utf8.RuneCountInString(fence) + 1
+	}
+	push := func() {
+		part, close := cur.String(), fence
+		if close != "" && openAt >= 0 && strings.TrimSpace(part[openAt+openLen:]) == "" {
+			part, close = part[:openAt], "" // an empty block: it opens in the next part
+		}
+		if strings.TrimSpace(part[len(prefix):]) != "" {
+			part = strings.TrimRight(part, "\n")
+			if close != "" {
+				part += "\n" + close
+			}
+			parts = append(parts, part)
+		}
+		cur.Reset()
+		prefix = ""
+		if fence != "" {
+			prefix = opening
+		}
+		cur.WriteString(prefix)
+		n, openAt = utf8.RuneCountInString(prefix), -1
+	}
+	for _, line := range strings.SplitAfter(text, "\n") {
+		next, _ := fenceLine(fence, line)
+		r := []rune(line)
+		for len(r) > 0 {
+			switch {
+			case n+len(r)+closing(next) <= limit:
+				if fence == "" && next != "" {
+					openAt, openLen = cur.Len(), len(line)
+				}
+				cur.WriteString(string(r))
+				n += len(r)
+				r = nil
+			case cur.Len() > len(prefix):
+				push()
+			default: // the line alone is longer than a part
+				take := min(len(r), max(limit-n-closing(fence), 1))
+				cur.WriteString(string(r[:take]))
+				n += take
+				if r = r[take:]; len(r) > 0 {
+					push()
+				}
+			}
+		}
+		if fence == "" && next != "" {
+			opening = reopenLine(line, next)
+		}
+		fence = next
+	}
+	push()
+	return parts
 }

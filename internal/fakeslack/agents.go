@@ -33,7 +33,10 @@ const (
 // thread_ts (the thread's root message, which must exist), a title of at
 // most 200 characters (kept only when the call creates the session).
 // The fake asks for channel_id everywhere, where Slack asks for it in
-// public channels: pinplan always knows it.
+// public channels: pinplan always knows it. Any status may follow any
+// other, closed back to processing included: Slack's docs (the method's
+// reference and the agent sessions guide) name the four statuses and
+// what each shows, but no order between them.
 func (s *Server) setSessionStatusLocked(method string, p map[string]string) (map[string]any, string) {
 	if s.AgentSessionsError != "" {
 		return nil, s.AgentSessionsError
@@ -187,7 +190,10 @@ func streamText(p map[string]string, required bool) (text, code, detail string) 
 
 // startStreamLocked answers chat.startStream: a new message of the bot's
 // that takes appends. Outside a DM it needs its recipient, both
-// recipient_user_id and recipient_team_id.
+// recipient_user_id and recipient_team_id, the team the user belongs to
+// (Slack's docs: "the team the user receiving the streaming text belongs
+// to"; for a Slack Connect user, not the workspace's): team_not_found
+// otherwise.
 func (s *Server) startStreamLocked(method string, p map[string]string) (map[string]any, string) {
 	channel := p["channel"]
 	if channel == "" {
@@ -203,6 +209,9 @@ func (s *Server) startStreamLocked(method string, p map[string]string) (map[stri
 		}
 		if p["recipient_team_id"] == "" {
 			return s.violationLocked(method, "missing_recipient_team_id", "a stream outside a DM needs recipient_team_id")
+		}
+		if want := s.teamOfLocked(p["recipient_user_id"]); p["recipient_team_id"] != want {
+			return s.violationLocked(method, "team_not_found", fmt.Sprintf("recipient_team_id %s is not the team of %s (%s)", p["recipient_team_id"], p["recipient_user_id"], want))
 		}
 	}
 	m := &Message{Channel: channel, TS: s.tsLocked(), ThreadTS: p["thread_ts"], Text: text, User: s.BotUserID, BotID: "B1",

@@ -112,6 +112,7 @@ func TestStopAndRenameSession(t *testing.T) {
 
 func TestStreamsStrict(t *testing.T) {
 	s := &Server{}
+	s.SetUserTeam("U5", "T2") // a Slack Connect user
 	base := serve(t, s)
 	to := map[string]string{"recipient_user_id": "U1", "recipient_team_id": "T1"}
 	start := func(p map[string]string) (string, string) {
@@ -141,6 +142,9 @@ func TestStreamsStrict(t *testing.T) {
 		{"DM without recipient", params("channel", "D1", "markdown_text", "a"), ""},
 		{"chunks", params("channel", "D1", "chunks", `[{"type":"markdown_text","text":"b"}]`), ""},
 		{"channel", params("channel", "C1", "markdown_text", "a", "recipient_user_id", "U1", "recipient_team_id", "T1"), ""},
+		{"another workspace's user", params("channel", "C1", "markdown_text", "a", "recipient_user_id", "U5", "recipient_team_id", "T2"), ""},
+		{"the workspace for another's user", params("channel", "C1", "markdown_text", "a", "recipient_user_id", "U5", "recipient_team_id", "T1"), "team_not_found"},
+		{"another team for a local user", params("channel", "C1", "markdown_text", "a", "recipient_user_id", "U1", "recipient_team_id", "T2"), "team_not_found"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -181,8 +185,8 @@ func TestStreamsStrict(t *testing.T) {
 	if got == nil || got.Text != "Helloworld!" || got.Streaming || got.ThreadTS != "1.1" || got.StreamUser != "U1" || got.StreamTeam != "T1" {
 		t.Errorf("stream %+v, want its final text and recipient", got)
 	}
-	if v := s.Violations(); len(v) != 6 {
-		t.Errorf("violations %q, want the six malformed calls (a missing channel is not found, as for chat.postMessage)", v)
+	if v := s.Violations(); len(v) != 8 {
+		t.Errorf("violations %q, want the eight malformed calls (a missing channel is not found, as for chat.postMessage)", v)
 	}
 }
 

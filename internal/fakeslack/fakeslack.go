@@ -8,7 +8,8 @@
 // it: Block Kit limits, message text length, token types, pin limits and
 // errors, editing only the bot's own messages. It keeps the messages
 // (the bot's and the users' pushed as events, readable with
-// conversations.replies), users (users.info), pins and reactions it was
+// conversations.replies), users (users.info; SetUserTeam puts one in
+// another workspace, as a Slack Connect user), pins and reactions it was
 // asked for, records every call, enforces per-method rate limits when asked
 // (Limit), and injects faults: error codes (Fail), HTTP statuses (FailHTTP),
 // slow answers (Delay), deleted messages (Delete) and Socket Mode
@@ -135,6 +136,7 @@ type Server struct {
 	unpinnable map[string]bool
 	reactions  map[string]map[string]bool
 	users      map[string]string // id → display name
+	userTeams  map[string]string // id → the user's own team, for users of another workspace
 	limits     map[string]*window
 	failures   map[string][]string
 	httpFaults map[string][]*fault
@@ -163,6 +165,7 @@ func (s *Server) initLocked() {
 		s.unpinnable = map[string]bool{}
 		s.reactions = map[string]map[string]bool{}
 		s.users = map[string]string{}
+		s.userTeams = map[string]string{}
 		s.limits = map[string]*window{}
 		s.failures = map[string][]string{}
 		s.httpFaults = map[string][]*fault{}
@@ -261,6 +264,26 @@ func (s *Server) AddUser(id, displayName string) {
 	defer s.mu.Unlock()
 	s.initLocked()
 	s.users[id] = displayName
+}
+
+// SetUserTeam records that user belongs to team, another workspace than
+// the fake's (a Slack Connect user in a shared channel): Slack names that
+// team as the user's (users.info, the messages' team), and a stream to the
+// user must name it as recipient_team_id.
+func (s *Server) SetUserTeam(user, team string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.initLocked()
+	s.userTeams[user] = team
+}
+
+// teamOfLocked is user's team: the one SetUserTeam recorded, else the
+// fake's.
+func (s *Server) teamOfLocked(user string) string {
+	if t, ok := s.userTeams[user]; ok {
+		return t
+	}
+	return s.TeamID
 }
 
 // Calls returns the recorded calls of method ("" for all).

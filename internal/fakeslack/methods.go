@@ -68,7 +68,7 @@ func (s *Server) handleLocked(method string, p map[string]string, r *http.Reques
 		}
 		id := p["user"]
 		return map[string]any{"user": map[string]any{
-			"id": id, "team_id": s.TeamID, "name": strings.ToLower(strings.ReplaceAll(name, " ", ".")), "real_name": name,
+			"id": id, "team_id": s.teamOfLocked(id), "name": strings.ToLower(strings.ReplaceAll(name, " ", ".")), "real_name": name,
 			"deleted": false, "is_bot": id == s.BotUserID,
 			"profile": map[string]any{"display_name": name, "display_name_normalized": name, "real_name": name, "real_name_normalized": name},
 		}}, ""
@@ -239,7 +239,7 @@ func (s *Server) repliesLocked(p map[string]string) (map[string]any, string) {
 }
 
 func (s *Server) messageJSONLocked(m *Message) map[string]any {
-	out := map[string]any{"type": "message", "ts": m.TS, "text": m.Text, "user": m.User, "team": s.TeamID}
+	out := map[string]any{"type": "message", "ts": m.TS, "text": m.Text, "user": m.User, "team": s.teamOfLocked(m.User)}
 	if m.BotID != "" {
 		out["bot_id"] = m.BotID
 	}
