@@ -3,18 +3,22 @@
 // DirectMessages and MessageContent intents), the plan message as a
 // Components V2 container (or an embed where Discord refuses that) pinned
 // through the current pins route, and the chat.Platform the plan board
-// drives.
+// drives. Start opens everything; with replicas, StartREST serves the
+// REST side alone and OpenGateway and CloseGateway move the gateway to
+// the one replica that holds it.
 //
 // It imports chat, agent (types) and todo; never store or another adapter.
 package discord
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -22,6 +26,7 @@ import (
 	"time"
 
 	"github.com/bwmarrin/discordgo"
+	"github.com/gorilla/websocket"
 	"golang.org/x/time/rate"
 
 	"github.com/pinplan/pinplan/chat"
@@ -66,6 +71,15 @@ type Adapter struct {
 	connected bool
 	noManage  bool // deleting the pin notice was refused
 	v2Refused bool // a Components V2 plan was refused and logged
+	// gatewayOn admits gateway dials and reconnects: set by OpenGateway,
+	// cleared by CloseGateway, so that no connection is made while
+	// another replica holds the gateway. gateCtx lives as long as the
+	// current opening; gateStop ends it, and a dial or a reconnect wait
+	// under way with it.
+	gatewayOn    bool
+	gateCtx      context.Context
+	gateStop     context.CancelFunc
+	reconnecting bool // a reconnect loop runs
 	// botRoles are the bot's managed roles by guild: a mention of one is a
 	// mention of the bot.
 	botRoles map[string][]string
@@ -128,17 +142,24 @@ func New(opts Options) (*Adapter, error) {
 	s.ShouldRetryOnRateLimit = false // the plan board honours retry_after itself
 	s.MaxRestRetries = 1
 	s.StateEnabled = false
+	// The adapter reconnects the gateway itself (onDisconnect), on a
+	// goroutine it can stop: discordgo's loop cannot be stopped, and
+	// would reopen a gateway CloseGateway closed.
+	s.ShouldReconnectOnError = false
+	// websocket.DefaultDialer's settings, with the dial behind the gate.
+	s.Dialer = &websocket.Dialer{Proxy: http.ProxyFromEnvironment, HandshakeTimeout: 45 * time.Second}
 	// Handlers run in the gateway's reading goroutine, in the order Discord
 	// sent the events; onMessage only filters and queues per channel.
 	s.SyncEvents = true
 	s.Identify.Intents = discordgo.IntentsGuilds | discordgo.IntentsGuildMessages | discordgo.IntentsDirectMessages | discordgo.IntentsMessageContent
 	a := &Adapter{opts: opts, s: s, log: opts.Logger, limiters: map[string]*rate.Limiter{}, typing: map[string]context.CancelFunc{},
 		chanTypes: map[string]discordgo.ChannelType{}, botRoles: map[string][]string{}, seen: map[string]seenChannel{}}
+	s.Dialer.NetDialContext = a.dialGateway
 	s.AddHandler(a.onMessage)
 	s.AddHandler(a.onGuild)
 	s.AddHandler(a.onInteraction)
 	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Connect) { a.setConnected(true) })
-	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Disconnect) { a.setConnected(false) })
+	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Disconnect) { a.onDisconnect() })
 	s.AddHandler(func(_ *discordgo.Session, r *discordgo.Ready) {
 		a.mu.Lock()
 		a.botID = r.User.ID
@@ -161,8 +182,23 @@ func ApplicationID(token string) (string, error) {
 }
 
 // Start identifies the bot and opens the gateway. Events are handled until
-// Close.
+// Close. It is StartREST and OpenGateway.
 func (a *Adapter) Start(ctx context.Context) error {
+	if err := a.StartREST(ctx); err != nil {
+		return err
+	}
+	if err := a.OpenGateway(ctx); err != nil {
+		return err
+	}
+	a.log.Info("discord connected", "bot_user", a.bot())
+	return nil
+}
+
+// StartREST checks the token and learns the bot's user, without the
+// gateway: plans, replies, cards and typing work, and no event arrives
+// until OpenGateway. A replica that does not hold the gateway runs so
+// (DESIGN §14).
+func (a *Adapter) StartREST(ctx context.Context) error {
 	a.ctx = ctx
 	u, err := a.s.User("@me", discordgo.WithContext(ctx))
 	if err != nil {
@@ -171,16 +207,117 @@ func (a *Adapter) Start(ctx context.Context) error {
 	a.mu.Lock()
 	a.botID = u.ID
 	a.mu.Unlock()
-	if err := a.s.Open(); err != nil {
+	return nil
+}
+
+// errGatewayClosed refuses a gateway dial between CloseGateway and
+// OpenGateway.
+var errGatewayClosed = errors.New("discord: the gateway is closed on this process")
+
+// OpenGateway connects the gateway after StartREST and keeps it
+// connected: a connection that ends is reopened, resuming its session.
+// The gateway being open already is no error.
+func (a *Adapter) OpenGateway(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("discord: open the gateway: %w", context.Cause(ctx))
+	}
+	a.mu.Lock()
+	if !a.gatewayOn {
+		a.gatewayOn = true
+		a.gateCtx, a.gateStop = context.WithCancel(cmp.Or[context.Context](a.ctx, context.Background()))
+	}
+	a.mu.Unlock()
+	if err := a.s.Open(); err != nil && !errors.Is(err, discordgo.ErrWSAlreadyOpen) {
 		return fmt.Errorf("discord: open the gateway: %w", err)
 	}
-	a.log.Info("discord connected", "bot_user", u.ID)
 	return nil
+}
+
+// CloseGateway closes the gateway with 1000, which ends its session on
+// Discord, and keeps it closed until OpenGateway: a reconnect under way
+// stops and cannot dial. REST goes on working.
+func (a *Adapter) CloseGateway() {
+	a.mu.Lock()
+	a.gatewayOn = false
+	if a.gateStop != nil {
+		a.gateStop()
+	}
+	a.mu.Unlock()
+	a.s.Close()
+}
+
+// dialGateway is the gateway's dialer behind the gate.
+func (a *Adapter) dialGateway(ctx context.Context, network, addr string) (net.Conn, error) {
+	a.mu.Lock()
+	on, gate := a.gatewayOn, a.gateCtx
+	a.mu.Unlock()
+	if !on {
+		return nil, errGatewayClosed
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(gate, cancel)()
+	var d net.Dialer
+	return d.DialContext(ctx, network, addr)
+}
+
+// onDisconnect runs when a gateway connection ends (discordgo emits
+// Disconnect from Close, after a read error, a missed heartbeat ack or
+// op 7). While the gateway is wanted it is reopened, resuming its
+// session, with discordgo's own backoff (1 s, doubling to 10 min).
+func (a *Adapter) onDisconnect() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.connected = false
+	if !a.gatewayOn || a.reconnecting {
+		return
+	}
+	a.reconnecting = true
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		a.reconnect()
+	}()
+}
+
+// reconnect opens the gateway until it is connected or no longer wanted
+// (closed, or the adapter's context done). A connection that ends while
+// it runs finds it running and leaves the reconnect to it, so it is done
+// only when connected.
+func (a *Adapter) reconnect() {
+	wait := time.Second
+	for {
+		a.mu.Lock()
+		if !a.gatewayOn || a.gateCtx.Err() != nil {
+			a.reconnecting = false
+			a.mu.Unlock()
+			return
+		}
+		gate := a.gateCtx
+		a.mu.Unlock()
+		err := a.s.Open()
+		opened := err == nil || errors.Is(err, discordgo.ErrWSAlreadyOpen)
+		a.mu.Lock()
+		if !a.gatewayOn || (opened && a.connected) {
+			a.reconnecting = false
+			a.mu.Unlock()
+			return
+		}
+		a.mu.Unlock()
+		if !opened {
+			a.log.Warn("discord: reconnect the gateway", "err", err, "retry_in", wait)
+		}
+		select {
+		case <-gate.Done():
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 10*time.Minute)
+	}
 }
 
 // Close closes the gateway and waits for handlers the adapter started.
 func (a *Adapter) Close() {
-	a.s.Close()
+	a.CloseGateway()
 	a.queue.Wait(context.Background())
 	a.mu.Lock()
 	for ch, stop := range a.typing {

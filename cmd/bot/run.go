@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	discordadapter "github.com/pinplan/pinplan/adapters/discord"
 	slackadapter "github.com/pinplan/pinplan/adapters/slack"
@@ -150,6 +151,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 		bolt *store.DB // the file, when there is no etcd
 		rep  *etcdstore.Replica
 		es   *etcdstore.Store
+		etcd *clientv3.Client // for the Discord gateway's election
 	)
 	if len(cfg.EtcdEndpoints) > 0 {
 		cli, err := dialEtcd(ctx, cfg)
@@ -157,6 +159,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 			return err
 		}
 		later(func() { cli.Close() })
+		etcd = cli
 		rep, err = etcdstore.NewReplica(ctx, cli, etcdstore.ReplicaOptions{Prefix: cfg.EtcdPrefix, ID: replicaID(cfg), TTL: cfg.LeaseTTL, Logger: log.With("component", "replica")})
 		if err != nil {
 			return err
@@ -265,9 +268,10 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 		console.Bind(router)
 	}
 
+	var gw *discordGateway // set with dsc, before the listener serves
 	host := httphost.New(httphost.Options{Token: token, Logger: log.With("component", "http"),
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
-		Ready:   func() error { return m.ready() }, ReadyDetail: func() string { return mcpStatus(servers) + replicaStatus(rep) }})
+		Ready:   func() error { return m.ready() }, ReadyDetail: func() string { return mcpStatus(servers) + replicaStatus(rep) + gw.status() }})
 	if !cfg.WebOff {
 		console.Register(host)
 	}
@@ -297,6 +301,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 			return err
 		}
 		platforms["discord"] = dsc
+		gw = newDiscordGateway(dsc, etcd, rep, cfg.EtcdPrefix, reg, log.With("adapter", "discord"))
 	}
 	ln, err := host.Listen(cfg.HTTPAddr)
 	if err != nil {
@@ -332,11 +337,11 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 		m.addCheck(slk.Ready)
 	}
 	if dsc != nil {
-		if err := dsc.Start(ctx); err != nil {
+		if err := gw.start(ctx); err != nil { // here, or on the elected replica
 			return err
 		}
-		later(dsc.Close) // no new messages while sessions wind down
-		m.addCheck(dsc.Ready)
+		later(gw.stop) // no new messages while sessions wind down
+		m.addCheck(gw.ready)
 	}
 	m.setReady(nil)
 	later(func() { m.setReady(errors.New("shutting down")) })

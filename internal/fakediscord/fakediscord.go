@@ -12,10 +12,11 @@
 // messages, editing only the bot's own messages, the pin limit, archived
 // threads, gateway intents (message content is blanked without the
 // MESSAGE_CONTENT intent), and sessions that end. It records REST calls,
-// keeps every message in its channel's history, and injects faults: error
-// codes (Fail), HTTP statuses (FailHTTP), slow answers (Delay), rate limits
-// (Limit, LimitEdits) and gateway trouble (Reconnect, Drop, InvalidSession,
-// CloseWith).
+// counts gateway sessions (Sessions, Connected, and MaxConnected: the
+// most at once), keeps every message in its channel's history, and
+// injects faults: error codes (Fail), HTTP statuses (FailHTTP), slow
+// answers (Delay), rate limits (Limit, LimitEdits) and gateway trouble
+// (Reconnect, Drop, InvalidSession, CloseWith).
 //
 // Message components and interactions work as on Discord: buttons in
 // action rows are checked and kept with their message, Click dispatches
@@ -166,6 +167,7 @@ type Server struct {
 	records      []*record // dispatched events, for Missed
 	identifies   int
 	resumes      int
+	peak         int // the most ready connections at once, for MaxConnected
 	interactions map[string]*interaction
 	ephemerals   []*Message // ephemeral interaction replies, oldest first
 	refuseV2     bool       // RefuseComponentsV2
@@ -391,6 +393,27 @@ func (s *Server) Connected() int {
 		}
 	}
 	return n
+}
+
+// MaxConnected reports the most gateway clients that were identified or
+// resumed, and received dispatches, at the same time since the server
+// started: 1 for a bot that only ever held one session at a time.
+func (s *Server) MaxConnected() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peak
+}
+
+// readyLocked marks c as receiving dispatches and keeps the peak.
+func (s *Server) readyLocked(c *conn) {
+	c.ready = true
+	n := 0
+	for c := range s.conns {
+		if c.ready {
+			n++
+		}
+	}
+	s.peak = max(s.peak, n)
 }
 
 // guildsLocked lists the guilds of the registered channels.

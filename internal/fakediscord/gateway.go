@@ -270,7 +270,8 @@ func (s *Server) identifyLocked(c *conn, r *http.Request, d json.RawMessage) {
 	sess := &session{id: fmt.Sprintf("fake-session-%d", s.identifies), intents: *id.Intents, conn: c}
 	s.sessions = append(s.sessions, sess)
 	s.sessionByID[sess.id] = sess
-	c.sess, c.ready = sess, true
+	c.sess = sess
+	s.readyLocked(c)
 	guilds := s.guildsLocked()
 	unavailable := make([]any, 0, len(guilds))
 	for _, g := range guilds {
@@ -332,7 +333,7 @@ func (s *Server) resumeLocked(c *conn, d json.RawMessage) {
 			}
 		}
 	}
-	c.ready = true
+	s.readyLocked(c)
 	s.sendOwnLocked(sess, "RESUMED", map[string]any{})
 }
 

@@ -484,3 +484,40 @@ func TestClose(t *testing.T) {
 	for range g.in {
 	}
 }
+
+// TestMaxConnected: the peak of ready connections counts sessions held at
+// the same time, not one after another, and a resume on a new connection
+// that replaces the old one is still one.
+func TestMaxConnected(t *testing.T) {
+	s := &Server{}
+	s.AddChannel("C1", 0, "G1")
+	base := serve(t, s)
+	g1 := dialGateway(t, base)
+	sid := g1.identify(allIntents)
+	g1.dispatch("GUILD_CREATE")
+	if got := s.MaxConnected(); got != 1 {
+		t.Fatalf("MaxConnected() = %d after one IDENTIFY, want 1", got)
+	}
+	// The same session resumed on a second connection: the first is
+	// closed, one session receives dispatches.
+	g2 := dialGateway(t, base)
+	g2.send(6, map[string]any{"token": "Bot x", "session_id": sid, "seq": 2})
+	g2.dispatch("RESUMED")
+	if code := g1.closeCode(); code != 4000 {
+		t.Errorf("the replaced connection closed with %d, want 4000", code)
+	}
+	if got := s.MaxConnected(); got != 1 {
+		t.Errorf("MaxConnected() = %d after a resume replaced the connection, want 1", got)
+	}
+	// A second IDENTIFY while the first session is up: two at once.
+	g3 := dialGateway(t, base)
+	g3.identify(allIntents)
+	if got, now := s.MaxConnected(), s.Connected(); got != 2 || now != 2 {
+		t.Errorf("MaxConnected(), Connected() = %d, %d with two sessions up, want 2, 2", got, now)
+	}
+	g3.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
+	waitUntil(t, "the closed session to leave", func() bool { return s.Connected() == 1 })
+	if got := s.MaxConnected(); got != 2 {
+		t.Errorf("MaxConnected() = %d after one of two closed, want it to keep 2", got)
+	}
+}
