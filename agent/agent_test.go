@@ -53,6 +53,7 @@ type harnessOpts struct {
 	// approvalTimeout: 0 keeps the runner's default.
 	approvalTimeout time.Duration
 	approvers       []string
+	owners          agent.Owners
 }
 
 func newHarness(t *testing.T, fake *fakeopenai.Server, o harnessOpts) *harness {
@@ -78,7 +79,7 @@ func newHarness(t *testing.T, fake *fakeopenai.Server, o harnessOpts) *harness {
 		t.Fatal(err)
 	}
 	h := &harness{fake: fake, db: db, events: map[string]chan agent.Event{}, model: model}
-	h.runner, err = agent.NewRunner(agent.Options{Model: model, Store: db, Tools: reg, ModelName: "fake", ReminderRole: o.role, ApprovalTimeout: o.approvalTimeout, Approvers: o.approvers,
+	h.runner, err = agent.NewRunner(agent.Options{Model: model, Store: db, Tools: reg, ModelName: "fake", ReminderRole: o.role, ApprovalTimeout: o.approvalTimeout, Approvers: o.approvers, Owners: o.owners,
 		Events: publishTo(func(e agent.Event) { h.ch(e.Session) <- e })})
 	if err != nil {
 		t.Fatal(err)
@@ -622,5 +623,42 @@ func TestStopEndsTurn(t *testing.T) {
 	h.send(t, "web/stop", "next")
 	if events := h.waitEnd(t, "web/stop"); events[len(events)-1].Outcome != agent.Done {
 		t.Error("session unusable after stop")
+	}
+}
+
+// gate is an agent.Owners whose Take waits until the test lets it go, as
+// a replica's does while it takes a session over.
+type gate struct {
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *gate) Take(ctx context.Context, key string) (bool, error) {
+	select {
+	case g.entered <- struct{}{}:
+	default:
+	}
+	<-g.release
+	return true, nil
+}
+
+// TestStopBeforeTheTurnStarts: a stop that comes while the session's work
+// is queued or loading (no turn context yet) stops the turn that work
+// starts, rather than being told it worked and doing nothing.
+func TestStopBeforeTheTurnStarts(t *testing.T) {
+	fake := &fakeopenai.Server{}
+	g := &gate{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	h := newHarness(t, fake, harnessOpts{timeout: 10 * time.Second, owners: g})
+	fake.Fail(fakeopenai.Fault{Delay: 5 * time.Second})
+	h.send(t, "web/early", "long task")
+	<-g.entered
+	if !h.runner.Stop("web/early", "ann") {
+		t.Fatal("Stop found nothing to stop while the session's work was starting")
+	}
+	start := time.Now()
+	close(g.release)
+	events := h.waitEnd(t, "web/early")
+	if end := events[len(events)-1]; end.Outcome != agent.Stopped || end.StoppedBy != "ann" || time.Since(start) > 3*time.Second {
+		t.Errorf("outcome %s by %q after %s, want stopped by ann at once", end.Outcome, end.StoppedBy, time.Since(start))
 	}
 }

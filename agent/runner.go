@@ -97,6 +97,10 @@ type Runner struct {
 	// paused sessions start no work (a reset is archiving them): kicks
 	// are held back, and the value records that one came meanwhile.
 	paused map[string]bool
+	// early are stops that came while the session's work was queued or
+	// loading, before its turn had a context to cancel: the turn that
+	// starts in that work is stopped at once (by whom the value says).
+	early  map[string]string
 	closed bool
 }
 
@@ -140,7 +144,7 @@ func NewRunner(opts Options) (*Runner, error) {
 		opts.Events = nopPublisher{}
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Runner{opts: opts, ctx: ctx, cancel: cancel, stops: map[string]context.CancelCauseFunc{}, timers: map[string]*time.Timer{}, paused: map[string]bool{}}, nil
+	return &Runner{opts: opts, ctx: ctx, cancel: cancel, stops: map[string]context.CancelCauseFunc{}, timers: map[string]*time.Timer{}, paused: map[string]bool{}, early: map[string]string{}}, nil
 }
 
 // Submit persists a user message for the session and makes sure the
@@ -203,6 +207,18 @@ func (r *Runner) Stop(key, by string) bool {
 	case errors.Is(err, ErrNotPending):
 		return false // stopped or decided already
 	case errors.Is(err, errNotWaiting):
+		if busy {
+			// Queued or loading: the turn it starts is stopped as soon
+			// as it has a context (turnContext); a run that starts none
+			// drops the stop (work).
+			r.mu.Lock()
+			if _, running := r.stops[key]; running {
+				r.stops[key](stopCause{by: by})
+			} else {
+				r.early[key] = by
+			}
+			r.mu.Unlock()
+		}
 		return busy
 	default:
 		r.opts.Logger.Error("record a stop", "session", key, "err", err)
@@ -401,6 +417,11 @@ func (r *Runner) work(key string) {
 			return // another replica runs it, and was told
 		}
 	}
+	defer func() {
+		r.mu.Lock()
+		delete(r.early, key) // a stop for a turn this run did not start
+		r.mu.Unlock()
+	}()
 	if err := r.run(key, log); err != nil && r.ctx.Err() == nil {
 		log.Error("session failed", "err", err)
 	}
@@ -421,6 +442,10 @@ func (r *Runner) turnContext(key string) (context.Context, func()) {
 	ctx, stop := context.WithCancelCause(r.ctx)
 	r.mu.Lock()
 	r.stops[key] = stop
+	if by, ok := r.early[key]; ok {
+		delete(r.early, key)
+		stop(stopCause{by: by})
+	}
 	r.mu.Unlock()
 	return ctx, func() {
 		r.mu.Lock()

@@ -411,8 +411,8 @@ func (b *Board) loop() {
 			lastVer, reposts = ver, 0
 		}
 
-		if err := b.owner.held(ctx, rec.Thread.Key); err != nil {
-			// Another replica holds the session now and renders it.
+		ref, err := b.apply(ctx, rec, want)
+		if errors.Is(err, agent.ErrFenced) {
 			b.log.Warn("plan board stopped: this replica no longer holds the session", "err", err)
 			b.mu.Lock()
 			b.running = false
@@ -420,7 +420,6 @@ func (b *Board) loop() {
 			b.mu.Unlock()
 			return
 		}
-		ref, err := b.apply(ctx, rec, want)
 		outcome, retryAfter := Classify(err)
 		if err != nil && outcome == EditLater {
 			// Discord 30046: too many edits of an old message for now.
@@ -497,12 +496,17 @@ func (b *Board) loop() {
 }
 
 // apply makes the platform show want: post and pin a message first, edit it
-// afterwards. It persists the record after every change of the message ref
+// afterwards. Before each platform request it asks whether this process
+// still holds the session (Router.held): after waiting for the pace, a
+// replica may not any more, and then it sends nothing. It persists the record after every change of the message ref
 // and returns the ref it worked on.
 func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) (MessageRef, error) {
 	th := rec.Thread
 	for _, re := range rec.Restore {
 		if err := b.wait(ctx); err != nil {
+			return rec.Ref, err
+		}
+		if err := b.owner.held(ctx, th.Key); err != nil {
 			return rec.Ref, err
 		}
 		err := b.platform.EditPlan(ctx, th, re.Ref, re.Plan)
@@ -517,6 +521,9 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) (MessageR
 		b.update(func(r *boardRecord) { r.Restore = r.Restore[1:] })
 	}
 	for _, old := range rec.Unpin {
+		if err := b.owner.held(ctx, th.Key); err != nil {
+			return rec.Ref, err
+		}
 		if err := b.platform.Pin(ctx, th, old, false); err != nil && !errors.Is(err, ErrMessageGone) && !errors.Is(err, ErrPinUnavailable) {
 			var rl *RateLimitError
 			if errors.As(err, &rl) {
@@ -533,6 +540,9 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) (MessageR
 		if err := b.wait(ctx); err != nil {
 			return rec.Ref, err
 		}
+		if err := b.owner.held(ctx, th.Key); err != nil {
+			return rec.Ref, err
+		}
 		ref, err := b.platform.PostPlan(ctx, th, want)
 		b.rendered(th, err)
 		if err != nil {
@@ -543,6 +553,9 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) (MessageR
 		rec.Ref = ref
 	} else if !sameContent(rec.Shown, want) {
 		if err := b.wait(ctx); err != nil {
+			return rec.Ref, err
+		}
+		if err := b.owner.held(ctx, th.Key); err != nil {
 			return rec.Ref, err
 		}
 		err := b.platform.EditPlan(ctx, th, rec.Ref, want)
@@ -561,6 +574,9 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) (MessageR
 		b.shown(th, want)
 	}
 	if !rec.Pinned && !rec.PinUnavailable {
+		if err := b.owner.held(ctx, th.Key); err != nil {
+			return rec.Ref, err
+		}
 		err := b.platform.Pin(ctx, th, rec.Ref, true)
 		switch {
 		case err == nil:

@@ -346,6 +346,10 @@ func (r *Router) showCard(ctx context.Context, s *session, th Thread, a agent.Ap
 	if have && !cr.Ref.IsZero() {
 		// Announced again after a restart: the card is there. Show it
 		// again as it is (the console keeps cards in memory only).
+		if err := r.held(ctx, th.Key); err != nil {
+			b.log.Warn("edit approval card", "err", err)
+			return
+		}
 		if err := ip.EditCard(ctx, th, cr.Ref, cr.Card); err != nil {
 			b.log.Warn("refresh approval card", "err", err)
 		}
@@ -388,6 +392,10 @@ func (r *Router) showCard(ctx context.Context, s *session, th Thread, a agent.Ap
 	})
 	if decided != nil {
 		// Decided while it was being posted: show that at once.
+		if err := r.held(ctx, th.Key); err != nil {
+			b.log.Warn("edit approval card", "err", err)
+			return
+		}
 		if err := ip.EditCard(ctx, th, ref, *decided); err != nil {
 			b.log.Warn("edit approval card", "err", err)
 		}

@@ -436,3 +436,59 @@ func TestPostedUnpinnedPlanPinnedAfterRestart(t *testing.T) {
 		t.Fatalf("after restart: calls %+v, want the plan pinned and the old one unpinned, nothing posted or edited", up.calls)
 	}
 }
+
+// fenceAfter is a Fence that lets n requests go, then answers fenced, as
+// a replica's does once its lease is gone.
+type fenceAfter struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (f *fenceAfter) Held(context.Context, string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n <= 0 {
+		return fmt.Errorf("%w: test", agent.ErrFenced)
+	}
+	f.n--
+	return nil
+}
+
+// TestFencedBoardSendsNothingMore: a board with earlier messages to
+// restore and unpin and a plan to post asks the fence before each
+// request; once it answers fenced, nothing more goes to the platform, and
+// the reply is left stored for the session's holder.
+func TestFencedBoardSendsNothingMore(t *testing.T) {
+	boards := &chattest.Boards{}
+	want := Plan{Items: plan(2, todo.InProgress).Items(), Revision: 2, State: StateWorking}
+	old := Plan{Items: plan(1, todo.Completed).Items(), Revision: 1, State: StateDone}
+	rec := boardRecord{Thread: Thread{Platform: "test", Key: "test/1", Channel: "C1"}, Want: &want,
+		Restore: []restoreEdit{{Ref: MessageRef{Channel: "C1", ID: "m0"}, Plan: old}}, Unpin: []MessageRef{{Channel: "C1", ID: "m0"}}}
+	raw, _ := json.Marshal(rec)
+	if err := boards.SaveBoard(context.Background(), "test/1", raw); err != nil {
+		t.Fatal(err)
+	}
+	up := &fakePlatform{}
+	up.next, up.shown = 1, map[string]Plan{"m0": old}
+	fence := &fenceAfter{n: 1}
+	out := &chattest.Outbox{}
+	r := NewRouter(Options{Store: boards, Outbox: out, Platforms: map[string]Platform{"test": up}, Fence: fence})
+	t.Cleanup(r.Close)
+	if _, err := r.Resume(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, r, "test/1")
+	if n := len(up.calls); n != 1 {
+		t.Fatalf("calls %+v: want only the one request made while the fence held", up.calls)
+	}
+	r.outbox.add(Thread{Platform: "test", Key: "test/1", Channel: "C1"}, "", "late reply")
+	settle(t, r, "test/1")
+	if n := len(up.calls); n != 1 {
+		t.Errorf("a reply went out after the fence: calls %+v", up.calls)
+	}
+	left := 0
+	out.Outbox(context.Background(), func(uint64, []byte) { left++ })
+	if left != 1 {
+		t.Errorf("%d replies stored, want the fenced one kept for the holder", left)
+	}
+}

@@ -121,10 +121,20 @@ func (o *outbox) resume(ctx context.Context) (int, error) {
 	return len(qs), err
 }
 
+// SessionOutbox is an OutboxStore that can list one session's items
+// (etcdstore): a replica taking a session over reads only those.
+type SessionOutbox interface {
+	OutboxOf(ctx context.Context, key string, f func(id uint64, data []byte)) error
+}
+
 // resumeSession queues the stored replies of one session.
 func (o *outbox) resumeSession(ctx context.Context, key string) error {
 	var qs []queued
-	err := o.store.Outbox(ctx, func(id uint64, data []byte) {
+	list := o.store.Outbox
+	if so, ok := o.store.(SessionOutbox); ok {
+		list = func(ctx context.Context, f func(uint64, []byte)) error { return so.OutboxOf(ctx, key, f) }
+	}
+	err := list(ctx, func(id uint64, data []byte) {
 		var it outboxItem
 		if json.Unmarshal(data, &it) == nil && it.Thread.Key == key {
 			qs = append(qs, queued{id: id, item: it})

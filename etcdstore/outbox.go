@@ -2,11 +2,13 @@ package etcdstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -70,6 +72,19 @@ func (s *Store) Outbox(ctx context.Context, f func(id uint64, data []byte)) erro
 	return nil
 }
 
+// OutboxOf calls f with the session's stored items, oldest first (a
+// replica that takes the session over reads only its own).
+func (s *Store) OutboxOf(ctx context.Context, key string, f func(id uint64, data []byte)) error {
+	err := s.rangeAll(ctx, s.outbox(key), func(kv *mvccpb.KeyValue) error {
+		f(seqOf(kv.Key), kv.Value)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("etcdstore: read outbox of %s: %w", key, err)
+	}
+	return nil
+}
+
 // OutboxKeys lists the sessions with replies not delivered yet.
 func (s *Store) OutboxKeys(ctx context.Context) ([]string, error) {
 	var keys []string
@@ -101,17 +116,25 @@ const dedupeSlack = time.Minute
 // created if absent, on a lease that ends it between ttl and ttl plus a
 // minute later, so an event redelivered to any replica runs once.
 func (s *Store) FirstSeen(ctx context.Context, key string, ttl time.Duration) (bool, error) {
-	lease, err := s.leaseFor(ctx, ttl)
-	if err != nil {
-		return false, fmt.Errorf("etcdstore: dedupe %s: %w", key, err)
-	}
 	k := s.p + "dedupe/" + esc(key)
-	tr, err := s.txn(ctx, "", []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k), "=", 0)},
-		[]clientv3.Op{clientv3.OpPut(k, "", clientv3.WithLease(lease))}, nil)
-	if err != nil {
-		return false, fmt.Errorf("etcdstore: dedupe %s: %w", key, err)
+	for attempt := 0; ; attempt++ {
+		lease, err := s.leaseFor(ctx, ttl)
+		if err != nil {
+			return false, fmt.Errorf("etcdstore: dedupe %s: %w", key, err)
+		}
+		tr, err := s.txn(ctx, "", []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k), "=", 0)},
+			[]clientv3.Op{clientv3.OpPut(k, "", clientv3.WithLease(lease))}, nil)
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) && attempt == 0 {
+			s.leaseMu.Lock()
+			s.dedupe = dedupeLease{} // revoked or expired under us: grant another
+			s.leaseMu.Unlock()
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("etcdstore: dedupe %s: %w", key, err)
+		}
+		return tr.Succeeded, nil
 	}
-	return tr.Succeeded, nil
 }
 
 func (s *Store) leaseFor(ctx context.Context, ttl time.Duration) (clientv3.LeaseID, error) {

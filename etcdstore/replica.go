@@ -49,7 +49,7 @@ type Replica struct {
 	Fenced    atomic.Int64
 	replicas  atomic.Int64 // live replicas, from the watch on P replicas/
 
-	mu       sync.Mutex
+	mu       sync.Mutex       // guards owned, deadline, lost and lostErr
 	owned    map[string]int64 // session key -> owner key's CreateRevision
 	deadline time.Time        // the lease's end as this replica last heard
 	lost     chan struct{}
@@ -88,9 +88,10 @@ func NewReplica(ctx context.Context, cli *clientv3.Client, opts ReplicaOptions) 
 		owned: map[string]int64{}, deadline: time.Now().Add(opts.TTL), lost: make(chan struct{})}
 	kctx, cancel := context.WithCancel(context.Background())
 	r.ctx, r.cancel = kctx, cancel
-	if _, err := cli.Put(ctx, r.p+"replicas/"+esc(r.id), time.Now().UTC().Format(time.RFC3339), clientv3.WithLease(grant.ID)); err != nil {
+	if err := r.register(ctx); err != nil {
 		cancel()
-		return nil, fmt.Errorf("etcdstore: register replica %s: %w", r.id, err)
+		cli.Revoke(context.WithoutCancel(ctx), grant.ID)
+		return nil, err
 	}
 	alive, err := cli.KeepAlive(kctx, grant.ID)
 	if err != nil {
@@ -101,6 +102,34 @@ func NewReplica(ctx context.Context, cli *clientv3.Client, opts ReplicaOptions) 
 	go r.keepAlive(alive)
 	go r.watchReplicas(kctx)
 	return r, nil
+}
+
+// register creates P replicas/ID on the lease, waiting up to the TTL for
+// a key left by this id's last process (killed, its lease not expired
+// yet); a live replica with the same id is an error: two replicas with
+// one PINPLAN_REPLICA_ID would ignore each other's nudges and count as one
+// when they share the platforms' pace.
+func (r *Replica) register(ctx context.Context) error {
+	key := r.p + "replicas/" + esc(r.id)
+	deadline := time.Now().Add(r.ttl + 2*time.Second)
+	for {
+		resp, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, time.Now().UTC().Format(time.RFC3339), clientv3.WithLease(r.lease))).Commit()
+		if err != nil {
+			return fmt.Errorf("etcdstore: register replica %s: %w", r.id, err)
+		}
+		if resp.Succeeded {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("etcdstore: another replica runs as %q (its lease is alive); give each replica its own PINPLAN_REPLICA_ID", r.id)
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // ID returns the replica's id.
@@ -427,10 +456,19 @@ type Events struct {
 
 // Watch follows the owners, the handed-over events and the nudges until
 // ctx ends, calling ev's functions (from its own goroutines, one per
-// area, in order within each).
-func (r *Replica) Watch(ctx context.Context, ev Events) {
+// area, in order within each). The watches start from the cluster's
+// revision as Watch returns: whatever a scan after Watch does not see,
+// the watches do. A watch that breaks starts again after the last event
+// it saw; one whose revision etcd compacted meanwhile starts from now and
+// asks for a rescan (Events.Rescan), since it may have missed events.
+func (r *Replica) Watch(ctx context.Context, ev Events) error {
 	ctx, cancel := context.WithCancel(ctx)
 	context.AfterFunc(r.ctx, cancel)
+	from, err := r.revision(ctx)
+	if err != nil {
+		cancel()
+		return fmt.Errorf("etcdstore: start the watches: %w", err)
+	}
 	areas := map[string]func(e *clientv3.Event, key string){
 		"fwd": func(e *clientv3.Event, key string) {
 			if e.Type == clientv3.EventTypePut && ev.Handed != nil && r.Holds(key) {
@@ -445,7 +483,6 @@ func (r *Replica) Watch(ctx context.Context, ev Events) {
 		"stop": func(e *clientv3.Event, key string) {
 			if e.Type == clientv3.EventTypePut && ev.Stop != nil && r.Holds(key) {
 				ev.Stop(key, string(e.Kv.Value))
-				r.StopDone(ctx, key)
 			}
 		},
 		"owners": func(e *clientv3.Event, key string) {
@@ -458,9 +495,30 @@ func (r *Replica) Watch(ctx context.Context, ev Events) {
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
-			r.watch(ctx, area, f, ev.Rescan)
+			r.watch(ctx, area, from+1, f, ev.Rescan)
 		}()
 	}
+	return nil
+}
+
+// revision returns the cluster's current revision.
+func (r *Replica) revision(ctx context.Context) (int64, error) {
+	resp, err := r.cli.Get(ctx, r.p+"meta/schema", clientv3.WithCountOnly())
+	if err != nil {
+		return 0, err
+	}
+	return resp.Header.Revision, nil
+}
+
+// HeldKeys returns the keys of the sessions this replica holds.
+func (r *Replica) HeldKeys() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	keys := make([]string, 0, len(r.owned))
+	for k := range r.owned {
+		keys = append(keys, k)
+	}
+	return keys
 }
 
 // Follow calls f with each record written under P area/ (board, hist,
@@ -472,7 +530,7 @@ func (r *Replica) Follow(ctx context.Context, area string, f func(key string, va
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		r.watch(ctx, area, func(e *clientv3.Event, key string) {
+		r.watch(ctx, area, 0, func(e *clientv3.Event, key string) {
 			if e.Type == clientv3.EventTypePut && !r.Holds(key) {
 				f(key, e.Kv.Value)
 			}
@@ -480,26 +538,38 @@ func (r *Replica) Follow(ctx context.Context, area string, f func(key string, va
 	}()
 }
 
-// watch follows P area/ from now on, starting again (and asking for a
-// rescan) if the watch breaks.
-func (r *Replica) watch(ctx context.Context, area string, f func(*clientv3.Event, string), rescan func()) {
+// watch follows P area/ from revision from (0: from now), starting again
+// after the last event it saw if the watch breaks, or from now with a
+// rescan if etcd compacted that revision away.
+func (r *Replica) watch(ctx context.Context, area string, from int64, f func(*clientv3.Event, string), rescan func()) {
 	prefix := r.p + area + "/"
 	for ctx.Err() == nil {
-		wch := r.cli.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix())
-		for resp := range wch {
+		opts := []clientv3.OpOption{clientv3.WithPrefix()}
+		if from > 0 {
+			opts = append(opts, clientv3.WithRev(from))
+		}
+		compacted := false
+		for resp := range r.cli.Watch(clientv3.WithRequireLeader(ctx), prefix, opts...) {
+			if resp.CompactRevision > 0 {
+				compacted = true
+			}
 			if err := resp.Err(); err != nil {
 				r.log.Warn("etcd watch broke; starting it again", "area", area, "err", err)
 				break
 			}
 			for _, e := range resp.Events {
 				f(e, r.store.sessionOf(area, e.Kv.Key))
+				from = e.Kv.ModRevision + 1
 			}
 		}
 		if ctx.Err() != nil {
 			return
 		}
-		if rescan != nil {
-			rescan()
+		if compacted {
+			from = 0
+			if rescan != nil {
+				go rescan() // after the new watch is asked for; a rescan sees what it missed
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -184,5 +185,30 @@ func TestConsumedOnce(t *testing.T) {
 	left, _ := r.Queued(ctx, key)
 	if len(inbox) != 1 || len(left) != 0 {
 		t.Fatalf("inbox = %d, handed left = %d; want 1 and 0", len(inbox), len(left))
+	}
+}
+
+// TestReplicaIDsAreUnique: a second live replica with the same id is
+// refused (it would ignore the first one's nudges and halve nobody's
+// pace); once the first is gone, the id registers at once.
+func TestReplicaIDsAreUnique(t *testing.T) {
+	ctx := context.Background()
+	cli := shared(t)
+	first, err := NewReplica(ctx, cli, ReplicaOptions{Prefix: prefix(t), ID: "same", TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewReplica(ctx, cli, ReplicaOptions{Prefix: prefix(t), ID: "same", TTL: 2 * time.Second}); err == nil || !strings.Contains(err.Error(), "PINPLAN_REPLICA_ID") {
+		t.Fatalf("a second replica with the same id: %v, want it refused naming PINPLAN_REPLICA_ID", err)
+	}
+	first.Close()
+	start := time.Now()
+	again, err := NewReplica(ctx, cli, ReplicaOptions{Prefix: prefix(t), ID: "same", TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatalf("the id after its replica closed: %v", err)
+	}
+	defer again.Close()
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("registering took %s after a clean close, want at once", took)
 	}
 }

@@ -436,11 +436,8 @@ func (s *Store) commit(ctx context.Context, r *agent.Round) error {
 		}
 		puts = append(puts, clientv3.OpPut(s.plans(key)+num(uint64(p.Revision)), string(raw)))
 	}
-	final := []clientv3.Op{clientv3.OpPut(s.rec(key), string(record))}
-	for _, id := range r.Drained {
-		final = append(final, clientv3.OpDelete(s.inbox(key)+num(id)))
-	}
-	if len(final) > maxOps || len(record) > maxBytes {
+	final := append([]clientv3.Op{clientv3.OpPut(s.rec(key), string(record))}, s.drains(key, r.Drained)...)
+	if len(final) > maxOps || opSize(final) > maxBytes {
 		return fmt.Errorf("a round that drains %d messages with a %d-byte record does not fit one etcd transaction", len(r.Drained), len(record))
 	}
 	for attempt := 0; ; attempt++ {
@@ -485,6 +482,29 @@ func (s *Store) commit(ctx context.Context, r *agent.Round) error {
 		// The record moved between the read and the write (a decision
 		// recorded on another replica): read it again.
 	}
+}
+
+// drains returns the deletes of a round's drained inbox entries: one
+// ranged delete for each run of consecutive ids (a round drains the
+// oldest messages, so usually one), so that however many messages a turn
+// takes in, they go in the round's one Txn.
+func (s *Store) drains(key string, ids []uint64) []clientv3.Op {
+	ids = slices.Clone(ids)
+	slices.Sort(ids)
+	var ops []clientv3.Op
+	for i := 0; i < len(ids); {
+		j := i + 1
+		for j < len(ids) && ids[j] == ids[j-1]+1 {
+			j++
+		}
+		if j-i == 1 {
+			ops = append(ops, clientv3.OpDelete(s.inbox(key)+num(ids[i])))
+		} else {
+			ops = append(ops, clientv3.OpDelete(s.inbox(key)+num(ids[i]), clientv3.WithRange(s.inbox(key)+num(ids[j-1]+1))))
+		}
+		i = j
+	}
+	return ops
 }
 
 // readRecord reads the session's record and checks that the round
@@ -661,10 +681,24 @@ func (s *Store) archive(ctx context.Context, key string) error {
 	n++
 	dst := s.arch(key) + num(n) + "/"
 	rev := resp.Header.Revision
+	var old agent.Checkpoint
+	if err := json.Unmarshal(recKVs[0].Value, &old); err != nil {
+		old = agent.Checkpoint{} // an unreadable record is archived as it was
+	}
+	// What the record counts, no more: entries and plans a split round
+	// wrote before it failed are not the session's.
 	var copies []clientv3.Op
-	for _, src := range []struct{ from, to string }{{s.hist(key), dst + "hist/"}, {s.plans(key), dst + "plan/"}} {
+	for _, src := range []struct {
+		from, to string
+		counts   func(n uint64) bool
+	}{
+		{s.hist(key), dst + "hist/", func(n uint64) bool { return n < uint64(old.HistoryLen) }},
+		{s.plans(key), dst + "plan/", func(n uint64) bool { return int64(n) <= old.Revision }},
+	} {
 		err := s.rangeAll(ctx, src.from, func(kv *mvccpb.KeyValue) error {
-			copies = append(copies, clientv3.OpPut(src.to+strings.TrimPrefix(string(kv.Key), src.from), string(kv.Value)))
+			if src.counts(seqOf(kv.Key)) {
+				copies = append(copies, clientv3.OpPut(src.to+strings.TrimPrefix(string(kv.Key), src.from), string(kv.Value)))
+			}
 			return nil
 		}, clientv3.WithRev(rev))
 		if err != nil {
@@ -677,10 +711,6 @@ func (s *Store) archive(ctx context.Context, key string) error {
 			return err
 		}
 		copies = copies[i:]
-	}
-	var old agent.Checkpoint
-	if err := json.Unmarshal(recKVs[0].Value, &old); err != nil {
-		old = agent.Checkpoint{} // an unreadable record is archived as it was
 	}
 	old.Key = key
 	fresh, err := json.Marshal(old.Reset(s.now()))
@@ -900,6 +930,48 @@ func (s *Store) Known(ctx context.Context, key string) (bool, error) {
 	return resp.Responses[0].GetResponseRange().Count+resp.Responses[1].GetResponseRange().Count > 0, nil
 }
 
+// Glance is what a replica needs to know of a session to decide whether
+// to take it over: its run state and how much waits for it, read in one
+// request without its history.
+type Glance struct {
+	State   agent.RunState // "" without a record
+	Inbox   int64          // queued messages
+	Handed  int64          // events handed to its holder (P fwd/K/)
+	Outbox  int64          // replies not delivered yet
+	Board   []byte         // chat's plan board record
+	Unknown bool           // the record could not be read
+}
+
+// Glance reads the session's Glance.
+func (s *Store) Glance(ctx context.Context, key string) (Glance, error) {
+	s.count(len(key))
+	resp, err := s.cli.Txn(ctx).Then(
+		clientv3.OpGet(s.rec(key)),
+		clientv3.OpGet(s.inbox(key), clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpGet(s.p+"fwd/"+esc(key)+"/", clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpGet(s.outbox(key), clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpGet(s.chatKey("board", key)),
+	).Commit()
+	if err != nil {
+		return Glance{}, fmt.Errorf("etcdstore: glance at %s: %w", key, err)
+	}
+	var g Glance
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
+		var cp struct {
+			State agent.RunState `json:"state"`
+		}
+		g.Unknown = json.Unmarshal(kvs[0].Value, &cp) != nil
+		g.State = cp.State
+	}
+	g.Inbox = resp.Responses[1].GetResponseRange().Count
+	g.Handed = resp.Responses[2].GetResponseRange().Count
+	g.Outbox = resp.Responses[3].GetResponseRange().Count
+	if kvs := resp.Responses[4].GetResponseRange().Kvs; len(kvs) == 1 {
+		g.Board = kvs[0].Value
+	}
+	return g, nil
+}
+
 // Ping reports whether the cluster answers a linearizable read.
 func (s *Store) Ping() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -910,32 +982,42 @@ func (s *Store) Ping() error {
 	return nil
 }
 
-// Empty reports whether the prefix holds no session data (migrate's
-// precondition).
+// Empty reports whether the prefix holds nothing but its schema version
+// (migrate's precondition): no session data, and no replica using it.
 func (s *Store) Empty(ctx context.Context) (bool, error) {
-	for _, area := range []string{"rec/", "board/", "inbox/", "outbox/", "hist/"} {
-		resp, err := s.get(ctx, s.p+area, clientv3.WithPrefix(), clientv3.WithCountOnly())
-		if err != nil {
-			return false, err
-		}
-		if resp.Count > 0 {
-			return false, nil
-		}
+	all, err := s.get(ctx, s.p, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return false, err
 	}
-	return true, nil
+	meta, err := s.get(ctx, s.p+"meta/", clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(all.Header.Revision))
+	if err != nil {
+		return false, err
+	}
+	return all.Count == meta.Count, nil
 }
 
-// PutArchive writes archive n of the session's history, for migrate: the
-// archive count becomes n if it was lower. Unfenced; for an empty prefix.
-func (s *Store) PutArchive(ctx context.Context, key string, n uint64, hist []agent.Entry) error {
-	dst := s.arch(key) + num(n) + "/hist/"
+// PutArchive writes archive n of the session (its record as stored, its
+// history and plan revisions), for migrate, and counts it: the archive
+// count becomes n. Unfenced; for a prefix migrate checked empty.
+func (s *Store) PutArchive(ctx context.Context, key string, n uint64, rec []byte, hist []agent.Entry, plans []agent.PlanRevision) error {
+	dst := s.arch(key) + num(n) + "/"
 	var ops []clientv3.Op
+	if rec != nil {
+		ops = append(ops, clientv3.OpPut(dst+"rec", string(rec)))
+	}
 	for i, e := range hist {
 		raw, err := json.Marshal(e)
 		if err != nil {
 			return err
 		}
-		ops = append(ops, clientv3.OpPut(dst+num(uint64(i)), string(raw)))
+		ops = append(ops, clientv3.OpPut(dst+"hist/"+num(uint64(i)), string(raw)))
+	}
+	for _, p := range plans {
+		raw, err := json.Marshal(p)
+		if err != nil {
+			return err
+		}
+		ops = append(ops, clientv3.OpPut(dst+"plan/"+num(uint64(p.Revision)), string(raw)))
 	}
 	ops = append(ops, clientv3.OpPut(s.aseq(key), strconv.FormatUint(n, 10)))
 	for len(ops) > 0 {
@@ -946,4 +1028,31 @@ func (s *Store) PutArchive(ctx context.Context, key string, n uint64, hist []age
 		ops = ops[i:]
 	}
 	return nil
+}
+
+// ArchivedState returns archive n's record (as stored) and plan
+// revisions; nil and none if there is no archive n.
+func (s *Store) ArchivedState(ctx context.Context, key string, n uint64) ([]byte, []agent.PlanRevision, error) {
+	dst := s.arch(key) + num(n) + "/"
+	resp, err := s.get(ctx, dst+"rec")
+	if err != nil {
+		return nil, nil, fmt.Errorf("etcdstore: archive %d of %s: %w", n, key, err)
+	}
+	var rec []byte
+	if len(resp.Kvs) == 1 {
+		rec = resp.Kvs[0].Value
+	}
+	var plans []agent.PlanRevision
+	err = s.rangeAll(ctx, dst+"plan/", func(kv *mvccpb.KeyValue) error {
+		var p agent.PlanRevision
+		if err := json.Unmarshal(kv.Value, &p); err != nil {
+			return err
+		}
+		plans = append(plans, p)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("etcdstore: archive %d of %s: %w", n, key, err)
+	}
+	return rec, plans, nil
 }

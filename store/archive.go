@@ -119,3 +119,38 @@ func (db *DB) Archived(_ context.Context, key string, n uint64) (int, []agent.En
 	}
 	return count, hist, nil
 }
+
+// ArchivedState returns archive n's record (as stored) and plan
+// revisions, for migrate; nil and none if the session has no archive n.
+func (db *DB) ArchivedState(_ context.Context, key string, n uint64) ([]byte, []agent.PlanRevision, error) {
+	var rec []byte
+	var plans []agent.PlanRevision
+	err := db.view(func(tx *bolt.Tx) error {
+		sb := session(tx, key)
+		if sb == nil || sb.Bucket(bArchive) == nil {
+			return nil
+		}
+		b := sb.Bucket(bArchive).Bucket(u64(n))
+		if b == nil {
+			return nil
+		}
+		if raw := b.Get(kRecord); raw != nil {
+			rec = append([]byte(nil), raw...)
+		}
+		if pb := b.Bucket(bPlans); pb != nil {
+			return pb.ForEach(func(_, v []byte) error {
+				var p agent.PlanRevision
+				if err := json.Unmarshal(v, &p); err != nil {
+					return err
+				}
+				plans = append(plans, p)
+				return nil
+			})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: archive %d of %s: %w", n, key, err)
+	}
+	return rec, plans, nil
+}

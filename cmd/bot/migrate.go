@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -135,29 +136,112 @@ func copySession(ctx context.Context, db *store.DB, es *etcdstore.Store, key str
 		if err != nil {
 			return copied{}, err
 		}
-		if err := es.PutArchive(ctx, key, uint64(n), old); err != nil {
+		rec, oldPlans, err := db.ArchivedState(ctx, key, uint64(n))
+		if err != nil {
+			return copied{}, err
+		}
+		if err := es.PutArchive(ctx, key, uint64(n), rec, old, oldPlans); err != nil {
 			return copied{}, err
 		}
 	}
-	// Read back what was written.
+	if err := readBack(ctx, db, es, key, archives); err != nil {
+		return copied{}, fmt.Errorf("read back: %w", err)
+	}
+	return copied{entries: len(hist), plans: len(plans), queued: len(inbox), archives: archives}, nil
+}
+
+// check is one comparison of readBack: what the file has (a) and what
+// etcd has (b).
+type check struct {
+	what string
+	a, b any
+}
+
+// readBack reads the session from both stores and compares everything,
+// as JSON, byte for byte: the record, every history entry, plan revision
+// and queued message (their text: the ids are the new store's), the
+// chat records, and each archive's record, history and plans.
+func readBack(ctx context.Context, db *store.DB, es *etcdstore.Store, key string, archives int) error {
+	same := func(what string, a, b any) error {
+		ja, err := json.Marshal(a)
+		if err != nil {
+			return err
+		}
+		jb, err := json.Marshal(b)
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(ja, jb) {
+			return fmt.Errorf("%s differs: the file has %.200s, etcd %.200s", what, ja, jb)
+		}
+		return nil
+	}
+	cp, hist, inbox, err := db.Load(ctx, key)
+	if err != nil {
+		return err
+	}
 	gotCP, gotHist, gotInbox, err := es.Load(ctx, key)
 	if err != nil {
-		return copied{}, fmt.Errorf("read back: %w", err)
+		return err
+	}
+	for i := range inbox {
+		inbox[i].ID = 0
+	}
+	for i := range gotInbox {
+		gotInbox[i].ID = 0
+	}
+	plans, err := db.Plans(ctx, key)
+	if err != nil {
+		return err
 	}
 	gotPlans, err := es.Plans(ctx, key)
 	if err != nil {
-		return copied{}, fmt.Errorf("read back: %w", err)
+		return err
 	}
-	if (cp == nil) != (gotCP == nil) || len(gotHist) != len(hist) || len(gotInbox) != len(inbox) || len(gotPlans) != len(plans) {
-		return copied{}, fmt.Errorf("read back %d entries, %d plans, %d queued; the file has %d, %d, %d", len(gotHist), len(gotPlans), len(gotInbox), len(hist), len(plans), len(inbox))
+	checks := []check{{"the record", cp, gotCP}, {"the history", hist, gotHist}, {"the queued messages", inbox, gotInbox}, {"the plan revisions", plans, gotPlans}}
+	for _, rec := range []struct {
+		what string
+		a, b func(context.Context, string) ([]byte, error)
+	}{{"the plan board", db.Board, es.Board}, {"the cards", db.Cards, es.Cards}, {"the listing", db.Listing, es.Listing}} {
+		a, err := rec.a(ctx, key)
+		if err != nil {
+			return err
+		}
+		b, err := rec.b(ctx, key)
+		if err != nil {
+			return err
+		}
+		checks = append(checks, check{rec.what, string(a), string(b)})
 	}
-	for i := range plans {
-		if gotPlans[i].Revision != plans[i].Revision || len(gotPlans[i].Items) != len(plans[i].Items) {
-			return copied{}, fmt.Errorf("plan revision %d read back as %d with %d items", plans[i].Revision, gotPlans[i].Revision, len(gotPlans[i].Items))
+	gotArchives, _, err := es.Archived(ctx, key, 0)
+	if err != nil {
+		return err
+	}
+	checks = append(checks, check{"the number of archives", archives, gotArchives})
+	for n := uint64(1); n <= uint64(archives); n++ {
+		_, a, err := db.Archived(ctx, key, n)
+		if err != nil {
+			return err
+		}
+		_, b, err := es.Archived(ctx, key, n)
+		if err != nil {
+			return err
+		}
+		ra, pa, err := db.ArchivedState(ctx, key, n)
+		if err != nil {
+			return err
+		}
+		rb, pb, err := es.ArchivedState(ctx, key, n)
+		if err != nil {
+			return err
+		}
+		what := fmt.Sprintf("archive %d", n)
+		checks = append(checks, check{what + "'s history", a, b}, check{what + "'s record", string(ra), string(rb)}, check{what + "'s plans", pa, pb})
+	}
+	for _, c := range checks {
+		if err := same(c.what, c.a, c.b); err != nil {
+			return err
 		}
 	}
-	if n, _, err := es.Archived(ctx, key, 0); err != nil || n != archives {
-		return copied{}, fmt.Errorf("read back %d archives (%v), the file has %d", n, err, archives)
-	}
-	return copied{entries: len(hist), plans: len(plans), queued: len(inbox), archives: archives}, nil
+	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -92,7 +93,9 @@ type replicas struct {
 	router *chat.Router
 	runner *agent.Runner
 	log    *slog.Logger
-	pumps  serial.Queue // handed-over events, per session
+	pumps  serial.Queue  // handed-over events, per session
+	takers chan struct{} // bounds the takeovers under way
+	wg     sync.WaitGroup
 }
 
 var _ chat.Inbox = (*replicas)(nil)
@@ -276,58 +279,57 @@ func (x *replicas) taken(key string) {
 	if by, ok, err := x.rep.PendingStop(x.ctx, key); err != nil {
 		x.log.Warn("look for a stop asked of the last holder", "session", key, "err", err)
 	} else if ok {
-		go x.stopResumed(key, by)
+		x.stop(key, by) // the runner holds it for the turn it is resuming
 	}
-}
-
-// stopResumed stops a turn taken over with a stop its last holder never
-// saw: once the resumed turn runs (or waits), the stop ends it.
-func (x *replicas) stopResumed(key, by string) {
-	defer x.rep.StopDone(x.ctx, key)
-	for range 50 {
-		if x.runner.Stop(key, by) {
-			return
-		}
-		select {
-		case <-x.ctx.Done():
-			return
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	x.log.Info("a stop asked of the last holder found no turn to stop", "session", key)
 }
 
 // orphaned runs when a session's holder went away: the session is taken
 // if it has work (a turn running or waiting, queued messages or events,
-// replies or a plan edit not delivered).
+// replies or plan edits not delivered). Takeovers run a few at a time,
+// off the watch, so that a replica that held many sessions is replaced
+// within the TTL.
 func (x *replicas) orphaned(key string) {
-	if !x.hasWork(key) {
-		return
-	}
-	if _, err := x.rep.TryTake(x.ctx, key); err != nil {
-		x.log.Warn("take an orphaned session", "session", key, "err", err)
-	}
+	x.takers <- struct{}{}
+	x.wg.Go(func() {
+		defer func() { <-x.takers }()
+		if !x.hasWork(key) {
+			return
+		}
+		if _, err := x.rep.TryTake(x.ctx, key); err != nil {
+			x.log.Warn("take an orphaned session", "session", key, "err", err)
+		}
+	})
 }
 
+// hasWork reads the session's state and queues in one request.
 func (x *replicas) hasWork(key string) bool {
-	ctx := x.ctx
-	if cp, _, inbox, err := x.st.Load(ctx, key); err != nil || len(inbox) > 0 || (cp != nil && (cp.State == agent.Running || cp.State == agent.Waiting)) {
-		return true // on an error, let the taker look
+	g, err := x.st.Glance(x.ctx, key)
+	if err != nil || g.Unknown {
+		return true // let the taker look
 	}
-	if q, err := x.rep.Queued(ctx, key); err != nil || len(q) > 0 {
-		return true
-	}
-	if data, err := x.st.Board(ctx, key); err != nil || chat.BoardPending(data) {
-		return true
-	}
-	keys, err := x.st.OutboxKeys(ctx)
-	return err != nil || slices.Contains(keys, key)
+	return g.State == agent.Running || g.State == agent.Waiting || g.Inbox > 0 || g.Handed > 0 || g.Outbox > 0 || chat.BoardPending(g.Board)
 }
 
-// scan takes every session with work that no live replica holds: at
-// start, and when a watch was restarted.
+// stop applies a stop asked of this replica (by another one, for a
+// session it holds) and removes the request.
+func (x *replicas) stop(key, by string) {
+	x.runner.Stop(key, by)
+	x.rep.StopDone(x.ctx, key)
+}
+
+// scan takes every session with work that no live replica holds, and
+// goes over the sessions this replica holds as a watch would have (their
+// handed-over events, a decision made elsewhere, a stop asked): at start,
+// and when a watch may have missed events.
 func (x *replicas) scan() int {
 	ctx := x.ctx
+	for _, key := range x.rep.HeldKeys() {
+		x.pump(key)
+		x.runner.Wake(key)
+		if by, ok, err := x.rep.PendingStop(ctx, key); err == nil && ok {
+			x.stop(key, by)
+		}
+	}
 	var keys []string
 	add := func(ks []string, err error) {
 		if err != nil {

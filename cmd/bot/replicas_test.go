@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"net/http/httptest"
 	"os"
@@ -16,6 +17,7 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/pinplan/pinplan/etcdstore"
 	"github.com/pinplan/pinplan/internal/etcdtest"
 	"github.com/pinplan/pinplan/internal/fakeopenai"
 	"github.com/pinplan/pinplan/internal/fakeslack"
@@ -354,6 +356,23 @@ func TestMigrateToEtcd(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 60*time.Second, "the answer on bbolt", func() bool { return len(answers(r.slack, "C1")) == 1 })
+	// A second thread is reset, so the file holds an archive too.
+	if _, err := r.slack.Push("EvR1", mention("C2", "1700000000.000200", "task C2")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "the answer in C2", func() bool { return len(answers(r.slack, "C2")) == 1 })
+	reset := map[string]any{"type": "message", "user": "U1", "text": "reset", "ts": "1700000001.000200", "thread_ts": "1700000000.000200", "channel": "C2", "event_ts": "1700000001.000200"}
+	if _, err := r.slack.Push("EvR2", reset); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the reset", func() bool {
+		for _, m := range r.slack.Messages("C2") {
+			if m.BotID != "" && strings.Contains(m.Text, "Started fresh") {
+				return true
+			}
+		}
+		return false
+	})
 	time.Sleep(500 * time.Millisecond)
 	p.stop(t)
 	waitFor(t, 10*time.Second, "the connection to close", func() bool { return r.slack.Connected() == 0 })
@@ -368,8 +387,19 @@ func TestMigrateToEtcd(t *testing.T) {
 	if err != nil {
 		t.Fatalf("migrate: %v\n%s", err, out)
 	}
-	if !strings.Contains(out, "copied") || !strings.Contains(out, "1 sessions") || !strings.Contains(out, "checked") {
+	if !strings.Contains(out, "copied") || !strings.Contains(out, "2 sessions") || !strings.Contains(out, "1 archives") || !strings.Contains(out, "checked") {
 		t.Errorf("migrate said: %s", out)
+	}
+	es, err := etcdstore.New(context.Background(), r.etcd.Client(t), etcdstore.Options{Prefix: "/pinplan/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2 := "slack/T1/C2/1700000000.000200"
+	if n, hist, err := es.Archived(context.Background(), c2, 1); err != nil || n != 1 || len(hist) == 0 {
+		t.Errorf("C2's archive in etcd: %d archives, %d entries, %v", n, len(hist), err)
+	}
+	if rec, plans, err := es.ArchivedState(context.Background(), c2, 1); err != nil || rec == nil || len(plans) == 0 {
+		t.Errorf("C2's archived record and plans in etcd: %d bytes, %d plans, %v", len(rec), len(plans), err)
 	}
 	if readFile(t, dbPath) != before {
 		t.Error("migrate changed the bbolt file")

@@ -248,10 +248,13 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	var inbox chat.Inbox = router
 	var shared *replicas
 	if rep != nil {
-		shared = &replicas{ctx: ctx, rep: rep, st: es, router: router, runner: runner, log: log.With("component", "replica")}
+		shared = &replicas{ctx: ctx, rep: rep, st: es, router: router, runner: runner, log: log.With("component", "replica"), takers: make(chan struct{}, 8)}
 		rep.OnTake = shared.taken
 		inbox = shared
-		later(func() { shared.pumps.Wait(context.Background()) })
+		later(func() {
+			shared.wg.Wait()
+			shared.pumps.Wait(context.Background())
+		})
 	}
 	// Torn down in reverse: the runner stops publishing, then the router
 	// finishes its plan edits and replies.
@@ -368,8 +371,10 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	} else {
 		// Sessions this replica holds hear of work through the watches;
 		// sessions whose holder is gone are taken by whoever sees them first.
-		rep.Watch(ctx, etcdstore.Events{Handed: shared.pump, Wake: runner.Wake, Stop: func(key, by string) { runner.Stop(key, by) },
-			Orphaned: shared.orphaned, Rescan: func() { shared.scan() }})
+		if err := rep.Watch(ctx, etcdstore.Events{Handed: shared.pump, Wake: runner.Wake, Stop: shared.stop,
+			Orphaned: shared.orphaned, Rescan: func() { shared.scan() }}); err != nil {
+			return err
+		}
 		n = shared.scan()
 		followElsewhere(ctx, rep, console)
 		wg.Add(1)

@@ -57,6 +57,7 @@ func Run(t *testing.T, open Open, own func(t *testing.T, s Store, key string)) {
 		{"ConflictingRoundRefused", testConflict},
 		{"BigRound", testBigRound},
 		{"InboxOrderAndDrain", testInbox},
+		{"DrainMany", testDrainMany},
 		{"Resumable", testResumable},
 		{"UpdateCheckpoint", testUpdateCheckpoint},
 		{"ConcurrentUpdates", testConcurrentUpdates},
@@ -204,6 +205,37 @@ func testInbox(t *testing.T, s Store, own func(string)) {
 	inbox, err = s.Inbox(ctx, "web/in")
 	if err != nil || len(inbox) != 1 || inbox[0].Text != "three" {
 		t.Fatalf("Inbox after draining two = %+v, %v", inbox, err)
+	}
+}
+
+// testDrainMany commits a round that takes in 200 queued messages (more
+// than etcd's 128 operations as single deletes): it lands, and a message
+// queued meanwhile stays.
+func testDrainMany(t *testing.T, s Store, own func(string)) {
+	ctx := context.Background()
+	own("web/many")
+	var ids []uint64
+	var ts []string
+	for i := range 200 {
+		in, err := s.Enqueue(ctx, "web/many", agent.Inbound{Text: fmt.Sprint("m", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, in.ID)
+		ts = append(ts, in.Text)
+	}
+	late, err := s.Enqueue(ctx, "web/many", agent.Inbound{Text: "late"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Round("web/many", 0, ts...)
+	r.Drained = append(ids[100:], ids[:100]...) // in any order
+	if err := s.Commit(ctx, r); err != nil {
+		t.Fatalf("a round draining 200 messages: %v", err)
+	}
+	inbox, err := s.Inbox(ctx, "web/many")
+	if err != nil || len(inbox) != 1 || inbox[0].ID != late.ID {
+		t.Fatalf("inbox after the round = %+v, %v; want only the late message", inbox, err)
 	}
 }
 
