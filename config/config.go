@@ -54,7 +54,7 @@ type Config struct {
 	OpenAIBaseURL    string        // OPENAI_BASE_URL
 	OpenAIModel      string        // OPENAI_MODEL
 	ModelConfigured  bool          // OPENAI_API_KEY or OPENAI_BASE_URL was set
-	Stream           bool          // PINPLAN_STREAM: stream model responses (SSE)
+	Stream           bool          // PINPLAN_STREAM: stream model responses (SSE) and Slack answers (chat.startStream)
 	ModelTimeout     time.Duration // PINPLAN_MODEL_TIMEOUT: one model request
 	ModelRetries     int           // PINPLAN_MODEL_RETRIES: retries after the first try
 	ModelConcurrency int           // PINPLAN_MODEL_CONCURRENCY: model calls in flight, process-wide
