@@ -112,6 +112,7 @@ func New(opts Options) *Adapter {
 	if opts.HTTPClient == nil {
 		opts.HTTPClient = &http.Client{Timeout: 30 * time.Second}
 	}
+	opts.HTTPClient = holdRetryAfter(opts.HTTPClient, opts.Now)
 	api := slack.New(opts.BotToken, slack.OptionAPIURL(opts.APIURL), slack.OptionHTTPClient(opts.HTTPClient), slack.OptionAppLevelToken(opts.AppToken))
 	return &Adapter{opts: opts, api: api, log: opts.Logger,
 		limiter: rate.NewLimiter(rate.Limit(opts.EditsPerMinute/60), 5),

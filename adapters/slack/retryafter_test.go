@@ -1,0 +1,51 @@
+package slack
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/todo"
+)
+
+// TestRetryAfterHoldsTheMethod: Slack's Retry-After is for the method in
+// the workspace, not for the one message: after chat.update is refused
+// with 429 for one thread's plan, an edit of another thread's plan (or a
+// card) waits it out instead of being refused again. Found by the soak
+// (cmd/soak): "chat.update before Retry-After ended".
+func TestRetryAfterHoldsTheMethod(t *testing.T) {
+	a, fake := testAdapter(t, false)
+	ctx := context.Background()
+	p := chat.Plan{Revision: 1, Updated: time.Now(), Items: []todo.Item{{Content: "a", Status: todo.Pending}}}
+	var refs []chat.MessageRef
+	var threads []chat.Thread
+	for _, ch := range []string{"C1", "C2"} {
+		th := chat.Thread{Platform: "slack", Key: "slack/T1/" + ch + "/1.1", Channel: ch, ThreadID: "1.1"}
+		ref, err := a.PostPlan(ctx, th, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		threads, refs = append(threads, th), append(refs, ref)
+	}
+	fake.Limit("chat.update", 1, 2*time.Second)
+	if err := a.EditPlan(ctx, threads[0], refs[0], p); err != nil {
+		t.Fatal(err)
+	}
+	err := a.EditPlan(ctx, threads[0], refs[0], p)
+	var rl *chat.RateLimitError
+	if !errors.As(err, &rl) {
+		t.Fatalf("second edit within the window: %v, want a rate limit", err)
+	}
+	start := time.Now()
+	if err := a.EditPlan(ctx, threads[1], refs[1], p); err != nil {
+		t.Fatalf("the other thread's edit after the 429: %v, want it to wait and land", err)
+	}
+	if waited := time.Since(start); waited < time.Second {
+		t.Errorf("the other thread's edit waited %s; Retry-After was %s", waited, rl.RetryAfter)
+	}
+	if v := fake.Violations(); len(v) > 0 {
+		t.Errorf("violations: %v", v)
+	}
+}
