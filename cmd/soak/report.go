@@ -1,0 +1,490 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/pinplan/pinplan/internal/fakediscord"
+	"github.com/pinplan/pinplan/internal/fakeslack"
+)
+
+// latency is a histogram's count and quantiles, in seconds (null with no
+// observations).
+type latency struct {
+	Count float64  `json:"count"`
+	P50   *float64 `json:"p50_s"`
+	P99   *float64 `json:"p99_s"`
+}
+
+func latencyOf(h *histogram) latency {
+	l := latency{Count: h.Total()}
+	if l.Count > 0 {
+		p50, p99 := h.Quantile(0.5), h.Quantile(0.99)
+		l.P50, l.P99 = &p50, &p99
+	}
+	return l
+}
+
+func (l latency) String() string {
+	if l.P50 == nil {
+		return "no observations"
+	}
+	return fmt.Sprintf("p50 %s, p99 %s (%.0f observations)", seconds(*l.P50), seconds(*l.P99), l.Count)
+}
+
+func seconds(s float64) string {
+	return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String()
+}
+
+// runMemory is one run of a slot: its RSS and goroutines while it lived.
+type runMemory struct {
+	Slot          int     `json:"slot"`
+	Run           int     `json:"run"`
+	PID           int     `json:"pid"`
+	FromS         float64 `json:"from_s"`
+	ToS           float64 `json:"to_s"`
+	RSSFirstKB    int64   `json:"rss_first_kb"`
+	RSSLastKB     int64   `json:"rss_last_kb"`
+	RSSMaxKB      int64   `json:"rss_max_kb"`
+	GoroutinesMax int     `json:"goroutines_max"`
+}
+
+// growth is RSS growth over the window the issue sets (minute 10 to the
+// end of the load, scaled to -duration: from a sixth of it), for a slot
+// whose one run lived through it.
+type growth struct {
+	Slot      int      `json:"slot"`
+	FromS     float64  `json:"from_s"`
+	ToS       float64  `json:"to_s"`
+	RSSFromKB int64    `json:"rss_from_kb"`
+	RSSToKB   int64    `json:"rss_to_kb"`
+	Percent   *float64 `json:"percent"`
+	Note      string   `json:"note,omitempty"`
+}
+
+type report struct {
+	Command     string         `json:"command"`
+	Mode        string         `json:"mode"`
+	Flags       map[string]any `json:"flags"`
+	GoVersion   string         `json:"go_version"`
+	Started     time.Time      `json:"started"`
+	WallSeconds float64        `json:"wall_s"` // load and drain
+	Threads     struct {
+		Planned    int            `json:"planned"`
+		Started    int            `json:"started"`
+		Finished   int            `json:"finished"`
+		Stuck      int            `json:"stuck"` // gave up waiting for something
+		ByKind     map[string]int `json:"by_kind"`
+		ByPlatform map[string]int `json:"by_platform"`
+		Turns      int            `json:"turns"`
+	} `json:"threads"`
+	Tally    tally        `json:"tally"`
+	Problems []string     `json:"problems"` // the first of what went wrong, thread by thread
+	PlansOff []planResult `json:"plans_not_on_last_revision"`
+	Faults   struct {
+		Slack500Injected   int64 `json:"slack_500_injected"`
+		Slack500Answered   int   `json:"slack_500_answered"`
+		Slack429Answered   int   `json:"slack_429_answered"`
+		Discord500Injected int64 `json:"discord_500_injected"`
+		Discord500Answered int   `json:"discord_500_answered"`
+		Discord429Answered int   `json:"discord_429_answered"`
+		SlackCalls         int   `json:"slack_calls"`
+		DiscordCalls       int   `json:"discord_calls"`
+		Model500           int64 `json:"model_500"`
+		ModelSlow          int64 `json:"model_slow"`
+		Bursts429          int64 `json:"bursts_429"`
+		GatewayDrops       int64 `json:"discord_gateway_drops"`
+		SocketRefreshes    int64 `json:"slack_socket_refreshes"`
+		Kills              int   `json:"kills"`
+		Starts             int   `json:"starts"`
+		UnexpectedExits    int   `json:"unexpected_exits"`
+	} `json:"faults"`
+	RevisionToEdit map[string]latency `json:"revision_to_edit"`
+	ReplyDelivery  map[string]latency `json:"reply_delivery"`
+	CPU            struct {
+		Seconds           float64 `json:"seconds"`
+		Rounds            float64 `json:"model_rounds"`
+		PerThousandRounds float64 `json:"seconds_per_1000_rounds"`
+		RunsScraped       int     `json:"runs_scraped"`
+	} `json:"cpu"`
+	Memory     []runMemory `json:"memory_by_run"`
+	Growth     []growth    `json:"rss_growth"`
+	Goroutines struct {
+		Source     string        `json:"source"`
+		IdleBefore []slotReading `json:"idle_before"`
+		IdleAfter  []slotReading `json:"idle_after"`
+		Max        int           `json:"max"`
+	} `json:"goroutines"`
+	Violations struct {
+		Slack    int            `json:"slack"`
+		Discord  int            `json:"discord"`
+		ByKind   map[string]int `json:"by_kind"`
+		Examples []string       `json:"examples"`
+	} `json:"violations"`
+	SoakCPUSeconds float64  `json:"soak_cpu_s"` // the soak's own, fakes included, for a shared machine
+	DiscordMissed  int      `json:"discord_events_missed"`
+	Undelivered    float64  `json:"replies_undelivered_metric"`
+	ModelOverruns  int      `json:"model_requests_past_script"`
+	Samples        []sample `json:"samples"`
+	Events         []event  `json:"events"`
+	Files          struct {
+		Report string `json:"report"`
+		Plot   string `json:"plot"`
+		Logs   string `json:"logs"`
+	} `json:"files"`
+}
+
+func buildReport(cfg config, mode string, start time.Time, wall time.Duration, threads []*thread, turns []turnResult, replies []replyResult, plans []planResult,
+	sup *supervisor, flt *faults, slack *fakeslack.Server, dc *fakediscord.Server, before, after []slotReading) *report {
+	r := &report{Command: "go run ./cmd/soak " + strings.Join(cfg.args, " "), Mode: mode, GoVersion: runtime.Version(), Started: start, WallSeconds: wall.Seconds()}
+	r.Flags = map[string]any{"threads": cfg.threads, "duration": cfg.duration.String(), "replicas": cfg.replicas, "kill_every": cfg.killEvery.String(),
+		"discord": cfg.discordShare, "platform_500": cfg.platform500, "model_500": cfg.model500, "model_slow": cfg.modelSlow, "seed": cfg.seed,
+		"slack_edits_per_minute": cfg.slackEditsPerMin, "lease_ttl": cfg.leaseTTL.String()}
+	r.Threads.Planned = len(threads)
+	r.Threads.ByKind, r.Threads.ByPlatform = map[string]int{}, map[string]int{}
+	for _, th := range threads {
+		th.mu.Lock()
+		if th.started {
+			r.Threads.Started++
+			r.Threads.ByKind[th.Kind]++
+			r.Threads.ByPlatform[th.Platform]++
+		}
+		if th.finished && th.stuck == "" {
+			r.Threads.Finished++
+		}
+		if th.stuck != "" {
+			r.Threads.Stuck++
+			r.Problems = appendCapped(r.Problems, fmt.Sprintf("%s (%s, %s: %s): gave up waiting for %s", th.Name, th.Platform, th.Kind, th.summary(), th.stuck))
+		}
+		r.ModelOverruns += th.overrun
+		th.mu.Unlock()
+	}
+	r.Threads.Turns = len(turns)
+	r.Tally = account(turns, replies, plans)
+	for _, t := range turns {
+		switch {
+		case t.Want && t.Answers == 0:
+			r.Problems = appendCapped(r.Problems, fmt.Sprintf("%s (%s): answer lost", t.Tag, t.Platform))
+		case t.Answers > 1:
+			r.Problems = appendCapped(r.Problems, fmt.Sprintf("%s (%s): answered %d times", t.Tag, t.Platform, t.Answers))
+		case t.Stopped && t.Answers > 0:
+			r.Problems = appendCapped(r.Problems, fmt.Sprintf("%s (%s): answered though stopped", t.Tag, t.Platform))
+		}
+	}
+	for _, rr := range replies {
+		if rr.Got != rr.Sent {
+			r.Problems = appendCapped(r.Problems, fmt.Sprintf("%s: %d %q sent, %d replies", rr.Thread, rr.Sent, rr.Word, rr.Got))
+		}
+	}
+	r.PlansOff = []planResult{}
+	for _, p := range plans {
+		if !p.OK && len(r.PlansOff) < 20 {
+			r.PlansOff = append(r.PlansOff, p)
+		}
+	}
+
+	for _, c := range slack.Calls("") {
+		r.Faults.SlackCalls++
+		switch c.Status {
+		case 500:
+			r.Faults.Slack500Answered++
+		case 429:
+			r.Faults.Slack429Answered++
+		}
+	}
+	for _, c := range dc.Calls("") {
+		r.Faults.DiscordCalls++
+		switch c.Status {
+		case 500:
+			r.Faults.Discord500Answered++
+		case 429:
+			r.Faults.Discord429Answered++
+		}
+	}
+	r.Faults.Slack500Injected, r.Faults.Discord500Injected = flt.slack500.Load(), flt.discord500.Load()
+	r.Faults.Model500, r.Faults.ModelSlow = flt.model500s.Load(), flt.modelSlows.Load()
+	r.Faults.Bursts429, r.Faults.GatewayDrops, r.Faults.SocketRefreshes = flt.bursts.Load(), flt.drops.Load(), flt.refreshes.Load()
+
+	sup.mu.Lock()
+	r.Samples = append([]sample(nil), sup.samples...)
+	r.Events = append([]event(nil), sup.events...)
+	sup.mu.Unlock()
+	for _, e := range r.Events {
+		switch e.What {
+		case "kill":
+			r.Faults.Kills++
+		case "start":
+			r.Faults.Starts++
+		case "exit":
+			r.Faults.UnexpectedExits++
+		}
+	}
+
+	rte, del, rounds, ticks, scraped := sup.totals()
+	r.RevisionToEdit, r.ReplyDelivery = map[string]latency{}, map[string]latency{}
+	var rteAll, delAll *histogram
+	for _, pl := range []string{"slack", "discord"} {
+		r.RevisionToEdit[pl], r.ReplyDelivery[pl] = latencyOf(rte[pl]), latencyOf(del[pl])
+		rteAll, delAll = mergeHist(rteAll, rte[pl]), mergeHist(delAll, del[pl])
+	}
+	r.RevisionToEdit["all"], r.ReplyDelivery["all"] = latencyOf(rteAll), latencyOf(delAll)
+	r.CPU.Seconds, r.CPU.Rounds, r.CPU.RunsScraped = float64(ticks)/clockTicks, rounds, scraped
+	if rounds > 0 {
+		r.CPU.PerThousandRounds = r.CPU.Seconds / rounds * 1000
+	}
+	r.Undelivered = sup.counter("pinplan_replies_undelivered_total")
+
+	r.Memory = memoryByRun(r.Samples)
+	r.Growth = rssGrowth(r.Samples, cfg.replicas, cfg.duration, cfg.sampleEvery)
+	r.Goroutines.Source = "go_goroutines at /metrics"
+	if sup.schedtrace {
+		r.Goroutines.Source = "GODEBUG=schedtrace=10000,scheddetail=1 (the bot's /metrics has no go_goroutines): live goroutines, runtime ones included"
+	}
+	r.Goroutines.IdleBefore, r.Goroutines.IdleAfter = before, after
+	for _, s := range r.Samples {
+		r.Goroutines.Max = max(r.Goroutines.Max, s.Goroutines)
+	}
+
+	sv, dv := slack.Violations(), dc.Violations()
+	r.Violations.Slack, r.Violations.Discord = len(sv), len(dv)
+	r.Violations.ByKind = classifyViolations(slack, sv, dv)
+	if ticks, err := readCPUTicks(os.Getpid()); err == nil {
+		r.SoakCPUSeconds = float64(ticks) / clockTicks
+	}
+	for _, v := range append(sv, dv...) {
+		if len(r.Violations.Examples) < 10 {
+			r.Violations.Examples = append(r.Violations.Examples, v)
+		}
+	}
+	r.DiscordMissed = dc.Missed()
+	return r
+}
+
+func appendCapped(list []string, s string) []string {
+	if len(list) >= 50 {
+		return list
+	}
+	return append(list, s)
+}
+
+func memoryByRun(samples []sample) []runMemory {
+	byRun := map[[2]int]*runMemory{}
+	var keys [][2]int
+	for _, s := range samples {
+		k := [2]int{s.Slot, s.Run}
+		m := byRun[k]
+		if m == nil {
+			m = &runMemory{Slot: s.Slot, Run: s.Run, PID: s.PID, FromS: s.T, RSSFirstKB: s.RSSKB, GoroutinesMax: -1}
+			byRun[k] = m
+			keys = append(keys, k)
+		}
+		m.ToS, m.RSSLastKB = s.T, s.RSSKB
+		m.RSSMaxKB = max(m.RSSMaxKB, s.RSSKB)
+		m.GoroutinesMax = max(m.GoroutinesMax, s.Goroutines)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i][0] != keys[j][0] {
+			return keys[i][0] < keys[j][0]
+		}
+		return keys[i][1] < keys[j][1]
+	})
+	out := make([]runMemory, len(keys))
+	for i, k := range keys {
+		out[i] = *byRun[k]
+	}
+	return out
+}
+
+// rssGrowth compares, for each slot, the median RSS at the start of the
+// window (a sixth of the load in: minute 10 of an hour) and at its end,
+// each over w (a sixtieth of the load, at least three samples), when one
+// run of the slot lived through it.
+func rssGrowth(samples []sample, slots int, load, every time.Duration) []growth {
+	from, to := load.Seconds()/6, load.Seconds()
+	w := max(load.Seconds()/60, 3*every.Seconds())
+	var out []growth
+	for slot := range slots {
+		g := growth{Slot: slot, FromS: from, ToS: to}
+		var head, tail []float64
+		runs := map[int]bool{}
+		for _, s := range samples {
+			if s.Slot != slot || s.T < from || s.T > to {
+				continue
+			}
+			runs[s.Run] = true
+			if s.T <= from+w {
+				head = append(head, float64(s.RSSKB))
+			}
+			if s.T >= to-w {
+				tail = append(tail, float64(s.RSSKB))
+			}
+		}
+		switch {
+		case len(runs) > 1:
+			g.Note = "killed within the window: no one process to compare (see memory_by_run)"
+		case len(head) == 0 || len(tail) == 0:
+			g.Note = "no samples at both ends of the window"
+		default:
+			g.RSSFromKB, g.RSSToKB = int64(median(head)), int64(median(tail))
+			p := (median(tail) - median(head)) / median(head) * 100
+			g.Percent = &p
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// write saves report.json and the plot in dir.
+func (r *report) write(dir string) error {
+	r.Files.Report = filepath.Join(dir, "report.json")
+	r.Files.Plot = filepath.Join(dir, "rss-goroutines.png")
+	r.Files.Logs = filepath.Join(dir, "logs")
+	f, err := os.Create(r.Files.Plot)
+	if err != nil {
+		return err
+	}
+	if err := plot(f, r.Samples, r.Events); err != nil {
+		f.Close()
+		return fmt.Errorf("plot: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(r.Files.Report, append(b, '\n'), 0o644)
+}
+
+// print writes the summary.
+func (r *report) print(w io.Writer) {
+	t := r.Tally
+	p := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
+	p("")
+	p("== soak: %s, %s", r.Mode, r.Command)
+	p("threads: %d started of %d (%d finished, %d gave up waiting), %d turns; by kind %v; by platform %v",
+		r.Threads.Started, r.Threads.Planned, r.Threads.Finished, r.Threads.Stuck, r.Threads.Turns, r.Threads.ByKind, r.Threads.ByPlatform)
+	p("answers: %d of %d delivered exactly once; %d lost, %d duplicate copies; stops: %d sent, %d answered anyway",
+		t.AnswersOnce, t.AnswersWanted, t.AnswersLost, t.AnswersDuplicated, t.StopsSent, t.StopsIgnored)
+	p("control replies (stop, reset): %d wanted, %d lost, %d duplicated", t.RepliesWanted, t.RepliesLost, t.RepliesDuplicated)
+	p("plans: %d of %d end on the last revision the model wrote (and say done or stopped)", t.PlansOnLast, t.PlansChecked)
+	p("LOST %d, DUPLICATED %d", t.Lost, t.Duplicated)
+	f := r.Faults
+	p("faults: Slack %d of %d calls answered 500 and %d 429; Discord %d of %d answered 500 and %d 429; model %d 500s, %d slow; %d 429 bursts, %d gateway drops, %d Socket Mode refreshes; %d kills, %d starts, %d unexpected exits",
+		f.Slack500Answered, f.SlackCalls, f.Slack429Answered, f.Discord500Answered, f.DiscordCalls, f.Discord429Answered, f.Model500, f.ModelSlow, f.Bursts429, f.GatewayDrops, f.SocketRefreshes, f.Kills, f.Starts, f.UnexpectedExits)
+	p("revision->edit: all %s; slack %s; discord %s", r.RevisionToEdit["all"], r.RevisionToEdit["slack"], r.RevisionToEdit["discord"])
+	p("reply delivery: all %s; slack %s; discord %s", r.ReplyDelivery["all"], r.ReplyDelivery["slack"], r.ReplyDelivery["discord"])
+	p("CPU: %.1f s over %.0f model rounds = %.2f s per 1,000 rounds (%d runs read)", r.CPU.Seconds, r.CPU.Rounds, r.CPU.PerThousandRounds, r.CPU.RunsScraped)
+	for _, g := range r.Growth {
+		if g.Percent != nil {
+			p("RSS slot %d: %.1f MiB at %s, %.1f MiB at %s: %+.1f%%", g.Slot, float64(g.RSSFromKB)/1024, seconds(g.FromS), float64(g.RSSToKB)/1024, seconds(g.ToS), *g.Percent)
+		} else {
+			p("RSS slot %d: %s", g.Slot, g.Note)
+		}
+	}
+	for _, e := range r.Events {
+		if e.What != "start" {
+			p("  %s slot %d (pid %d) at %s: %s", e.What, e.Slot, e.PID, seconds(e.T), e.Note)
+		}
+	}
+	for _, m := range r.Memory {
+		p("  run slot %d #%d (pid %d) %s-%s: RSS %.1f -> %.1f MiB (max %.1f), goroutines max %d", m.Slot, m.Run, m.PID, seconds(m.FromS), seconds(m.ToS),
+			float64(m.RSSFirstKB)/1024, float64(m.RSSLastKB)/1024, float64(m.RSSMaxKB)/1024, m.GoroutinesMax)
+	}
+	p("goroutines (%s): idle before %v, idle after %v, max %d", r.Goroutines.Source, readings(r.Goroutines.IdleBefore), readings(r.Goroutines.IdleAfter), r.Goroutines.Max)
+	p("protocol violations: Slack %d, Discord %d %v; Discord events missed %d; undelivered replies (metric) %.0f; model requests past a script %d",
+		r.Violations.Slack, r.Violations.Discord, r.Violations.ByKind, r.DiscordMissed, r.Undelivered, r.ModelOverruns)
+	for _, v := range r.Violations.Examples {
+		p("  violation: %s", v)
+	}
+	for _, s := range r.Problems {
+		p("  problem: %s", s)
+	}
+	for _, pl := range r.PlansOff {
+		p("  plan %s: %s (revision %d, %q)", pl.Thread, pl.Why, pl.Revision, pl.GotState)
+	}
+	p("the soak's own CPU (fakes and drivers): %.1f s", r.SoakCPUSeconds)
+	p("report %s, plot %s, logs %s", r.Files.Report, r.Files.Plot, r.Files.Logs)
+}
+
+func readings(rs []slotReading) string {
+	var parts []string
+	for _, r := range rs {
+		parts = append(parts, fmt.Sprintf("slot %d: %d", r.Slot, r.Goroutines))
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+// classifyViolations counts the fakes' violations by kind; a Slack call
+// made before Retry-After ended is named by its method and, for
+// chat.update, by the message it edited (a plan or an approval card).
+func classifyViolations(slack *fakeslack.Server, slackV, discordV []string) map[string]int {
+	out := map[string]int{}
+	var updates []fakeslack.Call
+	for _, v := range slackV {
+		method, rest, ok := strings.Cut(v, " at ")
+		if !ok || !strings.Contains(v, "before Retry-After ended") {
+			kind, _, _ := strings.Cut(v, ":")
+			out["slack "+kind]++
+			continue
+		}
+		kind := "slack " + method + " before Retry-After"
+		if method == "chat.update" {
+			if updates == nil {
+				updates = slack.Calls("chat.update")
+			}
+			at, _, _ := strings.Cut(rest, ",")
+			kind += " (" + editedKind(slack, updates, at) + ")"
+		}
+		out[kind]++
+	}
+	for _, v := range discordV {
+		kind, _, _ := strings.Cut(v, ":")
+		out["discord "+kind]++
+	}
+	return out
+}
+
+// editedKind finds the chat.update made at `at` (time.StampMilli) and
+// says what it edited.
+func editedKind(slack *fakeslack.Server, calls []fakeslack.Call, at string) string {
+	for _, c := range calls {
+		if c.At.Format(time.StampMilli) != at {
+			continue
+		}
+		for _, m := range slack.Messages(c.Params["channel"]) {
+			if m.TS != c.Params["ts"] {
+				continue
+			}
+			switch {
+			case strings.Contains(m.Text, "Approval needed"):
+				return "approval card"
+			case footerRE.MatchString(m.Text):
+				return "plan"
+			}
+			return "other message"
+		}
+	}
+	return "unknown message"
+}
