@@ -179,7 +179,7 @@ func TestReadmeRunCommand(t *testing.T) {
 		t.Errorf("/readyz: %d %s", code, body)
 	}
 	code, metrics := httpGet(t, p.URL+"/metrics")
-	for _, want := range []string{`pinplan_turns_total{outcome="done"} 1`, "pinplan_model_rounds_total 8", `pinplan_plan_renders_total{platform="web"}`, "pinplan_sessions 1"} {
+	for _, want := range []string{`pinplan_turns_total{outcome="done"} 1`, "pinplan_model_rounds_total 8", `pinplan_plan_renders_total{platform="web"}`, "pinplan_sessions 1", "go_goroutines ", "process_resident_memory_bytes "} {
 		if code != 200 || !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}

@@ -9,6 +9,7 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
@@ -74,7 +75,9 @@ func newMetrics(reg *prometheus.Registry, db interface{ SessionCount() (int, err
 		}
 		return float64(n)
 	})
-	reg.MustRegister(m.turns, m.rounds, m.modelLatency, m.modelErrors, m.modelRetries, m.renders, m.renderErrors, m.rateWaits, m.revisionToEdit, m.replyLatency, m.undelivered, m.toolCalls, m.toolSeconds, m.mcpUp, m.mcpTools, sessions)
+	reg.MustRegister(m.turns, m.rounds, m.modelLatency, m.modelErrors, m.modelRetries, m.renders, m.renderErrors, m.rateWaits, m.revisionToEdit, m.replyLatency, m.undelivered, m.toolCalls, m.toolSeconds, m.mcpUp, m.mcpTools, sessions,
+		// The process's own: go_goroutines, memory, CPU (the soak reads them).
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
