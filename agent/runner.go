@@ -226,6 +226,18 @@ func (r *Runner) Stop(key, by string) bool {
 	}
 }
 
+// StopWaiting stops the session's turn if it waits for an approval: the
+// stop is then an update of the stored checkpoint, which any replica may
+// make (DESIGN §14); a turn that runs is its holder's to stop. It reports
+// whether it stopped one.
+func (r *Runner) StopWaiting(key, by string) bool {
+	err := r.stopWaiting(r.ctx, key, by)
+	if err != nil && !errors.Is(err, ErrNotPending) && !errors.Is(err, errNotWaiting) {
+		r.opts.Logger.Error("record a stop", "session", key, "err", err)
+	}
+	return err == nil
+}
+
 // stopWaiting applies the stop event to the session's stored checkpoint
 // and lets the session go on, to end the turn.
 func (r *Runner) stopWaiting(ctx context.Context, key, by string) error {

@@ -372,7 +372,7 @@ func (r replicaRunner) Stop(key, by string) bool {
 	if r.rep.Holds(key) {
 		return r.Runner.Stop(key, by)
 	}
-	if r.Runner.Stop(key, by) { // waiting: the stop is a checkpoint update, fine anywhere
+	if r.Runner.StopWaiting(key, by) { // a checkpoint update, fine anywhere
 		return true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
