@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"unicode/utf8"
+	"unicode/utf16"
 )
 
 // Message flags the fake knows (Message resource, message flags).
@@ -228,18 +228,26 @@ func (c *v2Check) component(raw any, at string, where int) *apiError {
 	case componentActionRow:
 		n, err := checkRow(m, at, c.customIDs)
 		c.count += n
+		if rows, ok := m["components"].([]any); ok {
+			for _, b := range rows {
+				if bm, ok := b.(map[string]any); ok {
+					c.text += textLen(bm["label"])
+				}
+			}
+		}
 		return err
 	case componentButton: // a section's accessory
 		if err := checkButton(m, at); err != nil {
 			return err
 		}
+		c.text += textLen(m["label"])
 		return uniqueCustomID(m, at, c.customIDs)
 	case componentTextDisplay:
 		content, ok := m["content"].(string)
 		if !ok || content == "" {
 			return formError(at+".content", "BASE_TYPE_REQUIRED", "This field is required")
 		}
-		c.text += utf8.RuneCountInString(content)
+		c.text += textLen(content)
 	case componentSeparator:
 		if v, ok := m["divider"]; ok && v != nil {
 			if _, ok := v.(bool); !ok {
@@ -313,4 +321,14 @@ func mediaURL(v any, at string) *apiError {
 		return formError(at+".url", "BASE_TYPE_REQUIRED", "This field is required")
 	}
 	return nil
+}
+
+// textLen is how much of the 4,000-character budget a text takes:
+// Discord counts "all text across all components" (text displays and
+// button labels); the fake counts UTF-16 code units, as JavaScript's
+// length does, the stricter reading for emoji and other characters
+// outside the BMP.
+func textLen(v any) int {
+	s, _ := v.(string)
+	return len(utf16.Encode([]rune(s)))
 }

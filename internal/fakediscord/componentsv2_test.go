@@ -95,6 +95,8 @@ func TestComponentsV2Rules(t *testing.T) {
 		{"41 with the buttons counted", planV2(append(texts(34, "a"), row(buttons(5)...))...), false, "COMPONENT_MAX_TOTAL_EXCEEDED"},
 		{"4000 characters of text", planV2(text(strings.Repeat("é", 2000)), text(strings.Repeat("é", 2000))), true, ""},
 		{"4001 characters of text", planV2(text(strings.Repeat("é", 2000)), text(strings.Repeat("é", 2001))), false, "COMPONENT_MAX_TEXT_LENGTH_EXCEEDED"},
+		{"button labels count as text", planV2(text(strings.Repeat("a", 3998)), row(btn("Stop", "stop", 4))), false, "COMPONENT_MAX_TEXT_LENGTH_EXCEEDED"},
+		{"emoji count twice (UTF-16)", planV2(text(strings.Repeat("✅", 2000)), text(strings.Repeat("🔥", 1001))), false, "COMPONENT_MAX_TEXT_LENGTH_EXCEEDED"},
 		{"flags not a number", with(planV2(), "flags", "v2"), false, "flags"},
 	}
 	for _, tt := range tests {
