@@ -78,6 +78,15 @@ type Deduper interface {
 	FirstSeen(ctx context.Context, key string, ttl time.Duration) (bool, error)
 }
 
+// MarkStore keeps an adapter's read marks (where it last read each
+// channel) across restarts and replicas, so that it can fetch what
+// arrived while nothing listened. The bytes are the adapter's; a name
+// never saved reads as nil. store.DB and etcdstore.Store implement it.
+type MarkStore interface {
+	Marks(ctx context.Context, name string) ([]byte, error)
+	SaveMarks(ctx context.Context, name string, data []byte) error
+}
+
 // Platform is what the router and plan board need of a chat platform.
 // Errors may wrap ErrMessageGone, ErrPinUnavailable or a *RateLimitError.
 type Platform interface {

@@ -155,3 +155,26 @@ func (s *Store) leaseFor(ctx context.Context, ttl time.Duration) (clientv3.Lease
 
 // PruneDedupe does nothing: dedupe keys end with their leases.
 func (s *Store) PruneDedupe(context.Context) (int, error) { return 0, nil }
+
+// Marks implements chat.MarkStore: the read marks saved under name, or
+// nil. They are shared by the replicas: the next one to hold the
+// Discord gateway starts from the marks the last one saved.
+func (s *Store) Marks(ctx context.Context, name string) ([]byte, error) {
+	resp, err := s.get(ctx, s.p+"marks/"+esc(name))
+	if err != nil {
+		return nil, fmt.Errorf("etcdstore: read marks %s: %w", name, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, nil
+	}
+	return resp.Kvs[0].Value, nil
+}
+
+// SaveMarks implements chat.MarkStore. It is not fenced: marks are a
+// hint (a mark behind the truth only refetches what the dedupe knows).
+func (s *Store) SaveMarks(ctx context.Context, name string, data []byte) error {
+	if _, err := s.txn(ctx, "", nil, []clientv3.Op{clientv3.OpPut(s.p+"marks/"+esc(name), string(data))}, nil); err != nil {
+		return fmt.Errorf("etcdstore: save marks %s: %w", name, err)
+	}
+	return nil
+}

@@ -20,6 +20,7 @@
 //	P arch/K/N/{rec,hist/,plan/}, P aseq/K  the archives a reset keeps
 //	P dedupe/KEY                an event seen, on a lease that ends it
 //	P outbox/K/ID, P oseq/K     replies not delivered yet (opaque)
+//	P marks/NAME                an adapter's read marks (opaque)
 //	P owners/K, P replicas/ID   ownership (replica.go)
 //	P fwd/K/N, P fseq/K         events handed to a session's owner
 //	P wake/K, P stop/K          nudges for a session's owner

@@ -19,6 +19,7 @@
 //	sessions/<key>/archive/<u64 n>/   a reset's record, history and plans
 //	dedupe/<key>                      expiry, unix nanoseconds as u64
 //	outbox/<u64 id>                   a reply not yet delivered, opaque bytes owned by chat
+//	marks/<name>                      an adapter's read marks, opaque bytes (chat.MarkStore)
 package store
 
 import (
@@ -53,6 +54,7 @@ var (
 	bSessions = []byte("sessions")
 	bDedupe   = []byte("dedupe")
 	bOutbox   = []byte("outbox")
+	bMarks    = []byte("marks")
 	bHistory  = []byte("history")
 	bPlans    = []byte("plans")
 	bInbox    = []byte("inbox")
@@ -163,7 +165,7 @@ func (db *DB) migrate() error {
 			return fmt.Errorf("schema version %d is newer than this pinplan understands (%d); upgrade pinplan", v, SchemaVersion)
 		}
 		// Migrations from older versions go here, one step per version.
-		for _, name := range [][]byte{bSessions, bDedupe, bOutbox} {
+		for _, name := range [][]byte{bSessions, bDedupe, bOutbox, bMarks} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}

@@ -42,7 +42,10 @@ type Options struct {
 	ThreadPerTask bool
 	Handler       chat.Inbox
 	Dedupe        chat.Deduper
-	Logger        *slog.Logger
+	// Marks keeps the read marks (marks.go) across restarts and gateway
+	// hand-overs; without it they live only as long as the process.
+	Marks  chat.MarkStore
+	Logger *slog.Logger
 	// EditEvery paces plan posts and edits per channel; Discord allows 5
 	// edits per 5 s per channel, the default is one per 1.25 s, burst 3.
 	EditEvery time.Duration
@@ -83,17 +86,12 @@ type Adapter struct {
 	// botRoles are the bot's managed roles by guild: a mention of one is a
 	// mention of the bot.
 	botRoles map[string][]string
-	// seen is, per channel the bot answered in, the newest message the
-	// gateway delivered; after a reconnect the gap is fetched from there.
-	seen       map[string]seenChannel
-	everOnline bool // a gateway connection was up before
-}
-
-// seenChannel is the newest message seen in a channel.
-type seenChannel struct {
-	last    string // message id (a snowflake)
-	guildID string // REST messages carry no guild_id
-	at      time.Time
+	// seen is, per channel the bot listens in, the newest message it
+	// handled: the read marks (marks.go).
+	seen      map[string]seenChannel
+	downSince time.Time // when the gap in the gateway began; zero while connected
+	dirty     bool      // seen changed since it was saved
+	flushing  bool      // a save of seen is scheduled
 }
 
 var (
@@ -269,6 +267,9 @@ func (a *Adapter) onDisconnect() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.connected = false
+	if a.downSince.IsZero() {
+		a.downSince = time.Now()
+	}
 	if !a.gatewayOn || a.reconnecting {
 		return
 	}

@@ -90,7 +90,7 @@ func (a *Adapter) process(ctx context.Context, m *discordgo.Message) {
 			return
 		}
 	}
-	a.markSeen(m)
+	a.markSeen(ctx, m.ChannelID, m.GuildID, m.ID)
 	if first, err := a.opts.Dedupe.FirstSeen(ctx, "discord/msg/"+m.ID, dedupeTTL); err != nil {
 		a.log.Error("discord dedupe", "message", m.ID, "err", err)
 	} else if !first {
@@ -108,6 +108,7 @@ func (a *Adapter) process(ctx context.Context, m *discordgo.Message) {
 			a.chanTypes[th.ID] = discordgo.ChannelTypeGuildPublicThread
 			a.mu.Unlock()
 			channel = th.ID
+			a.markSeen(ctx, th.ID, m.GuildID, m.ID) // the thread's messages come after its starter
 		}
 	}
 	th := chat.Thread{Platform: "discord", Key: Key(channel), Channel: channel}
@@ -118,95 +119,6 @@ func (a *Adapter) process(ctx context.Context, m *discordgo.Message) {
 	err := a.opts.Handler.Handle(ctx, chat.Incoming{Thread: th, Text: text, Author: cmp.Or(m.Author.GlobalName, m.Author.Username), AuthorID: m.Author.ID, MessageID: trigger})
 	if err != nil && !errors.Is(err, chat.ErrRejected) {
 		a.log.Error("discord message not handled", "session", th.Key, "err", err)
-	}
-}
-
-// markSeen records the newest message of a channel the bot listens in.
-func (a *Adapter) markSeen(m *discordgo.Message) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if cur, ok := a.seen[m.ChannelID]; ok && !newer(m.ID, cur.last) {
-		return
-	}
-	a.seen[m.ChannelID] = seenChannel{last: m.ID, guildID: m.GuildID, at: time.Now()}
-}
-
-// newer compares snowflakes: longer is newer, then by digits.
-func newer(a, b string) bool {
-	if len(a) != len(b) {
-		return len(a) > len(b)
-	}
-	return a > b
-}
-
-// catchUpWindow: channels with a message this recent are caught up after a
-// reconnect.
-const catchUpWindow = time.Hour
-
-// onReady runs when a new gateway session starts (READY). After the first
-// one it fetches what each recently active channel received during the
-// gap: discordgo identifies anew rather than resuming in several cases
-// (op 9, resume_gateway_url unused), and Discord replays nothing to a new
-// session. Fetched messages go through the same queue and dedupe as live
-// ones, so nothing runs twice. (A RESUMED session gets Discord's replay.)
-func (a *Adapter) onReady() {
-	a.mu.Lock()
-	again := a.everOnline
-	a.everOnline = true
-	var chans []string
-	for ch, s := range a.seen {
-		if time.Since(s.at) <= catchUpWindow {
-			chans = append(chans, ch)
-		}
-	}
-	a.mu.Unlock()
-	if !again || a.ctx == nil {
-		return
-	}
-	a.log.Info("discord reconnected; fetching missed messages", "channels", len(chans))
-	for _, ch := range chans {
-		a.queue.Add(ch, func() { a.catchUp(a.ctx, ch) })
-	}
-}
-
-// catchUp fetches and processes the messages of channel after the last one
-// seen, oldest first, up to catchUpPages pages of 100.
-func (a *Adapter) catchUp(ctx context.Context, channel string) {
-	const catchUpPages = 5
-	for range catchUpPages {
-		a.mu.Lock()
-		s := a.seen[channel]
-		a.mu.Unlock()
-		msgs, err := a.s.ChannelMessages(channel, 100, "", s.last, "", discordgo.WithContext(ctx))
-		if err != nil {
-			a.log.Warn("discord: fetch missed messages", "channel", channel, "err", err)
-			return
-		}
-		slices.SortFunc(msgs, func(x, y *discordgo.Message) int {
-			if x.ID == y.ID {
-				return 0
-			}
-			if newer(y.ID, x.ID) {
-				return -1
-			}
-			return 1
-		})
-		bot := a.bot()
-		for _, m := range msgs {
-			if m.GuildID == "" {
-				m.GuildID = s.guildID
-			}
-			if m.ChannelID == "" {
-				m.ChannelID = channel
-			}
-			if !a.ignorable(m, bot) {
-				a.process(ctx, m)
-			}
-			a.markSeen(m)
-		}
-		if len(msgs) < 100 {
-			return
-		}
 	}
 }
 

@@ -190,6 +190,47 @@ func TestDiscordReconnectGapIsFetched(t *testing.T) {
 	}
 }
 
+// TestDiscordMessagesWhileDownAreFetched: a mention and a follow-up
+// sent while the process is down (kill -9) are answered after the
+// restart, once each. Discord replays nothing to a new process's gateway
+// session (found by the hour soak: one answer lost on one process).
+func TestDiscordMessagesWhileDownAreFetched(t *testing.T) {
+	r := newDiscordRig(t, 1, 0)
+	r.dc.AddChannel("T7", 11, "G1")
+	r.model.Respond = fakeopenai.Script(func(string) []fakeopenai.Reply { return nil }) // every turn: "done"
+	p := r.start(t)
+	r.dc.UserMessage("T7", "111", "watch this thread", true)
+	waitDiscordReply(t, r.dc, "T7", "done")
+	p.kill()
+	waitFor(t, 10*time.Second, "the fake to see the connection gone", func() bool { return r.dc.Connected() == 0 })
+	r.dc.UserMessage("T7", "111", "sent while down", false)
+	r.dc.UserMessage("T7", "111", "mentioned while down", true)
+	p = r.start(t)
+	defer p.stop(t)
+	r.dc.UserMessage("T7", "111", "after the restart", false)
+	waitFor(t, 60*time.Second, "the message after the restart at the model", func() bool {
+		return strings.Contains(strings.Join(userTexts(r.model.Requests(), "watch this thread"), "\n"), "after the restart")
+	})
+	if r.dc.Missed() < 2 {
+		t.Fatalf("the fake delivered %d of the messages sent while down: this test would prove nothing", 2-r.dc.Missed())
+	}
+	seen := map[string]int{}
+	for _, s := range userTexts(r.model.Requests(), "watch this thread") {
+		seen[s]++
+	}
+	for _, want := range []string{"sent while down", "mentioned while down", "after the restart"} {
+		n := 0
+		for s, c := range seen {
+			if strings.HasSuffix(s, want) {
+				n += c
+			}
+		}
+		if n != 1 {
+			t.Errorf("%q reached the model %d times, want once (%v)", want, n, seen)
+		}
+	}
+}
+
 // TestSlackReplyRefusedForGoodIsReported: an answer Slack refuses with
 // not_in_channel (the bot was removed from the channel) is attempted at
 // most twice, then counted as undelivered and shown to the operator; it

@@ -18,8 +18,10 @@ import (
 // migrate copies the bbolt file of PINPLAN_DB into the empty etcd prefix
 // of PINPLAN_ETCD_ENDPOINTS and PINPLAN_ETCD_PREFIX (DESIGN §14): every
 // session's record, history, plan revisions, queued messages, plan board,
-// cards and listing, the archived histories a reset kept, and the replies
-// not delivered yet. Dedupe keys are not copied (they live minutes). It
+// cards and listing, the archived histories a reset kept, the replies
+// not delivered yet, and the adapters' read marks (so that the first
+// replica on etcd fetches what Discord sent while pinplan was stopped for
+// the move). Dedupe keys are not copied (they live minutes). It
 // refuses a prefix that holds data, reads everything back to check the
 // counts and plan revisions, and leaves the file as it was. Stop every
 // pinplan on the file first: the file's lock says so if one still runs.
@@ -86,8 +88,18 @@ func migrate(ctx context.Context, cfg *config.Config, to string, stdout io.Write
 	if err = errors.Join(err, outErr); err != nil {
 		return fmt.Errorf("migrate: replies not delivered yet: %w", err)
 	}
-	fmt.Fprintf(stdout, "pinplan: copied %s to etcd %s: %d sessions, %d history entries, %d plan revisions, %d queued messages, %d archives, %d replies not delivered yet; checked; the file is unchanged\n",
-		cfg.DB, cfg.EtcdPrefix, c.sessions, c.entries, c.plans, c.queued, c.archives, c.replies)
+	var marks []string
+	err = db.EachMarks(ctx, func(name string, data []byte) {
+		if outErr == nil {
+			outErr = es.SaveMarks(ctx, name, data)
+			marks = append(marks, name)
+		}
+	})
+	if err = errors.Join(err, outErr); err != nil {
+		return fmt.Errorf("migrate: read marks: %w", err)
+	}
+	fmt.Fprintf(stdout, "pinplan: copied %s to etcd %s: %d sessions, %d history entries, %d plan revisions, %d queued messages, %d archives, %d replies not delivered yet, read marks %v; checked; the file is unchanged\n",
+		cfg.DB, cfg.EtcdPrefix, c.sessions, c.entries, c.plans, c.queued, c.archives, c.replies, marks)
 	return nil
 }
 

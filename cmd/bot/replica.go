@@ -411,6 +411,7 @@ type stateStore interface {
 	chat.ListingStore
 	chat.OutboxStore
 	chat.Deduper
+	chat.MarkStore
 	chat.BoardLister
 	Plans(ctx context.Context, key string) ([]agent.PlanRevision, error)
 	SessionCount() (int, error)

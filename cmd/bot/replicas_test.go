@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net/http/httptest"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"github.com/pinplan/pinplan/internal/etcdtest"
 	"github.com/pinplan/pinplan/internal/fakeopenai"
 	"github.com/pinplan/pinplan/internal/fakeslack"
+	"github.com/pinplan/pinplan/store"
 )
 
 // replicaRig is three (or more) bot processes sharing one embedded etcd,
@@ -376,6 +378,15 @@ func TestMigrateToEtcd(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	p.stop(t)
 	waitFor(t, 10*time.Second, "the connection to close", func() bool { return r.slack.Connected() == 0 })
+	// Read marks as a Discord adapter leaves them: copied as they are.
+	db, err := store.Open(dbPath, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	marks := `{"saved":"2026-12-01T00:00:00Z","channels":{"T7":{"last":"17","at":"2026-12-01T00:00:00Z"}}}`
+	if err := errors.Join(db.SaveMarks(context.Background(), "discord", []byte(marks)), db.Close()); err != nil {
+		t.Fatal(err)
+	}
 	before := readFile(t, dbPath)
 
 	migrateEnv := map[string]string{}
@@ -400,6 +411,9 @@ func TestMigrateToEtcd(t *testing.T) {
 	}
 	if rec, plans, err := es.ArchivedState(context.Background(), c2, 1); err != nil || rec == nil || len(plans) == 0 {
 		t.Errorf("C2's archived record and plans in etcd: %d bytes, %d plans, %v", len(rec), len(plans), err)
+	}
+	if got, err := es.Marks(context.Background(), "discord"); err != nil || string(got) != marks {
+		t.Errorf("read marks in etcd: %q, %v; want them copied", got, err)
 	}
 	if readFile(t, dbPath) != before {
 		t.Error("migrate changed the bbolt file")

@@ -1,5 +1,6 @@
 // Package inboxtest has in-memory stand-ins for what the adapters hand
-// messages to (chat.Inbox, chat.Deduper), for the adapters' tests.
+// messages to and keep their state in (chat.Inbox, chat.Deduper,
+// chat.MarkStore), for the adapters' tests.
 package inboxtest
 
 import (
@@ -11,8 +12,9 @@ import (
 )
 
 var (
-	_ chat.Inbox   = (*Inbox)(nil)
-	_ chat.Deduper = (*Dedupe)(nil)
+	_ chat.Inbox     = (*Inbox)(nil)
+	_ chat.Deduper   = (*Dedupe)(nil)
+	_ chat.MarkStore = (*Marks)(nil)
 )
 
 // Inbox is a chat.Inbox that records messages; a session is known once it
@@ -59,6 +61,13 @@ func (r *Inbox) Texts() []string {
 	return out
 }
 
+// Incoming returns the messages handled so far, in order.
+func (r *Inbox) Incoming() []chat.Incoming {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]chat.Incoming(nil), r.got...)
+}
+
 // Dedupe is a chat.Deduper in memory that counts its writes. The zero
 // value is ready.
 type Dedupe struct {
@@ -87,4 +96,38 @@ func (d *Dedupe) Writes() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.writes
+}
+
+// Marks is a chat.MarkStore in memory that counts its saves. The zero
+// value is ready.
+type Marks struct {
+	mu    sync.Mutex // guards data and saves
+	data  map[string][]byte
+	saves int
+}
+
+// Marks implements chat.MarkStore.
+func (m *Marks) Marks(_ context.Context, name string) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.data[name], nil
+}
+
+// SaveMarks implements chat.MarkStore.
+func (m *Marks) SaveMarks(_ context.Context, name string, data []byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.data == nil {
+		m.data = map[string][]byte{}
+	}
+	m.data[name] = append([]byte(nil), data...)
+	m.saves++
+	return nil
+}
+
+// Saves counts SaveMarks calls.
+func (m *Marks) Saves() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.saves
 }

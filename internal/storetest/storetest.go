@@ -37,6 +37,8 @@ type Store interface {
 	DeleteOutbox(ctx context.Context, key string, id uint64) error
 	Outbox(ctx context.Context, f func(id uint64, data []byte)) error
 	FirstSeen(ctx context.Context, key string, ttl time.Duration) (bool, error)
+	Marks(ctx context.Context, name string) ([]byte, error)
+	SaveMarks(ctx context.Context, name string, data []byte) error
 }
 
 // Open returns an empty store for one test. Writes for a session key are
@@ -65,6 +67,7 @@ func Run(t *testing.T, open Open, own func(t *testing.T, s Store, key string)) {
 		{"ChatRecords", testChatRecords},
 		{"Outbox", testOutbox},
 		{"FirstSeen", testFirstSeen},
+		{"Marks", testMarks},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -434,6 +437,26 @@ func testFirstSeen(t *testing.T, s Store, _ func(string)) {
 // BenchRounds commits b.N rounds spread over sessions sessions committing
 // at once (each a user message and an answer, a plan revision every
 // other round), the shape of a busy deployment, and reports rounds/s.
+// testMarks: read marks are kept by name, replaced whole, and need no
+// session (they are saved by whichever process holds the gateway).
+func testMarks(t *testing.T, s Store, _ func(string)) {
+	ctx := context.Background()
+	if got, err := s.Marks(ctx, "discord"); err != nil || got != nil {
+		t.Fatalf("Marks of a name never saved = %q, %v; want nil", got, err)
+	}
+	for _, v := range []string{`{"a":1}`, `{"b":2}`} {
+		if err := s.SaveMarks(ctx, "discord", []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.Marks(ctx, "discord"); err != nil || string(got) != v {
+			t.Fatalf("Marks = %q, %v; want %s", got, err, v)
+		}
+	}
+	if got, err := s.Marks(ctx, "slack"); err != nil || got != nil {
+		t.Fatalf("Marks of another name = %q, %v; want nil", got, err)
+	}
+}
+
 // own is called once per session key first (a fenced store takes it).
 func BenchRounds(b *testing.B, s Store, sessions int, own func(key string)) {
 	ctx := context.Background()

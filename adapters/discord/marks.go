@@ -1,0 +1,250 @@
+package discord
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"time"
+
+	"github.com/bwmarrin/discordgo"
+	"golang.org/x/time/rate"
+)
+
+// Read marks. Discord replays missed events only to a session that
+// resumes; a new session (after op 9, a non-resumable close, a restart
+// of the process, or the gateway moving to another replica) gets
+// nothing of what was sent in the gap. So the adapter keeps, per channel
+// it listens in, the newest message it handled (a mark), and on every
+// READY fetches, in each channel heard from in the hour before the gap
+// began, the messages after the mark, oldest first. They go through the
+// same queue and dedupe as live ones, so nothing runs twice.
+//
+// The marks are saved in Options.Marks, so that a restarted process or
+// the next replica to hold the gateway has them: a channel's first mark
+// before its message is handed on, later ones at most marksEvery after.
+// A saved mark behind the truth only refetches messages the dedupe
+// already knows. Messages older than staleAfter are not caught up: their
+// dedupe keys may be gone, so whether they ran cannot be told.
+const (
+	marksName     = "discord"   // the record in the MarkStore
+	marksEvery    = time.Second // how often changed marks are saved
+	catchUpWindow = time.Hour   // channels heard from this long before a gap are caught up
+	catchUpPages  = 5           // pages of 100 fetched per channel at most
+	staleAfter    = dedupeTTL - catchUpWindow
+)
+
+// catchUpPace bounds the fetches of one catch-up across channels, well
+// under Discord's global 50 requests a second.
+var catchUpPace = rate.Limit(10)
+
+// seenChannel is a channel's mark.
+type seenChannel struct {
+	Last    string    `json:"last"`            // message id (a snowflake)
+	GuildID string    `json:"guild,omitempty"` // REST messages carry no guild_id
+	At      time.Time `json:"at"`              // when the message was handled
+}
+
+// savedMarks is the record kept in the MarkStore.
+type savedMarks struct {
+	Saved    time.Time              `json:"saved"` // the process was alive then
+	Channels map[string]seenChannel `json:"channels"`
+}
+
+// markSeen advances channel's mark to id. A channel's first mark is
+// saved before returning, so that a session the bot starts is never
+// without one; later ones are saved within marksEvery.
+func (a *Adapter) markSeen(ctx context.Context, channel, guild, id string) {
+	a.mu.Lock()
+	cur, known := a.seen[channel]
+	if known && !newer(id, cur.Last) {
+		a.mu.Unlock()
+		return
+	}
+	a.seen[channel] = seenChannel{Last: id, GuildID: guild, At: time.Now()}
+	a.dirty = true
+	if known {
+		a.scheduleSaveLocked()
+		a.mu.Unlock()
+		return
+	}
+	a.mu.Unlock()
+	a.saveMarks(ctx)
+}
+
+// scheduleSaveLocked saves the marks marksEvery from now, or when the
+// adapter's context ends, unless a save is scheduled already.
+func (a *Adapter) scheduleSaveLocked() {
+	if a.flushing || a.opts.Marks == nil || a.ctx == nil {
+		return
+	}
+	a.flushing = true
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		select {
+		case <-a.ctx.Done():
+		case <-time.After(marksEvery):
+		}
+		a.mu.Lock()
+		a.flushing = false
+		a.mu.Unlock()
+		a.saveMarks(a.ctx)
+	}()
+}
+
+// saveMarks writes the marks if they changed, dropping those too old to
+// be caught up ever again. It outlives a cancelled ctx by a few seconds,
+// so that the last marks are saved on shutdown.
+func (a *Adapter) saveMarks(ctx context.Context) {
+	if a.opts.Marks == nil {
+		return
+	}
+	a.mu.Lock()
+	if !a.dirty {
+		a.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	rec := savedMarks{Saved: now, Channels: make(map[string]seenChannel, len(a.seen))}
+	for ch, s := range a.seen {
+		if now.Sub(s.At) > catchUpWindow {
+			delete(a.seen, ch) // any later gap begins after now
+			continue
+		}
+		rec.Channels[ch] = s
+	}
+	a.dirty = false
+	a.mu.Unlock()
+	data, err := json.Marshal(rec)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		err = a.opts.Marks.SaveMarks(ctx, marksName, data)
+		cancel()
+	}
+	if err != nil {
+		a.log.Warn("discord: save the read marks", "err", err)
+		a.mu.Lock()
+		a.dirty = true
+		a.scheduleSaveLocked()
+		a.mu.Unlock()
+	}
+}
+
+// loadMarks merges the saved marks into seen (the newer of two wins) and
+// moves the start of the gap back to when they were saved, when that is
+// earlier: the process that saved them stopped listening then.
+func (a *Adapter) loadMarks(ctx context.Context) {
+	if a.opts.Marks == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	data, err := a.opts.Marks.Marks(ctx, marksName)
+	if err != nil {
+		a.log.Warn("discord: read the saved read marks; catching up only what this process saw", "err", err)
+		return
+	}
+	if data == nil {
+		return
+	}
+	var rec savedMarks
+	if err := json.Unmarshal(data, &rec); err != nil {
+		a.log.Warn("discord: the saved read marks are unreadable; ignored", "err", err)
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for ch, s := range rec.Channels {
+		if cur, ok := a.seen[ch]; !ok || newer(s.Last, cur.Last) {
+			a.seen[ch] = s
+		}
+	}
+	if a.downSince.IsZero() || rec.Saved.Before(a.downSince) {
+		a.downSince = rec.Saved
+	}
+}
+
+// newer compares snowflakes: longer is newer, then by digits.
+func newer(a, b string) bool {
+	if len(a) != len(b) {
+		return len(a) > len(b)
+	}
+	return a > b
+}
+
+// onReady runs when a gateway session starts (READY), in the gateway's
+// goroutine, so the catch-ups are queued on their channels before any
+// event of the new session.
+func (a *Adapter) onReady() {
+	if a.ctx == nil {
+		return
+	}
+	a.loadMarks(a.ctx)
+	a.mu.Lock()
+	from := a.downSince
+	if from.IsZero() {
+		from = time.Now()
+	}
+	a.downSince = time.Time{}
+	var chans []string
+	for ch, s := range a.seen {
+		if from.Sub(s.At) <= catchUpWindow {
+			chans = append(chans, ch)
+		}
+	}
+	a.mu.Unlock()
+	if len(chans) == 0 {
+		return
+	}
+	a.log.Info("discord: new gateway session; fetching missed messages", "channels", len(chans), "gap_began", from)
+	pace := rate.NewLimiter(catchUpPace, 5)
+	for _, ch := range chans {
+		a.queue.Add(ch, func() { a.catchUp(a.ctx, ch, pace) })
+	}
+}
+
+// catchUp fetches and processes the messages of channel after its mark,
+// oldest first, up to catchUpPages pages of 100.
+func (a *Adapter) catchUp(ctx context.Context, channel string, pace *rate.Limiter) {
+	for range catchUpPages {
+		if err := pace.Wait(ctx); err != nil {
+			return
+		}
+		a.mu.Lock()
+		s := a.seen[channel]
+		a.mu.Unlock()
+		msgs, err := a.s.ChannelMessages(channel, 100, "", s.Last, "", discordgo.WithContext(ctx))
+		if err != nil {
+			a.log.Warn("discord: fetch missed messages", "channel", channel, "err", err)
+			return
+		}
+		slices.SortFunc(msgs, func(x, y *discordgo.Message) int {
+			switch {
+			case x.ID == y.ID:
+				return 0
+			case newer(y.ID, x.ID):
+				return -1
+			}
+			return 1
+		})
+		bot := a.bot()
+		for _, m := range msgs {
+			if m.GuildID == "" {
+				m.GuildID = s.GuildID
+			}
+			if m.ChannelID == "" {
+				m.ChannelID = channel
+			}
+			switch {
+			case !m.Timestamp.IsZero() && time.Since(m.Timestamp) > staleAfter:
+				a.log.Warn("discord: a missed message is too old to tell whether it ran; skipped", "channel", channel, "message", m.ID)
+			case !a.ignorable(m, bot):
+				a.process(ctx, m)
+			}
+			a.markSeen(ctx, channel, m.GuildID, m.ID)
+		}
+		if len(msgs) < 100 {
+			return
+		}
+	}
+}
