@@ -125,7 +125,9 @@ func (a *Adapter) saveMarks(ctx context.Context) {
 		a.log.Warn("discord: save the read marks", "err", err)
 		a.mu.Lock()
 		a.dirty = true
-		a.scheduleSaveLocked()
+		if a.ctx != nil && a.ctx.Err() == nil { // shutting down: this was the last try
+			a.scheduleSaveLocked()
+		}
 		a.mu.Unlock()
 	}
 }

@@ -2,8 +2,10 @@ package discord
 
 import (
 	"context"
+	"errors"
 	"net/http/httptest"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -83,4 +85,47 @@ func count(list []string, s string) int {
 		}
 	}
 	return n
+}
+
+// failingMarks refuses every save, as a store that is gone would.
+type failingMarks struct{ saves atomic.Int32 }
+
+func (*failingMarks) Marks(context.Context, string) ([]byte, error) { return nil, nil }
+func (m *failingMarks) SaveMarks(context.Context, string, []byte) error {
+	m.saves.Add(1)
+	return errors.New("store closed")
+}
+
+// TestMarksSaveFailingDoesNotHoldClose: marks that cannot be saved are
+// retried while the adapter runs and given up on shutdown: Close returns,
+// and the handling of messages never waited on them.
+func TestMarksSaveFailingDoesNotHoldClose(t *testing.T) {
+	fake := &fakediscord.Server{HeartbeatInterval: time.Second}
+	fake.AddChannel("T1", 11, "G1")
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	t.Cleanup(fake.Close)
+	rec, marks := &inboxtest.Inbox{}, &failingMarks{}
+	a, err := New(Options{Token: "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", APIURL: srv.URL, Handler: rec, Dedupe: &inboxtest.Dedupe{}, Marks: marks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fake.UserMessage("T1", "111", "one", true)
+	fake.UserMessage("T1", "111", "two", false)
+	waitTexts(t, rec, 2)
+	cancel()
+	closed := make(chan struct{})
+	go func() { a.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Close still waiting after 10 s, %d saves tried", marks.saves.Load())
+	}
+	if n := marks.saves.Load(); n < 2 || n > 10 {
+		t.Errorf("%d saves tried, want the first mark's, a retry and the last on shutdown", n)
+	}
 }
