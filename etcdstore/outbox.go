@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -20,19 +19,14 @@ func (s *Store) AddOutbox(ctx context.Context, key string, items [][]byte) ([]ui
 		if err != nil {
 			return nil, fmt.Errorf("etcdstore: add to outbox of %s: %w", key, err)
 		}
-		var last uint64
-		var mod int64
-		if len(resp.Kvs) == 1 {
-			last, _ = strconv.ParseUint(string(resp.Kvs[0].Value), 10, 64)
-			mod = resp.Kvs[0].ModRevision
-		}
+		seq := counterOf(s.oseq(key), resp)
 		ids := make([]uint64, len(items))
 		ops := make([]clientv3.Op, 0, len(items)+1)
 		for i, it := range items {
-			ids[i] = last + uint64(i) + 1
+			ids[i] = seq.last + uint64(i) + 1
 			ops = append(ops, clientv3.OpPut(s.outbox(key)+num(ids[i]), string(it)))
 		}
-		ops = append(ops, clientv3.OpPut(s.oseq(key), strconv.FormatUint(last+uint64(len(items)), 10)))
+		ops = append(ops, seq.take(len(items)))
 		if len(ops) > maxOps || opSize(ops) > maxBytes {
 			return nil, fmt.Errorf("etcdstore: add to outbox of %s: %d parts do not fit one etcd transaction", key, len(items))
 		}
@@ -40,7 +34,7 @@ func (s *Store) AddOutbox(ctx context.Context, key string, items [][]byte) ([]ui
 		if err != nil {
 			return nil, fmt.Errorf("etcdstore: add to outbox of %s: %w", key, err)
 		}
-		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.oseq(key)), "=", mod))
+		cmps = append(cmps, seq.unchanged())
 		tr, err := s.txn(ctx, key, cmps, ops, nil)
 		if err != nil {
 			return nil, fmt.Errorf("etcdstore: add to outbox of %s: %w", key, err)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -354,21 +353,15 @@ func (r *Replica) Owner(ctx context.Context, key string) (string, error) {
 // it goes at the end of the session's queue P fwd/K/, in the order the
 // replicas received them, and the holder's watch picks it up.
 func (r *Replica) Forward(ctx context.Context, key string, data []byte) error {
-	seq := r.p + "fseq/" + esc(key)
 	for {
-		resp, err := r.cli.Get(ctx, seq)
+		resp, err := r.cli.Get(ctx, r.p+"fseq/"+esc(key))
 		if err != nil {
 			return fmt.Errorf("etcdstore: hand over an event of %s: %w", key, err)
 		}
-		var last uint64
-		var mod int64
-		if len(resp.Kvs) == 1 {
-			last, _ = strconv.ParseUint(string(resp.Kvs[0].Value), 10, 64)
-			mod = resp.Kvs[0].ModRevision
-		}
-		tr, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(seq), "=", mod)).Then(
-			clientv3.OpPut(seq, strconv.FormatUint(last+1, 10)),
-			clientv3.OpPut(r.p+"fwd/"+esc(key)+"/"+num(last+1), string(data)),
+		seq := counterOf(r.p+"fseq/"+esc(key), resp)
+		tr, err := r.cli.Txn(ctx).If(seq.unchanged()).Then(
+			seq.take(1),
+			clientv3.OpPut(r.p+"fwd/"+esc(key)+"/"+num(seq.last+1), string(data)),
 		).Commit()
 		if err != nil {
 			return fmt.Errorf("etcdstore: hand over an event of %s: %w", key, err)

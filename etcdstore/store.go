@@ -371,19 +371,14 @@ func (s *Store) Enqueue(ctx context.Context, key string, in agent.Inbound) (agen
 		if err != nil {
 			return in, fmt.Errorf("etcdstore: enqueue for %s: %w", key, err)
 		}
-		var last uint64
-		var mod int64
-		if len(resp.Kvs) == 1 {
-			last, _ = strconv.ParseUint(string(resp.Kvs[0].Value), 10, 64)
-			mod = resp.Kvs[0].ModRevision
-		}
-		in.ID = last + 1
+		seq := counterOf(s.iseq(key), resp)
+		in.ID = seq.last + 1
 		raw, err := json.Marshal(in)
 		if err != nil {
 			return in, fmt.Errorf("etcdstore: enqueue for %s: %w", key, err)
 		}
-		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(s.iseq(key)), "=", mod)}
-		ops := []clientv3.Op{clientv3.OpPut(s.iseq(key), strconv.FormatUint(in.ID, 10)), clientv3.OpPut(s.inbox(key)+num(in.ID), string(raw))}
+		cmps := []clientv3.Cmp{seq.unchanged()}
+		ops := []clientv3.Op{seq.take(1), clientv3.OpPut(s.inbox(key)+num(in.ID), string(raw))}
 		var elseOps []clientv3.Op
 		if consumed != "" {
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(consumed), ">", 0))
