@@ -105,7 +105,22 @@ type Inbound struct {
 	// Context is the thread's earlier messages, quoted, given with the
 	// first message of a session (DESIGN.md §12).
 	Context []Quoted `json:"context,omitempty"`
+	// Event is the platform's key for the event the message came in
+	// (Slack's channel and ts, Discord's message id), or "". The store
+	// records it in the same write that queues the message and queues a
+	// message whose Event it has seen within EventTTL never again
+	// (ErrDuplicate), so a redelivered event is taken in exactly once,
+	// even when the process died between deciding to take it and
+	// queueing it. It shares the dedupe keys of chat.Deduper.
+	Event string `json:"event,omitempty"`
 }
+
+// EventTTL is how long the store remembers an Inbound's Event.
+const EventTTL = 24 * time.Hour
+
+// ErrDuplicate: Enqueue refused a message whose Event was seen before;
+// nothing was queued.
+var ErrDuplicate = errors.New("this event was taken in before")
 
 // Entry is the history entry for the message: its text, after the
 // author's name and ": " when there is one, is what the model reads.
@@ -211,7 +226,9 @@ type Store interface {
 	Commit(ctx context.Context, r *Round) error
 	// Inbox returns the messages waiting for the session, oldest first.
 	Inbox(ctx context.Context, key string) ([]Inbound, error)
-	// Enqueue persists an inbound message and returns it with its ID.
+	// Enqueue persists an inbound message and returns it with its ID. A
+	// message with an Event seen within EventTTL is ErrDuplicate and not
+	// queued; otherwise the Event is recorded in the same write.
 	Enqueue(ctx context.Context, key string, in Inbound) (Inbound, error)
 	// Resumable lists sessions left running or waiting, or with a
 	// non-empty inbox.

@@ -57,6 +57,13 @@ type Incoming struct {
 	Author    string // display name
 	AuthorID  string // the platform's user id, for approvals and Stop
 	MessageID string // the platform's id of the message, for replies and reactions
+	// Event is the adapter's dedupe key of the message (for example
+	// discord/msg/ID), or "" when the adapter deduplicated it itself. A
+	// message to queue is taken in once by the store, in the write that
+	// queues it (agent.Inbound.Event); a command once by the Router's
+	// Dedupe. So the adapter does not record it first, and a crash
+	// between its dedupe and the queue cannot lose the message.
+	Event string
 	// Sync: the caller shows a refusal itself (the console answers the
 	// request with it), so the router does not also reply in the thread.
 	Sync bool

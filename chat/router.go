@@ -85,6 +85,11 @@ type Options struct {
 	// session; nothing is sent for one it does not. nil: every session is
 	// this process's.
 	Fence Fence
+	// Dedupe drops a command or a refusal (stop, reset, an empty message)
+	// whose Incoming.Event was seen before; a message to queue is
+	// deduplicated by the store as it is queued (agent.Inbound.Event).
+	// nil: commands are not deduplicated.
+	Dedupe Deduper
 }
 
 // Router maps threads to sessions, feeds their messages to the agent runner
@@ -264,7 +269,13 @@ func (r *Router) Handle(ctx context.Context, in Incoming) error {
 	refuse := func(msg string) error { return answer(msg, true) }
 	reply := func(msg string) error { return answer(msg, false) }
 	in.Author = Shorten(strings.TrimSpace(in.Author), MaxAuthorRunes)
-	switch n := utf8.RuneCountInString(text); {
+	n := utf8.RuneCountInString(text)
+	command := invisible(text) || n > MaxMessageRunes || strings.EqualFold(text, "stop") || strings.EqualFold(text, "reset")
+	if command && r.seenBefore(ctx, in) {
+		log.Info("command seen before; ignored", "event", in.Event)
+		return nil
+	}
+	switch {
 	case invisible(text):
 		return refuse("Your message was empty. Tell me the task, for example: `plan the release checklist for v2`.")
 	case n > MaxMessageRunes:
@@ -307,15 +318,35 @@ func (r *Router) Handle(ctx context.Context, in Incoming) error {
 			}
 		})
 	}
-	inb := agent.Inbound{Text: text, Author: in.Author, AuthorID: in.AuthorID}
+	inb := agent.Inbound{Text: text, Author: in.Author, AuthorID: in.AuthorID, Event: in.Event}
 	if isNew {
 		inb.Context = r.threadContext(ctx, p, th, in.MessageID)
 	}
-	if err := r.runner.Submit(ctx, th.Key, inb); err != nil {
+	err := r.runner.Submit(ctx, th.Key, inb)
+	if errors.Is(err, agent.ErrDuplicate) {
+		log.Info("message queued before; ignored", "event", in.Event)
+		return nil
+	}
+	if err != nil {
 		log.Error("queue message", "err", err)
 		return refuse("I couldn't accept your message right now (the bot is shutting down or its database is unavailable). Please send it again in a moment.")
 	}
 	return nil
+}
+
+// seenBefore reports whether a command's event was seen before. A
+// command is not queued, so the store does not deduplicate it: this
+// does, before it runs, so that a redelivered stop or reset runs once.
+func (r *Router) seenBefore(ctx context.Context, in Incoming) bool {
+	if in.Event == "" || r.opts.Dedupe == nil {
+		return false
+	}
+	first, err := r.opts.Dedupe.FirstSeen(ctx, in.Event, agent.EventTTL)
+	if err != nil {
+		r.opts.Logger.Warn("dedupe a command", "event", in.Event, "err", err)
+		return false
+	}
+	return !first
 }
 
 // Board returns the session's board, loading its records; nil if the

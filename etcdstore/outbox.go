@@ -94,11 +94,10 @@ func (s *Store) OutboxKeys(ctx context.Context) ([]string, error) {
 	return keys, nil
 }
 
-// dedupeLease is a lease shared by the dedupe keys of about a minute:
-// granting one per event would cost a request each.
+// dedupeLease is a lease shared by the dedupe keys of one ttl for about
+// a minute: granting one per event would cost a request each.
 type dedupeLease struct {
 	id      clientv3.LeaseID
-	ttl     time.Duration
 	granted time.Time
 }
 
@@ -119,9 +118,7 @@ func (s *Store) FirstSeen(ctx context.Context, key string, ttl time.Duration) (b
 		tr, err := s.txn(ctx, "", []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k), "=", 0)},
 			[]clientv3.Op{clientv3.OpPut(k, "", clientv3.WithLease(lease))}, nil)
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) && attempt == 0 {
-			s.leaseMu.Lock()
-			s.dedupe = dedupeLease{} // revoked or expired under us: grant another
-			s.leaseMu.Unlock()
+			s.forgetDedupeLease(ttl) // revoked or expired under us: grant another
 			continue
 		}
 		if err != nil {
@@ -131,11 +128,17 @@ func (s *Store) FirstSeen(ctx context.Context, key string, ttl time.Duration) (b
 	}
 }
 
+func (s *Store) forgetDedupeLease(ttl time.Duration) {
+	s.leaseMu.Lock()
+	delete(s.dedupe, ttl)
+	s.leaseMu.Unlock()
+}
+
 func (s *Store) leaseFor(ctx context.Context, ttl time.Duration) (clientv3.LeaseID, error) {
 	s.leaseMu.Lock()
 	defer s.leaseMu.Unlock()
 	now := s.now()
-	if l := s.dedupe; l.id != 0 && l.ttl == ttl && now.Sub(l.granted) < dedupeSlack {
+	if l, ok := s.dedupe[ttl]; ok && now.Sub(l.granted) < dedupeSlack {
 		return l.id, nil
 	}
 	s.count(8)
@@ -143,7 +146,10 @@ func (s *Store) leaseFor(ctx context.Context, ttl time.Duration) (clientv3.Lease
 	if err != nil {
 		return 0, err
 	}
-	s.dedupe = dedupeLease{id: resp.ID, ttl: ttl, granted: now}
+	if s.dedupe == nil {
+		s.dedupe = map[time.Duration]dedupeLease{}
+	}
+	s.dedupe[ttl] = dedupeLease{id: resp.ID, granted: now}
 	return resp.ID, nil
 }
 

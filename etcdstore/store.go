@@ -44,6 +44,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/pinplan/pinplan/agent"
@@ -88,8 +89,8 @@ type Store struct {
 	Requests atomic.Int64
 	Bytes    atomic.Int64
 
-	leaseMu sync.Mutex // guards dedupeLease
-	dedupe  dedupeLease
+	leaseMu sync.Mutex                    // guards dedupe
+	dedupe  map[time.Duration]dedupeLease // by ttl
 
 	recMu sync.Mutex // guards recs
 	recs  map[string]writtenRecord
@@ -366,6 +367,7 @@ func WithConsumed(ctx context.Context, key string) context.Context {
 // session's counter, advanced by compare-and-set.
 func (s *Store) Enqueue(ctx context.Context, key string, in agent.Inbound) (agent.Inbound, error) {
 	consumed, _ := ctx.Value(consumedKey{}).(string)
+	regranted := false
 	for {
 		resp, err := s.get(ctx, s.iseq(key))
 		if err != nil {
@@ -383,9 +385,24 @@ func (s *Store) Enqueue(ctx context.Context, key string, in agent.Inbound) (agen
 		if consumed != "" {
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(consumed), ">", 0))
 			ops = append(ops, clientv3.OpDelete(consumed))
-			elseOps = []clientv3.Op{clientv3.OpGet(consumed, clientv3.WithCountOnly())}
+			elseOps = append(elseOps, clientv3.OpGet(consumed, clientv3.WithCountOnly()))
+		}
+		event := s.p + "dedupe/" + esc(in.Event)
+		if in.Event != "" {
+			lease, err := s.leaseFor(ctx, agent.EventTTL)
+			if err != nil {
+				return in, fmt.Errorf("etcdstore: enqueue for %s: %w", key, err)
+			}
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(event), "=", 0))
+			ops = append(ops, clientv3.OpPut(event, "", clientv3.WithLease(lease)))
+			elseOps = append(elseOps, clientv3.OpGet(event, clientv3.WithCountOnly()))
 		}
 		tr, err := s.txn(ctx, "", cmps, ops, elseOps)
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) && !regranted {
+			s.forgetDedupeLease(agent.EventTTL) // revoked or expired under us: grant another
+			regranted = true
+			continue
+		}
 		if err != nil {
 			return in, fmt.Errorf("etcdstore: enqueue for %s: %w", key, err)
 		}
@@ -394,6 +411,9 @@ func (s *Store) Enqueue(ctx context.Context, key string, in agent.Inbound) (agen
 		}
 		if consumed != "" && tr.Responses[0].GetResponseRange().Count == 0 {
 			return in, nil // queued by an earlier pass
+		}
+		if in.Event != "" && tr.Responses[len(tr.Responses)-1].GetResponseRange().Count > 0 {
+			return in, fmt.Errorf("etcdstore: enqueue for %s: %w", key, agent.ErrDuplicate)
 		}
 		// The counter moved: another replica queued one meanwhile.
 	}

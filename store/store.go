@@ -289,6 +289,16 @@ func (db *DB) Enqueue(_ context.Context, key string, in agent.Inbound) (agent.In
 		if err != nil {
 			return err
 		}
+		if in.Event != "" {
+			dd := tx.Bucket(bDedupe)
+			now := db.now()
+			if raw := dd.Get([]byte(in.Event)); len(raw) == 8 && int64(binary.BigEndian.Uint64(raw)) > now.UnixNano() {
+				return agent.ErrDuplicate
+			}
+			if err := dd.Put([]byte(in.Event), u64(uint64(now.Add(agent.EventTTL).UnixNano()))); err != nil {
+				return err
+			}
+		}
 		ib := sb.Bucket(bInbox)
 		if in.ID, err = ib.NextSequence(); err != nil {
 			return err

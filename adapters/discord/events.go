@@ -90,12 +90,25 @@ func (a *Adapter) process(ctx context.Context, m *discordgo.Message) {
 			return
 		}
 	}
-	a.markSeen(ctx, m.ChannelID, m.GuildID, m.ID)
-	if first, err := a.opts.Dedupe.FirstSeen(ctx, "discord/msg/"+m.ID, dedupeTTL); err != nil {
-		a.log.Error("discord dedupe", "message", m.ID, "err", err)
-	} else if !first {
-		a.log.Info("discord message seen before; ignored", "message", m.ID)
-		return
+	// The mark moves past the message once it is handed on; a channel
+	// new to the marks gets one just before it first, saved before the
+	// message goes on, so that a crash in between leaves it to fetch.
+	a.markBefore(ctx, m.ChannelID, m.GuildID, m.ID)
+	defer a.markSeen(ctx, m.ChannelID, m.GuildID, m.ID)
+	event := "discord/msg/" + m.ID
+	if startThread {
+		// The thread is started before the message is queued, and
+		// starting one is not idempotent: this message is recorded
+		// first, as a command is. Any other is taken in once where it
+		// is queued (chat.Incoming.Event), so that a crash between the
+		// two cannot lose it.
+		if first, err := a.opts.Dedupe.FirstSeen(ctx, event, dedupeTTL); err != nil {
+			a.log.Error("discord dedupe", "message", m.ID, "err", err)
+		} else if !first {
+			a.log.Info("discord message seen before; ignored", "message", m.ID)
+			return
+		}
+		event = ""
 	}
 	if startThread {
 		th, err := a.s.MessageThreadStartComplex(channel, m.ID, &discordgo.ThreadStart{
@@ -116,7 +129,7 @@ func (a *Adapter) process(ctx context.Context, m *discordgo.Message) {
 	if channel != m.ChannelID {
 		trigger = "" // the message is in the parent channel, not the thread
 	}
-	err := a.opts.Handler.Handle(ctx, chat.Incoming{Thread: th, Text: text, Author: cmp.Or(m.Author.GlobalName, m.Author.Username), AuthorID: m.Author.ID, MessageID: trigger})
+	err := a.opts.Handler.Handle(ctx, chat.Incoming{Thread: th, Text: text, Author: cmp.Or(m.Author.GlobalName, m.Author.Username), AuthorID: m.Author.ID, MessageID: trigger, Event: event})
 	if err != nil && !errors.Is(err, chat.ErrRejected) {
 		a.log.Error("discord message not handled", "session", th.Key, "err", err)
 	}

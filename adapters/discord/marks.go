@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/bwmarrin/discordgo"
@@ -50,9 +51,9 @@ type savedMarks struct {
 	Channels map[string]seenChannel `json:"channels"`
 }
 
-// markSeen advances channel's mark to id. A channel's first mark is
-// saved before returning, so that a session the bot starts is never
-// without one; later ones are saved within marksEvery.
+// markSeen advances channel's mark to id, the newest message handed on.
+// A channel's first mark is saved before returning; later ones within
+// marksEvery.
 func (a *Adapter) markSeen(ctx context.Context, channel, guild, id string) {
 	a.mu.Lock()
 	cur, known := a.seen[channel]
@@ -69,6 +70,21 @@ func (a *Adapter) markSeen(ctx context.Context, channel, guild, id string) {
 	}
 	a.mu.Unlock()
 	a.saveMarks(ctx)
+}
+
+// markBefore gives a channel without a mark one just before message id,
+// saved before returning: the message is still to be fetched if the
+// process dies before it is handed on.
+func (a *Adapter) markBefore(ctx context.Context, channel, guild, id string) {
+	a.mu.Lock()
+	_, known := a.seen[channel]
+	a.mu.Unlock()
+	if known {
+		return
+	}
+	if n, err := strconv.ParseUint(id, 10, 64); err == nil && n > 0 {
+		a.markSeen(ctx, channel, guild, strconv.FormatUint(n-1, 10))
+	}
 }
 
 // scheduleSaveLocked saves the marks marksEvery from now, or when the

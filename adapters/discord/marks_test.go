@@ -5,10 +5,12 @@ import (
 	"errors"
 	"net/http/httptest"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/internal/fakediscord"
 	"github.com/pinplan/pinplan/internal/inboxtest"
 )
@@ -127,5 +129,69 @@ func TestMarksSaveFailingDoesNotHoldClose(t *testing.T) {
 	}
 	if n := marks.saves.Load(); n < 2 || n > 10 {
 		t.Errorf("%d saves tried, want the first mark's, a retry and the last on shutdown", n)
+	}
+}
+
+// stuckInbox never returns from its first Handle until released, as a
+// process killed between taking a message in and queueing it.
+type stuckInbox struct {
+	*inboxtest.Inbox
+	once    sync.Once
+	release chan struct{}
+}
+
+func (s *stuckInbox) Handle(ctx context.Context, in chat.Incoming) error {
+	stuck := false
+	s.once.Do(func() { stuck = true })
+	if stuck {
+		<-s.release
+		return errors.New("killed")
+	}
+	return s.Inbox.Handle(ctx, in)
+}
+
+// TestDiedBeforeQueueingLosesNothing: the process that received a
+// message dies after the adapter took it and before it was queued; the
+// next one to hold the gateway, sharing the store, fetches it and hands
+// it on. (When the adapter recorded the message first, the next one took
+// it for a repeat and dropped it.)
+func TestDiedBeforeQueueingLosesNothing(t *testing.T) {
+	fake := &fakediscord.Server{HeartbeatInterval: time.Second}
+	fake.AddChannel("T1", 11, "G1")
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	t.Cleanup(fake.Close)
+	store, marks := &inboxtest.Dedupe{}, &inboxtest.Marks{} // one store, as two processes share it
+	start := func(h chat.Inbox) *Adapter {
+		a, err := New(Options{Token: "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", APIURL: srv.URL, Handler: h, Dedupe: store, Marks: marks})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(func() { cancel(); a.Close() })
+		if err := a.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitGateway(t, fake, 1)
+		return a
+	}
+	dying := &stuckInbox{Inbox: &inboxtest.Inbox{Events: store}, release: make(chan struct{})}
+	first := start(dying)
+	t.Cleanup(func() { close(dying.release) }) // before first's Close, which waits for it
+	fake.UserMessage("T1", "111", "the task", true)
+	deadline := time.Now().Add(10 * time.Second)
+	for marks.Saves() == 0 { // the first mark is saved before the message is handed on
+		if time.Now().After(deadline) {
+			t.Fatal("the message never reached the inbox")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	first.CloseGateway()
+	waitGateway(t, fake, 0)
+
+	next := &inboxtest.Inbox{Events: store}
+	start(next)
+	if got := waitTexts(t, next, 1); got[0] != "the task" {
+		t.Errorf("handled %q, want the task", got)
 	}
 }

@@ -205,16 +205,15 @@ func (a *Adapter) dispatch(ctx context.Context, m message) {
 	if m.needsSession && !a.opts.Handler.Known(Key(m.team, m.channel, m.thread)) {
 		return
 	}
-	if !a.firstSeen(ctx, m.eventID) {
-		return
-	}
-	if first, err := a.opts.Dedupe.FirstSeen(ctx, "slack/msg/"+m.channel+"/"+m.ts, dedupeTTL); err == nil && !first {
-		return
-	}
+	// Not recorded here: the message is taken in once where it is
+	// queued (chat.Incoming.Event), so a crash between the two cannot
+	// lose it. A retry of the event and the app_mention and message
+	// events of one message share the key.
+	event := "slack/msg/" + m.channel + "/" + m.ts
 	th := chat.Thread{Platform: "slack", Key: Key(m.team, m.channel, m.thread), Channel: m.channel, ThreadID: m.thread}
 	a.noteAuthor(th.Key, m.channel, m.ts, person{user: m.author, team: m.authorTeam})
 	author := cmp.Or(a.displayName(ctx, m.author), "<@"+m.author+">")
-	err := a.opts.Handler.Handle(ctx, chat.Incoming{Thread: th, Text: a.mentions(ctx, m.text), Author: author, AuthorID: m.author, MessageID: m.ts})
+	err := a.opts.Handler.Handle(ctx, chat.Incoming{Thread: th, Text: a.mentions(ctx, m.text), Author: author, AuthorID: m.author, MessageID: m.ts, Event: event})
 	if err != nil && !errors.Is(err, chat.ErrRejected) {
 		a.log.Error("slack message not handled", "session", th.Key, "err", err)
 	}

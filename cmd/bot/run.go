@@ -242,7 +242,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 		chatRunner, fence = replicaRunner{Runner: runner, rep: rep, log: log.With("component", "replica")}, rep
 	}
 	router := chat.NewRouter(chat.Options{Runner: chatRunner, Store: db, Cards: db, Listings: db, Outbox: db, Platforms: platforms, Logger: log.With("component", "chat"), Hooks: hooks,
-		Approvers: cfg.Approvers, ThreadContext: cfg.ThreadContext, Fence: fence})
+		Approvers: cfg.Approvers, ThreadContext: cfg.ThreadContext, Fence: fence, Dedupe: db})
 	// inbox is where the adapters hand their events: the router, or with
 	// replicas the session's queue in etcd (replicas.Handle).
 	var inbox chat.Inbox = router

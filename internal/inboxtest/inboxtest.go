@@ -18,18 +18,37 @@ var (
 )
 
 // Inbox is a chat.Inbox that records messages; a session is known once it
-// was handed a message. Clicks are answered privately. The zero value is
-// ready.
+// was handed a message. A message whose Event it was handed before is
+// dropped, as the router and the store drop it. Clicks are answered
+// privately. The zero value is ready.
 type Inbox struct {
-	mu    sync.Mutex // guards got and known
-	got   []chat.Incoming
-	known map[string]bool
+	mu     sync.Mutex // guards got, known and events
+	got    []chat.Incoming
+	known  map[string]bool
+	events map[string]bool
+	// Events, when set, is where the events are recorded instead, so
+	// that two inboxes (two processes) share what one took in.
+	Events *Dedupe
 }
 
 // Handle implements chat.Inbox.
-func (r *Inbox) Handle(_ context.Context, in chat.Incoming) error {
+func (r *Inbox) Handle(ctx context.Context, in chat.Incoming) error {
+	if in.Event != "" && r.Events != nil {
+		if first, _ := r.Events.FirstSeen(ctx, in.Event, 0); !first {
+			return nil
+		}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if in.Event != "" && r.Events == nil {
+		if r.events[in.Event] {
+			return nil
+		}
+		if r.events == nil {
+			r.events = map[string]bool{}
+		}
+		r.events[in.Event] = true
+	}
 	r.got = append(r.got, in)
 	if r.known == nil {
 		r.known = map[string]bool{}

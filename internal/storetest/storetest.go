@@ -67,6 +67,7 @@ func Run(t *testing.T, open Open, own func(t *testing.T, s Store, key string)) {
 		{"ChatRecords", testChatRecords},
 		{"Outbox", testOutbox},
 		{"FirstSeen", testFirstSeen},
+		{"EnqueueOnce", testEnqueueOnce},
 		{"Marks", testMarks},
 	}
 	for _, tt := range tests {
@@ -434,9 +435,43 @@ func testFirstSeen(t *testing.T, s Store, _ func(string)) {
 	}
 }
 
-// BenchRounds commits b.N rounds spread over sessions sessions committing
-// at once (each a user message and an answer, a plan revision every
-// other round), the shape of a busy deployment, and reports rounds/s.
+// testEnqueueOnce: a message with an Event is queued once; the second
+// Enqueue of it is agent.ErrDuplicate and queues nothing, and the Event
+// is a dedupe key like FirstSeen's, both ways.
+func testEnqueueOnce(t *testing.T, s Store, own func(string)) {
+	ctx := context.Background()
+	own("web/once")
+	if _, err := s.Enqueue(ctx, "web/once", agent.Inbound{Text: "hi", Event: "discord/msg/1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Enqueue(ctx, "web/once", agent.Inbound{Text: "hi", Event: "discord/msg/1"}); !errors.Is(err, agent.ErrDuplicate) {
+		t.Fatalf("the second Enqueue of an event = %v, want agent.ErrDuplicate", err)
+	}
+	if first, err := s.FirstSeen(ctx, "discord/msg/1", time.Hour); err != nil || first {
+		t.Fatalf("FirstSeen of a queued event = %v, %v; want seen", first, err)
+	}
+	if first, err := s.FirstSeen(ctx, "discord/msg/2", time.Hour); err != nil || !first {
+		t.Fatalf("FirstSeen = %v, %v", first, err)
+	}
+	if _, err := s.Enqueue(ctx, "web/once", agent.Inbound{Text: "two", Event: "discord/msg/2"}); !errors.Is(err, agent.ErrDuplicate) {
+		t.Fatalf("Enqueue of an event FirstSeen took = %v, want agent.ErrDuplicate", err)
+	}
+	if _, err := s.Enqueue(ctx, "web/once", agent.Inbound{Text: "three"}); err != nil {
+		t.Fatal(err) // no Event: no dedupe
+	}
+	inbox, err := s.Inbox(ctx, "web/once")
+	if err != nil || len(inbox) != 2 || inbox[0].Text != "hi" || inbox[1].Text != "three" {
+		t.Fatalf("Inbox = %+v, %v; want hi and three", inbox, err)
+	}
+	// A refused message creates no session.
+	if _, err := s.Enqueue(ctx, "web/never", agent.Inbound{Text: "x", Event: "discord/msg/1"}); !errors.Is(err, agent.ErrDuplicate) {
+		t.Fatalf("Enqueue = %v, want agent.ErrDuplicate", err)
+	}
+	if cp, hist, inbox, err := s.Load(ctx, "web/never"); err != nil || cp != nil || len(hist) != 0 || len(inbox) != 0 {
+		t.Fatalf("Load of the refused session = %v, %d, %d, %v; want nothing", cp, len(hist), len(inbox), err)
+	}
+}
+
 // testMarks: read marks are kept by name, replaced whole, and need no
 // session (they are saved by whichever process holds the gateway).
 func testMarks(t *testing.T, s Store, _ func(string)) {
@@ -458,6 +493,9 @@ func testMarks(t *testing.T, s Store, _ func(string)) {
 }
 
 // own is called once per session key first (a fenced store takes it).
+// BenchRounds commits b.N rounds spread over sessions sessions committing
+// at once (each a user message and an answer, a plan revision every
+// other round), the shape of a busy deployment, and reports rounds/s.
 func BenchRounds(b *testing.B, s Store, sessions int, own func(key string)) {
 	ctx := context.Background()
 	keys := make([]string, sessions)
