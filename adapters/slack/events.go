@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/slack-go/slack"
@@ -70,16 +71,22 @@ func (a *Adapter) runSocketMode(ctx context.Context) {
 					a.queue.Add("interaction/"+cb.TriggerID+cb.ActionTs, func() { a.interact(ctx, cb) })
 				}
 			case socketmode.EventTypeEventsAPI:
-				if evt.Request != nil {
-					if err := client.Ack(*evt.Request); err != nil {
-						a.log.Warn("slack ack", "err", err)
+				ack := func() {}
+				if req := evt.Request; req != nil {
+					ack = func() {
+						actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+						defer cancel()
+						if err := client.AckCtx(actx, req.EnvelopeID, nil); err != nil {
+							a.log.Warn("slack ack", "err", err)
+						}
 					}
 				}
 				api, ok := evt.Data.(slackevents.EventsAPIEvent)
 				if !ok {
+					ack()
 					continue
 				}
-				a.route(ctx, api)
+				a.route(ctx, api, ack)
 			}
 		}
 	}
@@ -110,8 +117,16 @@ func (a *Adapter) HTTPHandler(ctx context.Context) http.Handler {
 			w.Header().Set("Content-Type", "text/plain")
 			io.WriteString(w, ch.Challenge)
 		case slackevents.CallbackEvent:
-			w.WriteHeader(http.StatusOK) // ack first; Slack wants it within 3 s
-			a.route(ctx, api)
+			// Answered once the event is handed on (or within ackWithin,
+			// as Slack wants it within 3 s): one that a process dying
+			// meanwhile did not hand on is sent again by Slack.
+			done := make(chan struct{})
+			a.route(ctx, api, func() { close(done) })
+			select {
+			case <-done:
+			case <-r.Context().Done():
+			}
+			w.WriteHeader(http.StatusOK)
 		default:
 			a.log.Info("slack event type ignored", "type", api.Type)
 			w.WriteHeader(http.StatusOK)
@@ -130,19 +145,34 @@ type message struct {
 	needsSession bool // only for a thread that has a session
 }
 
+// ackWithin is how long an event may wait for its acknowledgement:
+// Slack sends again what it did not see acknowledged within 3 s.
+const ackWithin = 2 * time.Second
+
 // route decides whether an event concerns the bot, before anything is
 // written, and queues the ones that do behind the earlier events of their
 // thread: handled in the order Slack sent them, one at a time per thread,
-// threads in parallel.
-func (a *Adapter) route(ctx context.Context, api slackevents.EventsAPIEvent) {
+// threads in parallel. ack is called once: when the event was handed on
+// (its message queued in the store) or dropped, or after ackWithin if
+// that takes longer. So a process killed before it handed an event on
+// leaves it unacknowledged, and Slack sends it again.
+func (a *Adapter) route(ctx context.Context, api slackevents.EventsAPIEvent, ack func()) {
+	ack = sync.OnceFunc(ack)
 	if a.routeSession(ctx, api) {
+		ack()
 		return
 	}
 	m, ok := a.relevant(api)
 	if !ok {
+		ack()
 		return
 	}
-	a.queue.Add(m.channel+"/"+m.thread, func() { a.dispatch(ctx, m) })
+	late := time.AfterFunc(ackWithin, ack)
+	a.queue.Add(m.channel+"/"+m.thread, func() {
+		a.dispatch(ctx, m)
+		late.Stop()
+		ack()
+	})
 }
 
 // relevant filters an event without I/O: messages from bots, edits and

@@ -36,7 +36,7 @@ func push(t *testing.T, a *Adapter, fake *fakeslack.Server, id string, ev map[st
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.route(context.Background(), api)
+	a.route(context.Background(), api, func() {})
 }
 
 func TestOnlyTheBotMentionIsStripped(t *testing.T) {

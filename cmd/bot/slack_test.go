@@ -568,6 +568,29 @@ func TestSlackDirectMessageAndPinLimit(t *testing.T) {
 	}
 }
 
+// TestSlackKilledBeforeQueueingIsSentAgain: the process is killed after
+// Socket Mode delivered a mention and before the mention was queued (it
+// waits on users.info for the author's name). Slack sends again what it
+// did not see acknowledged, so the next process answers it, once. (When
+// the adapter acknowledged on receipt, the mention was lost.)
+func TestSlackKilledBeforeQueueingIsSentAgain(t *testing.T) {
+	r := newSlackRig(t, 1, 0, true)
+	p := r.start(t)
+	r.slack.Delay("users.info", 1500*time.Millisecond, 1) // under the 2 s the adapter waits to acknowledge
+	if _, err := r.slack.Push("EvQ", mention("C1", "1700000400.000100", "do not lose me")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the name lookup to be under way", func() bool { return r.slack.Held("users.info") == 1 })
+	p.kill()
+	p = r.start(t)
+	defer p.stop(t)
+	waitReply(t, r.slack, "C1", "1700000400.000100", "All done.")
+	time.Sleep(time.Second) // room for a second answer to show
+	if n := len(answers(r.slack, "C1")); n != 1 {
+		t.Errorf("%d answers, want 1", n)
+	}
+}
+
 // TestSlackQueuedPlansSurviveKill: plans still waiting for the workspace's
 // pace when the process is killed are posted after the restart. Every
 // thread ends with exactly one plan message, pinned, on its last revision,

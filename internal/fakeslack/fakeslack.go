@@ -141,6 +141,7 @@ type Server struct {
 	failures   map[string][]string
 	httpFaults map[string][]*fault
 	delays     map[string][]*fault
+	held       map[string]int // calls held by Delay now, by method
 	retryUntil map[string]time.Time
 	violations []string
 	seq        int
@@ -223,6 +224,13 @@ func (s *Server) Delay(method string, d time.Duration, n int) {
 	defer s.mu.Unlock()
 	s.initLocked()
 	s.delays[method] = append(s.delays[method], &fault{delay: d, n: n})
+}
+
+// Held reports how many calls of method a Delay holds now.
+func (s *Server) Held(method string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.held[method]
 }
 
 // takeLocked uses one call of the first fault queued for method or for
@@ -386,6 +394,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.initLocked()
 	s.host = r.Host
 	d := takeLocked(s.delays, method)
+	if d != nil {
+		if s.held == nil {
+			s.held = map[string]int{}
+		}
+		s.held[method]++
+	}
 	s.mu.Unlock()
 	if d != nil {
 		t := time.NewTimer(d.delay)
@@ -394,6 +408,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			t.Stop()
 		}
+		s.mu.Lock()
+		s.held[method]--
+		s.mu.Unlock()
 	}
 	now := time.Now()
 	s.mu.Lock()
