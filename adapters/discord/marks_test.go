@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,35 +16,60 @@ import (
 	"github.com/pinplan/pinplan/internal/inboxtest"
 )
 
+// sharedStore is one fake Discord and the store two processes share: a
+// process is an adapter started with start, its gateway open.
+type sharedStore struct {
+	fake   *fakediscord.Server
+	url    string
+	dedupe *inboxtest.Dedupe
+	marks  *inboxtest.Marks
+}
+
+func newSharedStore(t *testing.T, channels ...string) *sharedStore {
+	t.Helper()
+	fake := &fakediscord.Server{HeartbeatInterval: time.Second}
+	for _, ch := range channels {
+		typ := 0
+		if strings.HasPrefix(ch, "T") {
+			typ = 11
+		}
+		fake.AddChannel(ch, typ, "G1")
+	}
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	t.Cleanup(fake.Close)
+	return &sharedStore{fake: fake, url: srv.URL, dedupe: &inboxtest.Dedupe{}, marks: &inboxtest.Marks{}}
+}
+
+func (s *sharedStore) start(t *testing.T, opts Options) *Adapter {
+	t.Helper()
+	opts.Token, opts.APIURL, opts.Dedupe = "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", s.url, s.dedupe
+	if opts.Marks == nil {
+		opts.Marks = s.marks
+	}
+	a, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); a.Close() })
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitGateway(t, s.fake, 1)
+	return a
+}
+
 // TestGatewayMovesWithTheMarks: the gateway moves from one adapter to
 // another (a replica hand-over, or a restart) that shares only the store.
 // What was sent while neither listened, in the thread a task started and
 // in its channel, is fetched by the second from the first's saved marks,
 // once and in order, and nothing handled before runs again.
 func TestGatewayMovesWithTheMarks(t *testing.T) {
-	fake := &fakediscord.Server{HeartbeatInterval: time.Second}
-	fake.AddChannel("C1", 0, "G1")
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
-	t.Cleanup(fake.Close)
-	rec, dedupe, marks := &inboxtest.Inbox{}, &inboxtest.Dedupe{}, &inboxtest.Marks{}
-	start := func() *Adapter {
-		a, err := New(Options{Token: "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", APIURL: srv.URL, ThreadPerTask: true, Handler: rec, Dedupe: dedupe, Marks: marks})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		t.Cleanup(func() { cancel(); a.Close() })
-		if err := a.StartREST(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := a.OpenGateway(ctx); err != nil {
-			t.Fatal(err)
-		}
-		waitGateway(t, fake, 1)
-		return a
-	}
-
+	st := newSharedStore(t, "C1")
+	fake, marks := st.fake, st.marks
+	rec := &inboxtest.Inbox{}
+	start := func() *Adapter { return st.start(t, Options{ThreadPerTask: true, Handler: rec}) }
 	first := start()
 	fake.UserMessage("C1", "111", "the task", true)
 	waitTexts(t, rec, 1)
@@ -156,25 +182,9 @@ func (s *stuckInbox) Handle(ctx context.Context, in chat.Incoming) error {
 // it on. (When the adapter recorded the message first, the next one took
 // it for a repeat and dropped it.)
 func TestDiedBeforeQueueingLosesNothing(t *testing.T) {
-	fake := &fakediscord.Server{HeartbeatInterval: time.Second}
-	fake.AddChannel("T1", 11, "G1")
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
-	t.Cleanup(fake.Close)
-	store, marks := &inboxtest.Dedupe{}, &inboxtest.Marks{} // one store, as two processes share it
-	start := func(h chat.Inbox) *Adapter {
-		a, err := New(Options{Token: "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", APIURL: srv.URL, Handler: h, Dedupe: store, Marks: marks})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		t.Cleanup(func() { cancel(); a.Close() })
-		if err := a.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		waitGateway(t, fake, 1)
-		return a
-	}
+	st := newSharedStore(t, "T1")
+	fake, store, marks := st.fake, st.dedupe, st.marks // one store, as two processes share it
+	start := func(h chat.Inbox) *Adapter { return st.start(t, Options{Handler: h}) }
 	dying := &stuckInbox{Inbox: &inboxtest.Inbox{Events: store}, release: make(chan struct{})}
 	first := start(dying)
 	t.Cleanup(func() { close(dying.release) }) // before first's Close, which waits for it

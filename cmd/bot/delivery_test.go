@@ -173,21 +173,7 @@ func TestDiscordReconnectGapIsFetched(t *testing.T) {
 	if r.dc.Missed() == 0 {
 		t.Fatal("the fake delivered the gap's message: this test would prove nothing")
 	}
-	seen := map[string]int{}
-	for _, s := range userTexts(r.model.Requests(), "watch this thread") {
-		seen[s]++
-	}
-	for _, want := range []string{"sent in the gap", "after the gap"} {
-		n := 0
-		for s, c := range seen {
-			if strings.HasSuffix(s, want) {
-				n += c
-			}
-		}
-		if n != 1 {
-			t.Errorf("%q reached the model %d times, want once (%v)", want, n, seen)
-		}
-	}
+	onceEach(t, userTexts(r.model.Requests(), "watch this thread"), "sent in the gap", "after the gap")
 }
 
 // TestDiscordMessagesWhileDownAreFetched: a mention and a follow-up
@@ -214,19 +200,22 @@ func TestDiscordMessagesWhileDownAreFetched(t *testing.T) {
 	if r.dc.Missed() < 2 {
 		t.Fatalf("the fake delivered %d of the messages sent while down: this test would prove nothing", 2-r.dc.Missed())
 	}
-	seen := map[string]int{}
-	for _, s := range userTexts(r.model.Requests(), "watch this thread") {
-		seen[s]++
-	}
-	for _, want := range []string{"sent while down", "mentioned while down", "after the restart"} {
+	onceEach(t, userTexts(r.model.Requests(), "watch this thread"), "sent while down", "mentioned while down", "after the restart")
+}
+
+// onceEach checks that each of wants ends exactly one of the texts the
+// model read (a user entry is "name: text").
+func onceEach(t *testing.T, texts []string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
 		n := 0
-		for s, c := range seen {
+		for _, s := range texts {
 			if strings.HasSuffix(s, want) {
-				n += c
+				n++
 			}
 		}
 		if n != 1 {
-			t.Errorf("%q reached the model %d times, want once (%v)", want, n, seen)
+			t.Errorf("%q reached the model %d times, want once (%q)", want, n, texts)
 		}
 	}
 }
