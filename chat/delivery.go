@@ -136,3 +136,21 @@ func sendUntil(ctx context.Context, b Backoff, attempts int, giveUp func() bool,
 		}
 	}
 }
+
+type sendKey struct{}
+
+// withSendKey gives a send an idempotency key: the same key on every
+// attempt at one message, and across restarts (the outbox's item).
+func withSendKey(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, sendKey{}, key)
+}
+
+// SendKey is the idempotency key of the send ctx carries, or "". A
+// platform that can make a create idempotent (Discord's nonce with
+// enforce_nonce) uses it, so that an attempt after one whose answer was
+// lost, or after a restart, returns the message instead of posting it
+// twice.
+func SendKey(ctx context.Context) string {
+	k, _ := ctx.Value(sendKey{}).(string)
+	return k
+}

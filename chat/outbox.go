@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -187,6 +188,9 @@ func (o *outbox) send(ctx context.Context, q queued) {
 		}
 		actx, cancel := context.WithTimeout(ctx, replyTimeout)
 		defer cancel()
+		if q.id != 0 {
+			actx = withSendKey(actx, fmt.Sprintf("outbox/%s/%d", th.Key, q.id))
+		}
 		err := p.Reply(actx, th, it.ReplyTo, it.Text)
 		if err != nil && ctx.Err() == nil {
 			log.Warn("reply not delivered", "err", err)

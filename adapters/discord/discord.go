@@ -13,7 +13,9 @@ package discord
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -494,17 +496,42 @@ func (a *Adapter) SplitReply(text string) []string { return Split(text, maxConte
 // Reply implements chat.Platform: split at 2,000 characters on line
 // boundaries, the first part answering the message that started the turn,
 // nobody pinged.
+//
+// A send with a key (chat.SendKey: a reply from the outbox) carries a
+// nonce per part with enforce_nonce, so that Discord returns the message
+// it created for an earlier attempt, a restart's included, instead of
+// posting it again.
 func (a *Adapter) Reply(ctx context.Context, th chat.Thread, replyTo, text string) error {
+	key := chat.SendKey(ctx)
+	endpoint := discordgo.EndpointChannelMessages(th.Channel)
 	for i, part := range Split(text, maxContent) {
-		msg := &discordgo.MessageSend{Content: part, AllowedMentions: noMentions()}
+		msg := nonceSend{MessageSend: &discordgo.MessageSend{Content: part, AllowedMentions: noMentions()}}
 		if i == 0 && replyTo != "" {
 			msg.Reference = &discordgo.MessageReference{MessageID: replyTo, ChannelID: th.Channel, FailIfNotExists: new(bool)}
 		}
-		if _, err := a.s.ChannelMessageSendComplex(th.Channel, msg, discordgo.WithContext(ctx)); err != nil {
+		if key != "" {
+			msg.Nonce, msg.EnforceNonce = nonce(fmt.Sprintf("%s/%d", key, i)), true
+		}
+		if _, err := a.s.RequestWithBucketID(http.MethodPost, endpoint, msg, endpoint, discordgo.WithContext(ctx)); err != nil {
 			return classify("reply", err, false)
 		}
 	}
 	return nil
+}
+
+// nonceSend is a message create with Discord's nonce fields, which
+// discordgo's MessageSend lacks.
+type nonceSend struct {
+	*discordgo.MessageSend
+	Nonce        string `json:"nonce,omitempty"`
+	EnforceNonce bool   `json:"enforce_nonce,omitempty"`
+}
+
+// nonce turns a send key into a nonce: 24 hex digits of its SHA-256
+// (Discord takes at most 25 characters).
+func nonce(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:12])
 }
 
 // Working implements chat.Platform: the typing indicator, renewed every

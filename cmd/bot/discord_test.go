@@ -508,3 +508,50 @@ func callList(calls []fakediscord.Call) string {
 	}
 	return b.String()
 }
+
+// TestDiscordReplyCreatedBeforeKillIsNotPostedTwice: Discord creates the
+// answer but its response is held, and the bot is killed meanwhile, so
+// the reply is still in the outbox. After the restart it is sent again,
+// with the same nonce and enforce_nonce: Discord returns the message it
+// has, and the thread shows the answer once. (Without the nonce the
+// restart posted it a second time; the fake enforces nonces as Discord.)
+func TestDiscordReplyCreatedBeforeKillIsNotPostedTwice(t *testing.T) {
+	r := newDiscordRig(t, 1, 0)
+	p := r.start(t)
+	// The typing indicator comes first, then the plan post; the answer is
+	// the third message the bot creates: hold the answers of every post
+	// from the plan's on, and kill once the answer's is held.
+	r.dc.DelayAnswer("POST messages", 5*time.Second, 3)
+	r.dc.UserMessage("C1", "111", "answer once", true)
+	waitFor(t, 30*time.Second, "the answer created and its response held", func() bool {
+		n := 0
+		for _, m := range r.dc.Messages("C1") {
+			if m.AuthorID == fakediscord.BotID && strings.Contains(m.Content, "All done.") {
+				n++
+			}
+		}
+		return n == 1 && r.dc.HeldAnswers() > 0
+	})
+	p.kill()
+	p = r.start(t)
+	defer p.stop(t)
+	waitFor(t, 30*time.Second, "the outbox to send the answer again", func() bool {
+		n := 0
+		for _, c := range r.dc.Calls("POST channels/C1/messages") {
+			if s, _ := c.Body["content"].(string); strings.Contains(s, "All done.") {
+				n++
+			}
+		}
+		return n >= 2
+	})
+	time.Sleep(500 * time.Millisecond)
+	n := 0
+	for _, m := range r.dc.Messages("C1") {
+		if m.AuthorID == fakediscord.BotID && strings.Contains(m.Content, "All done.") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("the answer is in the thread %d times, want once", n)
+	}
+}

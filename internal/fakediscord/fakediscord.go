@@ -85,6 +85,7 @@ type Message struct {
 
 	at, edited time.Time
 	thread     string // the thread started from it
+	nonce      string // as sent on create
 }
 
 type channel struct {
@@ -157,7 +158,9 @@ type Server struct {
 	failures     map[string][]*fault // "PATCH message" etc.
 	httpFaults   map[string][]*fault
 	delays       map[string][]*fault
-	limits       map[string]*window // by route
+	lateAnswers  map[string][]*fault // DelayAnswer
+	heldAnswers  int                 // answers a DelayAnswer holds now
+	limits       map[string]*window  // by route
 	retryUntil   map[string]time.Time
 	violations   []string
 	nextID       int64
@@ -182,6 +185,7 @@ func (s *Server) initLocked() {
 		s.failures = map[string][]*fault{}
 		s.httpFaults = map[string][]*fault{}
 		s.delays = map[string][]*fault{}
+		s.lateAnswers = map[string][]*fault{}
 		s.limits = map[string]*window{}
 		s.retryUntil = map[string]time.Time{}
 		s.sessionByID = map[string]*session{}
@@ -268,6 +272,24 @@ func (s *Server) FailHTTP(route string, status, n int) {
 	defer s.mu.Unlock()
 	s.initLocked()
 	s.httpFaults[route] = append(s.httpFaults[route], &fault{status: status, n: n})
+}
+
+// DelayAnswer carries out the next n requests matching route ("" for any)
+// at once and holds their answers for d: a client that gives up or dies
+// meanwhile never learns that its message was created, as when
+// Discord's answer is lost on the way.
+func (s *Server) DelayAnswer(route string, d time.Duration, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.initLocked()
+	s.lateAnswers[route] = append(s.lateAnswers[route], &fault{delay: d, n: n})
+}
+
+// HeldAnswers reports how many answers DelayAnswer holds now.
+func (s *Server) HeldAnswers() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.heldAnswers
 }
 
 // Delay holds the next n requests matching route ("" for any) for d

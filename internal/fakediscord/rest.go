@@ -197,7 +197,22 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if rt.kind == "callback" {
 		s.recordResponseLocked(rt.parts[1], body, call, arrived)
 	}
+	late := takeLocked(s.lateAnswers, name)
+	if late != nil {
+		s.heldAnswers++
+	}
 	s.mu.Unlock()
+	if late != nil {
+		t := time.NewTimer(late.delay)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+		}
+		s.mu.Lock()
+		s.heldAnswers--
+		s.mu.Unlock()
+	}
 
 	switch {
 	case call.Status == http.StatusTooManyRequests:
@@ -336,7 +351,20 @@ func (s *Server) routeLocked(r *http.Request, rt route, body map[string]any) (in
 		if ch.archived && ch.locked {
 			return 0, nil, archived
 		}
-		m := &Message{ChannelID: ch.id, AuthorID: BotID}
+		nonce, enforce, err := nonceOf(body)
+		if err != nil {
+			return s.violationLocked(r, rt.major, err)
+		}
+		if enforce && nonce != "" {
+			// Discord: a message the same author created with the same
+			// nonce in the past few minutes is returned, and none created.
+			for _, old := range s.messages {
+				if old.AuthorID == BotID && old.nonce == nonce && time.Since(old.at) < nonceWindow {
+					return 200, s.messageJSONLocked(old), nil
+				}
+			}
+		}
+		m := &Message{ChannelID: ch.id, AuthorID: BotID, nonce: nonce}
 		if err := s.applyLocked(m, body, true); err != nil {
 			return s.violationLocked(r, rt.major, err)
 		}
@@ -556,6 +584,28 @@ func idLess(a, b string) bool {
 // flagged IS_COMPONENTS_V2 has no content, embeds, stickers or poll, and
 // its components are held to checkComponentsV2; the flag, once set, is
 // never removed. null clears content and embeds.
+// nonceWindow is how long Discord holds a nonce against a second create
+// ("the past few minutes").
+const nonceWindow = 5 * time.Minute
+
+// nonceOf reads a create's nonce (an integer or a string of at most 25
+// characters) and enforce_nonce.
+func nonceOf(body map[string]any) (string, bool, *apiError) {
+	enforce, _ := body["enforce_nonce"].(bool)
+	switch v := body["nonce"].(type) {
+	case nil:
+		return "", enforce, nil
+	case float64:
+		return strconv.FormatFloat(v, 'f', 0, 64), enforce, nil
+	case string:
+		if len(v) > 25 {
+			return "", false, formError("nonce", "BASE_TYPE_MAX_LENGTH", "Must be 25 or fewer in length.")
+		}
+		return v, enforce, nil
+	}
+	return "", false, formError("nonce", "NONCE_TYPE_INVALID", "Nonce must be an integer or a string.")
+}
+
 func (s *Server) applyLocked(m *Message, body map[string]any, create bool) *apiError {
 	isNew := m.ID == ""
 	flags, err := messageFlags(m, body, isNew)
@@ -789,6 +839,9 @@ func (s *Server) messageJSONLocked(m *Message) map[string]any {
 	}
 	if !m.edited.IsZero() {
 		out["edited_timestamp"] = m.edited.UTC().Format(time.RFC3339Nano)
+	}
+	if m.nonce != "" {
+		out["nonce"] = m.nonce
 	}
 	if ch, ok := s.channels[m.ChannelID]; ok && ch.guildID != "" {
 		out["guild_id"] = ch.guildID

@@ -432,3 +432,26 @@ func TestGuildMemberAndRoles(t *testing.T) {
 		t.Errorf("unknown member: %v", a.body)
 	}
 }
+
+// TestEnforceNonce: a create with a nonce and enforce_nonce returns the
+// message the same author created with that nonce, and creates none;
+// without enforce_nonce, or with another nonce, a message is created; a
+// nonce over 25 characters is refused.
+func TestEnforceNonce(t *testing.T) {
+	s := &Server{}
+	s.AddChannel("C1", 0, "G1")
+	base := serve(t, s)
+	first := rest(t, base, "POST", "channels/C1/messages", map[string]any{"content": "x", "nonce": "n1", "enforce_nonce": true})
+	again := rest(t, base, "POST", "channels/C1/messages", map[string]any{"content": "x", "nonce": "n1", "enforce_nonce": true})
+	if first.status != 200 || again.status != 200 || first.field("id") != again.field("id") || again.field("nonce") != "n1" {
+		t.Errorf("enforced nonce: %d %v then %d %v; want the same message", first.status, first.body, again.status, again.body)
+	}
+	rest(t, base, "POST", "channels/C1/messages", map[string]any{"content": "x", "nonce": "n1"}) // not enforced
+	rest(t, base, "POST", "channels/C1/messages", map[string]any{"content": "x", "nonce": "n2", "enforce_nonce": true})
+	if n := len(s.Messages("C1")); n != 3 {
+		t.Errorf("%d messages, want 3", n)
+	}
+	if long := rest(t, base, "POST", "channels/C1/messages", map[string]any{"content": "x", "nonce": strings.Repeat("n", 26)}); long.status != 400 {
+		t.Errorf("a 26-character nonce: %d, want 400", long.status)
+	}
+}
