@@ -231,10 +231,10 @@ func (p *botProc) wasKilled() bool {
 // sample reads the process's RSS and CPU from /proc and its /metrics.
 // The metrics and CPU are kept as the run's newest (a run's totals are
 // its last read); RSS is returned for the time series.
-func (p *botProc) sample(ctx context.Context, client *http.Client, token string) (rssKB int64, goroutines int, err error) {
-	rssKB, err = readRSS(p.pid)
+func (p *botProc) sample(ctx context.Context, client *http.Client, token string) (mem memKB, goroutines int, err error) {
+	mem, err = readMemory(p.pid)
 	if err != nil {
-		return 0, 0, err
+		return memKB{}, 0, err
 	}
 	if ticks, err := readCPUTicks(p.pid); err == nil {
 		p.mu.Lock()
@@ -251,7 +251,7 @@ func (p *botProc) sample(ctx context.Context, client *http.Client, token string)
 	if v, ok := s.values["go_goroutines"]; ok {
 		goroutines = int(v)
 	}
-	return rssKB, goroutines, err
+	return mem, goroutines, err
 }
 
 func fetchMetrics(ctx context.Context, client *http.Client, base, token string) (scrape, error) {
@@ -277,22 +277,41 @@ func fetchMetrics(ctx context.Context, client *http.Client, base, token string) 
 	return parseMetrics(string(body)), nil
 }
 
-// readRSS is VmRSS of /proc/<pid>/status, in kB.
-func readRSS(pid int) (int64, error) {
+// memKB is a process's resident memory from /proc/<pid>/status, in kB:
+// VmRSS, and its anonymous (heap, stacks) and file-backed (the binary,
+// the mapped bbolt file) parts.
+type memKB struct{ rss, anon, file int64 }
+
+func readMemory(pid int) (memKB, error) {
 	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
 	if err != nil {
-		return 0, err
+		return memKB{}, err
 	}
+	var m memKB
+	found := false
 	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			f := strings.Fields(rest)
-			if len(f) == 0 {
-				break
-			}
-			return strconv.ParseInt(f[0], 10, 64)
+		name, rest, ok := strings.Cut(line, ":")
+		f := strings.Fields(rest)
+		if !ok || len(f) == 0 {
+			continue
+		}
+		n, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			continue
+		}
+		switch name {
+		case "VmRSS":
+			m.rss, found = n, true
+		case "RssAnon":
+			m.anon = n
+		case "RssFile":
+			m.file = n
 		}
 	}
-	return 0, errors.New("no VmRSS in /proc/" + strconv.Itoa(pid) + "/status")
+	if !found {
+		return memKB{}, errors.New("no VmRSS in /proc/" + strconv.Itoa(pid) + "/status")
+	}
+	return m, nil
 }
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on

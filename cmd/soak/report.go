@@ -67,7 +67,12 @@ type growth struct {
 	RSSFromKB int64    `json:"rss_from_kb"`
 	RSSToKB   int64    `json:"rss_to_kb"`
 	Percent   *float64 `json:"percent"`
-	Note      string   `json:"note,omitempty"`
+	// The anonymous part alone (heap and stacks): RSS also counts the
+	// pages of the mapped bbolt file, which grow with the file.
+	AnonFromKB  int64    `json:"anon_from_kb,omitempty"`
+	AnonToKB    int64    `json:"anon_to_kb,omitempty"`
+	AnonPercent *float64 `json:"anon_percent,omitempty"`
+	Note        string   `json:"note,omitempty"`
 }
 
 type report struct {
@@ -313,7 +318,7 @@ func rssGrowth(samples []sample, slots int, load, every time.Duration) []growth 
 	var out []growth
 	for slot := range slots {
 		g := growth{Slot: slot, FromS: from, ToS: to}
-		var head, tail []float64
+		var head, tail, anonHead, anonTail []float64
 		runs := map[int]bool{}
 		for _, s := range samples {
 			if s.Slot != slot || s.T < from || s.T > to {
@@ -322,9 +327,15 @@ func rssGrowth(samples []sample, slots int, load, every time.Duration) []growth 
 			runs[s.Run] = true
 			if s.T <= from+w {
 				head = append(head, float64(s.RSSKB))
+				if s.AnonKB > 0 {
+					anonHead = append(anonHead, float64(s.AnonKB))
+				}
 			}
 			if s.T >= to-w {
 				tail = append(tail, float64(s.RSSKB))
+				if s.AnonKB > 0 {
+					anonTail = append(anonTail, float64(s.AnonKB))
+				}
 			}
 		}
 		switch {
@@ -336,6 +347,11 @@ func rssGrowth(samples []sample, slots int, load, every time.Duration) []growth 
 			g.RSSFromKB, g.RSSToKB = int64(median(head)), int64(median(tail))
 			p := (median(tail) - median(head)) / median(head) * 100
 			g.Percent = &p
+			if len(anonHead) > 0 && len(anonTail) > 0 {
+				g.AnonFromKB, g.AnonToKB = int64(median(anonHead)), int64(median(anonTail))
+				a := (median(anonTail) - median(anonHead)) / median(anonHead) * 100
+				g.AnonPercent = &a
+			}
 		}
 		out = append(out, g)
 	}
@@ -399,6 +415,9 @@ func (r *report) print(w io.Writer) {
 	for _, g := range r.Growth {
 		if g.Percent != nil {
 			p("RSS slot %d: %.1f MiB at %s, %.1f MiB at %s: %+.1f%%", g.Slot, float64(g.RSSFromKB)/1024, seconds(g.FromS), float64(g.RSSToKB)/1024, seconds(g.ToS), *g.Percent)
+			if g.AnonPercent != nil {
+				p("  of it anonymous (heap, stacks; not the mapped file): %.1f -> %.1f MiB: %+.1f%%", float64(g.AnonFromKB)/1024, float64(g.AnonToKB)/1024, *g.AnonPercent)
+			}
 		} else {
 			p("RSS slot %d: %s", g.Slot, g.Note)
 		}

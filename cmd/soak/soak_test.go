@@ -284,7 +284,7 @@ func TestPlotIsPNG(t *testing.T) {
 func TestRSSGrowth(t *testing.T) {
 	var samples []sample
 	for i := 0; i <= 60; i++ { // one sample a minute of an hour's load, slot 0 growing 5 MB
-		samples = append(samples, sample{T: float64(i * 60), Slot: 0, RSSKB: int64(100000 + 100*i)})
+		samples = append(samples, sample{T: float64(i * 60), Slot: 0, RSSKB: int64(100000 + 100*i), AnonKB: int64(40000 + 10*i)})
 		run := 0
 		if i > 30 {
 			run = 1
@@ -298,6 +298,10 @@ func TestRSSGrowth(t *testing.T) {
 	// Medians over three minutes at minute 10 (10..13 → 101150) and the end (57..60 → 105850).
 	if want := (105850.0 - 101150) / 101150 * 100; math.Abs(*g[0].Percent-want) > 0.01 {
 		t.Errorf("slot 0 growth %.3f%%, want %.3f%%", *g[0].Percent, want)
+	}
+	// The anonymous part on its own: 10..13 → 40115, 57..60 → 40585.
+	if want := (40585.0 - 40115) / 40115 * 100; g[0].AnonPercent == nil || math.Abs(*g[0].AnonPercent-want) > 0.01 {
+		t.Errorf("slot 0 anonymous growth %v, want %.3f%%", g[0].AnonPercent, want)
 	}
 	if g[1].Percent != nil {
 		t.Errorf("slot 1 was killed in the window, yet got %.1f%%", *g[1].Percent)

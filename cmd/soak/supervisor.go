@@ -26,7 +26,9 @@ type sample struct {
 	Run        int     `json:"run"`
 	PID        int     `json:"pid"`
 	RSSKB      int64   `json:"rss_kb"`
-	Goroutines int     `json:"goroutines"` // -1: not known yet
+	AnonKB     int64   `json:"rss_anon_kb"` // of RSSKB: heap and stacks
+	FileKB     int64   `json:"rss_file_kb"` // of RSSKB: the binary and mapped files (the bbolt file)
+	Goroutines int     `json:"goroutines"`  // -1: not known yet
 }
 
 // supervisor runs the bot's slots (one process, or the replicas): it
@@ -164,12 +166,12 @@ func (s *supervisor) sampleAll(ctx context.Context) {
 		if p == nil {
 			continue
 		}
-		rss, g, err := p.sample(ctx, s.client, s.token)
-		if err != nil && rss == 0 {
+		mem, g, err := p.sample(ctx, s.client, s.token)
+		if err != nil && mem.rss == 0 {
 			continue // gone between the list and the read
 		}
 		s.mu.Lock()
-		s.samples = append(s.samples, sample{T: s.since(), Slot: p.slot, Run: p.run, PID: p.pid, RSSKB: rss, Goroutines: g})
+		s.samples = append(s.samples, sample{T: s.since(), Slot: p.slot, Run: p.run, PID: p.pid, RSSKB: mem.rss, AnonKB: mem.anon, FileKB: mem.file, Goroutines: g})
 		s.mu.Unlock()
 	}
 }
@@ -286,8 +288,8 @@ func (s *supervisor) snapshot(ctx context.Context) []slotReading {
 		if p == nil {
 			continue
 		}
-		rss, g, _ := p.sample(ctx, s.client, s.token)
-		out = append(out, slotReading{Slot: p.slot, PID: p.pid, Goroutines: g, RSSKB: rss})
+		mem, g, _ := p.sample(ctx, s.client, s.token)
+		out = append(out, slotReading{Slot: p.slot, PID: p.pid, Goroutines: g, RSSKB: mem.rss})
 	}
 	return out
 }
