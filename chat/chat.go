@@ -60,9 +60,10 @@ type Incoming struct {
 	// Event is the adapter's dedupe key of the message (for example
 	// discord/msg/ID), or "" when the adapter deduplicated it itself. A
 	// message to queue is taken in once by the store, in the write that
-	// queues it (agent.Inbound.Event); a command once by the Router's
-	// Dedupe. So the adapter does not record it first, and a crash
-	// between its dedupe and the queue cannot lose the message.
+	// queues it (agent.Inbound.Event), so the adapter does not record it
+	// first and a crash before the queue cannot lose it. A command (stop,
+	// reset, a refusal) is recorded by the Router's Dedupe before it
+	// runs: a crash between the two loses the command, never repeats it.
 	Event string
 	// Sync: the caller shows a refusal itself (the console answers the
 	// request with it), so the router does not also reply in the thread.

@@ -404,7 +404,7 @@ func TestV2StopClickUpdatesAsV2(t *testing.T) {
 	t.Cleanup(srv.Close)
 	t.Cleanup(fake.Close)
 	stopped := plans()["stopped"]
-	a, err := New(Options{Token: "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", APIURL: srv.URL, ComponentsV2: true, Handler: &stopInbox{plan: stopped}, Dedupe: &inboxtest.Dedupe{}})
+	a, err := New(Options{Token: "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", APIURL: srv.URL, ComponentsV2: true, Handler: &stopInbox{plan: stopped}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,6 @@ type Options struct {
 	APIURL        string
 	ThreadPerTask bool
 	Handler       chat.Inbox
-	Dedupe        chat.Deduper
 	// Marks keeps the read marks (marks.go) across restarts and gateway
 	// hand-overs; without it they live only as long as the process.
 	Marks  chat.MarkStore
@@ -91,9 +90,11 @@ type Adapter struct {
 	// seen is, per channel the bot listens in, the newest message it
 	// handled: the read marks (marks.go).
 	seen      map[string]seenChannel
-	downSince time.Time // when the gap in the gateway began; zero while connected
-	dirty     bool      // seen changed since it was saved
-	flushing  bool      // a save of seen is scheduled
+	downSince time.Time  // when the gap in the gateway began; zero while connected
+	dirty     bool       // seen changed since it was saved
+	flushing  bool       // a save of seen is scheduled
+	catching  int        // catch-ups queued or running
+	saveMu    sync.Mutex // one save of the marks at a time (not under mu)
 }
 
 var (
@@ -371,6 +372,7 @@ const (
 	codeMissingAccess  = 50001
 	codeMissingPerms   = 50013
 	codeInvalidForm    = 50035
+	codeThreadExists   = 160004 // a thread was started from this message already
 )
 
 func restCode(err error) int {
@@ -499,8 +501,9 @@ func (a *Adapter) SplitReply(text string) []string { return Split(text, maxConte
 //
 // A send with a key (chat.SendKey: a reply from the outbox) carries a
 // nonce per part with enforce_nonce, so that Discord returns the message
-// it created for an earlier attempt, a restart's included, instead of
-// posting it again.
+// it created for an earlier attempt in the last few minutes (Discord
+// holds a nonce that long), a restart's included, instead of posting it
+// again.
 func (a *Adapter) Reply(ctx context.Context, th chat.Thread, replyTo, text string) error {
 	key := chat.SendKey(ctx)
 	endpoint := discordgo.EndpointChannelMessages(th.Channel)

@@ -6,15 +6,11 @@ import (
 	"errors"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/bwmarrin/discordgo"
 
 	"github.com/pinplan/pinplan/chat"
 )
-
-// dedupeTTL covers gateway replays after a resume.
-const dedupeTTL = 24 * time.Hour
 
 // onMessage runs in the gateway's goroutine (SyncEvents), in the order
 // Discord sent the events. It drops what can be dropped without I/O and
@@ -95,33 +91,31 @@ func (a *Adapter) process(ctx context.Context, m *discordgo.Message) {
 	// message goes on, so that a crash in between leaves it to fetch.
 	a.markBefore(ctx, m.ChannelID, m.GuildID, m.ID)
 	defer a.markSeen(ctx, m.ChannelID, m.GuildID, m.ID)
+	// Taken in once where it is queued (chat.Incoming.Event), so that a
+	// crash before that cannot lose it.
 	event := "discord/msg/" + m.ID
 	if startThread {
-		// The thread is started before the message is queued, and
-		// starting one is not idempotent: this message is recorded
-		// first, as a command is. Any other is taken in once where it
-		// is queued (chat.Incoming.Event), so that a crash between the
-		// two cannot lose it.
-		if first, err := a.opts.Dedupe.FirstSeen(ctx, event, dedupeTTL); err != nil {
-			a.log.Error("discord dedupe", "message", m.ID, "err", err)
-		} else if !first {
-			a.log.Info("discord message seen before; ignored", "message", m.ID)
-			return
-		}
-		event = ""
-	}
-	if startThread {
+		// Starting the thread is idempotent: a thread started from a
+		// message has the message's id, and Discord refuses a second one
+		// with 160004, so a message fetched again finds its thread.
+		id := m.ID
 		th, err := a.s.MessageThreadStartComplex(channel, m.ID, &discordgo.ThreadStart{
 			Name: chat.Shorten(firstLine(text, "pinplan task"), 90), AutoArchiveDuration: 1440, Type: discordgo.ChannelTypeGuildPublicThread,
 		}, discordgo.WithContext(ctx))
-		if err != nil {
+		switch {
+		case err == nil:
+			id = th.ID
+		case restCode(err) == codeThreadExists:
+		default:
 			a.log.Error("discord: start a thread for the task; using the channel", "err", err)
-		} else {
+			id = ""
+		}
+		if id != "" {
 			a.mu.Lock()
-			a.chanTypes[th.ID] = discordgo.ChannelTypeGuildPublicThread
+			a.chanTypes[id] = discordgo.ChannelTypeGuildPublicThread
 			a.mu.Unlock()
-			channel = th.ID
-			a.markSeen(ctx, th.ID, m.GuildID, m.ID) // the thread's messages come after its starter
+			channel = id
+			a.markSeen(ctx, id, m.GuildID, m.ID) // the thread's messages come after its starter
 		}
 	}
 	th := chat.Thread{Platform: "discord", Key: Key(channel), Channel: channel}

@@ -25,7 +25,7 @@ func restRig(t *testing.T) (*Adapter, *fakediscord.Server, *inboxtest.Inbox) {
 	t.Cleanup(srv.Close)
 	t.Cleanup(fake.Close)
 	rec := &inboxtest.Inbox{}
-	a, err := New(Options{Token: "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", APIURL: srv.URL, Handler: rec, Dedupe: &inboxtest.Dedupe{}})
+	a, err := New(Options{Token: "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", APIURL: srv.URL, Handler: rec})
 	if err != nil {
 		t.Fatal(err)
 	}

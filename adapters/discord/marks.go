@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/bwmarrin/discordgo"
+
+	"github.com/pinplan/pinplan/agent"
 	"golang.org/x/time/rate"
 )
 
@@ -31,7 +33,7 @@ const (
 	marksEvery    = time.Second // how often changed marks are saved
 	catchUpWindow = time.Hour   // channels heard from this long before a gap are caught up
 	catchUpPages  = 5           // pages of 100 fetched per channel at most
-	staleAfter    = dedupeTTL - catchUpWindow
+	staleAfter    = agent.EventTTL - catchUpWindow
 )
 
 // catchUpPace bounds the fetches of one catch-up across channels, well
@@ -115,6 +117,10 @@ func (a *Adapter) saveMarks(ctx context.Context) {
 	if a.opts.Marks == nil {
 		return
 	}
+	// One save at a time, snapshot to write: a snapshot taken earlier
+	// never lands over a newer one.
+	a.saveMu.Lock()
+	defer a.saveMu.Unlock()
 	a.mu.Lock()
 	if !a.dirty {
 		a.mu.Unlock()
@@ -123,8 +129,11 @@ func (a *Adapter) saveMarks(ctx context.Context) {
 	now := time.Now()
 	rec := savedMarks{Saved: now, Channels: make(map[string]seenChannel, len(a.seen))}
 	for ch, s := range a.seen {
-		if now.Sub(s.At) > catchUpWindow {
-			delete(a.seen, ch) // any later gap begins after now
+		// Any later gap begins after now, so a mark this old is never
+		// caught up from again; unless a catch-up is under way, which
+		// began from marks older than that.
+		if now.Sub(s.At) > catchUpWindow && a.catching == 0 {
+			delete(a.seen, ch)
 			continue
 		}
 		rec.Channels[ch] = s
@@ -204,36 +213,66 @@ func (a *Adapter) onReady() {
 		from = time.Now()
 	}
 	a.downSince = time.Time{}
-	var chans []string
+	marks := map[string]seenChannel{}
 	for ch, s := range a.seen {
-		if from.Sub(s.At) <= catchUpWindow {
-			chans = append(chans, ch)
+		if from.Sub(s.At) <= catchUpWindow && s.Last != "" {
+			marks[ch] = s
 		}
 	}
+	a.catching += len(marks)
 	a.mu.Unlock()
-	if len(chans) == 0 {
+	if len(marks) == 0 {
 		return
 	}
-	a.log.Info("discord: new gateway session; fetching missed messages", "channels", len(chans), "gap_began", from)
+	a.log.Info("discord: new gateway session; fetching missed messages", "channels", len(marks), "gap_began", from)
 	pace := rate.NewLimiter(catchUpPace, 5)
-	for _, ch := range chans {
-		a.queue.Add(ch, func() { a.catchUp(a.ctx, ch, pace) })
+	for ch, mark := range marks {
+		a.queue.Add(ch, func() {
+			defer func() {
+				a.mu.Lock()
+				a.catching--
+				a.mu.Unlock()
+			}()
+			a.catchUp(a.ctx, ch, mark, pace)
+		})
 	}
 }
 
-// catchUp fetches and processes the messages of channel after its mark,
-// oldest first, up to catchUpPages pages of 100.
-func (a *Adapter) catchUp(ctx context.Context, channel string, pace *rate.Limiter) {
-	for range catchUpPages {
-		if err := pace.Wait(ctx); err != nil {
-			return
-		}
+// catchUpTries bounds the fetches of one page that fail (a 429, a 5xx, a
+// timeout) before the channel's catch-up gives up; the channel's new
+// messages wait behind it meanwhile, so that they cannot move its mark
+// past what was not fetched.
+const catchUpTries = 4
+
+// catchUp fetches and processes the messages of channel after mark (or
+// after the mark it has moved to since), oldest first, up to catchUpPages
+// pages of 100.
+func (a *Adapter) catchUp(ctx context.Context, channel string, mark seenChannel, pace *rate.Limiter) {
+	s := mark
+	for page := range catchUpPages {
 		a.mu.Lock()
-		s := a.seen[channel]
+		if cur, ok := a.seen[channel]; ok && newer(cur.Last, s.Last) {
+			s.Last = cur.Last
+		}
 		a.mu.Unlock()
-		msgs, err := a.s.ChannelMessages(channel, 100, "", s.Last, "", discordgo.WithContext(ctx))
+		var msgs []*discordgo.Message
+		var err error
+		for try := range catchUpTries {
+			if err := pace.Wait(ctx); err != nil {
+				return
+			}
+			if msgs, err = a.s.ChannelMessages(channel, 100, "", s.Last, "", discordgo.WithContext(ctx)); err == nil {
+				break
+			}
+			a.log.Warn("discord: fetch missed messages", "channel", channel, "try", try+1, "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Duration(1<<try) * time.Second):
+			}
+		}
 		if err != nil {
-			a.log.Warn("discord: fetch missed messages", "channel", channel, "err", err)
+			a.log.Error("discord: missed messages not fetched; they stay unanswered", "channel", channel, "after", s.Last, "err", err)
 			return
 		}
 		slices.SortFunc(msgs, func(x, y *discordgo.Message) int {
@@ -263,6 +302,9 @@ func (a *Adapter) catchUp(ctx context.Context, channel string, pace *rate.Limite
 		}
 		if len(msgs) < 100 {
 			return
+		}
+		if page == catchUpPages-1 {
+			a.log.Warn("discord: more missed messages than a catch-up fetches; the older ones stay unanswered", "channel", channel, "pages", catchUpPages)
 		}
 	}
 }

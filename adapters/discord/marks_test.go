@@ -43,7 +43,7 @@ func newSharedStore(t *testing.T, channels ...string) *sharedStore {
 
 func (s *sharedStore) start(t *testing.T, opts Options) *Adapter {
 	t.Helper()
-	opts.Token, opts.APIURL, opts.Dedupe = "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", s.url, s.dedupe
+	opts.Token, opts.APIURL = "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", s.url
 	if opts.Marks == nil {
 		opts.Marks = s.marks
 	}
@@ -134,7 +134,7 @@ func TestMarksSaveFailingDoesNotHoldClose(t *testing.T) {
 	t.Cleanup(srv.Close)
 	t.Cleanup(fake.Close)
 	rec, marks := &inboxtest.Inbox{}, &failingMarks{}
-	a, err := New(Options{Token: "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", APIURL: srv.URL, Handler: rec, Dedupe: &inboxtest.Dedupe{}, Marks: marks})
+	a, err := New(Options{Token: "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", APIURL: srv.URL, Handler: rec, Marks: marks})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,17 +159,20 @@ func TestMarksSaveFailingDoesNotHoldClose(t *testing.T) {
 }
 
 // stuckInbox never returns from its first Handle until released, as a
-// process killed between taking a message in and queueing it.
+// process killed between taking a message in and queueing it; stuck is
+// closed when it is there.
 type stuckInbox struct {
 	*inboxtest.Inbox
 	once    sync.Once
+	stuck   chan struct{}
 	release chan struct{}
 }
 
 func (s *stuckInbox) Handle(ctx context.Context, in chat.Incoming) error {
-	stuck := false
-	s.once.Do(func() { stuck = true })
-	if stuck {
+	first := false
+	s.once.Do(func() { first = true })
+	if first {
+		close(s.stuck)
 		<-s.release
 		return errors.New("killed")
 	}
@@ -179,29 +182,67 @@ func (s *stuckInbox) Handle(ctx context.Context, in chat.Incoming) error {
 // TestDiedBeforeQueueingLosesNothing: the process that received a
 // message dies after the adapter took it and before it was queued; the
 // next one to hold the gateway, sharing the store, fetches it and hands
-// it on. (When the adapter recorded the message first, the next one took
-// it for a repeat and dropped it.)
+// it on: in a thread, and as a mention that starts a thread of its own
+// (the next one finds the thread the first started, Discord's 160004).
+// When the adapter recorded the message first, the next one took it for
+// a repeat and dropped it.
 func TestDiedBeforeQueueingLosesNothing(t *testing.T) {
-	st := newSharedStore(t, "T1")
-	fake, store, marks := st.fake, st.dedupe, st.marks // one store, as two processes share it
-	start := func(h chat.Inbox) *Adapter { return st.start(t, Options{Handler: h}) }
-	dying := &stuckInbox{Inbox: &inboxtest.Inbox{Events: store}, release: make(chan struct{})}
-	first := start(dying)
-	t.Cleanup(func() { close(dying.release) }) // before first's Close, which waits for it
-	fake.UserMessage("T1", "111", "the task", true)
-	deadline := time.Now().Add(10 * time.Second)
-	for marks.Saves() == 0 { // the first mark is saved before the message is handed on
-		if time.Now().After(deadline) {
-			t.Fatal("the message never reached the inbox")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	first.CloseGateway()
-	waitGateway(t, fake, 0)
+	for _, tt := range []struct {
+		name          string
+		channel       string
+		threadPerTask bool
+	}{
+		{"in a thread", "T1", false},
+		{"a mention that starts a thread", "C1", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			st := newSharedStore(t, tt.channel)
+			start := func(h chat.Inbox) *Adapter { return st.start(t, Options{Handler: h, ThreadPerTask: tt.threadPerTask}) }
+			dying := &stuckInbox{Inbox: &inboxtest.Inbox{Events: st.dedupe}, stuck: make(chan struct{}), release: make(chan struct{})}
+			first := start(dying)
+			t.Cleanup(func() { close(dying.release) }) // before first's Close, which waits for it
+			id := st.fake.UserMessage(tt.channel, "111", "the task", true)
+			select {
+			case <-dying.stuck:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the message never reached the inbox")
+			}
+			first.CloseGateway()
+			waitGateway(t, st.fake, 0)
 
-	next := &inboxtest.Inbox{Events: store}
-	start(next)
-	if got := waitTexts(t, next, 1); got[0] != "the task" {
-		t.Errorf("handled %q, want the task", got)
+			next := &inboxtest.Inbox{Events: st.dedupe}
+			start(next)
+			if got := waitTexts(t, next, 1); got[0] != "the task" {
+				t.Errorf("handled %q, want the task", got)
+			}
+			want := tt.channel
+			if tt.threadPerTask {
+				want = id // the thread started from the message
+			}
+			if got := next.Incoming()[0].Thread.Channel; got != want {
+				t.Errorf("handled in %s, want %s", got, want)
+			}
+		})
+	}
+}
+
+// TestCatchUpRetriesAFailedFetch: the fetch of a channel's missed
+// messages that Discord answers 500 is tried again, ahead of the
+// channel's new messages, so none is skipped.
+func TestCatchUpRetriesAFailedFetch(t *testing.T) {
+	st := newSharedStore(t, "T1")
+	rec := &inboxtest.Inbox{}
+	first := st.start(t, Options{Handler: rec})
+	st.fake.UserMessage("T1", "111", "one", true)
+	waitTexts(t, rec, 1)
+	first.CloseGateway()
+	waitGateway(t, st.fake, 0)
+	st.fake.UserMessage("T1", "111", "two", false)
+	st.fake.FailHTTP("GET messages", 500, 2)
+	st.start(t, Options{Handler: rec})
+	st.fake.UserMessage("T1", "111", "three", false)
+	got := waitTexts(t, rec, 3)
+	if strings.Join(got, "|") != "one|two|three" {
+		t.Errorf("handled %q, want one, two, three", got)
 	}
 }

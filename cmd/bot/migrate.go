@@ -21,7 +21,10 @@ import (
 // cards and listing, the archived histories a reset kept, the replies
 // not delivered yet, and the adapters' read marks (so that the first
 // replica on etcd fetches what Discord sent while pinplan was stopped for
-// the move). Dedupe keys are not copied (they live minutes). It
+// the move). Dedupe keys are not copied: pinplan is stopped for the
+// move, so every event it took was acknowledged and is not sent again,
+// and the marks saved as it stopped are exact (a Discord message handed
+// on before them is not fetched again). It
 // refuses a prefix that holds data, reads everything back to check the
 // counts and plan revisions, and leaves the file as it was. Stop every
 // pinplan on the file first: the file's lock says so if one still runs.

@@ -299,7 +299,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	var dsc *discordadapter.Adapter
 	if cfg.DiscordBotToken != "" {
 		dsc, err = discordadapter.New(discordadapter.Options{Token: cfg.DiscordBotToken.Reveal(), APIURL: cfg.DiscordAPIURL,
-			ThreadPerTask: cfg.DiscordThreadPerTask, ComponentsV2: cfg.DiscordComponentsV2, Handler: inbox, Dedupe: db, Marks: db, Logger: log.With("adapter", "discord")})
+			ThreadPerTask: cfg.DiscordThreadPerTask, ComponentsV2: cfg.DiscordComponentsV2, Handler: inbox, Marks: db, Logger: log.With("adapter", "discord")})
 		if err != nil {
 			return err
 		}
