@@ -24,6 +24,14 @@ type driver struct {
 
 var errGaveUp = errors.New("gave up waiting")
 
+// gaveUp records what the thread was waiting for when the wait ran out.
+func (th *thread) gaveUp(what string) error {
+	th.mu.Lock()
+	th.stuck = what
+	th.mu.Unlock()
+	return fmt.Errorf("%s: %s: %w", th.Name, what, errGaveUp)
+}
+
 // waitFor polls cond on the thread's bot messages until it holds.
 func (d *driver) waitFor(ctx context.Context, th *thread, what string, cond func([]botMsg) bool) error {
 	p := d.platforms[th.Platform]
@@ -33,10 +41,7 @@ func (d *driver) waitFor(ctx context.Context, th *thread, what string, cond func
 			return nil
 		}
 		if time.Now().After(deadline) {
-			th.mu.Lock()
-			th.stuck = what
-			th.mu.Unlock()
-			return fmt.Errorf("%s: %s: %w", th.Name, what, errGaveUp)
+			return th.gaveUp(what)
 		}
 		select {
 		case <-ctx.Done():
@@ -290,10 +295,7 @@ func (d *driver) waitForChan(ctx context.Context, th *thread, what string, ch <-
 			return nil
 		}
 		if time.Now().After(deadline) {
-			th.mu.Lock()
-			th.stuck = what
-			th.mu.Unlock()
-			return fmt.Errorf("%s: %s: %w", th.Name, what, errGaveUp)
+			return th.gaveUp(what)
 		}
 	}
 }

@@ -190,15 +190,24 @@ func liveG(line string) (live, ok bool) {
 	return st != 6 && st != 11, true
 }
 
-// kill sends SIGKILL to the bot's process group and waits for it.
-func (p *botProc) kill() {
+// ending marks the process as ended on purpose and reports whether it
+// still runs.
+func (p *botProc) ending() bool {
 	p.mu.Lock()
 	p.killed = true
 	p.mu.Unlock()
 	select {
 	case <-p.done:
-		return
+		return false
 	default:
+		return true
+	}
+}
+
+// kill sends SIGKILL to the bot's process group and waits for it.
+func (p *botProc) kill() {
+	if !p.ending() {
+		return
 	}
 	syscall.Kill(-p.pid, syscall.SIGKILL)
 	<-p.done
@@ -206,13 +215,8 @@ func (p *botProc) kill() {
 
 // stop sends SIGTERM and waits up to d, then kills.
 func (p *botProc) stop(d time.Duration) {
-	p.mu.Lock()
-	p.killed = true
-	p.mu.Unlock()
-	select {
-	case <-p.done:
+	if !p.ending() {
 		return
-	default:
 	}
 	syscall.Kill(-p.pid, syscall.SIGTERM)
 	select {
