@@ -244,6 +244,13 @@ func (a *Adapter) onReady() {
 // past what was not fetched.
 const catchUpTries = 4
 
+// catchUpBackoff is the wait after the first failed fetch; it doubles.
+var catchUpBackoff = time.Second
+
+// missedNotice is said in a channel whose missed messages could not all
+// be fetched, so that whoever asked knows to ask again.
+const missedNotice = "I was disconnected for a while and could not read every message sent here meanwhile. If you asked me something then, please send it again."
+
 // catchUp fetches and processes the messages of channel after mark (or
 // after the mark it has moved to since), oldest first, up to catchUpPages
 // pages of 100.
@@ -268,11 +275,12 @@ func (a *Adapter) catchUp(ctx context.Context, channel string, mark seenChannel,
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(time.Duration(1<<try) * time.Second):
+			case <-time.After(catchUpBackoff << try):
 			}
 		}
 		if err != nil {
-			a.log.Error("discord: missed messages not fetched; they stay unanswered", "channel", channel, "after", s.Last, "err", err)
+			a.log.Error("discord: missed messages not fetched; telling the channel", "channel", channel, "after", s.Last, "err", err)
+			a.tellMissed(ctx, channel)
 			return
 		}
 		slices.SortFunc(msgs, func(x, y *discordgo.Message) int {
@@ -304,7 +312,17 @@ func (a *Adapter) catchUp(ctx context.Context, channel string, mark seenChannel,
 			return
 		}
 		if page == catchUpPages-1 {
-			a.log.Warn("discord: more missed messages than a catch-up fetches; the older ones stay unanswered", "channel", channel, "pages", catchUpPages)
+			a.log.Warn("discord: more missed messages than a catch-up fetches; telling the channel", "channel", channel, "pages", catchUpPages)
+			a.tellMissed(ctx, channel)
 		}
+	}
+}
+
+// tellMissed says missedNotice in the channel, pinging nobody. Best
+// effort: Discord may be failing still, which the log says.
+func (a *Adapter) tellMissed(ctx context.Context, channel string) {
+	msg := &discordgo.MessageSend{Content: missedNotice, AllowedMentions: noMentions()}
+	if _, err := a.s.ChannelMessageSendComplex(channel, msg, discordgo.WithContext(ctx)); err != nil {
+		a.log.Warn("discord: tell the channel about missed messages", "channel", channel, "err", err)
 	}
 }

@@ -246,3 +246,35 @@ func TestCatchUpRetriesAFailedFetch(t *testing.T) {
 		t.Errorf("handled %q, want one, two, three", got)
 	}
 }
+
+// TestCatchUpThatFailsTellsTheChannel: when every try at fetching a
+// channel's missed messages fails, the channel is told to ask again,
+// and its new messages are handled after that.
+func TestCatchUpThatFailsTellsTheChannel(t *testing.T) {
+	defer func(d time.Duration) { catchUpBackoff = d }(catchUpBackoff)
+	catchUpBackoff = 10 * time.Millisecond
+	st := newSharedStore(t, "T1")
+	rec := &inboxtest.Inbox{}
+	first := st.start(t, Options{Handler: rec})
+	st.fake.UserMessage("T1", "111", "one", true)
+	waitTexts(t, rec, 1)
+	first.CloseGateway()
+	waitGateway(t, st.fake, 0)
+	st.fake.UserMessage("T1", "111", "lost in the gap", false)
+	st.fake.FailHTTP("GET messages", 500, 2*catchUpTries) // discordgo may try each once more itself
+	st.start(t, Options{Handler: rec})
+	st.fake.UserMessage("T1", "111", "after", false)
+	got := waitTexts(t, rec, 2)
+	if strings.Join(got, "|") != "one|after" {
+		t.Errorf("handled %q, want one and after", got)
+	}
+	told := 0
+	for _, m := range st.fake.Messages("T1") {
+		if m.AuthorID == fakediscord.BotID && m.Content == missedNotice {
+			told++
+		}
+	}
+	if told != 1 {
+		t.Errorf("the channel was told %d times that messages were missed, want once", told)
+	}
+}
