@@ -67,6 +67,11 @@ type boardRecord struct {
 	// session's first status move was queued, with its title; later
 	// moves carry none, and a reset closes it.
 	Sessioned bool `json:"sessioned,omitempty"`
+	// Posts counts the plan messages the session moved on from (a new
+	// task, a message deleted): with the key, it names the message the
+	// board posts now, the same on every attempt and after a restart, so
+	// the platform can find one an attempt left unseen (chat.SendKey).
+	Posts int `json:"posts,omitempty"`
 }
 
 // restoreEdit is an earlier plan message and the content it should end on.
@@ -108,6 +113,11 @@ type Board struct {
 	doneVer uint64
 	running bool
 	idle    *sync.Cond // signalled when running goes false
+
+	// postUnsure: a post of the plan message may have landed unseen (the
+	// record was read back from the store, or an attempt failed in a way
+	// that does not rule it out). Only apply touches it, one at a time.
+	postUnsure bool
 }
 
 // Hooks observe what the router sends to the platforms: plan renders and
@@ -233,6 +243,7 @@ func (b *Board) planChanged(e agent.Event) {
 				}
 				rec.Unpin = append(rec.Unpin, rec.Ref)
 				rec.Ref, rec.Pinned, rec.Shown = MessageRef{}, false, Plan{}
+				rec.Posts++
 			}
 			rec.Closed, rec.Final = false, nil
 			state = StateWorking
@@ -471,6 +482,7 @@ func (b *Board) loop() {
 				if !ref.IsZero() && r.Ref == ref {
 					r.Unpin = append(r.Unpin, r.Ref)
 					r.Ref, r.Pinned = MessageRef{}, false
+					r.Posts++
 				}
 			})
 		default:
@@ -543,11 +555,15 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) (MessageR
 		if err := b.owner.held(ctx, th.Key); err != nil {
 			return rec.Ref, err
 		}
-		ref, err := b.platform.PostPlan(ctx, th, want)
+		pctx := withSend(ctx, fmt.Sprintf("plan/%s/%d", th.Key, rec.Posts), time.Time{}, b.postUnsure)
+		ref, err := b.platform.PostPlan(pctx, th, want)
 		b.rendered(th, err)
 		if err != nil {
+			var rl *RateLimitError
+			b.postUnsure = b.postUnsure || !errors.As(err, &rl)
 			return rec.Ref, err
 		}
+		b.postUnsure = false
 		b.update(func(r *boardRecord) { r.Ref, r.Pinned, r.Shown = ref, false, want })
 		b.shown(th, want)
 		rec.Ref = ref

@@ -42,6 +42,8 @@ type fakePlatform struct {
 	edits    int
 	replyErr func(n int) error
 	replies  int
+	sends    []sendInfo // what each Reply's context carried
+	posts    []sendInfo // what each PostPlan's context carried
 }
 
 func (f *fakePlatform) enter(op string) {
@@ -57,11 +59,13 @@ func (f *fakePlatform) enter(op string) {
 
 func (f *fakePlatform) leave() { f.mu.Lock(); f.inFlight--; f.mu.Unlock() }
 
-func (f *fakePlatform) PostPlan(_ context.Context, th Thread, p Plan) (MessageRef, error) {
+func (f *fakePlatform) PostPlan(ctx context.Context, th Thread, p Plan) (MessageRef, error) {
 	f.enter("post")
 	defer f.leave()
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	_, maybe := SentMaybe(ctx)
+	f.posts = append(f.posts, sendInfo{key: SendKey(ctx), unsure: maybe})
 	f.next++
 	id := fmt.Sprintf("m%d", f.next)
 	if f.shown == nil {
@@ -109,10 +113,12 @@ func (f *fakePlatform) Pin(_ context.Context, _ Thread, ref MessageRef, pin bool
 	return nil
 }
 
-func (f *fakePlatform) Reply(_ context.Context, _ Thread, _, text string) error {
+func (f *fakePlatform) Reply(ctx context.Context, _ Thread, _, text string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.replies++
+	since, maybe := SentMaybe(ctx)
+	f.sends = append(f.sends, sendInfo{key: SendKey(ctx), queued: since, unsure: maybe})
 	if f.replyErr != nil {
 		if err := f.replyErr(f.replies); err != nil {
 			f.calls = append(f.calls, call{Op: "reply-error", Text: text})

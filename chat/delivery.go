@@ -137,20 +137,41 @@ func sendUntil(ctx context.Context, b Backoff, attempts int, giveUp func() bool,
 	}
 }
 
+// sendInfo is what a send from the outbox carries in its context.
+type sendInfo struct {
+	key    string
+	queued time.Time // when the reply was stored
+	unsure bool      // an earlier attempt may have landed
+}
+
 type sendKey struct{}
 
-// withSendKey gives a send an idempotency key: the same key on every
-// attempt at one message, and across restarts (the outbox's item).
-func withSendKey(ctx context.Context, key string) context.Context {
-	return context.WithValue(ctx, sendKey{}, key)
+// withSend gives a send an idempotency key: the same key on every
+// attempt at one message, and across restarts (the outbox's item). unsure
+// says an earlier attempt may have landed unseen.
+func withSend(ctx context.Context, key string, queued time.Time, unsure bool) context.Context {
+	return context.WithValue(ctx, sendKey{}, sendInfo{key: key, queued: queued, unsure: unsure})
 }
 
 // SendKey is the idempotency key of the send ctx carries, or "". A
 // platform that can make a create idempotent (Discord's nonce with
 // enforce_nonce) uses it, so that an attempt after one whose answer was
 // lost, or after a restart, returns the message instead of posting it
-// twice.
+// twice. A platform that cannot (Slack) tags the message with it, and
+// looks for the tag when SentMaybe says so.
 func SendKey(ctx context.Context) string {
-	k, _ := ctx.Value(sendKey{}).(string)
-	return k
+	s, _ := ctx.Value(sendKey{}).(sendInfo)
+	return s.key
+}
+
+// SentMaybe reports whether an earlier attempt at the send ctx carries
+// may have landed without this process learning so: the reply was stored
+// by a process that has since stopped (or by another replica), or an
+// attempt failed in a way that does not rule out that the platform took
+// it (a timeout, a dropped connection, a 5xx; a 429 rules it out). since
+// is when the reply was stored: the message, if it was posted, is no
+// older than that.
+func SentMaybe(ctx context.Context) (since time.Time, maybe bool) {
+	s, _ := ctx.Value(sendKey{}).(sendInfo)
+	return s.queued, s.key != "" && s.unsure
 }

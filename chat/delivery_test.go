@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -59,6 +60,11 @@ func TestNewTaskAfterEndedRunGetsNewMessage(t *testing.T) {
 				}
 				if got := p.plan("m2"); got.Revision != 2 || got.State != StateWorking {
 					t.Errorf("new message shows rev %d %s, want 2 working", got.Revision, got.State)
+				}
+				// Each message its own key; nothing was ever in doubt.
+				want := []sendInfo{{key: "plan/test/1/0"}, {key: "plan/test/1/1"}}
+				if !slices.Equal(p.posts, want) {
+					t.Errorf("posts carried %+v, want %+v", p.posts, want)
 				}
 			} else if got := p.plan("m1"); got.Revision != 2 || got.State != StateWorking {
 				t.Errorf("continued plan shows rev %d %s, want 2 working", got.Revision, got.State)
@@ -157,6 +163,38 @@ func TestReplyDeliveredAfterTransientErrors(t *testing.T) {
 	}
 }
 
+// TestRetryAsksWhetherAnEarlierAttemptLanded: every attempt at a reply
+// carries the same key; an attempt after a 429 is sure nothing landed,
+// one after any other failure is not, and stays unsure.
+func TestRetryAsksWhetherAnEarlierAttemptLanded(t *testing.T) {
+	p := &fakePlatform{replyErr: func(n int) error {
+		switch n {
+		case 1:
+			return &RateLimitError{RetryAfter: time.Millisecond, Err: errors.New("429")}
+		case 2, 3:
+			return errTransient
+		}
+		return nil
+	}}
+	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
+	t.Cleanup(r.Close)
+	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.Replied, Text: "the answer"})
+	settle(t, r, "test/1")
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var unsure []bool
+	for _, s := range p.sends {
+		unsure = append(unsure, s.unsure)
+		if s.key == "" || s.key != p.sends[0].key || s.queued.IsZero() {
+			t.Errorf("attempt carried key %q stored at %v, want the first attempt's key %q and a time", s.key, s.queued, p.sends[0].key)
+		}
+	}
+	if want := []bool{false, false, true, true}; !slices.Equal(unsure, want) {
+		t.Errorf("SentMaybe per attempt %v, want %v", unsure, want)
+	}
+}
+
 func TestUndeliverableReplyIsReported(t *testing.T) {
 	p := &fakePlatform{replyErr: func(int) error { return fmt.Errorf("discord: 10003 unknown channel: %w", ErrUndeliverable) }}
 	var mu sync.Mutex
@@ -209,6 +247,9 @@ func TestOutboxSurvivesRestart(t *testing.T) {
 	settle(t, r2, "test/1")
 	if up.count("reply") != 1 || ob.Len() != 0 {
 		t.Errorf("after restart: %d replies, %d stored; want 1 and 0", up.count("reply"), ob.Len())
+	}
+	if len(up.sends) != 1 || !up.sends[0].unsure {
+		t.Errorf("the reply stored before the restart was sent as %+v, want it marked as maybe sent", up.sends)
 	}
 }
 
@@ -380,10 +421,12 @@ func TestUnpostedPlanPostedAfterRestart(t *testing.T) {
 	}
 }
 
-// TestPostWithoutStoredRefIsRepeated documents the one case where a plan
-// can appear twice: the platform accepted the post but the process died
-// before the ref was stored. The record still has no ref, so the restart
-// posts again; the first copy stays in the thread unpinned (it was never
+// TestPostWithoutStoredRefIsRepeated: the platform accepted the post but
+// the process died before the ref was stored. The record still has no
+// ref, so the restart posts again, with the same key and marked as maybe
+// posted, so that a platform that can find the first copy (Slack, by its
+// metadata) returns it; one that cannot (this fake) posts a second
+// message. The first copy stays in the thread unpinned (it was never
 // pinned, since the pin follows the stored ref), and only the new one is
 // pinned and edited from then on.
 func TestPostWithoutStoredRefIsRepeated(t *testing.T) {
@@ -406,6 +449,9 @@ func TestPostWithoutStoredRefIsRepeated(t *testing.T) {
 	}
 	if _, ref := r.Board("test/1").Shown(); ref.ID != "m2" {
 		t.Errorf("the board works on %q, want the new message m2", ref.ID)
+	}
+	if len(up.posts) != 1 || up.posts[0].key != "plan/test/1/0" || !up.posts[0].unsure {
+		t.Errorf("the post carried %+v, want key plan/test/1/0 marked as maybe posted", up.posts)
 	}
 }
 

@@ -55,6 +55,9 @@ type outboxItem struct {
 type queued struct {
 	id   uint64
 	item outboxItem
+	// stored: read back from the store (a restart, or a session taken
+	// over from another replica), so an earlier attempt may have landed.
+	stored bool
 }
 
 // outbox delivers each session's replies in order, one at a time, on the
@@ -114,7 +117,7 @@ func (o *outbox) resume(ctx context.Context) (int, error) {
 			o.store.DeleteOutbox(ctx, it.Thread.Key, id)
 			return
 		}
-		qs = append(qs, queued{id: id, item: it})
+		qs = append(qs, queued{id: id, item: it, stored: true})
 	})
 	for _, q := range qs {
 		o.enqueue(q.item.Thread.Key, q)
@@ -138,7 +141,7 @@ func (o *outbox) resumeSession(ctx context.Context, key string) error {
 	err := list(ctx, func(id uint64, data []byte) {
 		var it outboxItem
 		if json.Unmarshal(data, &it) == nil && it.Thread.Key == key {
-			qs = append(qs, queued{id: id, item: it})
+			qs = append(qs, queued{id: id, item: it, stored: true})
 		}
 	})
 	if len(qs) > 0 {
@@ -182,6 +185,7 @@ func (o *outbox) send(ctx context.Context, q queued) {
 		return
 	}
 	tooOld := func() bool { return o.r.opts.Now().Sub(it.Created) > maxReplyAge }
+	unsure := q.stored
 	attempts, err := sendUntil(ctx, o.r.backoff(maxReplyBackoff), 0, tooOld, func(ctx context.Context) error {
 		if err := o.r.held(ctx, th.Key); err != nil {
 			return err
@@ -189,12 +193,15 @@ func (o *outbox) send(ctx context.Context, q queued) {
 		actx, cancel := context.WithTimeout(ctx, replyTimeout)
 		defer cancel()
 		if q.id != 0 {
-			actx = withSendKey(actx, fmt.Sprintf("outbox/%s/%d", th.Key, q.id))
+			actx = withSend(actx, fmt.Sprintf("outbox/%s/%d", th.Key, q.id), it.Created, unsure)
 		}
 		err := p.Reply(actx, th, it.ReplyTo, it.Text)
 		if err != nil && ctx.Err() == nil {
 			log.Warn("reply not delivered", "err", err)
 		}
+		// Once an attempt may have landed, every later one asks.
+		var rl *RateLimitError
+		unsure = unsure || (err != nil && !errors.As(err, &rl))
 		return err
 	})
 	switch {

@@ -260,11 +260,36 @@ func (a *Adapter) fallBack(native bool, err error) bool {
 	return true
 }
 
-// PostPlan implements chat.Platform.
+// PostPlan implements chat.Platform. A post with a key (chat.SendKey)
+// is tagged like a reply (event_type pinplan_plan); when an earlier
+// attempt may have landed (chat.SentMaybe), the message it left in the
+// thread is edited to p and returned instead of posting another.
 func (a *Adapter) PostPlan(ctx context.Context, th chat.Thread, p chat.Plan) (chat.MessageRef, error) {
+	key := chat.SendKey(ctx)
+	if since, maybe := chat.SentMaybe(ctx); maybe && th.ThreadID != "" {
+		found, err := a.tagged(ctx, th, since, planEvent)
+		if err != nil {
+			return chat.MessageRef{}, classify("post plan: look for an earlier attempt", err)
+		}
+		if ts, ok := found[key]; ok {
+			ref := chat.MessageRef{Channel: th.Channel, ID: ts}
+			err := a.EditPlan(ctx, th, ref, p)
+			if err == nil {
+				return ref, nil
+			}
+			if !errors.Is(err, chat.ErrMessageGone) {
+				return chat.MessageRef{}, err
+			}
+			// deleted meanwhile: post a new one
+		}
+	}
 	post := func(blocks []slack.Block) (string, error) {
-		_, ts, err := a.api.PostMessageContext(ctx, th.Channel, slack.MsgOptionTS(th.ThreadID),
-			slack.MsgOptionText(PlanText(p), false), slack.MsgOptionBlocks(blocks...), slack.MsgOptionDisableLinkUnfurl())
+		opts := []slack.MsgOption{slack.MsgOptionTS(th.ThreadID),
+			slack.MsgOptionText(PlanText(p), false), slack.MsgOptionBlocks(blocks...), slack.MsgOptionDisableLinkUnfurl()}
+		if key != "" {
+			opts = append(opts, tag(planEvent, key))
+		}
+		_, ts, err := a.api.PostMessageContext(ctx, th.Channel, opts...)
 		return ts, err
 	}
 	blocks, native := a.planBlocks("", p)
@@ -341,13 +366,88 @@ func (a *Adapter) Reply(ctx context.Context, th chat.Thread, replyTo, text strin
 }
 
 // post posts text (mrkdwn) in the thread, in parts.
+//
+// Slack has no idempotent post, so a reply from the outbox (chat.SendKey)
+// carries its key in the message's metadata (event_type pinplan_reply,
+// payload send_key), and when an earlier attempt may have landed unseen
+// (chat.SentMaybe: a timeout, a lost answer, a restart) post first reads
+// the thread since the reply was stored, with include_all_metadata, and
+// skips the parts already there. A streamed reply is not tagged (see
+// stream.go).
 func (a *Adapter) post(ctx context.Context, th chat.Thread, text string) error {
-	for _, part := range Split(text, maxReplyRunes) {
-		if _, _, err := a.api.PostMessageContext(ctx, th.Channel, slack.MsgOptionTS(th.ThreadID), slack.MsgOptionText(part, false)); err != nil {
+	key := chat.SendKey(ctx)
+	var posted map[string]string
+	if since, maybe := chat.SentMaybe(ctx); maybe && th.ThreadID != "" {
+		var err error
+		if posted, err = a.tagged(ctx, th, since, replyEvent); err != nil {
+			return classify("reply: look for an earlier attempt", err)
+		}
+	}
+	for i, part := range Split(text, maxReplyRunes) {
+		opts := []slack.MsgOption{slack.MsgOptionTS(th.ThreadID), slack.MsgOptionText(part, false)}
+		if key != "" {
+			k := fmt.Sprintf("%s/%d", key, i)
+			if _, ok := posted[k]; ok {
+				continue
+			}
+			opts = append(opts, tag(replyEvent, k))
+		}
+		if _, _, err := a.api.PostMessageContext(ctx, th.Channel, opts...); err != nil {
 			return classify("reply", err)
 		}
 	}
 	return nil
+}
+
+// Looking for a reply posted by an attempt whose answer was lost.
+const (
+	// replyEvent and planEvent are the metadata event_types of a reply
+	// from the outbox and of a plan message.
+	replyEvent = "pinplan_reply"
+	planEvent  = "pinplan_plan"
+	// clockSlack is how far before the reply was stored the thread is
+	// read, for a clock here ahead of Slack's.
+	clockSlack = 10 * time.Minute
+	// maxLookPages bounds the pages of 200 messages read; past them the
+	// reply is posted (a rare duplicate rather than a lost answer).
+	maxLookPages = 10
+)
+
+// tag is the metadata that marks a message as the one posted for key.
+func tag(event, key string) slack.MsgOption {
+	return slack.MsgOptionMetadata(slack.SlackMetadata{EventType: event, EventPayload: map[string]any{"send_key": key}})
+}
+
+// tagged returns the messages this bot tagged with event in the thread,
+// posted since (less clockSlack; the whole thread if since is zero): their
+// ts by send key.
+func (a *Adapter) tagged(ctx context.Context, th chat.Thread, since time.Time, event string) (map[string]string, error) {
+	params := &slack.GetConversationRepliesParameters{ChannelID: th.Channel, Timestamp: th.ThreadID, Limit: 200, IncludeAllMetadata: true}
+	if !since.IsZero() {
+		from := since.Add(-clockSlack)
+		params.Oldest = fmt.Sprintf("%d.%06d", from.Unix(), from.Nanosecond()/1000)
+	}
+	found := map[string]string{}
+	for range maxLookPages {
+		msgs, more, cursor, err := a.api.GetConversationRepliesContext(ctx, params)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range msgs {
+			if m.Metadata.EventType != event || (a.botUserID != "" && m.User != a.botUserID) {
+				continue
+			}
+			if k, ok := m.Metadata.EventPayload["send_key"].(string); ok {
+				found[k] = m.Timestamp
+			}
+		}
+		if !more || cursor == "" {
+			return found, nil
+		}
+		params.Cursor = cursor
+	}
+	a.log.Warn("thread too long to look for an earlier attempt at a post; posting it", "channel", th.Channel, "thread", th.ThreadID)
+	return found, nil
 }
 
 const workingReaction = "hourglass_flowing_sand"

@@ -591,6 +591,49 @@ func TestSlackKilledBeforeQueueingIsSentAgain(t *testing.T) {
 	}
 }
 
+// TestSlackReplyPostedBeforeKillIsNotPostedTwice: the answer is posted,
+// and the process is killed before Slack's answer reaches it, so the
+// outbox still holds the reply. The next process finds the message it
+// posted (its metadata carries the outbox item's key) and does not post
+// it again. A follow-up in the thread, answered behind the stored reply,
+// shows that the stored reply has been dealt with.
+func TestSlackReplyPostedBeforeKillIsNotPostedTwice(t *testing.T) {
+	r := newSlackRig(t, 1, 0, true)
+	p := r.start(t)
+	const thread = "1700000500.000100"
+	// The plan is the first message the bot posts and the answer the
+	// second: hold both answers, and kill once the answer's is held.
+	r.slack.DelayAnswer("chat.postMessage", 5*time.Second, 2)
+	if _, err := r.slack.Push("EvA", mention("C1", thread, "answer once")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the answer posted and Slack's answer held", func() bool {
+		return len(answers(r.slack, "C1")) == 1 && r.slack.HeldAnswers() > 0
+	})
+	p.kill()
+	p = r.start(t)
+	defer p.stop(t)
+	followUp := mention("C1", "1700000501.000100", "and then?")
+	followUp["thread_ts"] = thread
+	if _, err := r.slack.Push("EvB", followUp); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "the follow-up answered", func() bool {
+		for _, m := range r.slack.Messages("C1") {
+			if m.ThreadTS == thread && m.BotID != "" && m.Blocks == "" && m.Text == "done" {
+				return true
+			}
+		}
+		return false
+	})
+	if n := len(answers(r.slack, "C1")); n != 1 {
+		t.Errorf("the answer is in the thread %d times, want once", n)
+	}
+	if n := len(planMessages(r.slack, "C1")); n != 1 {
+		t.Errorf("%d plan messages, want 1", n)
+	}
+}
+
 // TestSlackQueuedPlansSurviveKill: plans still waiting for the workspace's
 // pace when the process is killed are posted after the restart. Every
 // thread ends with exactly one plan message, pinned, on its last revision,

@@ -76,6 +76,10 @@ type Message struct {
 	Streamed, Streaming    bool
 	StreamUser, StreamTeam string
 	Appends                int
+	// Metadata is the message's metadata as posted (chat.postMessage's
+	// metadata), "" if none; conversations.replies returns it only with
+	// include_all_metadata.
+	Metadata string
 }
 
 type window struct {
@@ -126,37 +130,39 @@ type Server struct {
 
 	handlers sync.WaitGroup // Socket Mode connections being served
 
-	mu         sync.Mutex // guards everything below
-	closed     bool
-	calls      []Call
-	messages   map[string]*Message // channel/ts
-	order      []string
-	lastTS     int64 // microseconds of the newest ts handed out or seen
-	pins       map[string]bool
-	unpinnable map[string]bool
-	reactions  map[string]map[string]bool
-	users      map[string]string // id → display name
-	userTeams  map[string]string // id → the user's own team, for users of another workspace
-	limits     map[string]*window
-	failures   map[string][]string
-	httpFaults map[string][]*fault
-	delays     map[string][]*fault
-	held       map[string]int // calls held by Delay now, by method
-	retryUntil map[string]time.Time
-	violations []string
-	seq        int
-	socks      []*sock              // open Socket Mode connections, oldest first
-	next       int                  // round-robin position in socks
-	pending    []*envelope          // waiting for a connection
-	inflight   map[string]*envelope // sent, not acknowledged
-	tickets    map[string]bool      // connection URLs handed out, unused
-	acks       []string
-	host       string                     // the Host of the latest Web API request, for response_url
-	ephemerals []*Message                 // chat.postEphemeral and response_url replies, oldest first
-	members    map[string]map[string]bool // channel → users seen in it
-	responses  map[string]*responseURL    // by path
-	posts      []ResponseURLPost
-	sessions   map[string]*agentSession // agent sessions, by channel/thread_ts
+	mu          sync.Mutex // guards everything below
+	closed      bool
+	calls       []Call
+	messages    map[string]*Message // channel/ts
+	order       []string
+	lastTS      int64 // microseconds of the newest ts handed out or seen
+	pins        map[string]bool
+	unpinnable  map[string]bool
+	reactions   map[string]map[string]bool
+	users       map[string]string // id → display name
+	userTeams   map[string]string // id → the user's own team, for users of another workspace
+	limits      map[string]*window
+	failures    map[string][]string
+	httpFaults  map[string][]*fault
+	delays      map[string][]*fault
+	held        map[string]int      // calls held by Delay now, by method
+	late        map[string][]*fault // DelayAnswer
+	heldAnswers int                 // answers DelayAnswer holds now
+	retryUntil  map[string]time.Time
+	violations  []string
+	seq         int
+	socks       []*sock              // open Socket Mode connections, oldest first
+	next        int                  // round-robin position in socks
+	pending     []*envelope          // waiting for a connection
+	inflight    map[string]*envelope // sent, not acknowledged
+	tickets     map[string]bool      // connection URLs handed out, unused
+	acks        []string
+	host        string                     // the Host of the latest Web API request, for response_url
+	ephemerals  []*Message                 // chat.postEphemeral and response_url replies, oldest first
+	members     map[string]map[string]bool // channel → users seen in it
+	responses   map[string]*responseURL    // by path
+	posts       []ResponseURLPost
+	sessions    map[string]*agentSession // agent sessions, by channel/thread_ts
 }
 
 func (s *Server) initLocked() {
@@ -171,6 +177,7 @@ func (s *Server) initLocked() {
 		s.failures = map[string][]string{}
 		s.httpFaults = map[string][]*fault{}
 		s.delays = map[string][]*fault{}
+		s.late = map[string][]*fault{}
 		s.retryUntil = map[string]time.Time{}
 		s.inflight = map[string]*envelope{}
 		s.tickets = map[string]bool{}
@@ -224,6 +231,24 @@ func (s *Server) Delay(method string, d time.Duration, n int) {
 	defer s.mu.Unlock()
 	s.initLocked()
 	s.delays[method] = append(s.delays[method], &fault{delay: d, n: n})
+}
+
+// DelayAnswer carries out the next n calls of method ("" for any method)
+// at once and holds their answers for d: a client that gives up or dies
+// meanwhile never learns that its message was posted, as when Slack's
+// answer is lost on the way.
+func (s *Server) DelayAnswer(method string, d time.Duration, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.initLocked()
+	s.late[method] = append(s.late[method], &fault{delay: d, n: n})
+}
+
+// HeldAnswers reports how many answers DelayAnswer holds now.
+func (s *Server) HeldAnswers() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.heldAnswers
 }
 
 // Held reports how many calls of method a Delay holds now.
@@ -466,7 +491,22 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	call.Error = code
 	s.calls = append(s.calls, call)
+	late := takeLocked(s.late, method)
+	if late != nil {
+		s.heldAnswers++
+	}
 	s.mu.Unlock()
+	if late != nil {
+		t := time.NewTimer(late.delay)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+		}
+		s.mu.Lock()
+		s.heldAnswers--
+		s.mu.Unlock()
+	}
 	if code != "" {
 		resp = map[string]any{"ok": false, "error": code}
 	} else {

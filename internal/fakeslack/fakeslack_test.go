@@ -1,6 +1,7 @@
 package fakeslack
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -325,5 +326,81 @@ func TestRepliesAndUsers(t *testing.T) {
 	}
 	if _, code := bot(t, base, "users.info", map[string]string{"user": "U404"}); code != "user_not_found" {
 		t.Errorf("unknown user: got %q, want user_not_found", code)
+	}
+}
+
+// TestMetadata: chat.postMessage keeps a message's metadata as Slack's
+// schema allows it, refuses what the schema does not, and
+// conversations.replies returns it only with include_all_metadata.
+func TestMetadata(t *testing.T) {
+	s := &Server{}
+	base := serve(t, s)
+	parent := post(t, base, "C1", "task")
+	for _, tt := range []struct{ meta, want string }{
+		{`{"event_type":"pinplan_reply","event_payload":{"send_key":"k/0"}}`, ""},
+		{`not json`, "invalid_metadata_format"},
+		{`{"event_payload":{"a":"b"}}`, "invalid_metadata_schema"},
+		{`{"event_type":"has space","event_payload":{"a":"b"}}`, "invalid_metadata_schema"},
+		{`{"event_type":"ok","event_payload":"text"}`, "invalid_metadata_schema"},
+		{`{"event_type":"ok","event_payload":{"a":null}}`, "invalid_metadata_schema"},
+	} {
+		_, code := bot(t, base, "chat.postMessage", map[string]string{"channel": "C1", "thread_ts": parent, "text": "reply", "metadata": tt.meta})
+		if code != tt.want {
+			t.Errorf("metadata %s: %q, want %q", tt.meta, code, tt.want)
+		}
+	}
+	find := func(include string) (found bool) {
+		out, code := bot(t, base, "conversations.replies", map[string]string{"channel": "C1", "ts": parent, "include_all_metadata": include})
+		if code != "" {
+			t.Fatal(code)
+		}
+		for _, m := range out["messages"].([]any) {
+			md, ok := m.(map[string]any)["metadata"].(map[string]any)
+			if ok && md["event_type"] == "pinplan_reply" && md["event_payload"].(map[string]any)["send_key"] == "k/0" {
+				found = true
+			}
+		}
+		return found
+	}
+	if !find("1") {
+		t.Error("include_all_metadata=1: the metadata is not returned")
+	}
+	if find("0") {
+		t.Error("include_all_metadata=0: metadata returned")
+	}
+}
+
+// TestDelayAnswer: the call takes effect at once; its answer comes after
+// the delay, and a client that gives up never sees it.
+func TestDelayAnswer(t *testing.T) {
+	s := &Server{}
+	base := serve(t, s)
+	s.DelayAnswer("chat.postMessage", time.Minute, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/api/chat.postMessage", strings.NewReader("channel=C1&text=lost"))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Authorization", "Bearer xoxb-test")
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.HeldAnswers() != 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := len(s.Messages("C1")); n != 1 || s.HeldAnswers() != 1 {
+		t.Fatalf("%d messages, %d answers held; want the message posted and its answer held", n, s.HeldAnswers())
+	}
+	cancel()
+	if err := <-done; err == nil {
+		t.Error("the client that gave up got an answer")
+	}
+	post(t, base, "C1", "next") // the fault is spent
+	if n := len(s.Messages("C1")); n != 2 {
+		t.Errorf("%d messages, want 2", n)
 	}
 }

@@ -106,7 +106,13 @@ func (s *Server) postMessageLocked(method string, p map[string]string) (map[stri
 	if resp, code := s.checkMessageLocked(method, p); code != "" {
 		return resp, code
 	}
-	m := &Message{Channel: p["channel"], TS: s.tsLocked(), ThreadTS: p["thread_ts"], Text: p["text"], Blocks: p["blocks"], User: s.BotUserID, BotID: "B1"}
+	meta, hasMeta := p["metadata"]
+	if hasMeta {
+		if code, detail := checkMetadata(meta); code != "" {
+			return s.violationLocked(method, code, detail)
+		}
+	}
+	m := &Message{Channel: p["channel"], TS: s.tsLocked(), ThreadTS: p["thread_ts"], Text: p["text"], Blocks: p["blocks"], User: s.BotUserID, BotID: "B1", Metadata: meta}
 	s.messages[m.Channel+"/"+m.TS] = m
 	s.order = append(s.order, m.Channel+"/"+m.TS)
 	return map[string]any{"channel": m.Channel, "ts": m.TS, "message": s.messageJSONLocked(m)}, ""
@@ -228,14 +234,53 @@ func (s *Server) repliesLocked(p map[string]string) (map[string]any, string) {
 	}
 	end := min(start+limit, len(thread))
 	msgs := make([]any, 0, end-start)
+	withMeta := p["include_all_metadata"] == "1" || p["include_all_metadata"] == "true"
 	for _, x := range thread[start:end] {
-		msgs = append(msgs, s.messageJSONLocked(x))
+		out := s.messageJSONLocked(x)
+		if withMeta && x.Metadata != "" {
+			var md any
+			json.Unmarshal([]byte(x.Metadata), &md)
+			out["metadata"] = md
+		}
+		msgs = append(msgs, out)
 	}
 	next := ""
 	if end < len(thread) {
 		next = base64.StdEncoding.EncodeToString([]byte("offset:" + strconv.Itoa(end)))
 	}
 	return map[string]any{"messages": msgs, "has_more": next != "", "response_metadata": map[string]any{"next_cursor": next}}, ""
+}
+
+// checkMetadata applies Slack's message metadata schema: a JSON object
+// with a non-empty event_type (letters, digits and underscores) and an
+// event_payload object whose values are strings, numbers or booleans
+// (or objects and arrays of them).
+func checkMetadata(meta string) (code, detail string) {
+	var md struct {
+		EventType    *string         `json:"event_type"`
+		EventPayload json.RawMessage `json:"event_payload"`
+	}
+	if err := json.Unmarshal([]byte(meta), &md); err != nil {
+		return "invalid_metadata_format", err.Error()
+	}
+	if md.EventType == nil || *md.EventType == "" || len(*md.EventType) > 255 {
+		return "invalid_metadata_schema", "event_type missing or longer than 255"
+	}
+	for _, r := range *md.EventType {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_') {
+			return "invalid_metadata_schema", fmt.Sprintf("event_type %q", *md.EventType)
+		}
+	}
+	var payload map[string]any
+	if err := json.Unmarshal(md.EventPayload, &payload); err != nil || payload == nil {
+		return "invalid_metadata_schema", "event_payload is not an object"
+	}
+	for k, v := range payload {
+		if v == nil {
+			return "invalid_metadata_schema", fmt.Sprintf("event_payload.%s is null", k)
+		}
+	}
+	return "", ""
 }
 
 func (s *Server) messageJSONLocked(m *Message) map[string]any {
