@@ -313,7 +313,8 @@ func TestUnfinishedPlanEditResumedAfterRestart(t *testing.T) {
 
 func TestEvictDropsOnlyIdleBoards(t *testing.T) {
 	p := &fakePlatform{}
-	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}})
+	other := &forgetful{}
+	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p, "other": other}})
 	t.Cleanup(r.Close)
 	for _, key := range []string{"test/idle", "test/busy"} {
 		r.board(key, &Thread{Platform: "test", Key: key, Channel: "C1"})
@@ -334,11 +335,24 @@ func TestEvictDropsOnlyIdleBoards(t *testing.T) {
 	if idle || !busy {
 		t.Errorf("after Evict: idle kept %t, busy kept %t", idle, busy)
 	}
+	// Every platform that keeps state per thread is told, not only the
+	// session's own (the console mirrors the others').
+	if !slices.Equal(other.forgot, []string{"test/idle"}) {
+		t.Errorf("another platform was told to forget %q, want only the idle session", other.forgot)
+	}
 	// An evicted board loads again from the store, with its message.
 	if _, ref := r.Board("test/idle").Shown(); ref.IsZero() {
 		t.Error("the evicted board lost its plan message")
 	}
 }
+
+// forgetful is a platform that records what it is told to forget.
+type forgetful struct {
+	fakePlatform
+	forgot []string
+}
+
+func (f *forgetful) Forget(th Thread) { f.forgot = append(f.forgot, th.Key) }
 
 func TestConcurrentRepliesDeliveredOnce(t *testing.T) {
 	p := &fakePlatform{}

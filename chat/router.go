@@ -509,25 +509,45 @@ func (r *Router) reset(ctx context.Context, th Thread, in Incoming) string {
 
 // Evict drops from memory the boards of sessions idle for longer than
 // idle: no render running, no turn running, no open approval card. Their
-// records stay in the store and load again on the next event. It returns
-// how many were dropped.
+// records stay in the store and load again on the next event. Every
+// platform that keeps state of its own per thread (Forgetter) is told,
+// not only the session's: the console mirrors the others' plans. It
+// returns how many were dropped.
 func (r *Router) Evict(idle time.Duration) int {
 	cutoff := time.Now().Add(-idle)
+	var gone []Thread
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
 	for key, s := range r.sessions {
 		b := s.board
 		b.mu.Lock()
 		busy := b.running || b.want.Stoppable || b.used.After(cutoff)
+		th := b.rec.Thread
 		b.mu.Unlock()
 		s.cards.read(func(v *cardsRecord) { busy = busy || len(v.open()) > 0 })
 		if !busy {
 			delete(r.sessions, key)
-			n++
+			gone = append(gone, th)
 		}
 	}
-	return n
+	r.mu.Unlock()
+	for _, p := range r.opts.Platforms {
+		if f, ok := p.(Forgetter); ok {
+			for _, th := range gone {
+				f.Forget(th)
+			}
+		}
+	}
+	return len(gone)
+}
+
+// Forgetter is implemented by platforms that keep state per thread in
+// memory (who asked, a channel's pace, the console's live view): Forget
+// drops what they keep of th, whose session went idle and left the
+// router's memory; they read it again, or start afresh, if the thread
+// comes back. A platform is told of every platform's threads and ignores
+// the ones it does not know.
+type Forgetter interface {
+	Forget(th Thread)
 }
 
 // Forget drops a session's records from memory (its session was deleted).

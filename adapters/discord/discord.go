@@ -361,6 +361,22 @@ func (a *Adapter) Limiter(th chat.Thread) chat.Limiter {
 	return l
 }
 
+// Forget implements chat.Forgetter: the channel of a session that went
+// idle drops its cached type and, once it has its whole burst back (so a
+// new one paces the same), its edit limiter. The session is the
+// channel's only one, and its board, which held the limiter, is gone.
+func (a *Adapter) Forget(th chat.Thread) {
+	if th.Platform != "discord" {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.chanTypes, th.Channel)
+	if l, ok := a.limiters[th.Channel]; ok && l.Tokens() >= float64(l.Burst()) {
+		delete(a.limiters, th.Channel)
+	}
+}
+
 // Key is the session key of a Discord channel (a thread is a channel).
 func Key(channelID string) string { return "discord/" + channelID }
 

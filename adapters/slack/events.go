@@ -241,7 +241,7 @@ func (a *Adapter) dispatch(ctx context.Context, m message) {
 	// events of one message share the key.
 	event := "slack/msg/" + m.channel + "/" + m.ts
 	th := chat.Thread{Platform: "slack", Key: Key(m.team, m.channel, m.thread), Channel: m.channel, ThreadID: m.thread}
-	a.noteAuthor(th.Key, m.channel, m.ts, person{user: m.author, team: m.authorTeam})
+	a.noteAuthor(th.Key, m.ts, person{user: m.author, team: m.authorTeam})
 	author := cmp.Or(a.displayName(ctx, m.author), "<@"+m.author+">")
 	err := a.opts.Handler.Handle(ctx, chat.Incoming{Thread: th, Text: a.mentions(ctx, m.text), Author: author, AuthorID: m.author, MessageID: m.ts, Event: event})
 	if err != nil && !errors.Is(err, chat.ErrRejected) {

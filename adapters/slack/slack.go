@@ -77,7 +77,7 @@ type Adapter struct {
 	// authors is who wrote the messages handed to the router, by
 	// channel/ts, and askers who wrote the newest one of each session,
 	// by session key: the recipients of streamed replies.
-	authors map[string]person
+	authors map[string]map[string]person // by session key, then message ts
 	askers  map[string]person
 	// reacted is the message that got the working reaction, by session
 	// key; the reaction is removed from that message.
@@ -117,7 +117,7 @@ func New(opts Options) *Adapter {
 	return &Adapter{opts: opts, api: api, log: opts.Logger,
 		limiter: rate.NewLimiter(rate.Limit(opts.EditsPerMinute/60), 5),
 		appends: rate.NewLimiter(rate.Limit(opts.AppendsPerMinute/60), 5),
-		parts:   map[string]*partStream{}, authors: map[string]person{}, askers: map[string]person{},
+		parts:   map[string]*partStream{}, authors: map[string]map[string]person{}, askers: map[string]person{},
 		reacted: map[string]string{}, standard: map[string]bool{}, users: map[string]string{}}
 }
 

@@ -64,8 +64,10 @@ const (
 	streamChunkRunes = 400
 	// maxChunkRunes is markdown_text's limit for one call.
 	maxChunkRunes = 12000
-	// maxPeople bounds the authors and askers remembered.
-	maxPeople = 10000
+	// maxPeople bounds the sessions whose authors and askers are
+	// remembered, maxAuthorsPerSession the messages of one session.
+	maxPeople            = 10000
+	maxAuthorsPerSession = 200
 	// maxPartAge drops the progress of a part the outbox gave up on (it
 	// keeps a reply for 24 hours).
 	maxPartAge = 25 * time.Hour
@@ -81,7 +83,7 @@ type partStream struct {
 
 // noteAuthor remembers who wrote a message handed to the router: the
 // recipient of the replies to it and of the session's later replies.
-func (a *Adapter) noteAuthor(key, channel, ts string, p person) {
+func (a *Adapter) noteAuthor(key, ts string, p person) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if len(a.authors) >= maxPeople {
@@ -90,8 +92,26 @@ func (a *Adapter) noteAuthor(key, channel, ts string, p person) {
 	if len(a.askers) >= maxPeople {
 		clear(a.askers)
 	}
-	a.authors[channel+"/"+ts] = p
+	byTS := a.authors[key]
+	if byTS == nil || len(byTS) >= maxAuthorsPerSession {
+		byTS = map[string]person{}
+		a.authors[key] = byTS
+	}
+	byTS[ts] = p
 	a.askers[key] = p
+}
+
+// Forget implements chat.Forgetter: who wrote a session's messages goes
+// with the session. A streamed reply after that is for the author of the
+// thread's first message, read again (recipient).
+func (a *Adapter) Forget(th chat.Thread) {
+	if th.Platform != "slack" {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.authors, th.Key)
+	delete(a.askers, th.Key)
 }
 
 func isDM(channel string) bool { return strings.HasPrefix(channel, "D") }
@@ -102,7 +122,7 @@ func isDM(channel string) bool { return strings.HasPrefix(channel, "D") }
 // conversations.replies.
 func (a *Adapter) recipient(ctx context.Context, th chat.Thread, replyTo string) (person, bool) {
 	a.mu.Lock()
-	p, ok := a.authors[th.Channel+"/"+replyTo]
+	p, ok := a.authors[th.Key][replyTo]
 	if !ok {
 		p, ok = a.askers[th.Key]
 	}

@@ -69,7 +69,7 @@ func TestStreamedReply(t *testing.T) {
 	fake := &fakeslack.Server{}
 	a, _ := streamAdapter(t, fake)
 	th := channelThread
-	a.noteAuthor(th.Key, "C1", "1.1", person{user: "U1", team: "T1"})
+	a.noteAuthor(th.Key, "1.1", person{user: "U1", team: "T1"})
 	text := "**Done.** The plan is <@U9> & " + words(200)
 	if err := a.Reply(context.Background(), th, "1.1", text); err != nil {
 		t.Fatal(err)
@@ -114,7 +114,7 @@ func TestStreamExpiryRollsOver(t *testing.T) {
 			fake := &fakeslack.Server{ExpireStreamOnAppend: 2}
 			a, _ := streamAdapter(t, fake)
 			th := channelThread
-			a.noteAuthor(th.Key, "C1", "1.1", person{user: "U1", team: "T1"})
+			a.noteAuthor(th.Key, "1.1", person{user: "U1", team: "T1"})
 			closing := strings.TrimRight(strings.Fields(open)[0], "go")
 			code := open + "\n" + strings.Repeat("if a < b { fmt.Println(\"<@U1>\") }\n", 60) + closing + "\n"
 			text := words(150) + "\n" + code + words(100)
@@ -168,7 +168,7 @@ func TestStreamRetryGoesOn(t *testing.T) {
 	fake := &fakeslack.Server{}
 	a, _ := streamAdapter(t, fake)
 	th := channelThread
-	a.noteAuthor(th.Key, "C1", "1.1", person{user: "U1", team: "T1"})
+	a.noteAuthor(th.Key, "1.1", person{user: "U1", team: "T1"})
 	text := words(200)
 	ctx := context.Background()
 	fake.Fail("chat.appendStream", "internal_error") // the first append fails
@@ -254,7 +254,7 @@ func TestStreamsDeniedPostWhole(t *testing.T) {
 	fake := &fakeslack.Server{}
 	a, log := streamAdapter(t, fake)
 	th := channelThread
-	a.noteAuthor(th.Key, "C1", "1.1", person{user: "U1", team: "T1"})
+	a.noteAuthor(th.Key, "1.1", person{user: "U1", team: "T1"})
 	fake.Fail("chat.startStream", "not_allowed_token_type")
 	for _, text := range []string{"first", "second"} {
 		if err := a.Reply(context.Background(), th, "1.1", text); err != nil {
@@ -425,7 +425,7 @@ func TestStreamPartsKeepCodeFences(t *testing.T) {
 			fake := &fakeslack.Server{}
 			a, _ := streamAdapter(t, fake)
 			th := channelThread
-			a.noteAuthor(th.Key, "C1", "1.1", person{user: "U1", team: "T1"})
+			a.noteAuthor(th.Key, "1.1", person{user: "U1", team: "T1"})
 			text := "Here is the fix for <@U2>:\n\n" + fence + "go\n" + strings.Repeat("if a < b { a = b }\n", 250) + fence + "\n\n<!channel> <@U1> please review.\n"
 			parts := a.SplitReply(text)
 			if len(parts) < 2 {
@@ -472,7 +472,7 @@ func TestStreamCutBeforeLineEnd(t *testing.T) {
 	fake := &fakeslack.Server{}
 	a, _ := streamAdapter(t, fake)
 	th := channelThread
-	a.noteAuthor(th.Key, "C1", "1.1", person{user: "U1", team: "T1"})
+	a.noteAuthor(th.Key, "1.1", person{user: "U1", team: "T1"})
 	text := strings.Repeat("x", streamChunkRunes) + "\nsecond line"
 	if err := a.Reply(context.Background(), th, "1.1", text); err != nil {
 		t.Fatal(err)
@@ -532,7 +532,7 @@ func TestStreamRecipientNotFound(t *testing.T) {
 			fake := &fakeslack.Server{}
 			a, _ := streamAdapter(t, fake)
 			th := channelThread
-			a.noteAuthor(th.Key, "C1", "1.1", person{user: "U1", team: "T1"})
+			a.noteAuthor(th.Key, "1.1", person{user: "U1", team: "T1"})
 			ctx := context.Background()
 			fake.Fail("chat.startStream", code)
 			if err := a.Reply(ctx, th, "1.1", "first <@U2>"); err != nil {
@@ -559,7 +559,7 @@ func TestStreamPermanentFailureForgetsProgress(t *testing.T) {
 	fake := &fakeslack.Server{}
 	a, _ := streamAdapter(t, fake)
 	th := channelThread
-	a.noteAuthor(th.Key, "C1", "1.1", person{user: "U1", team: "T1"})
+	a.noteAuthor(th.Key, "1.1", person{user: "U1", team: "T1"})
 	ctx := context.Background()
 	text := words(200)
 	fake.Fail("chat.appendStream", "is_archived")
@@ -582,7 +582,7 @@ func TestStreamStopRefusedAfterEveryChunk(t *testing.T) {
 	fake := &fakeslack.Server{}
 	a, log := streamAdapter(t, fake)
 	th := channelThread
-	a.noteAuthor(th.Key, "C1", "1.1", person{user: "U1", team: "T1"})
+	a.noteAuthor(th.Key, "1.1", person{user: "U1", team: "T1"})
 	ctx := context.Background()
 	text := words(200)
 	fake.Fail("chat.stopStream", "is_archived")
@@ -608,7 +608,7 @@ func TestStreamOffMidPartPostsTheRest(t *testing.T) {
 	fake := &fakeslack.Server{}
 	a, _ := streamAdapter(t, fake)
 	th := channelThread
-	a.noteAuthor(th.Key, "C1", "1.1", person{user: "U1", team: "T1"})
+	a.noteAuthor(th.Key, "1.1", person{user: "U1", team: "T1"})
 	ctx := context.Background()
 	text := "```python\n" + strings.Repeat("print(a < b)\n", 100) + "```\nafter <@U2>"
 	fake.Fail("chat.appendStream", "internal_error")
@@ -616,7 +616,7 @@ func TestStreamOffMidPartPostsTheRest(t *testing.T) {
 		t.Fatal("the first attempt succeeded; want its append to fail")
 	}
 	other := chat.Thread{Platform: "slack", Key: Key("T1", "C1", "2.1"), Channel: "C1", ThreadID: "2.1"}
-	a.noteAuthor(other.Key, "C1", "2.1", person{user: "U1", team: "T1"})
+	a.noteAuthor(other.Key, "2.1", person{user: "U1", team: "T1"})
 	fake.Fail("chat.startStream", "not_allowed_token_type")
 	if err := a.Reply(ctx, other, "2.1", "another reply"); err != nil {
 		t.Fatal(err)
@@ -693,5 +693,36 @@ func TestSplitMarkdown(t *testing.T) {
 				t.Errorf("the parts hold %q, want %q", joined.String(), want.String())
 			}
 		})
+	}
+}
+
+// TestForgetDropsTheSessionsPeople: who wrote a session's messages leaves
+// memory with the session (chat.Forgetter), and is read from the thread
+// again when a streamed reply needs its recipient. Another platform's
+// thread of the same key is ignored.
+func TestForgetDropsTheSessionsPeople(t *testing.T) {
+	fake := &fakeslack.Server{}
+	a, _ := streamAdapter(t, fake)
+	th := channelThread
+	ctx := context.Background()
+	a.noteAuthor(th.Key, "1.2", person{user: "U2", team: "T1"})
+	if p, ok := a.recipient(ctx, th, "1.2"); !ok || p.user != "U2" {
+		t.Fatalf("recipient %+v %t, want U2", p, ok)
+	}
+	a.Forget(chat.Thread{Platform: "discord", Key: th.Key})
+	if p, ok := a.recipient(ctx, th, "1.2"); !ok || p.user != "U2" {
+		t.Fatalf("after another platform's Forget: recipient %+v %t, want U2 still", p, ok)
+	}
+	a.Forget(th)
+	a.mu.Lock()
+	left := len(a.authors) + len(a.askers)
+	a.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d entries left after Forget", left)
+	}
+	before := len(fake.Calls("conversations.replies"))
+	a.recipient(ctx, th, "1.2")
+	if n := len(fake.Calls("conversations.replies")); n != before+1 {
+		t.Errorf("conversations.replies called %d times after Forget, want once: the recipient is read again", n-before)
 	}
 }

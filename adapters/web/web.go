@@ -92,7 +92,7 @@ type Console struct {
 	plans   map[string]chat.Plan
 	notices map[string][]Message
 	cards   map[string]map[string]chat.Card // by thread key, then card id
-	seq     map[string]int64                // events sent, by thread key
+	seq     int64                           // events sent, all threads: each event's seq, so a thread's grow
 	status  map[string]string               // the pill, by thread key
 	issued  map[string][]string             // stored message IDs handed out, by thread key (see stored)
 	clients map[chan []byte]struct{}
@@ -114,7 +114,7 @@ func New(opts Options) *Console {
 		opts.Now = time.Now
 	}
 	return &Console{opts: opts, plans: map[string]chat.Plan{}, notices: map[string][]Message{}, cards: map[string]map[string]chat.Card{},
-		seq: map[string]int64{}, status: map[string]string{}, issued: map[string][]string{}, clients: map[chan []byte]struct{}{}}
+		status: map[string]string{}, issued: map[string][]string{}, clients: map[chan []byte]struct{}{}}
 }
 
 // Bind sets where messages go; call it before serving.
@@ -147,8 +147,8 @@ type event struct {
 func (c *Console) broadcast(e event) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.seq[e.Thread]++
-	e.Seq = c.seq[e.Thread]
+	c.seq++
+	e.Seq = c.seq
 	raw, err := json.Marshal(e)
 	if err != nil {
 		return
@@ -197,6 +197,29 @@ func (c *Console) SetState(th chat.Thread, state, status string) {
 	c.status[th.Key] = status
 	c.mu.Unlock()
 	c.broadcast(event{Type: "state", Thread: th.Key, State: state, Status: status, StatusClass: pillClass(status)})
+}
+
+// Forget implements chat.Forgetter: the live view of a session that went
+// idle leaves memory. Its plan and status pill are read from the store
+// again (Store.Threads has the shown plan), its approval cards from the
+// router (CardSource). Notices stay: they are kept nowhere else, and there
+// are at most 50 per thread.
+func (c *Console) Forget(th chat.Thread) { c.forget(th.Key) }
+
+func (c *Console) forget(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.plans, key)
+	delete(c.cards, key)
+	delete(c.status, key)
+	delete(c.issued, key)
+}
+
+// CardSource is a Handler that lists a session's approval cards
+// (chat.Router): the console shows them for a thread whose live view it
+// has forgotten.
+type CardSource interface {
+	Cards(key string) []chat.CardInfo
 }
 
 // Pin implements chat.Platform. The console always shows the current plan
@@ -439,7 +462,7 @@ func (c *Console) send(w http.ResponseWriter, r *http.Request, id string, b post
 		return
 	}
 	c.mu.Lock()
-	seq := c.seq[key]
+	seq := c.seq
 	c.mu.Unlock()
 	sum := Summary{ID: id, Key: key, Platform: "web", Title: chat.Shorten(strings.TrimSpace(b.Text), 80), State: "running",
 		Status: string(chat.StateWorking), Updated: m.At, Seq: seq}
@@ -468,7 +491,7 @@ func (c *Console) renameThread(w http.ResponseWriter, r *http.Request) {
 	th, _ := c.handler.Rename(key, b.Title)
 	c.broadcast(event{Type: "thread", Thread: key})
 	c.mu.Lock()
-	seq := c.seq[key]
+	seq := c.seq
 	c.mu.Unlock()
 	writeJSON(w, http.StatusOK, map[string]any{"thread": viewThread(Summary{ID: idOf(key), Key: key, Platform: "web", Title: th.Title, Updated: c.opts.Now(), Seq: seq})})
 }
@@ -489,12 +512,9 @@ func (c *Console) deleteThread(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusInternalServerError, "could not delete the thread")
 		return
 	}
+	c.forget(key)
 	c.mu.Lock()
-	delete(c.plans, key)
 	delete(c.notices, key)
-	delete(c.cards, key)
-	delete(c.status, key)
-	delete(c.issued, key)
 	c.mu.Unlock()
 	c.broadcast(event{Type: "thread", Thread: key})
 	w.WriteHeader(http.StatusNoContent)
@@ -549,7 +569,7 @@ func (c *Console) getThread(w http.ResponseWriter, r *http.Request) {
 	// lands while this reads is lost (at worst it comes twice, and the
 	// page drops the second).
 	c.mu.Lock()
-	seq := c.seq[key]
+	seq := c.seq
 	c.mu.Unlock()
 	hist, err := c.opts.Store.History(r.Context(), key)
 	if err != nil {
@@ -598,7 +618,13 @@ func (c *Console) getThread(w http.ResponseWriter, r *http.Request) {
 	for _, card := range c.cards[key] {
 		cards = append(cards, viewCard(&card))
 	}
+	_, live := c.cards[key]
 	c.mu.Unlock()
+	if cs, ok := c.handler.(CardSource); ok && !live {
+		for _, ci := range cs.Cards(key) {
+			cards = append(cards, viewCard(&ci.Card))
+		}
+	}
 	sort.Slice(cards, func(i, j int) bool { return cards[i].Deadline.Before(cards[j].Deadline) })
 	if msgs == nil {
 		msgs = []Message{}
@@ -707,7 +733,7 @@ func (c *Console) click(w http.ResponseWriter, r *http.Request) {
 // fillLocked sets a summary's status pill and sequence number: the live
 // status when the console saw one, else what the store says.
 func (c *Console) fillLocked(sum *Summary) {
-	sum.Seq = c.seq[sum.Key]
+	sum.Seq = c.seq
 	if st, ok := c.status[sum.Key]; ok {
 		sum.Status = st
 		return

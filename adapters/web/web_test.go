@@ -17,18 +17,22 @@ import (
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/httphost"
+	"github.com/pinplan/pinplan/todo"
 )
 
 // fakeStore holds one session's history and plan revisions, for every
 // key the handler knows.
 type fakeStore struct {
-	mu    sync.Mutex // guards hist and plans
+	mu    sync.Mutex // guards hist, plans and shown
 	hist  []agent.Entry
 	plans []agent.PlanRevision
+	shown *chat.Plan // the plan the board record shows
 }
 
 func (f *fakeStore) Threads(context.Context) ([]Summary, error) {
-	return []Summary{{Key: "web/abc", Platform: "web", Title: "t", State: "idle"}}, nil
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return []Summary{{Key: "web/abc", Platform: "web", Title: "t", State: "idle", Plan: f.shown}}, nil
 }
 
 func (f *fakeStore) History(context.Context, string) ([]agent.Entry, error) {
@@ -57,7 +61,10 @@ type recHandler struct {
 	// queue, if set, stores each accepted message as the runner would:
 	// in its inbox, stamped by its own clock.
 	queue *fakeStore
+	cards []chat.CardInfo // what the router's card records hold
 }
+
+func (h *recHandler) Cards(string) []chat.CardInfo { return h.cards }
 
 func (h *recHandler) Visible(key string) bool { return key == "web/abc" || h.known[key] }
 
@@ -226,6 +233,69 @@ func TestIDsRoundTrip(t *testing.T) {
 		if _, ok := keyOf(bad); ok {
 			t.Errorf("keyOf(%q) accepted", bad)
 		}
+	}
+}
+
+// TestForgottenThreadReadsBack: once the router evicts an idle session,
+// the console drops its live view of it, and the thread still shows its
+// plan (from the store), its status pill (from the plan) and its cards
+// (from the router); sequence numbers keep growing.
+func TestForgottenThreadReadsBack(t *testing.T) {
+	c, srv, h, st := newConsole(t, "")
+	th := chat.Thread{Platform: "web", Key: "web/abc", Channel: "web/abc", ThreadID: "abc"}
+	p := chat.Plan{Items: []todo.Item{{Content: "ship it", Status: todo.Completed}}, Revision: 4, State: chat.StateDone}
+	card := chat.Card{ID: "c1", Tool: "demo__write_note", Outcome: "Allowed once", By: "Ada"}
+	c.PostPlan(context.Background(), th, p)
+	c.PostCard(context.Background(), th, card)
+	c.SetState(th, "idle", string(chat.StateDone))
+	get := func() (view struct {
+		Thread struct {
+			Status string    `json:"status"`
+			Seq    int64     `json:"seq"`
+			Plan   *planJSON `json:"plan"`
+		} `json:"thread"`
+		Cards []chat.Card `json:"cards"`
+	}) {
+		t.Helper()
+		resp, err := http.Get(srv.URL + "/api/threads/abc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(&view); err != nil {
+			t.Fatal(err)
+		}
+		return view
+	}
+	live := get()
+	if live.Thread.Plan == nil || live.Thread.Plan.Revision != 4 || len(live.Cards) != 1 || live.Thread.Status != "done" {
+		t.Fatalf("live view: %+v", live)
+	}
+
+	c.Forget(th)
+	c.mu.Lock()
+	left := len(c.plans) + len(c.cards) + len(c.status) + len(c.issued)
+	c.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d entries of the forgotten thread left in memory", left)
+	}
+	st.mu.Lock()
+	st.shown = &p
+	st.mu.Unlock()
+	h.cards = []chat.CardInfo{{Card: card}}
+	back := get()
+	if back.Thread.Plan == nil || back.Thread.Plan.Revision != 4 {
+		t.Errorf("forgotten thread shows plan %+v, want revision 4 from the store", back.Thread.Plan)
+	}
+	if back.Thread.Status != "done" {
+		t.Errorf("forgotten thread's pill %q, want done", back.Thread.Status)
+	}
+	if len(back.Cards) != 1 || back.Cards[0].Outcome != "Allowed once" {
+		t.Errorf("forgotten thread's cards %+v, want the decided card", back.Cards)
+	}
+	c.SetState(th, "running", string(chat.StateWorking))
+	if again := get(); again.Thread.Seq <= live.Thread.Seq {
+		t.Errorf("seq %d after a new event, want more than %d", again.Thread.Seq, live.Thread.Seq)
 	}
 }
 
