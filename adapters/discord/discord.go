@@ -427,9 +427,36 @@ func classify(op string, err error, pin bool) error {
 // PostPlan implements chat.Platform. With ComponentsV2 the plan is a
 // Components V2 container, its ref of that Kind; if Discord refuses the
 // container (400, 50035), this plan is posted as an embed and stays one.
+//
+// A post with a key (chat.SendKey: the board's name for this plan
+// message) carries its nonce with enforce_nonce, as replies do. When an
+// earlier attempt may have landed (chat.SentMaybe), Discord returns that
+// message, showing what the earlier attempt sent, within the few minutes
+// it holds a nonce: it is edited to p before its ref is returned.
 func (a *Adapter) PostPlan(ctx context.Context, th chat.Thread, p chat.Plan) (chat.MessageRef, error) {
+	var n string
+	if key := chat.SendKey(ctx); key != "" {
+		n = nonce(key)
+	}
+	ref, err := a.postPlan(ctx, th, p, n)
+	if err != nil {
+		return chat.MessageRef{}, err
+	}
+	if _, maybe := chat.SentMaybe(ctx); maybe && n != "" {
+		// Discord may have returned the message an earlier attempt
+		// created, which shows what that attempt sent.
+		if err := a.EditPlan(ctx, th, ref, p); err != nil {
+			return chat.MessageRef{}, err
+		}
+	}
+	return ref, nil
+}
+
+// postPlan creates the plan message, with nonce (and enforce_nonce) if
+// it is not "".
+func (a *Adapter) postPlan(ctx context.Context, th chat.Thread, p chat.Plan, nonce string) (chat.MessageRef, error) {
 	if a.opts.ComponentsV2 {
-		ref, err := a.postV2(ctx, th, p)
+		ref, err := a.postV2(ctx, th, p, nonce)
 		if err == nil || !refusedV2(err) {
 			return ref, classify("post plan", err, false)
 		}
@@ -441,28 +468,47 @@ func (a *Adapter) PostPlan(ctx context.Context, th chat.Thread, p chat.Plan) (ch
 			a.log.Warn("discord refused a Components V2 plan; posting it as an embed", "channel", th.Channel, "err", err)
 		}
 	}
-	m, err := a.s.ChannelMessageSendComplex(th.Channel, PlanMessage(p), discordgo.WithContext(ctx))
+	endpoint := discordgo.EndpointChannelMessages(th.Channel)
+	body, err := a.s.RequestWithBucketID(http.MethodPost, endpoint, nonceSend{MessageSend: PlanMessage(p), Nonce: nonce, EnforceNonce: nonce != ""}, endpoint, discordgo.WithContext(ctx))
 	if err != nil {
 		return chat.MessageRef{}, classify("post plan", err, false)
 	}
-	return chat.MessageRef{Channel: th.Channel, ID: m.ID}, nil
+	id, err := messageID(body)
+	if err != nil {
+		return chat.MessageRef{}, classify("post plan", err, false)
+	}
+	return chat.MessageRef{Channel: th.Channel, ID: id}, nil
 }
 
 // postV2 posts the plan with IS_COMPONENTS_V2. discordgo's MessageSend
 // always carries "embeds", so the body is PlanMessageV2's own.
-func (a *Adapter) postV2(ctx context.Context, th chat.Thread, p chat.Plan) (chat.MessageRef, error) {
+func (a *Adapter) postV2(ctx context.Context, th chat.Thread, p chat.Plan, nonce string) (chat.MessageRef, error) {
 	endpoint := discordgo.EndpointChannelMessages(th.Channel)
-	body, err := a.s.RequestWithBucketID(http.MethodPost, endpoint, PlanMessageV2(p), endpoint, discordgo.WithContext(ctx))
+	msg := struct {
+		*V2Message
+		Nonce        string `json:"nonce,omitempty"`
+		EnforceNonce bool   `json:"enforce_nonce,omitempty"`
+	}{PlanMessageV2(p), nonce, nonce != ""}
+	body, err := a.s.RequestWithBucketID(http.MethodPost, endpoint, msg, endpoint, discordgo.WithContext(ctx))
 	if err != nil {
 		return chat.MessageRef{}, err
 	}
+	id, err := messageID(body)
+	if err != nil {
+		return chat.MessageRef{}, err
+	}
+	return chat.MessageRef{Channel: th.Channel, ID: id, Kind: refComponentsV2}, nil
+}
+
+// messageID reads the id of the message a create answered with.
+func messageID(body []byte) (string, error) {
 	var m struct {
 		ID string `json:"id"`
 	}
 	if err := json.Unmarshal(body, &m); err != nil || m.ID == "" {
-		return chat.MessageRef{}, fmt.Errorf("an answer without the message id: %.200q", body)
+		return "", fmt.Errorf("an answer without the message id: %.200q", body)
 	}
-	return chat.MessageRef{Channel: th.Channel, ID: m.ID, Kind: refComponentsV2}, nil
+	return m.ID, nil
 }
 
 // refusedV2 reports whether Discord refused a Components V2 post as an

@@ -514,6 +514,36 @@ func callList(calls []fakediscord.Call) string {
 // the reply is still in the outbox. After the restart it is sent again,
 // with the same nonce and enforce_nonce: Discord returns the message it
 // has, and the thread shows the answer once. (Without the nonce the
+
+// TestDiscordPlanCreatedBeforeKillIsNotPostedTwice: the plan message is
+// created and the process killed before Discord's answer reaches it, so
+// the board has no ref. The next process posts with the same nonce,
+// gets the message back, brings it up to date and pins it: one plan
+// message.
+func TestDiscordPlanCreatedBeforeKillIsNotPostedTwice(t *testing.T) {
+	r := newDiscordRig(t, 1, 0)
+	p := r.start(t)
+	r.dc.DelayAnswer("POST messages", 10*time.Second, 1)
+	r.dc.UserMessage("C1", "111", "plan once", true)
+	waitFor(t, 30*time.Second, "the plan created and its response held", func() bool {
+		return len(discordPlans(r.dc, "C1")) == 1 && r.dc.HeldAnswers() > 0
+	})
+	p.kill()
+	p = r.start(t)
+	defer p.stop(t)
+	waitFor(t, 60*time.Second, "the answer and a pinned plan", func() bool {
+		answered := false
+		for _, m := range r.dc.Messages("C1") {
+			answered = answered || (m.AuthorID == fakediscord.BotID && strings.Contains(m.Content, "All done."))
+		}
+		pl := discordPlans(r.dc, "C1")
+		return answered && len(pl) > 0 && slices.Contains(r.dc.Pinned("C1"), pl[len(pl)-1].ID)
+	})
+	if pl := discordPlans(r.dc, "C1"); len(pl) != 1 {
+		t.Errorf("%d plan messages, want 1", len(pl))
+	}
+}
+
 // restart posted it a second time; the fake enforces nonces as Discord.)
 func TestDiscordReplyCreatedBeforeKillIsNotPostedTwice(t *testing.T) {
 	r := newDiscordRig(t, 1, 0)
@@ -553,5 +583,10 @@ func TestDiscordReplyCreatedBeforeKillIsNotPostedTwice(t *testing.T) {
 	}
 	if n != 1 {
 		t.Errorf("the answer is in the thread %d times, want once", n)
+	}
+	// The plan's post had its answer held too: the restart finds the
+	// message it created (the nonce) instead of posting a second one.
+	if pl := discordPlans(r.dc, "C1"); len(pl) != 1 {
+		t.Errorf("%d plan messages, want 1", len(pl))
 	}
 }
