@@ -67,11 +67,13 @@ type boardRecord struct {
 	// session's first status move was queued, with its title; later
 	// moves carry none, and a reset closes it.
 	Sessioned bool `json:"sessioned,omitempty"`
-	// Posts counts the plan messages the session moved on from (a new
-	// task, a message deleted): with the key, it names the message the
-	// board posts now, the same on every attempt and after a restart, so
-	// the platform can find one an attempt left unseen (chat.SendKey).
-	Posts int `json:"posts,omitempty"`
+	// Posting is when the board first tried to post the plan message it
+	// has no ref of yet; cleared once the ref is stored. Set, it says an
+	// earlier attempt (this process's or one killed before the answer)
+	// may have posted it, and it names the message: the platform is
+	// asked to find that one rather than post another (chat.SendKey,
+	// chat.SentMaybe).
+	Posting *time.Time `json:"posting,omitempty"`
 }
 
 // restoreEdit is an earlier plan message and the content it should end on.
@@ -113,11 +115,6 @@ type Board struct {
 	doneVer uint64
 	running bool
 	idle    *sync.Cond // signalled when running goes false
-
-	// postUnsure: a post of the plan message may have landed unseen (the
-	// record was read back from the store, or an attempt failed in a way
-	// that does not rule it out). Only apply touches it, one at a time.
-	postUnsure bool
 }
 
 // Hooks observe what the router sends to the platforms: plan renders and
@@ -243,7 +240,6 @@ func (b *Board) planChanged(e agent.Event) {
 				}
 				rec.Unpin = append(rec.Unpin, rec.Ref)
 				rec.Ref, rec.Pinned, rec.Shown = MessageRef{}, false, Plan{}
-				rec.Posts++
 			}
 			rec.Closed, rec.Final = false, nil
 			state = StateWorking
@@ -482,7 +478,6 @@ func (b *Board) loop() {
 				if !ref.IsZero() && r.Ref == ref {
 					r.Unpin = append(r.Unpin, r.Ref)
 					r.Ref, r.Pinned = MessageRef{}, false
-					r.Posts++
 				}
 			})
 		default:
@@ -555,16 +550,22 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) (MessageR
 		if err := b.owner.held(ctx, th.Key); err != nil {
 			return rec.Ref, err
 		}
-		pctx := withSend(ctx, fmt.Sprintf("plan/%s/%d", th.Key, rec.Posts), time.Time{}, b.postUnsure)
+		// The first attempt at this message notes when it began, before
+		// it posts: a later attempt, or the next process, then knows it
+		// may have landed, and under which key.
+		since, unsure := time.Now(), rec.Posting != nil
+		if unsure {
+			since = *rec.Posting
+		} else {
+			b.update(func(r *boardRecord) { r.Posting = &since })
+		}
+		pctx := withSend(ctx, fmt.Sprintf("plan/%s/%d", th.Key, since.UnixNano()), since, unsure)
 		ref, err := b.platform.PostPlan(pctx, th, want)
 		b.rendered(th, err)
 		if err != nil {
-			var rl *RateLimitError
-			b.postUnsure = b.postUnsure || !errors.As(err, &rl)
 			return rec.Ref, err
 		}
-		b.postUnsure = false
-		b.update(func(r *boardRecord) { r.Ref, r.Pinned, r.Shown = ref, false, want })
+		b.update(func(r *boardRecord) { r.Ref, r.Pinned, r.Shown, r.Posting = ref, false, want, nil })
 		b.shown(th, want)
 		rec.Ref = ref
 	} else if !sameContent(rec.Shown, want) {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -442,18 +443,30 @@ type CardInfo struct {
 	Ref    MessageRef
 }
 
-// Cards lists a session's approval cards, for operators and tests.
+// Cards lists a session's approval cards, for operators, the console
+// and tests. A session not in memory is read from the store and left
+// there: looking does not bring an evicted session back.
 func (r *Router) Cards(key string) []CardInfo {
-	s := r.session(key, nil)
-	if s == nil {
-		return nil
-	}
-	var out []CardInfo
-	s.cards.read(func(v *cardsRecord) {
-		out = make([]CardInfo, 0, len(v.Cards))
-		for _, cr := range v.Cards {
-			out = append(out, CardInfo{Card: cr.Card, CallID: cr.CallID, Ref: cr.Ref})
+	var v cardsRecord
+	r.mu.Lock()
+	s, ok := r.sessions[key]
+	r.mu.Unlock()
+	if ok {
+		s.cards.read(func(c *cardsRecord) { v.Cards = maps.Clone(c.Cards) })
+	} else {
+		raw, err := r.cards.Cards(r.ctx, key)
+		if err != nil {
+			r.opts.Logger.Warn("read approval cards", "session", key, "err", err)
+			return nil
 		}
-	})
+		if len(raw) > 0 && json.Unmarshal(raw, &v) != nil {
+			r.opts.Logger.Warn("decode approval cards", "session", key)
+			return nil
+		}
+	}
+	out := make([]CardInfo, 0, len(v.Cards))
+	for _, cr := range v.Cards {
+		out = append(out, CardInfo{Card: cr.Card, CallID: cr.CallID, Ref: cr.Ref})
+	}
 	return out
 }

@@ -153,6 +153,12 @@ func withSend(ctx context.Context, key string, queued time.Time, unsure bool) co
 	return context.WithValue(ctx, sendKey{}, sendInfo{key: key, queued: queued, unsure: unsure})
 }
 
+// WithSend is what the outbox and the plan board give a send (SendKey,
+// SentMaybe), for a platform's tests.
+func WithSend(ctx context.Context, key string, queued time.Time, unsure bool) context.Context {
+	return withSend(ctx, key, queued, unsure)
+}
+
 // SendKey is the idempotency key of the send ctx carries, or "". A
 // platform that can make a create idempotent (Discord's nonce with
 // enforce_nonce) uses it, so that an attempt after one whose answer was

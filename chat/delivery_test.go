@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -62,9 +63,9 @@ func TestNewTaskAfterEndedRunGetsNewMessage(t *testing.T) {
 					t.Errorf("new message shows rev %d %s, want 2 working", got.Revision, got.State)
 				}
 				// Each message its own key; nothing was ever in doubt.
-				want := []sendInfo{{key: "plan/test/1/0"}, {key: "plan/test/1/1"}}
-				if !slices.Equal(p.posts, want) {
-					t.Errorf("posts carried %+v, want %+v", p.posts, want)
+				if len(p.posts) != 2 || p.posts[0].key == p.posts[1].key || p.posts[0].unsure || p.posts[1].unsure ||
+					!strings.HasPrefix(p.posts[0].key, "plan/test/1/") || !strings.HasPrefix(p.posts[1].key, "plan/test/1/") {
+					t.Errorf("posts carried %+v, want two keys of their own, neither in doubt", p.posts)
 				}
 			} else if got := p.plan("m1"); got.Revision != 2 || got.State != StateWorking {
 				t.Errorf("continued plan shows rev %d %s, want 2 working", got.Revision, got.State)
@@ -340,6 +341,16 @@ func TestEvictDropsOnlyIdleBoards(t *testing.T) {
 	if !slices.Equal(other.forgot, []string{"test/idle"}) {
 		t.Errorf("another platform was told to forget %q, want only the idle session", other.forgot)
 	}
+	// Listing its cards reads the store and leaves it evicted.
+	if cards := r.Cards("test/idle"); len(cards) != 0 {
+		t.Errorf("cards %+v, want none", cards)
+	}
+	r.mu.Lock()
+	_, idle = r.sessions["test/idle"]
+	r.mu.Unlock()
+	if idle {
+		t.Error("Cards brought the evicted session back into memory")
+	}
 	// An evicted board loads again from the store, with its message.
 	if _, ref := r.Board("test/idle").Shown(); ref.IsZero() {
 		t.Error("the evicted board lost its plan message")
@@ -446,7 +457,8 @@ func TestUnpostedPlanPostedAfterRestart(t *testing.T) {
 func TestPostWithoutStoredRefIsRepeated(t *testing.T) {
 	boards := &chattest.Boards{}
 	want := Plan{Items: plan(1, todo.InProgress).Items(), Revision: 1, State: StateWorking}
-	raw, _ := json.Marshal(boardRecord{Thread: Thread{Platform: "test", Key: "test/1", Channel: "C1"}, Want: &want})
+	began := time.Date(2026, 12, 1, 9, 0, 0, 123, time.UTC) // the killed process's attempt
+	raw, _ := json.Marshal(boardRecord{Thread: Thread{Platform: "test", Key: "test/1", Channel: "C1"}, Want: &want, Posting: &began})
 	if err := boards.SaveBoard(context.Background(), "test/1", raw); err != nil {
 		t.Fatal(err)
 	}
@@ -464,8 +476,11 @@ func TestPostWithoutStoredRefIsRepeated(t *testing.T) {
 	if _, ref := r.Board("test/1").Shown(); ref.ID != "m2" {
 		t.Errorf("the board works on %q, want the new message m2", ref.ID)
 	}
-	if len(up.posts) != 1 || up.posts[0].key != "plan/test/1/0" || !up.posts[0].unsure {
-		t.Errorf("the post carried %+v, want key plan/test/1/0 marked as maybe posted", up.posts)
+	if wantKey := fmt.Sprintf("plan/test/1/%d", began.UnixNano()); len(up.posts) != 1 || up.posts[0].key != wantKey || !up.posts[0].unsure {
+		t.Errorf("the post carried %+v, want key %s marked as maybe posted", up.posts, wantKey)
+	}
+	if rec, _ := r.Board("test/1").state(); rec.Posting != nil {
+		t.Errorf("the record still says a post is under way after its ref was stored")
 	}
 }
 
@@ -550,5 +565,35 @@ func TestFencedBoardSendsNothingMore(t *testing.T) {
 	out.Outbox(context.Background(), func(uint64, []byte) { left++ })
 	if left != 1 {
 		t.Errorf("%d replies stored, want the fenced one kept for the holder", left)
+	}
+}
+
+// TestResetThenNewPlanPostsItsOwnMessage: a session read back from the
+// store (after a restart or an eviction) is reset, and the next task's
+// plan gets a message of its own: posted under a key of its own, with no
+// doubt that an earlier attempt posted it, so no platform looks for (and
+// edits) the archived plan message instead.
+func TestResetThenNewPlanPostsItsOwnMessage(t *testing.T) {
+	boards := &chattest.Boards{}
+	shown := Plan{Items: plan(1, todo.Completed).Items(), Revision: 1, State: StateDone}
+	raw, _ := json.Marshal(boardRecord{Thread: Thread{Platform: "test", Key: "test/1", Channel: "C1"}, Ref: MessageRef{Channel: "C1", ID: "m1"}, Pinned: true, Shown: shown})
+	if err := boards.SaveBoard(context.Background(), "test/1", raw); err != nil {
+		t.Fatal(err)
+	}
+	p := &fakePlatform{next: 1, shown: map[string]Plan{"m1": shown}}
+	r := NewRouter(Options{Store: boards, Platforms: map[string]Platform{"test": p}})
+	t.Cleanup(r.Close)
+	r.Board("test/1").reset()
+	settle(t, r, "test/1")
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: items("a new task")})
+	settle(t, r, "test/1")
+	if len(p.posts) != 1 || p.posts[0].unsure || p.posts[0].key == "" {
+		t.Fatalf("posts carried %+v, want one post under a new key, in no doubt", p.posts)
+	}
+	if got := p.plan("m1"); got.Revision != 1 || got.State != StateDone {
+		t.Errorf("the archived message now shows rev %d %s, want its own plan", got.Revision, got.State)
+	}
+	if _, ref := r.Board("test/1").Shown(); ref.ID != "m2" {
+		t.Errorf("the board works on %q, want the new message m2", ref.ID)
 	}
 }

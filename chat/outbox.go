@@ -193,7 +193,7 @@ func (o *outbox) send(ctx context.Context, q queued) {
 		actx, cancel := context.WithTimeout(ctx, replyTimeout)
 		defer cancel()
 		if q.id != 0 {
-			actx = withSend(actx, fmt.Sprintf("outbox/%s/%d", th.Key, q.id), it.Created, unsure)
+			actx = withSend(actx, fmt.Sprintf("outbox/%s/%d/%d", th.Key, q.id, it.Created.UnixNano()), it.Created, unsure)
 		}
 		err := p.Reply(actx, th, it.ReplyTo, it.Text)
 		if err != nil && ctx.Err() == nil {

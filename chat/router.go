@@ -529,7 +529,8 @@ func (r *Router) Evict(idle time.Duration) int {
 			gone = append(gone, th)
 		}
 	}
-	r.mu.Unlock()
+	// Still under r.mu: a session that comes back now loads after its
+	// platforms forgot the old state, not before.
 	for _, p := range r.opts.Platforms {
 		if f, ok := p.(Forgetter); ok {
 			for _, th := range gone {
@@ -537,6 +538,7 @@ func (r *Router) Evict(idle time.Duration) int {
 			}
 		}
 	}
+	r.mu.Unlock()
 	return len(gone)
 }
 
@@ -545,7 +547,8 @@ func (r *Router) Evict(idle time.Duration) int {
 // drops what they keep of th, whose session went idle and left the
 // router's memory; they read it again, or start afresh, if the thread
 // comes back. A platform is told of every platform's threads and ignores
-// the ones it does not know.
+// the ones it does not know. Forget is called with the router's lock
+// held: it must not call back into the router.
 type Forgetter interface {
 	Forget(th Thread)
 }

@@ -118,7 +118,6 @@ func (r *Router) loadSession(key string, th *Thread) *session {
 	}
 	rec.Thread.Title = "" // the listing's, not the board's
 	b := r.newBoard(key, rec)
-	b.postUnsure = len(raw) > 0 // stored before: this process may not be the first to post its plan
 	s := &session{
 		board: b,
 		cards: &record[cardsRecord]{what: "approval cards", log: b.log, ctx: r.ctx,

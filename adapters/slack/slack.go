@@ -75,9 +75,10 @@ type Adapter struct {
 	// entry lives while its part is partly delivered (stream.go).
 	parts map[string]*partStream
 	// authors is who wrote the messages handed to the router, by
-	// channel/ts, and askers who wrote the newest one of each session,
-	// by session key: the recipients of streamed replies.
-	authors map[string]map[string]person // by session key, then message ts
+	// session key then message ts, and askers who wrote the newest one of
+	// each session, by session key: the recipients of streamed replies.
+	// Both go when the session leaves the router's memory (Forget).
+	authors map[string]map[string]person
 	askers  map[string]person
 	// reacted is the message that got the working reaction, by session
 	// key; the reaction is removed from that message.
@@ -268,8 +269,8 @@ func (a *Adapter) PostPlan(ctx context.Context, th chat.Thread, p chat.Plan) (ch
 	key := chat.SendKey(ctx)
 	if since, maybe := chat.SentMaybe(ctx); maybe && th.ThreadID != "" {
 		found, err := a.tagged(ctx, th, since, planEvent)
-		if err != nil {
-			return chat.MessageRef{}, classify("post plan: look for an earlier attempt", err)
+		if err := a.lookFailed("post plan", th, err); err != nil {
+			return chat.MessageRef{}, err
 		}
 		if ts, ok := found[key]; ok {
 			ref := chat.MessageRef{Channel: th.Channel, ID: ts}
@@ -379,8 +380,9 @@ func (a *Adapter) post(ctx context.Context, th chat.Thread, text string) error {
 	var posted map[string]string
 	if since, maybe := chat.SentMaybe(ctx); maybe && th.ThreadID != "" {
 		var err error
-		if posted, err = a.tagged(ctx, th, since, replyEvent); err != nil {
-			return classify("reply: look for an earlier attempt", err)
+		posted, err = a.tagged(ctx, th, since, replyEvent)
+		if err := a.lookFailed("reply", th, err); err != nil {
+			return err
 		}
 	}
 	for i, part := range Split(text, maxReplyRunes) {
@@ -412,6 +414,23 @@ const (
 	// reply is posted (a rare duplicate rather than a lost answer).
 	maxLookPages = 10
 )
+
+// lookFailed decides what a failed look for an earlier attempt means: a
+// rate limit or a failure on Slack's side is retried (the error); any
+// other refusal of conversations.replies (a missing scope, a thread gone)
+// would refuse every retry too, so it is logged and the post goes ahead,
+// at worst twice, rather than the reply being dropped.
+func (a *Adapter) lookFailed(op string, th chat.Thread, err error) error {
+	if err == nil {
+		return nil
+	}
+	err = classify(op+": look for an earlier attempt", err)
+	if errors.Is(err, chat.ErrUndeliverable) || errors.Is(err, chat.ErrMessageGone) {
+		a.log.Warn("cannot look for an earlier attempt; posting", "channel", th.Channel, "thread", th.ThreadID, "err", err)
+		return nil
+	}
+	return err
+}
 
 // tag is the metadata that marks a message as the one posted for key.
 func tag(event, key string) slack.MsgOption {

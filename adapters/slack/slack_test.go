@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slack-go/slack"
+
 	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/internal/fakeslack"
 	"github.com/pinplan/pinplan/todo"
@@ -97,5 +99,122 @@ func TestErrorsClassifiedPerOperation(t *testing.T) {
 		if err := a.Pin(ctx, th, ref, true); !errors.Is(err, chat.ErrPinUnavailable) {
 			t.Errorf("pin met with %s: %v, want pin unavailable", code, err)
 		}
+	}
+}
+
+// tagAdapter is a started adapter (it knows its bot user) on a fake, and
+// a thread in it.
+func tagAdapter(t *testing.T) (*Adapter, *fakeslack.Server, chat.Thread) {
+	t.Helper()
+	fake := &fakeslack.Server{}
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	a := New(Options{BotToken: "xoxb-t", APIURL: srv.URL + "/api/", Handler: nopHandler{}})
+	if err := a.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	_, root, err := a.api.PostMessage("C1", slack.MsgOptionText("the task", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, fake, chat.Thread{Platform: "slack", Key: Key("T1", "C1", root), Channel: "C1", ThreadID: root}
+}
+
+// TestReplyFoundByItsKey: a reply is tagged with its send key; sent again
+// when an earlier attempt may have landed, it is found in the thread and
+// not posted twice. Without the doubt it is not looked for.
+func TestReplyFoundByItsKey(t *testing.T) {
+	a, fake, th := tagAdapter(t)
+	since := time.Now()
+	if err := a.Reply(chat.WithSend(t.Context(), "outbox/k/1", since, false), th, "", "the answer"); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(fake.Calls("conversations.replies")); n != 0 {
+		t.Errorf("a first attempt read the thread %d times, want none", n)
+	}
+	if err := a.Reply(chat.WithSend(t.Context(), "outbox/k/1", since, true), th, "", "the answer"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Reply(chat.WithSend(t.Context(), "outbox/k/2", since, true), th, "", "the answer"); err != nil {
+		t.Fatal(err)
+	}
+	var answers []fakeslack.Message
+	for _, m := range fake.Messages("C1") {
+		if m.Text == "the answer" {
+			answers = append(answers, m)
+		}
+	}
+	if len(answers) != 2 {
+		t.Fatalf("%d answers, want 2: key 1 once, and key 2 (never posted before) once", len(answers))
+	}
+	if !strings.Contains(answers[0].Metadata, `"send_key":"outbox/k/1/0"`) || !strings.Contains(answers[0].Metadata, `"event_type":"pinplan_reply"`) {
+		t.Errorf("metadata %s, want the reply's key", answers[0].Metadata)
+	}
+	for _, c := range fake.Calls("conversations.replies") {
+		if c.Params["include_all_metadata"] != "1" || c.Params["oldest"] == "" {
+			t.Errorf("conversations.replies %v, want include_all_metadata and oldest", c.Params)
+		}
+	}
+	if v := fake.Violations(); len(v) > 0 {
+		t.Errorf("Slack would have refused: %v", v)
+	}
+}
+
+// TestLookingFailsPostsOrRetries: a conversations.replies refusal that
+// every retry would meet posts the reply anyway; a rate limit is retried,
+// and nothing is posted meanwhile.
+func TestLookingFailsPostsOrRetries(t *testing.T) {
+	a, fake, th := tagAdapter(t)
+	fake.Fail("conversations.replies", "missing_scope")
+	if err := a.Reply(chat.WithSend(t.Context(), "outbox/k/1", time.Now(), true), th, "", "posted anyway"); err != nil {
+		t.Fatalf("a refused look dropped the reply: %v", err)
+	}
+	fake.Fail("conversations.replies", "ratelimited")
+	err := a.Reply(chat.WithSend(t.Context(), "outbox/k/2", time.Now(), true), th, "", "not yet")
+	if err == nil || errors.Is(err, chat.ErrUndeliverable) {
+		t.Errorf("a rate-limited look: %v, want an error to retry", err)
+	}
+	for _, m := range fake.Messages("C1") {
+		if m.Text == "not yet" {
+			t.Error("posted while the look was rate limited")
+		}
+	}
+}
+
+// TestPlanFoundByItsKey: a plan message an earlier attempt posted is
+// found, edited to the plan wanted now and returned; once it is deleted,
+// a new one is posted.
+func TestPlanFoundByItsKey(t *testing.T) {
+	a, fake, th := tagAdapter(t)
+	p1 := chat.Plan{Revision: 1, Updated: time.Now(), Items: []todo.Item{{Content: "a", Status: todo.InProgress}}}
+	p2 := chat.Plan{Revision: 2, Updated: time.Now(), Items: []todo.Item{{Content: "a", Status: todo.Completed}}}
+	since := time.Now()
+	ref, err := a.PostPlan(chat.WithSend(t.Context(), "plan/k/1", since, false), th, p1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := a.PostPlan(chat.WithSend(t.Context(), "plan/k/1", since, true), th, p2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again != ref {
+		t.Fatalf("the second attempt returned %v, want the first message %v", again, ref)
+	}
+	var plans []fakeslack.Message
+	for _, m := range fake.Messages("C1") {
+		if m.Blocks != "" {
+			plans = append(plans, m)
+		}
+	}
+	if len(plans) != 1 || plans[0].Edits != 1 || !strings.Contains(plans[0].Text, "1/1") {
+		t.Errorf("plan messages %+v, want one, edited to revision 2", plans)
+	}
+	fake.Delete("C1", ref.ID)
+	third, err := a.PostPlan(chat.WithSend(t.Context(), "plan/k/1", since, true), th, p2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if third == ref || third.IsZero() {
+		t.Errorf("after the message was deleted: %v, want a new message", third)
 	}
 }

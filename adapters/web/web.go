@@ -21,6 +21,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net/http"
 	"sort"
 	"strings"
@@ -68,7 +69,7 @@ type Summary struct {
 	Title    string      `json:"title"`
 	State    string      `json:"state"`  // idle, running or waiting
 	Status   string      `json:"status"` // the pill: working, waiting for approval, done, stopped, failed, ...; "" before any turn
-	Seq      int64       `json:"seq"`    // the thread's event sequence number when this was read
+	Seq      int64       `json:"seq"`    // the console's event sequence number when this was read: the thread's later events have higher ones
 	Plan     *chat.Plan  `json:"plan,omitempty"`
 	Updated  time.Time   `json:"updated"`
 	Usage    agent.Usage `json:"usage"`
@@ -135,7 +136,7 @@ func (c *Console) Close() {
 type event struct {
 	Type        string    `json:"type"` // plan, message, state, thread, card
 	Thread      string    `json:"thread"`
-	Seq         int64     `json:"seq"` // per thread, increasing: older never overwrites newer
+	Seq         int64     `json:"seq"` // one counter for all threads, so each thread's increase: older never overwrites newer
 	Plan        *planJSON `json:"plan,omitempty"`
 	Card        *cardJSON `json:"card,omitempty"`
 	Message     *Message  `json:"message,omitempty"`
@@ -203,7 +204,9 @@ func (c *Console) SetState(th chat.Thread, state, status string) {
 // idle leaves memory. Its plan and status pill are read from the store
 // again (Store.Threads has the shown plan), its approval cards from the
 // router (CardSource). Notices stay: they are kept nowhere else, and there
-// are at most 50 per thread.
+// are at most 50 per thread. The stored message ids handed out go: a
+// reply after that is matched to the newest stored answer with its text,
+// which is the new one, since answers are stored before they are sent.
 func (c *Console) Forget(th chat.Thread) { c.forget(th.Key) }
 
 func (c *Console) forget(key string) {
@@ -614,16 +617,20 @@ func (c *Console) getThread(w http.ResponseWriter, r *http.Request) {
 	}
 	c.fillLocked(summary)
 	summary.Seq = seq
-	cards := make([]*cardJSON, 0, len(c.cards[key]))
-	for _, card := range c.cards[key] {
-		cards = append(cards, viewCard(&card))
-	}
-	_, live := c.cards[key]
+	live := maps.Clone(c.cards[key])
 	c.mu.Unlock()
-	if cs, ok := c.handler.(CardSource); ok && !live {
+	// The router's records, with what the console saw live over them
+	// (a card forgotten with its idle session is in the records only).
+	byID := map[string]chat.Card{}
+	if cs, ok := c.handler.(CardSource); ok {
 		for _, ci := range cs.Cards(key) {
-			cards = append(cards, viewCard(&ci.Card))
+			byID[ci.ID] = ci.Card
 		}
+	}
+	maps.Copy(byID, live)
+	cards := make([]*cardJSON, 0, len(byID))
+	for _, card := range byID {
+		cards = append(cards, viewCard(&card))
 	}
 	sort.Slice(cards, func(i, j int) bool { return cards[i].Deadline.Before(cards[j].Deadline) })
 	if msgs == nil {

@@ -293,6 +293,11 @@ func TestForgottenThreadReadsBack(t *testing.T) {
 	if len(back.Cards) != 1 || back.Cards[0].Outcome != "Allowed once" {
 		t.Errorf("forgotten thread's cards %+v, want the decided card", back.Cards)
 	}
+	// A card that comes after the forgetting joins the earlier ones.
+	c.PostCard(context.Background(), th, chat.Card{ID: "c2", Tool: "demo__write_note"})
+	if both := get(); len(both.Cards) != 2 {
+		t.Errorf("cards after a new one %+v, want the decided card and the new one", both.Cards)
+	}
 	c.SetState(th, "running", string(chat.StateWorking))
 	if again := get(); again.Thread.Seq <= live.Thread.Seq {
 		t.Errorf("seq %d after a new event, want more than %d", again.Thread.Seq, live.Thread.Seq)

@@ -1,8 +1,8 @@
 // pinplan console, the main module: it wires the page's DOM to the API
 // and the event stream. The rules it keeps live in their own modules, which
 // never touch the DOM on import (node --test runs them):
-//   - replay.js: every event and every fetched thread carries a per-thread
-//     sequence number; the page never applies one older than what it
+//   - replay.js: every event and every fetched thread carries a sequence
+//     number, increasing per thread; the page never applies one older than what it
 //     shows. While a thread is being fetched its events are held back and
 //     replayed on top of the answer, so the live echo and the load cannot
 //     race. On every (re)connect of the event stream the list and the open

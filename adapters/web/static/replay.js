@@ -1,8 +1,9 @@
 // Sequence-number replay: the rules that keep the page's live state from
 // going backwards. Pure: no DOM.
 //
-// Every event and every fetched thread carries the thread's sequence
-// number (seq). The page never applies an event older than what it
+// Every event and every fetched thread carries a sequence number (seq):
+// one counter for the whole console, so a thread's events increase, with
+// gaps. The page never applies an event older than what it
 // shows. While a thread is being fetched its events are held back and
 // replayed on top of the answer, so the live echo and the load cannot
 // race. A message is the exception: messages only add up, and one that
