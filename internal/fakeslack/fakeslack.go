@@ -35,6 +35,7 @@
 package fakeslack
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -427,12 +428,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Unlock()
 	if d != nil {
-		t := time.NewTimer(d.delay)
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			t.Stop()
-		}
+		pause(r.Context(), d.delay)
 		s.mu.Lock()
 		s.held[method]--
 		s.mu.Unlock()
@@ -497,12 +493,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Unlock()
 	if late != nil {
-		t := time.NewTimer(late.delay)
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			t.Stop()
-		}
+		pause(r.Context(), late.delay)
 		s.mu.Lock()
 		s.heldAnswers--
 		s.mu.Unlock()
@@ -513,6 +504,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		resp["ok"] = true
 	}
 	writeJSON(w, resp)
+}
+
+// pause waits d, or until the client gives up.
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // authCode answers what Slack says to a token: app-level tokens (xapp-)
