@@ -162,8 +162,11 @@ func (b *Board) set(f func(rec *boardRecord, want *Plan)) {
 
 // received records a message for the session: where the thread is now, the
 // message to reply to, and who started the session if nobody is recorded.
-func (b *Board) received(th Thread, in Incoming) {
+//
+// It returns the trigger it replaced, for unreceive.
+func (b *Board) received(th Thread, in Incoming) (before string) {
 	b.update(func(rec *boardRecord) {
+		before = rec.Trigger
 		rec.Thread.Channel, rec.Thread.ThreadID = th.Channel, th.ThreadID
 		if in.MessageID != "" {
 			rec.Trigger = in.MessageID
@@ -173,6 +176,28 @@ func (b *Board) received(th Thread, in Incoming) {
 			// after a reset). A session recorded before starters were
 			// kept takes its last requester.
 			rec.Starter = cmp.Or(rec.Requester, in.AuthorID)
+		}
+	})
+	return before
+}
+
+// unreceive takes back what received did to the trigger for a message
+// the store refused as a duplicate (a late redelivery of an older
+// message must not become what the next answer replies to), unless a
+// newer message moved it on meanwhile.
+func (b *Board) unreceive(in Incoming, before string) {
+	if in.MessageID == "" || in.MessageID == before {
+		return
+	}
+	b.mu.Lock()
+	moved := b.rec.Trigger != in.MessageID
+	b.mu.Unlock()
+	if moved {
+		return
+	}
+	b.update(func(rec *boardRecord) {
+		if rec.Trigger == in.MessageID {
+			rec.Trigger = before
 		}
 	})
 }

@@ -329,3 +329,44 @@ func TestEditInFlightWhileANewTaskStarts(t *testing.T) {
 		t.Errorf("calls %+v: want m2 pinned once", p.calls)
 	}
 }
+
+// onceRunner refuses a message it has queued before, as the stores do.
+type onceRunner struct {
+	chattest.Runner
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (o *onceRunner) Submit(_ context.Context, _ string, in agent.Inbound) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.seen[in.Event] {
+		return agent.ErrDuplicate
+	}
+	if o.seen == nil {
+		o.seen = map[string]bool{}
+	}
+	o.seen[in.Event] = true
+	return nil
+}
+
+// TestDuplicateLeavesTheTrigger: a late redelivery of an older message,
+// which the store refuses, does not become the message the next answer
+// replies to.
+func TestDuplicateLeavesTheTrigger(t *testing.T) {
+	r := NewRouter(Options{Runner: &onceRunner{}, Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": &cardPlatform{}}})
+	t.Cleanup(r.Close)
+	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
+	for _, in := range []Incoming{
+		{Thread: th, Text: "first", MessageID: "m1", Event: "e1", AuthorID: "U1", Sync: true},
+		{Thread: th, Text: "second", MessageID: "m2", Event: "e2", AuthorID: "U1", Sync: true},
+		{Thread: th, Text: "first", MessageID: "m1", Event: "e1", AuthorID: "U1", Sync: true}, // redelivered late
+	} {
+		if err := r.Handle(context.Background(), in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rec, _ := r.Board("test/1").state(); rec.Trigger != "m2" {
+		t.Errorf("trigger %q after a late duplicate, want the newest message m2", rec.Trigger)
+	}
+}
