@@ -90,6 +90,7 @@ func (c *Console) stored(ctx context.Context, key string, m Message) (Message, b
 			issued = issued[len(issued)-maxIssued:]
 		}
 		c.issued[key] = issued
+		c.touched[key] = c.opts.Now()
 		return s, true
 	}
 	return m, false

@@ -96,6 +96,7 @@ type Console struct {
 	seq     int64                           // events sent, all threads: each event's seq, so a thread's grow
 	status  map[string]string               // the pill, by thread key
 	issued  map[string][]string             // stored message IDs handed out, by thread key (see stored)
+	touched map[string]time.Time            // when each thread's live view last changed, for Expire
 	clients map[chan []byte]struct{}
 	closed  bool
 }
@@ -115,7 +116,7 @@ func New(opts Options) *Console {
 		opts.Now = time.Now
 	}
 	return &Console{opts: opts, plans: map[string]chat.Plan{}, notices: map[string][]Message{}, cards: map[string]map[string]chat.Card{},
-		status: map[string]string{}, issued: map[string][]string{}, clients: map[chan []byte]struct{}{}}
+		status: map[string]string{}, issued: map[string][]string{}, touched: map[string]time.Time{}, clients: map[chan []byte]struct{}{}}
 }
 
 // Bind sets where messages go; call it before serving.
@@ -178,6 +179,7 @@ func (c *Console) EditPlan(_ context.Context, th chat.Thread, _ chat.MessageRef,
 func (c *Console) setPlan(th chat.Thread, p chat.Plan) {
 	c.mu.Lock()
 	c.plans[th.Key] = p
+	c.touched[th.Key] = c.opts.Now()
 	c.mu.Unlock()
 	c.broadcast(event{Type: "plan", Thread: th.Key, Plan: viewPlan(&p)})
 }
@@ -196,6 +198,7 @@ func (c *Console) Mirror(th chat.Thread, p chat.Plan) {
 func (c *Console) SetState(th chat.Thread, state, status string) {
 	c.mu.Lock()
 	c.status[th.Key] = status
+	c.touched[th.Key] = c.opts.Now()
 	c.mu.Unlock()
 	c.broadcast(event{Type: "state", Thread: th.Key, State: state, Status: status, StatusClass: pillClass(status)})
 }
@@ -212,10 +215,33 @@ func (c *Console) Forget(th chat.Thread) { c.forget(th.Key) }
 func (c *Console) forget(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.forgetLocked(key)
+}
+
+func (c *Console) forgetLocked(key string) {
 	delete(c.plans, key)
 	delete(c.cards, key)
 	delete(c.status, key)
 	delete(c.issued, key)
+	delete(c.touched, key)
+}
+
+// Expire forgets (as Forget does) the live view of every thread whose
+// view has not changed for idle: with replicas, the threads the others
+// run, which this router never holds and so never evicts. It returns how
+// many went.
+func (c *Console) Expire(idle time.Duration) int {
+	cutoff := c.opts.Now().Add(-idle)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for key, at := range c.touched {
+		if at.Before(cutoff) {
+			c.forgetLocked(key)
+			n++
+		}
+	}
+	return n
 }
 
 // CardSource is a Handler that lists a session's approval cards
@@ -288,6 +314,7 @@ func (c *Console) setCard(th chat.Thread, card chat.Card) {
 		c.cards[th.Key] = map[string]chat.Card{}
 	}
 	c.cards[th.Key][card.ID] = card
+	c.touched[th.Key] = c.opts.Now()
 	c.mu.Unlock()
 	c.broadcast(event{Type: "card", Thread: th.Key, Card: viewCard(&card)})
 }

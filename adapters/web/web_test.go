@@ -468,3 +468,33 @@ func TestTokenExchangedForCookie(t *testing.T) {
 		t.Errorf("login: %d, cookies %v", resp.StatusCode, resp.Cookies())
 	}
 }
+
+// TestExpireForgetsQuietThreads: the live view of a thread that has not
+// changed for the idle time goes (the threads other replicas run, which
+// this router never evicts); a thread that changed since stays.
+func TestExpireForgetsQuietThreads(t *testing.T) {
+	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	c := New(Options{Now: func() time.Time { return now }})
+	quiet := chat.Thread{Platform: "slack", Key: "slack/T1/C1/1.1", Channel: "C1"}
+	busy := chat.Thread{Platform: "slack", Key: "slack/T1/C1/2.1", Channel: "C1"}
+	p := chat.Plan{Items: []todo.Item{{Content: "a", Status: todo.Completed}}, Revision: 1, State: chat.StateDone}
+	c.Mirror(quiet, p)
+	c.SetState(quiet, "idle", "done")
+	c.Mirror(busy, p)
+	now = now.Add(11 * time.Minute)
+	c.SetState(busy, "running", "working")
+	if n := c.Expire(10 * time.Minute); n != 1 {
+		t.Errorf("Expire dropped %d threads, want the quiet one", n)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.plans[quiet.Key]; ok {
+		t.Error("the quiet thread's plan is still kept")
+	}
+	if _, ok := c.status[quiet.Key]; ok {
+		t.Error("the quiet thread's status is still kept")
+	}
+	if _, ok := c.plans[busy.Key]; !ok {
+		t.Error("the thread that changed lost its plan")
+	}
+}

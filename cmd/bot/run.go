@@ -398,7 +398,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	wg.Add(1)
 	go func() { // housekeeping: expired dedupe keys, idle boards, retention
 		defer wg.Done()
-		housekeep(ctx, cfg, bolt, router, log)
+		housekeep(ctx, cfg, bolt, router, console, log)
 	}()
 
 	<-ctx.Done()
@@ -411,9 +411,11 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	}
 }
 
-// housekeep runs every minute until ctx is done: idle boards leave memory,
-// expired dedupe keys and (with PINPLAN_RETENTION) idle sessions go.
-func housekeep(ctx context.Context, cfg *config.Config, db *store.DB, router *chat.Router, log *slog.Logger) {
+// housekeep runs every minute until ctx is done: idle sessions leave
+// memory (the router's boards and what the platforms keep for them, the
+// console's live view of threads other replicas run), expired dedupe keys
+// and (with PINPLAN_RETENTION) idle sessions go.
+func housekeep(ctx context.Context, cfg *config.Config, db *store.DB, router *chat.Router, console *web.Console, log *slog.Logger) {
 	t := time.NewTicker(time.Minute)
 	defer t.Stop()
 	for n := 1; ; n++ {
@@ -423,6 +425,7 @@ func housekeep(ctx context.Context, cfg *config.Config, db *store.DB, router *ch
 		case <-t.C:
 		}
 		router.Evict(10 * time.Minute)
+		console.Expire(10 * time.Minute)
 		if db == nil {
 			continue // etcd: dedupe keys end with their leases; no retention
 		}
