@@ -163,10 +163,10 @@ func (b *Board) set(f func(rec *boardRecord, want *Plan)) {
 // received records a message for the session: where the thread is now, the
 // message to reply to, and who started the session if nobody is recorded.
 //
-// It returns the trigger it replaced, for unreceive.
-func (b *Board) received(th Thread, in Incoming) (before string) {
+// It returns what it replaced, for unreceive.
+func (b *Board) received(th Thread, in Incoming) (r receipt) {
 	b.update(func(rec *boardRecord) {
-		before = rec.Trigger
+		r.trigger = rec.Trigger
 		rec.Thread.Channel, rec.Thread.ThreadID = th.Channel, th.ThreadID
 		if in.MessageID != "" {
 			rec.Trigger = in.MessageID
@@ -176,28 +176,38 @@ func (b *Board) received(th Thread, in Incoming) (before string) {
 			// after a reset). A session recorded before starters were
 			// kept takes its last requester.
 			rec.Starter = cmp.Or(rec.Requester, in.AuthorID)
+			r.starter = true
 		}
 	})
-	return before
+	return r
 }
 
-// unreceive takes back what received did to the trigger for a message
-// the store refused as a duplicate (a late redelivery of an older
-// message must not become what the next answer replies to), unless a
-// newer message moved it on meanwhile.
-func (b *Board) unreceive(in Incoming, before string) {
-	if in.MessageID == "" || in.MessageID == before {
-		return
-	}
+// receipt is what received replaced: the trigger before, and whether it
+// made the message's author the session's starter.
+type receipt struct {
+	trigger string
+	starter bool
+}
+
+// unreceive takes back what received did for a message the store
+// refused as a duplicate: a late redelivery of an older message must not
+// become what the next answer replies to (unless a newer message moved
+// the trigger on meanwhile), nor make its author the starter of a
+// session reset since.
+func (b *Board) unreceive(in Incoming, r receipt) {
 	b.mu.Lock()
-	moved := b.rec.Trigger != in.MessageID
+	trigger := in.MessageID != "" && in.MessageID != r.trigger && b.rec.Trigger == in.MessageID
+	starter := r.starter && b.rec.Starter != "" && b.rec.Starter == cmp.Or(b.rec.Requester, in.AuthorID)
 	b.mu.Unlock()
-	if moved {
+	if !trigger && !starter {
 		return
 	}
 	b.update(func(rec *boardRecord) {
-		if rec.Trigger == in.MessageID {
-			rec.Trigger = before
+		if trigger && rec.Trigger == in.MessageID {
+			rec.Trigger = r.trigger
+		}
+		if starter {
+			rec.Starter = ""
 		}
 	})
 }
@@ -587,13 +597,27 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) (MessageR
 		pctx := withSend(ctx, fmt.Sprintf("plan/%s/%d", th.Key, since.UnixNano()), since, unsure)
 		ref, err := b.platform.PostPlan(pctx, th, want)
 		b.rendered(th, err)
-		if err != nil {
+		var rl *RateLimitError
+		switch {
+		case err != nil && !unsure && errors.As(err, &rl):
+			// Refused before it was carried out: nothing landed.
+			b.update(func(r *boardRecord) { r.Posting = nil })
 			return rec.Ref, err
+		case err != nil:
+			return rec.Ref, err
+		case unsure:
+			// Perhaps the message an earlier attempt posted, showing what
+			// that one sent: what it shows is not known, so it is edited
+			// below like any message behind.
+			b.update(func(r *boardRecord) { r.Ref, r.Pinned, r.Shown, r.Posting = ref, false, Plan{}, nil })
+			rec.Ref, rec.Shown = ref, Plan{}
+		default:
+			b.update(func(r *boardRecord) { r.Ref, r.Pinned, r.Shown, r.Posting = ref, false, want, nil })
+			b.shown(th, want)
+			rec.Ref, rec.Shown = ref, want
 		}
-		b.update(func(r *boardRecord) { r.Ref, r.Pinned, r.Shown, r.Posting = ref, false, want, nil })
-		b.shown(th, want)
-		rec.Ref = ref
-	} else if !sameContent(rec.Shown, want) {
+	}
+	if !sameContent(rec.Shown, want) {
 		if err := b.wait(ctx); err != nil {
 			return rec.Ref, err
 		}

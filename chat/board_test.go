@@ -44,6 +44,7 @@ type fakePlatform struct {
 	replies  int
 	sends    []sendInfo // what each Reply's context carried
 	posts    []sendInfo // what each PostPlan's context carried
+	postErr  func(n int) error
 }
 
 func (f *fakePlatform) enter(op string) {
@@ -66,6 +67,12 @@ func (f *fakePlatform) PostPlan(ctx context.Context, th Thread, p Plan) (Message
 	defer f.mu.Unlock()
 	_, maybe := SentMaybe(ctx)
 	f.posts = append(f.posts, sendInfo{key: SendKey(ctx), unsure: maybe})
+	if f.postErr != nil {
+		if err := f.postErr(len(f.posts)); err != nil {
+			f.calls = append(f.calls, call{Op: "post-error"})
+			return MessageRef{}, err
+		}
+	}
 	f.next++
 	id := fmt.Sprintf("m%d", f.next)
 	if f.shown == nil {

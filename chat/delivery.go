@@ -171,12 +171,13 @@ func SendKey(ctx context.Context) string {
 }
 
 // SentMaybe reports whether an earlier attempt at the send ctx carries
-// may have landed without this process learning so: the reply was stored
-// by a process that has since stopped (or by another replica), or an
-// attempt failed in a way that does not rule out that the platform took
-// it (a timeout, a dropped connection, a 5xx; a 429 rules it out). since
-// is when the reply was stored: the message, if it was posted, is no
-// older than that.
+// (a reply from the outbox, or a plan message's post) may have landed
+// without this process learning so: it was stored by a process that has
+// since stopped (or by another replica), or an attempt failed in a way
+// that does not rule out that the platform took it (a timeout, a dropped
+// connection, a 5xx; a 429 alone rules it out). since is when the reply
+// was stored, or the plan's first post attempt began: the message, if it
+// was posted, is no older than that.
 func SentMaybe(ctx context.Context) (since time.Time, maybe bool) {
 	s, _ := ctx.Value(sendKey{}).(sendInfo)
 	return s.queued, s.key != "" && s.unsure

@@ -476,6 +476,9 @@ func TestPostWithoutStoredRefIsRepeated(t *testing.T) {
 	if _, ref := r.Board("test/1").Shown(); ref.ID != "m2" {
 		t.Errorf("the board works on %q, want the new message m2", ref.ID)
 	}
+	if up.count("edit") != 1 || up.plan("m2").Revision != 1 {
+		t.Errorf("calls %+v: a message posted in doubt (perhaps an earlier one, showing what that attempt sent) is edited to the plan once", up.calls)
+	}
 	if wantKey := fmt.Sprintf("plan/test/1/%d", began.UnixNano()); len(up.posts) != 1 || up.posts[0].key != wantKey || !up.posts[0].unsure {
 		t.Errorf("the post carried %+v, want key %s marked as maybe posted", up.posts, wantKey)
 	}
@@ -595,5 +598,58 @@ func TestResetThenNewPlanPostsItsOwnMessage(t *testing.T) {
 	}
 	if _, ref := r.Board("test/1").Shown(); ref.ID != "m2" {
 		t.Errorf("the board works on %q, want the new message m2", ref.ID)
+	}
+}
+
+// TestPostingNotedBeforeThePost: the board stores when it began posting
+// a plan message before the platform sees the post, and clears it with
+// the ref. A failure that may have posted leaves the next attempt in
+// doubt, under the same key; a 429, refused before it was carried out,
+// does not.
+func TestPostingNotedBeforeThePost(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		first  error
+		unsure bool
+	}{
+		{"after a 500", errTransient, true},
+		{"after a 429", &RateLimitError{RetryAfter: time.Millisecond, Err: errors.New("429")}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			boards := &chattest.Boards{}
+			var noted []bool
+			p := &fakePlatform{postErr: func(n int) error {
+				if n == 1 {
+					return tt.first
+				}
+				return nil
+			}}
+			p.hold = func(op string) {
+				if op != "post" {
+					return
+				}
+				raw, _ := boards.Board(context.Background(), "test/1")
+				var rec boardRecord
+				json.Unmarshal(raw, &rec)
+				noted = append(noted, rec.Posting != nil)
+			}
+			r := NewRouter(Options{Store: boards, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond})
+			t.Cleanup(r.Close)
+			r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+			r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
+			settle(t, r, "test/1")
+			if len(noted) != 2 || !noted[0] || !noted[1] {
+				t.Errorf("the record noted the post before each attempt: %v, want [true true]", noted)
+			}
+			if len(p.posts) != 2 || p.posts[1].unsure != tt.unsure {
+				t.Fatalf("posts %+v, want the second in doubt: %t", p.posts, tt.unsure)
+			}
+			if tt.unsure && p.posts[0].key != p.posts[1].key {
+				t.Errorf("keys %q then %q, want the same message's key", p.posts[0].key, p.posts[1].key)
+			}
+			if rec, _ := r.Board("test/1").state(); rec.Posting != nil || rec.Ref.IsZero() {
+				t.Errorf("after the post: posting %v, ref %v; want cleared and stored", rec.Posting, rec.Ref)
+			}
+		})
 	}
 }

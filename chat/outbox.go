@@ -1,11 +1,13 @@
 package chat
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pinplan/pinplan/agent"
@@ -46,6 +48,11 @@ const (
 
 // outboxItem is one stored reply (one part of it).
 type outboxItem struct {
+	// Key names the part for the platform (chat.SendKey), the same on
+	// every attempt, after a restart and after a migration to another
+	// store (which renumbers the ids); "" in items stored before it was
+	// kept (their id names them).
+	Key     string    `json:"key,omitempty"`
 	Thread  Thread    `json:"thread"`
 	ReplyTo string    `json:"reply_to,omitempty"`
 	Text    string    `json:"text"`
@@ -67,6 +74,8 @@ type outbox struct {
 	store OutboxStore
 	queue serial.Queue // deliveries, by session key
 
+	added atomic.Uint64 // replies added by this process: with the time, the parts' keys
+
 	afterPop func() // for tests: runs right after an item was sent
 }
 
@@ -86,10 +95,12 @@ func (o *outbox) add(th Thread, replyTo, text string) {
 		parts = sp.SplitReply(text)
 	}
 	now := o.r.opts.Now()
+	n := o.added.Add(1)
 	items := make([]outboxItem, len(parts))
 	raw := make([][]byte, len(parts))
 	for i, part := range parts {
-		items[i] = outboxItem{Thread: th, Text: part, Created: now}
+		key := fmt.Sprintf("outbox/%s/%d.%d.%d", th.Key, now.UnixNano(), n, i)
+		items[i] = outboxItem{Key: key, Thread: th, Text: part, Created: now}
 		if i == 0 {
 			items[i].ReplyTo = replyTo
 		}
@@ -192,8 +203,8 @@ func (o *outbox) send(ctx context.Context, q queued) {
 		}
 		actx, cancel := context.WithTimeout(ctx, replyTimeout)
 		defer cancel()
-		if q.id != 0 {
-			actx = withSend(actx, fmt.Sprintf("outbox/%s/%d/%d", th.Key, q.id, it.Created.UnixNano()), it.Created, unsure)
+		if key := cmp.Or(it.Key, idKey(th, q.id)); key != "" {
+			actx = withSend(actx, key, it.Created, unsure)
 		}
 		err := p.Reply(actx, th, it.ReplyTo, it.Text)
 		if err != nil && ctx.Err() == nil {
@@ -226,6 +237,15 @@ func (o *outbox) send(ctx context.Context, q queued) {
 			log.Warn("remove delivered reply from outbox", "err", err)
 		}
 	}
+}
+
+// idKey is the send key of an item stored before items kept their own:
+// by its id, as such items were sent then.
+func idKey(th Thread, id uint64) string {
+	if id == 0 {
+		return ""
+	}
+	return fmt.Sprintf("outbox/%s/%d", th.Key, id)
 }
 
 // idle reports whether no reply is waiting for delivery.

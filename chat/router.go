@@ -305,7 +305,7 @@ func (r *Router) Handle(ctx context.Context, in Incoming) error {
 	}
 	isNew := !r.Known(th.Key)
 	s := r.session(th.Key, &th)
-	before := s.board.received(th, in)
+	got := s.board.received(th, in)
 	var relist bool // saved only when it changes: most messages leave it
 	s.listing.read(func(l *listingRecord) { relist = l.Hidden || l.Title == "" })
 	if relist {
@@ -325,7 +325,7 @@ func (r *Router) Handle(ctx context.Context, in Incoming) error {
 	err := r.runner.Submit(ctx, th.Key, inb)
 	if errors.Is(err, agent.ErrDuplicate) {
 		log.Info("message queued before; ignored", "event", in.Event)
-		s.board.unreceive(in, before)
+		s.board.unreceive(in, got)
 		return nil
 	}
 	if err != nil {

@@ -352,7 +352,7 @@ func (o *onceRunner) Submit(_ context.Context, _ string, in agent.Inbound) error
 
 // TestDuplicateLeavesTheTrigger: a late redelivery of an older message,
 // which the store refuses, does not become the message the next answer
-// replies to.
+// replies to, nor its author the starter of a session reset since.
 func TestDuplicateLeavesTheTrigger(t *testing.T) {
 	r := NewRouter(Options{Runner: &onceRunner{}, Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": &cardPlatform{}}})
 	t.Cleanup(r.Close)
@@ -368,5 +368,14 @@ func TestDuplicateLeavesTheTrigger(t *testing.T) {
 	}
 	if rec, _ := r.Board("test/1").state(); rec.Trigger != "m2" {
 		t.Errorf("trigger %q after a late duplicate, want the newest message m2", rec.Trigger)
+	}
+	// After a reset, a late duplicate does not make its author the new
+	// session's starter.
+	r.Board("test/1").reset()
+	if err := r.Handle(context.Background(), Incoming{Thread: th, Text: "first", MessageID: "m1", Event: "e1", AuthorID: "U1", Sync: true}); err != nil {
+		t.Fatal(err)
+	}
+	if rec, _ := r.Board("test/1").state(); rec.Starter != "" {
+		t.Errorf("starter %q after a late duplicate following a reset, want none", rec.Starter)
 	}
 }

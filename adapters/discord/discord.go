@@ -429,27 +429,18 @@ func classify(op string, err error, pin bool) error {
 // container (400, 50035), this plan is posted as an embed and stays one.
 //
 // A post with a key (chat.SendKey: the board's name for this plan
-// message) carries its nonce with enforce_nonce, as replies do. When an
-// earlier attempt may have landed (chat.SentMaybe), Discord returns that
-// message, showing what the earlier attempt sent, within the few minutes
-// it holds a nonce: it is edited to p before its ref is returned.
+// message) carries its nonce with enforce_nonce, as replies do: within
+// the few minutes Discord holds a nonce, it returns the message an
+// earlier attempt created (showing what that attempt sent; the board
+// edits it when chat.SentMaybe said an attempt may have landed). The
+// ref's Kind is read from the message Discord returns, not from the
+// request: an earlier attempt may have been the other kind.
 func (a *Adapter) PostPlan(ctx context.Context, th chat.Thread, p chat.Plan) (chat.MessageRef, error) {
 	var n string
 	if key := chat.SendKey(ctx); key != "" {
 		n = nonce(key)
 	}
-	ref, err := a.postPlan(ctx, th, p, n)
-	if err != nil {
-		return chat.MessageRef{}, err
-	}
-	if _, maybe := chat.SentMaybe(ctx); maybe && n != "" {
-		// Discord may have returned the message an earlier attempt
-		// created, which shows what that attempt sent.
-		if err := a.EditPlan(ctx, th, ref, p); err != nil {
-			return chat.MessageRef{}, err
-		}
-	}
-	return ref, nil
+	return a.postPlan(ctx, th, p, n)
 }
 
 // postPlan creates the plan message, with nonce (and enforce_nonce) if
@@ -473,11 +464,8 @@ func (a *Adapter) postPlan(ctx context.Context, th chat.Thread, p chat.Plan, non
 	if err != nil {
 		return chat.MessageRef{}, classify("post plan", err, false)
 	}
-	id, err := messageID(body)
-	if err != nil {
-		return chat.MessageRef{}, classify("post plan", err, false)
-	}
-	return chat.MessageRef{Channel: th.Channel, ID: id}, nil
+	ref, err := created(th, body)
+	return ref, classify("post plan", err, false)
 }
 
 // postV2 posts the plan with IS_COMPONENTS_V2. discordgo's MessageSend
@@ -493,22 +481,24 @@ func (a *Adapter) postV2(ctx context.Context, th chat.Thread, p chat.Plan, nonce
 	if err != nil {
 		return chat.MessageRef{}, err
 	}
-	id, err := messageID(body)
-	if err != nil {
-		return chat.MessageRef{}, err
-	}
-	return chat.MessageRef{Channel: th.Channel, ID: id, Kind: refComponentsV2}, nil
+	return created(th, body)
 }
 
-// messageID reads the id of the message a create answered with.
-func messageID(body []byte) (string, error) {
+// created reads the ref of the message a create answered with: its id,
+// and its kind from its flags.
+func created(th chat.Thread, body []byte) (chat.MessageRef, error) {
 	var m struct {
-		ID string `json:"id"`
+		ID    string                 `json:"id"`
+		Flags discordgo.MessageFlags `json:"flags"`
 	}
 	if err := json.Unmarshal(body, &m); err != nil || m.ID == "" {
-		return "", fmt.Errorf("an answer without the message id: %.200q", body)
+		return chat.MessageRef{}, fmt.Errorf("an answer without the message id: %.200q", body)
 	}
-	return m.ID, nil
+	ref := chat.MessageRef{Channel: th.Channel, ID: m.ID}
+	if m.Flags&discordgo.MessageFlagsIsComponentsV2 != 0 {
+		ref.Kind = refComponentsV2
+	}
+	return ref, nil
 }
 
 // refusedV2 reports whether Discord refused a Components V2 post as an

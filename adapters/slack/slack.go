@@ -264,7 +264,8 @@ func (a *Adapter) fallBack(native bool, err error) bool {
 // PostPlan implements chat.Platform. A post with a key (chat.SendKey)
 // is tagged like a reply (event_type pinplan_plan); when an earlier
 // attempt may have landed (chat.SentMaybe), the message it left in the
-// thread is edited to p and returned instead of posting another.
+// thread is returned instead of posting another (the board then edits it
+// to the plan wanted now).
 func (a *Adapter) PostPlan(ctx context.Context, th chat.Thread, p chat.Plan) (chat.MessageRef, error) {
 	key := chat.SendKey(ctx)
 	if since, maybe := chat.SentMaybe(ctx); maybe && th.ThreadID != "" {
@@ -273,15 +274,7 @@ func (a *Adapter) PostPlan(ctx context.Context, th chat.Thread, p chat.Plan) (ch
 			return chat.MessageRef{}, err
 		}
 		if ts, ok := found[key]; ok {
-			ref := chat.MessageRef{Channel: th.Channel, ID: ts}
-			err := a.EditPlan(ctx, th, ref, p)
-			if err == nil {
-				return ref, nil
-			}
-			if !errors.Is(err, chat.ErrMessageGone) {
-				return chat.MessageRef{}, err
-			}
-			// deleted meanwhile: post a new one
+			return chat.MessageRef{Channel: th.Channel, ID: ts}, nil
 		}
 	}
 	post := func(blocks []slack.Block) (string, error) {

@@ -227,16 +227,20 @@ func (c *Console) forgetLocked(key string) {
 }
 
 // Expire forgets (as Forget does) the live view of every thread whose
-// view has not changed for idle: with replicas, the threads the others
-// run, which this router never holds and so never evicts. It returns how
-// many went.
+// view has not changed for idle and that has no open approval card: with
+// replicas, the threads the others run, which this router never holds
+// and so never evicts. It returns how many went.
 func (c *Console) Expire(idle time.Duration) int {
 	cutoff := c.opts.Now().Add(-idle)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := 0
 	for key, at := range c.touched {
-		if at.Before(cutoff) {
+		open := false
+		for _, card := range c.cards[key] {
+			open = open || card.Open()
+		}
+		if at.Before(cutoff) && !open {
 			c.forgetLocked(key)
 			n++
 		}

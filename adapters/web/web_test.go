@@ -481,6 +481,8 @@ func TestExpireForgetsQuietThreads(t *testing.T) {
 	c.Mirror(quiet, p)
 	c.SetState(quiet, "idle", "done")
 	c.Mirror(busy, p)
+	waiting := chat.Thread{Platform: "web", Key: "web/w", Channel: "web/w"}
+	c.PostCard(context.Background(), waiting, chat.Card{ID: "c1", Tool: "demo__write_note"})
 	now = now.Add(11 * time.Minute)
 	c.SetState(busy, "running", "working")
 	if n := c.Expire(10 * time.Minute); n != 1 {
@@ -496,5 +498,8 @@ func TestExpireForgetsQuietThreads(t *testing.T) {
 	}
 	if _, ok := c.plans[busy.Key]; !ok {
 		t.Error("the thread that changed lost its plan")
+	}
+	if _, ok := c.cards[waiting.Key]["c1"]; !ok {
+		t.Error("a quiet thread's open approval card was forgotten")
 	}
 }

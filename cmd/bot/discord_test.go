@@ -509,12 +509,6 @@ func callList(calls []fakediscord.Call) string {
 	return b.String()
 }
 
-// TestDiscordReplyCreatedBeforeKillIsNotPostedTwice: Discord creates the
-// answer but its response is held, and the bot is killed meanwhile, so
-// the reply is still in the outbox. After the restart it is sent again,
-// with the same nonce and enforce_nonce: Discord returns the message it
-// has, and the thread shows the answer once. (Without the nonce the
-
 // TestDiscordPlanCreatedBeforeKillIsNotPostedTwice: the plan message is
 // created and the process killed before Discord's answer reaches it, so
 // the board has no ref. The next process posts with the same nonce,
@@ -537,12 +531,19 @@ func TestDiscordPlanCreatedBeforeKillIsNotPostedTwice(t *testing.T) {
 			answered = answered || (m.AuthorID == fakediscord.BotID && strings.Contains(m.Content, "All done."))
 		}
 		pl := discordPlans(r.dc, "C1")
-		return answered && len(pl) > 0 && slices.Contains(r.dc.Pinned("C1"), pl[len(pl)-1].ID)
+		return answered && len(pl) > 0 && slices.Contains(r.dc.Pinned("C1"), pl[len(pl)-1].ID) &&
+			strings.Contains(planText(pl[len(pl)-1]), "revision 1 · done")
 	})
 	if pl := discordPlans(r.dc, "C1"); len(pl) != 1 {
 		t.Errorf("%d plan messages, want 1", len(pl))
 	}
 }
+
+// TestDiscordReplyCreatedBeforeKillIsNotPostedTwice: Discord creates the
+// answer but its response is held, and the bot is killed meanwhile, so
+// the reply is still in the outbox. After the restart it is sent again,
+// with the same nonce and enforce_nonce: Discord returns the message it
+// has, and the thread shows the answer once. (Without the nonce the
 
 // restart posted it a second time; the fake enforces nonces as Discord.)
 func TestDiscordReplyCreatedBeforeKillIsNotPostedTwice(t *testing.T) {
