@@ -531,7 +531,10 @@ func (r *Router) Evict(idle time.Duration) int {
 		}
 	}
 	// Still under r.mu: a session that comes back now loads after its
-	// platforms forgot the old state, not before.
+	// platforms forgot the old state, so what they are told of it through
+	// the router comes after the forgetting. What an adapter notes before
+	// it hands a message to the router (Slack's author, Discord's channel
+	// type) can still be forgotten at that moment: it is read again.
 	for _, p := range r.opts.Platforms {
 		if f, ok := p.(Forgetter); ok {
 			for _, th := range gone {
