@@ -597,20 +597,22 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) (MessageR
 		pctx := withSend(ctx, fmt.Sprintf("plan/%s/%d", th.Key, since.UnixNano()), since, unsure)
 		ref, err := b.platform.PostPlan(pctx, th, want)
 		b.rendered(th, err)
-		var rl *RateLimitError
 		switch {
-		case err != nil && !unsure && errors.As(err, &rl):
-			// Refused before it was carried out: nothing landed.
-			b.update(func(r *boardRecord) { r.Posting = nil })
-			return rec.Ref, err
 		case err != nil:
+			// Even a 429 leaves it in doubt: a client may have retried
+			// a 5xx before it (discordgo does), or fallen back from
+			// refused blocks, and met the 429 on the second try.
 			return rec.Ref, err
 		case unsure:
 			// Perhaps the message an earlier attempt posted, showing what
-			// that one sent: what it shows is not known, so it is edited
-			// below like any message behind.
+			// that one sent: what it shows is not known, so it is pinned
+			// (post, pin, edits: DESIGN §6) and then edited below like any
+			// message behind.
 			b.update(func(r *boardRecord) { r.Ref, r.Pinned, r.Shown, r.Posting = ref, false, Plan{}, nil })
 			rec.Ref, rec.Shown = ref, Plan{}
+			if err := b.pin(ctx, &rec); err != nil {
+				return rec.Ref, err
+			}
 		default:
 			b.update(func(r *boardRecord) { r.Ref, r.Pinned, r.Shown, r.Posting = ref, false, want, nil })
 			b.shown(th, want)
@@ -639,27 +641,41 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) (MessageR
 		})
 		b.shown(th, want)
 	}
-	if !rec.Pinned && !rec.PinUnavailable {
-		if err := b.owner.held(ctx, th.Key); err != nil {
-			return rec.Ref, err
-		}
-		err := b.platform.Pin(ctx, th, rec.Ref, true)
-		switch {
-		case err == nil:
-			b.update(func(r *boardRecord) {
-				if r.Ref == rec.Ref {
-					r.Pinned = true
-				}
-			})
-		case errors.Is(err, ErrPinUnavailable):
-			b.update(func(r *boardRecord) { r.PinUnavailable = true })
-			b.log.Warn("cannot pin the plan message", "err", err)
-			b.owner.outbox.add(th, "", "I can't pin the plan message here (no permission or the pin limit is reached), so it stays unpinned above. I'll keep it up to date.")
-		default:
-			return rec.Ref, err
-		}
+	if err := b.pin(ctx, &rec); err != nil {
+		return rec.Ref, err
 	}
 	return rec.Ref, nil
+}
+
+// pin pins rec's message unless it is pinned or cannot be, and notes it
+// in rec and in the record.
+func (b *Board) pin(ctx context.Context, rec *boardRecord) error {
+	if rec.Pinned || rec.PinUnavailable {
+		return nil
+	}
+	th := rec.Thread
+	if err := b.owner.held(ctx, th.Key); err != nil {
+		return err
+	}
+	err := b.platform.Pin(ctx, th, rec.Ref, true)
+	switch {
+	case err == nil:
+		ref := rec.Ref
+		b.update(func(r *boardRecord) {
+			if r.Ref == ref {
+				r.Pinned = true
+			}
+		})
+		rec.Pinned = true
+	case errors.Is(err, ErrPinUnavailable):
+		b.update(func(r *boardRecord) { r.PinUnavailable = true })
+		rec.PinUnavailable = true
+		b.log.Warn("cannot pin the plan message", "err", err)
+		b.owner.outbox.add(th, "", "I can't pin the plan message here (no permission or the pin limit is reached), so it stays unpinned above. I'll keep it up to date.")
+	default:
+		return err
+	}
+	return nil
 }
 
 func (b *Board) wait(ctx context.Context) error {

@@ -479,6 +479,13 @@ func TestPostWithoutStoredRefIsRepeated(t *testing.T) {
 	if up.count("edit") != 1 || up.plan("m2").Revision != 1 {
 		t.Errorf("calls %+v: a message posted in doubt (perhaps an earlier one, showing what that attempt sent) is edited to the plan once", up.calls)
 	}
+	var ops []string
+	for _, c := range up.calls {
+		ops = append(ops, c.Op)
+	}
+	if got := strings.Join(ops, ","); got != "post,pin,edit" {
+		t.Errorf("calls %s, want post,pin,edit (DESIGN §6: the pin follows the post)", got)
+	}
 	if wantKey := fmt.Sprintf("plan/test/1/%d", began.UnixNano()); len(up.posts) != 1 || up.posts[0].key != wantKey || !up.posts[0].unsure {
 		t.Errorf("the post carried %+v, want key %s marked as maybe posted", up.posts, wantKey)
 	}
@@ -572,14 +579,15 @@ func TestFencedBoardSendsNothingMore(t *testing.T) {
 }
 
 // TestResetThenNewPlanPostsItsOwnMessage: a session read back from the
-// store (after a restart or an eviction) is reset, and the next task's
-// plan gets a message of its own: posted under a key of its own, with no
-// doubt that an earlier attempt posted it, so no platform looks for (and
-// edits) the archived plan message instead.
+// store with a plan post in doubt (its first attempt noted, no ref) is
+// reset, and the next task's plan gets a message of its own: posted under
+// a key of its own, with no doubt that an earlier attempt posted it, so
+// no platform looks for (and reuses) the message of the old session.
 func TestResetThenNewPlanPostsItsOwnMessage(t *testing.T) {
 	boards := &chattest.Boards{}
 	shown := Plan{Items: plan(1, todo.Completed).Items(), Revision: 1, State: StateDone}
-	raw, _ := json.Marshal(boardRecord{Thread: Thread{Platform: "test", Key: "test/1", Channel: "C1"}, Ref: MessageRef{Channel: "C1", ID: "m1"}, Pinned: true, Shown: shown})
+	began := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	raw, _ := json.Marshal(boardRecord{Thread: Thread{Platform: "test", Key: "test/1", Channel: "C1"}, Want: &shown, Posting: &began})
 	if err := boards.SaveBoard(context.Background(), "test/1", raw); err != nil {
 		t.Fatal(err)
 	}
@@ -590,8 +598,9 @@ func TestResetThenNewPlanPostsItsOwnMessage(t *testing.T) {
 	settle(t, r, "test/1")
 	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: items("a new task")})
 	settle(t, r, "test/1")
-	if len(p.posts) != 1 || p.posts[0].unsure || p.posts[0].key == "" {
-		t.Fatalf("posts carried %+v, want one post under a new key, in no doubt", p.posts)
+	old := fmt.Sprintf("plan/test/1/%d", began.UnixNano())
+	if len(p.posts) != 1 || p.posts[0].unsure || p.posts[0].key == "" || p.posts[0].key == old {
+		t.Fatalf("posts carried %+v, want one post under a new key (not %s), in no doubt", p.posts, old)
 	}
 	if got := p.plan("m1"); got.Revision != 1 || got.State != StateDone {
 		t.Errorf("the archived message now shows rev %d %s, want its own plan", got.Revision, got.State)
@@ -603,9 +612,9 @@ func TestResetThenNewPlanPostsItsOwnMessage(t *testing.T) {
 
 // TestPostingNotedBeforeThePost: the board stores when it began posting
 // a plan message before the platform sees the post, and clears it with
-// the ref. A failure that may have posted leaves the next attempt in
-// doubt, under the same key; a 429, refused before it was carried out,
-// does not.
+// the ref. A failed attempt leaves the next one in doubt, under the same
+// key: even a 429, which a client may have met on its own second try
+// after a 5xx.
 func TestPostingNotedBeforeThePost(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
@@ -613,7 +622,7 @@ func TestPostingNotedBeforeThePost(t *testing.T) {
 		unsure bool
 	}{
 		{"after a 500", errTransient, true},
-		{"after a 429", &RateLimitError{RetryAfter: time.Millisecond, Err: errors.New("429")}, false},
+		{"after a 429", &RateLimitError{RetryAfter: time.Millisecond, Err: errors.New("429")}, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			boards := &chattest.Boards{}
@@ -644,7 +653,7 @@ func TestPostingNotedBeforeThePost(t *testing.T) {
 			if len(p.posts) != 2 || p.posts[1].unsure != tt.unsure {
 				t.Fatalf("posts %+v, want the second in doubt: %t", p.posts, tt.unsure)
 			}
-			if tt.unsure && p.posts[0].key != p.posts[1].key {
+			if p.posts[0].key != p.posts[1].key {
 				t.Errorf("keys %q then %q, want the same message's key", p.posts[0].key, p.posts[1].key)
 			}
 			if rec, _ := r.Board("test/1").state(); rec.Posting != nil || rec.Ref.IsZero() {

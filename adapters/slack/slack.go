@@ -78,8 +78,9 @@ type Adapter struct {
 	// session key then message ts, and askers who wrote the newest one of
 	// each session, by session key: the recipients of streamed replies.
 	// Both go when the session leaves the router's memory (Forget).
-	authors map[string]map[string]person
-	askers  map[string]person
+	authors  map[string]map[string]person
+	nAuthors int // entries in authors, all sessions
+	askers   map[string]person
 	// reacted is the message that got the working reaction, by session
 	// key; the reaction is removed from that message.
 	reacted map[string]string
@@ -250,11 +251,18 @@ func (a *Adapter) planBlocks(ref string, p chat.Plan) (blocks []slack.Block, nat
 }
 
 // fallBack reports whether a failed native-blocks request should be sent
-// again with standard blocks: any refusal but a rate limit. It is decided
-// per message, never for the whole workspace.
+// again with standard blocks: only when Slack answered with a refusal
+// (not a rate limit, not a failure on its side, not a timeout or a
+// dropped connection, after which the post may have landed and is looked
+// for by the next attempt instead). It is decided per message, never for
+// the whole workspace.
 func (a *Adapter) fallBack(native bool, err error) bool {
-	var rl *slack.RateLimitedError
-	if !native || err == nil || errors.As(err, &rl) {
+	var se slack.SlackErrorResponse
+	if !native || err == nil || !errors.As(err, &se) {
+		return false
+	}
+	switch se.Err {
+	case "ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout":
 		return false
 	}
 	a.log.Warn("slack refused the native plan blocks; using standard blocks for this message", "err", err)

@@ -218,3 +218,19 @@ func TestPlanFoundByItsKey(t *testing.T) {
 		t.Errorf("after the message was deleted: %v, want a new message", third)
 	}
 }
+
+// TestNativeBlocksNoFallBackAfterA5xx: a native plan post that meets a
+// 500 may have landed, so it is not posted again at once with standard
+// blocks (that would be a second message); the next attempt looks first.
+func TestNativeBlocksNoFallBackAfterA5xx(t *testing.T) {
+	a, fake := testAdapter(t, true)
+	fake.FailHTTP("chat.postMessage", 500, 1)
+	th := chat.Thread{Platform: "slack", Key: "slack/T1/C1/1.1", Channel: "C1", ThreadID: "1.1"}
+	p := chat.Plan{Revision: 1, Updated: time.Now(), Items: []todo.Item{{Content: "a", Status: todo.Pending}}}
+	if _, err := a.PostPlan(context.Background(), th, p); err == nil {
+		t.Fatal("the post succeeded; want the 500 returned")
+	}
+	if n := len(fake.Calls("chat.postMessage")); n != 1 {
+		t.Errorf("chat.postMessage called %d times after a 500, want once", n)
+	}
+}

@@ -64,8 +64,9 @@ const (
 	streamChunkRunes = 400
 	// maxChunkRunes is markdown_text's limit for one call.
 	maxChunkRunes = 12000
-	// maxPeople bounds the sessions whose authors and askers are
-	// remembered, maxAuthorsPerSession the messages of one session.
+	// maxPeople bounds the authors (messages, all sessions) and the
+	// askers (sessions) remembered, maxAuthorsPerSession the messages of
+	// one session.
 	maxPeople            = 10000
 	maxAuthorsPerSession = 200
 	// maxPartAge drops the progress of a part the outbox gave up on (it
@@ -86,16 +87,21 @@ type partStream struct {
 func (a *Adapter) noteAuthor(key, ts string, p person) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if len(a.authors) >= maxPeople {
+	if a.nAuthors >= maxPeople {
 		clear(a.authors)
+		a.nAuthors = 0
 	}
 	if len(a.askers) >= maxPeople {
 		clear(a.askers)
 	}
 	byTS := a.authors[key]
 	if byTS == nil || len(byTS) >= maxAuthorsPerSession {
+		a.nAuthors -= len(byTS)
 		byTS = map[string]person{}
 		a.authors[key] = byTS
+	}
+	if _, ok := byTS[ts]; !ok {
+		a.nAuthors++
 	}
 	byTS[ts] = p
 	a.askers[key] = p
@@ -110,6 +116,7 @@ func (a *Adapter) Forget(th chat.Thread) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.nAuthors -= len(a.authors[th.Key])
 	delete(a.authors, th.Key)
 	delete(a.askers, th.Key)
 }

@@ -544,7 +544,6 @@ func TestDiscordPlanCreatedBeforeKillIsNotPostedTwice(t *testing.T) {
 // the reply is still in the outbox. After the restart it is sent again,
 // with the same nonce and enforce_nonce: Discord returns the message it
 // has, and the thread shows the answer once. (Without the nonce the
-
 // restart posted it a second time; the fake enforces nonces as Discord.)
 func TestDiscordReplyCreatedBeforeKillIsNotPostedTwice(t *testing.T) {
 	r := newDiscordRig(t, 1, 0)
