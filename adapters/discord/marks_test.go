@@ -226,10 +226,10 @@ func TestDiedBeforeQueueingLosesNothing(t *testing.T) {
 	}
 }
 
-// TestCatchUpRetriesAFailedFetch: the fetch of a channel's missed
-// messages that Discord answers 500 is tried again, ahead of the
-// channel's new messages, so none is skipped.
-func TestCatchUpRetriesAFailedFetch(t *testing.T) {
+// heardThenDown starts an adapter that hears "one" in channel T1 and then
+// loses its gateway: what is sent next is missed until the next start.
+func heardThenDown(t *testing.T) (*sharedStore, *inboxtest.Inbox) {
+	t.Helper()
 	st := newSharedStore(t, "T1")
 	rec := &inboxtest.Inbox{}
 	first := st.start(t, Options{Handler: rec})
@@ -237,6 +237,14 @@ func TestCatchUpRetriesAFailedFetch(t *testing.T) {
 	waitTexts(t, rec, 1)
 	first.CloseGateway()
 	waitGateway(t, st.fake, 0)
+	return st, rec
+}
+
+// TestCatchUpRetriesAFailedFetch: the fetch of a channel's missed
+// messages that Discord answers 500 is tried again, ahead of the
+// channel's new messages, so none is skipped.
+func TestCatchUpRetriesAFailedFetch(t *testing.T) {
+	st, rec := heardThenDown(t)
 	st.fake.UserMessage("T1", "111", "two", false)
 	st.fake.FailHTTP("GET messages", 500, 2)
 	st.start(t, Options{Handler: rec})
@@ -253,13 +261,7 @@ func TestCatchUpRetriesAFailedFetch(t *testing.T) {
 func TestCatchUpThatFailsTellsTheChannel(t *testing.T) {
 	defer func(d time.Duration) { catchUpBackoff = d }(catchUpBackoff)
 	catchUpBackoff = 10 * time.Millisecond
-	st := newSharedStore(t, "T1")
-	rec := &inboxtest.Inbox{}
-	first := st.start(t, Options{Handler: rec})
-	st.fake.UserMessage("T1", "111", "one", true)
-	waitTexts(t, rec, 1)
-	first.CloseGateway()
-	waitGateway(t, st.fake, 0)
+	st, rec := heardThenDown(t)
 	st.fake.UserMessage("T1", "111", "lost in the gap", false)
 	st.fake.FailHTTP("GET messages", 500, 2*catchUpTries) // discordgo may try each once more itself
 	st.start(t, Options{Handler: rec})

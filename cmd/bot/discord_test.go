@@ -526,12 +526,8 @@ func TestDiscordPlanCreatedBeforeKillIsNotPostedTwice(t *testing.T) {
 	p = r.start(t)
 	defer p.stop(t)
 	waitFor(t, 60*time.Second, "the answer and a pinned plan", func() bool {
-		answered := false
-		for _, m := range r.dc.Messages("C1") {
-			answered = answered || (m.AuthorID == fakediscord.BotID && strings.Contains(m.Content, "All done."))
-		}
 		pl := discordPlans(r.dc, "C1")
-		return answered && len(pl) > 0 && slices.Contains(r.dc.Pinned("C1"), pl[len(pl)-1].ID) &&
+		return len(discordAnswers(r.dc, "C1")) > 0 && len(pl) > 0 && slices.Contains(r.dc.Pinned("C1"), pl[len(pl)-1].ID) &&
 			strings.Contains(planText(pl[len(pl)-1]), "revision 1 · done")
 	})
 	if pl := discordPlans(r.dc, "C1"); len(pl) != 1 {
@@ -554,13 +550,7 @@ func TestDiscordReplyCreatedBeforeKillIsNotPostedTwice(t *testing.T) {
 	r.dc.DelayAnswer("POST messages", 5*time.Second, 3)
 	r.dc.UserMessage("C1", "111", "answer once", true)
 	waitFor(t, 30*time.Second, "the answer created and its response held", func() bool {
-		n := 0
-		for _, m := range r.dc.Messages("C1") {
-			if m.AuthorID == fakediscord.BotID && strings.Contains(m.Content, "All done.") {
-				n++
-			}
-		}
-		return n == 1 && r.dc.HeldAnswers() > 0
+		return len(discordAnswers(r.dc, "C1")) == 1 && r.dc.HeldAnswers() > 0
 	})
 	p.kill()
 	p = r.start(t)
@@ -575,13 +565,7 @@ func TestDiscordReplyCreatedBeforeKillIsNotPostedTwice(t *testing.T) {
 		return n >= 2
 	})
 	time.Sleep(500 * time.Millisecond)
-	n := 0
-	for _, m := range r.dc.Messages("C1") {
-		if m.AuthorID == fakediscord.BotID && strings.Contains(m.Content, "All done.") {
-			n++
-		}
-	}
-	if n != 1 {
+	if n := len(discordAnswers(r.dc, "C1")); n != 1 {
 		t.Errorf("the answer is in the thread %d times, want once", n)
 	}
 	// The plan's post had its answer held too: the restart finds the
