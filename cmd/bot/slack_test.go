@@ -678,16 +678,31 @@ func TestSlackQueuedPlansSurviveKill(t *testing.T) {
 	defer p.stop(t)
 	// The pin follows the edit (a plan posted just before the kill is
 	// pinned after the restart): wait for both, or the check below races.
-	waitFor(t, 60*time.Second, "every thread's plan on its last revision, pinned", func() bool {
+	var behind string // what the last look found wrong, for the timeout
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		behind = ""
 		pinned := r.slack.Pinned("C1")
 		for i := range n {
 			pl := plansIn(thread(i))
-			if len(pl) != 1 || !strings.Contains(pl[0].Blocks, "revision 3 · done") || !slices.Contains(pinned, pl[0].TS) {
-				return false
+			switch {
+			case len(pl) != 1:
+				behind += fmt.Sprintf("thread %d: %d plan messages; ", i, len(pl))
+			case !strings.Contains(pl[0].Blocks, "revision 3 · done"):
+				b := pl[0].Blocks
+				behind += fmt.Sprintf("thread %d: plan %s not on revision 3: …%s; ", i, pl[0].TS, b[max(0, len(b)-300):])
+			case !slices.Contains(pinned, pl[0].TS):
+				behind += fmt.Sprintf("thread %d: plan %s not pinned; ", i, pl[0].TS)
 			}
 		}
-		return true
-	})
+		if behind == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for every thread's plan on its last revision, pinned: %s\ncalls: %+v\nstderr:\n%s", behind, r.slack.Calls(""), p.stderr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	pinned := map[string]bool{}
 	for _, ts := range r.slack.Pinned("C1") {
 		pinned[ts] = true
