@@ -178,6 +178,9 @@ type Checkpoint struct {
 	// RequesterName their display name.
 	Requester     string `json:"requester,omitempty"`
 	RequesterName string `json:"requester_name,omitempty"`
+	// Ended is how the last turn ended, committed with its end and
+	// cleared when the next one starts (Runner.Ending).
+	Ended *Ending `json:"ended,omitempty"`
 	// Waiting is the approval the turn waits for, Decisions what was
 	// decided for Pending's calls so far.
 	Waiting   *Approval           `json:"waiting,omitempty"`
@@ -202,6 +205,16 @@ type Checkpoint struct {
 	TokenRatio float64   `json:"token_ratio,omitempty"`
 	Created    time.Time `json:"created"`
 	Updated    time.Time `json:"updated"`
+}
+
+// Ending is how a turn ended: what TurnEnded reported. A Done turn's
+// answer is its last history entry, so Text is kept only for the others.
+type Ending struct {
+	Turn      int64     `json:"turn"`
+	Outcome   Outcome   `json:"outcome"`
+	Text      string    `json:"text,omitempty"`
+	StoppedBy string    `json:"stopped_by,omitempty"`
+	At        time.Time `json:"at"`
 }
 
 // Round is everything one checkpoint writes, in one transaction: the

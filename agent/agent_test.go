@@ -199,7 +199,7 @@ func TestTodoWriteResults(t *testing.T) {
 			}
 			// The round with the call to an unknown tool also reports that
 			// call as evidence (DESIGN §15).
-			wantKinds := []agent.EventKind{agent.TurnStarted, agent.PlanChanged, agent.EvidenceChanged, agent.Replied, agent.TurnEnded}
+			wantKinds := []agent.EventKind{agent.TurnStarted, agent.PlanChanged, agent.EvidenceChanged, agent.TurnEnded}
 			if fmt.Sprint(kinds) != fmt.Sprint(wantKinds) {
 				t.Errorf("events = %v, want %v", kinds, wantKinds)
 			}

@@ -100,7 +100,7 @@ func TestApprovalPausesUntilDecided(t *testing.T) {
 			}
 			var reply string
 			for _, e := range h.waitEnd(t, "web/ap") {
-				if e.Kind == agent.Replied {
+				if e.Kind == agent.TurnEnded && e.Outcome == agent.Done {
 					reply = e.Text
 				}
 			}

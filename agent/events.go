@@ -14,7 +14,6 @@ type EventKind int
 const (
 	TurnStarted EventKind = iota + 1
 	PlanChanged
-	Replied
 	TurnEnded
 	// ApprovalNeeded: the turn waits for Event.Approval to be decided. It
 	// is published again after a restart; the card is posted once.
@@ -49,9 +48,14 @@ type Event struct {
 	Resumed  bool // TurnStarted: the turn resumes after a restart
 	Plan     todo.Snapshot
 	Revision int64
-	Text     string  // Replied: the answer; TurnEnded: a message for the user
-	Outcome  Outcome // TurnEnded
-	Err      error   // TurnEnded with Failed: the detail, for logs
+	// Text is what TurnEnded tells the thread: the answer of a Done
+	// turn, or why it ended otherwise ("" for nothing to say).
+	Text    string
+	Outcome Outcome // TurnEnded
+	Err     error   // TurnEnded with Failed: the detail, for logs
+	// Turn is the session's turn number (Checkpoint.Turns): TurnStarted
+	// and TurnEnded.
+	Turn int64
 	// StoppedBy is who stopped the turn (TurnEnded with Stopped).
 	StoppedBy string
 	// Requester is the platform user id whose message started the turn

@@ -178,6 +178,30 @@ func (r *Runner) Resume(ctx context.Context) (int, error) {
 	return len(keys), nil
 }
 
+// Ending returns the TurnEnded event of the session's last turn while no
+// later turn has started; ok is false while a turn runs or waits, and
+// for a session none of whose turns ended since turns kept their end.
+// The event is published after the commit that ends the turn, so a
+// kill -9 in between loses it; a subscriber that keeps its own record of
+// the turn (the chat plan board) asks for it after a restart. The answer
+// of a Done turn is read back from the history.
+func (r *Runner) Ending(ctx context.Context, key string) (Event, bool, error) {
+	cp, hist, _, err := r.opts.Store.Load(ctx, key)
+	if err != nil {
+		return Event{}, false, fmt.Errorf("agent: load %s: %w", key, err)
+	}
+	if cp == nil || cp.State != Idle || cp.Ended == nil || cp.Ended.Turn != cp.Turns {
+		return Event{}, false, nil
+	}
+	end := *cp.Ended
+	e := Event{Session: key, Kind: TurnEnded, Turn: end.Turn, Outcome: end.Outcome, Text: end.Text, StoppedBy: end.StoppedBy,
+		Plan: todo.Restore(cp.Plan, cp.Revision, cp.Stale).Snapshot(), Revision: cp.Revision, At: end.At}
+	if end.Outcome == Done && len(hist) > 0 {
+		e.Text = hist[len(hist)-1].Message.Content
+	}
+	return e, true, nil
+}
+
 // Wake makes the session run once, as a message queued for it would:
 // replicas call it when another process queued work for a session this
 // one holds.
@@ -492,7 +516,7 @@ func (r *Runner) run(key string, log *slog.Logger) error {
 	case Running:
 		log.Info("resuming turn", "history", len(hist), "revision", s.cp.Revision)
 		ctx, endTurn = r.turnContext(key)
-		r.publish(Event{Session: key, Kind: TurnStarted, Resumed: true, Requester: s.cp.Requester, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision(),
+		r.publish(Event{Session: key, Kind: TurnStarted, Resumed: true, Turn: s.cp.Turns, Requester: s.cp.Requester, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision(),
 			Evidence: s.cp.Evidence.Clone(), Calls: s.cp.TurnCalls, Approvals: s.cp.TurnApprovals})
 	case Waiting:
 		ctx, endTurn = r.turnContext(key)
@@ -508,7 +532,7 @@ func (r *Runner) run(key string, log *slog.Logger) error {
 			if err := (turn{&s.cp}).start(inbox[0]); err != nil {
 				return err
 			}
-			r.publish(Event{Session: key, Kind: TurnStarted, Requester: s.cp.Requester, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision(),
+			r.publish(Event{Session: key, Kind: TurnStarted, Turn: s.cp.Turns, Requester: s.cp.Requester, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision(),
 				Evidence: s.cp.Evidence.Clone()})
 		}
 		var err error
@@ -611,14 +635,13 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 		}
 		rd := &Round{Append: append(drained, asst), Drained: ids}
 		next.Stale = work.Stale()
-		if err := (turn{&next}).end(); err != nil {
+		if err := (turn{&next}).end(Ending{Outcome: Done, At: now}); err != nil {
 			return err
 		}
 		if err := r.commit(ctx, s, rd, next, work); err != nil {
 			return err
 		}
-		r.publish(Event{Session: s.key, Kind: Replied, Text: msg.Content})
-		r.publish(Event{Session: s.key, Kind: TurnEnded, Outcome: Done, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision()})
+		r.publish(Event{Session: s.key, Kind: TurnEnded, Outcome: Done, Text: msg.Content, Turn: s.cp.Turns, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision(), At: now})
 		return nil
 	}
 	uniqueCallIDs(s.hist, &msg, next.Turns, next.TurnRounds)
@@ -967,17 +990,18 @@ func (r *Runner) endTurn(ctx context.Context, s *session, rd *Round, outcome Out
 	if rd == nil {
 		rd = &Round{}
 	}
+	e := Event{Session: s.key, Kind: TurnEnded, Outcome: outcome, Text: text, Err: cause, At: r.opts.Now()}
+	if len(by) > 0 {
+		e.StoppedBy = by[0]
+	}
 	next := s.cp.clone()
-	if err := (turn{&next}).end(); err != nil {
+	if err := (turn{&next}).end(Ending{Outcome: outcome, Text: text, StoppedBy: e.StoppedBy, At: e.At}); err != nil {
 		return err
 	}
 	if err := r.commit(ctx, s, rd, next, s.tracker.Clone()); err != nil {
 		return err
 	}
-	e := Event{Session: s.key, Kind: TurnEnded, Outcome: outcome, Text: text, Err: cause, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision()}
-	if len(by) > 0 {
-		e.StoppedBy = by[0]
-	}
+	e.Turn, e.Plan, e.Revision = s.cp.Turns, s.tracker.Snapshot(), s.tracker.Revision()
 	r.publish(e)
 	return nil
 }

@@ -43,9 +43,9 @@ func TestTurnTransitions(t *testing.T) {
 		{name: "proceed while running", from: Checkpoint{State: Running}, event: func(t turn) error { return t.proceed() }},
 		{name: "answer while running", from: Checkpoint{State: Running, Pending: &msg}, event: func(t turn) error { return t.answer() }, want: Running},
 		{name: "answer while waiting", from: waitingOn(nil), event: func(t turn) error { return t.answer() }},
-		{name: "end from running", from: Checkpoint{State: Running, Pending: &msg}, event: func(t turn) error { return t.end() }, want: Idle},
-		{name: "end from waiting", from: waitingOn(nil), event: func(t turn) error { return t.end() }, want: Idle},
-		{name: "end while idle", from: Checkpoint{State: Idle}, event: func(t turn) error { return t.end() }},
+		{name: "end from running", from: Checkpoint{State: Running, Pending: &msg}, event: func(t turn) error { return t.end(Ending{Outcome: Done}) }, want: Idle},
+		{name: "end from waiting", from: waitingOn(nil), event: func(t turn) error { return t.end(Ending{Outcome: Done}) }, want: Idle},
+		{name: "end while idle", from: Checkpoint{State: Idle}, event: func(t turn) error { return t.end(Ending{Outcome: Done}) }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cp := tt.from.clone()

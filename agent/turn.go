@@ -57,6 +57,7 @@ func (t turn) start(in Inbound) error {
 	t.cp.TurnCalls, t.cp.TurnApprovals = 0, 0
 	t.cp.Requester, t.cp.RequesterName = in.AuthorID, in.Author
 	t.cp.Turns++
+	t.cp.Ended = nil
 	return nil
 }
 
@@ -180,13 +181,19 @@ func (t turn) answer() error {
 	return nil
 }
 
-// end ends the turn, whatever its outcome: -> idle.
-func (t turn) end() error {
+// end ends the turn, whatever its outcome: -> idle. How it ended is
+// kept with it (Checkpoint.Ended, for Runner.Ending).
+func (t turn) end(e Ending) error {
 	if t.cp.State == Idle {
 		return t.refuse("end")
 	}
 	t.cp.State = Idle
 	t.cp.Pending, t.cp.Waiting, t.cp.Decisions = nil, nil, nil
+	e.Turn = t.cp.Turns
+	if e.Outcome == Done {
+		e.Text = "" // the answer is the last history entry
+	}
+	t.cp.Ended = &e
 	return nil
 }
 
@@ -220,6 +227,10 @@ func (cp Checkpoint) clone() Checkpoint {
 		c.Waiting = &w
 	}
 	c.Decisions = maps.Clone(cp.Decisions)
+	if cp.Ended != nil {
+		e := *cp.Ended
+		c.Ended = &e
+	}
 	c.Grants = slices.Clone(cp.Grants)
 	c.Evidence = cp.Evidence.Clone()
 	c.Unattributed = slices.Clone(cp.Unattributed)

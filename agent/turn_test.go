@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,7 +45,7 @@ func TestEmptyAnswerKeepsThreadUsable(t *testing.T) {
 	events := h.waitEnd(t, "web/empty")
 	var replied string
 	for _, e := range events {
-		if e.Kind == agent.Replied {
+		if e.Kind == agent.TurnEnded && e.Outcome == agent.Done {
 			replied = e.Text
 		}
 	}
@@ -152,5 +153,54 @@ func TestUnreadableSessionIsReported(t *testing.T) {
 	}
 	if _, err := db.Inbox(context.Background(), "web/bad"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestEndingReportsTheLastTurn: the end of a turn is kept with the commit
+// that ends it, so a subscriber whose TurnEnded was cut off by a kill
+// reads it back: the answer of a Done turn, the outcome and who stopped
+// a stopped one; nothing while a turn waits.
+func TestEndingReportsTheLastTurn(t *testing.T) {
+	var runs atomic.Int32
+	fake := &fakeopenai.Server{Respond: func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
+		if strings.Contains(req.Messages[len(req.Messages)-1].Content, "write") {
+			return writeOnce(req)
+		}
+		return fakeopenai.Reply{Content: "the answer"}
+	}}
+	h := newHarness(t, fake, harnessOpts{tools: []agent.Tool{writeTool(&runs)}})
+	ctx := context.Background()
+	if _, ok, err := h.runner.Ending(ctx, "web/end"); ok || err != nil {
+		t.Fatalf("Ending of a session never run = ok %v, %v; want nothing", ok, err)
+	}
+
+	h.send(t, "web/end", "question")
+	events := h.waitEnd(t, "web/end")
+	live := events[len(events)-1]
+	got, ok, err := h.runner.Ending(ctx, "web/end")
+	if err != nil || !ok {
+		t.Fatalf("Ending after a finished turn = ok %v, %v", ok, err)
+	}
+	if got.Kind != agent.TurnEnded || got.Turn != 1 || got.Outcome != agent.Done || got.Text != "the answer" || got.Turn != live.Turn || got.Text != live.Text {
+		t.Errorf("Ending = %+v, want turn 1 done with the answer, as published (%+v)", got, live)
+	}
+
+	if err := h.runner.Submit(ctx, "web/end", agent.Inbound{Text: "write the notes", Author: "ann", AuthorID: "U1"}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitKind(t, "web/end", agent.ApprovalNeeded)
+	if e, ok, err := h.runner.Ending(ctx, "web/end"); ok || err != nil {
+		t.Errorf("Ending while turn 2 waits = %+v, ok %v, %v; want nothing", e, ok, err)
+	}
+	if !h.runner.Stop("web/end", "bob") {
+		t.Fatal("the waiting turn was not stopped")
+	}
+	live = h.waitKind(t, "web/end", agent.TurnEnded)
+	got, ok, err = h.runner.Ending(ctx, "web/end")
+	if err != nil || !ok || got.Turn != 2 || got.Outcome != agent.Stopped || got.StoppedBy != live.StoppedBy || got.StoppedBy == "" || got.Text != live.Text {
+		t.Errorf("Ending after a stop = %+v, ok %v, %v; want turn 2 stopped as published (%+v)", got, ok, err, live)
+	}
+	if runs.Load() != 0 {
+		t.Error("the stopped call ran")
 	}
 }

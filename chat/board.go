@@ -52,6 +52,10 @@ type boardRecord struct {
 	// Running: a turn is in progress (TurnStarted until TurnEnded),
 	// whatever the plan message shows.
 	Running bool `json:"running,omitempty"`
+	// Turn is the number of the turn Running reports (agent.Event.Turn),
+	// so that a turn whose end was lost to a kill is told apart from a
+	// later one (Router.endMissed).
+	Turn int64 `json:"turn,omitempty"`
 	// Final is what a finished plan's message showed when a later turn
 	// put its Stop button on it. If that turn moves on to a new plan
 	// message, the old one gets this content back (Restore).
@@ -231,7 +235,7 @@ func (b *Board) turnStarted(e agent.Event) (indicated string) {
 		rec.Indicated = rec.Trigger
 		indicated = rec.Indicated
 		rec.Requester = e.Requester
-		rec.Running = true
+		rec.Running, rec.Turn = true, e.Turn
 		th, sessioned = rec.Thread, rec.Sessioned
 		rec.Sessioned = rec.Sessioned || b.showsSessions()
 		if rec.Closed && rec.Final == nil && len(want.Items) > 0 {

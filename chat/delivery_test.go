@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,8 +148,8 @@ func TestReplyDeliveredAfterTransientErrors(t *testing.T) {
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: ob})
 	t.Cleanup(r.Close)
 	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.Replied, Text: "the answer"})
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.Replied, Text: "a second answer"})
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "the answer"})
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "a second answer"})
 	settle(t, r, "test/1")
 	var got []string
 	for _, c := range p.calls {
@@ -180,7 +181,7 @@ func TestRetryAsksWhetherAnEarlierAttemptLanded(t *testing.T) {
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
 	t.Cleanup(r.Close)
 	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.Replied, Text: "the answer"})
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "the answer"})
 	settle(t, r, "test/1")
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -209,7 +210,7 @@ func TestUndeliverableReplyIsReported(t *testing.T) {
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: ob, Hooks: hooks})
 	t.Cleanup(r.Close)
 	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.Replied, Text: "lost answer"})
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "lost answer"})
 	settle(t, r, "test/1")
 	mu.Lock()
 	defer mu.Unlock()
@@ -230,7 +231,7 @@ func TestOutboxSurvivesRestart(t *testing.T) {
 	boards := &chattest.Boards{}
 	r := NewRouter(Options{Store: boards, Platforms: map[string]Platform{"test": down}, RetryDelay: time.Hour, Outbox: ob})
 	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.Replied, Text: "kept answer"})
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "kept answer"})
 	deadline := time.Now().Add(5 * time.Second)
 	for down.count("reply-error") == 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
@@ -660,5 +661,120 @@ func TestPostingNotedBeforeThePost(t *testing.T) {
 				t.Errorf("after the post: posting %v, ref %v; want cleared and stored", rec.Posting, rec.Ref)
 			}
 		})
+	}
+}
+
+// TestTurnEndCutOffByAKillIsFinished: the agent committed a turn's end
+// and the process died before the board recorded it (TurnEnded is
+// published after the commit), so the board's record still says the turn
+// runs and its message shows Stop for good. The restart ends it from the
+// agent's record: the message says done without Stop, and the answer is
+// posted once, whether or not it was stored before the kill. A board
+// whose turn began after the last one the agent ended is left alone.
+func TestTurnEndCutOffByAKillIsFinished(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		storedFirst bool  // the kill came after Observe stored the answer
+		endedTurn   int64 // the agent's last ended turn; the board runs turn 2
+		want        PlanState
+		replies     int
+	}{
+		{name: "answer not stored", endedTurn: 2, want: StateDone, replies: 1},
+		{name: "answer stored", storedFirst: true, endedTurn: 2, want: StateDone, replies: 1},
+		{name: "a later turn began", endedTurn: 1, want: StateWorking},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			boards, ob, p := &chattest.Boards{}, &chattest.Outbox{}, &fakePlatform{}
+			th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
+			r := NewRouter(Options{Store: boards, Outbox: ob, Platforms: map[string]Platform{"test": p}})
+			r.board(th.Key, &th)
+			r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnStarted, Turn: 2})
+			r.Observe(agent.Event{Session: th.Key, Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Completed)})
+			settle(t, r, th.Key)
+			if tc.storedFirst {
+				r.outbox.hold(th, "", "the answer", 2)
+			}
+			r.Close() // the kill: TurnEnded never reached the board
+			if got := p.plan("m1"); got.State != StateWorking || !got.Stoppable {
+				t.Fatalf("before the restart m1 shows %q (stoppable %v), want working with Stop", got.State, got.Stoppable)
+			}
+
+			runner := chattest.Runner{Ended: map[string]agent.Event{th.Key: {Session: th.Key, Kind: agent.TurnEnded,
+				Turn: tc.endedTurn, Outcome: agent.Done, Text: "the answer", Plan: plan(1, todo.Completed), Revision: 1}}}
+			for restart := range 2 { // the second finds nothing left to do
+				r := NewRouter(Options{Runner: runner, Store: boards, Outbox: ob, Platforms: map[string]Platform{"test": p}})
+				if _, err := r.Resume(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				settle(t, r, th.Key)
+				r.Close()
+				if got := p.plan("m1"); got.State != tc.want || got.Stoppable != (tc.want == StateWorking) {
+					t.Errorf("restart %d: m1 shows %q (stoppable %v), want %q", restart+1, got.State, got.Stoppable, tc.want)
+				}
+				if n := p.count("reply"); n != tc.replies {
+					t.Errorf("restart %d: %d replies, want %d", restart+1, n, tc.replies)
+				}
+			}
+			if ob.Len() != 0 {
+				t.Errorf("%d replies left in the outbox", ob.Len())
+			}
+		})
+	}
+}
+
+// holdingBoards holds the first board save after hold is armed until
+// release is closed.
+type holdingBoards struct {
+	chattest.Boards
+	armed   atomic.Bool
+	held    chan struct{}
+	release chan struct{}
+}
+
+func (h *holdingBoards) SaveBoard(ctx context.Context, key string, data []byte) error {
+	if h.armed.CompareAndSwap(true, false) {
+		close(h.held)
+		<-h.release
+	}
+	return h.Boards.SaveBoard(ctx, key, data)
+}
+
+// TestReplyWaitsForTheTurnsEndToBeSaved: a turn's answer is stored before
+// the board records the turn's end and sent only after that record is
+// saved, so an answer in the thread means a restart finds the end
+// recorded (TestTurnEndCutOffByAKillIsFinished covers a kill before it).
+// Sending it first left the plan on "working" with its Stop button for
+// good when kill -9 came between the two (cmd/bot
+// TestSlackQueuedPlansSurviveKill, under load).
+func TestReplyWaitsForTheTurnsEndToBeSaved(t *testing.T) {
+	boards := &holdingBoards{held: make(chan struct{}), release: make(chan struct{})}
+	ob, p := &chattest.Outbox{}, &fakePlatform{}
+	r := NewRouter(Options{Store: boards, Outbox: ob, Platforms: map[string]Platform{"test": p}})
+	t.Cleanup(r.Close)
+	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnStarted, Turn: 1})
+	settle(t, r, "test/1")
+
+	boards.armed.Store(true)
+	observed := make(chan struct{})
+	go func() {
+		defer close(observed)
+		r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Text: "the answer"})
+	}()
+	<-boards.held // the turn's end is being saved
+	if ob.Len() != 1 {
+		t.Errorf("%d items stored while the turn's end is saved, want the answer", ob.Len())
+	}
+	// A reply sent at once reaches the platform within a millisecond or
+	// two; give it far longer.
+	time.Sleep(200 * time.Millisecond)
+	if n := p.count("reply"); n != 0 {
+		t.Errorf("%d replies sent before the turn's end was saved, want 0", n)
+	}
+	close(boards.release)
+	<-observed
+	settle(t, r, "test/1")
+	if n := p.count("reply"); n != 1 {
+		t.Errorf("%d replies once the end was saved, want 1", n)
 	}
 }

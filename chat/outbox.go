@@ -57,6 +57,9 @@ type outboxItem struct {
 	ReplyTo string    `json:"reply_to,omitempty"`
 	Text    string    `json:"text"`
 	Created time.Time `json:"created"`
+	// Turn is the turn whose end the item tells (agent.Event.Turn); 0
+	// for anything else. Resume asks whether a turn's end was stored.
+	Turn int64 `json:"turn,omitempty"`
 }
 
 type queued struct {
@@ -90,6 +93,13 @@ func newOutbox(r *Router, st OutboxStore) *outbox {
 // reply is still delivered from memory; it just would not survive a
 // restart.
 func (o *outbox) add(th Thread, replyTo, text string) {
+	o.enqueue(th.Key, o.hold(th, replyTo, text, 0)...)
+}
+
+// hold stores a reply, the end of turn (0: not a turn's end), and returns
+// its parts for enqueue: what must be durable before the reply can be
+// seen is saved in between.
+func (o *outbox) hold(th Thread, replyTo, text string, turn int64) []queued {
 	parts := []string{text}
 	if sp, ok := o.r.opts.Platforms[th.Platform].(Splitter); ok {
 		parts = sp.SplitReply(text)
@@ -100,7 +110,7 @@ func (o *outbox) add(th Thread, replyTo, text string) {
 	raw := make([][]byte, len(parts))
 	for i, part := range parts {
 		key := fmt.Sprintf("outbox/%s/%d.%d.%d", th.Key, now.UnixNano(), n, i)
-		items[i] = outboxItem{Key: key, Thread: th, Text: part, Created: now}
+		items[i] = outboxItem{Key: key, Thread: th, Text: part, Created: now, Turn: turn}
 		if i == 0 {
 			items[i].ReplyTo = replyTo
 		}
@@ -115,11 +125,12 @@ func (o *outbox) add(th Thread, replyTo, text string) {
 	for i := range items {
 		qs[i] = queued{id: ids[i], item: items[i]}
 	}
-	o.enqueue(th.Key, qs...)
+	return qs
 }
 
-// resume queues every stored reply, for a process that starts.
-func (o *outbox) resume(ctx context.Context) (int, error) {
+// stored reads every stored reply back, for a process that starts; the
+// caller queues them.
+func (o *outbox) stored(ctx context.Context) ([]queued, error) {
 	var qs []queued
 	err := o.store.Outbox(ctx, func(id uint64, data []byte) {
 		var it outboxItem
@@ -130,10 +141,7 @@ func (o *outbox) resume(ctx context.Context) (int, error) {
 		}
 		qs = append(qs, queued{id: id, item: it, stored: true})
 	})
-	for _, q := range qs {
-		o.enqueue(q.item.Thread.Key, q)
-	}
-	return len(qs), err
+	return qs, err
 }
 
 // SessionOutbox is an OutboxStore that can list one session's items
@@ -142,8 +150,9 @@ type SessionOutbox interface {
 	OutboxOf(ctx context.Context, key string, f func(id uint64, data []byte)) error
 }
 
-// resumeSession queues the stored replies of one session.
-func (o *outbox) resumeSession(ctx context.Context, key string) error {
+// storedOf reads the stored replies of one session back; the caller
+// queues them.
+func (o *outbox) storedOf(ctx context.Context, key string) ([]queued, error) {
 	var qs []queued
 	list := o.store.Outbox
 	if so, ok := o.store.(SessionOutbox); ok {
@@ -155,16 +164,16 @@ func (o *outbox) resumeSession(ctx context.Context, key string) error {
 			qs = append(qs, queued{id: id, item: it, stored: true})
 		}
 	})
-	if len(qs) > 0 {
-		o.enqueue(key, qs...)
-	}
-	return err
+	return qs, err
 }
 
 // enqueue queues the items behind the session's earlier replies. They go
 // in as one function, so the parts of one reply are never interleaved
 // with another's.
 func (o *outbox) enqueue(key string, qs ...queued) {
+	if len(qs) == 0 {
+		return
+	}
 	if o.r.ctx.Err() != nil {
 		return // shutting down: stored items go out after the restart
 	}

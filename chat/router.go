@@ -47,6 +47,10 @@ type Runner interface {
 	Stop(key, by string) bool
 	Decide(ctx context.Context, key, callID string, d agent.Decision) (agent.Approval, error)
 	Reset(ctx context.Context, key, by string) error
+	// Ending returns the TurnEnded event of the session's last turn
+	// while no later one has started (ok false otherwise): the end of
+	// a turn whose event a kill may have cut off.
+	Ending(ctx context.Context, key string) (e agent.Event, ok bool, err error)
 }
 
 // Options configures a Router.
@@ -160,24 +164,83 @@ func NewRouter(opts Options) *Router {
 // ref, so it is posted again and the new message is the one pinned and
 // edited; the first copy stays in the thread, unpinned (pins follow the
 // stored ref). TestPostWithoutStoredRefIsRepeated pins that down.
+//
+// A board whose record says its turn runs while the agent has ended that
+// turn lost the turn's end to a kill: it is ended now (endMissed).
 func (r *Router) Resume(ctx context.Context) (int, error) {
+	var pending []string
+	running := map[string]int64{}
 	if bl, ok := r.opts.Store.(BoardLister); ok {
-		var keys []string
 		err := bl.Boards(ctx, func(key string, data []byte) {
 			if BoardPending(data) {
-				keys = append(keys, key)
+				pending = append(pending, key)
+			}
+			if turn := runningTurn(data); turn > 0 {
+				running[key] = turn
 			}
 		})
 		if err != nil {
 			r.opts.Logger.Error("list plan boards", "err", err)
 		}
-		for _, key := range keys {
-			if b := r.Board(key); b != nil && b.platform != nil {
-				b.set(func(*boardRecord, *Plan) {})
-			}
+	}
+	stored, err := r.outbox.stored(ctx)
+	for _, q := range stored {
+		r.outbox.enqueue(q.item.Thread.Key, q)
+	}
+	for key, turn := range running {
+		r.endMissed(ctx, key, turn, stored)
+	}
+	for _, key := range pending {
+		if b := r.Board(key); b != nil && b.platform != nil {
+			b.set(func(*boardRecord, *Plan) {})
 		}
 	}
-	return r.outbox.resume(ctx)
+	return len(stored), err
+}
+
+// runningTurn is the turn a stored board record says runs, 0 for none
+// (or a record from before turns were numbered).
+func runningTurn(data []byte) int64 {
+	var rec boardRecord
+	if json.Unmarshal(data, &rec) != nil || !rec.Running {
+		return 0
+	}
+	return rec.Turn
+}
+
+// endMissed ends turn on session key's board if the agent ended it: the
+// agent commits a turn's end, then publishes TurnEnded, and a kill in
+// between leaves the board saying the turn runs, with a Stop button,
+// for good. The turn's reply is added unless it is in stored already
+// (Observe stores it before the board records the end, so it is stored
+// and not yet delivered, or not stored at all).
+func (r *Router) endMissed(ctx context.Context, key string, turn int64, stored []queued) {
+	if r.runner == nil {
+		return
+	}
+	e, ok, err := r.runner.Ending(ctx, key)
+	if err != nil {
+		r.opts.Logger.Error("read how the last turn ended", "session", key, "err", err)
+		return
+	}
+	if !ok || e.Turn != turn {
+		return // the turn runs still (it is resumed), or a later one does
+	}
+	b := r.Board(key)
+	if b == nil || b.platform == nil {
+		return
+	}
+	if rec, _ := b.state(); !rec.Running || rec.Turn != turn {
+		return // the turn's end came meanwhile, or a later turn began
+	}
+	for _, q := range stored {
+		if q.item.Thread.Key == key && q.item.Turn == turn {
+			e.Text = "" // stored, and queued by the caller
+			break
+		}
+	}
+	r.opts.Logger.Info("finishing a turn whose end was cut off", "session", key, "turn", turn, "outcome", e.Outcome)
+	r.Observe(e)
 }
 
 // BoardPending reports whether a stored plan board record has work its
@@ -201,13 +264,22 @@ func BoardPending(data []byte) bool {
 // finished here.
 func (r *Router) ResumeSession(ctx context.Context, key string) {
 	r.Forget(key)
-	if data, err := r.opts.Store.Board(ctx, key); err == nil && BoardPending(data) {
+	data, err := r.opts.Store.Board(ctx, key)
+	if err != nil {
+		data = nil
+	}
+	stored, err := r.outbox.storedOf(ctx, key)
+	if err != nil {
+		r.opts.Logger.Error("resume undelivered replies", "session", key, "err", err)
+	}
+	r.outbox.enqueue(key, stored...)
+	if turn := runningTurn(data); turn > 0 {
+		r.endMissed(ctx, key, turn, stored)
+	}
+	if BoardPending(data) {
 		if b := r.Board(key); b != nil && b.platform != nil {
 			b.set(func(*boardRecord, *Plan) {})
 		}
-	}
-	if err := r.outbox.resumeSession(ctx, key); err != nil {
-		r.opts.Logger.Error("resume undelivered replies", "session", key, "err", err)
 	}
 }
 
@@ -420,9 +492,15 @@ func (r *Router) Observe(e agent.Event) {
 			r.closeCard(ctx, s, th, *e.Approval, *e.Decision)
 		}
 		b.approvalDecided(e)
-	case agent.Replied:
-		r.outbox.add(th, trigger, e.Text)
 	case agent.TurnEnded:
+		// The reply is stored before the board records the end, and
+		// sent after: a reply in the thread means both are durable, and
+		// a board that still says its turn runs after a kill has the
+		// reply, if it was stored at all, still in the outbox (endMissed).
+		var reply []queued
+		if e.Text != "" {
+			reply = r.outbox.hold(th, trigger, e.Text, e.Turn)
+		}
 		b.turnEnded(e)
 		r.closeOpenCards(ctx, s, th, e)
 		if !b.showsSessions() {
@@ -433,9 +511,7 @@ func (r *Router) Observe(e agent.Event) {
 		if e.Err != nil {
 			log.Error("turn failed", "outcome", e.Outcome, "err", e.Err)
 		}
-		if e.Text != "" {
-			r.outbox.add(th, trigger, e.Text)
-		}
+		r.outbox.enqueue(th.Key, reply...)
 	}
 }
 

@@ -167,7 +167,7 @@ func BenchmarkReplyDeliveryFlaky(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		text := fmt.Sprintf("answer %d", i)
 		at := time.Now()
-		r.Observe(agent.Event{Session: key, Kind: agent.Replied, Text: text, At: at})
+		r.Observe(agent.Event{Session: key, Kind: agent.TurnEnded, Outcome: agent.Done, Text: text, At: at})
 		deadline := time.Now().Add(time.Minute)
 		for {
 			n := 0

@@ -95,7 +95,16 @@ func (r *records) put(key string, data []byte) {
 }
 
 // Runner is a chat.Runner that accepts every message and runs nothing.
-type Runner struct{}
+// Ended holds what Ending reports, by session key.
+type Runner struct {
+	Ended map[string]agent.Event
+}
+
+// Ending implements chat.Runner.
+func (r Runner) Ending(_ context.Context, key string) (agent.Event, bool, error) {
+	e, ok := r.Ended[key]
+	return e, ok, nil
+}
 
 // Submit implements chat.Runner.
 func (Runner) Submit(context.Context, string, agent.Inbound) error { return nil }
