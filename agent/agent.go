@@ -179,7 +179,8 @@ type Checkpoint struct {
 	Requester     string `json:"requester,omitempty"`
 	RequesterName string `json:"requester_name,omitempty"`
 	// Ended is how the last turn ended, committed with its end and
-	// cleared when the next one starts (Runner.Ending).
+	// cleared by the next one's start, which is committed with that
+	// turn's first round (Runner.Ending).
 	Ended *Ending `json:"ended,omitempty"`
 	// Waiting is the approval the turn waits for, Decisions what was
 	// decided for Pending's calls so far.

@@ -179,8 +179,9 @@ func (r *Runner) Resume(ctx context.Context) (int, error) {
 }
 
 // Ending returns the TurnEnded event of the session's last turn while no
-// later turn has started; ok is false while a turn runs or waits, and
-// for a session none of whose turns ended since turns kept their end.
+// later turn has been committed; ok is false while a turn runs or waits
+// (as stored: a turn's start is committed with its first round), and for
+// a session none of whose turns ended since turns kept their end.
 // The event is published after the commit that ends the turn, so a
 // kill -9 in between loses it; a subscriber that keeps its own record of
 // the turn (the chat plan board) asks for it after a restart. The answer

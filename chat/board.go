@@ -342,12 +342,18 @@ func (b *Board) approvalDecided(e agent.Event) {
 }
 
 // turnEnded: the turn is over (done, stopped, failed or at the round
-// limit). The footer says how; the Stop button goes.
-func (b *Board) turnEnded(e agent.Event) {
+// limit). The footer says how; the Stop button goes. A missed end (one
+// cut off by a kill, Router.endMissed) changes the board only while it
+// still runs that turn; turnEnded reports whether it did.
+func (b *Board) turnEnded(e agent.Event, missed bool) (ended bool) {
 	state := map[agent.Outcome]PlanState{agent.Done: StateDone, agent.Failed: StateFailed, agent.Stopped: StateStopped, agent.Limited: StateLimited}[e.Outcome]
 	var th Thread
 	var indicated string
 	b.set(func(rec *boardRecord, want *Plan) {
+		if missed && (!rec.Running || rec.Turn != e.Turn) {
+			return // ended meanwhile, or a later turn began
+		}
+		ended = true
 		th, indicated = rec.Thread, rec.Indicated
 		rec.Running, rec.Final = false, nil
 		want.State, want.Updated = state, e.At
@@ -356,8 +362,12 @@ func (b *Board) turnEnded(e agent.Event) {
 		// continues this one.
 		rec.Closed = len(want.Items) > 0
 	})
+	if !ended {
+		return false
+	}
 	off := false
 	b.moveSession(th, statusChange{state: SessionActive, working: &off, trigger: indicated})
+	return true
 }
 
 // reset starts the board over for a new session in the same thread: the

@@ -479,7 +479,7 @@ func TestBoardTurnMethods(t *testing.T) {
 		{name: "stopped", do: func() {
 			e := ev(agent.TurnEnded)
 			e.Outcome, e.StoppedBy = agent.Stopped, "ann"
-			b.turnEnded(e)
+			b.turnEnded(e, false)
 			b.Wait()
 		}, check: func(rec boardRecord, want Plan) bool {
 			return !rec.Running && rec.Closed && rec.Ref.ID == "m1" && want.State == StateStopped && want.StoppedBy == "ann" && !want.Stoppable

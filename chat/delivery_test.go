@@ -675,6 +675,8 @@ func TestTurnEndCutOffByAKillIsFinished(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		storedFirst bool  // the kill came after Observe stored the answer
+		unlisted    bool  // the outbox cannot be read back: nothing is decided
+		takeover    bool  // another replica takes the session (ResumeSession)
 		endedTurn   int64 // the agent's last ended turn; the board runs turn 2
 		want        PlanState
 		replies     int
@@ -682,6 +684,9 @@ func TestTurnEndCutOffByAKillIsFinished(t *testing.T) {
 		{name: "answer not stored", endedTurn: 2, want: StateDone, replies: 1},
 		{name: "answer stored", storedFirst: true, endedTurn: 2, want: StateDone, replies: 1},
 		{name: "a later turn began", endedTurn: 1, want: StateWorking},
+		{name: "outbox unreadable", endedTurn: 2, unlisted: true, want: StateWorking},
+		{name: "taken over by a replica", takeover: true, endedTurn: 2, want: StateDone, replies: 1},
+		{name: "taken over, answer stored", takeover: true, storedFirst: true, endedTurn: 2, want: StateDone, replies: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			boards, ob, p := &chattest.Boards{}, &chattest.Outbox{}, &fakePlatform{}
@@ -701,10 +706,25 @@ func TestTurnEndCutOffByAKillIsFinished(t *testing.T) {
 
 			runner := chattest.Runner{Ended: map[string]agent.Event{th.Key: {Session: th.Key, Kind: agent.TurnEnded,
 				Turn: tc.endedTurn, Outcome: agent.Done, Text: "the answer", Plan: plan(1, todo.Completed), Revision: 1}}}
+			// A reply sent while the board still says the turn runs could
+			// be sent again after a second kill.
+			var early atomic.Bool
+			p.replyErr = func(int) error {
+				if raw, _ := boards.Board(t.Context(), th.Key); BoardRunning(raw) {
+					early.Store(true)
+				}
+				return nil
+			}
+			var store OutboxStore = ob
+			if tc.unlisted {
+				store = unlistable{ob}
+			}
 			for restart := range 2 { // the second finds nothing left to do
-				r := NewRouter(Options{Runner: runner, Store: boards, Outbox: ob, Platforms: map[string]Platform{"test": p}})
-				if _, err := r.Resume(t.Context()); err != nil {
-					t.Fatal(err)
+				r := NewRouter(Options{Runner: runner, Store: boards, Outbox: store, Platforms: map[string]Platform{"test": p}})
+				if tc.takeover {
+					r.ResumeSession(t.Context(), th.Key)
+				} else if _, err := r.Resume(t.Context()); (err != nil) != tc.unlisted {
+					t.Fatalf("Resume: %v", err)
 				}
 				settle(t, r, th.Key)
 				r.Close()
@@ -718,7 +738,47 @@ func TestTurnEndCutOffByAKillIsFinished(t *testing.T) {
 			if ob.Len() != 0 {
 				t.Errorf("%d replies left in the outbox", ob.Len())
 			}
+			if early.Load() {
+				t.Error("a reply was sent while the board still said its turn runs")
+			}
 		})
+	}
+}
+
+// unlistable is an outbox whose items cannot be read back.
+type unlistable struct{ ob *chattest.Outbox }
+
+func (u unlistable) AddOutbox(ctx context.Context, key string, items [][]byte) ([]uint64, error) {
+	return u.ob.AddOutbox(ctx, key, items)
+}
+
+func (u unlistable) DeleteOutbox(ctx context.Context, key string, id uint64) error {
+	return u.ob.DeleteOutbox(ctx, key, id)
+}
+
+func (unlistable) Outbox(context.Context, func(uint64, []byte)) error {
+	return errors.New("outbox unreadable")
+}
+
+// TestMissedEndLeavesALaterTurn: a turn's end read back after a restart
+// changes the board only while it still runs that turn; a turn begun
+// meanwhile keeps its Stop button.
+func TestMissedEndLeavesALaterTurn(t *testing.T) {
+	p := &fakePlatform{}
+	r := newTestRouter(t, p, &chattest.Boards{})
+	b := r.Board("test/1")
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnStarted, Turn: 3})
+	if b.turnEnded(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Turn: 2, Outcome: agent.Done}, true) {
+		t.Error("the end of turn 2 ended turn 3")
+	}
+	if rec, want := b.state(); !rec.Running || rec.Turn != 3 || want.State != StateWorking || !want.Stoppable {
+		t.Errorf("after a missed end of turn 2: running %v turn %d, %q stoppable %v; want turn 3 working with Stop", rec.Running, rec.Turn, want.State, want.Stoppable)
+	}
+	if !b.turnEnded(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Turn: 3, Outcome: agent.Done}, true) {
+		t.Error("the missed end of turn 3 did not end it")
+	}
+	if rec, want := b.state(); rec.Running || want.State != StateDone || want.Stoppable {
+		t.Errorf("after the end of turn 3: running %v, %q stoppable %v; want done without Stop", rec.Running, want.State, want.Stoppable)
 	}
 }
 

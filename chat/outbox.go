@@ -96,9 +96,10 @@ func (o *outbox) add(th Thread, replyTo, text string) {
 	o.enqueue(th.Key, o.hold(th, replyTo, text, 0)...)
 }
 
-// hold stores a reply, the end of turn (0: not a turn's end), and returns
-// its parts for enqueue: what must be durable before the reply can be
-// seen is saved in between.
+// hold stores a reply without sending it and returns its parts, for
+// enqueue: the caller saves in between what must be durable before the
+// reply can be seen. turn is the turn whose end the reply tells, 0 for
+// any other reply.
 func (o *outbox) hold(th Thread, replyTo, text string, turn int64) []queued {
 	parts := []string{text}
 	if sp, ok := o.r.opts.Platforms[th.Platform].(Splitter); ok {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -184,11 +185,17 @@ func (r *Router) Resume(ctx context.Context) (int, error) {
 		}
 	}
 	stored, err := r.outbox.stored(ctx)
+	held := map[string][]queued{} // of the sessions endMissed looks at
 	for _, q := range stored {
-		r.outbox.enqueue(q.item.Thread.Key, q)
+		key := q.item.Thread.Key
+		if _, ok := running[key]; ok {
+			held[key] = append(held[key], q)
+			continue
+		}
+		r.outbox.enqueue(key, q)
 	}
 	for key, turn := range running {
-		r.endMissed(ctx, key, turn, stored)
+		r.endMissed(ctx, key, turn, held[key], err == nil)
 	}
 	for _, key := range pending {
 		if b := r.Board(key); b != nil && b.platform != nil {
@@ -196,51 +203,6 @@ func (r *Router) Resume(ctx context.Context) (int, error) {
 		}
 	}
 	return len(stored), err
-}
-
-// runningTurn is the turn a stored board record says runs, 0 for none
-// (or a record from before turns were numbered).
-func runningTurn(data []byte) int64 {
-	var rec boardRecord
-	if json.Unmarshal(data, &rec) != nil || !rec.Running {
-		return 0
-	}
-	return rec.Turn
-}
-
-// endMissed ends turn on session key's board if the agent ended it: the
-// agent commits a turn's end, then publishes TurnEnded, and a kill in
-// between leaves the board saying the turn runs, with a Stop button,
-// for good. The turn's reply is added unless it is in stored already
-// (Observe stores it before the board records the end, so it is stored
-// and not yet delivered, or not stored at all).
-func (r *Router) endMissed(ctx context.Context, key string, turn int64, stored []queued) {
-	if r.runner == nil {
-		return
-	}
-	e, ok, err := r.runner.Ending(ctx, key)
-	if err != nil {
-		r.opts.Logger.Error("read how the last turn ended", "session", key, "err", err)
-		return
-	}
-	if !ok || e.Turn != turn {
-		return // the turn runs still (it is resumed), or a later one does
-	}
-	b := r.Board(key)
-	if b == nil || b.platform == nil {
-		return
-	}
-	if rec, _ := b.state(); !rec.Running || rec.Turn != turn {
-		return // the turn's end came meanwhile, or a later turn began
-	}
-	for _, q := range stored {
-		if q.item.Thread.Key == key && q.item.Turn == turn {
-			e.Text = "" // stored, and queued by the caller
-			break
-		}
-	}
-	r.opts.Logger.Info("finishing a turn whose end was cut off", "session", key, "turn", turn, "outcome", e.Outcome)
-	r.Observe(e)
 }
 
 // BoardPending reports whether a stored plan board record has work its
@@ -258,23 +220,84 @@ func BoardPending(data []byte) bool {
 	return rec.Want != nil && (!rec.Ref.IsZero() || len(rec.Want.Items) > 0) && !sameContent(*rec.Want, rec.Shown)
 }
 
+// runningTurn is the turn a stored board record says runs, 0 for none
+// (or a record from before turns were numbered).
+func runningTurn(data []byte) int64 {
+	var rec boardRecord
+	if json.Unmarshal(data, &rec) != nil || !rec.Running {
+		return 0
+	}
+	return rec.Turn
+}
+
+// BoardRunning reports whether a stored plan board record says a turn
+// runs: if the agent's record says it ended, the end was cut off and a
+// process that takes the session over finishes it (ResumeSession).
+func BoardRunning(data []byte) bool { return runningTurn(data) > 0 }
+
+// endMissed finishes turn on session key's board if the agent ended it:
+// the agent commits a turn's end, then publishes TurnEnded, and a kill in
+// between leaves the board saying the turn runs, with a Stop button, for
+// good. stored is the session's replies read back from the outbox; they
+// are queued here, once the end is saved, so that a reply of this turn
+// is never delivered (and deleted) while the board still says it runs.
+// The turn's reply is added unless it is among them. listed is false
+// when the outbox could not be read whole: then nothing is decided, the
+// board stays as it is and the next start tries again.
+//
+// A turn that starts meanwhile is left alone: the board changes only if
+// it still runs this turn (Board.turnEnded), and the session's next event
+// sets it right if it was not committed yet.
+func (r *Router) endMissed(ctx context.Context, key string, turn int64, stored []queued, listed bool) {
+	defer func() { r.outbox.enqueue(key, stored...) }()
+	if r.runner == nil || !listed {
+		return
+	}
+	e, ok, err := r.runner.Ending(ctx, key)
+	if err != nil {
+		r.opts.Logger.Error("read how the last turn ended", "session", key, "err", err)
+		return
+	}
+	if !ok || e.Turn != turn {
+		return // the turn runs still (it is resumed), or a later one was committed
+	}
+	s := r.session(key, nil)
+	if s == nil || s.board.platform == nil {
+		return
+	}
+	b := s.board
+	rec, _ := b.state()
+	if e.Text != "" && !slices.ContainsFunc(stored, func(q queued) bool { return q.item.Turn == turn }) {
+		stored = append(stored, r.outbox.hold(rec.Thread, rec.Trigger, e.Text, turn)...)
+	}
+	if !b.turnEnded(e, true) {
+		return
+	}
+	r.opts.Logger.Info("finished a turn whose end was cut off", "session", key, "turn", turn, "outcome", e.Outcome)
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	r.turnOver(cctx, s, rec.Thread, rec.Indicated, e)
+}
+
 // ResumeSession is Resume for one session that this process has just
 // taken from another replica (DESIGN §14): its records are read afresh,
 // and the plan post or edit and the replies the other one left are
-// finished here.
+// finished here, with a turn's end cut off by the other one's death.
 func (r *Router) ResumeSession(ctx context.Context, key string) {
 	r.Forget(key)
 	data, err := r.opts.Store.Board(ctx, key)
 	if err != nil {
+		r.opts.Logger.Error("read plan board", "session", key, "err", err)
 		data = nil
 	}
 	stored, err := r.outbox.storedOf(ctx, key)
 	if err != nil {
 		r.opts.Logger.Error("resume undelivered replies", "session", key, "err", err)
 	}
-	r.outbox.enqueue(key, stored...)
 	if turn := runningTurn(data); turn > 0 {
-		r.endMissed(ctx, key, turn, stored)
+		r.endMissed(ctx, key, turn, stored, err == nil)
+	} else {
+		r.outbox.enqueue(key, stored...)
 	}
 	if BoardPending(data) {
 		if b := r.Board(key); b != nil && b.platform != nil {
@@ -501,17 +524,25 @@ func (r *Router) Observe(e agent.Event) {
 		if e.Text != "" {
 			reply = r.outbox.hold(th, trigger, e.Text, e.Turn)
 		}
-		b.turnEnded(e)
-		r.closeOpenCards(ctx, s, th, e)
-		if !b.showsSessions() {
-			if err := b.platform.Working(ctx, th, indicated, false); err != nil {
-				log.Warn("clear working indicator", "err", err)
-			}
-		}
-		if e.Err != nil {
-			log.Error("turn failed", "outcome", e.Outcome, "err", e.Err)
-		}
+		b.turnEnded(e, false)
 		r.outbox.enqueue(th.Key, reply...)
+		r.turnOver(ctx, s, th, indicated, e)
+	}
+}
+
+// turnOver does what the router does when a turn ends, besides the board
+// and the reply: the cards still open are closed, the working indicator
+// goes.
+func (r *Router) turnOver(ctx context.Context, s *session, th Thread, indicated string, e agent.Event) {
+	b := s.board
+	r.closeOpenCards(ctx, s, th, e)
+	if !b.showsSessions() {
+		if err := b.platform.Working(ctx, th, indicated, false); err != nil {
+			b.log.Warn("clear working indicator", "err", err)
+		}
+	}
+	if e.Err != nil {
+		b.log.Error("turn failed", "outcome", e.Outcome, "err", e.Err)
 	}
 }
 

@@ -307,7 +307,7 @@ func (x *replicas) hasWork(key string) bool {
 	if err != nil || g.Unknown {
 		return true // let the taker look
 	}
-	return g.State == agent.Running || g.State == agent.Waiting || g.Inbox > 0 || g.Handed > 0 || g.Outbox > 0 || chat.BoardPending(g.Board)
+	return g.State == agent.Running || g.State == agent.Waiting || g.Inbox > 0 || g.Handed > 0 || g.Outbox > 0 || chat.BoardPending(g.Board) || chat.BoardRunning(g.Board)
 }
 
 // stop applies a stop asked of this replica (by another one, for a
@@ -342,7 +342,7 @@ func (x *replicas) scan() int {
 	add(x.st.OutboxKeys(ctx))
 	var boards []string
 	err := x.st.Boards(ctx, func(key string, data []byte) {
-		if chat.BoardPending(data) {
+		if chat.BoardPending(data) || chat.BoardRunning(data) { // BoardRunning: a turn's end cut off
 			boards = append(boards, key)
 		}
 	})
