@@ -1,6 +1,7 @@
 package httphost
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -17,7 +18,7 @@ func TestNoTokenRefusesEverything(t *testing.T) {
 	srv := httptest.NewServer(h.Handler())
 	defer srv.Close()
 	h.SetAddr(srv.Listener.Addr().String())
-	for _, path := range []string{"/", "/app.js", "/api/threads", "/api/events", "/metrics", "/?token="} {
+	for _, path := range []string{"/", "/app.js", "/api/threads", "/api/events", "/metrics", "/debug/pprof/heap", "/?token="} {
 		resp, err := http.Get(srv.URL + path)
 		if err != nil {
 			t.Fatal(err)
@@ -205,5 +206,32 @@ func TestStaleCookieDoesNotLockOut(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("the new token beside a stale cookie: %d, want 200", resp.StatusCode)
+	}
+}
+
+// TestProfilesNeedTheToken: the runtime's profiles are served with the
+// token and refused without it.
+func TestProfilesNeedTheToken(t *testing.T) {
+	srv := newHost(t, "s3cret-token")
+	for _, tc := range []struct {
+		auth string
+		want int
+	}{{"", http.StatusUnauthorized}, {"Bearer wrong", http.StatusUnauthorized}, {"Bearer s3cret-token", http.StatusOK}} {
+		req, _ := http.NewRequest("GET", srv.URL+"/debug/pprof/heap?debug=1", nil)
+		if tc.auth != "" {
+			req.Header.Set("Authorization", tc.auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("heap profile with %q: %d, want %d", tc.auth, resp.StatusCode, tc.want)
+		}
+		if tc.want == http.StatusOK && !strings.Contains(string(body), "heap profile:") {
+			t.Errorf("heap profile with the token: %.100q, want a heap profile", body)
+		}
 	}
 }

@@ -8,7 +8,7 @@
 // Routes come in three kinds:
 //
 //   - Handle: the guard and the token. The console's pages and API,
-//     /metrics, the backup download.
+//     /metrics, /debug/pprof/, the backup download.
 //   - HandleOpen: the guard, no token. The sign-in form and its styles.
 //   - HandlePublic: neither. Endpoints that carry their own proof (Slack
 //     signs its requests) and the probes supervisors call with whatever
@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync"
 	"time"
 )
@@ -78,6 +79,14 @@ func New(opts Options) *Host {
 	if opts.Metrics != nil {
 		h.Handle("GET /metrics", opts.Metrics)
 	}
+	// The Go runtime's profiles (heap, goroutines, CPU), for an operator
+	// who asks where the memory or the time goes: behind the token, as
+	// they show the process's insides.
+	h.Handle("GET /debug/pprof/", http.HandlerFunc(pprof.Index))
+	h.Handle("GET /debug/pprof/cmdline", http.HandlerFunc(pprof.Cmdline))
+	h.Handle("GET /debug/pprof/profile", http.HandlerFunc(pprof.Profile))
+	h.Handle("GET /debug/pprof/symbol", http.HandlerFunc(pprof.Symbol))
+	h.Handle("GET /debug/pprof/trace", http.HandlerFunc(pprof.Trace))
 	h.HandleOpen("GET /login", http.HandlerFunc(h.login))
 	h.HandleOpen("POST /login", http.HandlerFunc(h.login))
 	h.HandleOpen("GET /login.css", http.HandlerFunc(loginCSS))

@@ -182,6 +182,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		flt.loop(loadCtx, slack, dc, cfg.burstEvery, cfg.burstFor, cfg.dropEvery, cfg.refreshEvery)
 	}()
 	go func() { defer wg.Done(); progress(loadCtx, stdout, threads, start, cfg.duration) }()
+	wg.Go(func() { // slot 0's heap at the ends of the memory window (rssGrowth)
+		for _, at := range []struct {
+			d    time.Duration
+			name string
+		}{{cfg.duration / 6, "from"}, {cfg.duration, "to"}} {
+			if sleepCtx(sampleCtx, time.Until(start.Add(at.d))) != nil {
+				return
+			}
+			path := filepath.Join(cfg.out, "heap-0-"+at.name+".pb.gz")
+			if err := sup.heapProfile(sampleCtx, 0, path); err != nil {
+				say("no heap profile %s: %v", path, err)
+			}
+		}
+	})
 	killed := make(chan struct{})
 	inFlight := func() int {
 		n := 0

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -300,4 +302,34 @@ type slotReading struct {
 	PID        int   `json:"pid"`
 	Goroutines int   `json:"goroutines"`
 	RSSKB      int64 `json:"rss_kb"`
+}
+
+// heapProfile saves slot's heap profile, taken after a GC, to path: the
+// run's memory window opens and closes with one (heap-<slot>-from.pb.gz,
+// heap-<slot>-to.pb.gz), so `go tool pprof -base` shows what grew.
+func (s *supervisor) heapProfile(ctx context.Context, slot int, path string) error {
+	p := s.proc(slot)
+	if p == nil {
+		return fmt.Errorf("slot %d is down", slot)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url+"/debug/pprof/heap?gc=1", nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("heap profile: %s", resp.Status)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, body, 0o644)
 }
