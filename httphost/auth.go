@@ -38,7 +38,9 @@ const cookieName = "pinplan_token"
 // not counted (see below).
 func (h *Host) auth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		api := strings.HasPrefix(r.URL.Path, "/api/") || r.URL.Path == "/metrics"
+		// Not pages: ?token= is taken as it is, not exchanged for the
+		// cookie (go tool pprof fetches a URL and sends no header).
+		api := strings.HasPrefix(r.URL.Path, "/api/") || r.URL.Path == "/metrics" || strings.HasPrefix(r.URL.Path, "/debug/pprof/")
 		// Only a presented token counts as a guess: a cookie holds a
 		// 256-bit HMAC nobody can guess, and a stale one (the token was
 		// changed) must not lock its browser's address out of signing in.

@@ -214,10 +214,16 @@ func TestStaleCookieDoesNotLockOut(t *testing.T) {
 func TestProfilesNeedTheToken(t *testing.T) {
 	srv := newHost(t, "s3cret-token")
 	for _, tc := range []struct {
-		auth string
-		want int
-	}{{"", http.StatusUnauthorized}, {"Bearer wrong", http.StatusUnauthorized}, {"Bearer s3cret-token", http.StatusOK}} {
-		req, _ := http.NewRequest("GET", srv.URL+"/debug/pprof/heap?debug=1", nil)
+		auth, query string
+		want        int
+	}{
+		{want: http.StatusUnauthorized},
+		{auth: "Bearer wrong", want: http.StatusUnauthorized},
+		{auth: "Bearer s3cret-token", want: http.StatusOK},
+		{query: "&token=wrong", want: http.StatusUnauthorized},
+		{query: "&token=s3cret-token", want: http.StatusOK}, // go tool pprof sends no header
+	} {
+		req, _ := http.NewRequest("GET", srv.URL+"/debug/pprof/heap?debug=1"+tc.query, nil)
 		if tc.auth != "" {
 			req.Header.Set("Authorization", tc.auth)
 		}
@@ -228,7 +234,7 @@ func TestProfilesNeedTheToken(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != tc.want {
-			t.Errorf("heap profile with %q: %d, want %d", tc.auth, resp.StatusCode, tc.want)
+			t.Errorf("heap profile with %q %q: %d, want %d", tc.auth, tc.query, resp.StatusCode, tc.want)
 		}
 		if tc.want == http.StatusOK && !strings.Contains(string(body), "heap profile:") {
 			t.Errorf("heap profile with the token: %.100q, want a heap profile", body)
