@@ -171,6 +171,7 @@ func NewRouter(opts Options) *Router {
 func (r *Router) Resume(ctx context.Context) (int, error) {
 	var pending []string
 	running := map[string]int64{}
+	listedBoards := false
 	if bl, ok := r.opts.Store.(BoardLister); ok {
 		err := bl.Boards(ctx, func(key string, data []byte) {
 			if BoardPending(data) {
@@ -183,11 +184,25 @@ func (r *Router) Resume(ctx context.Context) (int, error) {
 		if err != nil {
 			r.opts.Logger.Error("list plan boards", "err", err)
 		}
+		listedBoards = err == nil
 	}
 	stored, err := r.outbox.stored(ctx)
 	held := map[string][]queued{} // of the sessions endMissed looks at
+	read := map[string]bool{}     // boards read one by one, the listing having failed
 	for _, q := range stored {
 		key := q.item.Thread.Key
+		if _, ok := running[key]; !ok && !listedBoards && q.item.Turn > 0 && !read[key] {
+			// A turn's reply may be sent only once its board has
+			// the turn's end: look at a board the listing missed.
+			read[key] = true
+			data, berr := r.opts.Store.Board(ctx, key)
+			if berr != nil {
+				r.opts.Logger.Error("read plan board", "session", key, "err", berr)
+			}
+			if turn := runningTurn(data); turn > 0 || berr != nil {
+				running[key] = max(turn, 0) // 0: undecided, endMissed keeps the turns' replies back
+			}
+		}
 		if _, ok := running[key]; ok {
 			held[key] = append(held[key], q)
 			continue
@@ -242,15 +257,23 @@ func BoardRunning(data []byte) bool { return runningTurn(data) > 0 }
 // are queued here, once the end is saved, so that a reply of this turn
 // is never delivered (and deleted) while the board still says it runs.
 // The turn's reply is added unless it is among them. listed is false
-// when the outbox could not be read whole: then nothing is decided, the
-// board stays as it is and the next start tries again.
+// when the outbox could not be read whole, turn 0 when the board could
+// not be read: then nothing is decided, the board stays as it is, the
+// session's replies that end a turn stay stored for the next start, and
+// the others are queued.
 //
 // A turn that starts meanwhile is left alone: the board changes only if
 // it still runs this turn (Board.turnEnded), and the session's next event
 // sets it right if it was not committed yet.
 func (r *Router) endMissed(ctx context.Context, key string, turn int64, stored []queued, listed bool) {
-	defer func() { r.outbox.enqueue(key, stored...) }()
-	if r.runner == nil || !listed {
+	undecided := true // until the board's state is known: turn replies stay stored
+	defer func() {
+		if undecided {
+			stored = slices.DeleteFunc(stored, func(q queued) bool { return q.item.Turn > 0 && (turn == 0 || q.item.Turn == turn) })
+		}
+		r.outbox.enqueue(key, stored...)
+	}()
+	if r.runner == nil || !listed || turn == 0 {
 		return
 	}
 	e, ok, err := r.runner.Ending(ctx, key)
@@ -258,6 +281,7 @@ func (r *Router) endMissed(ctx context.Context, key string, turn int64, stored [
 		r.opts.Logger.Error("read how the last turn ended", "session", key, "err", err)
 		return
 	}
+	undecided = false
 	if !ok || e.Turn != turn {
 		return // the turn runs still (it is resumed), or a later one was committed
 	}
@@ -285,17 +309,17 @@ func (r *Router) endMissed(ctx context.Context, key string, turn int64, stored [
 // finished here, with a turn's end cut off by the other one's death.
 func (r *Router) ResumeSession(ctx context.Context, key string) {
 	r.Forget(key)
-	data, err := r.opts.Store.Board(ctx, key)
-	if err != nil {
-		r.opts.Logger.Error("read plan board", "session", key, "err", err)
+	data, berr := r.opts.Store.Board(ctx, key)
+	if berr != nil {
+		r.opts.Logger.Error("read plan board", "session", key, "err", berr)
 		data = nil
 	}
 	stored, err := r.outbox.storedOf(ctx, key)
 	if err != nil {
 		r.opts.Logger.Error("resume undelivered replies", "session", key, "err", err)
 	}
-	if turn := runningTurn(data); turn > 0 {
-		r.endMissed(ctx, key, turn, stored, err == nil)
+	if turn := runningTurn(data); turn > 0 || berr != nil {
+		r.endMissed(ctx, key, turn, stored, err == nil) // turn 0: undecided
 	} else {
 		r.outbox.enqueue(key, stored...)
 	}

@@ -285,7 +285,7 @@ func (x *replicas) taken(key string) {
 
 // orphaned runs when a session's holder went away: the session is taken
 // if it has work (a turn running or waiting, queued messages or events,
-// replies or plan edits not delivered). Takeovers run a few at a time,
+// replies or plan edits not delivered, a board that says a turn runs). Takeovers run a few at a time,
 // off the watch, so that a replica that held many sessions is replaced
 // within the TTL.
 func (x *replicas) orphaned(key string) {
