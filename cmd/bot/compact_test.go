@@ -177,3 +177,24 @@ func TestRetentionReadsChatBoards(t *testing.T) {
 		}
 	}
 }
+
+// TestRetentionEvery checks how often housekeeping deletes idle sessions:
+// every ten minutes for a long retention, every half of a short one, never
+// more than once a minute, and never without a retention.
+func TestRetentionEvery(t *testing.T) {
+	for _, c := range []struct {
+		retention time.Duration
+		want      int
+	}{
+		{0, 0},
+		{time.Minute, 1},
+		{2 * time.Minute, 1},
+		{5 * time.Minute, 2},
+		{20 * time.Minute, 10},
+		{720 * time.Hour, 10},
+	} {
+		if got := retentionEvery(c.retention); got != c.want {
+			t.Errorf("retentionEvery(%s) = %d minutes, want %d", c.retention, got, c.want)
+		}
+	}
+}

@@ -414,7 +414,8 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 // housekeep runs every minute until ctx is done: idle sessions leave
 // memory (the router's boards and what the platforms keep for them, the
 // console's live view of threads other replicas run), expired dedupe keys
-// and (with PINPLAN_RETENTION) idle sessions go.
+// and (with PINPLAN_RETENTION, as often as retentionEvery says) idle
+// sessions go.
 func housekeep(ctx context.Context, cfg *config.Config, db *store.DB, router *chat.Router, console *web.Console, log *slog.Logger) {
 	t := time.NewTicker(time.Minute)
 	defer t.Stop()
@@ -434,7 +435,7 @@ func housekeep(ctx context.Context, cfg *config.Config, db *store.DB, router *ch
 				log.Warn("prune dedupe keys", "err", err)
 			}
 		}
-		if cfg.Retention > 0 && n%10 == 1 {
+		if every := retentionEvery(cfg.Retention); every > 0 && n%every == 1%every {
 			keys, err := db.DeleteIdle(ctx, time.Now().Add(-cfg.Retention))
 			if err != nil {
 				log.Warn("delete idle sessions", "err", err)
@@ -447,6 +448,17 @@ func housekeep(ctx context.Context, cfg *config.Config, db *store.DB, router *ch
 			}
 		}
 	}
+}
+
+// retentionEvery is how many housekeeping minutes apart retention runs
+// (0: never): every ten minutes, or every half of a shorter retention (at
+// least every minute), so that a session outlives its retention by at
+// most about half of it. Each run reads every session's record once.
+func retentionEvery(retention time.Duration) int {
+	if retention <= 0 {
+		return 0
+	}
+	return max(1, min(10, int(retention/2/time.Minute)))
 }
 
 const systemPrompt = `You are pinplan, an agent working inside a team chat thread. People in the thread give you multi-step tasks. Plan with todo_write, keep the plan current as you work, and finish with a concise answer for the thread. Your plan is shown to everyone as a pinned checklist, so keep item texts short and concrete.
