@@ -76,6 +76,8 @@ type config struct {
 	out              string
 	bot              string
 	mcp              string
+	godebug          string
+	retention        time.Duration
 	args             []string
 }
 
@@ -107,6 +109,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Uint64Var(&c.seed, "seed", 1, "the workload's seed: the same seed plays the same threads")
 	fs.StringVar(&c.out, "out", "", "folder for report.json, the plot and the bots' logs (default: a new folder under the system's temporary folder)")
 	fs.StringVar(&c.bot, "bot", "", "a bot binary to run (default: go build ./cmd/bot)")
+	fs.DurationVar(&c.retention, "retention", 0, "PINPLAN_RETENTION of the one process (at least 1m): finished threads' sessions are deleted from the bbolt file after this long idle, as a deployment that keeps days of threads would; 0 keeps every session")
+	fs.StringVar(&c.godebug, "godebug", "", "GODEBUG for the bots, such as memprofilerate=4096 for finer heap profiles (it changes what it measures: use it beside, not as, the measured run)")
 	fs.StringVar(&c.mcp, "mcp", ".ci/node/node_modules/.bin/mcp-server-filesystem", "the reference MCP filesystem server (installed by .ci/run), relative to the module root")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: go run ./cmd/soak [flags]\n\n%s\n\nflags:\n", usageText)
@@ -129,6 +133,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("-sample must be at least 1s")
 	case c.slackChannels < 1:
 		return c, errors.New("-slack-channels must be at least 1")
+	case c.retention != 0 && c.retention < time.Minute:
+		return c, errors.New("-retention must be 0 or at least 1m")
+	case c.retention != 0 && c.replicas > 1:
+		return c, errors.New("-retention is for one process on bbolt: the replicas' etcd store has no retention")
 	}
 	c.args = args
 	return c, nil

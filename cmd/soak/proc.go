@@ -56,13 +56,19 @@ func startBot(ctx context.Context, binary string, env map[string]string, logPath
 	}
 	p := &botProc{slot: slot, run: run, done: make(chan struct{}), goroutines: -1}
 	p.cmd = exec.Command(binary)
-	for k, v := range env {
-		p.cmd.Env = append(p.cmd.Env, k+"="+v)
-	}
+	godebug := env["GODEBUG"]
 	if schedtrace {
 		// The bot serves no go_goroutines; the runtime's scheduler trace
 		// lists every goroutine every 10 s on stderr instead.
-		p.cmd.Env = append(p.cmd.Env, "GODEBUG=schedtrace=10000,scheddetail=1")
+		godebug = strings.TrimPrefix(godebug+",schedtrace=10000,scheddetail=1", ",")
+	}
+	for k, v := range env {
+		if k != "GODEBUG" {
+			p.cmd.Env = append(p.cmd.Env, k+"="+v)
+		}
+	}
+	if godebug != "" {
+		p.cmd.Env = append(p.cmd.Env, "GODEBUG="+godebug)
 	}
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // kill -9 takes its MCP servers too
 	stdout, err := p.cmd.StdoutPipe()

@@ -7,8 +7,10 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -72,6 +74,12 @@ type growth struct {
 	AnonFromKB  int64    `json:"anon_from_kb,omitempty"`
 	AnonToKB    int64    `json:"anon_to_kb,omitempty"`
 	AnonPercent *float64 `json:"anon_percent,omitempty"`
+	// The heap goal (twice the heap the last collection found live):
+	// how the Go heap itself moved, without the garbage between
+	// collections that RSS also holds.
+	GoalFromKB  int64    `json:"heap_goal_from_kb,omitempty"`
+	GoalToKB    int64    `json:"heap_goal_to_kb,omitempty"`
+	GoalPercent *float64 `json:"heap_goal_percent,omitempty"`
 	Note        string   `json:"note,omitempty"`
 }
 
@@ -134,13 +142,16 @@ type report struct {
 		ByKind   map[string]int `json:"by_kind"`
 		Examples []string       `json:"examples"`
 	} `json:"violations"`
-	SoakCPUSeconds float64  `json:"soak_cpu_s"` // the soak's own, fakes included, for a shared machine
-	DiscordMissed  int      `json:"discord_events_missed"`
-	Undelivered    float64  `json:"replies_undelivered_metric"`
-	ModelOverruns  int      `json:"model_requests_past_script"`
-	Samples        []sample `json:"samples"`
-	Events         []event  `json:"events"`
-	Files          struct {
+	SoakCPUSeconds float64 `json:"soak_cpu_s"` // the soak's own, fakes included, for a shared machine
+	DiscordMissed  int     `json:"discord_events_missed"`
+	Undelivered    float64 `json:"replies_undelivered_metric"`
+	ModelOverruns  int     `json:"model_requests_past_script"`
+	// RetentionDeleted is how many sessions the bots' retention deleted
+	// (-retention), from their logs.
+	RetentionDeleted int      `json:"sessions_deleted_by_retention"`
+	Samples          []sample `json:"samples"`
+	Events           []event  `json:"events"`
+	Files            struct {
 		Report string `json:"report"`
 		Plot   string `json:"plot"`
 		Logs   string `json:"logs"`
@@ -152,7 +163,7 @@ func buildReport(cfg config, mode string, start time.Time, wall time.Duration, t
 	r := &report{Command: "go run ./cmd/soak " + strings.Join(cfg.args, " "), Mode: mode, GoVersion: runtime.Version(), Started: start, WallSeconds: wall.Seconds()}
 	r.Flags = map[string]any{"threads": cfg.threads, "duration": cfg.duration.String(), "replicas": cfg.replicas, "kill_every": cfg.killEvery.String(),
 		"discord": cfg.discordShare, "platform_500": cfg.platform500, "model_500": cfg.model500, "model_slow": cfg.modelSlow, "seed": cfg.seed,
-		"slack_edits_per_minute": cfg.slackEditsPerMin, "lease_ttl": cfg.leaseTTL.String()}
+		"slack_edits_per_minute": cfg.slackEditsPerMin, "lease_ttl": cfg.leaseTTL.String(), "retention": cfg.retention.String(), "godebug": cfg.godebug}
 	r.Threads.Planned = len(threads)
 	r.Threads.ByKind, r.Threads.ByPlatform = map[string]int{}, map[string]int{}
 	for _, th := range threads {
@@ -258,6 +269,8 @@ func buildReport(cfg config, mode string, start time.Time, wall time.Duration, t
 		r.Goroutines.Max = max(r.Goroutines.Max, s.Goroutines)
 	}
 
+	r.RetentionDeleted = retentionDeletes(sup.logDir)
+
 	sv, dv := slack.Violations(), dc.Violations()
 	r.Violations.Slack, r.Violations.Discord = len(sv), len(dv)
 	r.Violations.ByKind = classifyViolations(slack, sv, dv)
@@ -318,7 +331,7 @@ func rssGrowth(samples []sample, slots int, load, every time.Duration) []growth 
 	var out []growth
 	for slot := range slots {
 		g := growth{Slot: slot, FromS: from, ToS: to}
-		var head, tail, anonHead, anonTail []float64
+		var head, tail, anonHead, anonTail, goalHead, goalTail []float64
 		runs := map[int]bool{}
 		for _, s := range samples {
 			if s.Slot != slot || s.T < from || s.T > to {
@@ -330,11 +343,17 @@ func rssGrowth(samples []sample, slots int, load, every time.Duration) []growth 
 				if s.AnonKB > 0 {
 					anonHead = append(anonHead, float64(s.AnonKB))
 				}
+				if s.NextGCKB > 0 {
+					goalHead = append(goalHead, float64(s.NextGCKB))
+				}
 			}
 			if s.T >= to-w {
 				tail = append(tail, float64(s.RSSKB))
 				if s.AnonKB > 0 {
 					anonTail = append(anonTail, float64(s.AnonKB))
+				}
+				if s.NextGCKB > 0 {
+					goalTail = append(goalTail, float64(s.NextGCKB))
 				}
 			}
 		}
@@ -351,6 +370,11 @@ func rssGrowth(samples []sample, slots int, load, every time.Duration) []growth 
 				g.AnonFromKB, g.AnonToKB = int64(median(anonHead)), int64(median(anonTail))
 				a := (median(anonTail) - median(anonHead)) / median(anonHead) * 100
 				g.AnonPercent = &a
+			}
+			if len(goalHead) > 0 && len(goalTail) > 0 {
+				g.GoalFromKB, g.GoalToKB = int64(median(goalHead)), int64(median(goalTail))
+				h := (median(goalTail) - median(goalHead)) / median(goalHead) * 100
+				g.GoalPercent = &h
 			}
 		}
 		out = append(out, g)
@@ -418,6 +442,9 @@ func (r *report) print(w io.Writer) {
 			if g.AnonPercent != nil {
 				p("  of it anonymous (heap, stacks; not the mapped file): %.1f -> %.1f MiB: %+.1f%%", float64(g.AnonFromKB)/1024, float64(g.AnonToKB)/1024, *g.AnonPercent)
 			}
+			if g.GoalPercent != nil {
+				p("  Go heap goal (twice the heap live at the last collection): %.1f -> %.1f MiB: %+.1f%%", float64(g.GoalFromKB)/1024, float64(g.GoalToKB)/1024, *g.GoalPercent)
+			}
 		} else {
 			p("RSS slot %d: %s", g.Slot, g.Note)
 		}
@@ -442,6 +469,9 @@ func (r *report) print(w io.Writer) {
 	}
 	for _, pl := range r.PlansOff {
 		p("  plan %s: %s (revision %d, %q)", pl.Thread, pl.Why, pl.Revision, pl.GotState)
+	}
+	if cfg := r.Flags["retention"]; cfg != nil && cfg != "0s" {
+		p("retention (PINPLAN_RETENTION=%v): %d idle sessions deleted", cfg, r.RetentionDeleted)
 	}
 	p("the soak's own CPU (fakes and drivers): %.1f s", r.SoakCPUSeconds)
 	p("report %s, plot %s, logs %s", r.Files.Report, r.Files.Plot, r.Files.Logs)
@@ -506,4 +536,24 @@ func editedKind(slack *fakeslack.Server, calls []fakeslack.Call, at string) stri
 		}
 	}
 	return "unknown message"
+}
+
+var deletedLine = regexp.MustCompile(`msg="deleted idle sessions" count=(\d+)`)
+
+// retentionDeletes adds up the sessions the bots' logs in dir say their
+// retention deleted.
+func retentionDeletes(dir string) int {
+	files, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	n := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, m := range deletedLine.FindAllSubmatch(b, -1) {
+			k, _ := strconv.Atoi(string(m[1]))
+			n += k
+		}
+	}
+	return n
 }

@@ -107,6 +107,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		"PINPLAN_CONFIG": tomlPath, "PINPLAN_LOG_LEVEL": "info",
 		"PINPLAN_SLACK_EDITS_PER_MINUTE": fmt.Sprint(cfg.slackEditsPerMin),
 	}
+	if cfg.godebug != "" {
+		base["GODEBUG"] = cfg.godebug
+	}
+	if cfg.retention > 0 {
+		base["PINPLAN_RETENTION"] = cfg.retention.String()
+	}
 	mode := "one process on bbolt"
 	if cfg.replicas > 1 {
 		mode = fmt.Sprintf("%d replicas on an embedded etcd", cfg.replicas)

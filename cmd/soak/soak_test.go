@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -284,7 +286,7 @@ func TestPlotIsPNG(t *testing.T) {
 func TestRSSGrowth(t *testing.T) {
 	var samples []sample
 	for i := 0; i <= 60; i++ { // one sample a minute of an hour's load, slot 0 growing 5 MB
-		samples = append(samples, sample{T: float64(i * 60), Slot: 0, RSSKB: int64(100000 + 100*i), AnonKB: int64(40000 + 10*i)})
+		samples = append(samples, sample{T: float64(i * 60), Slot: 0, RSSKB: int64(100000 + 100*i), AnonKB: int64(40000 + 10*i), NextGCKB: int64(8000 + 2*i)})
 		run := 0
 		if i > 30 {
 			run = 1
@@ -303,8 +305,33 @@ func TestRSSGrowth(t *testing.T) {
 	if want := (40585.0 - 40115) / 40115 * 100; g[0].AnonPercent == nil || math.Abs(*g[0].AnonPercent-want) > 0.01 {
 		t.Errorf("slot 0 anonymous growth %v, want %.3f%%", g[0].AnonPercent, want)
 	}
-	if g[1].Percent != nil {
+	// The heap goal: 10..13 → 8023, 57..60 → 8117.
+	if want := (8117.0 - 8023) / 8023 * 100; g[0].GoalPercent == nil || math.Abs(*g[0].GoalPercent-want) > 0.01 {
+		t.Errorf("slot 0 heap goal growth %v, want %.3f%%", g[0].GoalPercent, want)
+	}
+	if g[1].Percent != nil || g[1].GoalPercent != nil {
 		t.Errorf("slot 1 was killed in the window, yet got %.1f%%", *g[1].Percent)
+	}
+}
+
+func TestRetentionDeletes(t *testing.T) {
+	dir := t.TempDir()
+	logs := map[string]string{
+		"bot-slot0.log": `time=2026-12-01T22:49:43.371Z level=INFO msg="pinplan started" resumed=0
+time=2026-12-01T22:51:43.371Z level=INFO msg="deleted idle sessions" count=12 retention=2m0s
+time=2026-12-01T22:52:43.371Z level=INFO msg="deleted idle sessions" count=3 retention=2m0s
+`,
+		"bot-slot1.log": `time=2026-12-01T22:53:43.371Z level=INFO msg="deleted idle sessions" count=5 retention=2m0s
+time=2026-12-01T22:53:43.371Z level=WARN msg="delete idle sessions" err="store: closed"
+`,
+	}
+	for name, text := range logs {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := retentionDeletes(dir); got != 20 {
+		t.Errorf("retentionDeletes = %d, want 20 (12+3+5)", got)
 	}
 }
 

@@ -31,6 +31,29 @@ type sample struct {
 	AnonKB     int64   `json:"rss_anon_kb"` // of RSSKB: heap and stacks
 	FileKB     int64   `json:"rss_file_kb"` // of RSSKB: the binary and mapped files (the bbolt file)
 	Goroutines int     `json:"goroutines"`  // -1: not known yet
+	// The Go runtime's own account of its memory, from go_memstats_* at
+	// /metrics (absent when the scrape failed): what of AnonKB is heap
+	// in use (HeapInuseKB, live objects and garbage not yet collected),
+	// heap free but not yet returned to the system (HeapRetainedKB) and
+	// goroutine stacks (StackKB); HeapAllocKB is the bytes of objects,
+	// and NextGCKB the heap goal, which GOGC=100 sets to twice the heap
+	// found live by the last collection.
+	HeapAllocKB    int64 `json:"heap_alloc_kb,omitempty"`
+	NextGCKB       int64 `json:"next_gc_kb,omitempty"`
+	HeapInuseKB    int64 `json:"heap_inuse_kb,omitempty"`
+	HeapRetainedKB int64 `json:"heap_retained_kb,omitempty"`
+	StackKB        int64 `json:"stack_kb,omitempty"`
+}
+
+// withRuntime adds the runtime's memory figures of m to the sample.
+func (x sample) withRuntime(m scrape) sample {
+	kb := func(name string) int64 { return int64(m.values[name] / 1024) }
+	x.HeapAllocKB = kb("go_memstats_heap_alloc_bytes")
+	x.NextGCKB = kb("go_memstats_next_gc_bytes")
+	x.HeapInuseKB = kb("go_memstats_heap_inuse_bytes")
+	x.HeapRetainedKB = kb("go_memstats_heap_idle_bytes") - kb("go_memstats_heap_released_bytes")
+	x.StackKB = kb("go_memstats_stack_inuse_bytes")
+	return x
 }
 
 // supervisor runs the bot's slots (one process, or the replicas): it
@@ -172,8 +195,14 @@ func (s *supervisor) sampleAll(ctx context.Context) {
 		if err != nil && mem.rss == 0 {
 			continue // gone between the list and the read
 		}
+		x := sample{T: s.since(), Slot: p.slot, Run: p.run, PID: p.pid, RSSKB: mem.rss, AnonKB: mem.anon, FileKB: mem.file, Goroutines: g}
+		if err == nil {
+			p.mu.Lock()
+			x = x.withRuntime(p.last)
+			p.mu.Unlock()
+		}
 		s.mu.Lock()
-		s.samples = append(s.samples, sample{T: s.since(), Slot: p.slot, Run: p.run, PID: p.pid, RSSKB: mem.rss, AnonKB: mem.anon, FileKB: mem.file, Goroutines: g})
+		s.samples = append(s.samples, x)
 		s.mu.Unlock()
 	}
 }
