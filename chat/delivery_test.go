@@ -358,6 +358,32 @@ func TestEvictDropsOnlyIdleBoards(t *testing.T) {
 	}
 }
 
+// TestDeletedTellsThePlatforms checks that a session deleted from the
+// store (retention) while its board is still in memory is forgotten by
+// every platform, as an eviction would: Evict never sees it again, so
+// what the platforms keep of it (Slack's authors, Discord's channel
+// pace, the console's view) would otherwise stay for good.
+func TestDeletedTellsThePlatforms(t *testing.T) {
+	p := &forgetful{}
+	other := &forgetful{}
+	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p, "other": other}})
+	t.Cleanup(r.Close)
+	r.board("test/gone", &Thread{Platform: "test", Key: "test/gone", Channel: "C1"})
+	r.Observe(agent.Event{Session: "test/gone", Kind: agent.TurnEnded, Outcome: agent.Done})
+	settle(t, r, "test/gone")
+	r.Deleted("test/gone")
+	r.Deleted("test/never-loaded") // not in memory: nothing to tell
+	if !slices.Equal(p.forgot, []string{"test/gone"}) || !slices.Equal(other.forgot, []string{"test/gone"}) {
+		t.Errorf("platforms told to forget %q and %q, want the deleted session on both", p.forgot, other.forgot)
+	}
+	r.mu.Lock()
+	_, kept := r.sessions["test/gone"]
+	r.mu.Unlock()
+	if kept {
+		t.Error("the deleted session is still in the router's memory")
+	}
+}
+
 // forgetful is a platform that records what it is told to forget.
 type forgetful struct {
 	fakePlatform

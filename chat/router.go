@@ -666,15 +666,21 @@ func (r *Router) Evict(idle time.Duration) int {
 	// the router comes after the forgetting. What an adapter notes before
 	// it hands a message to the router (Slack's author, Discord's channel
 	// type) can still be forgotten at that moment: it is read again.
+	r.tellForgotten(gone)
+	r.mu.Unlock()
+	return len(gone)
+}
+
+// tellForgotten tells every Forgetter platform that the sessions of
+// threads left memory. The caller holds r.mu.
+func (r *Router) tellForgotten(threads []Thread) {
 	for _, p := range r.opts.Platforms {
 		if f, ok := p.(Forgetter); ok {
-			for _, th := range gone {
+			for _, th := range threads {
 				f.Forget(th)
 			}
 		}
 	}
-	r.mu.Unlock()
-	return len(gone)
 }
 
 // Forgetter is implemented by platforms that keep state per thread in
@@ -688,11 +694,29 @@ type Forgetter interface {
 	Forget(th Thread)
 }
 
-// Forget drops a session's records from memory (its session was deleted).
+// Forget drops a session's records from memory, to be read again from
+// the store on the next use.
 func (r *Router) Forget(key string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.sessions, key)
+}
+
+// Deleted drops a session that retention deleted from the store and, when
+// it was in memory, tells the platforms as Evict does: Evict never sees
+// it again, so what they keep of its thread would otherwise stay.
+func (r *Router) Deleted(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, ok := r.sessions[key]
+	if !ok {
+		return
+	}
+	delete(r.sessions, key)
+	s.board.mu.Lock()
+	th := s.board.rec.Thread
+	s.board.mu.Unlock()
+	r.tellForgotten([]Thread{th})
 }
 
 // Delete archives a session as reset does and hides it from listings; a

@@ -441,7 +441,7 @@ func housekeep(ctx context.Context, cfg *config.Config, db *store.DB, router *ch
 				log.Warn("delete idle sessions", "err", err)
 			}
 			for _, k := range keys {
-				router.Forget(k)
+				router.Deleted(k)
 			}
 			if len(keys) > 0 {
 				log.Info("deleted idle sessions", "count", len(keys), "retention", cfg.Retention)
