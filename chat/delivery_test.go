@@ -368,19 +368,28 @@ func TestDeletedTellsThePlatforms(t *testing.T) {
 	other := &forgetful{}
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p, "other": other}})
 	t.Cleanup(r.Close)
-	r.board("test/gone", &Thread{Platform: "test", Key: "test/gone", Channel: "C1"})
-	r.Observe(agent.Event{Session: "test/gone", Kind: agent.TurnEnded, Outcome: agent.Done})
-	settle(t, r, "test/gone")
-	r.Deleted("test/gone")
-	r.Deleted("test/never-loaded") // not in memory: nothing to tell
+	for _, key := range []string{"test/gone", "test/back"} {
+		r.board(key, &Thread{Platform: "test", Key: key, Channel: "C1"})
+		r.Observe(agent.Event{Session: key, Kind: agent.TurnEnded, Outcome: agent.Done})
+		settle(t, r, key)
+	}
+	since := time.Now()
+	// A message came for test/back after its records went: its new turn
+	// runs on the board in memory, which stays.
+	r.Observe(agent.Event{Session: "test/back", Kind: agent.TurnStarted})
+	settle(t, r, "test/back")
+	r.Deleted("test/gone", since)
+	r.Deleted("test/back", since)
+	r.Deleted("test/never-loaded", since) // not in memory: nothing to tell
 	if !slices.Equal(p.forgot, []string{"test/gone"}) || !slices.Equal(other.forgot, []string{"test/gone"}) {
-		t.Errorf("platforms told to forget %q and %q, want the deleted session on both", p.forgot, other.forgot)
+		t.Errorf("platforms told to forget %q and %q, want the deleted idle session on both", p.forgot, other.forgot)
 	}
 	r.mu.Lock()
-	_, kept := r.sessions["test/gone"]
+	_, gone := r.sessions["test/gone"]
+	_, back := r.sessions["test/back"]
 	r.mu.Unlock()
-	if kept {
-		t.Error("the deleted session is still in the router's memory")
+	if gone || !back {
+		t.Errorf("after Deleted: the idle one kept %t, the one in use again kept %t", gone, back)
 	}
 }
 

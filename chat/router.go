@@ -702,20 +702,29 @@ func (r *Router) Forget(key string) {
 	delete(r.sessions, key)
 }
 
-// Deleted drops a session that retention deleted from the store and, when
-// it was in memory, tells the platforms as Evict does: Evict never sees
-// it again, so what they keep of its thread would otherwise stay.
-func (r *Router) Deleted(key string) {
+// Deleted drops a session that retention deleted from the store (a
+// deletion that began at since) and, when it was in memory, tells the
+// platforms as Evict does: Evict never sees it again, so what they keep
+// of its thread would otherwise stay. A session in use again since then
+// (a message came after its records went) is left as it is, by the
+// test Evict uses: it runs on, and eviction takes it when it is idle.
+func (r *Router) Deleted(key string, since time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s, ok := r.sessions[key]
 	if !ok {
 		return
 	}
+	b := s.board
+	b.mu.Lock()
+	busy := b.running || b.want.Stoppable || b.used.After(since)
+	th := b.rec.Thread
+	b.mu.Unlock()
+	s.cards.read(func(v *cardsRecord) { busy = busy || len(v.open()) > 0 })
+	if busy {
+		return
+	}
 	delete(r.sessions, key)
-	s.board.mu.Lock()
-	th := s.board.rec.Thread
-	s.board.mu.Unlock()
 	r.tellForgotten([]Thread{th})
 }
 

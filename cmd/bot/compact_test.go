@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -196,5 +197,57 @@ func TestRetentionEvery(t *testing.T) {
 		if got := retentionEvery(c.retention); got != c.want {
 			t.Errorf("retentionEvery(%s) = %d minutes, want %d", c.retention, got, c.want)
 		}
+	}
+}
+
+// forgetfulConsole is the console, noting which threads it is told to
+// forget.
+type forgetfulConsole struct {
+	*web.Console
+	forgot []string
+}
+
+func (c *forgetfulConsole) Forget(th chat.Thread) {
+	c.forgot = append(c.forgot, th.Key)
+	c.Console.Forget(th)
+}
+
+// TestRetentionForgetsWhatPlatformsKeep checks housekeeping's retention
+// step end to end: a session idle past the retention leaves the store,
+// and the platforms are told to forget it, though the router still had
+// it in memory (a retention shorter than the ten-minute eviction).
+func TestRetentionForgetsWhatPlatformsKeep(t *testing.T) {
+	ctx := context.Background()
+	db, err := store.Open(filepath.Join(t.TempDir(), "pinplan.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	console := &forgetfulConsole{Console: web.New(web.Options{})}
+	t.Cleanup(console.Close)
+	router := chat.NewRouter(chat.Options{Runner: chattest.Runner{}, Store: db, Outbox: db, Platforms: map[string]chat.Platform{"web": console}})
+	t.Cleanup(router.Close)
+
+	const key = "web/r2"
+	old := time.Now().Add(-2 * time.Hour)
+	th := chat.Thread{Platform: "web", Key: key, Channel: "r2"}
+	if err := router.Handle(ctx, chat.Incoming{Thread: th, Text: "plan the release", MessageID: "m1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Commit(ctx, &agent.Round{
+		Append:     []agent.Entry{{Message: openai.ChatCompletionMessage{Role: "user", Content: "plan the release"}}},
+		Checkpoint: agent.Checkpoint{Key: key, State: agent.Idle, HistoryLen: 1, Updated: old},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	router.Observe(agent.Event{Session: key, Kind: agent.TurnEnded, Outcome: agent.Done, At: old})
+	router.Board(key).Wait()
+
+	retain(ctx, db, router, time.Hour, slog.New(slog.DiscardHandler))
+	if n, err := db.SessionCount(); err != nil || n != 0 {
+		t.Fatalf("after retention the store holds %d sessions (%v), want none", n, err)
+	}
+	if !slices.Equal(console.forgot, []string{key}) {
+		t.Errorf("the console was told to forget %q, want the deleted session", console.forgot)
 	}
 }

@@ -435,18 +435,25 @@ func housekeep(ctx context.Context, cfg *config.Config, db *store.DB, router *ch
 				log.Warn("prune dedupe keys", "err", err)
 			}
 		}
-		if every := retentionEvery(cfg.Retention); every > 0 && n%every == 1%every {
-			keys, err := db.DeleteIdle(ctx, time.Now().Add(-cfg.Retention))
-			if err != nil {
-				log.Warn("delete idle sessions", "err", err)
-			}
-			for _, k := range keys {
-				router.Deleted(k)
-			}
-			if len(keys) > 0 {
-				log.Info("deleted idle sessions", "count", len(keys), "retention", cfg.Retention)
-			}
+		if every := retentionEvery(cfg.Retention); every > 0 && (n-1)%every == 0 {
+			retain(ctx, db, router, cfg.Retention, log)
 		}
+	}
+}
+
+// retain deletes the sessions idle for longer than retention from the
+// store, and from memory with what the platforms keep of them.
+func retain(ctx context.Context, db *store.DB, router *chat.Router, retention time.Duration, log *slog.Logger) {
+	began := time.Now()
+	keys, err := db.DeleteIdle(ctx, began.Add(-retention))
+	if err != nil {
+		log.Warn("delete idle sessions", "err", err)
+	}
+	for _, k := range keys {
+		router.Deleted(k, began)
+	}
+	if len(keys) > 0 {
+		log.Info("deleted idle sessions", "count", len(keys), "retention", retention)
 	}
 }
 

@@ -310,7 +310,7 @@ func TestRSSGrowth(t *testing.T) {
 		t.Errorf("slot 0 heap goal growth %v, want %.3f%%", g[0].GoalPercent, want)
 	}
 	if g[1].Percent != nil || g[1].GoalPercent != nil {
-		t.Errorf("slot 1 was killed in the window, yet got %.1f%%", *g[1].Percent)
+		t.Errorf("slot 1 was killed in the window, yet got growth %v, heap goal %v", g[1].Percent, g[1].GoalPercent)
 	}
 }
 
