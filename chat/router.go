@@ -650,13 +650,7 @@ func (r *Router) Evict(idle time.Duration) int {
 	var gone []Thread
 	r.mu.Lock()
 	for key, s := range r.sessions {
-		b := s.board
-		b.mu.Lock()
-		busy := b.running || b.want.Stoppable || b.used.After(cutoff)
-		th := b.rec.Thread
-		b.mu.Unlock()
-		s.cards.read(func(v *cardsRecord) { busy = busy || len(v.open()) > 0 })
-		if !busy {
+		if th, idle := s.idleSince(cutoff); idle {
 			delete(r.sessions, key)
 			gone = append(gone, th)
 		}
@@ -715,17 +709,25 @@ func (r *Router) Deleted(key string, since time.Time) {
 	if !ok {
 		return
 	}
-	b := s.board
-	b.mu.Lock()
-	busy := b.running || b.want.Stoppable || b.used.After(since)
-	th := b.rec.Thread
-	b.mu.Unlock()
-	s.cards.read(func(v *cardsRecord) { busy = busy || len(v.open()) > 0 })
-	if busy {
+	th, idle := s.idleSince(since)
+	if !idle {
 		return
 	}
 	delete(r.sessions, key)
 	r.tellForgotten([]Thread{th})
+}
+
+// idleSince reports whether the session has been idle since cutoff: no
+// render or turn running, no open approval card, no use after cutoff.
+// It returns the session's thread too.
+func (s *session) idleSince(cutoff time.Time) (Thread, bool) {
+	b := s.board
+	b.mu.Lock()
+	busy := b.running || b.want.Stoppable || b.used.After(cutoff)
+	th := b.rec.Thread
+	b.mu.Unlock()
+	s.cards.read(func(v *cardsRecord) { busy = busy || len(v.open()) > 0 })
+	return th, !busy
 }
 
 // Delete archives a session as reset does and hides it from listings; a
