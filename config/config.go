@@ -61,6 +61,7 @@ type Config struct {
 	MaxRounds        int           // PINPLAN_MAX_ROUNDS: model rounds per turn
 	StaleRounds      int           // PINPLAN_STALE_ROUNDS
 	ReminderRole     string        // PINPLAN_REMINDER_ROLE: system or user
+	ResponseBytes    int           // PINPLAN_MODEL_RESPONSE_BYTES: longest model response read, streamed or not
 
 	SlackBotToken      Secret // SLACK_BOT_TOKEN
 	SlackAppToken      Secret // SLACK_APP_TOKEN: Socket Mode when set
@@ -73,6 +74,7 @@ type Config struct {
 	DiscordAPIURL        string // DISCORD_API_URL
 	DiscordThreadPerTask bool   // PINPLAN_DISCORD_THREAD_PER_TASK
 	DiscordComponentsV2  bool   // PINPLAN_DISCORD_COMPONENTS_V2: the plan as a Components V2 container
+	DiscordAppID         string // DISCORD_APPLICATION_ID: for `bot invite` when the token's first part is not the id
 
 	LogLevel string // PINPLAN_LOG_LEVEL: debug, info, warn, error
 
@@ -81,6 +83,7 @@ type Config struct {
 	Approvers       []string      // PINPLAN_APPROVERS: platform user ids who may decide any approval
 	ApprovalTimeout time.Duration // PINPLAN_APPROVAL_TIMEOUT: an undecided approval card is denied after this
 	ThreadContext   int           // PINPLAN_THREAD_CONTEXT: earlier thread messages quoted on first mention (0: none)
+	MCPStartup      time.Duration // PINPLAN_MCP_STARTUP_TIMEOUT: how long a turn waits for MCP servers still connecting
 
 	ContextTokens int           // PINPLAN_CONTEXT_TOKENS: the model's context budget for one request
 	Retention     time.Duration // PINPLAN_RETENTION: sessions idle for longer are deleted; 0 keeps them
@@ -124,7 +127,8 @@ var keys = []string{
 	"PINPLAN_TOOL_RESULT_BYTES", "PINPLAN_TOOL_TIMEOUT", "PINPLAN_APPROVERS",
 	"PINPLAN_APPROVAL_TIMEOUT", "PINPLAN_THREAD_CONTEXT",
 	"PINPLAN_CONTEXT_TOKENS", "PINPLAN_RETENTION",
-	"PINPLAN_DISCORD_COMPONENTS_V2",
+	"PINPLAN_DISCORD_COMPONENTS_V2", "DISCORD_APPLICATION_ID",
+	"PINPLAN_MCP_STARTUP_TIMEOUT", "PINPLAN_MODEL_RESPONSE_BYTES",
 	"PINPLAN_ETCD_ENDPOINTS", "PINPLAN_ETCD_PREFIX", "PINPLAN_LEASE_TTL",
 	"PINPLAN_ETCD_CA", "PINPLAN_ETCD_CERT", "PINPLAN_ETCD_KEY",
 	"PINPLAN_ETCD_USERNAME", "PINPLAN_ETCD_PASSWORD", "PINPLAN_REPLICA_ID",
@@ -162,6 +166,7 @@ func Load(getenv func(string) string) (*Config, error) {
 		MaxRounds:        l.integer("PINPLAN_MAX_ROUNDS", 25, 1, 1000),
 		StaleRounds:      l.integer("PINPLAN_STALE_ROUNDS", 3, 1, 1000),
 		ReminderRole:     l.oneOf("PINPLAN_REMINDER_ROLE", "system", "system", "user"),
+		ResponseBytes:    l.integer("PINPLAN_MODEL_RESPONSE_BYTES", 4<<20, 4096, 1<<30),
 
 		SlackBotToken:      Secret(l.str("SLACK_BOT_TOKEN", "")),
 		SlackAppToken:      Secret(l.str("SLACK_APP_TOKEN", "")),
@@ -174,6 +179,7 @@ func Load(getenv func(string) string) (*Config, error) {
 		DiscordAPIURL:        l.url("DISCORD_API_URL", "https://discord.com"),
 		DiscordThreadPerTask: l.boolean("PINPLAN_DISCORD_THREAD_PER_TASK", false),
 		DiscordComponentsV2:  l.boolean("PINPLAN_DISCORD_COMPONENTS_V2", true),
+		DiscordAppID:         l.str("DISCORD_APPLICATION_ID", ""),
 
 		LogLevel: l.oneOf("PINPLAN_LOG_LEVEL", "info", "debug", "info", "warn", "error"),
 
@@ -184,6 +190,7 @@ func Load(getenv func(string) string) (*Config, error) {
 		Approvers:       l.ids("PINPLAN_APPROVERS"),
 		ApprovalTimeout: l.duration("PINPLAN_APPROVAL_TIMEOUT", 30*time.Minute),
 		ThreadContext:   l.integer("PINPLAN_THREAD_CONTEXT", 30, 0, 1000),
+		MCPStartup:      l.duration("PINPLAN_MCP_STARTUP_TIMEOUT", 10*time.Second),
 		ContextTokens:   l.integer("PINPLAN_CONTEXT_TOKENS", 32000, 2000, 10_000_000),
 		Retention:       l.durationOrZero("PINPLAN_RETENTION"),
 

@@ -341,6 +341,9 @@ var settingSamples = map[string]struct {
 	with  map[string]string
 }{
 	"PINPLAN_DB":                      {value: "/tmp/sample/pinplan.db"},
+	"DISCORD_APPLICATION_ID":          {value: "123456789012345678"},
+	"PINPLAN_MCP_STARTUP_TIMEOUT":     {value: "3s"},
+	"PINPLAN_MODEL_RESPONSE_BYTES":    {value: "65536"},
 	"PINPLAN_DISCORD_COMPONENTS_V2":   {value: "false"},
 	"PINPLAN_ETCD_ENDPOINTS":          {value: "https://etcd-1:2379,etcd-2:2379"},
 	"PINPLAN_ETCD_PREFIX":             {value: "/team/", with: map[string]string{"PINPLAN_ETCD_ENDPOINTS": "etcd:2379"}},
