@@ -11,34 +11,33 @@ import (
 )
 
 // WriteTo writes a consistent copy of the database to w while it stays in
-// use (a hot backup). The file is checked first, in the same transaction:
-// a backup of a damaged file would overwrite a good older one, so it is
-// refused with an error wrapping ErrCorrupt and nothing is written.
+// use (a hot backup). The copy is written to a temporary file beside the
+// database and checked there first: a backup of a damaged file would
+// overwrite a good older one, so it is refused with an error wrapping
+// ErrCorrupt and nothing is written to w.
 func (db *DB) WriteTo(w io.Writer) (int64, error) {
-	var n int64
-	err := db.view(func(tx *bolt.Tx) error {
-		if err := checkTx(db.path, tx); err != nil {
-			return err
-		}
-		var err error
-		n, err = tx.WriteTo(w)
-		return err
-	})
-	return n, err
+	tmp, err := db.checkedCopy(filepath.Dir(db.path))
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		return 0, fmt.Errorf("store: backup: %w", err)
+	}
+	return io.Copy(w, tmp)
 }
 
 // Backup writes a hot backup to path through a temporary file and a rename,
-// so path is either the old file or a complete new one.
+// so path is either the old file or a complete new one. The copy is
+// checked before the rename (see WriteTo).
 func (db *DB) Backup(path string) (int64, error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".pinplan-backup-*")
+	tmp, err := db.checkedCopy(filepath.Dir(path))
 	if err != nil {
 		return 0, fmt.Errorf("store: backup to %s: %w", path, err)
 	}
 	defer os.Remove(tmp.Name())
-	n, err := db.WriteTo(tmp)
-	if err == nil {
-		err = tmp.Sync()
-	}
+	st, err := tmp.Stat()
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
@@ -48,7 +47,58 @@ func (db *DB) Backup(path string) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("store: backup to %s: %w", path, err)
 	}
-	return n, nil
+	return st.Size(), nil
+}
+
+// checkedCopy writes a copy of the database to a new temporary file in
+// dir (mode 0600: it holds every thread's history), synced, and checks
+// the copy in full (see checkTx). The check reads the copy, never the
+// live file: bbolt's check compares a snapshot's pages with the live
+// freelist, which holds pages that writers committing since the snapshot
+// have freed, so under write load it would call a healthy file damaged.
+// The copy is the snapshot alone; damage found in it is the live file's
+// (it is a page-for-page copy), and is reported naming the live file.
+// The caller removes and closes the file.
+func (db *DB) checkedCopy(dir string) (*os.File, error) {
+	tmp, err := os.CreateTemp(dir, ".pinplan-backup-*")
+	if err != nil {
+		return nil, err
+	}
+	err = db.view(func(tx *bolt.Tx) error {
+		// A file cut short is found here: bbolt would copy what is left
+		// and fail on the end of the file with a bare EOF.
+		if err := checkLength(db.path, tx); err != nil {
+			return err
+		}
+		_, err := tx.WriteTo(tmp)
+		return err
+	})
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if err == nil {
+		err = checkCopy(tmp.Name(), db.path)
+	}
+	if err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return nil, err
+	}
+	return tmp, nil
+}
+
+// checkCopy checks the file at copyPath, a copy of the database at live
+// that nothing else has open, in full; damage is reported naming live.
+func checkCopy(copyPath, live string) error {
+	b, err := openBolt(copyPath, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		if errors.Is(err, ErrCorrupt) {
+			return damaged(live, fmt.Sprintf("its copy does not open: %v", err))
+		}
+		return err
+	}
+	defer b.Close()
+	return (&DB{bolt: b, path: live}).view(func(tx *bolt.Tx) error { return checkTxAs(live, copyPath, tx) })
 }
 
 // Ping reports whether the database is open and readable.
@@ -66,7 +116,9 @@ func (db *DB) Ping() error {
 }
 
 // Check checks the whole file (see checkTx); a damaged one is an error
-// wrapping ErrCorrupt that names the first problems found.
+// wrapping ErrCorrupt that names the first problems found. It is for a
+// file no one writes to while it runs (opened read-only, as compact
+// does): under writers, a backup checks its copy instead.
 func (db *DB) Check() error {
 	if err := db.view(func(tx *bolt.Tx) error { return checkTx(db.path, tx) }); err != nil {
 		return fmt.Errorf("store: %w", err)

@@ -160,8 +160,19 @@ func precheck(path string, lockTimeout time.Duration) error {
 // The keys are read here first, in the caller's goroutine where a fault is
 // a panic (see view); tx.Check reads the same pages in a goroutine of its
 // own, where a fault would end the process.
+//
+// bbolt's check compares tx's pages with the live freelist, so it holds
+// only where no writer commits while it runs (a file opened read-only, or
+// a backup's copy): pages freed by a later commit are still reachable in
+// tx, and would be reported as "reachable freed".
 func checkTx(path string, tx *bolt.Tx) error {
-	if err := checkLength(path, tx); err != nil {
+	return checkTxAs(path, path, tx)
+}
+
+// checkTxAs is checkTx on the file at file (tx's), with damage reported
+// as path's: a backup's copy is checked, the live file is named.
+func checkTxAs(path, file string, tx *bolt.Tx) error {
+	if err := checkLengthOf(path, file, tx); err != nil {
 		return err
 	}
 	if err := readKeys(tx); err != nil {
@@ -186,9 +197,14 @@ func checkTx(path string, tx *bolt.Tx) error {
 // checkLength checks that the file at path holds all the pages tx's meta
 // page counts.
 func checkLength(path string, tx *bolt.Tx) error {
-	st, err := os.Stat(path)
+	return checkLengthOf(path, path, tx)
+}
+
+// checkLengthOf is checkLength of the file at file, reported as path's.
+func checkLengthOf(path, file string, tx *bolt.Tx) error {
+	st, err := os.Stat(file)
 	if err != nil {
-		return fmt.Errorf("check %s: %w", path, err)
+		return fmt.Errorf("check %s: %w", file, err)
 	}
 	if st.Size() < tx.Size() {
 		return damaged(path, fmt.Sprintf("the file has %d bytes, its pages need %d: it was cut short", st.Size(), tx.Size()))
