@@ -217,6 +217,15 @@ func Load(getenv func(string) string) (*Config, error) {
 	if (c.SlackAppToken != "" || c.SlackSigningSecret != "") && c.SlackBotToken == "" {
 		l.fail("SLACK_BOT_TOKEN", "must be set with SLACK_APP_TOKEN or SLACK_SIGNING_SECRET")
 	}
+	// Slack's tokens say what they are: a bot token starts xoxb-, an
+	// app-level token (Socket Mode) xapp-. Pasted into each other's
+	// place they fail later with a bare "invalid_auth"; say it here.
+	if strings.HasPrefix(string(c.SlackBotToken), "xapp-") {
+		l.fail("SLACK_BOT_TOKEN", "is an app-level token (xapp-); the bot token starts with xoxb- (OAuth & Permissions). Are SLACK_BOT_TOKEN and SLACK_APP_TOKEN swapped?")
+	}
+	if c.SlackAppToken != "" && !strings.HasPrefix(string(c.SlackAppToken), "xapp-") {
+		l.fail("SLACK_APP_TOKEN", "must be an app-level token, which starts with xapp- (Basic Information -> App-Level Tokens, scope connections:write). Are SLACK_BOT_TOKEN and SLACK_APP_TOKEN swapped?")
+	}
 	if len(c.EtcdEndpoints) > 0 {
 		if !strings.HasSuffix(c.EtcdPrefix, "/") {
 			c.EtcdPrefix += "/"
@@ -289,8 +298,20 @@ func (c *Config) Redact(s string) string {
 	return s
 }
 
+func cutLast(s, sep string) (before, after string, found bool) {
+	if i := strings.LastIndex(s, sep); i >= 0 {
+		return s[:i], s[i+len(sep):], true
+	}
+	return s, "", false
+}
+
 // String lists the settings with secrets redacted.
-func (c *Config) String() string {
+func (c *Config) String() string { return c.Describe(false) }
+
+// Describe is String for the startup line: what runs, as run. With demo
+// the model is the scripted demo, whatever OPENAI_* say; with etcd the
+// store is the etcd prefix, not the bbolt file.
+func (c *Config) Describe(demo bool) string {
 	names := make([]string, len(c.MCP))
 	for i, s := range c.MCP {
 		names[i] = s.Name
@@ -299,9 +320,24 @@ func (c *Config) String() string {
 	if c.WebOff {
 		web = "off"
 	}
-	return fmt.Sprintf("db=%s http=%s web=%s model=%s base_url=%s stream=%t slack=%t discord=%t openai_key=%s mcp=%s",
-		c.DB, c.HTTPAddr, web, c.OpenAIModel, RedactURL(c.OpenAIBaseURL), c.Stream,
-		c.SlackBotToken != "", c.DiscordBotToken != "", c.OpenAIKey, strings.Join(names, ","))
+	db := "db=" + c.DB
+	if len(c.EtcdEndpoints) > 0 {
+		eps := make([]string, len(c.EtcdEndpoints))
+		for i, e := range c.EtcdEndpoints {
+			eps[i] = RedactURL(e)
+		}
+		db = fmt.Sprintf("store=etcd etcd=%s prefix=%s", strings.Join(eps, ","), c.EtcdPrefix)
+	}
+	model := fmt.Sprintf("model=%s base_url=%s openai_key=%s", c.OpenAIModel, RedactURL(c.OpenAIBaseURL), c.OpenAIKey)
+	switch {
+	case demo:
+		model = "model=demo (scripted, -demo)"
+	case !c.ModelConfigured:
+		model = "model=none (set OPENAI_API_KEY or OPENAI_BASE_URL)"
+	}
+	return fmt.Sprintf("%s http=%s web=%s %s stream=%t slack=%t discord=%t mcp=%s",
+		db, c.HTTPAddr, web, model, c.Stream,
+		c.SlackBotToken != "", c.DiscordBotToken != "", strings.Join(names, ","))
 }
 
 // RedactURL keeps a URL's scheme, host and path and replaces its user
@@ -317,6 +353,17 @@ func RedactURL(raw string) string {
 		return "***"
 	}
 	var b strings.Builder
+	if u.Opaque != "" {
+		// No "//": "localhost:11434/v1" parses as scheme "localhost".
+		// Show it as typed, less anything before an "@".
+		b.WriteString(u.Scheme + ":")
+		if _, after, ok := cutLast(u.Opaque, "@"); ok {
+			b.WriteString("***@" + after)
+		} else {
+			b.WriteString(u.Opaque)
+		}
+		return b.String()
+	}
 	if u.Scheme != "" {
 		b.WriteString(u.Scheme + "://")
 	}
@@ -420,7 +467,11 @@ func (l *loader) url(key, def string) string {
 	v := l.str(key, def)
 	u, err := url.Parse(v)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		l.fail(key, fmt.Sprintf("must be an http or https URL, got %q", RedactURL(v)))
+		hint := ""
+		if !strings.Contains(v, "://") {
+			hint = fmt.Sprintf(" (did you mean %q?)", "http://"+RedactURL("http://"+v)[len("http://"):])
+		}
+		l.fail(key, fmt.Sprintf("must be an http or https URL, got %q%s", RedactURL(v), hint))
 	}
 	return v
 }

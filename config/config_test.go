@@ -47,6 +47,8 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"bool", map[string]string{"PINPLAN_DISCORD_THREAD_PER_TASK": "yes please"}, "PINPLAN_DISCORD_THREAD_PER_TASK"},
 		{"addr", map[string]string{"PINPLAN_HTTP_ADDR": "0.0.0.0:8080"}, "PINPLAN_WEB_TOKEN"},
 		{"slack half", map[string]string{"SLACK_BOT_TOKEN": "xoxb-1"}, "SLACK_APP_TOKEN"},
+		{"slack swapped", map[string]string{"SLACK_BOT_TOKEN": "xapp-1-A1-2-abc", "SLACK_APP_TOKEN": "xoxb-1-2-abc"}, "swapped"},
+		{"slack app token", map[string]string{"SLACK_BOT_TOKEN": "xoxb-1-2-abc", "SLACK_APP_TOKEN": "xoxb-1-2-abc"}, "xapp-"},
 		{"timeout", map[string]string{"PINPLAN_MODEL_TIMEOUT": "-1s"}, "PINPLAN_MODEL_TIMEOUT"},
 		{"web", map[string]string{"PINPLAN_WEB": "disabled"}, "PINPLAN_WEB"},
 	}
@@ -522,5 +524,43 @@ func TestWeb(t *testing.T) {
 	c, err := Load(env(map[string]string{"PINPLAN_CONFIG": writeFile(t, "pinplan_web = \"off\"\n")}))
 	if err != nil || !c.WebOff {
 		t.Errorf("pinplan_web = \"off\" in the file: got %v, WebOff %t; want it off", err, c != nil && c.WebOff)
+	}
+}
+
+// TestDescribeSaysWhatRuns: the startup line names the scripted model
+// under -demo (not OPENAI_MODEL's default) and the etcd prefix when the
+// store is on etcd (not PINPLAN_DB, which is then unused).
+func TestDescribeSaysWhatRuns(t *testing.T) {
+	c, err := Load(env(map[string]string{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := c.Describe(true); !strings.Contains(d, "model=demo") || strings.Contains(d, "base_url") || strings.Contains(d, DefaultModel) {
+		t.Errorf("Describe(demo) = %q, want the demo model and no base_url", d)
+	}
+	if d := c.Describe(false); !strings.Contains(d, "model=none") {
+		t.Errorf("Describe with no model configured = %q, want model=none", d)
+	}
+	c, err = Load(env(map[string]string{"PINPLAN_ETCD_ENDPOINTS": "http://u:pw@etcd-1:2379", "PINPLAN_ETCD_PREFIX": "/team/"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := c.Describe(false)
+	if !strings.Contains(d, "store=etcd") || !strings.Contains(d, "prefix=/team/") || strings.Contains(d, "db=") || strings.Contains(d, "pw") {
+		t.Errorf("Describe on etcd = %q, want store=etcd and the prefix, no db= and no password", d)
+	}
+}
+
+// TestURLWithoutSchemeShownAsTyped: OPENAI_BASE_URL=localhost:11434/v1
+// used to be reported as "localhost://"; the error shows what was typed
+// and the URL that was probably meant, and still hides userinfo.
+func TestURLWithoutSchemeShownAsTyped(t *testing.T) {
+	_, err := Load(env(map[string]string{"OPENAI_BASE_URL": "localhost:11434/v1"}))
+	if err == nil || !strings.Contains(err.Error(), `"localhost:11434/v1"`) || !strings.Contains(err.Error(), `http://localhost:11434/v1`) {
+		t.Errorf("err = %v, want the value as typed and http://localhost:11434/v1 suggested", err)
+	}
+	_, err = Load(env(map[string]string{"OPENAI_BASE_URL": "user:s3cretpw@host:1/v1"}))
+	if err == nil || strings.Contains(err.Error(), "s3cretpw") {
+		t.Errorf("err = %v, want an error without the password", err)
 	}
 }

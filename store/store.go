@@ -28,6 +28,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -93,6 +94,25 @@ type DB struct {
 
 var _ agent.Store = (*DB)(nil)
 
+// openError says what failed to open the file at path and what to do:
+// another pinplan holds it, it is damaged (restore a backup), or this
+// user may not use it (restoring would not help: check owner and mode).
+func openError(path string, lockTimeout time.Duration, err error) error {
+	switch {
+	case errors.Is(err, bolterrors.ErrTimeout):
+		return fmt.Errorf("store: open %s: %w (waited %s; is another pinplan running with this PINPLAN_DB?)", path, ErrLocked, lockTimeout)
+	case errors.Is(err, ErrCorrupt):
+		return fmt.Errorf("store: %w", err)
+	case errors.Is(err, fs.ErrPermission):
+		// Not damage: restoring a backup would not help, and would lose
+		// what the file holds. Say whose the file is.
+		return fmt.Errorf("store: open %s: %w; the file (or its folder) is not readable and writable by this user: check its owner and mode (pinplan creates it 0600 as the user it runs as)", path, err)
+	case err != nil:
+		return fmt.Errorf("store: open %s: %w (if the file is damaged, restore it from a backup made with `bot backup`)", path, err)
+	}
+	return nil
+}
+
 // Open opens or creates the database at path, creating its folder.
 func Open(path string, opts Options) (*DB, error) {
 	if opts.LockTimeout <= 0 {
@@ -112,13 +132,8 @@ func Open(path string, opts Options) (*DB, error) {
 	if err == nil {
 		b, err = openBolt(path, &bolt.Options{Timeout: opts.LockTimeout, ReadOnly: opts.ReadOnly})
 	}
-	switch {
-	case errors.Is(err, bolterrors.ErrTimeout):
-		return nil, fmt.Errorf("store: open %s: %w (waited %s; is another pinplan running with this PINPLAN_DB?)", path, ErrLocked, opts.LockTimeout)
-	case errors.Is(err, ErrCorrupt):
-		return nil, fmt.Errorf("store: %w", err)
-	case err != nil:
-		return nil, fmt.Errorf("store: open %s: %w (if the file is damaged, restore it from a backup made with `bot backup`)", path, err)
+	if err != nil {
+		return nil, openError(path, opts.LockTimeout, err)
 	}
 	if opts.BatchDelay > 0 {
 		b.MaxBatchDelay = opts.BatchDelay

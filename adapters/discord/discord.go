@@ -175,11 +175,24 @@ func New(opts Options) (*Adapter, error) {
 func ApplicationID(token string) (string, error) {
 	first, _, _ := strings.Cut(strings.TrimPrefix(token, "Bot "), ".")
 	for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.StdEncoding, base64.RawURLEncoding} {
-		if b, err := enc.DecodeString(first); err == nil && len(b) > 0 {
+		if b, err := enc.DecodeString(first); err == nil && Snowflake(string(b)) {
 			return string(b), nil
 		}
 	}
-	return "", errors.New("discord: DISCORD_BOT_TOKEN does not look like a bot token")
+	return "", errors.New("discord: DISCORD_BOT_TOKEN is malformed: its first part is not a base64 application id")
+}
+
+// Snowflake reports whether s is a Discord id: 1 to 20 decimal digits.
+func Snowflake(s string) bool {
+	if len(s) == 0 || len(s) > 20 {
+		return false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // Start identifies the bot and opens the gateway. Events are handled until

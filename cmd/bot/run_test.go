@@ -98,3 +98,79 @@ func describeServers(ss []mcp.Server) string {
 	}
 	return b.String()
 }
+
+// TestCLI: every command takes -h (exit 0, no side effect), refuses an
+// unknown flag and an extra argument, and help and -version work. The
+// cases are what a new user tripped over (issue 27): flags after a
+// subcommand ignored, `serve -h` starting the server, `bot -h` failing,
+// `backup -h` writing a file named -h.
+func TestCLI(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	env := map[string]string{"PINPLAN_DB": filepath.Join(dir, "data", "pinplan.db"), "PINPLAN_HTTP_ADDR": "127.0.0.1:1"}
+	for _, tc := range []struct {
+		args    []string
+		wantErr string // "" for success
+		out     string // in stdout or stderr
+	}{
+		{args: []string{"-h"}, out: "bot migrate -to etcd"},
+		{args: []string{"help"}, out: "bot backup FILE"},
+		{args: []string{"help", "backup"}, out: "usage: bot backup FILE"},
+		{args: []string{"help", "nope"}, wantErr: `unknown command "nope"`},
+		{args: []string{"-version"}, out: "pinplan "},
+		{args: []string{"version"}, out: "pinplan "},
+		{args: []string{"serve", "-h"}, out: "-demo"},
+		{args: []string{"backup", "-h"}, out: "usage: bot backup FILE"},
+		{args: []string{"compact", "-h"}, out: "usage: bot compact OUT"},
+		{args: []string{"migrate", "-h"}, out: "-to"},
+		{args: []string{"invite", "-h"}, out: "usage: bot invite"},
+		{args: []string{"serve", "-bogus"}, wantErr: "serve", out: "flag provided but not defined: -bogus"},
+		{args: []string{"serve", "extra"}, wantErr: `unexpected argument "extra"`},
+		{args: []string{"backup", "a", "b"}, wantErr: `unexpected argument "b"`},
+		{args: []string{"backup"}, wantErr: "missing argument"},
+		{args: []string{"compact", "a", "b"}, wantErr: `unexpected argument "b"`},
+		{args: []string{"invite", "x"}, wantErr: `unexpected argument "x"`},
+		{args: []string{"migrate"}, wantErr: "-to is required"},
+		{args: []string{"migrate", "-to", "etcd", "x"}, wantErr: `unexpected argument "x"`},
+		{args: []string{"-demo", "backup", "f"}, wantErr: "-demo is for serving"},
+		{args: []string{"frobnicate"}, wantErr: `unknown command "frobnicate"`},
+		{args: []string{"backup", filepath.Join(dir, "out.db")}, wantErr: "does not exist"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			out, errOut, err := runWith(env, tc.args...)
+			if tc.wantErr == "" && err != nil {
+				t.Fatalf("err = %v (stderr %q)", err, errOut)
+			}
+			if tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)
+			}
+			if !strings.Contains(out+errOut, tc.out) {
+				t.Errorf("output %q lacks %q", out+errOut, tc.out)
+			}
+		})
+	}
+	// Nothing above created a file: no backup named -h, no empty DB.
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		t.Errorf("the commands left %s behind", e.Name())
+	}
+}
+
+// TestInviteMalformedToken: a token whose first part is not a base64
+// snowflake is refused as malformed instead of printing a URL with
+// garbage for client_id; DISCORD_APPLICATION_ID wins and is checked.
+func TestInviteMalformedToken(t *testing.T) {
+	if out, _, err := runWith(map[string]string{"DISCORD_BOT_TOKEN": "garbage"}, "invite"); err == nil || !strings.Contains(err.Error(), "malformed") {
+		t.Errorf("invite with a garbage token: out %q, err %v; want a malformed-token error", out, err)
+	}
+	out, _, err := runWith(map[string]string{"DISCORD_BOT_TOKEN": "garbage", "DISCORD_APPLICATION_ID": "123456789012345678"}, "invite")
+	if err != nil || !strings.Contains(out, "client_id=123456789012345678") {
+		t.Errorf("invite with DISCORD_APPLICATION_ID: out %q, err %v", out, err)
+	}
+	if _, _, err := runWith(map[string]string{"DISCORD_APPLICATION_ID": "my-app"}, "invite"); err == nil || !strings.Contains(err.Error(), "not a Discord id") {
+		t.Errorf("invite with a bad DISCORD_APPLICATION_ID: %v", err)
+	}
+}
