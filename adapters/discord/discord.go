@@ -119,6 +119,23 @@ func (t rewrite) RoundTrip(req *http.Request) (*http.Response, error) {
 	return t.base.RoundTrip(req)
 }
 
+// dialled makes a request error name the URL that was dialled: the http
+// client reports the URL discordgo built (https://discord.com/...), not
+// the DISCORD_API_URL the transport sent it to.
+func (a *Adapter) dialled(err error) error {
+	t, ok := a.s.Client.Transport.(rewrite)
+	var ue *url.Error
+	if !ok || t.target == nil || !errors.As(err, &ue) {
+		return err
+	}
+	if u, perr := url.Parse(ue.URL); perr == nil && u.Host == "discord.com" {
+		u.Scheme, u.Host = t.target.Scheme, t.target.Host
+		u.Path = strings.TrimRight(t.target.Path, "/") + u.Path
+		ue.URL = u.String()
+	}
+	return err
+}
+
 // New returns an adapter; Start connects it.
 func New(opts Options) (*Adapter, error) {
 	if opts.Logger == nil {
@@ -216,7 +233,7 @@ func (a *Adapter) StartREST(ctx context.Context) error {
 	a.ctx = ctx
 	u, err := a.s.User("@me", discordgo.WithContext(ctx))
 	if err != nil {
-		return fmt.Errorf("discord: check DISCORD_BOT_TOKEN: %w", err)
+		return fmt.Errorf("discord: check DISCORD_BOT_TOKEN and DISCORD_API_URL: %w", a.dialled(err))
 	}
 	a.mu.Lock()
 	a.botID = u.ID
