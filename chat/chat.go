@@ -112,6 +112,17 @@ type Platform interface {
 	Working(ctx context.Context, th Thread, trigger string, on bool) error
 }
 
+// PrivateReplier is implemented by platforms that can show a message in a
+// thread to one person only (Slack's chat.postEphemeral). A refusal of a
+// text command (someone else's stop or reset) goes that way, as a
+// button's refusal does (ClickResult.Private): the thread hears nothing
+// of it. text is the router's own words, not the model's: a mention in
+// it (<@ID>) is meant as one, and it is short enough for one message. A
+// platform without it answers such a refusal with Reply.
+type PrivateReplier interface {
+	ReplyPrivately(ctx context.Context, th Thread, user, text string) error
+}
+
 // Paced is implemented by platforms that limit plan edits. The board waits
 // on the limiter before each post or edit.
 type Paced interface {

@@ -60,6 +60,9 @@ type outboxItem struct {
 	// Turn is the turn whose end the item tells (agent.Event.Turn); 0
 	// for anything else. Resume asks whether a turn's end was stored.
 	Turn int64 `json:"turn,omitempty"`
+	// To is the user the item is for alone (PrivateReplier); "" for the
+	// thread.
+	To string `json:"to,omitempty"`
 }
 
 type queued struct {
@@ -94,6 +97,22 @@ func newOutbox(r *Router, st OutboxStore) *outbox {
 // restart.
 func (o *outbox) add(th Thread, replyTo, text string) {
 	o.enqueue(th.Key, o.hold(th, replyTo, text, 0)...)
+}
+
+// addPrivate stores a message for user alone and starts its delivery,
+// in order with the session's replies. It is the router's own words,
+// whole: no Splitter rewrites it (Slack's would escape its mentions).
+func (o *outbox) addPrivate(th Thread, user, text string) {
+	now := o.r.opts.Now()
+	n := o.added.Add(1)
+	it := outboxItem{Key: fmt.Sprintf("outbox/%s/%d.%d.0", th.Key, now.UnixNano(), n), Thread: th, Text: text, Created: now, To: user}
+	raw, _ := json.Marshal(it)
+	ids, err := o.store.AddOutbox(context.WithoutCancel(o.r.ctx), th.Key, [][]byte{raw})
+	if err != nil {
+		o.r.opts.Logger.Error("store private reply in outbox; delivering from memory", "session", th.Key, "err", err)
+		ids = []uint64{0}
+	}
+	o.enqueue(th.Key, queued{id: ids[0], item: it})
 }
 
 // hold stores a reply without sending it and returns its parts, for
@@ -216,7 +235,12 @@ func (o *outbox) send(ctx context.Context, q queued) {
 		if key := cmp.Or(it.Key, idKey(th, q.id)); key != "" {
 			actx = withSend(actx, key, it.Created, unsure)
 		}
-		err := p.Reply(actx, th, it.ReplyTo, it.Text)
+		var err error
+		if pr, ok := p.(PrivateReplier); ok && it.To != "" {
+			err = pr.ReplyPrivately(actx, th, it.To, it.Text)
+		} else {
+			err = p.Reply(actx, th, it.ReplyTo, it.Text)
+		}
 		if err != nil && ctx.Err() == nil {
 			log.Warn("reply not delivered", "err", err)
 		}

@@ -387,6 +387,16 @@ func (r *Router) Handle(ctx context.Context, in Incoming) error {
 	}
 	refuse := func(msg string) error { return answer(msg, true) }
 	reply := func(msg string) error { return answer(msg, false) }
+	// private refuses a command to its author alone (DESIGN §16).
+	private := func(msg string) error {
+		if in.AuthorID == "" {
+			return reply(msg)
+		}
+		if !in.Sync {
+			r.outbox.addPrivate(th, in.AuthorID, msg)
+		}
+		return &Rejection{Reason: msg}
+	}
 	in.Author = Shorten(strings.TrimSpace(in.Author), MaxAuthorRunes)
 	n := utf8.RuneCountInString(text)
 	command := invisible(text) || n > MaxMessageRunes || strings.EqualFold(text, "stop") || strings.EqualFold(text, "reset")
@@ -411,7 +421,7 @@ func (r *Router) Handle(ctx context.Context, in Incoming) error {
 				if !rec.Running {
 					return reply(msg)
 				}
-				return reply(stopRefusal(rec))
+				return private(stopRefusal(rec))
 			}
 		}
 		if r.runner.Stop(th.Key, in.Author) {
@@ -420,7 +430,11 @@ func (r *Router) Handle(ctx context.Context, in Incoming) error {
 		return reply(msg)
 	}
 	if strings.EqualFold(text, "reset") {
-		return reply(r.reset(ctx, th, in))
+		msg, refused := r.reset(ctx, th, in)
+		if refused {
+			return private(msg)
+		}
+		return reply(msg)
 	}
 	isNew := !r.Known(th.Key)
 	s := r.session(th.Key, &th)
@@ -621,22 +635,23 @@ func (r *Router) threadContext(ctx context.Context, p Platform, th Thread, befor
 
 // reset archives the session (stopping its turn first, with the same
 // rules as stop) and takes the plan message down: unpinned, left in the
-// thread. It returns what to tell the thread.
-func (r *Router) reset(ctx context.Context, th Thread, in Incoming) string {
+// thread. It returns what to tell the thread, or with refused what to
+// tell the one who may not reset it, privately.
+func (r *Router) reset(ctx context.Context, th Thread, in Incoming) (msg string, refused bool) {
 	s := r.session(th.Key, nil)
 	if s == nil {
-		return "There is nothing to reset in this thread yet."
+		return "There is nothing to reset in this thread yet.", false
 	}
 	rec, _ := s.board.state()
 	if !r.mayReset(th.Platform, rec, in.AuthorID) {
-		return "Only " + mention(starter(rec)) + ", who started this thread's session, or an approver can reset it."
+		return "Only " + mention(starter(rec)) + ", who started this thread's session, or an approver can reset it.", true
 	}
 	if err := r.archive(ctx, s, in.Author, false); err != nil {
 		r.opts.Logger.Error("reset session", "session", th.Key, "err", err)
-		return "I couldn't reset this thread (the bot's log has the details). Nothing was changed."
+		return "I couldn't reset this thread (the bot's log has the details). Nothing was changed.", false
 	}
 	r.opts.Logger.Info("session reset", "session", th.Key, "by", in.Author)
-	return "Started fresh: the earlier conversation and plan are archived (kept in the database), and the plan message is unpinned. Your next message begins a new session here."
+	return "Started fresh: the earlier conversation and plan are archived (kept in the database), and the plan message is unpinned. Your next message begins a new session here.", false
 }
 
 // Evict drops from memory the boards of sessions idle for longer than
