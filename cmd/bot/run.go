@@ -343,6 +343,9 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	if err != nil {
 		return err
 	}
+	if generated && len(cfg.EtcdEndpoints) > 0 && !cfg.WebOff {
+		log.Warn("the console's token was generated for this replica alone (in " + tokenFile(cfg) + "); set one PINPLAN_WEB_TOKEN on every replica, or behind a load balancer each refuses the others' cookies")
+	}
 	cfg.WebToken = config.Secret(token) // redacted from every log line from here on
 
 	reg := prometheus.NewRegistry()
