@@ -519,6 +519,7 @@ func (r *Runner) run(key string, log *slog.Logger) error {
 		ctx, endTurn = r.turnContext(key)
 		r.publish(Event{Session: key, Kind: TurnStarted, Resumed: true, Turn: s.cp.Turns, Requester: s.cp.Requester, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision(),
 			Evidence: s.cp.Evidence.Clone(), Calls: s.cp.TurnCalls, Approvals: s.cp.TurnApprovals})
+		r.waitTools(ctx, log)
 	case Waiting:
 		ctx, endTurn = r.turnContext(key)
 	}
@@ -535,6 +536,7 @@ func (r *Runner) run(key string, log *slog.Logger) error {
 			}
 			r.publish(Event{Session: key, Kind: TurnStarted, Turn: s.cp.Turns, Requester: s.cp.Requester, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision(),
 				Evidence: s.cp.Evidence.Clone()})
+			r.waitTools(ctx, log)
 		}
 		var err error
 		switch {
@@ -555,6 +557,9 @@ func (r *Runner) run(key string, log *slog.Logger) error {
 				return nil
 			}
 			if err == nil {
+				// The decided call may be to a server still connecting
+				// after a start.
+				r.waitTools(ctx, log)
 				err = r.runDecided(ctx, s)
 			}
 		case s.cp.Pending != nil:
@@ -576,6 +581,20 @@ func (r *Runner) run(key string, log *slog.Logger) error {
 			}
 			return fmt.Errorf("read inbox: %w", err)
 		}
+	}
+}
+
+// waitTools holds a turn that starts or resumes until the tool sources
+// still starting (MCP servers connecting after a start) are ready or give
+// up, so that it is offered the same tools as every other turn (DESIGN.md
+// §16), and logs what it goes on without. Once the sources have started
+// it returns at once.
+func (r *Runner) waitTools(ctx context.Context, log *slog.Logger) {
+	began := time.Now()
+	missing := r.opts.Tools.wait(ctx)
+	if len(missing) > 0 && ctx.Err() == nil {
+		log.Warn("tool servers still starting; the turn goes on without their tools",
+			"missing", strings.Join(missing, ","), "waited", time.Since(began).Round(time.Millisecond))
 	}
 }
 

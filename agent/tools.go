@@ -38,6 +38,18 @@ type ToolSource interface {
 	Tools() []Tool
 }
 
+// StartingSource is a ToolSource whose tools may still be coming: MCP
+// servers that connect in the background after a start. A turn waits for
+// it before its first model request, so the first turn after a start is
+// offered the same tools as every other (DESIGN.md §16).
+type StartingSource interface {
+	ToolSource
+	// WaitTools returns once the source's tools are listed, or it gave up
+	// waiting for them (its own startup timeout), or ctx ended. It
+	// returns the names of what is still missing (servers), for the log.
+	WaitTools(ctx context.Context) (missing []string)
+}
+
 // ToolEnv is what a tool may touch: the session key and the round's working
 // copy of the plan tracker, which is only kept if the round commits.
 type ToolEnv struct {
@@ -114,6 +126,18 @@ func (r *Registry) all() map[string]Tool {
 	}
 	maps.Copy(out, r.tools)
 	return out
+}
+
+// wait waits for the sources still starting and returns what each left
+// missing.
+func (r *Registry) wait(ctx context.Context) []string {
+	var missing []string
+	for _, src := range r.sources {
+		if s, ok := src.(StartingSource); ok {
+			missing = append(missing, s.WaitTools(ctx)...)
+		}
+	}
+	return missing
 }
 
 // Lookup returns the tool named name.

@@ -23,6 +23,9 @@ import (
 // serveTestStdio) instead of running the tests.
 const testServerEnv = "PINPLAN_MCP_TEST_SERVER"
 
+// testDelayEnv delays the test server's start (see serveTestStdio).
+const testDelayEnv = "PINPLAN_MCP_TEST_DELAY"
+
 func TestMain(m *testing.M) {
 	if os.Getenv(testServerEnv) == "1" {
 		os.Exit(serveTestStdio())
@@ -33,7 +36,13 @@ func TestMain(m *testing.M) {
 // serveTestStdio serves, on stdin and stdout, "echo", "corrupt", which
 // writes a line that is not JSON-RPC to stdout before it answers, and
 // "big", whose result is as large as asked.
+//
+// With testDelayEnv set to a duration it sleeps that long first, as a
+// server slow to start does.
 func serveTestStdio() int {
+	if d, err := time.ParseDuration(os.Getenv(testDelayEnv)); err == nil {
+		time.Sleep(d)
+	}
 	srv := sdk.NewServer(&sdk.Implementation{Name: "gotest", Version: "1"}, nil)
 	sdk.AddTool(srv, &sdk.Tool{Name: "echo", Description: "Echoes the message.", Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}},
 		func(_ context.Context, _ *sdk.CallToolRequest, in echoIn) (*sdk.CallToolResult, any, error) {

@@ -111,6 +111,10 @@ type Options struct {
 	// ConnectTimeout bounds starting a server, its initialization and its
 	// first tool listing; 0 means 60s (npx may download the package first).
 	ConnectTimeout time.Duration
+	// StartupTimeout is how long a turn that starts while a server is
+	// still on its first connection attempt waits for it
+	// (PINPLAN_MCP_STARTUP_TIMEOUT); 0 means 10s.
+	StartupTimeout time.Duration
 }
 
 // Default limits (DESIGN.md §9).
@@ -118,6 +122,7 @@ const (
 	DefaultResultBytes    = 16384
 	DefaultTimeout        = 120 * time.Second
 	DefaultConnectTimeout = 60 * time.Second
+	DefaultStartupTimeout = 10 * time.Second
 )
 
 // ErrNotReady is what Ready wraps when a server is not connected.
@@ -142,7 +147,7 @@ type Manager struct {
 	closed  bool
 }
 
-var _ agent.ToolSource = (*Manager)(nil)
+var _ agent.StartingSource = (*Manager)(nil)
 
 // New returns a Manager for opts.Servers; Start connects them.
 func New(opts Options) *Manager {
@@ -154,6 +159,9 @@ func New(opts Options) *Manager {
 	}
 	if opts.ConnectTimeout <= 0 {
 		opts.ConnectTimeout = DefaultConnectTimeout
+	}
+	if opts.StartupTimeout <= 0 {
+		opts.StartupTimeout = DefaultStartupTimeout
 	}
 	if opts.Env == nil {
 		opts.Env = os.Getenv
@@ -203,6 +211,37 @@ func (m *Manager) WaitStarted(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// WaitTools implements agent.StartingSource: after Start, it waits for
+// the servers still on their first connection attempt, up to
+// StartupTimeout or until ctx ends, and returns the names of those still
+// connecting then; the turn goes on without their tools. Once every
+// server has connected or failed once it returns at once: a server that
+// failed, or that reconnects later, is never waited for.
+func (m *Manager) WaitTools(ctx context.Context) []string {
+	m.mu.Lock()
+	started := m.started
+	m.mu.Unlock()
+	if !started {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.opts.StartupTimeout)
+	defer cancel()
+	var missing []string
+	for _, s := range m.servers {
+		select {
+		case <-s.first:
+			continue
+		default:
+		}
+		select {
+		case <-s.first:
+		case <-ctx.Done():
+			missing = append(missing, s.cfg.Name)
+		}
+	}
+	return missing
 }
 
 // Close ends every session, stops every server process and waits for the

@@ -361,13 +361,14 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 		return err
 	}
 	servers := mcp.New(mcp.Options{Servers: mcpServers(cfg), ResultBytes: cfg.ToolResultBytes, Timeout: cfg.ToolTimeout,
-		Logger: log.With("component", "mcp"), Hooks: m.mcpHooks(), Env: getenv})
+		StartupTimeout: cfg.MCPStartup, Logger: log.With("component", "mcp"), Hooks: m.mcpHooks(), Env: getenv})
 	later(func() { servers.Close() })
 	if len(cfg.MCP) > 0 {
 		// The servers connect in the background: one slow to start must
-		// not hold up the listener or the platforms, and its tools appear
-		// when it is ready. One that fails is logged, reported at /readyz
-		// and retried.
+		// not hold up the listener or the platforms. A turn that starts
+		// meanwhile waits for them up to PINPLAN_MCP_STARTUP_TIMEOUT (the
+		// registry asks the Manager). One that fails is logged, reported
+		// at /readyz and retried.
 		if err := servers.Start(); err != nil {
 			return err
 		}
@@ -517,7 +518,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	// A resumed turn may be waiting on an MCP tool (an approval card left
 	// open by a crash): give the servers their first try before it looks
 	// the tool up. The listener and the platforms are up already.
-	mcpCtx, mcpCancel := context.WithTimeout(ctx, 10*time.Second)
+	mcpCtx, mcpCancel := context.WithTimeout(ctx, cfg.MCPStartup)
 	if err := servers.WaitStarted(mcpCtx); err != nil {
 		log.Warn("resuming sessions before every MCP server has started", "err", err)
 	}
