@@ -100,7 +100,7 @@ func (b *Board) moveSession(th Thread, c statusChange) {
 func (b *Board) sessionTitle() string {
 	th, _ := b.owner.Thread(b.key)
 	line, _, _ := strings.Cut(th.Title, "\n")
-	return Shorten(strings.TrimSpace(line), maxSessionTitle)
+	return Shorten(strings.TrimSpace(StripBidi(line)), maxSessionTitle)
 }
 
 func (r *Router) queueStatus(ss SessionStatus, p Platform, key string, th Thread, c statusChange) {

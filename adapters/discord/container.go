@@ -70,6 +70,7 @@ func utf16Len(s string) int {
 // is shortened as the embed's description is until all of it fits in
 // Discord's 4,000 characters.
 func PlanContainer(p chat.Plan) []discordgo.MessageComponent {
+	p = p.Clean()
 	head := "### " + p.Title() + "\n"
 	footer := "-# " + escapeMarkdown(chat.Shorten(p.Footer(), maxV2Footer))
 	body := head + fitWithin(p, v2TextRoom-utf16Len(head)-utf16Len(footer), utf16Len)

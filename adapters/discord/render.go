@@ -125,6 +125,7 @@ func leftOut(n int) string {
 // lines, then items, are shortened with … until the description fits
 // Discord's 4,096 characters.
 func PlanEmbed(p chat.Plan) *discordgo.MessageEmbed {
+	p = p.Clean()
 	desc := fit(p)
 	color := 0x2457c5
 	done, total := p.Progress()
@@ -182,6 +183,7 @@ func stopButton() discordgo.Button {
 // CardEmbed renders an approval card: the tool and its server, the
 // arguments and who may decide, or what was decided.
 func CardEmbed(c chat.Card) *discordgo.MessageEmbed {
+	c = c.Clean()
 	args := strings.ReplaceAll(c.Arguments, "```", "`\u200b``")
 	color := 0xd9a400
 	switch {

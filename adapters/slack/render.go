@@ -62,6 +62,7 @@ func evidenceLine(p chat.Plan, it todo.Item, max int) string {
 // blocks. When the items would not all fit, the evidence lines are
 // shortened first, then dropped; only then are items left out.
 func PlanBlocks(p chat.Plan) []slack.Block {
+	p = p.Clean()
 	for ev := maxEvidenceRunes; ; ev -= evidenceStep {
 		if ev < 0 {
 			ev = 0
@@ -136,6 +137,7 @@ func withStop(blocks []slack.Block, p chat.Plan) []slack.Block {
 // CardBlocks renders an approval card: the tool and its server, the
 // arguments, who may decide, and while it is open the three buttons.
 func CardBlocks(c chat.Card) []slack.Block {
+	c = c.Clean()
 	args := strings.ReplaceAll(c.Arguments, "```", "`\u200b``")
 	text := fmt.Sprintf("*%s*\n```%s```", escape(c.Title()), escape(args))
 	blocks := []slack.Block{
@@ -166,6 +168,7 @@ func cardStatus(c chat.Card) string {
 
 // CardText is an approval card's plain text fallback.
 func CardText(c chat.Card) string {
+	c = c.Clean()
 	if c.Open() {
 		return c.Title() + ": " + chat.LabelAllow + ", " + chat.LabelAlways + " or " + chat.LabelDeny + "?"
 	}
@@ -175,6 +178,7 @@ func CardText(c chat.Card) string {
 // NativePlanBlocks renders a plan with Slack's plan and task-card blocks;
 // an item's evidence line is its task card's details.
 func NativePlanBlocks(p chat.Plan) []slack.Block {
+	p = p.Clean()
 	plan := slack.NewPlanBlock(chat.Shorten(p.Title(), maxHeaderText))
 	tasks := make([]*slack.TaskCardBlock, 0, len(p.Items))
 	for i, it := range p.Items {
@@ -200,6 +204,7 @@ func NativePlanBlocks(p chat.Plan) []slack.Block {
 // PlanText is the plain text fallback (notifications, old clients): the
 // items and their evidence lines, shortened.
 func PlanText(p chat.Plan) string {
+	p = p.Clean()
 	var b strings.Builder
 	b.WriteString(p.Title())
 	for _, it := range p.Items {

@@ -66,6 +66,8 @@ func viewPlan(p *chat.Plan) *planJSON {
 	if p == nil {
 		return nil
 	}
+	cp := p.Clean()
+	p = &cp
 	v := planJSON{Plan: *p, View: planView{Title: p.Title(), Progress: progress(p.Progress()), Footer: p.Footer(), Items: itemViews(*p)}}
 	if p.Stoppable {
 		stop := stopButton
@@ -94,6 +96,8 @@ func viewCard(c *chat.Card) *cardJSON {
 	if c == nil {
 		return nil
 	}
+	cc := c.Clean()
+	c = &cc
 	v := cardJSON{Card: *c, View: cardView{Title: c.Title(), Status: c.Status(), Class: "decided", Buttons: []buttonView{}}}
 	switch {
 	case c.Open():
@@ -118,6 +122,7 @@ type threadJSON struct {
 }
 
 func viewThread(s Summary) threadJSON {
+	s.Title = chat.StripBidi(s.Title)
 	return threadJSON{Summary: s, Plan: viewPlan(s.Plan), StatusClass: pillClass(s.Status)}
 }
 
@@ -150,7 +155,8 @@ type revisionView struct {
 }
 
 func viewRevision(r agent.PlanRevision) revisionJSON {
-	p := chat.Plan{Items: r.Items, Evidence: r.Evidence}
+	p := chat.Plan{Items: r.Items, Evidence: r.Evidence}.Clean()
+	r.Items, r.Evidence = p.Items, p.Evidence
 	return revisionJSON{PlanRevision: r, View: revisionView{Progress: progress(p.Progress()), Items: itemViews(p)}}
 }
 
