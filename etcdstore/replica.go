@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,7 +40,8 @@ type Replica struct {
 	ttl   time.Duration
 	lease clientv3.LeaseID
 	log   *slog.Logger
-	store *Store // set by New
+	store *Store          // set by New
+	runs  map[string]bool // the platforms this replica runs; nil: every one
 
 	// OnTake, when set, is called when this replica takes a session.
 	OnTake func(key string)
@@ -65,10 +69,17 @@ type ReplicaOptions struct {
 	ID     string        // PINPLAN_REPLICA_ID
 	TTL    time.Duration // PINPLAN_LEASE_TTL, whole seconds
 	Logger *slog.Logger
+	// Platforms are the platforms this replica runs ("slack", "discord",
+	// "web"): it takes only sessions of these (a session key begins with
+	// its platform), since a session's events and replies need its
+	// platform. Nil takes every session.
+	Platforms []string
 }
 
 // NewReplica grants the replica's lease, keeps it alive and registers the
-// replica under P replicas/.
+// replica under P replicas/. It refuses a prefix that is not pinplan's
+// (ErrForeign) or that an interrupted migrate left (ErrMigrating) before
+// it writes anything there.
 func NewReplica(ctx context.Context, cli *clientv3.Client, opts ReplicaOptions) (*Replica, error) {
 	if opts.TTL < time.Second {
 		opts.TTL = 10 * time.Second
@@ -79,12 +90,24 @@ func NewReplica(ctx context.Context, cli *clientv3.Client, opts ReplicaOptions) 
 	if opts.Prefix == "" {
 		opts.Prefix = "/pinplan/"
 	}
+	if !strings.HasSuffix(opts.Prefix, "/") {
+		opts.Prefix += "/"
+	}
+	if err := claim(ctx, cli, opts.Prefix, false); err != nil {
+		return nil, err
+	}
 	grant, err := cli.Grant(ctx, int64(opts.TTL/time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: grant the replica's lease: %w", err)
 	}
 	r := &Replica{cli: cli, p: opts.Prefix, id: opts.ID, ttl: opts.TTL, lease: grant.ID, log: opts.Logger,
 		owned: map[string]int64{}, deadline: time.Now().Add(opts.TTL), lost: make(chan struct{})}
+	if opts.Platforms != nil {
+		r.runs = map[string]bool{}
+		for _, p := range opts.Platforms {
+			r.runs[p] = true
+		}
+	}
 	kctx, cancel := context.WithCancel(context.Background())
 	r.ctx, r.cancel = kctx, cancel
 	if err := r.register(ctx); err != nil {
@@ -107,18 +130,25 @@ func NewReplica(ctx context.Context, cli *clientv3.Client, opts ReplicaOptions) 
 // a key left by this id's last process (killed, its lease not expired
 // yet); a live replica with the same id is an error: two replicas with
 // one PINPLAN_REPLICA_ID would ignore each other's nudges and count as one
-// when they share the platforms' pace.
+// when they share the platforms' pace. A prefix a migrate marked since
+// NewReplica checked it is refused: the replica registers only while it
+// is unmarked, so a migrate that marks it later sees the replica.
 func (r *Replica) register(ctx context.Context) error {
 	key := r.p + "replicas/" + esc(r.id)
+	marker := migratingKey(r.p)
 	deadline := time.Now().Add(r.ttl + 2*time.Second)
 	for {
-		resp, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, time.Now().UTC().Format(time.RFC3339), clientv3.WithLease(r.lease))).Commit()
+		resp, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0), clientv3.Compare(clientv3.CreateRevision(marker), "=", 0)).
+			Then(clientv3.OpPut(key, time.Now().UTC().Format(time.RFC3339), clientv3.WithLease(r.lease))).
+			Else(clientv3.OpGet(marker)).Commit()
 		if err != nil {
 			return fmt.Errorf("etcdstore: register replica %s: %w", r.id, err)
 		}
 		if resp.Succeeded {
 			return nil
+		}
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+			return migratingError(r.p, kvs[0].Value)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("etcdstore: another replica runs as %q (its lease is alive); give each replica its own PINPLAN_REPLICA_ID", r.id)
@@ -133,6 +163,25 @@ func (r *Replica) register(ctx context.Context) error {
 
 // ID returns the replica's id.
 func (r *Replica) ID() string { return r.id }
+
+// Platforms returns the platforms this replica runs, sorted; nil when it
+// takes sessions of every platform.
+func (r *Replica) Platforms() []string {
+	if r.runs == nil {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(r.runs))
+}
+
+// Runs reports whether this replica runs the session's platform, the
+// first part of its key: only then may it take the session.
+func (r *Replica) Runs(key string) bool {
+	if r.runs == nil {
+		return true
+	}
+	platform, _, _ := strings.Cut(key, "/")
+	return r.runs[platform]
+}
 
 // Lease returns the replica's lease id.
 func (r *Replica) Lease() clientv3.LeaseID { return r.lease }
@@ -284,8 +333,9 @@ func (r *Replica) Held(ctx context.Context, key string) error {
 }
 
 // Take implements agent.Owners: it reports true when this replica holds
-// the session or has just taken it because no live replica did. When
-// another one holds it, Take nudges that one (P wake/K) and reports false.
+// the session or has just taken it because no live replica did (and it
+// runs the session's platform). Otherwise Take nudges the holder, if any
+// (P wake/K), and reports false.
 func (r *Replica) Take(ctx context.Context, key string) (bool, error) {
 	r.mu.Lock()
 	_, ok := r.owned[key]
@@ -305,8 +355,14 @@ func (r *Replica) Take(ctx context.Context, key string) (bool, error) {
 	return false, err
 }
 
-// take creates the owner key if no replica holds one.
+// take creates the owner key if no replica holds one and this replica
+// runs the session's platform: a replica without it could neither send
+// the turn's plan and replies nor handle its events, and would keep the
+// session from the replicas that can.
 func (r *Replica) take(ctx context.Context, key string) (bool, error) {
+	if !r.Runs(key) {
+		return false, nil
+	}
 	ok := r.ownerKey(key)
 	resp, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(ok), "=", 0)).
 		Then(clientv3.OpPut(ok, r.id, clientv3.WithLease(r.lease))).Commit()
@@ -331,8 +387,9 @@ func (r *Replica) take(ctx context.Context, key string) (bool, error) {
 	return true, nil
 }
 
-// TryTake takes the session if no live replica holds it, without
-// nudging anyone; it reports whether this replica holds it now.
+// TryTake takes the session if no live replica holds it and this
+// replica runs its platform, without nudging anyone; it reports whether
+// this replica holds it now.
 func (r *Replica) TryTake(ctx context.Context, key string) (bool, error) {
 	if r.Holds(key) {
 		return true, nil

@@ -11,7 +11,8 @@
 // Layout under the prefix P (each session key K path-escaped, numbers as
 // 16 hex digits so that keys sort in order):
 //
-//	P meta/schema               "1"
+//	P meta/schema               "1": a prefix is pinplan's if empty or holding it
+//	P meta/migrating            while migrate copies (prefix.go)
 //	P rec/K                     agent.Checkpoint as JSON
 //	P board/K, cards/K, listing/K  chat's opaque records
 //	P hist/K/N                  agent.Entry as JSON; only N < HistoryLen counts
@@ -74,6 +75,9 @@ type Options struct {
 	// Replica fences the writes a session's owner makes; nil writes
 	// unfenced (migrate, and tests of the bare store).
 	Replica *Replica
+	// Migrate opens the store for migrate, which accepts a prefix an
+	// interrupted migrate marked (BeginMigrate starts over on it).
+	Migrate bool
 	Now     func() time.Time
 }
 
@@ -99,7 +103,9 @@ type Store struct {
 var _ agent.Store = (*Store)(nil)
 
 // New returns the store on cli under opts.Prefix, writing the schema
-// version to an empty prefix and refusing one written by a newer version.
+// version to an empty prefix and refusing a prefix that is not pinplan's
+// (ErrForeign), one written by a newer version, and, unless opts.Migrate,
+// one an interrupted migrate left (ErrMigrating).
 func New(ctx context.Context, cli *clientv3.Client, opts Options) (*Store, error) {
 	if opts.Prefix == "" {
 		opts.Prefix = "/pinplan/"
@@ -114,19 +120,8 @@ func New(ctx context.Context, cli *clientv3.Client, opts Options) (*Store, error
 	if s.rep != nil {
 		s.rep.store = s
 	}
-	schema := s.p + "meta/schema"
-	resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(schema), "=", 0)).
-		Then(clientv3.OpPut(schema, strconv.Itoa(SchemaVersion))).Else(clientv3.OpGet(schema)).Commit()
-	if err != nil {
-		return nil, fmt.Errorf("etcdstore: open %s: %w", s.p, err)
-	}
-	if !resp.Succeeded {
-		kvs := resp.Responses[0].GetResponseRange().Kvs
-		if len(kvs) == 1 {
-			if v, _ := strconv.Atoi(string(kvs[0].Value)); v > SchemaVersion {
-				return nil, fmt.Errorf("etcdstore: %s has schema %d, newer than this pinplan's %d; run the newer version", s.p, v, SchemaVersion)
-			}
-		}
+	if err := claim(ctx, cli, s.p, opts.Migrate); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
