@@ -22,6 +22,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"maps"
+	"net"
 	"net/http"
 	"sort"
 	"strings"
@@ -98,8 +99,16 @@ type Console struct {
 	issued  map[string][]string             // stored message IDs handed out, by thread key (see stored)
 	touched map[string]time.Time            // when each thread's live view last changed, for Expire
 	clients map[chan []byte]struct{}
+	streams map[string]int // open event streams, by client address
 	closed  bool
 }
+
+// maxStreamsPerClient caps the event streams one client address holds
+// open (DESIGN §16): each costs a goroutine and a buffer for as long as
+// it lasts, so without a cap one client could open thousands. A browser
+// opens one per tab. Behind a reverse proxy every client shares the
+// proxy's address, as for the wrong-guess limit (httphost).
+const maxStreamsPerClient = 16
 
 var (
 	_ chat.Platform    = (*Console)(nil)
@@ -116,7 +125,7 @@ func New(opts Options) *Console {
 		opts.Now = time.Now
 	}
 	return &Console{opts: opts, plans: map[string]chat.Plan{}, notices: map[string][]Message{}, cards: map[string]map[string]chat.Card{},
-		status: map[string]string{}, issued: map[string][]string{}, touched: map[string]time.Time{}, clients: map[chan []byte]struct{}{}}
+		status: map[string]string{}, issued: map[string][]string{}, touched: map[string]time.Time{}, clients: map[chan []byte]struct{}{}, streams: map[string]int{}}
 }
 
 // Bind sets where messages go; call it before serving.
@@ -688,6 +697,17 @@ func (c *Console) getPlans(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// clientAddr is the request's remote address without its port: the unit
+// event streams are capped by, as httphost counts wrong guesses by it.
+// X-Forwarded-For is not trusted.
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
 func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
@@ -701,6 +721,14 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "shutting down", http.StatusServiceUnavailable)
 		return
 	}
+	addr := clientAddr(r)
+	if c.streams[addr] >= maxStreamsPerClient {
+		c.mu.Unlock()
+		w.Header().Set("Retry-After", "5")
+		writeErr(w, http.StatusTooManyRequests, fmt.Sprintf("too many open event streams from this address (at most %d); close a tab", maxStreamsPerClient))
+		return
+	}
+	c.streams[addr]++
 	c.clients[ch] = struct{}{}
 	c.mu.Unlock()
 	defer func() {
@@ -708,6 +736,9 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 		if _, ok := c.clients[ch]; ok {
 			delete(c.clients, ch)
 			close(ch)
+		}
+		if c.streams[addr]--; c.streams[addr] <= 0 {
+			delete(c.streams, addr)
 		}
 		c.mu.Unlock()
 	}()
