@@ -78,6 +78,20 @@ func replicaID(cfg *config.Config) string {
 	return fmt.Sprintf("%s-%d", host, os.Getpid())
 }
 
+// replicaPlatforms are the platforms this process runs: the console
+// always, Slack and Discord when their tokens are set. A replica takes
+// only sessions of these (DESIGN §14).
+func replicaPlatforms(cfg *config.Config) []string {
+	platforms := []string{"web"}
+	if cfg.SlackBotToken != "" {
+		platforms = append(platforms, "slack")
+	}
+	if cfg.DiscordBotToken != "" {
+		platforms = append(platforms, "discord")
+	}
+	return platforms
+}
+
 // replicas is the glue between the router, the runner and the replica's
 // ownership of sessions (DESIGN §14). Every event an adapter decodes, on
 // whichever replica, goes to the session's queue in etcd (P fwd/K/, in
@@ -250,6 +264,12 @@ func (x *replicas) drain(key string) {
 				x.log.Error("unreadable handed-over event; dropped", "session", key, "err", err)
 			case ev.Message != nil:
 				err = x.router.Handle(etcdstore.WithConsumed(ctx, h.Key), *ev.Message)
+				if err != nil && !errors.Is(err, chat.ErrRejected) {
+					// Neither queued nor answered (no such platform here):
+					// it stays first in the queue for a holder that can.
+					x.log.Error("could not handle a handed-over message; it stays queued", "session", key, "err", err)
+					return
+				}
 			case ev.Rename != nil:
 				x.router.Rename(key, *ev.Rename)
 			case ev.Delete != nil:
@@ -292,7 +312,7 @@ func (x *replicas) orphaned(key string) {
 	x.takers <- struct{}{}
 	x.wg.Go(func() {
 		defer func() { <-x.takers }()
-		if !x.hasWork(key) {
+		if !x.rep.Runs(key) || !x.hasWork(key) {
 			return
 		}
 		if _, err := x.rep.TryTake(x.ctx, key); err != nil {
@@ -446,11 +466,16 @@ func sessionsOf(bolt *store.DB, es *etcdstore.Store) func(context.Context) ([]se
 	}
 }
 
-// replicaStatus is the replica's lines for /readyz: its id, lease and
-// how many sessions it holds (etcd's health is the store's check).
+// replicaStatus is the replica's lines for /readyz: the platforms it
+// runs (it takes only their sessions), its id, lease and how many
+// sessions it holds (etcd's health is the store's check).
 func replicaStatus(rep *etcdstore.Replica) string {
 	if rep == nil {
 		return ""
+	}
+	platforms := "every platform"
+	if p := rep.Platforms(); p != nil {
+		platforms = strings.Join(p, ", ")
 	}
 	state := "held"
 	select {
@@ -458,7 +483,8 @@ func replicaStatus(rep *etcdstore.Replica) string {
 		state = "lost"
 	default:
 	}
-	return fmt.Sprintf("replica %s: lease %x %s (ttl %s), %d sessions held, %d replicas live\n", rep.ID(), int64(rep.Lease()), state, rep.TTL(), rep.Owned(), rep.Replicas())
+	return fmt.Sprintf("replica %s: platforms %s\nreplica %s: lease %x %s (ttl %s), %d sessions held, %d replicas live\n",
+		rep.ID(), platforms, rep.ID(), int64(rep.Lease()), state, rep.TTL(), rep.Owned(), rep.Replicas())
 }
 
 // sharer is a platform whose pacing budget replicas share.

@@ -316,7 +316,8 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 		}
 		later(func() { cli.Close() })
 		etcd = cli
-		rep, err = etcdstore.NewReplica(ctx, cli, etcdstore.ReplicaOptions{Prefix: cfg.EtcdPrefix, ID: replicaID(cfg), TTL: cfg.LeaseTTL, Logger: log.With("component", "replica")})
+		rep, err = etcdstore.NewReplica(ctx, cli, etcdstore.ReplicaOptions{Prefix: cfg.EtcdPrefix, ID: replicaID(cfg), TTL: cfg.LeaseTTL, Logger: log.With("component", "replica"),
+			Platforms: replicaPlatforms(cfg)})
 		if err != nil {
 			return err
 		}
