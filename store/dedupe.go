@@ -30,11 +30,20 @@ func (db *DB) FirstSeen(_ context.Context, key string, ttl time.Duration) (bool,
 	return first, nil
 }
 
-// PruneDedupe deletes expired dedupe keys and returns how many.
+// PruneDedupe deletes expired dedupe keys, and the follow-ups that waited
+// for a session in vain (HoldFollowUp), and returns how many.
 func (db *DB) PruneDedupe(_ context.Context) (int, error) {
 	now := uint64(db.now().UnixNano())
 	n := 0
 	err := db.update(func(tx *bolt.Tx) error {
+		n = 0
+		if b := tx.Bucket(bFollowUps); b != nil {
+			pruned, err := pruneFollowUps(b, nil, db.now())
+			if err != nil {
+				return err
+			}
+			n += pruned
+		}
 		c := tx.Bucket(bDedupe).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
 			if len(v) != 8 || binary.BigEndian.Uint64(v) <= now {

@@ -39,6 +39,8 @@ type Store interface {
 	FirstSeen(ctx context.Context, key string, ttl time.Duration) (bool, error)
 	Marks(ctx context.Context, name string) ([]byte, error)
 	SaveMarks(ctx context.Context, name string, data []byte) error
+	HoldFollowUp(ctx context.Context, key, order string, data []byte, ttl time.Duration) (bool, error)
+	TakeFollowUps(ctx context.Context, key string) ([][]byte, error)
 }
 
 // Open returns an empty store for one test. Writes for a session key are
@@ -69,6 +71,8 @@ func Run(t *testing.T, open Open, own func(t *testing.T, s Store, key string)) {
 		{"FirstSeen", testFirstSeen},
 		{"EnqueueOnce", testEnqueueOnce},
 		{"Marks", testMarks},
+		{"FollowUpsWaitForTheirSession", testFollowUps},
+		{"FollowUpsExpire", testFollowUpsExpire},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -529,4 +533,64 @@ func BenchRounds(b *testing.B, s Store, sessions int, own func(key string)) {
 	wg.Wait()
 	b.StopTimer()
 	b.ReportMetric(float64(per*sessions)/time.Since(start).Seconds(), "rounds/s")
+}
+
+// testFollowUps: follow-ups of a thread without a session are held and
+// taken once, in their order (not the order they came in); one order is
+// held once; a session with a plan board holds none (DESIGN §14).
+func testFollowUps(t *testing.T, s Store, own func(string)) {
+	ctx := context.Background()
+	const key, other = "slack/T1/C1/1.000100", "slack/T1/C1/2.000100"
+	for _, f := range []struct{ order, data string }{
+		{"3", "third"}, {"1", "first"}, {"2", "second, sent twice"}, {"2", "second"},
+	} {
+		held, err := s.HoldFollowUp(ctx, key, f.order, []byte(f.data), time.Hour)
+		if err != nil || !held {
+			t.Fatalf("HoldFollowUp(%s) = %v, %v; want held", f.order, held, err)
+		}
+	}
+	if held, err := s.HoldFollowUp(ctx, other, "1", []byte("elsewhere"), time.Hour); err != nil || !held {
+		t.Fatalf("HoldFollowUp in another thread = %v, %v; want held", held, err)
+	}
+	got, err := s.TakeFollowUps(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := string(bytes.Join(got, []byte("|"))); g != "first|second|third" {
+		t.Errorf("taken %q, want first|second|third", g)
+	}
+	if again, err := s.TakeFollowUps(ctx, key); err != nil || len(again) != 0 {
+		t.Errorf("taken again = %q, %v; want nothing", again, err)
+	}
+	own(other)
+	if err := s.SaveBoard(ctx, other, []byte("board")); err != nil {
+		t.Fatal(err)
+	}
+	if held, err := s.HoldFollowUp(ctx, other, "2", []byte("for the session"), time.Hour); err != nil || held {
+		t.Errorf("HoldFollowUp for a session with a board = %v, %v; want not held", held, err)
+	}
+	if got, err := s.TakeFollowUps(ctx, other); err != nil || string(bytes.Join(got, []byte("|"))) != "elsewhere" {
+		t.Errorf("the other thread's follow-ups = %q, %v; want the one held before its board", got, err)
+	}
+}
+
+// testFollowUpsExpire: a follow-up no session took within its ttl is not
+// taken.
+func testFollowUpsExpire(t *testing.T, s Store, _ func(string)) {
+	ctx := context.Background()
+	const key = "slack/T1/C1/3.000100"
+	if held, err := s.HoldFollowUp(ctx, key, "1", []byte("expired"), time.Millisecond); err != nil || !held {
+		t.Fatalf("HoldFollowUp = %v, %v", held, err)
+	}
+	if held, err := s.HoldFollowUp(ctx, key, "2", []byte("in time"), time.Hour); err != nil || !held {
+		t.Fatalf("HoldFollowUp = %v, %v", held, err)
+	}
+	time.Sleep(20 * time.Millisecond) // past the first one's millisecond
+	got, err := s.TakeFollowUps(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := string(bytes.Join(got, []byte("|"))); g != "in time" {
+		t.Errorf("taken %q, want only the one in time", g)
+	}
 }
