@@ -284,7 +284,8 @@ func (p Plan) Footer() string {
 		state += fmt.Sprintf(" · %d tool call%s", p.Calls, plural(p.Calls))
 	}
 	if p.Approvals > 0 {
-		state += fmt.Sprintf(" · %d approval%s", p.Approvals, plural(p.Approvals))
+		// Decided, not approved: a Deny counts too.
+		state += fmt.Sprintf(" · %d approval%s decided", p.Approvals, plural(p.Approvals))
 	}
 	return fmt.Sprintf("Updated %s · revision %d · %s", p.Updated.UTC().Format("2006-01-02 15:04:05 UTC"), p.Revision, state)
 }
@@ -305,6 +306,24 @@ func Mark(s todo.Status) string {
 		return "🔄"
 	}
 	return "⬜"
+}
+
+// MarkHalted is the mark of an item left in progress when its run ended
+// (Plan.ItemMark): nothing works on it any more.
+const MarkHalted = "⏸️"
+
+// ItemMark is the mark of p's item it: its status's (Mark), except that
+// an item in progress shows MarkHalted once the run has ended (done,
+// stopped, failed, the round limit), so an ended plan shows nothing as
+// working. The item is not ticked: its status stays the model's.
+func (p Plan) ItemMark(it todo.Item) string {
+	if it.Status == todo.InProgress {
+		switch p.State {
+		case StateDone, StateStopped, StateFailed, StateLimited:
+			return MarkHalted
+		}
+	}
+	return Mark(it.Status)
 }
 
 // Shorten cuts s to at most max runes, ending with "…" when cut.

@@ -26,15 +26,16 @@ var mdEscaper = strings.NewReplacer(`\`, `\\`, "*", `\*`, "_", `\_`, "~", `\~`, 
 // escapeMarkdown makes text show as typed: no formatting, no mentions.
 func escapeMarkdown(s string) string { return mdEscaper.Replace(s) }
 
-func line(it todo.Item, max int) string {
+// line is p's item it, cut to max runes, with its mark.
+func line(p chat.Plan, it todo.Item, max int) string {
 	text := escapeMarkdown(chat.Shorten(strings.Join(strings.Fields(it.Content), " "), max))
 	switch it.Status {
 	case todo.Completed:
-		return chat.Mark(it.Status) + " ~~" + text + "~~"
+		return p.ItemMark(it) + " ~~" + text + "~~"
 	case todo.InProgress:
-		return chat.Mark(it.Status) + " **" + text + "**"
+		return p.ItemMark(it) + " **" + text + "**"
 	}
-	return chat.Mark(it.Status) + " " + text
+	return p.ItemMark(it) + " " + text
 }
 
 // Lengths an item and its evidence line are cut to, in runes before
@@ -50,16 +51,16 @@ const (
 	descriptionRoom  = maxDescription - 96
 )
 
-// describe is the description: each item on its line, cut to max runes,
-// and under it its evidence line (evidence[i], "" for none), cut to ev
-// runes (none for 0).
-func describe(items []todo.Item, evidence []string, max, ev int) string {
+// describe is the description: each of p's items (the first of them, or
+// all) on its line, cut to max runes, and under it its evidence line
+// (evidence[i], "" for none), cut to ev runes (none for 0).
+func describe(p chat.Plan, items []todo.Item, evidence []string, max, ev int) string {
 	if len(items) == 0 {
 		return "_No items._"
 	}
 	lines := make([]string, 0, 2*len(items))
 	for i, it := range items {
-		lines = append(lines, line(it, max))
+		lines = append(lines, line(p, it, max))
 		if evidence[i] != "" && ev > 0 {
 			lines = append(lines, escapeMarkdown(chat.Shorten(evidence[i], ev)))
 		}
@@ -86,23 +87,23 @@ func fitWithin(p chat.Plan, room int, count func(string) int) string {
 	fits := func(d string) bool { return count(d) <= room }
 	if ev > 0 {
 		for e := maxEvidenceRunes; e >= minEvidenceRunes; e -= fitStep {
-			if d := describe(p.Items, evidence, maxItemRunes, e); fits(d) {
+			if d := describe(p, p.Items, evidence, maxItemRunes, e); fits(d) {
 				return d
 			}
 		}
 	}
 	for max := maxItemRunes; max >= minItemRunes; max -= fitStep {
-		if d := describe(p.Items, evidence, max, ev); fits(d) {
+		if d := describe(p, p.Items, evidence, max, ev); fits(d) {
 			return d
 		}
 	}
-	if d := describe(p.Items, evidence, minItemRunes, 0); fits(d) {
+	if d := describe(p, p.Items, evidence, minItemRunes, 0); fits(d) {
 		return d
 	}
 	for n := len(p.Items) - 1; n >= 0; n-- {
 		d := leftOut(len(p.Items) - n)
 		if n > 0 {
-			d = describe(p.Items[:n], evidence[:n], minItemRunes, 0) + "\n" + d
+			d = describe(p, p.Items[:n], evidence[:n], minItemRunes, 0) + "\n" + d
 		}
 		if fits(d) {
 			return d

@@ -35,15 +35,16 @@ func escape(s string) string {
 	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
 }
 
-func itemLine(it todo.Item) string {
+// itemLine is p's item it with its mark, escaped for mrkdwn.
+func itemLine(p chat.Plan, it todo.Item) string {
 	text := escape(chat.Shorten(strings.Join(strings.Fields(it.Content), " "), maxItemRunes))
 	switch it.Status {
 	case todo.Completed:
-		return chat.Mark(it.Status) + " ~" + text + "~"
+		return p.ItemMark(it) + " ~" + text + "~"
 	case todo.InProgress:
-		return chat.Mark(it.Status) + " *" + text + "*"
+		return p.ItemMark(it) + " *" + text + "*"
 	}
-	return chat.Mark(it.Status) + " " + text
+	return p.ItemMark(it) + " " + text
 }
 
 // evidenceLine is the evidence line under it, cut to max runes and
@@ -90,7 +91,7 @@ func planBlocks(p chat.Plan, ev int) ([]slack.Block, bool) {
 	}
 	all := true
 	for i, it := range p.Items {
-		line := itemLine(it)
+		line := itemLine(p, it)
 		if utf8.RuneCountInString(line) > maxSectionText {
 			line = chat.Shorten(line, maxSectionText)
 		}
@@ -208,7 +209,7 @@ func PlanText(p chat.Plan) string {
 	var b strings.Builder
 	b.WriteString(p.Title())
 	for _, it := range p.Items {
-		b.WriteString("\n" + chat.Mark(it.Status) + " " + escape(chat.Shorten(strings.Join(strings.Fields(it.Content), " "), maxFallbackItem)))
+		b.WriteString("\n" + p.ItemMark(it) + " " + escape(chat.Shorten(strings.Join(strings.Fields(it.Content), " "), maxFallbackItem)))
 		if line := evidenceLine(p, it, maxFallbackItem); line != "" {
 			b.WriteString("\n" + line)
 		}

@@ -30,12 +30,31 @@ type planView struct {
 	Footer   string      `json:"footer"`         // chat.Plan.Footer
 	Stop     *buttonView `json:"stop,omitempty"` // while a turn runs
 	Items    []itemView  `json:"items"`          // one per item, in order
+	// Accent is the run state the plan's border shows, as Discord's
+	// container colour: working, waiting, done, stopped or failed.
+	Accent string `json:"accent"`
+}
+
+// accent is the plan's run state as its border shows it (see planView).
+func accent(s chat.PlanState) string {
+	switch s {
+	case chat.StateWaiting:
+		return "waiting"
+	case chat.StateDone:
+		return "done"
+	case chat.StateStopped, chat.StateLimited:
+		return "stopped"
+	case chat.StateFailed:
+		return "failed"
+	}
+	return "working" // working, resumed after restart
 }
 
 // itemView is what the page shows of an item beside its own fields. The
 // calls behind its evidence line are the plan's own evidence (by the
 // item's text), sent once.
 type itemView struct {
+	Mark     string `json:"mark"`               // chat.Plan.ItemMark: an item left in progress by an ended run is not shown working
 	Evidence string `json:"evidence,omitempty"` // chat.Plan.EvidenceLine: "↳ fs__read_text_file ×2"
 }
 
@@ -43,7 +62,7 @@ type itemView struct {
 func itemViews(p chat.Plan) []itemView {
 	out := make([]itemView, len(p.Items))
 	for i, it := range p.Items {
-		out[i].Evidence = p.EvidenceLine(it)
+		out[i].Mark, out[i].Evidence = p.ItemMark(it), p.EvidenceLine(it)
 	}
 	return out
 }
@@ -68,7 +87,7 @@ func viewPlan(p *chat.Plan) *planJSON {
 	}
 	cp := p.Clean()
 	p = &cp
-	v := planJSON{Plan: *p, View: planView{Title: p.Title(), Progress: progress(p.Progress()), Footer: p.Footer(), Items: itemViews(*p)}}
+	v := planJSON{Plan: *p, View: planView{Title: p.Title(), Progress: progress(p.Progress()), Footer: p.Footer(), Items: itemViews(*p), Accent: accent(p.State)}}
 	if p.Stoppable {
 		stop := stopButton
 		v.View.Stop = &stop
