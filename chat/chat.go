@@ -68,6 +68,10 @@ type Incoming struct {
 	// Sync: the caller shows a refusal itself (the console answers the
 	// request with it), so the router does not also reply in the thread.
 	Sync bool
+	// FollowUp: a message without a mention, for the thread's session
+	// only. When the thread has no session yet it waits for one (Router.Hold,
+	// DESIGN §14) instead of starting one.
+	FollowUp bool `json:",omitempty"`
 }
 
 // Inbox is where adapters hand decoded, deduplicated messages: Router.

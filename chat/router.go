@@ -95,6 +95,13 @@ type Options struct {
 	// deduplicated by the store as it is queued (agent.Inbound.Event).
 	// nil: commands are not deduplicated.
 	Dedupe Deduper
+	// FollowUps keeps the follow-ups that wait for their thread's session
+	// (Hold); nil uses Store when it is a FollowUpStore (store.DB is),
+	// else keeps them in memory only.
+	FollowUps FollowUpStore
+	// FollowUpWait is how long a follow-up waits for its thread's
+	// session before it expires (default FollowUpWait, a minute).
+	FollowUpWait time.Duration
 }
 
 // Router maps threads to sessions, feeds their messages to the agent runner
@@ -102,13 +109,14 @@ type Options struct {
 // renders the runner's events on each thread's plan board and approval
 // cards.
 type Router struct {
-	opts     Options
-	runner   Runner
-	cards    CardStore
-	listings ListingStore
-	ctx      context.Context
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup // board loops
+	opts      Options
+	runner    Runner
+	cards     CardStore
+	listings  ListingStore
+	followUps FollowUpStore
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup // board loops
 
 	outbox *outbox // its queue is waited for beside wg
 	// statuses sends the sessions' status moves (status.go), by session
@@ -135,6 +143,9 @@ func NewRouter(opts Options) *Router {
 	if opts.EditLaterDelay <= 0 {
 		opts.EditLaterDelay = time.Minute
 	}
+	if opts.FollowUpWait <= 0 {
+		opts.FollowUpWait = FollowUpWait
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Router{opts: opts, runner: opts.Runner, cards: opts.Cards, listings: opts.Listings, ctx: ctx, cancel: cancel, sessions: map[string]*session{}}
 	if r.cards == nil {
@@ -148,6 +159,13 @@ func NewRouter(opts Options) *Router {
 	}
 	if r.listings == nil {
 		r.listings = &memRecords{}
+	}
+	r.followUps = opts.FollowUps
+	if r.followUps == nil {
+		r.followUps, _ = opts.Store.(FollowUpStore)
+	}
+	if r.followUps == nil {
+		r.followUps = &memFollowUps{boards: opts.Store, now: opts.Now}
 	}
 	r.outbox = newOutbox(r, opts.Outbox)
 	return r
@@ -370,13 +388,22 @@ func (e *Rejection) Error() string        { return "chat: " + e.Reason }
 func (e *Rejection) Is(target error) bool { return target == ErrRejected }
 
 // Handle takes one user message. Empty and oversized messages are answered
-// in the thread and not passed on; "stop" stops the running turn.
+// in the thread and not passed on; "stop" stops the running turn. A
+// follow-up of a thread without a session waits for one (Hold); the
+// first message of a session is followed by the follow-ups that waited.
 func (r *Router) Handle(ctx context.Context, in Incoming) error {
 	th := in.Thread
 	log := r.opts.Logger.With("session", th.Key)
 	p := r.opts.Platforms[th.Platform]
 	if p == nil {
 		return fmt.Errorf("chat: no platform %q", th.Platform)
+	}
+	if in.FollowUp && !r.Known(th.Key) {
+		// Nothing is said in a thread pinplan may never be part of, so a
+		// hold that fails is only logged (by the caller).
+		if held, err := r.Hold(ctx, in); err != nil || held {
+			return err
+		}
 	}
 	text := strings.TrimSpace(in.Text)
 	answer := func(msg string, refused bool) error {
@@ -464,6 +491,9 @@ func (r *Router) Handle(ctx context.Context, in Incoming) error {
 	if err != nil {
 		log.Error("queue message", "err", err)
 		return refuse("I couldn't accept your message right now (the bot is shutting down or its database is unavailable). Please send it again in a moment.")
+	}
+	if isNew {
+		r.takeFollowUps(ctx, in)
 	}
 	return nil
 }

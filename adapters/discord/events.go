@@ -75,22 +75,33 @@ func (a *Adapter) process(ctx context.Context, m *discordgo.Message) {
 	bot := a.bot()
 	mentioned, text := a.mention(m, bot)
 	channel := m.ChannelID
-	startThread := false
+	startThread, followUp, marked := false, false, true
 	switch {
 	case m.GuildID == "": // a DM channel is the session
 	case mentioned:
 		startThread = a.opts.ThreadPerTask && !isThread(a.channelType(ctx, channel))
 	default:
-		// Without a mention only threads with a session hear the bot.
-		if !a.opts.Handler.Known(Key(channel)) || !isThread(a.channelType(ctx, channel)) {
+		// Without a mention only threads hear the bot: a thread with a
+		// session, or one whose mention has not made its session yet
+		// (handed to another replica, or queued there still): the
+		// follow-up waits for it (DESIGN §14). Types come from the
+		// gateway (guildChannels), so chatter costs no lookup.
+		if !isThread(a.channelType(ctx, channel)) {
 			return
 		}
+		followUp = true
+		// A thread without a session gets no read marks: what it said
+		// while the gateway was down was not for pinplan.
+		marked = a.opts.Handler.Known(Key(channel))
 	}
-	// The mark moves past the message once it is handed on; a channel
-	// new to the marks gets one just before it first, saved before the
-	// message goes on, so that a crash in between leaves it to fetch.
-	a.markBefore(ctx, m.ChannelID, m.GuildID, m.ID)
-	defer a.markSeen(ctx, m.ChannelID, m.GuildID, m.ID)
+	if marked {
+		// The mark moves past the message once it is handed on; a
+		// channel new to the marks gets one just before it first, saved
+		// before the message goes on, so that a crash in between leaves
+		// it to fetch.
+		a.markBefore(ctx, m.ChannelID, m.GuildID, m.ID)
+		defer a.markSeen(ctx, m.ChannelID, m.GuildID, m.ID)
+	}
 	// Taken in once where it is queued (chat.Incoming.Event), so that a
 	// crash before that cannot lose it.
 	event := "discord/msg/" + m.ID
@@ -123,7 +134,7 @@ func (a *Adapter) process(ctx context.Context, m *discordgo.Message) {
 	if channel != m.ChannelID {
 		trigger = "" // the message is in the parent channel, not the thread
 	}
-	err := a.opts.Handler.Handle(ctx, chat.Incoming{Thread: th, Text: text, Author: cmp.Or(m.Author.GlobalName, m.Author.Username), AuthorID: m.Author.ID, MessageID: trigger, Event: event})
+	err := a.opts.Handler.Handle(ctx, chat.Incoming{Thread: th, Text: text, Author: cmp.Or(m.Author.GlobalName, m.Author.Username), AuthorID: m.Author.ID, MessageID: trigger, Event: event, FollowUp: followUp})
 	if err != nil && !errors.Is(err, chat.ErrRejected) {
 		a.log.Error("discord message not handled", "session", th.Key, "err", err)
 	}
@@ -135,6 +146,7 @@ func (a *Adapter) onGuild(_ *discordgo.Session, g *discordgo.GuildCreate) {
 	if g.Guild == nil {
 		return
 	}
+	a.guildChannels(g.Channels, g.Threads)
 	bot := a.bot()
 	managed := map[string]bool{}
 	for _, r := range g.Roles {
@@ -174,6 +186,21 @@ func (a *Adapter) onGuild(_ *discordgo.Session, g *discordgo.GuildCreate) {
 		}
 		set(mem)
 	})
+}
+
+// guildChannels notes the types of the channels and active threads the
+// gateway told of (GUILD_CREATE), so that deciding whether a message is
+// in a thread costs no lookup (a thread started since costs one, once).
+func (a *Adapter) guildChannels(lists ...[]*discordgo.Channel) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, list := range lists {
+		for _, ch := range list {
+			if ch != nil && ch.ID != "" {
+				a.chanTypes[ch.ID] = ch.Type
+			}
+		}
+	}
 }
 
 func firstLine(s, fallback string) string {

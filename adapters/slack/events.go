@@ -140,9 +140,11 @@ type message struct {
 	team, channel, thread, ts, author string
 	// authorTeam is the author's own team: in a channel shared with
 	// another workspace (Slack Connect) the event's user_team, else team.
-	authorTeam   string
-	text         string
-	needsSession bool // only for a thread that has a session
+	authorTeam string
+	text       string
+	// followUp: a reply without a mention, for the thread's session only
+	// (chat.Incoming.FollowUp).
+	followUp bool
 }
 
 // ackWithin is how long an event may wait for its acknowledgement:
@@ -177,8 +179,10 @@ func (a *Adapter) route(ctx context.Context, api slackevents.EventsAPIEvent, ack
 
 // relevant filters an event without I/O: messages from bots, edits and
 // deletions, and channel messages outside any thread are dropped here, at
-// no cost; replies in threads without a session are dropped by dispatch
-// before any write.
+// no cost. A reply without a mention goes on as a follow-up: it reaches
+// the thread's session, or waits a minute for one (DESIGN §14), since
+// its mention may not have made the session yet, here or on another
+// replica.
 func (a *Adapter) relevant(api slackevents.EventsAPIEvent) (message, bool) {
 	cb, ok := api.Data.(*slackevents.EventsAPICallbackEvent)
 	if !ok || cb.EventID == "" {
@@ -211,13 +215,11 @@ func (a *Adapter) relevant(api slackevents.EventsAPIEvent) (message, bool) {
 		m.authorTeam = cmp.Or(ev.UserTeam, team)
 		if !ev.IsIM() {
 			// In channels a mention arrives as app_mention; a reply
-			// without one reaches only a thread that has a session,
-			// which dispatch checks in the thread's turn (the mention
-			// queued before it may be what creates the session).
+			// without one reaches only the thread's session.
 			if ev.ThreadTimeStamp == "" || strings.Contains(ev.Text, "<@"+bot+">") || strings.Contains(ev.Text, "<@"+bot+"|") {
 				return m, false
 			}
-			m.needsSession = true
+			m.followUp = true
 		}
 	default:
 		a.log.Debug("slack inner event ignored", "type", api.InnerEvent.Type)
@@ -229,12 +231,11 @@ func (a *Adapter) relevant(api slackevents.EventsAPIEvent) (message, bool) {
 	return m, true
 }
 
-// dispatch dedupes a relevant event (on its event_id, and on the message,
-// which can arrive as both app_mention and message) and hands it on.
+// dispatch hands a relevant event on, with its dedupe key (the message's,
+// which can arrive as both app_mention and message). A follow-up is not
+// dropped for want of a session known here: the handler keeps it for the
+// session its mention makes, wherever that mention is handled.
 func (a *Adapter) dispatch(ctx context.Context, m message) {
-	if m.needsSession && !a.opts.Handler.Known(Key(m.team, m.channel, m.thread)) {
-		return
-	}
 	// Not recorded here: the message is taken in once where it is
 	// queued (chat.Incoming.Event), so a crash between the two cannot
 	// lose it. A retry of the event and the app_mention and message
@@ -243,7 +244,7 @@ func (a *Adapter) dispatch(ctx context.Context, m message) {
 	th := chat.Thread{Platform: "slack", Key: Key(m.team, m.channel, m.thread), Channel: m.channel, ThreadID: m.thread}
 	a.noteAuthor(th.Key, m.ts, person{user: m.author, team: m.authorTeam})
 	author := cmp.Or(a.displayName(ctx, m.author), "<@"+m.author+">")
-	err := a.opts.Handler.Handle(ctx, chat.Incoming{Thread: th, Text: a.mentions(ctx, m.text), Author: author, AuthorID: m.author, MessageID: m.ts, Event: event})
+	err := a.opts.Handler.Handle(ctx, chat.Incoming{Thread: th, Text: a.mentions(ctx, m.text), Author: author, AuthorID: m.author, MessageID: m.ts, Event: event, FollowUp: m.followUp})
 	if err != nil && !errors.Is(err, chat.ErrRejected) {
 		a.log.Error("slack message not handled", "session", th.Key, "err", err)
 	}

@@ -127,6 +127,9 @@ type handed struct {
 // and the session is taken if no replica holds it.
 func (x *replicas) Handle(ctx context.Context, in chat.Incoming) error {
 	in.Sync = false // the holder answers in the thread, wherever that is
+	if held, err := x.held(ctx, in); err != nil || held {
+		return err // a thread that may not be pinplan's hears nothing
+	}
 	if err := x.hand(ctx, in.Thread.Key, handed{Message: &in}); err != nil {
 		return &chat.Rejection{Reason: "I couldn't accept your message right now (the bot's database is unavailable). Please send it again in a moment.", Refused: true}
 	}

@@ -4,7 +4,10 @@
 package inboxtest
 
 import (
+	"cmp"
 	"context"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,12 +22,15 @@ var (
 
 // Inbox is a chat.Inbox that records messages; a session is known once it
 // was handed a message. A message whose Event it was handed before is
-// dropped, as the router and the store drop it. Clicks are answered
-// privately. The zero value is ready.
+// dropped, as the router and the store drop it. A follow-up of a session
+// not known is held, as the router holds it, and recorded after the
+// message that makes the session if it was sent after it (by MessageID).
+// Clicks are answered privately. The zero value is ready.
 type Inbox struct {
-	mu     sync.Mutex // guards got, known and events
+	mu     sync.Mutex // guards got, known, held and events
 	got    []chat.Incoming
 	known  map[string]bool
+	held   map[string][]chat.Incoming
 	events map[string]bool
 	// Events, when set, is where the events are recorded instead, so
 	// that two inboxes (two processes) share what one took in.
@@ -49,12 +55,49 @@ func (r *Inbox) Handle(ctx context.Context, in chat.Incoming) error {
 		}
 		r.events[in.Event] = true
 	}
+	key := in.Thread.Key
+	if in.FollowUp && !r.known[key] {
+		if r.held == nil {
+			r.held = map[string][]chat.Incoming{}
+		}
+		r.held[key] = append(r.held[key], in)
+		return nil
+	}
 	r.got = append(r.got, in)
 	if r.known == nil {
 		r.known = map[string]bool{}
 	}
-	r.known[in.Thread.Key] = true
+	if !r.known[key] {
+		r.known[key] = true
+		held := r.held[key]
+		delete(r.held, key)
+		slices.SortStableFunc(held, func(a, b chat.Incoming) int { return compareIDs(a.MessageID, b.MessageID) })
+		for _, h := range held {
+			if in.MessageID == "" || compareIDs(h.MessageID, in.MessageID) > 0 {
+				r.got = append(r.got, h)
+			}
+		}
+	}
 	return nil
+}
+
+// compareIDs compares message ids as the numbers they are (Slack's ts,
+// Discord's snowflakes).
+func compareIDs(a, b string) int {
+	return cmp.Or(cmp.Compare(len(a), len(b)), strings.Compare(a, b))
+}
+
+// Held returns the texts of the follow-ups waiting for their session.
+func (r *Inbox) Held() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, hs := range r.held {
+		for _, h := range hs {
+			out = append(out, h.Text)
+		}
+	}
+	return out
 }
 
 // Known implements chat.Inbox.
