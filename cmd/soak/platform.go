@@ -175,8 +175,9 @@ func (p *discordPlatform) click(th *thread, msgID, actionID string) error {
 
 func (p *discordPlatform) sessionStop(*thread) bool { return false }
 
-// Marks of the plan's items, as chat.Mark draws them.
-var marks = map[string]string{"✅": "completed", "🔄": "in_progress", "⬜": "pending"}
+// Marks of the plan's items, as chat.Plan.ItemMark draws them: an item
+// left in progress by an ended run shows chat.MarkHalted.
+var marks = map[string]string{"✅": "completed", "🔄": "in_progress", "⏸️": "in_progress", "⬜": "pending"}
 
 // shownItem is an item as a plan message shows it.
 type shownItem struct {

@@ -154,7 +154,7 @@ func TestAccount(t *testing.T) {
 
 func TestCheckPlan(t *testing.T) {
 	want := []todo.Item{{Content: "t0001 read the notes", Status: todo.Completed}, {Content: "t0001 draft the change", Status: todo.InProgress}, {Content: "t0001 ship it", Status: todo.Pending}}
-	slackText := "Plan · 1/3 done\n✅ t0001 read the notes\n↳ fs__read_text_file\n🔄 t0001 draft the change\n⬜ t0001 ship it\nUpdated 2026-01-01 10:00:00 UTC · revision 3 · stopped by ann · 2 open items left"
+	slackText := "Plan · 1/3 done\n✅ t0001 read the notes\n↳ fs__read_text_file\n⏸️ t0001 draft the change\n⬜ t0001 ship it\nUpdated 2026-01-01 10:00:00 UTC · revision 3 · stopped by ann · 2 open items left"
 	discordText := "### Plan · 1/3 done\n✅ ~~t0001 read the notes~~\n🔄 **t0001 draft the change**\n⬜ t0001 ship it\n-# Updated 2026-01-01 10:00:00 UTC · revision 3 · done"
 	older := "Plan · 0/3 done\n🔄 t0001 read the notes\n⬜ t0001 draft the change\n⬜ t0001 ship it\nUpdated 2026-01-01 09:59:00 UTC · revision 2 · working"
 	tests := []struct {
