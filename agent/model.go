@@ -45,7 +45,11 @@ type OpenAIOptions struct {
 	MaxBackoff time.Duration
 	// BaseBackoff is the first wait; each retry doubles it, with jitter.
 	BaseBackoff time.Duration
-	HTTPClient  *http.Client // its Transport is wrapped to read Retry-After
+	HTTPClient  *http.Client // its Transport is wrapped to read Retry-After and cap responses
+	// ResponseBytes is the longest response read, streamed or not
+	// (PINPLAN_MODEL_RESPONSE_BYTES); 0 means DefaultResponseBytes. A
+	// longer one fails with ErrResponseTooLarge.
+	ResponseBytes int
 	// OnRetry, when set, is told of each wait (for metrics and logs).
 	OnRetry func(attempt int, wait time.Duration, err error)
 }
@@ -72,13 +76,16 @@ func NewOpenAIModel(opts OpenAIOptions) *OpenAIModel {
 	if opts.BaseBackoff <= 0 {
 		opts.BaseBackoff = 500 * time.Millisecond
 	}
+	if opts.ResponseBytes <= 0 {
+		opts.ResponseBytes = DefaultResponseBytes
+	}
 	base := http.DefaultTransport
 	if opts.HTTPClient != nil && opts.HTTPClient.Transport != nil {
 		base = opts.HTTPClient.Transport
 	}
 	cfg := openai.DefaultConfig(opts.APIKey)
 	cfg.BaseURL = strings.TrimRight(opts.BaseURL, "/")
-	cfg.HTTPClient = &http.Client{Transport: retryAfterTransport{base}}
+	cfg.HTTPClient = &http.Client{Transport: retryAfterTransport{capTransport{base: base, limit: int64(opts.ResponseBytes)}}}
 	return &OpenAIModel{client: openai.NewClientWithConfig(cfg), opts: opts, sem: make(chan struct{}, opts.Concurrency)}
 }
 
@@ -92,6 +99,10 @@ func (m *OpenAIModel) Complete(ctx context.Context, req openai.ChatCompletionReq
 		}
 		if ctx.Err() != nil {
 			return Reply{}, fmt.Errorf("%w: %w", ErrModel, context.Cause(ctx))
+		}
+		if errors.Is(err, ErrResponseTooLarge) {
+			me := m.fail(req, fmt.Errorf("%w: %w", ErrModel, err))
+			return Reply{}, &oversizeError{ModelError: me, limit: int64(m.opts.ResponseBytes)}
 		}
 		if contextTooLong(err) {
 			return Reply{}, m.fail(req, fmt.Errorf("%w: %w: %w", ErrModel, ErrContextTooLong, err))
@@ -120,7 +131,7 @@ func (m *OpenAIModel) Complete(ctx context.Context, req openai.ChatCompletionReq
 }
 
 // fail wraps a final error with what the thread should be told.
-func (m *OpenAIModel) fail(req openai.ChatCompletionRequest, err error) error {
+func (m *OpenAIModel) fail(req openai.ChatCompletionRequest, err error) *ModelError {
 	base := m.opts.BaseURL
 	if u, perr := url.Parse(base); perr == nil {
 		u.User = nil
@@ -181,9 +192,16 @@ func (m *OpenAIModel) once(ctx context.Context, req openai.ChatCompletionRequest
 			if errors.Is(context.Cause(ctx), errAttemptTimeout) {
 				return Reply{}, errAttemptTimeout
 			}
+			if errors.Is(err, ErrResponseTooLarge) {
+				return Reply{}, err
+			}
 			return Reply{}, fmt.Errorf("%w: %w", errBrokenStream, err)
 		}
 		acc.add(chunk)
+		if int64(acc.size) > int64(m.opts.ResponseBytes) {
+			// Each line was within the cap, but together they are not.
+			return Reply{}, &tooLarge{limit: int64(m.opts.ResponseBytes)}
+		}
 	}
 	if !acc.finished {
 		return Reply{}, fmt.Errorf("%w: stream ended without a finish_reason", errBrokenStream)
@@ -228,6 +246,7 @@ type streamAccumulator struct {
 	byID     map[string]int
 	usage    openai.Usage
 	finished bool
+	size     int // bytes of content, reasoning and tool calls so far
 }
 
 func (a *streamAccumulator) add(chunk openai.ChatCompletionStreamResponse) {
@@ -247,7 +266,9 @@ func (a *streamAccumulator) add(chunk openai.ChatCompletionStreamResponse) {
 		}
 		a.content.WriteString(d.Content)
 		a.reason.WriteString(d.ReasoningContent)
+		a.size += len(d.Content) + len(d.ReasoningContent)
 		for _, tc := range d.ToolCalls {
+			a.size += len(tc.ID) + len(tc.Function.Name) + len(tc.Function.Arguments)
 			a.addCall(tc)
 		}
 	}

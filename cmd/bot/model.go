@@ -27,7 +27,7 @@ func buildModel(cfg *config.Config, demo bool, m *metrics, log *slog.Logger) (ag
 	case cfg.ModelConfigured:
 		model := agent.NewOpenAIModel(agent.OpenAIOptions{
 			BaseURL: cfg.OpenAIBaseURL, APIKey: cfg.OpenAIKey.Reveal(), Stream: cfg.Stream,
-			Timeout: cfg.ModelTimeout, Retries: cfg.ModelRetries, Concurrency: cfg.ModelConcurrency,
+			Timeout: cfg.ModelTimeout, Retries: cfg.ModelRetries, Concurrency: cfg.ModelConcurrency, ResponseBytes: cfg.ResponseBytes,
 			OnRetry: func(attempt int, wait time.Duration, err error) {
 				m.modelRetries.Inc()
 				log.Warn("model request retry", "attempt", attempt, "wait", wait, "err", err)

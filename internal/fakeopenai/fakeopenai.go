@@ -9,6 +9,7 @@
 package fakeopenai
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -47,6 +48,11 @@ type Fault struct {
 	// StreamIndexZero: streamed tool calls all carry index 0 (as some
 	// servers send), so only their ids tell them apart.
 	StreamIndexZero bool
+	// HugeContent answers with this many bytes of content ("x" repeated),
+	// plain or streamed, generated as they are sent: the fake holds none
+	// of it, so a test can send far more than it could keep. It stops when
+	// the client hangs up.
+	HugeContent int64
 }
 
 // Server is the fake. Its fields are set before serving.
@@ -165,6 +171,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, f.Status, "server_error", "", fmt.Sprintf("injected %d", f.Status))
 		return
 	}
+	if f.HugeContent > 0 {
+		s.huge(w, &req, f.HugeContent)
+		return
+	}
 	if f.Malformed {
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"id":"x","choices":[{"message":{"role":"assistant","content":"tru`)
@@ -246,6 +256,41 @@ func (s *Server) stream(w http.ResponseWriter, req *openai.ChatCompletionRequest
 		fmt.Fprintf(w, "data: %s\n\n", b)
 	}
 	io.WriteString(w, "data: [DONE]\n\n")
+}
+
+// hugeChunk is how much content one write of a huge answer carries.
+const hugeChunk = 32 << 10
+
+// huge answers with n bytes of content, written a chunk at a time from
+// one buffer, until it is all sent or a write fails (the client hung up).
+func (s *Server) huge(w http.ResponseWriter, req *openai.ChatCompletionRequest, n int64) {
+	content := bytes.Repeat([]byte("x"), hugeChunk)
+	model, _ := json.Marshal(req.Model)
+	if req.Stream {
+		w.Header().Set("Content-Type", "text/event-stream")
+		prefix := `data: {"id":"chatcmpl-fake","object":"chat.completion.chunk","model":` + string(model) + `,"choices":[{"index":0,"delta":{"role":"assistant","content":"`
+		line := append(append([]byte(prefix), content...), `"}}]}`+"\n\n"...)
+		for ; n > 0; n -= hugeChunk {
+			if n < hugeChunk {
+				line = append(append([]byte(prefix), content[:n]...), `"}}]}`+"\n\n"...)
+			}
+			if _, err := w.Write(line); err != nil {
+				return
+			}
+		}
+		io.WriteString(w, `data: {"id":"chatcmpl-fake","object":"chat.completion.chunk","model":`+string(model)+`,"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`+"\n\ndata: [DONE]\n\n")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if _, err := io.WriteString(w, `{"id":"chatcmpl-fake","object":"chat.completion","model":`+string(model)+`,"choices":[{"index":0,"message":{"role":"assistant","content":"`); err != nil {
+		return
+	}
+	for ; n > 0; n -= hugeChunk {
+		if _, err := w.Write(content[:min(n, hugeChunk)]); err != nil {
+			return
+		}
+	}
+	io.WriteString(w, `"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
 }
 
 // writeError answers with OpenAI's error body; an empty param is null.
