@@ -25,9 +25,14 @@ import (
 // move, so every event it took was acknowledged and is not sent again,
 // and the marks saved as it stopped are exact (a Discord message handed
 // on before them is not fetched again). It
-// refuses a prefix that holds data, reads everything back to check the
-// counts and plan revisions, and leaves the file as it was. Stop every
-// pinplan on the file first: the file's lock says so if one still runs.
+// refuses a prefix that holds data (pinplan's, or another application's),
+// reads everything back to check the counts and plan revisions, and
+// leaves the file as it was. Stop every pinplan on the file first: the
+// file's lock says so if one still runs.
+//
+// The prefix is marked first and unmarked last (DESIGN §14): a copy cut
+// off (kill -9, a lost connection) leaves a prefix replicas refuse, and
+// migrate run again on it starts over.
 func migrate(ctx context.Context, cfg *config.Config, to string, stdout io.Writer) error {
 	if to != "etcd" {
 		return fmt.Errorf("migrate: unknown target %q; the one target is etcd (bot migrate --to etcd)", to)
@@ -48,14 +53,19 @@ func migrate(ctx context.Context, cfg *config.Config, to string, stdout io.Write
 		return fmt.Errorf("migrate: %w", err)
 	}
 	defer cli.Close()
-	es, err := etcdstore.New(ctx, cli, etcdstore.Options{Prefix: cfg.EtcdPrefix})
+	es, err := etcdstore.New(ctx, cli, etcdstore.Options{Prefix: cfg.EtcdPrefix, Migrate: true})
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
-	if empty, err := es.Empty(ctx); err != nil {
+	restarted, err := es.BeginMigrate(ctx)
+	if errors.Is(err, etcdstore.ErrNotEmpty) {
+		return fmt.Errorf("migrate: %s: %w; name an empty PINPLAN_ETCD_PREFIX", cfg.EtcdPrefix, err)
+	}
+	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
-	} else if !empty {
-		return fmt.Errorf("migrate: %s: %w; name an empty PINPLAN_ETCD_PREFIX", cfg.EtcdPrefix, etcdstore.ErrNotEmpty)
+	}
+	if restarted {
+		fmt.Fprintf(stdout, "pinplan: %s held the partial copy of an interrupted migrate; cleared it, copying again\n", cfg.EtcdPrefix)
 	}
 	infos, err := db.Sessions(ctx)
 	if err != nil {
@@ -66,7 +76,7 @@ func migrate(ctx context.Context, cfg *config.Config, to string, stdout io.Write
 		key := in.Checkpoint.Key
 		n, err := copySession(ctx, db, es, key)
 		if err != nil {
-			return fmt.Errorf("migrate: session %s: %w (the prefix now holds part of the copy: delete it with `etcdctl del --prefix %s` before trying again)", key, err, cfg.EtcdPrefix)
+			return fmt.Errorf("migrate: session %s: %w (%s holds part of the copy, marked so that replicas refuse it: run migrate again to start over)", key, err, cfg.EtcdPrefix)
 		}
 		c.sessions++
 		c.entries += n.entries
@@ -100,6 +110,9 @@ func migrate(ctx context.Context, cfg *config.Config, to string, stdout io.Write
 	})
 	if err = errors.Join(err, outErr); err != nil {
 		return fmt.Errorf("migrate: read marks: %w", err)
+	}
+	if err := es.EndMigrate(ctx); err != nil {
+		return fmt.Errorf("migrate: the copy is complete, but: %w; run migrate again", err)
 	}
 	fmt.Fprintf(stdout, "pinplan: copied %s to etcd %s: %d sessions, %d history entries, %d plan revisions, %d queued messages, %d archives, %d replies not delivered yet, read marks %v; checked; the file is unchanged\n",
 		cfg.DB, cfg.EtcdPrefix, c.sessions, c.entries, c.plans, c.queued, c.archives, c.replies, marks)
