@@ -62,6 +62,29 @@ func TestFollowUpsAfterMentionKeepOrder(t *testing.T) {
 	}
 }
 
+// TestThreadRepliesBeforeTheSessionWait: replies in a thread whose
+// session is not known yet (its mention handed to another replica and
+// not handled there yet) are handed on as follow-ups, not dropped, and
+// cost no channel lookup: the thread's type came with the guild.
+func TestThreadRepliesBeforeTheSessionWait(t *testing.T) {
+	_, fake, rec, _ := gatewayRig(t)
+	fake.UserMessage("T1", "111", "follow-up 1", false)
+	fake.UserMessage("T1", "111", "follow-up 2", false)
+	deadline := time.Now().Add(15 * time.Second)
+	for len(rec.Held()) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("held %q, handled %q; want both follow-ups held", rec.Held(), rec.Texts())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, in := range rec.Incoming() {
+		t.Errorf("handled %q before its thread had a session", in.Text)
+	}
+	if calls := fake.Calls("GET /api/v9/channels/T1"); len(calls) != 0 {
+		t.Errorf("%d lookups of a thread the gateway told of", len(calls))
+	}
+}
+
 func TestUnrelatedMessagesCostNoWriteOrLookup(t *testing.T) {
 	_, fake, rec, marks := gatewayRig(t)
 	for i := range 1000 {

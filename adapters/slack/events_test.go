@@ -96,6 +96,42 @@ func TestThreadMessagesHandledInOrder(t *testing.T) {
 	}
 }
 
+// TestRepliesBeforeTheirMentionWait: replies handled before the mention
+// of their thread (Slack sent them to this connection, the mention to
+// another, or out of order) are handed on as follow-ups, not dropped:
+// the handler keeps them for the session the mention makes, and they
+// follow it in the order they were sent. A reply in a thread never
+// mentioned stays waiting (and expires there).
+func TestRepliesBeforeTheirMentionWait(t *testing.T) {
+	a, fake, rec, _ := eventAdapter(t)
+	reply := func(id, thread, ts, text string) {
+		push(t, a, fake, id, map[string]any{"type": "message", "user": "U1", "channel": "C1", "ts": ts, "thread_ts": thread, "text": text})
+	}
+	reply("EvR2", "6.000100", "6.000300", "second reply")
+	reply("EvR1", "6.000100", "6.000200", "first reply")
+	reply("EvStray", "7.000100", "7.000200", "chatter")
+	a.queue.Wait(context.Background())
+	if got := rec.Texts(); len(got) != 0 {
+		t.Fatalf("handled %q before any session", got)
+	}
+	if n := len(rec.Held()); n != 3 {
+		t.Fatalf("held %q, want the three replies", rec.Held())
+	}
+	push(t, a, fake, "EvM", map[string]any{"type": "app_mention", "user": "U1", "channel": "C1", "ts": "6.000100", "text": "<@" + a.botUserID + "> the task"})
+	a.queue.Wait(context.Background())
+	if got, want := strings.Join(rec.Texts(), "|"), "the task|first reply|second reply"; got != want {
+		t.Errorf("handled %q, want %q", got, want)
+	}
+	for _, in := range rec.Incoming()[1:] {
+		if !in.FollowUp || in.Event != "slack/msg/C1/"+in.MessageID {
+			t.Errorf("reply %+v: want a follow-up with its event key", in)
+		}
+	}
+	if got := rec.Held(); len(got) != 1 || got[0] != "chatter" {
+		t.Errorf("held %q, want the reply in the thread never mentioned", got)
+	}
+}
+
 func TestNativeBlocksFallBackPerMessage(t *testing.T) {
 	a, fake := testAdapter(t, true)
 	fake.Fail("chat.postMessage", "invalid_arguments") // not invalid_blocks

@@ -149,3 +149,21 @@ func TestFollowUpBeforeItsMention(t *testing.T) {
 		}
 	}
 }
+
+// TestDiscordFollowUpsAcrossReplicas: on Discord the gateway replica
+// hands a thread's mention over through etcd and its follow-ups right
+// behind it, before any replica has made the session: all reach the
+// model after the mention, in order.
+func TestDiscordFollowUpsAcrossReplicas(t *testing.T) {
+	r := newDiscordReplicaRig(t, replicaTTL)
+	r.dc.AddChannel("T1", 11, "G1") // a public thread
+	ps := []*botProc{r.start(t, 0), r.start(t, 1)}
+	waitHolder(t, r, ps, 15*time.Second)
+	want := []string{"the thread's task"}
+	r.dc.UserMessage("T1", "111", want[0], true)
+	for i := 1; i <= 3; i++ {
+		want = append(want, fmt.Sprint("discord follow-up ", i))
+		r.dc.UserMessage("T1", "111", want[i], false)
+	}
+	waitInOrder(t, r.model, want, func() string { return stderrs(ps...) })
+}
