@@ -51,6 +51,7 @@ func (b *tab) headPills() []string {
 // same thread shows "working…" again. (Issue 10: the sidebar said idle for
 // the whole run and "working…" never showed for new threads or follow-ups.)
 func TestBrowserRunState(t *testing.T) {
+	t.Parallel()
 	p := demoBot(t, "300ms")
 	defer p.stop(t)
 	bctx := newBrowser(t, 4*time.Minute)
@@ -117,6 +118,7 @@ func TestBrowserRunState(t *testing.T) {
 // as the server has them. (Issue 10: messages appeared twice or out of
 // order in 2 runs out of 3.)
 func TestBrowserNoDuplicateMessages(t *testing.T) {
+	t.Parallel()
 	p := startBot(t, map[string]string{"PINPLAN_DB": filepath.Join(t.TempDir(), "p.db"), "PINPLAN_HTTP_ADDR": "127.0.0.1:0"}, botBinary)
 	defer p.stop(t)
 	bctx := newBrowser(t, 4*time.Minute)
@@ -194,6 +196,7 @@ func firstRunes(s string, n int) string {
 // the plan moves. (Issue 10: it leaked between threads and never
 // refreshed while open.)
 func TestBrowserRevisionHistory(t *testing.T) {
+	t.Parallel()
 	p := demoBot(t, "300ms")
 	defer p.stop(t)
 	bctx := newBrowser(t, 5*time.Minute)
@@ -209,7 +212,7 @@ func TestBrowserRevisionHistory(t *testing.T) {
 		b.approveAndFinish()
 		alphaRevs := len(api.planRevisions(alphaID))
 
-		b.click("#plan-history summary")
+		b.click("#plan-history-toggle")
 		b.waitJS(10*time.Second, "alpha's history", `document.querySelectorAll("#plan-revisions > li").length === `+fmt.Sprint(alphaRevs))
 		// Readable: the first revision lists the items added, later ones
 		// say which item changed status.
@@ -281,6 +284,7 @@ func (c apiClient) planRevisions(id string) []map[string]any {
 // resumes. (Issue 10: no sign the bot was down, Send failed silently, and
 // no "working…" after a restart until a reload.)
 func TestBrowserReconnect(t *testing.T) {
+	t.Parallel()
 	bctx := newBrowser(t, 5*time.Minute)
 	for _, vp := range viewports {
 		db := filepath.Join(t.TempDir(), "p.db")

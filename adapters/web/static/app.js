@@ -19,9 +19,9 @@ import { $, el, timeEl, setTime, refreshTimes } from "./dom.js";
 import { renderMarkdown } from "./markdown.js";
 import { diffHistory } from "./plandiff.js";
 import { ThreadReplay, ListSeqs, mergeList, olderPlan } from "./replay.js";
-import { later, timeOf } from "./times.js";
+import { later, timeOf, utcClock, utcStamp } from "./times.js";
 import { Timeline, messageKey, cardKey, cardSort } from "./timeline.js";
-import { planTitle, planFooter, planProgress, stopButton, pill, running, cardView, revisionProgress, statusName, itemEvidence } from "./view.js";
+import { planTitle, planFooter, planProgress, stopButton, pill, running, cardView, revisionProgress, statusName, itemEvidence, itemMark, planAccent } from "./view.js";
 
 const phone = window.matchMedia("(max-width: 700px)");
 
@@ -509,6 +509,7 @@ function renderPlan(plan) {
     box.hidden = true;
     delete box.dataset.revision;
     delete box.dataset.state;
+    delete box.dataset.accent;
     $("plan-items").replaceChildren(); // so no opened item carries over to another plan
     return;
   }
@@ -518,7 +519,7 @@ function renderPlan(plan) {
   $("plan-items").replaceChildren(...plan.items.map((it, i) => {
     const li = el("li", it.status);
     li.dataset.status = it.status;
-    const mark = el("span", "mark", app.marks[it.status] || "•");
+    const mark = el("span", "mark", itemMark(plan, i, app.marks));
     mark.setAttribute("role", "img");
     mark.setAttribute("aria-label", statusName(app.names, it.status));
     const body = el("div", "item");
@@ -538,9 +539,10 @@ function renderPlan(plan) {
   }
   box.dataset.revision = String(plan.revision);
   box.dataset.state = plan.state || "";
+  box.dataset.accent = planAccent(plan); // the border's colour
   box.hidden = false;
   const v = app.view;
-  if (v && $("plan-history").open && plan.revision > (v.historyRevision ?? -1)) scheduleHistory();
+  if (v && historyOpen() && plan.revision > (v.historyRevision ?? -1)) scheduleHistory();
 }
 
 // evidenceEl is an item's evidence line (DESIGN §15); with calls behind
@@ -576,9 +578,10 @@ function callEl(c) {
   }
   const ms = timeOf(c.start);
   if (!Number.isNaN(ms)) {
-    const t = el("time", "when", new Date(ms).toLocaleTimeString());
+    // UTC, as the footer and the cards say it.
+    const t = el("time", "when", utcClock(ms));
     t.dateTime = new Date(ms).toISOString();
-    t.title = new Date(ms).toLocaleString(undefined, { dateStyle: "medium", timeStyle: "medium" });
+    t.title = utcStamp(ms);
     head.append(document.createTextNode(" · "), t);
   }
   if (c.took) head.append(document.createTextNode(` · ${c.took}`));
@@ -594,7 +597,20 @@ function resetHistory() {
   clearTimeout(historyTimer);
   $("plan-revisions").replaceChildren();
   $("plan-history-note").hidden = true;
-  if ($("plan-history").open && app.view) scheduleHistory(0);
+  if (historyOpen() && app.view) scheduleHistory(0);
+}
+
+// historyOpen reports whether the revision history is shown (a panel of
+// its own, not part of the plan's box).
+function historyOpen() {
+  return !$("plan-history").hidden;
+}
+
+function showHistory(open) {
+  $("plan-history").hidden = !open;
+  document.body.classList.toggle("history-open", open);
+  $("plan-history-toggle").setAttribute("aria-expanded", String(open));
+  if (open) scheduleHistory(0);
 }
 
 function scheduleHistory(delay = 120) {
@@ -604,7 +620,7 @@ function scheduleHistory(delay = 120) {
 
 async function loadHistory() {
   const v = app.view;
-  if (!v || !$("plan-history").open) return;
+  if (!v || !historyOpen()) return;
   const token = ++v.historyToken;
   let revs;
   try {
@@ -940,9 +956,8 @@ new ResizeObserver(() => {
 }).observe($("scroller"));
 
 $("stop").addEventListener("click", () => { if ($("stop").dataset.button) press($("stop").dataset.button); });
-$("plan-history").addEventListener("toggle", () => {
-  if ($("plan-history").open) scheduleHistory(0);
-});
+$("plan-history-toggle").addEventListener("click", () => showHistory(!historyOpen()));
+$("plan-history-close").addEventListener("click", () => { showHistory(false); $("plan-history-toggle").focus(); });
 
 $("new-thread").addEventListener("click", () => {
   navigate("");

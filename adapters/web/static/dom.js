@@ -1,7 +1,7 @@
 // Small DOM helpers. They use the page's document when called, never on
 // import.
 
-import { relative, timeOf } from "./times.js";
+import { relative, timeOf, utcStamp } from "./times.js";
 
 export const $ = (id) => document.getElementById(id);
 
@@ -13,7 +13,7 @@ export function el(tag, className, text) {
 }
 
 // timeEl is a relative time, refreshed every 30 s (refreshTimes), with the
-// absolute time in its title.
+// absolute time in its title, in UTC.
 export function timeEl(at, className = "when") {
   const t = el("time", className);
   setTime(t, at);
@@ -26,7 +26,7 @@ export function setTime(t, at) {
   t.hidden = false;
   t.dateTime = new Date(ms).toISOString();
   t.dataset.at = String(ms);
-  t.title = new Date(ms).toLocaleString(undefined, { dateStyle: "medium", timeStyle: "medium" });
+  t.title = utcStamp(ms); // as the footer says times
   t.textContent = relative(ms);
 }
 

@@ -27,3 +27,14 @@ export function relative(ms, now = Date.now()) {
   if (d < 7) return `${d} d ago`;
   return new Date(ms).toLocaleDateString();
 }
+
+// utcStamp is ms as the footer shows times: "2026-03-01 09:05:07 UTC".
+export function utcStamp(ms) {
+  return new Date(ms).toISOString().slice(0, 19).replace("T", " ") + " UTC";
+}
+
+// utcClock is ms's time of day in UTC, as a card's deadline shows it:
+// "09:05:07 UTC".
+export function utcClock(ms) {
+  return new Date(ms).toISOString().slice(11, 19) + " UTC";
+}

@@ -92,3 +92,19 @@ export function revisionProgress(rev) {
 export function statusName(names, status) {
   return (names && names[status]) || String(status || "");
 }
+
+// itemMark is the mark of plan's item i: the server's (chat.Plan.ItemMark:
+// an item left in progress by an ended run is not shown working), else
+// its status's from marks.
+export function itemMark(plan, i, marks) {
+  const v = plan && plan.view && plan.view.items ? plan.view.items[i] : null;
+  if (v && v.mark) return v.mark;
+  const it = plan && plan.items ? plan.items[i] : null;
+  return (it && marks && marks[it.status]) || "•";
+}
+
+// planAccent is the run state the plan's border shows: working, waiting,
+// done, stopped or failed.
+export function planAccent(plan) {
+  return (plan && plan.view && plan.view.accent) || "working";
+}

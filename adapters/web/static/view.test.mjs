@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 
-import { planTitle, planFooter, planProgress, stopButton, pill, running, cardView, revisionProgress, statusName, itemEvidence, callView, duration } from "./view.js";
+import { planTitle, planFooter, planProgress, stopButton, pill, running, cardView, revisionProgress, statusName, itemEvidence, callView, duration, itemMark, planAccent } from "./view.js";
 
 test("the plan's title, footer and Stop button are the server's", () => {
   const plan = {
@@ -72,4 +72,18 @@ test("a call's duration in words", () => {
   assert.equal(duration(125e9), "2 min 5 s");
   assert.equal(duration(undefined), "");
   assert.equal(duration(-1), "");
+});
+
+test("an ended plan's item left in progress shows the server's mark; the border follows the run state", () => {
+  const marks = { pending: "⬜", in_progress: "🔄", completed: "✅" };
+  const plan = {
+    state: "stopped", items: [{ content: "a", status: "completed" }, { content: "b", status: "in_progress" }],
+    view: { accent: "stopped", items: [{ mark: "✅" }, { mark: "⏸️" }] },
+  };
+  assert.equal(itemMark(plan, 1, marks), "⏸️");
+  assert.equal(itemMark(plan, 0, marks), "✅");
+  // Without a view: the status's mark.
+  assert.equal(itemMark({ items: plan.items }, 1, marks), "🔄");
+  assert.equal(planAccent(plan), "stopped");
+  assert.equal(planAccent({ items: plan.items }), "working");
 });
