@@ -196,7 +196,10 @@ var loginTmpl = template.Must(template.New("login").Parse(`<!doctype html>
 <input id="token" name="token" type="password" autocomplete="current-password" required autofocus>
 {{if .Error}}<p class="error" role="alert">{{.Error}}</p>{{end}}
 <button type="submit">Sign in</button>
-</form></main></body></html>
+</form>
+<p class="hint">The token is <code>PINPLAN_WEB_TOKEN</code>, or, where that is not set, the one pinplan generated at its first start and keeps in <code>web-token</code> beside its database (<code>&lt;db dir&gt;/web-token</code>, for example <code>data/web-token</code>). The line pinplan logs at start has a link that signs you in.</p>
+<p class="hint">Replicas behind one address must share one <code>PINPLAN_WEB_TOKEN</code>: each would otherwise generate its own and refuse the others' sign-ins.</p>
+</main></body></html>
 `))
 
 // loginPage serves the sign-in form.
