@@ -77,8 +77,9 @@ type Incoming struct {
 // Inbox is where adapters hand decoded, deduplicated messages: Router.
 type Inbox interface {
 	Handle(ctx context.Context, in Incoming) error
-	// Known reports whether a session exists, so that messages without a
-	// mention reach only threads pinplan is already part of.
+	// Known reports whether a session exists. A message without a
+	// mention is handed on as a follow-up either way (Incoming.FollowUp):
+	// its session may be on its way.
 	Known(key string) bool
 	// Click handles a button press on a card or a plan message.
 	Click(ctx context.Context, c Click) ClickResult

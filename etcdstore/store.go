@@ -24,6 +24,7 @@
 //	P marks/NAME                an adapter's read marks (opaque)
 //	P owners/K, P replicas/ID   ownership (replica.go)
 //	P fwd/K/N, P fseq/K         events handed to a session's owner
+//	P held/K/ORDER              follow-ups waiting for their thread's session (followups.go)
 //	P wake/K, P stop/K          nudges for a session's owner
 //
 // Entries past HistoryLen and plans past Revision are what a round that

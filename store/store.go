@@ -20,6 +20,7 @@
 //	dedupe/<key>                      expiry, unix nanoseconds as u64
 //	outbox/<u64 id>                   a reply not yet delivered, opaque bytes owned by chat
 //	marks/<name>                      an adapter's read marks, opaque bytes (chat.MarkStore)
+//	followups/<key>\x00<order>        a follow-up waiting for its thread's session: expiry, then chat's bytes
 package store
 
 import (
