@@ -1,13 +1,16 @@
 package mcp
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -26,6 +29,23 @@ const testServerEnv = "PINPLAN_MCP_TEST_SERVER"
 // testDelayEnv delays the test server's start (see serveTestStdio).
 const testDelayEnv = "PINPLAN_MCP_TEST_DELAY"
 
+// testFloodEnv makes the test server write to stderr, while it serves,
+// one line of floodLineBytes and then as many short lines as it says.
+const testFloodEnv = "PINPLAN_MCP_TEST_FLOOD"
+
+const floodLineBytes = 4 << 20
+
+// flood writes one long line of "z" and then n short lines to stderr, as
+// fast as they are read.
+func flood(n int) {
+	w := bufio.NewWriter(os.Stderr)
+	w.WriteString(strings.Repeat("z", floodLineBytes) + "\n")
+	for i := range n {
+		fmt.Fprintf(w, "flood line %d\n", i)
+	}
+	w.Flush()
+}
+
 func TestMain(m *testing.M) {
 	if os.Getenv(testServerEnv) == "1" {
 		os.Exit(serveTestStdio())
@@ -42,6 +62,9 @@ func TestMain(m *testing.M) {
 func serveTestStdio() int {
 	if d, err := time.ParseDuration(os.Getenv(testDelayEnv)); err == nil {
 		time.Sleep(d)
+	}
+	if n, err := strconv.Atoi(os.Getenv(testFloodEnv)); err == nil {
+		go flood(n)
 	}
 	srv := sdk.NewServer(&sdk.Implementation{Name: "gotest", Version: "1"}, nil)
 	sdk.AddTool(srv, &sdk.Tool{Name: "echo", Description: "Echoes the message.", Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}},

@@ -32,6 +32,7 @@ type server struct {
 	redact *redactor
 	client *sdk.Client
 	http   *http.Transport // HTTP servers: its idle connections are closed by Close
+	stderr *stderrGate     // stdio servers: their stderr's way to the log
 
 	first  chan struct{} // closed when the first connection attempt is over
 	relist chan struct{} // cap 1: the server said its tool list changed
@@ -62,6 +63,7 @@ func newServer(m *Manager, cfg Server) *server {
 		state:  StateConnecting,
 		warned: map[string]bool{},
 	}
+	s.stderr = newStderrGate(s)
 	if cfg.URL != "" {
 		s.http = newHTTPTransport()
 	}
@@ -285,10 +287,12 @@ func (s *server) statusLocked() string {
 	return s.state
 }
 
+// closeIdle lets go of what the server holds once its run loop ended.
 func (s *server) closeIdle() {
 	if s.http != nil {
 		s.http.CloseIdleConnections()
 	}
+	s.stderr.close()
 }
 
 // connectionLost reports whether err means the session is gone, not that

@@ -1,13 +1,11 @@
 package mcp
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"net/http"
 	"os/exec"
 	"slices"
-	"sync"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -37,7 +35,7 @@ func (s *server) transport() (sdk.Transport, *exec.Cmd, error) {
 	}
 	cmd := exec.Command(s.cfg.Command[0], s.cfg.Command[1:]...)
 	cmd.Env = s.childEnv()
-	cmd.Stderr = &stderrLog{s: s}
+	cmd.Stderr = &stderrLog{g: s.stderr}
 	cmd.WaitDelay = stopWait // a grandchild holding stderr open must not stall Wait
 	setProcessGroup(cmd)
 	return &commandTransport{cmd: cmd, cut: s.cutter, wait: stopWait}, cmd, nil
@@ -107,47 +105,4 @@ func (t *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}{t.cut(resp.Body), resp.Body}
 	}
 	return resp, err
-}
-
-// stderrLog logs a stdio server's stderr line by line; servers write their
-// diagnostics there.
-type stderrLog struct {
-	s   *server
-	mu  sync.Mutex // guards buf
-	buf []byte
-}
-
-const (
-	maxStderrLine = 1024     // longer lines are cut in the log
-	maxStderrBuf  = 64 << 10 // a "line" longer than this is logged in pieces
-)
-
-func (w *stderrLog) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf = append(w.buf, p...)
-	for {
-		i := bytes.IndexByte(w.buf, '\n')
-		if i < 0 {
-			if len(w.buf) > maxStderrBuf {
-				w.logLocked(w.buf)
-				w.buf = w.buf[:0]
-			}
-			return len(p), nil
-		}
-		w.logLocked(w.buf[:i])
-		w.buf = w.buf[i+1:]
-	}
-}
-
-func (w *stderrLog) logLocked(line []byte) {
-	line = bytes.TrimRight(line, "\r")
-	if len(line) == 0 {
-		return
-	}
-	text := w.s.redact.Log(string(line))
-	if len(text) > maxStderrLine {
-		text = cutUTF8(text, maxStderrLine) + "…"
-	}
-	w.s.log.Info("mcp server stderr", "line", text)
 }
