@@ -46,11 +46,26 @@ func (db *DB) HoldFollowUp(_ context.Context, key, order string, data []byte, tt
 	return held, nil
 }
 
-// TakeFollowUps implements chat.FollowUpStore.
+// TakeFollowUps implements chat.FollowUpStore. A session with none (most
+// of them) costs a read, not a write.
 func (db *DB) TakeFollowUps(_ context.Context, key string) ([][]byte, error) {
 	now := uint64(db.now().UnixNano())
 	var out [][]byte
-	err := db.update(func(tx *bolt.Tx) error {
+	found := false
+	err := db.view(func(tx *bolt.Tx) error {
+		if b := tx.Bucket(bFollowUps); b != nil {
+			k, _ := b.Cursor().Seek(followUpPrefix(key))
+			found = k != nil && bytes.HasPrefix(k, followUpPrefix(key))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: take the follow-ups of %s: %w", key, err)
+	}
+	if !found {
+		return nil, nil
+	}
+	err = db.update(func(tx *bolt.Tx) error {
 		out = nil
 		b := tx.Bucket(bFollowUps)
 		if b == nil {
