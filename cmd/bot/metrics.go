@@ -51,7 +51,7 @@ func newMetrics(reg *prometheus.Registry, db interface{ SessionCount() (int, err
 		turns:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pinplan_turns_total", Help: "Turns ended, by outcome."}, []string{"outcome"}),
 		rounds:       prometheus.NewCounter(prometheus.CounterOpts{Name: "pinplan_model_rounds_total", Help: "Model requests answered."}),
 		modelLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pinplan_model_request_seconds", Help: "Model request latency, retries included.", Buckets: prometheus.ExponentialBuckets(0.05, 2, 12)}),
-		modelErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "pinplan_model_errors_total", Help: "Model requests that failed after retries."}),
+		modelErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "pinplan_model_errors_total", Help: "Model requests that failed after retries (a request cancelled by Stop or shutdown is not counted)."}),
 		modelRetries: prometheus.NewCounter(prometheus.CounterOpts{Name: "pinplan_model_retries_total", Help: "Model request retries."}),
 		renders:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pinplan_plan_renders_total", Help: "Plan message posts and edits."}, []string{"platform"}),
 		renderErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pinplan_plan_render_errors_total", Help: "Plan message posts and edits that failed."}, []string{"platform"}),
@@ -136,14 +136,19 @@ type timedModel struct {
 	m *metrics
 }
 
+// Complete implements agent.Model. A request that ends because its turn
+// was stopped or the bot is shutting down is neither an error nor a
+// latency: an alert on model errors must not fire when people press Stop.
 func (t timedModel) Complete(ctx context.Context, req openai.ChatCompletionRequest) (agent.Reply, error) {
 	start := time.Now()
 	r, err := t.Model.Complete(ctx, req)
-	t.m.modelLatency.Observe(time.Since(start).Seconds())
-	if err != nil {
-		t.m.modelErrors.Inc()
-	} else {
+	switch {
+	case err == nil:
+		t.m.modelLatency.Observe(time.Since(start).Seconds())
 		t.m.rounds.Inc()
+	case ctx.Err() == nil:
+		t.m.modelLatency.Observe(time.Since(start).Seconds())
+		t.m.modelErrors.Inc()
 	}
 	return r, err
 }

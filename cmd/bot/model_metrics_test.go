@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/internal/fakeopenai"
+)
+
+// counterValue reads a counter's value.
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var out dto.Metric
+	if err := c.Write(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out.GetCounter().GetValue()
+}
+
+type noSessions struct{}
+
+func (noSessions) SessionCount() (int, error) { return 0, nil }
+
+// TestStoppedRequestIsNotAModelError: pressing Stop cancels the model
+// request; pinplan_model_errors_total ("failed after retries") counts
+// only requests that failed, so an alert on it does not fire when people
+// press Stop.
+func TestStoppedRequestIsNotAModelError(t *testing.T) {
+	fake := &fakeopenai.Server{}
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	m := newMetrics(prometheus.NewRegistry(), noSessions{})
+	model := m.timed(agent.NewOpenAIModel(agent.OpenAIOptions{BaseURL: srv.URL + "/v1", APIKey: "sk-test", Timeout: 10 * time.Second, BaseBackoff: time.Millisecond}))
+	req := openai.ChatCompletionRequest{Model: "m", Messages: []openai.ChatCompletionMessage{{Role: openai.ChatMessageRoleUser, Content: "hi"}}}
+
+	fake.Fail(fakeopenai.Fault{Delay: 5 * time.Second})
+	ctx, stop := context.WithCancelCause(context.Background())
+	time.AfterFunc(200*time.Millisecond, func() { stop(agent.ErrStopped) })
+	if _, err := model.Complete(ctx, req); err == nil {
+		t.Fatal("a stopped request succeeded")
+	}
+	if got := counterValue(t, m.modelErrors); got != 0 {
+		t.Errorf("pinplan_model_errors_total = %v after a stopped request, want 0", got)
+	}
+
+	// A request that does fail still counts.
+	fake.Fail(fakeopenai.Fault{Status: 401})
+	if _, err := model.Complete(context.Background(), req); err == nil {
+		t.Fatal("a refused request succeeded")
+	}
+	if got := counterValue(t, m.modelErrors); got != 1 {
+		t.Errorf("pinplan_model_errors_total = %v after a refused request, want 1", got)
+	}
+}
