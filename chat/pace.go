@@ -1,0 +1,247 @@
+package chat
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Priority orders the requests waiting for one short platform budget
+// (DESIGN §6): what people would otherwise see wrong for longest goes
+// first. A plan's first post before a final state (done, stopped,
+// failed, waiting for approval) before an intermediate revision; within
+// one priority, the oldest waiting first.
+type Priority int
+
+// Priorities, most urgent first.
+const (
+	PriorityFirstPost Priority = iota
+	PriorityFinal
+	PriorityIntermediate
+)
+
+// Method names the budget a platform request counts against, as the
+// platform counts it: Slack per method (chat.postMessage per channel,
+// chat.update, pins.add and pins.remove, reactions.add), Discord per
+// route.
+type Method string
+
+// Methods the plan board and the outbox pace.
+const (
+	MethodPost     Method = "post"     // a new message: a plan's first post, a reply
+	MethodEdit     Method = "edit"     // an edit of the plan message
+	MethodPin      Method = "pin"      // a pin or an unpin
+	MethodReaction Method = "reaction" // a reaction (the working indicator's fallback)
+)
+
+// Request is one platform request about to be made, as a budget sees it.
+type Request struct {
+	Thread Thread
+	Method Method
+	// Priority is read when a slot is handed out, not when the request
+	// starts waiting: a board whose wanted revision turned final while it
+	// waited moves up.
+	Priority func() Priority
+	// Since is when what the request sends was first wanted: the oldest
+	// waiting goes first among equals.
+	Since time.Time
+}
+
+// Budget is one platform budget (one Slack method in one workspace, one
+// channel's posts, one Discord route): a token bucket whose slots go to
+// the most urgent waiter when they come, not to whoever asked first. A
+// 429 holds this budget only (Hold). Its one dispatching goroutine runs
+// only while someone waits.
+type Budget struct {
+	lim *rate.Limiter
+
+	mu      sync.Mutex
+	waiters []*budgetWaiter
+	seq     uint64
+	running bool
+	hold    time.Time     // no slot before this (a 429's Retry-After)
+	gone    chan struct{} // a waiter left: the dispatcher looks again
+}
+
+type budgetWaiter struct {
+	prio  func() Priority
+	since time.Time
+	seq   uint64
+	ready chan struct{}
+}
+
+// NewBudget returns a budget of perMinute requests a minute with bursts
+// of burst.
+func NewBudget(perMinute float64, burst int) *Budget {
+	if burst < 1 {
+		burst = 1
+	}
+	return &Budget{lim: rate.NewLimiter(rate.Limit(perMinute/60), burst), gone: make(chan struct{}, 1)}
+}
+
+// SetPerMinute changes the pace (replicas sharing the platform's budget
+// each take their part).
+func (b *Budget) SetPerMinute(perMinute float64) { b.lim.SetLimit(rate.Limit(perMinute / 60)) }
+
+// PerMinute is the pace now.
+func (b *Budget) PerMinute() float64 { return float64(b.lim.Limit()) * 60 }
+
+// Hold gives no slot for d: the platform answered 429 with Retry-After d
+// for a request counted in this budget.
+func (b *Budget) Hold(d time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if until := time.Now().Add(d); until.After(b.hold) {
+		b.hold = until
+	}
+}
+
+// Waiting is the number of requests waiting for a slot.
+func (b *Budget) Waiting() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.waiters)
+}
+
+// Wait blocks until the budget gives this request a slot, or ctx ends.
+func (b *Budget) Wait(ctx context.Context, prio func() Priority, since time.Time) error {
+	if prio == nil {
+		prio = func() Priority { return PriorityIntermediate }
+	}
+	if since.IsZero() {
+		since = time.Now()
+	}
+	b.mu.Lock()
+	b.seq++
+	w := &budgetWaiter{prio: prio, since: since, seq: b.seq, ready: make(chan struct{})}
+	b.waiters = append(b.waiters, w)
+	if !b.running {
+		b.running = true
+		go b.dispatch()
+	}
+	b.mu.Unlock()
+	select {
+	case <-w.ready:
+		return nil
+	case <-ctx.Done():
+		b.mu.Lock()
+		for i, o := range b.waiters {
+			if o == w {
+				b.waiters = append(b.waiters[:i], b.waiters[i+1:]...)
+				break
+			}
+		}
+		b.mu.Unlock()
+		select {
+		case b.gone <- struct{}{}:
+		default:
+		}
+		select {
+		case <-w.ready: // given a slot as it left: the slot is spent
+		default:
+		}
+		return context.Cause(ctx)
+	}
+}
+
+// dispatch hands out slots while anyone waits: it takes a token first,
+// then gives it to the most urgent waiter of that moment.
+func (b *Budget) dispatch() {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		b.mu.Lock()
+		if len(b.waiters) == 0 {
+			b.running = false
+			b.mu.Unlock()
+			return
+		}
+		hold := time.Until(b.hold)
+		b.mu.Unlock()
+		if hold > 0 {
+			b.sleep(timer, hold)
+			continue // the hold may have grown meanwhile, or everyone left
+		}
+		r := b.lim.Reserve()
+		if !b.sleep(timer, r.Delay()) {
+			r.Cancel() // everyone left: give the token back
+			continue
+		}
+		b.give(r)
+	}
+}
+
+// sleep waits d, or less when a waiter leaves and none is left; it
+// reports whether it waited the whole d.
+func (b *Budget) sleep(timer *time.Timer, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	timer.Reset(d)
+	for {
+		select {
+		case <-timer.C:
+			return true
+		case <-b.gone:
+			if b.Waiting() == 0 {
+				if !timer.Stop() {
+					<-timer.C
+				}
+				return false
+			}
+		}
+	}
+}
+
+// give hands the slot r reserved to the most urgent waiter: the lowest
+// Priority, then the oldest Since, then the first to ask.
+func (b *Budget) give(r *rate.Reservation) {
+	b.mu.Lock()
+	ws := append([]*budgetWaiter(nil), b.waiters...)
+	b.mu.Unlock()
+	if len(ws) == 0 {
+		r.Cancel()
+		return
+	}
+	// Priorities are read without the budget's lock: they take their
+	// owner's.
+	prios := make([]Priority, len(ws))
+	for i, w := range ws {
+		prios[i] = w.prio()
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var best *budgetWaiter
+	var bestPrio Priority
+	for i, w := range ws {
+		if !b.present(w) {
+			continue
+		}
+		if best == nil || prios[i] < bestPrio ||
+			prios[i] == bestPrio && (w.since.Before(best.since) || w.since.Equal(best.since) && w.seq < best.seq) {
+			best, bestPrio = w, prios[i]
+		}
+	}
+	if best == nil {
+		r.Cancel()
+		return
+	}
+	for i, o := range b.waiters {
+		if o == best {
+			b.waiters = append(b.waiters[:i], b.waiters[i+1:]...)
+			break
+		}
+	}
+	close(best.ready)
+}
+
+func (b *Budget) present(w *budgetWaiter) bool {
+	for _, o := range b.waiters {
+		if o == w {
+			return true
+		}
+	}
+	return false
+}
