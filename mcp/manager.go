@@ -99,7 +99,7 @@ type Options struct {
 	Servers     []Server
 	ResultBytes int           // longest result given to the model; 0 means 16384
 	Timeout     time.Duration // longest call; 0 means 120s
-	Logger      *slog.Logger  // nil discards
+	Logger      *slog.Logger  // nil discards; the Manager adds component=mcp
 	Hooks       Hooks
 	// Env reads the bot's environment (os.Getenv in main) for the few
 	// variables a stdio server inherits: HOME, LOGNAME, PATH, SHELL, TERM,

@@ -361,8 +361,9 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	if err != nil {
 		return err
 	}
+	// The Manager adds component=mcp to its lines itself.
 	servers := mcp.New(mcp.Options{Servers: mcpServers(cfg), ResultBytes: cfg.ToolResultBytes, Timeout: cfg.ToolTimeout,
-		StartupTimeout: cfg.MCPStartup, Logger: log.With("component", "mcp"), Hooks: m.mcpHooks(), Env: getenv})
+		StartupTimeout: cfg.MCPStartup, Logger: log, Hooks: m.mcpHooks(), Env: getenv})
 	later(func() { servers.Close() })
 	if len(cfg.MCP) > 0 {
 		// The servers connect in the background: one slow to start must
