@@ -464,7 +464,7 @@ func TestBrowserConsole(t *testing.T) {
 			t.Errorf("%s: the thread reads %q, want the task, the card, then the answer", vp.name, got)
 		}
 		// The revision history opens with every stored revision.
-		b.click("#plan-history summary")
+		b.click("#plan-history-toggle")
 		b.waitJS(10*time.Second, "every revision in the history", `document.querySelectorAll("#plan-revisions > li").length === `+rev)
 		b.shot("console-done")
 
