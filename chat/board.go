@@ -100,7 +100,7 @@ type BoardLister interface {
 type Board struct {
 	key      string
 	platform Platform
-	limiter  Limiter
+	pacer    Paced // nil: the platform paces nothing
 	store    BoardStore
 	log      *slog.Logger
 	hooks    *Hooks
@@ -117,6 +117,10 @@ type Board struct {
 	want    Plan
 	wantVer uint64
 	doneVer uint64
+	// pending is when the board last went from showing what is wanted to
+	// wanting more: how long it has waited, for the budgets' "oldest
+	// first".
+	pending time.Time
 	running bool
 	idle    *sync.Cond // signalled when running goes false
 }
@@ -146,6 +150,9 @@ func (b *Board) set(f func(rec *boardRecord, want *Plan)) {
 		f(&b.rec, &b.want)
 		want := b.want
 		b.rec.Want = &want
+		if b.doneVer == b.wantVer {
+			b.pending = time.Now()
+		}
 		b.wantVer++
 		if !b.running {
 			b.running = true
@@ -559,7 +566,7 @@ func (b *Board) loop() {
 func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) (MessageRef, error) {
 	th := rec.Thread
 	for _, re := range rec.Restore {
-		if err := b.wait(ctx); err != nil {
+		if err := b.pace(ctx, MethodEdit, func() Priority { return PriorityFinal }); err != nil {
 			return rec.Ref, err
 		}
 		if err := b.owner.held(ctx, th.Key); err != nil {
@@ -577,6 +584,9 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) (MessageR
 		b.update(func(r *boardRecord) { r.Restore = r.Restore[1:] })
 	}
 	for _, old := range rec.Unpin {
+		if err := b.pace(ctx, MethodPin, func() Priority { return PriorityIntermediate }); err != nil {
+			return rec.Ref, err
+		}
 		if err := b.owner.held(ctx, th.Key); err != nil {
 			return rec.Ref, err
 		}
@@ -593,7 +603,7 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) (MessageR
 		if len(want.Items) == 0 {
 			return rec.Ref, nil // nothing to show yet: no empty plan message
 		}
-		if err := b.wait(ctx); err != nil {
+		if err := b.pace(ctx, MethodPost, b.priority); err != nil {
 			return rec.Ref, err
 		}
 		if err := b.owner.held(ctx, th.Key); err != nil {
@@ -634,7 +644,7 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) (MessageR
 		}
 	}
 	if !sameContent(rec.Shown, want) {
-		if err := b.wait(ctx); err != nil {
+		if err := b.pace(ctx, MethodEdit, b.priority); err != nil {
 			return rec.Ref, err
 		}
 		if err := b.owner.held(ctx, th.Key); err != nil {
@@ -668,6 +678,9 @@ func (b *Board) pin(ctx context.Context, rec *boardRecord) error {
 		return nil
 	}
 	th := rec.Thread
+	if err := b.pace(ctx, MethodPin, func() Priority { return PriorityFirstPost }); err != nil {
+		return err
+	}
 	if err := b.owner.held(ctx, th.Key); err != nil {
 		return err
 	}
@@ -692,11 +705,40 @@ func (b *Board) pin(ctx context.Context, rec *boardRecord) error {
 	return nil
 }
 
-func (b *Board) wait(ctx context.Context) error {
-	if b.limiter == nil {
+// pace waits for the platform's budget of method m (DESIGN §6); prio is
+// read when a slot is handed out.
+func (b *Board) pace(ctx context.Context, m Method, prio func() Priority) error {
+	if b.pacer == nil {
 		return nil
 	}
-	return b.limiter.Wait(ctx)
+	b.mu.Lock()
+	th, since := b.rec.Thread, b.pending
+	b.mu.Unlock()
+	return b.pacer.Pace(ctx, Request{Thread: th, Method: m, Priority: prio, Since: since})
+}
+
+// priority is how urgent the board's next request is: the first post of
+// a plan before anything, a final state (the run ended or waits for an
+// approval) before an intermediate revision.
+func (b *Board) priority() Priority {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.rec.Ref.IsZero():
+		return PriorityFirstPost
+	case b.want.State == StateDone || b.want.State == StateStopped || b.want.State == StateFailed ||
+		b.want.State == StateLimited || b.want.State == StateWaiting:
+		return PriorityFinal
+	}
+	return PriorityIntermediate
+}
+
+// posted reports whether the plan is in the thread, or will not be for
+// now: the board has a message, has nothing to show, or stopped trying.
+func (b *Board) posted() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return !b.rec.Ref.IsZero() || len(b.want.Items) == 0 || !b.running
 }
 
 func (b *Board) shown(th Thread, p Plan) {

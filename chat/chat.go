@@ -128,15 +128,14 @@ type PrivateReplier interface {
 	ReplyPrivately(ctx context.Context, th Thread, user, text string) error
 }
 
-// Paced is implemented by platforms that limit plan edits. The board waits
-// on the limiter before each post or edit.
+// Paced is implemented by platforms that pace their requests against the
+// budgets the platform counts them in (DESIGN §6): Slack per method and
+// workspace (a channel's posts on their own), Discord per route. The plan
+// board and the outbox call Pace before each post, edit and pin, and
+// send only when it returns nil; a platform paces nothing it is not
+// asked for.
 type Paced interface {
-	Limiter(th Thread) Limiter
-}
-
-// Limiter is golang.org/x/time/rate.Limiter's Wait.
-type Limiter interface {
-	Wait(ctx context.Context) error
+	Pace(ctx context.Context, req Request) error
 }
 
 var (

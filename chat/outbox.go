@@ -226,8 +226,20 @@ func (o *outbox) send(ctx context.Context, q queued) {
 	}
 	tooOld := func() bool { return o.r.opts.Now().Sub(it.Created) > maxReplyAge }
 	unsure := q.stored
+	if it.To == "" {
+		// A thread's plan message is above its answer (DESIGN §6): wait
+		// for the board's first post, which goes first in the budgets.
+		o.r.planFirst(ctx, th.Key)
+	}
+	pacer, _ := p.(Paced)
 	attempts, err := sendUntil(ctx, o.r.backoff(maxReplyBackoff), 0, tooOld, func(ctx context.Context) error {
-		if err := o.r.held(ctx, th.Key); err != nil {
+		if pacer != nil && it.To == "" {
+			final := func() Priority { return PriorityFinal }
+			if err := pacer.Pace(ctx, Request{Thread: th, Method: MethodPost, Priority: final, Since: it.Created}); err != nil {
+				return err
+			}
+		}
+		if err := o.r.held(ctx, th.Key); err != nil { // after the wait: this replica may hold it no more
 			return err
 		}
 		actx, cancel := context.WithTimeout(ctx, replyTimeout)
@@ -269,6 +281,31 @@ func (o *outbox) send(ctx context.Context, q queued) {
 	if q.id != 0 {
 		if err := o.store.DeleteOutbox(context.WithoutCancel(ctx), th.Key, q.id); err != nil {
 			log.Warn("remove delivered reply from outbox", "err", err)
+		}
+	}
+}
+
+// planFirstPoll is how often a reply waiting for its plan's first post
+// looks again.
+const planFirstPoll = 25 * time.Millisecond
+
+// planFirst waits until the session's plan message is in the thread, if
+// its board has a plan to show and is still trying to post it, or until
+// ctx ends.
+func (r *Router) planFirst(ctx context.Context, key string) {
+	r.mu.Lock()
+	s := r.sessions[key]
+	r.mu.Unlock()
+	if s == nil || s.board.posted() {
+		return
+	}
+	t := time.NewTicker(planFirstPoll)
+	defer t.Stop()
+	for !s.board.posted() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
 	}
 }

@@ -85,6 +85,15 @@ func NewBudget(perMinute float64, burst int) *Budget {
 // each take their part).
 func (b *Budget) SetPerMinute(perMinute float64) { b.lim.SetLimit(rate.Limit(perMinute / 60)) }
 
+// SetBurst changes how many requests may go at once after a quiet time.
+func (b *Budget) SetBurst(burst int) { b.lim.SetBurst(max(burst, 1)) }
+
+// Idle reports whether no one waits and the whole burst is back: a new
+// budget in its place would pace the same, so it may be dropped.
+func (b *Budget) Idle() bool {
+	return b.Waiting() == 0 && b.lim.Tokens() >= float64(b.lim.Burst())
+}
+
 // PerMinute is the pace now.
 func (b *Budget) PerMinute() float64 { return float64(b.lim.Limit()) * 60 }
 

@@ -171,7 +171,7 @@ func (r *Router) newBoard(key string, rec boardRecord) *Board {
 	}
 	b.idle = sync.NewCond(&b.mu)
 	if paced, ok := b.platform.(Paced); ok {
-		b.limiter = paced.Limiter(rec.Thread)
+		b.pacer = paced
 	}
 	return b
 }

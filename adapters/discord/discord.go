@@ -29,7 +29,6 @@ import (
 
 	"github.com/bwmarrin/discordgo"
 	"github.com/gorilla/websocket"
-	"golang.org/x/time/rate"
 
 	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/internal/serial"
@@ -68,8 +67,8 @@ type Adapter struct {
 
 	mu        sync.Mutex // guards the fields below
 	botID     string
-	limiters  map[string]*rate.Limiter
-	share     int // replicas sharing the per-channel pace (Share)
+	limiters  map[string]*chat.Budget // each channel's posts and edits of plans
+	share     int                     // replicas sharing the per-channel pace (Share)
 	typing    map[string]context.CancelFunc
 	chanTypes map[string]discordgo.ChannelType
 	connected bool
@@ -170,7 +169,7 @@ func New(opts Options) (*Adapter, error) {
 	// sent the events; onMessage only filters and queues per channel.
 	s.SyncEvents = true
 	s.Identify.Intents = discordgo.IntentsGuilds | discordgo.IntentsGuildMessages | discordgo.IntentsDirectMessages | discordgo.IntentsMessageContent
-	a := &Adapter{opts: opts, s: s, log: opts.Logger, limiters: map[string]*rate.Limiter{}, typing: map[string]context.CancelFunc{},
+	a := &Adapter{opts: opts, s: s, log: opts.Logger, limiters: map[string]*chat.Budget{}, typing: map[string]context.CancelFunc{},
 		chanTypes: map[string]discordgo.ChannelType{}, botRoles: map[string][]string{}, seen: map[string]seenChannel{}}
 	s.Dialer.NetDialContext = a.dialGateway
 	s.AddHandler(a.onMessage)
@@ -378,15 +377,25 @@ func (a *Adapter) setConnected(v bool) {
 	a.mu.Unlock()
 }
 
-// Limiter implements chat.Paced: edits are bucketed per channel.
-func (a *Adapter) Limiter(th chat.Thread) chat.Limiter {
+// Pace implements chat.Paced: a plan's posts and edits are paced per
+// channel, as Discord buckets them, the board's priorities deciding who
+// goes next; pins and replies keep to discordgo's buckets.
+func (a *Adapter) Pace(ctx context.Context, req chat.Request) error {
+	if req.Method != chat.MethodEdit && (req.Method != chat.MethodPost || req.Priority == nil || req.Priority() != chat.PriorityFirstPost) {
+		return nil
+	}
+	return a.budget(req.Thread.Channel).Wait(ctx, req.Priority, req.Since)
+}
+
+// budget is the channel's budget for plan posts and edits.
+func (a *Adapter) budget(channel string) *chat.Budget {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	l, ok := a.limiters[th.Channel]
+	l, ok := a.limiters[channel]
 	if !ok {
 		every, burst := a.editEvery()
-		l = rate.NewLimiter(rate.Every(every), burst)
-		a.limiters[th.Channel] = l
+		l = chat.NewBudget(float64(time.Minute)/float64(every), burst)
+		a.limiters[channel] = l
 	}
 	return l
 }
@@ -402,7 +411,7 @@ func (a *Adapter) Forget(th chat.Thread) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.chanTypes, th.Channel)
-	if l, ok := a.limiters[th.Channel]; ok && l.Tokens() >= float64(l.Burst()) {
+	if l, ok := a.limiters[th.Channel]; ok && l.Idle() {
 		delete(a.limiters, th.Channel)
 	}
 }

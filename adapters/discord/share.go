@@ -1,10 +1,6 @@
 package discord
 
-import (
-	"time"
-
-	"golang.org/x/time/rate"
-)
+import "time"
 
 // Share spreads each channel's edit pace over n replicas (DESIGN §14):
 // Discord's per-channel budget is the bot's, so n replicas together keep
@@ -15,8 +11,9 @@ func (a *Adapter) Share(n int) {
 	defer a.mu.Unlock()
 	a.share = n
 	for _, l := range a.limiters {
-		l.SetLimit(rate.Every(a.opts.EditEvery * time.Duration(n)))
-		l.SetBurst(max(3/n, 1))
+		every, burst := a.editEvery()
+		l.SetPerMinute(float64(time.Minute) / float64(every))
+		l.SetBurst(burst)
 	}
 }
 

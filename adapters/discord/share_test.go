@@ -1,11 +1,11 @@
 package discord
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/bwmarrin/discordgo"
-	"golang.org/x/time/rate"
 
 	"github.com/pinplan/pinplan/chat"
 )
@@ -13,13 +13,13 @@ import (
 // TestShareSpreadsTheChannelPace: with two replicas each channel's edits
 // come half as often from each, for channels paced before and after.
 func TestShareSpreadsTheChannelPace(t *testing.T) {
-	a := &Adapter{opts: Options{EditEvery: time.Second}, limiters: map[string]*rate.Limiter{}}
-	before := a.Limiter(chat.Thread{Channel: "C1"}).(*rate.Limiter)
+	a := &Adapter{opts: Options{EditEvery: time.Second}, limiters: map[string]*chat.Budget{}}
+	before := a.budget("C1")
 	a.Share(2)
-	after := a.Limiter(chat.Thread{Channel: "C2"}).(*rate.Limiter)
-	for name, l := range map[string]*rate.Limiter{"existing": before, "new": after} {
-		if got, want := l.Limit(), rate.Every(2*time.Second); got != want {
-			t.Errorf("%s channel: pace = %v/s, want %v/s", name, got, want)
+	after := a.budget("C2")
+	for name, l := range map[string]*chat.Budget{"existing": before, "new": after} {
+		if got, want := l.PerMinute(), 30.0; got < want-1e-9 || got > want+1e-9 {
+			t.Errorf("%s channel: pace = %v a minute, want %v", name, got, want)
 		}
 	}
 }
@@ -29,11 +29,15 @@ func TestShareSpreadsTheChannelPace(t *testing.T) {
 // one paces the same), never while edits are owed to it; other
 // platforms' threads are ignored.
 func TestForgetDropsAnIdleChannelsPace(t *testing.T) {
-	a := &Adapter{opts: Options{EditEvery: time.Hour}, limiters: map[string]*rate.Limiter{}, chanTypes: map[string]discordgo.ChannelType{}}
+	a := &Adapter{opts: Options{EditEvery: time.Hour}, limiters: map[string]*chat.Budget{}, chanTypes: map[string]discordgo.ChannelType{}}
 	th := chat.Thread{Platform: "discord", Key: Key("C1"), Channel: "C1"}
 	busy := chat.Thread{Platform: "discord", Key: Key("C2"), Channel: "C2"}
-	a.Limiter(th)
-	a.Limiter(busy).(*rate.Limiter).Allow() // an edit spent: an hour to get it back
+	a.budget(th.Channel)
+	for range 3 { // the whole burst spent: an hour to get one back
+		if err := a.Pace(context.Background(), chat.Request{Thread: busy, Method: chat.MethodEdit}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	a.chanTypes["C1"] = discordgo.ChannelTypeGuildPublicThread
 	a.Forget(chat.Thread{Platform: "slack", Key: "slack/T1/C1/1.1", Channel: "C1"})
 	if len(a.limiters) != 2 || len(a.chanTypes) != 1 {

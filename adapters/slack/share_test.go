@@ -1,27 +1,69 @@
 package slack
 
 import (
+	"context"
+	"math"
 	"testing"
+	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/pinplan/pinplan/chat"
 )
 
 // TestShareDividesTheWorkspacePace: three replicas each take a third of
-// the workspace's pace, so together they keep to it.
+// every budget of the workspace, so together they keep to it.
 func TestShareDividesTheWorkspacePace(t *testing.T) {
 	a := New(Options{EditsPerMinute: 45, AppendsPerMinute: 90})
+	post := a.budgets.of(chat.Request{Method: chat.MethodPost, Thread: chat.Thread{Channel: "C1"}})
 	a.Share(3)
-	if got, want := a.limiter.Limit(), rate.Limit(45.0/60/3); got != want {
-		t.Errorf("edit pace = %v/s, want %v/s", got, want)
+	later := a.budgets.of(chat.Request{Method: chat.MethodPost, Thread: chat.Thread{Channel: "C2"}})
+	for name, c := range map[string]struct {
+		got, want float64
+	}{
+		"edit":           {a.budgets.edit.PerMinute(), 45.0 / 3},
+		"pin":            {a.budgets.pin.PerMinute(), pinsPerMinute / 3.0},
+		"post (earlier)": {post.PerMinute(), postsPerMinute / 3.0},
+		"post (later)":   {later.PerMinute(), postsPerMinute / 3.0},
+	} {
+		if math.Abs(c.got-c.want) > 1e-9 {
+			t.Errorf("%s pace = %v a minute, want %v", name, c.got, c.want)
+		}
 	}
 	if got, want := a.appends.Limit(), rate.Limit(90.0/60/3); got != want {
 		t.Errorf("append pace = %v/s, want %v/s", got, want)
 	}
-	if b := a.limiter.Burst(); b*3 > 5 {
-		t.Errorf("burst %d per replica lets three replicas burst %d, over the one-process 5", b, b*3)
-	}
 	a.Share(1)
-	if got := a.limiter.Limit(); got != rate.Limit(45.0/60) {
-		t.Errorf("back to one replica: pace = %v/s, want the whole budget", got)
+	if got := a.budgets.edit.PerMinute(); math.Abs(got-45) > 1e-9 {
+		t.Errorf("back to one replica: edit pace = %v a minute, want the whole budget", got)
+	}
+}
+
+// TestPostsDoNotWaitBehindEdits: Slack counts chat.postMessage apart from
+// chat.update, so with the edit budget spent a plan's first post in
+// another thread goes at once.
+func TestPostsDoNotWaitBehindEdits(t *testing.T) {
+	a := New(Options{EditsPerMinute: 1})
+	ctx := context.Background()
+	edit := chat.Request{Method: chat.MethodEdit, Thread: chat.Thread{Channel: "C1"}}
+	for range editBurst {
+		if err := a.Pace(ctx, edit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The edit budget is spent for a minute now.
+	tctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if err := a.Pace(tctx, edit); err == nil {
+		t.Fatal("an edit went with the budget spent")
+	}
+	tctx2, cancel2 := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel2()
+	first := func() chat.Priority { return chat.PriorityFirstPost }
+	if err := a.Pace(tctx2, chat.Request{Method: chat.MethodPost, Thread: chat.Thread{Channel: "C2"}, Priority: first}); err != nil {
+		t.Errorf("a first post waited behind the edits: %v", err)
+	}
+	if err := a.Pace(tctx2, chat.Request{Method: chat.MethodPin, Thread: chat.Thread{Channel: "C2"}, Priority: first}); err != nil {
+		t.Errorf("a pin waited behind the edits: %v", err)
 	}
 }

@@ -33,8 +33,9 @@ type Options struct {
 	// NativePlan renders plans with Slack's plan and task-card blocks,
 	// falling back to standard blocks when Slack rejects them.
 	NativePlan bool
-	// EditsPerMinute paces plan posts and edits for the workspace (Tier 3
-	// chat.update allows about 50); default 45, burst 5.
+	// EditsPerMinute paces plan edits (chat.update) for the workspace
+	// (Tier 3 allows about 50); default 45, burst 5. Posts and pins have
+	// budgets of their own (pace.go).
 	EditsPerMinute float64
 	// Stream streams replies into the thread with chat.startStream,
 	// chat.appendStream and chat.stopStream (PINPLAN_STREAM) instead of
@@ -55,7 +56,7 @@ type Options struct {
 type Adapter struct {
 	opts    Options
 	api     *slack.Client
-	limiter *rate.Limiter
+	budgets *budgets      // posts, edits and pins (pace.go)
 	appends *rate.Limiter // chat.appendStream, for the workspace
 	log     *slog.Logger
 	wg      sync.WaitGroup
@@ -117,7 +118,7 @@ func New(opts Options) *Adapter {
 	opts.HTTPClient = holdRetryAfter(opts.HTTPClient, opts.Now)
 	api := slack.New(opts.BotToken, slack.OptionAPIURL(opts.APIURL), slack.OptionHTTPClient(opts.HTTPClient), slack.OptionAppLevelToken(opts.AppToken))
 	return &Adapter{opts: opts, api: api, log: opts.Logger,
-		limiter: rate.NewLimiter(rate.Limit(opts.EditsPerMinute/60), 5),
+		budgets: newBudgets(opts.EditsPerMinute),
 		appends: rate.NewLimiter(rate.Limit(opts.AppendsPerMinute/60), 5),
 		parts:   map[string]*partStream{}, authors: map[string]map[string]person{}, askers: map[string]person{},
 		reacted: map[string]string{}, standard: map[string]bool{}, users: map[string]string{}}
@@ -174,10 +175,6 @@ func (a *Adapter) setConnected(v bool) {
 	a.connected = v
 	a.mu.Unlock()
 }
-
-// Limiter implements chat.Paced: one pace for the workspace, as Slack's
-// method tiers count per workspace.
-func (a *Adapter) Limiter(chat.Thread) chat.Limiter { return a.limiter }
 
 // classify maps Slack errors to the board's sentinel errors.
 func classify(op string, err error) error { return classifyOp(op, false, err) }

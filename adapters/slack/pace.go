@@ -1,0 +1,97 @@
+package slack
+
+import (
+	"context"
+	"sync"
+
+	"github.com/pinplan/pinplan/chat"
+)
+
+// Slack's budgets (DESIGN §6), each counted per workspace and app as
+// Slack counts it, so that one kind of request never waits behind
+// another: chat.update in Tier 3 (about 50 a minute; Options.EditsPerMinute,
+// 45 by default), pins.add and pins.remove in Tier 2 (about 20: 18), and
+// chat.postMessage at about one a second per channel with short bursts.
+// A plan's first post and a reply wait on their channel's posts only,
+// never behind other threads' edits. Within a budget the board's
+// priorities decide who goes next (chat.Budget). A 429 holds its method
+// only (heldTransport).
+const (
+	editBurst      = 5
+	pinsPerMinute  = 18
+	pinBurst       = 2
+	postsPerMinute = 60 // per channel
+	postBurst      = 3
+	// maxPostBudgets bounds the channels whose post budget is kept; past
+	// it, the idle ones (nobody waiting, burst back) are dropped.
+	maxPostBudgets = 1024
+)
+
+type budgets struct {
+	editsPerMinute float64
+
+	mu    sync.Mutex // guards share and posts
+	share int        // replicas sharing the workspace's budgets
+	edit  *chat.Budget
+	pin   *chat.Budget
+	posts map[string]*chat.Budget // by channel
+}
+
+func newBudgets(editsPerMinute float64) *budgets {
+	return &budgets{editsPerMinute: editsPerMinute, share: 1,
+		edit: chat.NewBudget(editsPerMinute, editBurst), pin: chat.NewBudget(pinsPerMinute, pinBurst),
+		posts: map[string]*chat.Budget{}}
+}
+
+// of returns the budget a request is counted in; nil for one Slack does
+// not limit below what heldTransport keeps to.
+func (b *budgets) of(req chat.Request) *chat.Budget {
+	switch req.Method {
+	case chat.MethodEdit:
+		return b.edit
+	case chat.MethodPin:
+		return b.pin
+	case chat.MethodPost:
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		p, ok := b.posts[req.Thread.Channel]
+		if !ok {
+			if len(b.posts) >= maxPostBudgets {
+				for ch, o := range b.posts {
+					if o.Idle() {
+						delete(b.posts, ch)
+					}
+				}
+			}
+			n := float64(b.share)
+			p = chat.NewBudget(postsPerMinute/n, max(postBurst/b.share, 1))
+			b.posts[req.Thread.Channel] = p
+		}
+		return p
+	}
+	return nil
+}
+
+// setShare divides every budget by n replicas (DESIGN §14).
+func (b *budgets) setShare(n int) {
+	n = max(n, 1)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.share = n
+	b.edit.SetPerMinute(b.editsPerMinute / float64(n))
+	b.edit.SetBurst(max(editBurst/n, 1))
+	b.pin.SetPerMinute(pinsPerMinute / float64(n))
+	b.pin.SetBurst(max(pinBurst/n, 1))
+	for _, p := range b.posts {
+		p.SetPerMinute(postsPerMinute / float64(n))
+		p.SetBurst(max(postBurst/n, 1))
+	}
+}
+
+// Pace implements chat.Paced.
+func (a *Adapter) Pace(ctx context.Context, req chat.Request) error {
+	if bud := a.budgets.of(req); bud != nil {
+		return bud.Wait(ctx, req.Priority, req.Since)
+	}
+	return nil
+}
