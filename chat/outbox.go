@@ -293,9 +293,7 @@ const planFirstPoll = 25 * time.Millisecond
 // its board has a plan to show and is still trying to post it, or until
 // ctx ends.
 func (r *Router) planFirst(ctx context.Context, key string) {
-	r.mu.Lock()
-	s := r.sessions[key]
-	r.mu.Unlock()
+	s := r.session(key, nil)
 	if s == nil || s.board.posted() {
 		return
 	}

@@ -204,6 +204,13 @@ func (r *Router) Resume(ctx context.Context) (int, error) {
 		}
 		listedBoards = err == nil
 	}
+	// Boards first: a stored reply waits for its plan's first post
+	// (planFirst), which needs the board running again.
+	for _, key := range pending {
+		if b := r.Board(key); b != nil && b.platform != nil {
+			b.set(func(*boardRecord, *Plan) {})
+		}
+	}
 	stored, err := r.outbox.stored(ctx)
 	held := map[string][]queued{} // of the sessions endMissed looks at
 	read := map[string]bool{}     // boards read one by one, the listing having failed
@@ -229,11 +236,6 @@ func (r *Router) Resume(ctx context.Context) (int, error) {
 	}
 	for key, turn := range running {
 		r.endMissed(ctx, key, turn, held[key], err == nil)
-	}
-	for _, key := range pending {
-		if b := r.Board(key); b != nil && b.platform != nil {
-			b.set(func(*boardRecord, *Plan) {})
-		}
 	}
 	return len(stored), err
 }
@@ -332,6 +334,11 @@ func (r *Router) ResumeSession(ctx context.Context, key string) {
 		r.opts.Logger.Error("read plan board", "session", key, "err", berr)
 		data = nil
 	}
+	if BoardPending(data) { // first: a stored reply waits for its plan's post
+		if b := r.Board(key); b != nil && b.platform != nil {
+			b.set(func(*boardRecord, *Plan) {})
+		}
+	}
 	stored, err := r.outbox.storedOf(ctx, key)
 	if err != nil {
 		r.opts.Logger.Error("resume undelivered replies", "session", key, "err", err)
@@ -340,11 +347,6 @@ func (r *Router) ResumeSession(ctx context.Context, key string) {
 		r.endMissed(ctx, key, turn, stored, err == nil) // turn 0: undecided
 	} else {
 		r.outbox.enqueue(key, stored...)
-	}
-	if BoardPending(data) {
-		if b := r.Board(key); b != nil && b.platform != nil {
-			b.set(func(*boardRecord, *Plan) {})
-		}
 	}
 }
 
