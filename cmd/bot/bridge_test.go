@@ -18,6 +18,7 @@ import (
 // the board record) is listed as before, whether or not a router has
 // loaded it since.
 func TestConsoleListsOldAndNewBoardRecords(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db, err := store.Open(filepath.Join(t.TempDir(), "pinplan.db"), store.Options{})
 	if err != nil {

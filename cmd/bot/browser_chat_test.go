@@ -22,6 +22,7 @@ import (
 // first message showed "Thread not found" and erased the text; in a thread
 // the draft was cleared and no reason shown.)
 func TestBrowserRejectedMessage(t *testing.T) {
+	t.Parallel()
 	p := demoBot(t, "300ms")
 	defer p.stop(t)
 	bctx := newBrowser(t, 4*time.Minute)
@@ -138,6 +139,7 @@ const overflowCheck = `(() => {
 // never gets wider than the screen. (Issue 10: they spilled over the
 // sidebar, and on a phone made the page 703 px wide in a 390 px screen.)
 func TestBrowserLongText(t *testing.T) {
+	t.Parallel()
 	p := demoBot(t, "300ms")
 	defer p.stop(t)
 	bctx := newBrowser(t, 4*time.Minute)
@@ -179,6 +181,7 @@ func TestBrowserLongText(t *testing.T) {
 // after a confirmation dialog (a real <dialog>, not window.confirm).
 // (Issue 10: new threads landed at the bottom, off-screen.)
 func TestBrowserThreadList(t *testing.T) {
+	t.Parallel()
 	p := startBot(t, map[string]string{"PINPLAN_DB": filepath.Join(t.TempDir(), "p.db"), "PINPLAN_HTTP_ADDR": "127.0.0.1:0"}, botBinary)
 	defer p.stop(t)
 	bctx := newBrowser(t, 4*time.Minute)
@@ -285,6 +288,7 @@ const markdownReply = "**Bold** and *italic* and `code` and a [safe link](https:
 // HTML in it stays text; only http(s) links become links, opened with
 // rel="noopener noreferrer".
 func TestBrowserMarkdown(t *testing.T) {
+	t.Parallel()
 	fake := &fakeopenai.Server{Respond: func(*openai.ChatCompletionRequest) fakeopenai.Reply {
 		return fakeopenai.Reply{Content: markdownReply}
 	}}

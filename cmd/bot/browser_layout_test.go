@@ -32,6 +32,7 @@ func tallPlan(n int) string {
 // plan's box, whole; on a phone the plan takes at most a third of the
 // screen.
 func TestBrowserPlanLayout(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	script := fakeopenai.Script(func(string) []fakeopenai.Reply {
 		return []fakeopenai.Reply{

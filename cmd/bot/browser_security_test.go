@@ -64,6 +64,7 @@ document.getElementById("control").addEventListener("load", () => { results.cont
 // loopback with no token any website could start agent runs; no Host
 // check; no CSP and no frame protection.)
 func TestBrowserCrossSite(t *testing.T) {
+	t.Parallel()
 	p := startBot(t, map[string]string{"PINPLAN_DB": filepath.Join(t.TempDir(), "p.db"), "PINPLAN_HTTP_ADDR": "127.0.0.1:0"}, botBinary)
 	defer p.stop(t)
 	api := apiClient{t, p.URL}
@@ -227,6 +228,7 @@ func TestBrowserCrossSite(t *testing.T) {
 // a login form that works. (Issue 10: ?token= stayed in the address bar
 // and in every thread URL; the 401 answer was bare text.)
 func TestBrowserToken(t *testing.T) {
+	t.Parallel()
 	const token = "s3cret-console-token"
 	p := startBot(t, map[string]string{"PINPLAN_DB": filepath.Join(t.TempDir(), "p.db"), "PINPLAN_HTTP_ADDR": "127.0.0.1:0", "PINPLAN_WEB_TOKEN": token}, botBinary)
 	defer p.stop(t)

@@ -380,6 +380,7 @@ const messagesJS = `[...document.querySelectorAll("#messages > li:not(.card)")].
 // thread, send a task, watch the pinned plan move through its revisions to
 // done without a reload, then reload and see the same state.
 func TestBrowserConsole(t *testing.T) {
+	t.Parallel()
 	p := demoBot(t, "250ms")
 	defer p.stop(t)
 	bctx := newBrowser(t, 4*time.Minute)

@@ -55,6 +55,7 @@ func compactConfig(t testing.TB) *config.Config {
 }
 
 func TestCompactCommand(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	tests := []struct {
 		name    string
@@ -124,6 +125,7 @@ func TestCompactCommand(t *testing.T) {
 // records written by the real chat plan board: store cannot import chat,
 // so it reads a mirror of chat's record, which this test keeps honest.
 func TestRetentionReadsChatBoards(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db, err := store.Open(filepath.Join(t.TempDir(), "pinplan.db"), store.Options{})
 	if err != nil {

@@ -134,6 +134,7 @@ func wantRefusal(t *testing.T, err error, stderr, path string) {
 }
 
 func TestDamagedDatabase(t *testing.T) {
+	t.Parallel()
 	fake := &fakeopenai.Server{}
 	srv := httptest.NewServer(fake)
 	defer srv.Close()

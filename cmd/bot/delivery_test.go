@@ -54,6 +54,7 @@ func checkBurst(t *testing.T, got []string, n int) {
 }
 
 func TestSlackBurstArrivesInOrder(t *testing.T) {
+	t.Parallel()
 	for _, socket := range []bool{true, false} {
 		t.Run(fmt.Sprintf("socket=%t", socket), func(t *testing.T) {
 			r := newSlackRig(t, 2, 30*time.Millisecond, socket)
@@ -86,6 +87,7 @@ func TestSlackBurstArrivesInOrder(t *testing.T) {
 }
 
 func TestSlackReplyDeliveredAfterServerErrors(t *testing.T) {
+	t.Parallel()
 	r := newSlackRig(t, 1, 0, true)
 	p := r.start(t)
 	defer p.stop(t)
@@ -120,6 +122,7 @@ func TestSlackReplyDeliveredAfterServerErrors(t *testing.T) {
 }
 
 func TestDiscordBurstArrivesInOrder(t *testing.T) {
+	t.Parallel()
 	r := newDiscordRig(t, 2, 30*time.Millisecond)
 	r.dc.AddChannel("T9", 11, "G1")
 	p := r.start(t)
@@ -136,6 +139,7 @@ func TestDiscordBurstArrivesInOrder(t *testing.T) {
 }
 
 func TestDiscordReplyDeliveredAfterServerErrors(t *testing.T) {
+	t.Parallel()
 	r := newDiscordRig(t, 1, 0)
 	p := r.start(t)
 	defer p.stop(t)
@@ -155,6 +159,7 @@ func TestDiscordReplyDeliveredAfterServerErrors(t *testing.T) {
 }
 
 func TestDiscordReconnectGapIsFetched(t *testing.T) {
+	t.Parallel()
 	r := newDiscordRig(t, 1, 0)
 	r.dc.AddChannel("T7", 11, "G1")
 	r.model.Respond = fakeopenai.Script(func(string) []fakeopenai.Reply { return nil }) // every turn: "done"
@@ -181,6 +186,7 @@ func TestDiscordReconnectGapIsFetched(t *testing.T) {
 // restart, once each. Discord replays nothing to a new process's gateway
 // session (found by the hour soak: one answer lost on one process).
 func TestDiscordMessagesWhileDownAreFetched(t *testing.T) {
+	t.Parallel()
 	r := newDiscordRig(t, 1, 0)
 	r.dc.AddChannel("T7", 11, "G1")
 	r.model.Respond = fakeopenai.Script(func(string) []fakeopenai.Reply { return nil }) // every turn: "done"
@@ -225,6 +231,7 @@ func onceEach(t *testing.T, texts []string, wants ...string) {
 // most twice, then counted as undelivered and shown to the operator; it
 // is not retried for a day as if a pin had failed.
 func TestSlackReplyRefusedForGoodIsReported(t *testing.T) {
+	t.Parallel()
 	r := newSlackRig(t, 1, 1500*time.Millisecond, true) // the answer comes 1.5 s after the plan
 	p := r.start(t)
 	defer p.stop(t)

@@ -145,6 +145,7 @@ func checkReadyz(t *testing.T, ps []*botProc, holder int) {
 // kill -9 of the holder: the other opens the gateway within the TTL plus
 // 5 s and answers a new mention. Never two gateway sessions at once.
 func TestDiscordGatewayOnOneReplica(t *testing.T) {
+	t.Parallel()
 	r := newDiscordReplicaRig(t, replicaTTL)
 	ps := []*botProc{r.start(t, 0), r.start(t, 1)}
 	holder := waitHolder(t, r, ps, 15*time.Second)
@@ -230,6 +231,7 @@ func TestDiscordGatewayHandedOverOnStop(t *testing.T) {
 // gateway, stands again behind the other, which opens it; a mention in
 // the first replica's thread reaches it through etcd and it answers.
 func TestDiscordRESTFromNonHolder(t *testing.T) {
+	t.Parallel()
 	r := newDiscordReplicaRig(t, replicaTTL)
 	ps := []*botProc{r.start(t, 0)}
 	if got := waitHolder(t, r, ps, 15*time.Second); got != 0 {

@@ -136,6 +136,7 @@ func okDiscord(s *fakediscord.Server, match string) []fakediscord.Call {
 }
 
 func TestDiscordMention(t *testing.T) {
+	t.Parallel()
 	r := newDiscordRig(t, 5, 40*time.Millisecond)
 	p := r.start(t)
 	defer p.stop(t)
@@ -187,6 +188,7 @@ func TestDiscordMention(t *testing.T) {
 }
 
 func TestDiscordThreadPerTask(t *testing.T) {
+	t.Parallel()
 	r := newDiscordRig(t, 2, 0)
 	r.env["PINPLAN_DISCORD_THREAD_PER_TASK"] = "true"
 	p := r.start(t)
@@ -226,6 +228,7 @@ func TestDiscordThreadPerTask(t *testing.T) {
 }
 
 func TestDiscordKillResumeAndReconnect(t *testing.T) {
+	t.Parallel()
 	r := newDiscordRig(t, 6, 250*time.Millisecond)
 	p := r.start(t)
 	r.dc.UserMessage("C1", "111", "survive a crash", true)
@@ -296,6 +299,7 @@ func TestDiscordKillResumeAndReconnect(t *testing.T) {
 }
 
 func TestDiscordRateLimitedBurst(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		n       int
@@ -345,6 +349,7 @@ func TestDiscordRateLimitedBurst(t *testing.T) {
 // (10008) is replaced. 30046 is temporary and backed off first (a minute,
 // doubling), which chat's TestEditLaterBacksOffBeforeReposting covers.
 func TestDiscordEditErrorsRepost(t *testing.T) {
+	t.Parallel()
 	for _, code := range []int{10008} {
 		t.Run(strings.TrimSpace(string(rune('0'+code/10000)))+"xxxx", func(t *testing.T) {
 			r := newDiscordRig(t, 4, 150*time.Millisecond)
@@ -387,6 +392,7 @@ func TestDiscordEditErrorsRepost(t *testing.T) {
 }
 
 func TestDiscordDirectMessage(t *testing.T) {
+	t.Parallel()
 	r := newDiscordRig(t, 2, 0)
 	r.dc.AddChannel("D1", 1, "")
 	p := r.start(t)
@@ -423,6 +429,7 @@ func TestDiscordDirectMessage(t *testing.T) {
 // the plan is posted and pinned once, on its last revision, beside the
 // one answer.
 func TestDiscordQueuedPlanSurvivesKill(t *testing.T) {
+	t.Parallel()
 	r := newDiscordRig(t, 1, 0)
 	items := func(prefix string, n, done int) string {
 		var it []todo.Item
@@ -458,7 +465,11 @@ func TestDiscordQueuedPlanSurvivesKill(t *testing.T) {
 	r.dc.UserMessage("C1", "111", "task A", true)
 	waitDiscordReply(t, r.dc, "C1", "finished task A")
 	r.dc.UserMessage("C1", "111", "task B", true)
-	waitDiscordReply(t, r.dc, "C1", "finished task B")
+	// Task B's turn ends (four requests for A, two for B) while its plan
+	// waits for the channel's pace, and its answer waits for its plan
+	// (DESIGN §6).
+	waitFor(t, 30*time.Second, "task B's last model request", func() bool { return len(r.model.Requests()) >= 6 })
+	time.Sleep(300 * time.Millisecond) // the last round commits
 	plansOf := func(task string) []fakediscord.Message {
 		var out []fakediscord.Message
 		for _, m := range discordPlans(r.dc, "C1") {
@@ -488,6 +499,9 @@ func TestDiscordQueuedPlanSurvivesKill(t *testing.T) {
 	if n := len(plansOf("A")); n != 1 {
 		t.Errorf("task A has %d plan messages, want 1", n)
 	}
+	if answer := waitDiscordReply(t, r.dc, "C1", "finished task B"); len(answer.ID) < len(b.ID) || len(answer.ID) == len(b.ID) && answer.ID < b.ID {
+		t.Errorf("task B's answer %s is above its plan %s", answer.ID, b.ID)
+	}
 	for _, task := range []string{"A", "B"} {
 		answers := 0
 		for _, m := range r.dc.Messages("C1") {
@@ -515,6 +529,7 @@ func callList(calls []fakediscord.Call) string {
 // gets the message back, brings it up to date and pins it: one plan
 // message.
 func TestDiscordPlanCreatedBeforeKillIsNotPostedTwice(t *testing.T) {
+	t.Parallel()
 	r := newDiscordRig(t, 1, 0)
 	p := r.start(t)
 	r.dc.DelayAnswer("POST messages", 10*time.Second, 1)
@@ -542,6 +557,7 @@ func TestDiscordPlanCreatedBeforeKillIsNotPostedTwice(t *testing.T) {
 // has, and the thread shows the answer once. (Without the nonce the
 // restart posted it a second time; the fake enforces nonces as Discord.)
 func TestDiscordReplyCreatedBeforeKillIsNotPostedTwice(t *testing.T) {
+	t.Parallel()
 	r := newDiscordRig(t, 1, 0)
 	p := r.start(t)
 	// The typing indicator comes first, then the plan post; the answer is

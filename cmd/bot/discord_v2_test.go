@@ -40,6 +40,7 @@ func hasStop(body map[string]any) bool {
 // edit keeps the flag and sends neither content nor embeds, and it ends
 // on its last revision without Stop; Discord refused nothing.
 func TestDiscordPlanComponentsV2(t *testing.T) {
+	t.Parallel()
 	r := newDiscordRig(t, 5, 40*time.Millisecond)
 	p := r.start(t)
 	defer p.stop(t)
@@ -102,6 +103,7 @@ func TestDiscordPlanComponentsV2(t *testing.T) {
 // (50035), the plan is posted as the embed and edited as one to its last
 // revision; the refused post is the only refusal.
 func TestDiscordPlanV2RefusedIsEmbed(t *testing.T) {
+	t.Parallel()
 	r := newDiscordRig(t, 5, 40*time.Millisecond)
 	r.dc.RefuseComponentsV2(true)
 	p := r.start(t)

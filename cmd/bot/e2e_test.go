@@ -37,6 +37,7 @@ func TestSecondProcessLocked(t *testing.T) {
 // TestNonLoopbackNeedsToken: the console refuses a public address without
 // PINPLAN_WEB_TOKEN, and requires the token when it is set.
 func TestNonLoopbackNeedsToken(t *testing.T) {
+	t.Parallel()
 	cmd := exec.Command(botBinary)
 	cmd.Env = []string{"PINPLAN_DB=" + filepath.Join(t.TempDir(), "p.db"), "PINPLAN_HTTP_ADDR=0.0.0.0:0"}
 	out, err := cmd.CombinedOutput()
@@ -136,6 +137,7 @@ func approveDemo(t *testing.T, base, id string) {
 // the end, checks the console, /metrics and /healthz, then restarts and
 // finds the same thread.
 func TestReadmeRunCommand(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds with go run")
 	}
@@ -198,6 +200,7 @@ func TestReadmeRunCommand(t *testing.T) {
 // TestBackup: `bot backup FILE` copies the database both while the bot runs
 // (asking it over HTTP, since it holds the lock) and while it does not.
 func TestBackup(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	db := filepath.Join(dir, "p.db")
 	env := map[string]string{"PINPLAN_DB": db, "PINPLAN_HTTP_ADDR": "127.0.0.1:0", "PINPLAN_DEMO_DELAY": "1ms"}
@@ -243,6 +246,7 @@ func TestBackup(t *testing.T) {
 // TestNoModelConfigured: with no OPENAI_API_KEY or OPENAI_BASE_URL the
 // console starts and a message is answered with what to set.
 func TestNoModelConfigured(t *testing.T) {
+	t.Parallel()
 	p := startBot(t, map[string]string{"PINPLAN_DB": filepath.Join(t.TempDir(), "p.db"), "PINPLAN_HTTP_ADDR": "127.0.0.1:0"}, botBinary)
 	defer p.stop(t)
 	// The notice is printed before the console line startBot waits for.

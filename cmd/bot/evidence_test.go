@@ -56,6 +56,7 @@ func evidenceScript(dir string) func(*openai.ChatCompletionRequest) fakeopenai.R
 // todo_write results stay the canonical snapshot, and a kill -9 while the
 // turn waits on the card keeps the evidence.
 func TestEvidenceThroughTheBinary(t *testing.T) {
+	t.Parallel()
 	r := newToolRig(t, true, nil)
 	r.model.Respond = evidenceScript(r.dir)
 	p := r.start(t)

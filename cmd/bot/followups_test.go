@@ -90,6 +90,7 @@ func waitInOrder(t *testing.T, m *fakeopenai.Server, want []string, logs func() 
 // the thread's queue, and all reach the model after the mention, in the
 // order they were sent (DESIGN §14).
 func TestFollowUpsSpreadOverReplicas(t *testing.T) {
+	t.Parallel()
 	r := newReplicaRig(t, 2)
 	ps := []*botProc{r.start(t, 0), r.start(t, 1), r.start(t, 2)}
 	const ch, thread = "C1", "1700000500.000100"
@@ -120,6 +121,7 @@ func TestFollowUpsSpreadOverReplicas(t *testing.T) {
 // A reply in a thread pinplan was never mentioned in reaches nothing: no
 // model request carries it and nothing is said in its thread.
 func TestFollowUpBeforeItsMention(t *testing.T) {
+	t.Parallel()
 	r := newSlackRig(t, 2, 20*time.Millisecond, true)
 	p := r.start(t)
 	defer p.stop(t)
@@ -155,6 +157,7 @@ func TestFollowUpBeforeItsMention(t *testing.T) {
 // behind it, before any replica has made the session: all reach the
 // model after the mention, in order.
 func TestDiscordFollowUpsAcrossReplicas(t *testing.T) {
+	t.Parallel()
 	r := newDiscordReplicaRig(t, replicaTTL)
 	r.dc.AddChannel("T1", 11, "G1") // a public thread
 	ps := []*botProc{r.start(t, 0), r.start(t, 1)}

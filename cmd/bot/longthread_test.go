@@ -25,6 +25,7 @@ var longPlanItems = []todo.Item{{Content: "answer each question", Status: todo.I
 // was stored, restarts it, resets the thread and checks the next request
 // starts fresh.
 func TestLongThreadThroughTheConsole(t *testing.T) {
+	t.Parallel()
 	var summaries atomic.Int32
 	fake := &fakeopenai.Server{ContextWindow: 8000}
 	fake.Respond = func(req *openai.ChatCompletionRequest) fakeopenai.Reply {

@@ -14,6 +14,7 @@ import (
 // TestMCPLogLines: an MCP server's log lines carry component=mcp once,
 // and retry_in is a duration for stdio and HTTP servers alike.
 func TestMCPLogLines(t *testing.T) {
+	t.Parallel()
 	cfg := filepath.Join(t.TempDir(), "pinplan.toml")
 	if err := os.WriteFile(cfg, []byte("[mcp.cli]\ncommand = [\"false\"]\n\n[mcp.web]\nurl = \"http://127.0.0.1:1/mcp\"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -42,6 +43,7 @@ func TestMCPLogLines(t *testing.T) {
 // loop (yes) gets a few lines a second into the bot's log and a count of
 // the rest, not a line per line (DESIGN §16).
 func TestMCPStderrFloodLogIsBounded(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "pinplan.toml")
 	toml := fmt.Sprintf("[mcp.noisy]\ncommand = [\"sh\", \"-c\", \"yes 'flood line' >&2 & exec %s %s\"]\n", mcpServerPath(t, "filesystem"), dir)

@@ -153,6 +153,7 @@ func TestMigrateKilledMidCopy(t *testing.T) {
 // application's keys (Kubernetes' /registry/) is refused by a replica and
 // by migrate, with an error naming it, and nothing is written into it.
 func TestForeignPrefixRefusedByBinary(t *testing.T) {
+	t.Parallel()
 	r := newReplicaRig(t, 2)
 	cli := r.etcd.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -33,6 +33,7 @@ func (noSessions) SessionCount() (int, error) { return 0, nil }
 // only requests that failed, so an alert on it does not fire when people
 // press Stop.
 func TestStoppedRequestIsNotAModelError(t *testing.T) {
+	t.Parallel()
 	fake := &fakeopenai.Server{}
 	srv := httptest.NewServer(fake)
 	defer srv.Close()

@@ -11,6 +11,7 @@ import (
 // that person, naming the requester as a mention; nothing is said in the
 // thread about them, and the turn goes on to its answer.
 func TestSlackTextRefusalsArePrivate(t *testing.T) {
+	t.Parallel()
 	r := newSlackRig(t, 2, 300*time.Millisecond, true)
 	r.slack.AddUser("U1", "ann")
 	r.slack.AddUser("U2", "bob")

@@ -24,6 +24,7 @@ import (
 // Slack replica started again takes the thread and its answer reaches
 // Slack on the same plan message. /readyz says which platforms each runs.
 func TestConsoleOnlyReplicaLeavesSlackThreads(t *testing.T) {
+	t.Parallel()
 	r := newReplicaRig(t, 4)
 	ps := []*botProc{r.start(t, 0), r.start(t, 1)}
 	env := map[string]string{"PINPLAN_REPLICA_ID": "r2", "PINPLAN_DB": filepath.Join(t.TempDir(), "unused.db")}
@@ -111,6 +112,7 @@ func TestConsoleOnlyReplicaLeavesSlackThreads(t *testing.T) {
 // not handle (no such platform on this replica) is not marked done: it
 // stays first in the session's queue for a holder that can handle it.
 func TestUnhandledEventStaysQueued(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	cli := etcdtest.Start(t).Client(t)
 	rep, err := etcdstore.NewReplica(ctx, cli, etcdstore.ReplicaOptions{Prefix: "/pinplan/", ID: "r0", TTL: 5 * time.Second})

@@ -113,6 +113,7 @@ func answers(s *fakeslack.Server, channel string) []fakeslack.Message {
 // one replica: one plan post, one pin, one answer, and the follow-up
 // reaches the model after the first message, in order.
 func TestReplicasShareThreads(t *testing.T) {
+	t.Parallel()
 	r := newReplicaRig(t, 3)
 	ps := []*botProc{r.start(t, 0), r.start(t, 1), r.start(t, 2)}
 	channels := []string{"C1", "C2", "C3"}
@@ -344,6 +345,7 @@ func TestGracefulStopHandsOver(t *testing.T) {
 // replica on etcd with the thread's history; the file is unchanged, and a
 // second migrate into the same prefix is refused.
 func TestMigrateToEtcd(t *testing.T) {
+	t.Parallel()
 	r := newReplicaRig(t, 2)
 	dbPath := filepath.Join(t.TempDir(), "pinplan.db")
 	boltEnv := map[string]string{"PINPLAN_DB": dbPath}
@@ -468,6 +470,7 @@ func runCommand(t *testing.T, env map[string]string, args ...string) (string, er
 // one's connection is gone), is decided there, and the replica that takes
 // the thread over runs the call exactly once, on the same card.
 func TestReplicaKilledWithCardOpen(t *testing.T) {
+	t.Parallel()
 	r := newReplicaRig(t, 1)
 	dir := t.TempDir()
 	r.model.Respond = toolScript(dir)
@@ -589,6 +592,7 @@ func TestReplicasShareTheSlackPace(t *testing.T) {
 // TestConsoleFollowsThreadsHeldElsewhere: the console of a replica that
 // does not run a thread shows its plan and run state live, from etcd.
 func TestConsoleFollowsThreadsHeldElsewhere(t *testing.T) {
+	t.Parallel()
 	r := newReplicaRig(t, 3)
 	ps := []*botProc{r.start(t, 0), r.start(t, 1)}
 	streams := []*syncBuffer{watchEvents(t, ps[0].URL), watchEvents(t, ps[1].URL)}

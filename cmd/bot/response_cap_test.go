@@ -39,6 +39,7 @@ func peakRSS(t *testing.T, pid int) int64 {
 // holds none of it, and the bot's peak RSS stays under 200 MB
 // (DESIGN §16).
 func TestHugeModelAnswer(t *testing.T) {
+	t.Parallel()
 	const huge = 100 << 20
 	for _, stream := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {

@@ -29,6 +29,7 @@ func statuses(t *testing.T, s *fakeslack.Server, thread string, n int) []string 
 // is processing, suspended while the card waits, processing once it is
 // decided, and active when it ends.
 func TestSlackSessionStatusesWithCard(t *testing.T) {
+	t.Parallel()
 	r := newToolRig(t, true, nil)
 	p := r.start(t)
 	defer p.stop(t)
@@ -130,6 +131,7 @@ func TestSlackNativeStop(t *testing.T) {
 // streams into the thread; the stream Slack ends on its second append
 // goes on in new streamed messages, every word once and in order.
 func TestSlackStreamedAnswerRollsOver(t *testing.T) {
+	t.Parallel()
 	r := newSlackRig(t, 2, 0, true)
 	r.env["PINPLAN_STREAM"] = "true"
 	r.slack.ExpireStreamOnAppend = 2
@@ -188,6 +190,7 @@ func TestSlackStreamedAnswerRollsOver(t *testing.T) {
 // logged once, and the working indicator is the reaction on the message
 // that started each turn.
 func TestSlackSessionsFallBackToReactions(t *testing.T) {
+	t.Parallel()
 	r := newSlackRig(t, 2, 0, true)
 	r.slack.AgentSessionsError = "not_allowed_token_type"
 	p := r.start(t)

@@ -168,6 +168,7 @@ func waitReply(t *testing.T, s *fakeslack.Server, channel, thread, text string) 
 }
 
 func TestSlackMention(t *testing.T) {
+	t.Parallel()
 	r := newSlackRig(t, 5, 40*time.Millisecond, true)
 	p := r.start(t)
 	defer p.stop(t)
@@ -256,6 +257,7 @@ func TestSlackMention(t *testing.T) {
 }
 
 func TestSlackRedeliveryStartsOneRun(t *testing.T) {
+	t.Parallel()
 	r := newSlackRig(t, 2, 0, true)
 	p := r.start(t)
 	defer p.stop(t)
@@ -295,6 +297,7 @@ func TestSlackRedeliveryStartsOneRun(t *testing.T) {
 }
 
 func TestSlackKillAndResume(t *testing.T) {
+	t.Parallel()
 	r := newSlackRig(t, 6, 250*time.Millisecond, true)
 	p := r.start(t)
 	if _, err := r.slack.Push("EvK", mention("C1", "1700000300.000100", "survive a crash")); err != nil {
@@ -329,6 +332,7 @@ func TestSlackKillAndResume(t *testing.T) {
 }
 
 func TestSlackRateLimitedBurst(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		limit   int
@@ -372,6 +376,7 @@ func TestSlackRateLimitedBurst(t *testing.T) {
 }
 
 func TestSlackPlanMessageDeleted(t *testing.T) {
+	t.Parallel()
 	r := newSlackRig(t, 6, 150*time.Millisecond, true)
 	p := r.start(t)
 	defer p.stop(t)
@@ -418,6 +423,7 @@ func TestSlackPlanMessageDeleted(t *testing.T) {
 }
 
 func TestSlackTwoThreadsIsolated(t *testing.T) {
+	t.Parallel()
 	r := newSlackRig(t, 3, 20*time.Millisecond, true)
 	p := r.start(t)
 	defer p.stop(t)
@@ -541,6 +547,7 @@ func TestSlackEventsOverHTTP(t *testing.T) {
 }
 
 func TestSlackDirectMessageAndPinLimit(t *testing.T) {
+	t.Parallel()
 	r := newSlackRig(t, 3, 20*time.Millisecond, true)
 	r.slack.Fail("pins.add", "too_many_pins")
 	p := r.start(t)
@@ -574,6 +581,7 @@ func TestSlackDirectMessageAndPinLimit(t *testing.T) {
 // did not see acknowledged, so the next process answers it, once. (When
 // the adapter acknowledged on receipt, the mention was lost.)
 func TestSlackKilledBeforeQueueingIsSentAgain(t *testing.T) {
+	t.Parallel()
 	r := newSlackRig(t, 1, 0, true)
 	p := r.start(t)
 	r.slack.Delay("users.info", 1500*time.Millisecond, 1) // under the 2 s the adapter waits to acknowledge
@@ -598,6 +606,7 @@ func TestSlackKilledBeforeQueueingIsSentAgain(t *testing.T) {
 // it again. A follow-up in the thread, answered behind the stored reply,
 // shows that the stored reply has been dealt with.
 func TestSlackReplyPostedBeforeKillIsNotPostedTwice(t *testing.T) {
+	t.Parallel()
 	r := newSlackRig(t, 1, 0, true)
 	p := r.start(t)
 	const thread = "1700000500.000100"
@@ -639,6 +648,7 @@ func TestSlackReplyPostedBeforeKillIsNotPostedTwice(t *testing.T) {
 // thread ends with exactly one plan message, pinned, on its last revision,
 // and exactly one answer.
 func TestSlackQueuedPlansSurviveKill(t *testing.T) {
+	t.Parallel()
 	r := newSlackRig(t, 3, 0, true)
 	r.env["PINPLAN_SLACK_EDITS_PER_MINUTE"] = "6" // a burst of 5, then one per 10 s
 	p := r.start(t)
@@ -649,9 +659,11 @@ func TestSlackQueuedPlansSurviveKill(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for i := range n {
-		waitReply(t, r.slack, "C1", thread(i), "All done.")
-	}
+	// Every turn ends (three plan rounds and the answer each) long
+	// before the channel's posts can carry ten plans and ten answers;
+	// the answers wait for their plans (DESIGN §6), so both are queued.
+	waitFor(t, 30*time.Second, "every turn's last model request", func() bool { return len(r.model.Requests()) >= n*4 })
+	time.Sleep(300 * time.Millisecond) // the last rounds commit
 	plansIn := func(ts string) []fakeslack.Message {
 		var out []fakeslack.Message
 		for _, m := range planMessages(r.slack, "C1") {
@@ -702,6 +714,12 @@ func TestSlackQueuedPlansSurviveKill(t *testing.T) {
 			t.Fatalf("timed out waiting for every thread's plan on its last revision, pinned: %s\ncalls: %+v\nstderr:\n%s", behind, r.slack.Calls(""), p.stderr)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	for i := range n {
+		answer := waitReply(t, r.slack, "C1", thread(i), "All done.")
+		if pl := plansIn(thread(i)); len(pl) == 1 && answer.TS < pl[0].TS {
+			t.Errorf("thread %d: the answer %s is above its plan %s", i, answer.TS, pl[0].TS)
+		}
 	}
 	pinned := map[string]bool{}
 	for _, ts := range r.slack.Pinned("C1") {

@@ -20,6 +20,7 @@ import (
 // Host a reverse proxy on the same machine forwards. Health checks stay
 // open. A restart keeps the same token.
 func TestConsoleAlwaysNeedsToken(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	env := map[string]string{"PINPLAN_DB": filepath.Join(dir, "p.db"), "PINPLAN_HTTP_ADDR": "127.0.0.1:0"}
 	p := startBot(t, env, botBinary)
@@ -160,6 +161,7 @@ func TestSlowBodiesAreCutOff(t *testing.T) {
 // characters, or with an endless author name, gets a 4xx and starts no
 // run.
 func TestInvisibleMessageRefused(t *testing.T) {
+	t.Parallel()
 	p := demoBot(t, "1ms")
 	defer p.stop(t)
 	api := apiClient{t: t, base: p.URL}

@@ -285,6 +285,7 @@ func TestSlackToolsAndApprovals(t *testing.T) {
 }
 
 func TestSlackApprovalSurvivesKill(t *testing.T) {
+	t.Parallel()
 	r := newToolRig(t, true, nil)
 	p := r.start(t)
 	thread := "1700020000.000100"
@@ -327,6 +328,7 @@ func TestSlackApprovalSurvivesKill(t *testing.T) {
 }
 
 func TestSlackApprovalExpires(t *testing.T) {
+	t.Parallel()
 	r := newToolRig(t, true, map[string]string{"PINPLAN_APPROVAL_TIMEOUT": "2s"})
 	p := r.start(t)
 	defer p.stop(t)
@@ -346,6 +348,7 @@ func TestSlackApprovalExpires(t *testing.T) {
 }
 
 func TestSlackInteractionsOverHTTP(t *testing.T) {
+	t.Parallel()
 	r := newToolRig(t, false, nil)
 	p := r.start(t)
 	defer p.stop(t)
@@ -451,6 +454,7 @@ func TestDiscordApprovalButtons(t *testing.T) {
 // call (llama.cpp-style) asks twice in one turn; the second call gets its
 // own working card instead of reusing the first, decided one.
 func TestRepeatedCallIDGetsItsOwnCard(t *testing.T) {
+	t.Parallel()
 	r := newToolRig(t, true, nil)
 	var mu sync.Mutex
 	writes := 0
@@ -508,6 +512,7 @@ func TestRepeatedCallIDGetsItsOwnCard(t *testing.T) {
 // `stop`, `reset` and Stop click change nothing; the plan message carries
 // the Stop button meanwhile.
 func TestSecondTurnOnlyTheRightPeopleAct(t *testing.T) {
+	t.Parallel()
 	r := newToolRig(t, true, nil)
 	write := r.model.Respond
 	r.model.Respond = func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
@@ -561,19 +566,22 @@ func TestSecondTurnOnlyTheRightPeopleAct(t *testing.T) {
 	reply("000200", "U2", "stop")
 	reply("000300", "U2", "reset")
 	r.press(t, "U2", thread, plan.TS, stop)
-	waitFor(t, 30*time.Second, "U2 told no, twice in the thread and once privately", func() bool {
-		refusals := 0
-		for _, m := range botMessages(r.slack, "C1", thread, "Only") {
-			if m.Blocks == "" {
-				refusals++
+	// Every refusal is private (DESIGN §16): the text stop and reset as
+	// the button's, none of them in the thread.
+	waitFor(t, 30*time.Second, "U2 told no three times, privately", func() bool {
+		private := 0
+		for _, m := range r.slack.Ephemerals("C1") {
+			if m.Recipient == "U2" && strings.Contains(m.Text, "Only") {
+				private++
 			}
 		}
-		private := false
-		for _, m := range r.slack.Ephemerals("C1") {
-			private = private || (m.Recipient == "U2" && strings.Contains(m.Text, "Only"))
-		}
-		return refusals == 2 && private
+		return private == 3
 	})
+	for _, m := range botMessages(r.slack, "C1", thread, "Only") {
+		if m.Blocks == "" {
+			t.Errorf("a refusal in the thread for all to see: %q", m.Text)
+		}
+	}
 	for _, bad := range []string{"Stopping the current turn", "Started fresh", "Stopped."} {
 		if got := botMessages(r.slack, "C1", thread, bad); len(got) != 0 {
 			t.Errorf("U2 changed U1's turn: %q in the thread", bad)
