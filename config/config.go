@@ -86,6 +86,8 @@ type Config struct {
 	MCPStartup      time.Duration // PINPLAN_MCP_STARTUP_TIMEOUT: how long a turn waits for MCP servers still connecting
 
 	ContextTokens int           // PINPLAN_CONTEXT_TOKENS: the model's context budget for one request
+	TurnTokens    int           // PINPLAN_TURN_TOKENS: tokens one turn may use (0: no budget)
+	UserTokens    int           // PINPLAN_USER_TOKENS_PER_DAY: tokens one person may use per UTC day (0: no budget)
 	Retention     time.Duration // PINPLAN_RETENTION: sessions idle for longer are deleted; 0 keeps them
 
 	// Replicas on etcd (DESIGN §14): with EtcdEndpoints set the store is
@@ -129,6 +131,7 @@ var keys = []string{
 	"PINPLAN_CONTEXT_TOKENS", "PINPLAN_RETENTION",
 	"PINPLAN_DISCORD_COMPONENTS_V2", "DISCORD_APPLICATION_ID",
 	"PINPLAN_MCP_STARTUP_TIMEOUT", "PINPLAN_MODEL_RESPONSE_BYTES",
+	"PINPLAN_TURN_TOKENS", "PINPLAN_USER_TOKENS_PER_DAY",
 	"PINPLAN_ETCD_ENDPOINTS", "PINPLAN_ETCD_PREFIX", "PINPLAN_LEASE_TTL",
 	"PINPLAN_ETCD_CA", "PINPLAN_ETCD_CERT", "PINPLAN_ETCD_KEY",
 	"PINPLAN_ETCD_USERNAME", "PINPLAN_ETCD_PASSWORD", "PINPLAN_REPLICA_ID",
@@ -192,6 +195,8 @@ func Load(getenv func(string) string) (*Config, error) {
 		ThreadContext:   l.integer("PINPLAN_THREAD_CONTEXT", 30, 0, 1000),
 		MCPStartup:      l.duration("PINPLAN_MCP_STARTUP_TIMEOUT", 10*time.Second),
 		ContextTokens:   l.integer("PINPLAN_CONTEXT_TOKENS", 32000, 2000, 10_000_000),
+		TurnTokens:      l.integer("PINPLAN_TURN_TOKENS", 0, 0, 1<<40),
+		UserTokens:      l.integer("PINPLAN_USER_TOKENS_PER_DAY", 0, 0, 1<<40),
 		Retention:       l.durationOrZero("PINPLAN_RETENTION"),
 
 		EtcdEndpoints: l.endpoints("PINPLAN_ETCD_ENDPOINTS"),
@@ -469,7 +474,7 @@ func (l *loader) url(key, def string) string {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		hint := ""
 		if !strings.Contains(v, "://") {
-			hint = fmt.Sprintf(" (did you mean %q?)", "http://"+RedactURL("http://"+v)[len("http://"):])
+			hint = fmt.Sprintf(" (did you mean %q?)", "http://"+RedactURL("http://" + v)[len("http://"):])
 		}
 		l.fail(key, fmt.Sprintf("must be an http or https URL, got %q%s", RedactURL(v), hint))
 	}

@@ -345,6 +345,8 @@ var settingSamples = map[string]struct {
 	"PINPLAN_DB":                      {value: "/tmp/sample/pinplan.db"},
 	"DISCORD_APPLICATION_ID":          {value: "123456789012345678"},
 	"PINPLAN_MCP_STARTUP_TIMEOUT":     {value: "3s"},
+	"PINPLAN_TURN_TOKENS":             {value: "50000"},
+	"PINPLAN_USER_TOKENS_PER_DAY":     {value: "2000000"},
 	"PINPLAN_MODEL_RESPONSE_BYTES":    {value: "65536"},
 	"PINPLAN_DISCORD_COMPONENTS_V2":   {value: "false"},
 	"PINPLAN_ETCD_ENDPOINTS":          {value: "https://etcd-1:2379,etcd-2:2379"},
