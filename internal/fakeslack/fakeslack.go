@@ -10,10 +10,11 @@
 // (the bot's and the users' pushed as events, readable with
 // conversations.replies), users (users.info; SetUserTeam puts one in
 // another workspace, as a Slack Connect user), pins and reactions it was
-// asked for, records every call, enforces per-method rate limits when asked
-// (Limit), and injects faults: error codes (Fail), HTTP statuses (FailHTTP),
-// slow answers (Delay), deleted messages (Delete) and Socket Mode
-// disconnects (Disconnect).
+// asked for, records every call, enforces rate limits when asked (Limit
+// per method, LimitPerChannel per method and channel), and injects
+// faults: error codes (Fail), HTTP statuses (FailHTTP), slow answers
+// (Delay), deleted messages (Delete) and Socket Mode disconnects
+// (Disconnect).
 //
 // Interactivity is Slack's too: BlockActions builds the block_actions
 // payload of a click on a button of a bot message, PushInteraction sends
@@ -89,6 +90,34 @@ type window struct {
 	times []time.Time
 }
 
+// full drops the calls that left the window by now and returns the
+// whole seconds until the oldest left leaves it too, as Retry-After says
+// it, if n were counted already; 0 if a call at now may go.
+func (w *window) full(now time.Time) (retryAfter int) {
+	kept := w.times[:0]
+	for _, t := range w.times {
+		if now.Sub(t) < w.per {
+			kept = append(kept, t)
+		}
+	}
+	w.times = kept
+	if len(w.times) < w.n {
+		return 0
+	}
+	wait := w.per
+	if len(w.times) > 0 {
+		wait -= now.Sub(w.times[0])
+	}
+	return max(int(math.Ceil(wait.Seconds())), 1)
+}
+
+// channelLimit is a LimitPerChannel: one window per channel.
+type channelLimit struct {
+	n        int
+	per      time.Duration
+	channels map[string]*window
+}
+
 type fault struct {
 	status int           // FailHTTP
 	delay  time.Duration // Delay
@@ -143,6 +172,7 @@ type Server struct {
 	users       map[string]string // id → display name
 	userTeams   map[string]string // id → the user's own team, for users of another workspace
 	limits      map[string]*window
+	chanLimits  map[string]*channelLimit // by method
 	failures    map[string][]string
 	httpFaults  map[string][]*fault
 	delays      map[string][]*fault
@@ -175,6 +205,7 @@ func (s *Server) initLocked() {
 		s.users = map[string]string{}
 		s.userTeams = map[string]string{}
 		s.limits = map[string]*window{}
+		s.chanLimits = map[string]*channelLimit{}
 		s.failures = map[string][]string{}
 		s.httpFaults = map[string][]*fault{}
 		s.delays = map[string][]*fault{}
@@ -203,6 +234,22 @@ func (s *Server) Limit(method string, n int, per time.Duration) {
 	defer s.mu.Unlock()
 	s.initLocked()
 	s.limits[method] = &window{n: n, per: per}
+}
+
+// LimitPerChannel makes method answer 429 past n calls to one channel in
+// any window of length per, each channel counted on its own (the call's
+// channel parameter), as Slack counts chat.postMessage: "1 message per
+// second per channel, short bursts allowed". The end-to-end tests read
+// that as 5 in any 5 s: a burst of 5 after a quiet 5 s, one a second
+// after that. Its Retry-After holds that channel's calls of method: a
+// call to the same channel before it ended is a violation, one to another
+// channel is not. It adds to a Limit of the same method (Slack's
+// workspace-wide cap); a call answered 429 counts in neither.
+func (s *Server) LimitPerChannel(method string, n int, per time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.initLocked()
+	s.chanLimits[method] = &channelLimit{n: n, per: per, channels: map[string]*window{}}
 }
 
 // Fail queues error codes for the next calls of method, one call each;
@@ -436,34 +483,46 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	s.mu.Lock()
 	call := Call{Method: method, Params: params, At: now, Status: http.StatusOK}
-	if until, ok := s.retryUntil[method]; ok && now.Before(until) {
-		s.violations = append(s.violations, fmt.Sprintf("%s at %s, %s before Retry-After ended", method, now.Format(time.StampMilli), until.Sub(now)))
+	chanKey := method + " in " + params["channel"] // a per-channel Retry-After
+	for _, k := range []string{method, chanKey} {
+		if until, ok := s.retryUntil[k]; ok && now.Before(until) {
+			s.violations = append(s.violations, fmt.Sprintf("%s at %s, %s before Retry-After ended", k, now.Format(time.StampMilli), until.Sub(now)))
+		}
 	}
+	// A call is counted in every window it passes; one answered 429 in
+	// none.
+	var windows []*window
+	limited, secs := "", 0
 	if lim := s.limits[method]; lim != nil {
-		kept := lim.times[:0]
-		for _, t := range lim.times {
-			if now.Sub(t) < lim.per {
-				kept = append(kept, t)
-			}
+		windows = append(windows, lim)
+		if after := lim.full(now); after > 0 {
+			limited, secs = method, after
 		}
-		lim.times = kept
-		if len(lim.times) >= lim.n {
-			wait := lim.per
-			if len(lim.times) > 0 {
-				wait -= now.Sub(lim.times[0])
-			}
-			secs := int(math.Ceil(wait.Seconds()))
-			s.retryUntil[method] = now.Add(time.Duration(secs) * time.Second)
-			call.Error, call.Status = "ratelimited", http.StatusTooManyRequests
-			s.calls = append(s.calls, call)
-			s.mu.Unlock()
-			w.Header().Set("Retry-After", strconv.Itoa(secs))
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusTooManyRequests)
-			io.WriteString(w, `{"ok":false,"error":"ratelimited"}`)
-			return
+	}
+	if cl := s.chanLimits[method]; cl != nil {
+		win := cl.channels[params["channel"]]
+		if win == nil {
+			win = &window{n: cl.n, per: cl.per}
+			cl.channels[params["channel"]] = win
 		}
-		lim.times = append(lim.times, now)
+		windows = append(windows, win)
+		if after := win.full(now); after > 0 && limited == "" {
+			limited, secs = chanKey, after
+		}
+	}
+	if limited != "" {
+		s.retryUntil[limited] = now.Add(time.Duration(secs) * time.Second)
+		call.Error, call.Status = "ratelimited", http.StatusTooManyRequests
+		s.calls = append(s.calls, call)
+		s.mu.Unlock()
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		io.WriteString(w, `{"ok":false,"error":"ratelimited"}`)
+		return
+	}
+	for _, win := range windows {
+		win.times = append(win.times, now)
 	}
 	if f := takeLocked(s.httpFaults, method); f != nil {
 		call.Error, call.Status = fmt.Sprintf("http %d", f.status), f.status

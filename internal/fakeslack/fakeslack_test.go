@@ -242,6 +242,89 @@ func TestFaults(t *testing.T) {
 	}
 }
 
+// postStatus posts to channel with a bot token and returns the HTTP
+// status and the Retry-After header.
+func postStatus(t testing.TB, base, channel string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, base+"/api/chat.postMessage", strings.NewReader("token=xoxb-1&text=x&channel="+channel))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header.Get("Retry-After")
+}
+
+func TestLimitPerChannel(t *testing.T) {
+	s := &Server{}
+	base := serve(t, s)
+	s.LimitPerChannel("chat.postMessage", 3, time.Second)
+	for i := range 3 {
+		if status, _ := postStatus(t, base, "C1"); status != http.StatusOK {
+			t.Fatalf("post %d to C1: HTTP %d, want 200 within the burst", i+1, status)
+		}
+	}
+	if status, after := postStatus(t, base, "C1"); status != http.StatusTooManyRequests || after != "1" {
+		t.Errorf("fourth post to C1 in a second: HTTP %d Retry-After %q, want 429 and 1", status, after)
+	}
+	// Another channel has a window of its own, and C1's Retry-After does
+	// not hold it.
+	for i := range 3 {
+		if status, _ := postStatus(t, base, "C2"); status != http.StatusOK {
+			t.Errorf("post %d to C2: HTTP %d, want 200: C1's posts count only in C1", i+1, status)
+		}
+	}
+	if v := s.Violations(); len(v) != 0 {
+		t.Errorf("violations %q after posts to another channel, want none", v)
+	}
+	// Within C1's Retry-After: refused again, and held against the client.
+	if status, _ := postStatus(t, base, "C1"); status != http.StatusTooManyRequests {
+		t.Errorf("post to C1 within Retry-After: HTTP %d, want 429", status)
+	}
+	if v := s.Violations(); len(v) != 1 || !strings.Contains(v[0], "chat.postMessage in C1") {
+		t.Errorf("violations %q, want the one post to C1 within Retry-After", v)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	// The 429s were not counted: the window holds nothing but what was
+	// posted, and that has left it.
+	for i := range 3 {
+		if status, _ := postStatus(t, base, "C1"); status != http.StatusOK {
+			t.Errorf("post %d to C1 after Retry-After: HTTP %d, want 200", i+1, status)
+		}
+	}
+	if n, want := len(s.Messages("C1")), 6; n != want {
+		t.Errorf("%d messages in C1, want %d: refused posts must not post", n, want)
+	}
+	if v := s.Violations(); len(v) != 1 {
+		t.Errorf("violations %q, want still the one", v)
+	}
+}
+
+func TestLimitPerChannelWithWorkspaceCap(t *testing.T) {
+	s := &Server{}
+	base := serve(t, s)
+	s.LimitPerChannel("chat.postMessage", 2, time.Minute)
+	s.Limit("chat.postMessage", 3, time.Minute)
+	for _, tt := range []struct {
+		channel string
+		want    int
+	}{
+		{"C1", 200}, {"C1", 200},
+		{"C1", 429}, // C1's window is full; the workspace's has room
+		{"C2", 200}, // the 429 above counted in neither window: room for one more
+		{"C3", 429}, // the workspace cap
+	} {
+		if status, _ := postStatus(t, base, tt.channel); status != tt.want {
+			t.Errorf("post to %s: HTTP %d, want %d", tt.channel, status, tt.want)
+		}
+	}
+	calls := s.Calls("chat.postMessage")
+	if got := calls[4].Error; got != "ratelimited" {
+		t.Errorf("the capped call recorded %q, want ratelimited", got)
+	}
+}
+
 func TestDelay(t *testing.T) {
 	s := &Server{}
 	base := serve(t, s)
