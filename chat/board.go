@@ -121,9 +121,17 @@ type Board struct {
 	// wanting more: how long it has waited, for the budgets' "oldest
 	// first".
 	pending time.Time
+	// newer, while a pin waits for its budget, ends that wait when the
+	// wanted content changes (set), so that the edit goes first.
+	newer   context.CancelCauseFunc
 	running bool
 	idle    *sync.Cond // signalled when running goes false
 }
+
+// errNewerWanted ends a pin's wait for its budget: the board wants newer
+// content than its message shows, and the edit is not held behind the
+// pin.
+var errNewerWanted = errors.New("chat: newer plan content wanted")
 
 // Hooks observe what the router sends to the platforms: plan renders and
 // rate-limit waits (metrics), what each plan message shows (the console's
@@ -154,6 +162,10 @@ func (b *Board) set(f func(rec *boardRecord, want *Plan)) {
 			b.pending = time.Now()
 		}
 		b.wantVer++
+		if b.newer != nil {
+			b.newer(errNewerWanted)
+			b.newer = nil
+		}
 		if !b.running {
 			b.running = true
 			b.owner.wg.Add(1)
@@ -634,7 +646,7 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) (MessageR
 			// message behind.
 			b.update(func(r *boardRecord) { r.Ref, r.Pinned, r.Shown, r.Posting = ref, false, Plan{}, nil })
 			rec.Ref, rec.Shown = ref, Plan{}
-			if err := b.pin(ctx, &rec); err != nil {
+			if err := b.pin(ctx, &rec, nil); err != nil {
 				return rec.Ref, err
 			}
 		default:
@@ -665,20 +677,36 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) (MessageR
 		})
 		b.shown(th, want)
 	}
-	if err := b.pin(ctx, &rec); err != nil {
+	// The pin's budget is the shortest (Slack's Tier 2): content that
+	// moved on while the message was posted, or while the pin waits, is
+	// edited first and the pin comes after, so that a final state is not
+	// held behind other threads' pins (DESIGN §6). The ref is persisted
+	// before any edit all the same.
+	if err := b.pin(ctx, &rec, &want); err != nil {
+		if errors.Is(err, errNewerWanted) && ctx.Err() == nil {
+			return rec.Ref, nil // the loop edits, then pins
+		}
 		return rec.Ref, err
 	}
 	return rec.Ref, nil
 }
 
 // pin pins rec's message unless it is pinned or cannot be, and notes it
-// in rec and in the record.
-func (b *Board) pin(ctx context.Context, rec *boardRecord) error {
+// in rec and in the record. With shown, what the message shows, it
+// returns errNewerWanted instead when the board wants other content
+// before the pin's budget has a slot.
+func (b *Board) pin(ctx context.Context, rec *boardRecord, shown *Plan) error {
 	if rec.Pinned || rec.PinUnavailable {
 		return nil
 	}
 	th := rec.Thread
-	if err := b.pace(ctx, MethodPin, func() Priority { return PriorityFirstPost }); err != nil {
+	pctx := ctx
+	if shown != nil {
+		var stop func()
+		pctx, stop = b.untilNewer(ctx, *shown)
+		defer stop()
+	}
+	if err := b.pace(pctx, MethodPin, func() Priority { return PriorityFirstPost }); err != nil {
 		return err
 	}
 	if err := b.owner.held(ctx, th.Key); err != nil {
@@ -703,6 +731,26 @@ func (b *Board) pin(ctx context.Context, rec *boardRecord) error {
 		return err
 	}
 	return nil
+}
+
+// untilNewer returns ctx, ended with errNewerWanted once the board wants
+// other content than shown (at once if it does already), and the func
+// that releases it.
+func (b *Board) untilNewer(ctx context.Context, shown Plan) (context.Context, func()) {
+	nctx, cancel := context.WithCancelCause(ctx)
+	b.mu.Lock()
+	if sameContent(b.want, shown) {
+		b.newer = cancel
+	} else {
+		cancel(errNewerWanted)
+	}
+	b.mu.Unlock()
+	return nctx, func() {
+		b.mu.Lock()
+		b.newer = nil
+		b.mu.Unlock()
+		cancel(nil)
+	}
 }
 
 // pace waits for the platform's budget of method m (DESIGN §6); prio is

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -116,5 +118,107 @@ func TestFinalStatesGoBeforeRevisions(t *testing.T) {
 	}
 	if done != 3 {
 		t.Errorf("edits %v: want three final states", order)
+	}
+}
+
+// pinHeldPlatform is fakePlatform whose pins wait for a budget the test
+// opens (gate), as when Slack's Tier 2 pins are short and other threads'
+// pins are ahead; posts and edits have room.
+type pinHeldPlatform struct {
+	*fakePlatform
+	gate    chan struct{}
+	waiting atomic.Int32 // pins waiting for the gate now
+}
+
+func (p *pinHeldPlatform) Pace(ctx context.Context, req Request) error {
+	if req.Method != MethodPin {
+		return nil
+	}
+	p.waiting.Add(1)
+	defer p.waiting.Add(-1)
+	select {
+	case <-p.gate:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// TestFinalEditNotHeldBehindPin: a plan whose content moves on while its
+// pin waits for the pin budget, or moved on while it was posted, gets its
+// edit first and its pin after (DESIGN §6: the final state as soon as
+// the edit budget allows), and is pinned all the same.
+func TestFinalEditNotHeldBehindPin(t *testing.T) {
+	tests := []struct {
+		name string
+		// moveOn changes the plan after its first post was asked for:
+		// posted is closed once the post is under way, release lets it
+		// answer.
+		moveOn func(r *Router, p *pinHeldPlatform, posted <-chan struct{}, release chan<- struct{})
+		want   []string // the plan message's requests, in order
+	}{
+		{
+			name: "the turn ends while the pin waits",
+			moveOn: func(r *Router, p *pinHeldPlatform, posted <-chan struct{}, release chan<- struct{}) {
+				close(release)
+				waitUntil(t, func() bool { return p.waiting.Load() == 1 })
+				r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done})
+			},
+			want: []string{"post:1:working", "edit:1:done", "pin"},
+		},
+		{
+			name: "the plan moved on during the post",
+			moveOn: func(r *Router, p *pinHeldPlatform, posted <-chan struct{}, release chan<- struct{}) {
+				<-posted
+				r.Observe(chattest.Revision("test/1", 2))
+				close(release)
+			},
+			want: []string{"post:1:working", "edit:2:working", "pin"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			posted, release := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			p := &pinHeldPlatform{gate: make(chan struct{}), fakePlatform: &fakePlatform{hold: func(op string) {
+				if op == "post" {
+					once.Do(func() { close(posted) })
+					<-release
+				}
+			}}}
+			r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
+			t.Cleanup(r.Close)
+			r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+			r.Observe(chattest.Revision("test/1", 1))
+			tt.moveOn(r, p, posted, release)
+			// The edit lands while the pin budget is still shut.
+			deadline := time.Now().Add(10 * time.Second)
+			for p.count("edit") == 0 {
+				if time.Now().After(deadline) {
+					p.mu.Lock()
+					t.Fatalf("no edit while the pin waits; calls %v", p.calls)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			close(p.gate)
+			settle(t, r, "test/1")
+			var got []string
+			p.mu.Lock()
+			for _, c := range p.calls {
+				switch c.Op {
+				case "post", "edit":
+					got = append(got, fmt.Sprintf("%s:%d:%s", c.Op, c.Rev, c.Text))
+				case "pin", "unpin":
+					got = append(got, c.Op)
+				}
+			}
+			p.mu.Unlock()
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Errorf("plan requests %v, want %v", got, tt.want)
+			}
+			if _, ref := r.Board("test/1").Shown(); ref.IsZero() {
+				t.Error("no plan message recorded")
+			}
+		})
 	}
 }
