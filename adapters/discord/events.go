@@ -111,7 +111,7 @@ func (a *Adapter) process(ctx context.Context, m *discordgo.Message) {
 		// with 160004, so a message fetched again finds its thread.
 		id := m.ID
 		th, err := a.s.MessageThreadStartComplex(channel, m.ID, &discordgo.ThreadStart{
-			Name: chat.Shorten(firstLine(text, "pinplan task"), 90), AutoArchiveDuration: 1440, Type: discordgo.ChannelTypeGuildPublicThread,
+			Name: chat.Shorten(firstLine(chat.StripBidi(text), "pinplan task"), 90), AutoArchiveDuration: 1440, Type: discordgo.ChannelTypeGuildPublicThread,
 		}, discordgo.WithContext(ctx))
 		switch {
 		case err == nil:

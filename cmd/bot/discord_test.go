@@ -193,7 +193,9 @@ func TestDiscordThreadPerTask(t *testing.T) {
 	r.env["PINPLAN_DISCORD_THREAD_PER_TASK"] = "true"
 	p := r.start(t)
 	defer p.stop(t)
-	trigger := r.dc.UserMessage("C1", "111", "write the changelog", true)
+	// A right-to-left override in the task must not reach the thread's
+	// name (DESIGN §16).
+	trigger := r.dc.UserMessage("C1", "111", "write the \u202echangelog", true)
 	var thread string
 	waitFor(t, 15*time.Second, "the thread", func() bool {
 		calls := okDiscord(r.dc, "POST channels/C1/messages/"+trigger+"/threads")
@@ -206,6 +208,11 @@ func TestDiscordThreadPerTask(t *testing.T) {
 		}
 		return thread != ""
 	})
+	for _, c := range okDiscord(r.dc, "POST channels/C1/messages/"+trigger+"/threads") {
+		if name, _ := c.Body["name"].(string); name != "write the changelog" {
+			t.Errorf("thread name %q, want the task without its bidi control", name)
+		}
+	}
 	waitDiscordReply(t, r.dc, thread, "All done.")
 	if len(discordPlans(r.dc, thread)) != 1 || len(discordPlans(r.dc, "C1")) != 0 {
 		t.Error("the plan should live in the thread only")
