@@ -97,8 +97,9 @@ type Adapter struct {
 }
 
 var (
-	_ chat.Platform = (*Adapter)(nil)
-	_ chat.Paced    = (*Adapter)(nil)
+	_ chat.Platform       = (*Adapter)(nil)
+	_ chat.Paced          = (*Adapter)(nil)
+	_ chat.PrivateReplier = (*Adapter)(nil)
 )
 
 // rewrite sends requests for discord.com to the configured API URL.
@@ -609,6 +610,37 @@ func (a *Adapter) Reply(ctx context.Context, th chat.Thread, replyTo, text strin
 		if _, err := a.s.RequestWithBucketID(http.MethodPost, endpoint, msg, endpoint, discordgo.WithContext(ctx)); err != nil {
 			return classify("reply", err, false)
 		}
+	}
+	return nil
+}
+
+// codeCannotDM is Discord's "Cannot send messages to this user": the
+// person takes no direct messages from the bot.
+const codeCannotDM = 50007
+
+// ReplyPrivately implements chat.PrivateReplier. Discord has no
+// ephemeral message outside an interaction, so the refusal of someone
+// else's text stop or reset goes to that person as a direct message
+// naming the thread; the thread hears nothing of it (DESIGN §16). A
+// person who takes no direct messages from the bot is not told, rather
+// than told in public: the refusal is logged and dropped.
+func (a *Adapter) ReplyPrivately(ctx context.Context, th chat.Thread, user, text string) error {
+	dm, err := a.s.UserChannelCreate(user, discordgo.WithContext(ctx))
+	if err != nil {
+		return classify("dm", err, false)
+	}
+	msg := nonceSend{MessageSend: &discordgo.MessageSend{Content: "In <#" + th.Channel + ">: " + text, AllowedMentions: noMentions()}}
+	if key := chat.SendKey(ctx); key != "" {
+		msg.Nonce, msg.EnforceNonce = nonce(key), true
+	}
+	endpoint := discordgo.EndpointChannelMessages(dm.ID)
+	if _, err := a.s.RequestWithBucketID(http.MethodPost, endpoint, msg, endpoint, discordgo.WithContext(ctx)); err != nil {
+		var rerr *discordgo.RESTError
+		if errors.As(err, &rerr) && rerr.Message != nil && rerr.Message.Code == codeCannotDM {
+			a.log.Info("refusal not delivered: the person takes no direct messages from the bot", "user", user, "session", th.Key)
+			return nil
+		}
+		return classify("dm", err, false)
 	}
 	return nil
 }

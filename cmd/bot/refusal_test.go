@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pinplan/pinplan/internal/fakediscord"
 )
 
 // TestSlackTextRefusalsArePrivate: someone else's text stop and reset in
@@ -58,5 +60,38 @@ func TestSlackTextRefusalsArePrivate(t *testing.T) {
 	}
 	if v := r.slack.Violations(); len(v) > 0 {
 		t.Errorf("Slack would have refused: %v", v)
+	}
+}
+
+// TestDiscordTextRefusalsArePrivate: on Discord, where a message outside
+// an interaction cannot be ephemeral, someone else's text stop and reset
+// are refused in a direct message to that person, naming the channel;
+// the channel hears nothing of them and the turn goes on.
+func TestDiscordTextRefusalsArePrivate(t *testing.T) {
+	t.Parallel()
+	r := newDiscordRig(t, 2, 300*time.Millisecond)
+	p := r.start(t)
+	defer p.stop(t)
+	r.dc.UserMessage("C1", "111", "plan the release", true)
+	waitFor(t, 20*time.Second, "the plan message", func() bool { return len(discordPlans(r.dc, "C1")) > 0 })
+	r.dc.UserMessage("C1", "222", "stop", true)
+	r.dc.UserMessage("C1", "222", "reset", true)
+	waitFor(t, 20*time.Second, "the two refusals in 222's direct messages", func() bool {
+		n := 0
+		for _, m := range r.dc.DMs("222") {
+			if strings.Contains(m.Content, "<#C1>") && strings.Contains(m.Content, "Only <@111>") {
+				n++
+			}
+		}
+		return n == 2
+	})
+	waitDiscordReply(t, r.dc, "C1", "All done")
+	for _, m := range r.dc.Messages("C1") {
+		if m.AuthorID == fakediscord.BotID && strings.Contains(m.Content, "Only") {
+			t.Errorf("said in the channel: %q", m.Content)
+		}
+	}
+	if got := r.dc.DMs("111"); len(got) != 0 {
+		t.Errorf("the requester got direct messages: %+v", got)
 	}
 }

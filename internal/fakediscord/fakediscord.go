@@ -91,12 +91,16 @@ type Message struct {
 type channel struct {
 	id, guildID, parentID, name string
 	typ                         int
+	recipient                   string // a DM's other user
 	archived, locked            bool
 	archivedAt                  time.Time
 }
 
 func (c *channel) json() map[string]any {
 	out := map[string]any{"id": c.id, "type": c.typ}
+	if c.recipient != "" {
+		out["recipients"] = []any{userJSON(c.recipient)}
+	}
 	if c.guildID != "" {
 		out["guild_id"] = c.guildID
 	}
@@ -339,6 +343,21 @@ func (s *Server) Messages(channel string) []Message {
 	for _, id := range s.order {
 		if m, ok := s.messages[id]; ok && m.ChannelID == channel {
 			out = append(out, *m)
+		}
+	}
+	return out
+}
+
+// DMs returns the messages the bot sent to user in their DM channel.
+func (s *Server) DMs(user string) []Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Message
+	for _, id := range s.order {
+		if m, ok := s.messages[id]; ok {
+			if c := s.channels[m.ChannelID]; c != nil && c.typ == 1 && c.recipient == user {
+				out = append(out, *m)
+			}
 		}
 	}
 	return out

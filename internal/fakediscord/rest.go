@@ -94,6 +94,8 @@ func parseRoute(path string) (route, bool) {
 		return route{kind: "gateway", parts: p}, true
 	case path == "users/@me":
 		return route{kind: "user", parts: p}, true
+	case path == "users/@me/channels":
+		return route{kind: "dm", parts: p}, true
 	case len(p) == 2 && p[0] == "channels":
 		return route{kind: "channel", major: p[1], parts: p}, true
 	case len(p) == 3 && p[0] == "channels" && p[2] == "messages":
@@ -315,6 +317,22 @@ func (s *Server) routeLocked(r *http.Request, rt route, body map[string]any) (in
 		return 200, out, nil
 	case "GET user":
 		return 200, userJSON(BotID), nil
+	case "POST dm":
+		// Create DM: one DM channel per recipient, created on first use
+		// and the same after (as Discord answers). A recipient who
+		// allows no DMs from the bot gets 50007 on the message, not here.
+		user, _ := body["recipient_id"].(string)
+		if user == "" || user == BotID {
+			return 0, nil, formError("recipient_id", "BASE_TYPE_REQUIRED", "This field is required")
+		}
+		for _, c := range s.channels {
+			if c.typ == 1 && c.recipient == user {
+				return 200, c.json(), nil
+			}
+		}
+		c := &channel{id: s.idLocked(), typ: 1, recipient: user}
+		s.channels[c.id] = c
+		return 200, c.json(), nil
 	case "GET member":
 		if !s.guildExistsLocked(rt.major) {
 			return 0, nil, fail(404, codeUnknownGuild, "Unknown Guild")
@@ -334,7 +352,7 @@ func (s *Server) routeLocked(r *http.Request, rt route, body map[string]any) (in
 		}
 		return 200, rolesJSON(rt.major), nil
 	}
-	if rt.kind == "gateway" || rt.kind == "user" || rt.kind == "member" || rt.kind == "roles" || rt.kind == "callback" {
+	if rt.kind == "gateway" || rt.kind == "user" || rt.kind == "dm" || rt.kind == "member" || rt.kind == "roles" || rt.kind == "callback" {
 		return 0, nil, fail(405, 0, "405: Method Not Allowed")
 	}
 	ch, ok := s.channels[rt.major]
