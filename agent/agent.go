@@ -86,6 +86,21 @@ func (u *Usage) add(o openai.Usage) {
 	u.Calls++
 }
 
+// Tokens is what the token budgets count (DESIGN §18): prompt and
+// completion tokens as the server's usage reported them. (Not
+// TotalTokens, which some servers leave out.)
+func (u Usage) Tokens() int64 { return u.PromptTokens + u.CompletionTokens }
+
+// Spend is tokens charged to a person's UTC day (DESIGN §18,
+// PINPLAN_USER_TOKENS_PER_DAY).
+type Spend struct {
+	// Person is the platform and its user id: "slack/U123".
+	Person string `json:"person"`
+	// Day is the UTC date, "2006-01-02".
+	Day    string `json:"day"`
+	Tokens int64  `json:"tokens"`
+}
+
 // Entry is one message of a session's stored conversation.
 type Entry struct {
 	Message openai.ChatCompletionMessage `json:"message"`
@@ -199,6 +214,9 @@ type Checkpoint struct {
 	Unattributed  []Call   `json:"unattributed,omitempty"`
 	TurnCalls     int      `json:"turn_calls,omitempty"`
 	TurnApprovals int      `json:"turn_approvals,omitempty"`
+	// TurnBase is Usage.Tokens() when the turn started: the turn has
+	// used the difference (PINPLAN_TURN_TOKENS).
+	TurnBase int64 `json:"turn_base,omitempty"`
 	// Summary stands in for the oldest history entries in requests.
 	Summary *Summary `json:"summary,omitempty"`
 	// TokenRatio is the server's prompt_tokens over pinplan's estimate,
@@ -229,6 +247,10 @@ type Round struct {
 	Plans      []PlanRevision
 	Drained    []uint64
 	Checkpoint Checkpoint
+	// Spend is the tokens the round's model requests used, added to the
+	// person's day in the same transaction; nil when there are none or
+	// the turn has no requester.
+	Spend *Spend
 }
 
 // Store persists sessions. store.DB implements it on bbolt.
@@ -268,6 +290,9 @@ type Store interface {
 	// Archive keeps the session's history and plan revisions aside and
 	// starts it afresh (DESIGN.md §13, reset).
 	Archive(ctx context.Context, key string) error
+	// Spent returns the tokens charged to person on day (Round.Spend),
+	// across every session and replica; 0 when none.
+	Spent(ctx context.Context, person, day string) (int64, error)
 }
 
 // ErrFenced: this process no longer holds the session (its lease is gone,

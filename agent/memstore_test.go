@@ -13,9 +13,10 @@ import (
 // costs (BenchmarkRoundsStores). It copies values through JSON as the real
 // store does, so the two differ only in durability.
 type memStore struct {
-	mu       sync.Mutex // guards sessions and nextID
+	mu       sync.Mutex // guards sessions, nextID and spent
 	sessions map[string]*memSession
 	nextID   uint64
+	spent    map[agent.Spend]int64 // by person and day (Tokens 0)
 }
 
 type memSession struct {
@@ -93,8 +94,20 @@ func (m *memStore) Commit(_ context.Context, r *agent.Round) error {
 	for _, id := range r.Drained {
 		delete(s.inbox, id)
 	}
+	if sp := r.Spend; sp != nil {
+		if m.spent == nil {
+			m.spent = map[agent.Spend]int64{}
+		}
+		m.spent[agent.Spend{Person: sp.Person, Day: sp.Day}] += sp.Tokens
+	}
 	s.record = record
 	return nil
+}
+
+func (m *memStore) Spent(_ context.Context, person, day string) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.spent[agent.Spend{Person: person, Day: day}], nil
 }
 
 func (m *memStore) Inbox(_ context.Context, key string) ([]agent.Inbound, error) {

@@ -26,6 +26,7 @@
 //	P fwd/K/N, P fseq/K         events handed to a session's owner
 //	P held/K/ORDER              follow-ups waiting for their thread's session (followups.go)
 //	P wake/K, P stop/K          nudges for a session's owner
+//	P spend/DAY/PERSON          tokens charged to a person on a UTC day, decimal (spend.go)
 //
 // Entries past HistoryLen and plans past Revision are what a round that
 // had to be split (etcd's --max-txn-ops, its request size) wrote first:
@@ -99,6 +100,9 @@ type Store struct {
 
 	recMu sync.Mutex // guards recs
 	recs  map[string]writtenRecord
+
+	spendMu sync.Mutex         // guards spends
+	spends  map[string]counter // spend counters as last read or written, by key
 }
 
 var _ agent.Store = (*Store)(nil)
@@ -419,7 +423,9 @@ func (s *Store) Enqueue(ctx context.Context, key string, in agent.Inbound) (agen
 // fence, comparing the record's revision as read, so that a round that
 // does not follow the stored session is refused. A round too big for one
 // Txn writes its history entries and plan revisions first (invisible to
-// readers until the record moves, see the package comment).
+// readers until the record moves, see the package comment). The round's
+// Spend is added to its person's day in the last Txn, compared and
+// retried like the record (spend.go).
 func (s *Store) Commit(ctx context.Context, r *agent.Round) error {
 	if err := s.commit(ctx, r); err != nil {
 		return fmt.Errorf("etcdstore: commit round of %s: %w", r.Checkpoint.Key, err)
@@ -449,6 +455,14 @@ func (s *Store) commit(ctx context.Context, r *agent.Round) error {
 		puts = append(puts, clientv3.OpPut(s.plans(key)+num(uint64(p.Revision)), string(raw)))
 	}
 	final := append([]clientv3.Op{clientv3.OpPut(s.rec(key), string(record))}, s.drains(key, r.Drained)...)
+	sp := r.Spend
+	if sp != nil && (sp.Tokens <= 0 || sp.Person == "") {
+		sp = nil
+	}
+	if sp != nil {
+		// Room for the spend counter's put, made in each attempt.
+		final = append(final, clientv3.OpPut(s.spendKey(sp.Day, sp.Person), strconv.FormatUint(1<<63, 10)))
+	}
 	if len(final) > maxOps || opSize(final) > maxBytes {
 		return fmt.Errorf("a round that drains %d messages with a %d-byte record does not fit one etcd transaction", len(r.Drained), len(record))
 	}
@@ -482,12 +496,29 @@ func (s *Store) commit(ctx context.Context, r *agent.Round) error {
 			return err
 		}
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.rec(key)), "=", mod))
-		tr, err := s.txn(ctx, key, cmps, append(append([]clientv3.Op(nil), ops...), final...), nil)
+		last := append(append([]clientv3.Op(nil), ops...), final...)
+		var spent counter
+		if sp != nil {
+			// The person's day is counted in the round's Txn, by
+			// compare-and-set: another session of theirs (here or on
+			// another replica) that counted first makes this attempt
+			// fail, and the next reads the counter again.
+			if spent, err = s.spendCounter(ctx, sp, attempt > 0); err != nil {
+				return err
+			}
+			cmp, put := spendOps(spent, sp)
+			cmps = append(cmps, cmp)
+			last[len(last)-1] = put
+		}
+		tr, err := s.txn(ctx, key, cmps, last, nil)
 		if err != nil {
 			return err
 		}
 		if tr.Succeeded {
 			s.wrote(key, tr.Header.Revision, r.Checkpoint.HistoryLen)
+			if sp != nil {
+				s.keepSpend(counter{key: spent.key, last: spent.last + uint64(sp.Tokens), mod: tr.Header.Revision})
+			}
 			return nil
 		}
 		s.forget(key)

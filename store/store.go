@@ -21,6 +21,7 @@
 //	outbox/<u64 id>                   a reply not yet delivered, opaque bytes owned by chat
 //	marks/<name>                      an adapter's read marks, opaque bytes (chat.MarkStore)
 //	followups/<key>\x00<order>        a follow-up waiting for its thread's session: expiry, then chat's bytes
+//	spend/<day>/<person>              tokens charged to a person on a UTC day, u64 (spend.go)
 package store
 
 import (
@@ -348,7 +349,8 @@ func (db *DB) Commit(_ context.Context, r *agent.Round) error {
 // commitTx encodes a round and returns the transaction function that
 // writes it. The function only puts precomputed bytes at fixed keys and
 // deletes fixed keys, so running it twice (as Batch may) writes the same
-// state; it refuses a round that does not follow the stored record.
+// state, and adds the round's Spend, which a rolled-back first run did
+// not; it refuses a round that does not follow the stored record.
 func commitTx(r *agent.Round) (func(*bolt.Tx) error, error) {
 	key := r.Checkpoint.Key
 	record, err := json.Marshal(r.Checkpoint)
@@ -402,6 +404,9 @@ func commitTx(r *agent.Round) (func(*bolt.Tx) error, error) {
 			if err := ib.Delete(u64(id)); err != nil {
 				return err
 			}
+		}
+		if err := addSpend(tx, r.Spend); err != nil {
+			return err
 		}
 		return sb.Put(kRecord, record)
 	}, nil

@@ -41,6 +41,7 @@ type Store interface {
 	SaveMarks(ctx context.Context, name string, data []byte) error
 	HoldFollowUp(ctx context.Context, key, order string, data []byte, ttl time.Duration) (bool, error)
 	TakeFollowUps(ctx context.Context, key string) ([][]byte, error)
+	SpentOn(ctx context.Context, day string) ([]agent.Spend, error)
 }
 
 // Open returns an empty store for one test. Writes for a session key are
@@ -73,6 +74,7 @@ func Run(t *testing.T, open Open, own func(t *testing.T, s Store, key string)) {
 		{"Marks", testMarks},
 		{"FollowUpsWaitForTheirSession", testFollowUps},
 		{"FollowUpsExpire", testFollowUpsExpire},
+		{"SpendPerPersonAndDay", testSpend},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -592,5 +594,82 @@ func testFollowUpsExpire(t *testing.T, s Store, _ func(string)) {
 	}
 	if g := string(bytes.Join(got, []byte("|"))); g != "in time" {
 		t.Errorf("taken %q, want only the one in time", g)
+	}
+}
+
+// testSpend: a round's Spend is added to its person's UTC day in the
+// round's commit (DESIGN §18), across sessions; a refused round adds
+// nothing; rounds of one person committed at once from many sessions all
+// count.
+func testSpend(t *testing.T, s Store, own func(string)) {
+	ctx := context.Background()
+	const d1, d2 = "2026-03-01", "2026-03-02"
+	keys := []string{"slack/T1/C1/1.0", "discord/42", "web/big"}
+	for i := range 6 {
+		keys = append(keys, fmt.Sprint("web/p", i))
+	}
+	for _, k := range keys {
+		own(k)
+	}
+	if n, err := s.Spent(ctx, "slack/U1", d1); err != nil || n != 0 {
+		t.Fatalf("Spent before any round = %d, %v; want 0", n, err)
+	}
+	charge := func(r *agent.Round, person, day string, tokens int64) *agent.Round {
+		r.Spend = &agent.Spend{Person: person, Day: day, Tokens: tokens}
+		return r
+	}
+	for i, r := range []*agent.Round{
+		charge(Round(keys[0], 0, "a"), "slack/U1", d1, 100),
+		charge(Round(keys[1], 0, "b"), "slack/U1", d1, 50), // another session, the same person
+		charge(Round(keys[0], 1, "c"), "slack/U2", d1, 7),
+		charge(Round(keys[1], 1, "d"), "slack/U1", d2, 5), // the next day
+		Round(keys[0], 2, "no model request"),
+	} {
+		if err := s.Commit(ctx, r); err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+	}
+	if err := s.Commit(ctx, charge(Round(keys[0], 9, "x"), "slack/U1", d1, 1000)); err == nil {
+		t.Fatal("a round at base 9 after 3 entries was accepted")
+	}
+	// A round too big for one etcd transaction charges once, with its
+	// last part.
+	var big []string
+	for i := range 300 {
+		big = append(big, fmt.Sprintf("%03d %s", i, strings.Repeat("x", 8000)))
+	}
+	if err := s.Commit(ctx, charge(Round(keys[2], 0, big...), "discord/9", d1, 3)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		person, day string
+		want        int64
+	}{{"slack/U1", d1, 150}, {"slack/U2", d1, 7}, {"slack/U1", d2, 5}, {"discord/9", d1, 3}, {"slack/U3", d1, 0}} {
+		if n, err := s.Spent(ctx, c.person, c.day); err != nil || n != c.want {
+			t.Errorf("Spent(%s, %s) = %d, %v; want %d", c.person, c.day, n, err, c.want)
+		}
+	}
+	var wg sync.WaitGroup
+	for _, k := range keys[3:] {
+		wg.Go(func() {
+			for i := range 5 {
+				if err := s.Commit(ctx, charge(Round(k, i, "m"), "slack/U3", d1, 3)); err != nil {
+					t.Errorf("%s round %d: %v", k, i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n, err := s.Spent(ctx, "slack/U3", d1); err != nil || n != 90 {
+		t.Errorf("Spent after 30 rounds of 3 tokens in 6 sessions at once = %d, %v; want 90", n, err)
+	}
+	got, err := s.SpentOn(ctx, d1)
+	want := []agent.Spend{{Person: "discord/9", Day: d1, Tokens: 3}, {Person: "slack/U1", Day: d1, Tokens: 150}, {Person: "slack/U2", Day: d1, Tokens: 7}, {Person: "slack/U3", Day: d1, Tokens: 90}}
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("SpentOn(%s) = %+v, %v; want %+v", d1, got, err, want)
+	}
+	if got, err := s.SpentOn(ctx, "2026-02-28"); err != nil || len(got) != 0 {
+		t.Errorf("SpentOn a day with nothing = %+v, %v; want none", got, err)
 	}
 }
