@@ -1,0 +1,220 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pinplan/pinplan/internal/fakeslack"
+)
+
+// The held-back burst (issue 28): many threads mentioned at once in one
+// channel, each turn revising its plan three times and then answering,
+// with the fake enforcing Slack's budgets as Slack counts them:
+// chat.update Tier 3 (50 a minute), pins.add Tier 2 (20 a minute), and
+// chat.postMessage about one a second per channel with short bursts (5
+// in any 5 s). DESIGN §6 promises every thread its plan message above its
+// answer, every plan ending on its final state as soon as the edit budget
+// allows, and no call within a 429's Retry-After.
+const (
+	burstThreads = 40
+	// burstEditsPerMinute is pinplan's default chat.update pace
+	// (PINPLAN_SLACK_EDITS_PER_MINUTE), from which the bound on the last
+	// final state is reckoned.
+	burstEditsPerMinute = 45
+)
+
+// burstThread is what one thread of the burst showed, read from the
+// fake's record.
+type burstThread struct {
+	ts          string
+	plan        string    // ts of the plan message, "" if none
+	planAt      time.Time // when it was posted
+	answerAt    time.Time // when the answer was posted; zero if not yet
+	answerFirst bool      // the answer is in the thread before the plan message
+	finalAt     time.Time // when Slack first took the plan's final state (done); zero if never
+	finalByPost bool      // the first post already showed it
+	lastState   string    // the run state of the last post or edit of the plan message
+}
+
+// readBurst reads each thread's plan message and answer from the fake:
+// the messages in the channel, in the order Slack took them, and the
+// calls that posted and edited them.
+func readBurst(s *fakeslack.Server, channel string, threads []string) []burstThread {
+	msgs := s.Messages(channel)
+	calls := s.Calls("")
+	out := make([]burstThread, len(threads))
+	for i, ts := range threads {
+		th := burstThread{ts: ts}
+		for _, m := range msgs {
+			if m.ThreadTS != ts || m.BotID == "" {
+				continue
+			}
+			switch {
+			case m.Blocks != "" && th.plan == "":
+				th.plan = m.TS
+			case m.Blocks == "" && strings.Contains(m.Text, "All done.") && th.plan == "":
+				th.answerFirst = true
+			}
+		}
+		for _, c := range calls {
+			if c.Error != "" {
+				continue
+			}
+			var state string
+			switch {
+			case c.Method == "chat.postMessage" && c.Params["thread_ts"] == ts:
+				if m := footerRE.FindStringSubmatch(c.Params["blocks"]); m != nil && th.planAt.IsZero() {
+					th.planAt, state = c.At, strings.TrimSpace(m[2])
+					th.finalByPost = state == "done"
+				} else if strings.Contains(c.Params["text"], "All done.") {
+					th.answerAt = c.At
+				}
+			case c.Method == "chat.update" && th.plan != "" && c.Params["ts"] == th.plan:
+				if m := footerRE.FindStringSubmatch(c.Params["blocks"]); m != nil {
+					state = strings.TrimSpace(m[2])
+				}
+			}
+			if state == "" {
+				continue
+			}
+			th.lastState = state
+			if state == "done" && th.finalAt.IsZero() {
+				th.finalAt = c.At
+			}
+		}
+		out[i] = th
+	}
+	return out
+}
+
+func TestSlackHeldBackBurst(t *testing.T) {
+	t.Parallel()
+	r := newSlackRig(t, 3, 100*time.Millisecond, true)
+	r.slack.Limit("chat.update", 50, time.Minute)
+	r.slack.Limit("pins.add", 20, time.Minute)
+	r.slack.LimitPerChannel("chat.postMessage", 5, 5*time.Second)
+	p := r.start(t)
+	defer p.stop(t)
+
+	threads := make([]string, burstThreads)
+	start := time.Now()
+	for i := range threads {
+		threads[i] = fmt.Sprintf("17000020%02d.000100", i)
+		if _, err := r.slack.Push(fmt.Sprintf("EvBurst%d", i), mention("C1", threads[i], fmt.Sprintf("task %d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The edit budget alone needs this long for one final edit per
+	// thread; the last final state must land within 1.5 times it, plus
+	// 10 s for the turns themselves.
+	editNeed := time.Minute * burstThreads / burstEditsPerMinute
+	bound := editNeed*3/2 + 10*time.Second
+
+	// Wait for every answer, every final state and every pin, well past
+	// the bound, so that a slow run still reports what it measured.
+	var got []burstThread
+	settled := func() bool {
+		got = readBurst(r.slack, "C1", threads)
+		for _, th := range got {
+			if th.answerAt.IsZero() || th.finalAt.IsZero() || th.lastState != "done" {
+				return false
+			}
+		}
+		return len(r.slack.Pinned("C1")) == burstThreads
+	}
+	deadline := start.Add(2*bound + time.Minute)
+	for !settled() && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	var answersFirst, noPlan, noAnswer, notFinal, finalByPost int
+	var lags, answers []time.Duration
+	var last time.Duration
+	for _, th := range got {
+		switch {
+		case th.plan == "":
+			noPlan++
+		case th.answerFirst:
+			answersFirst++
+		}
+		if th.answerAt.IsZero() {
+			noAnswer++
+		} else {
+			answers = append(answers, th.answerAt.Sub(start))
+		}
+		if th.finalAt.IsZero() || th.lastState != "done" {
+			notFinal++
+			continue
+		}
+		if th.finalByPost {
+			finalByPost++
+		}
+		last = max(last, th.finalAt.Sub(start))
+		if !th.answerAt.IsZero() {
+			lags = append(lags, th.finalAt.Sub(th.answerAt))
+		}
+	}
+	p50 := func(ds []time.Duration) time.Duration {
+		if len(ds) == 0 {
+			return 0
+		}
+		slices.Sort(ds)
+		return ds[len(ds)/2].Round(100 * time.Millisecond)
+	}
+	lastPin := func() time.Duration {
+		var at time.Time
+		for _, c := range r.slack.Calls("pins.add") {
+			if c.Error == "" {
+				at = c.At
+			}
+		}
+		return at.Sub(start).Round(100 * time.Millisecond)
+	}
+	count := func(method string) (ok, limited int) {
+		for _, c := range r.slack.Calls(method) {
+			switch c.Status {
+			case 200:
+				ok++
+			case 429:
+				limited++
+			}
+		}
+		return ok, limited
+	}
+	posts, posts429 := count("chat.postMessage")
+	edits, edits429 := count("chat.update")
+	pins, pins429 := count("pins.add")
+	violations := r.slack.Violations()
+	t.Logf("%d threads: %d answers before their plan message (%d threads without a plan message, %d without an answer); "+
+		"%d plans final (%d final in their first post), %d not; final state after the answer p50 %s; last final state %s after the mentions (bound %s)",
+		burstThreads, answersFirst, noPlan, noAnswer, burstThreads-notFinal, finalByPost, notFinal, p50(lags), last.Round(100*time.Millisecond), bound.Round(time.Second))
+	t.Logf("answers after the mentions p50 %s, last %s; %d plans pinned, the last %s after the mentions",
+		p50(answers), slices.Max(append(answers, 0)).Round(100*time.Millisecond), len(r.slack.Pinned("C1")), lastPin())
+	t.Logf("calls: chat.postMessage %d ok, %d 429; chat.update %d ok, %d 429; pins.add %d ok, %d 429; %d unhonoured 429s",
+		posts, posts429, edits, edits429, pins, pins429, len(violations))
+
+	if answersFirst > 0 || noPlan > 0 {
+		t.Errorf("%d answers reached their thread before the plan message, %d threads have no plan message; want 0 and 0", answersFirst, noPlan)
+	}
+	if noAnswer > 0 || notFinal > 0 {
+		t.Errorf("%d threads without an answer, %d plans not showing their final state after %s; want 0 and 0", noAnswer, notFinal, time.Since(start).Round(time.Second))
+		for _, th := range got {
+			if th.answerAt.IsZero() || th.finalAt.IsZero() || th.lastState != "done" {
+				t.Logf("thread %s: plan %q, answered %v, last state %q", th.ts, th.plan, !th.answerAt.IsZero(), th.lastState)
+			}
+		}
+	}
+	if n := len(r.slack.Pinned("C1")); n != burstThreads-noPlan {
+		t.Errorf("%d plan messages pinned, want all %d", n, burstThreads-noPlan)
+	}
+	if len(violations) > 0 {
+		t.Errorf("%d calls within a 429's Retry-After, want 0: %q", len(violations), violations)
+	}
+	if notFinal == 0 && last > bound {
+		t.Errorf("the last final state landed %s after the mentions, want within %s (1.5 × %s for %d final edits at %d a minute, + 10 s)",
+			last.Round(100*time.Millisecond), bound.Round(time.Second), editNeed.Round(100*time.Millisecond), burstThreads, burstEditsPerMinute)
+	}
+}
