@@ -38,6 +38,8 @@ type Approval struct {
 	// Turn is the session's turn number: with CallID it names the
 	// approval uniquely, as some servers reuse call ids across turns.
 	Turn int64 `json:"turn"`
+	// Asked is when the card asked: the wait for a decision began then.
+	Asked time.Time `json:"asked,omitzero"`
 }
 
 // Grant is an "Always allow here": Tool runs without a card on later turns
@@ -57,6 +59,9 @@ type Decision struct {
 	// Reason says why a decision was made without a person's choice;
 	// empty when a person chose.
 	Reason DecisionReason `json:"reason,omitempty"`
+	// Asked is when the call's card asked (Approval.Asked), zero for a
+	// call decided without one: the wait the decision ended, for traces.
+	Asked time.Time `json:"asked,omitzero"`
 }
 
 // DecisionReason is why a call was decided without a person's choice. Its
@@ -193,6 +198,10 @@ type Checkpoint struct {
 	// RequesterName their display name.
 	Requester     string `json:"requester,omitempty"`
 	RequesterName string `json:"requester_name,omitempty"`
+	// Trace is the W3C traceparent of the turn's first invoke_agent span
+	// (DESIGN §17), "" when it was not traced: a turn that goes on after
+	// an approval, a restart or a takeover goes on in that trace.
+	Trace string `json:"trace,omitempty"`
 	// Ended is how the last turn ended, committed with its end and
 	// cleared by the next one's start, which is committed with that
 	// turn's first round (Runner.Ending).

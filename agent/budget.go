@@ -321,7 +321,7 @@ func (r *Runner) summaryCall(ctx context.Context, prev string, entries []Entry, 
 		{Role: openai.ChatMessageRoleSystem, Content: summaryPrompt},
 		{Role: openai.ChatMessageRoleUser, Content: b.String()},
 	}}
-	reply, err := r.opts.Model.Complete(ctx, req)
+	reply, err := r.complete(ctx, req)
 	if err != nil {
 		return "", err
 	}

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Model answers one chat-completion request. OpenAIModel implements it over
@@ -28,6 +30,9 @@ type Model interface {
 type Reply struct {
 	Message openai.ChatCompletionMessage
 	Usage   openai.Usage
+	// FinishReason is the server's finish_reason ("stop", "tool_calls",
+	// "length"), "" when the model does not say.
+	FinishReason string
 }
 
 // ErrModel wraps every error a Model gives up with, after its retries.
@@ -60,6 +65,7 @@ type OpenAIModel struct {
 	client *openai.Client
 	opts   OpenAIOptions
 	sem    chan struct{}
+	server []attribute.KeyValue // server.address and .port, for the chat span
 }
 
 // NewOpenAIModel returns a model client for opts.
@@ -86,11 +92,14 @@ func NewOpenAIModel(opts OpenAIOptions) *OpenAIModel {
 	cfg := openai.DefaultConfig(opts.APIKey)
 	cfg.BaseURL = strings.TrimRight(opts.BaseURL, "/")
 	cfg.HTTPClient = &http.Client{Transport: retryAfterTransport{capTransport{base: base, limit: int64(opts.ResponseBytes)}}}
-	return &OpenAIModel{client: openai.NewClientWithConfig(cfg), opts: opts, sem: make(chan struct{}, opts.Concurrency)}
+	return &OpenAIModel{client: openai.NewClientWithConfig(cfg), opts: opts, sem: make(chan struct{}, opts.Concurrency), server: serverAttributes(cfg.BaseURL)}
 }
 
 // Complete implements Model.
 func (m *OpenAIModel) Complete(ctx context.Context, req openai.ChatCompletionRequest) (Reply, error) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(m.server...)
+	}
 	for attempt := 0; ; attempt++ {
 		hint := &retryHint{}
 		reply, err := m.once(context.WithValue(ctx, retryHintKey{}, hint), req)
@@ -120,6 +129,7 @@ func (m *OpenAIModel) Complete(ctx context.Context, req openai.ChatCompletionReq
 		if m.opts.OnRetry != nil {
 			m.opts.OnRetry(attempt+1, wait, err)
 		}
+		traceRetry(ctx, attempt+1, wait.Milliseconds(), err)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -170,7 +180,7 @@ func (m *OpenAIModel) once(ctx context.Context, req openai.ChatCompletionRequest
 		if len(resp.Choices) == 0 {
 			return Reply{}, errNoChoices
 		}
-		return Reply{Message: resp.Choices[0].Message, Usage: resp.Usage}, nil
+		return Reply{Message: resp.Choices[0].Message, Usage: resp.Usage, FinishReason: string(resp.Choices[0].FinishReason)}, nil
 	}
 	req.Stream = true
 	req.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
@@ -246,7 +256,8 @@ type streamAccumulator struct {
 	byID     map[string]int
 	usage    openai.Usage
 	finished bool
-	size     int // bytes of content, reasoning and tool calls so far
+	finish   string // the finish_reason
+	size     int    // bytes of content, reasoning and tool calls so far
 }
 
 func (a *streamAccumulator) add(chunk openai.ChatCompletionStreamResponse) {
@@ -259,6 +270,7 @@ func (a *streamAccumulator) add(chunk openai.ChatCompletionStreamResponse) {
 		}
 		if ch.FinishReason != "" {
 			a.finished = true
+			a.finish = string(ch.FinishReason)
 		}
 		d := ch.Delta
 		if d.Role != "" {
@@ -320,7 +332,7 @@ func (a *streamAccumulator) reply() Reply {
 		}
 		msg.ToolCalls = append(msg.ToolCalls, c)
 	}
-	return Reply{Message: msg, Usage: a.usage}
+	return Reply{Message: msg, Usage: a.usage, FinishReason: a.finish}
 }
 
 type retryHintKey struct{}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pinplan/pinplan/internal/serial"
 	"github.com/pinplan/pinplan/todo"
@@ -48,8 +49,16 @@ type Options struct {
 	// Owners, when several replicas share Store, says which of them runs
 	// each session (DESIGN §14); nil runs every session here.
 	Owners Owners
-	Logger *slog.Logger
-	Now    func() time.Time
+	// Tracer makes the turns' spans (DESIGN §17, trace.go); nil makes
+	// none.
+	Tracer trace.TracerProvider
+	// TraceContent, when set, lets spans carry message text, tool
+	// arguments and results
+	// (OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT), each passed
+	// through it first (to take secrets out); nil records none.
+	TraceContent func(string) string
+	Logger       *slog.Logger
+	Now          func() time.Time
 }
 
 // EmptyAnswer stands in for a final answer the model left empty, in the
@@ -89,6 +98,7 @@ type Runner struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	queue  serial.Queue // one run at a time per session key
+	tracer trace.Tracer // from Options.Tracer
 
 	mu    sync.Mutex                         // guards stops, timers, paused and closed
 	stops map[string]context.CancelCauseFunc // cancels each session's running turn
@@ -144,7 +154,7 @@ func NewRunner(opts Options) (*Runner, error) {
 		opts.Events = nopPublisher{}
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Runner{opts: opts, ctx: ctx, cancel: cancel, stops: map[string]context.CancelCauseFunc{}, timers: map[string]*time.Timer{}, paused: map[string]bool{}, early: map[string]string{}}, nil
+	return &Runner{opts: opts, tracer: newTracer(opts.Tracer), ctx: ctx, cancel: cancel, stops: map[string]context.CancelCauseFunc{}, timers: map[string]*time.Timer{}, paused: map[string]bool{}, early: map[string]string{}}, nil
 }
 
 // Submit persists a user message for the session and makes sure the
@@ -517,6 +527,7 @@ func (r *Runner) run(key string, log *slog.Logger) error {
 	case Running:
 		log.Info("resuming turn", "history", len(hist), "revision", s.cp.Revision)
 		ctx, endTurn = r.turnContext(key)
+		ctx, endTurn = r.traceTurn(ctx, s, Running, endTurn)
 		r.publish(Event{Session: key, Kind: TurnStarted, Resumed: true, Turn: s.cp.Turns, Requester: s.cp.Requester, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision(),
 			Evidence: s.cp.Evidence.Clone(), Calls: s.cp.TurnCalls, Approvals: s.cp.TurnApprovals})
 		r.waitTools(ctx, log)
@@ -534,6 +545,7 @@ func (r *Runner) run(key string, log *slog.Logger) error {
 			if err := (turn{&s.cp}).start(inbox[0]); err != nil {
 				return err
 			}
+			ctx, endTurn = r.traceTurn(ctx, s, "", endTurn)
 			r.publish(Event{Session: key, Kind: TurnStarted, Turn: s.cp.Turns, Requester: s.cp.Requester, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision(),
 				Evidence: s.cp.Evidence.Clone()})
 			r.waitTools(ctx, log)
@@ -557,6 +569,7 @@ func (r *Runner) run(key string, log *slog.Logger) error {
 				return nil
 			}
 			if err == nil {
+				ctx, endTurn = r.traceTurn(ctx, s, Waiting, endTurn)
 				// The decided call may be to a server still connecting
 				// after a start.
 				r.waitTools(ctx, log)
@@ -610,14 +623,14 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 		}
 		return err
 	}
-	reply, err := r.opts.Model.Complete(ctx, v.req)
+	reply, err := r.complete(ctx, v.req)
 	if errors.Is(err, ErrContextTooLong) && ctx.Err() == nil {
 		// The server counts differently or its window is smaller than
 		// configured: compact harder and try once more.
 		r.opts.Logger.Warn("request too long for the model; compacting harder", "session", s.key, "estimated", correct(v.estimated, s.cp.TokenRatio))
 		s.cp.TokenRatio = max(s.cp.TokenRatio*1.5, 1.5)
 		if v, err = r.build(ctx, s, drained, remind, true); err == nil {
-			reply, err = r.opts.Model.Complete(ctx, v.req)
+			reply, err = r.complete(ctx, v.req)
 		}
 	}
 	if err != nil {
@@ -804,8 +817,9 @@ func (r *Runner) await(ctx context.Context, s *session) (waiting bool, err error
 		if w := s.cp.Waiting; w == nil || w.CallID != tc.ID {
 			t, _ := r.opts.Tools.Lookup(tc.Function.Name)
 			next := s.cp.clone()
+			now := r.opts.Now()
 			a := Approval{CallID: tc.ID, Tool: tc.Function.Name, Server: t.Server, Arguments: tc.Function.Arguments,
-				Requester: s.cp.Requester, Deadline: r.opts.Now().Add(r.opts.ApprovalTimeout), Turn: s.cp.Turns}
+				Requester: s.cp.Requester, Deadline: now.Add(r.opts.ApprovalTimeout), Turn: s.cp.Turns, Asked: now}
 			if err := (turn{&next}).ask(a); err != nil {
 				return false, err
 			}
@@ -869,6 +883,7 @@ func (r *Runner) runTools(ctx context.Context, s *session, drained []Entry, ids 
 		start := r.opts.Now()
 		var out string
 		d, decided := decisions[tc.ID]
+		tctx, span := r.traceTool(ctx, tc, d, decided)
 		_, stop := stopped(ctx)
 		switch {
 		case interrupted[tc.ID]:
@@ -880,11 +895,12 @@ func (r *Runner) runTools(ctx context.Context, s *session, drained []Entry, ids 
 		case stop:
 			out = errorResult(&ToolError{Code: "stopped", Message: "The turn was stopped; this call did not run."})
 		default:
-			out = r.runTool(ctx, s.key, env, tc)
+			out = r.runTool(tctx, s.key, env, tc)
 			if _, stop := stopped(ctx); stop {
 				out = errorResult(&ToolError{Code: "stopped", Message: "The turn was stopped while this call ran; it was cancelled and may or may not have taken effect."})
 			}
 		}
+		r.traceToolEnd(span, tc, out, work, before)
 		if tc.Function.Name == todo.ToolName {
 			if work.Revision() != before {
 				att.revised(plan, work.Snapshot().Items())

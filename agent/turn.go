@@ -114,6 +114,7 @@ func (t turn) decide(callID string, d Decision) (Approval, error) {
 	if t.cp.Decisions == nil {
 		t.cp.Decisions = map[string]Decision{}
 	}
+	d.Asked = w.Asked
 	t.cp.Decisions[callID] = d
 	return *w, nil
 }
@@ -138,7 +139,9 @@ func (t turn) stop(by string, at time.Time) error {
 		decisions = map[string]Decision{}
 	}
 	stop := Decision{ByName: by, At: at, Reason: ReasonStopped}
-	decisions[w.CallID] = stop
+	shown := stop
+	shown.Asked = w.Asked
+	decisions[w.CallID] = shown
 	for _, tc := range t.cp.Pending.ToolCalls {
 		if _, done := decisions[tc.ID]; !done {
 			decisions[tc.ID] = stop
