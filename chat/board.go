@@ -618,6 +618,7 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) (MessageR
 		if err := b.pace(ctx, MethodPost, b.priority); err != nil {
 			return rec.Ref, err
 		}
+		want = b.newest(rec.Ref, want) // the wait may have been long: post what is wanted now
 		if err := b.owner.held(ctx, th.Key); err != nil {
 			return rec.Ref, err
 		}
@@ -659,6 +660,7 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) (MessageR
 		if err := b.pace(ctx, MethodEdit, b.priority); err != nil {
 			return rec.Ref, err
 		}
+		want = b.newest(rec.Ref, want)
 		if err := b.owner.held(ctx, th.Key); err != nil {
 			return rec.Ref, err
 		}
@@ -763,6 +765,20 @@ func (b *Board) pace(ctx context.Context, m Method, prio func() Priority) error 
 	th, since := b.rec.Thread, b.pending
 	b.mu.Unlock()
 	return b.pacer.Pace(ctx, Request{Thread: th, Method: m, Priority: prio, Since: since})
+}
+
+// newest is the content wanted now, if the board still works on the
+// message ref (none: the first post) and has something to show; else
+// want. A request that waited for its budget sends the newest content,
+// not the one it had when it began to wait: the loop then finds nothing
+// left to do for the versions in between.
+func (b *Board) newest(ref MessageRef, want Plan) Plan {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.rec.Ref != ref || len(b.want.Items) == 0 {
+		return want
+	}
+	return b.want
 }
 
 // priority is how urgent the board's next request is: the first post of

@@ -222,3 +222,28 @@ func TestFinalEditNotHeldBehindPin(t *testing.T) {
 		})
 	}
 }
+
+// TestPostAfterAWaitShowsTheNewest: a first post that waited for its
+// budget shows the plan as it is when the slot comes, not as it was when
+// the wait began; no edit follows for the revisions in between.
+func TestPostAfterAWaitShowsTheNewest(t *testing.T) {
+	p := &pacedPlatform{fakePlatform: &fakePlatform{}, edit: NewBudget(60000, 100), posts: NewBudget(60, 1)}
+	p.posts.Wait(context.Background(), nil, time.Time{}) // spent: the next post waits about a second
+	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
+	t.Cleanup(r.Close)
+	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.Observe(chattest.Revision("test/1", 1))
+	waitUntil(t, func() bool { return p.posts.Waiting() == 1 })
+	r.Observe(chattest.Revision("test/1", 2))
+	r.Observe(chattest.Revision("test/1", 3))
+	settle(t, r, "test/1")
+	var got []string
+	for _, c := range p.calls {
+		if c.Op == "post" || c.Op == "edit" {
+			got = append(got, fmt.Sprintf("%s r%d", c.Op, c.Rev))
+		}
+	}
+	if strings.Join(got, ",") != "post r3" {
+		t.Errorf("plan requests %v, want one post of revision 3", got)
+	}
+}
