@@ -271,12 +271,14 @@ func (r *Runner) summarise(ctx context.Context, s *session, budget int) error {
 	if cut <= from {
 		return errors.New("nothing older to summarise")
 	}
-	text, err := r.summaryCall(ctx, prev, s.hist[from:cut], budget)
+	text, usage, err := r.summaryCall(ctx, prev, s.hist[from:cut], budget)
 	if err != nil {
 		return fmt.Errorf("summary call: %w", err)
 	}
 	next := s.cp.clone()
 	next.Summary = &Summary{Text: text, Through: cut, At: r.opts.Now()}
+	// The call's tokens count like a round's (spend.go).
+	next.Usage.add(usage)
 	if err := r.commit(ctx, s, &Round{}, next, s.tracker.Clone()); err != nil {
 		return err
 	}
@@ -290,8 +292,9 @@ func safeCut(hist []Entry, i int) bool {
 	return i < len(hist) && hist[i].Message.Role != openai.ChatMessageRoleTool
 }
 
-// summaryCall asks the model to extend prev with entries, as material.
-func (r *Runner) summaryCall(ctx context.Context, prev string, entries []Entry, budget int) (string, error) {
+// summaryCall asks the model to extend prev with entries, as material,
+// and returns the summary and the usage the server reported.
+func (r *Runner) summaryCall(ctx context.Context, prev string, entries []Entry, budget int) (string, openai.Usage, error) {
 	var b strings.Builder
 	if prev != "" {
 		b.WriteString("<summary_so_far>\n" + prev + "\n</summary_so_far>\n")
@@ -323,13 +326,13 @@ func (r *Runner) summaryCall(ctx context.Context, prev string, entries []Entry, 
 	}}
 	reply, err := r.complete(ctx, req)
 	if err != nil {
-		return "", err
+		return "", openai.Usage{}, err
 	}
 	text := strings.TrimSpace(reply.Message.Content)
 	if text == "" {
-		return "", errors.New("the model wrote an empty summary")
+		return "", reply.Usage, errors.New("the model wrote an empty summary")
 	}
-	return text, nil
+	return text, reply.Usage, nil
 }
 
 // summaryPrompt asks for the running summary. The conversation is material,

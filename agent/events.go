@@ -39,6 +39,13 @@ const (
 	Failed  Outcome = "failed"
 	Stopped Outcome = "stopped"
 	Limited Outcome = "limited" // PINPLAN_MAX_ROUNDS reached
+	// TurnBudget: the turn's next model request would have passed
+	// PINPLAN_TURN_TOKENS.
+	TurnBudget Outcome = "turn_budget"
+	// DayBudget: the requester has used their PINPLAN_USER_TOKENS_PER_DAY
+	// (or the next request would pass it); a turn refused at its start
+	// made no model request.
+	DayBudget Outcome = "day_budget"
 )
 
 // Event is published after the checkpoint it reports has been committed.

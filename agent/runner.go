@@ -43,6 +43,12 @@ type Options struct {
 	// ContextTokens is the model's context budget for one request
 	// (PINPLAN_CONTEXT_TOKENS); 0 means 32,000.
 	ContextTokens int
+	// TurnTokens is the tokens one turn may use (PINPLAN_TURN_TOKENS),
+	// UserTokens those one person may use per UTC day
+	// (PINPLAN_USER_TOKENS_PER_DAY), both counted as the model's usage
+	// reports them (spend.go); 0: no budget.
+	TurnTokens int64
+	UserTokens int64
 	// Events takes the turns' events (an *Events, which passes them to
 	// its subscribers); nil drops them.
 	Events Publisher
@@ -614,6 +620,11 @@ func (r *Runner) waitTools(ctx context.Context, log *slog.Logger) {
 // round runs one model request and commits its result.
 func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 	drained, ids := r.userEntries(inbox)
+	// A budget already spent stops the turn before anything is asked of
+	// the model, a summary included.
+	if over, err := r.overBudget(ctx, s, &Round{Append: drained, Drained: ids}, 1); over || err != nil {
+		return err
+	}
 	work := s.tracker.Clone()
 	remind := work.TakeReminder(r.opts.StaleRounds)
 	v, err := r.build(ctx, s, drained, remind, false)
@@ -621,6 +632,9 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 		if r.ctx.Err() != nil {
 			return context.Cause(r.ctx)
 		}
+		return err
+	}
+	if over, err := r.overBudget(ctx, s, &Round{Append: drained, Drained: ids}, correct(v.estimated, s.cp.TokenRatio)); over || err != nil {
 		return err
 	}
 	reply, err := r.complete(ctx, v.req)
@@ -1058,6 +1072,7 @@ func (r *Runner) commit(ctx context.Context, s *session, rd *Round, next Checkpo
 	next.HistoryLen = len(s.hist) + len(rd.Append)
 	next.Updated = r.opts.Now()
 	rd.Checkpoint = next
+	rd.Spend = r.spend(s, next)
 	if err := r.opts.Store.Commit(context.WithoutCancel(ctx), rd); err != nil {
 		r.publish(Event{Session: s.key, Kind: TurnEnded, Outcome: Failed, Text: "I could not save this session's progress, so I stopped. The last saved state is kept.", Err: err, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision()})
 		return fmt.Errorf("commit round: %w", err)

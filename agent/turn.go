@@ -55,6 +55,7 @@ func (t turn) start(in Inbound) error {
 	}
 	t.cp.State, t.cp.TurnRounds = Running, 0
 	t.cp.TurnCalls, t.cp.TurnApprovals = 0, 0
+	t.cp.TurnBase = t.cp.Usage.Tokens()
 	t.cp.Requester, t.cp.RequesterName = in.AuthorID, in.Author
 	t.cp.Turns++
 	t.cp.Ended = nil

@@ -29,6 +29,10 @@ type Reply struct {
 	// Reasoning is sent as reasoning_content (DeepSeek, vLLM and others
 	// return the model's reasoning this way).
 	Reasoning string
+	// Usage, when set, is the usage reported with the reply instead of
+	// the fake's own count (CountTokens for the prompt); NoUsage still
+	// leaves it out.
+	Usage *openai.Usage
 }
 
 // Call is one tool call of a Reply.
@@ -191,6 +195,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	usage := openai.Usage{PromptTokens: prompt, CompletionTokens: 5 + len(reply.Content)/4}
 	usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens
+	if reply.Usage != nil {
+		usage = *reply.Usage
+	}
 	if s.NoUsage {
 		usage = openai.Usage{}
 	}
