@@ -1,16 +1,22 @@
 package slack
 
 import (
+	"bytes"
+	"encoding/json"
+	"io"
 	"net/http"
+	"net/url"
 	"path"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
 
 // heldTransport keeps to Slack's Retry-After for the whole workspace: a
 // 429 answer holds every later call of the same Web API method (its
-// limit is per method and workspace, not per message) until the wait
+// limit is per method and workspace, not per message; chat.postMessage's
+// is per channel, so there only the channel's calls are held) until the wait
 // ends, so that another thread's edit or a card does not meet the limit
 // again (Slack may then lengthen it). Calls of other methods go on.
 type heldTransport struct {
@@ -21,8 +27,43 @@ type heldTransport struct {
 	until map[string]time.Time // method -> end of its Retry-After
 }
 
-func (t *heldTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+// perChannel lists the methods Slack limits per channel rather than per
+// workspace: a 429 for one channel holds only that channel's calls.
+var perChannel = map[string]bool{"chat.postMessage": true}
+
+// budgetKey is what a Retry-After holds: the method, and for a method
+// limited per channel the channel too (read from the request's form or
+// JSON body, which is put back for the send).
+func budgetKey(req *http.Request) string {
 	method := path.Base(req.URL.Path)
+	if !perChannel[method] || req.Body == nil {
+		return method
+	}
+	raw, err := io.ReadAll(io.LimitReader(req.Body, 1<<20))
+	req.Body.Close()
+	req.Body = io.NopCloser(bytes.NewReader(raw))
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(raw)), nil }
+	if err != nil {
+		return method
+	}
+	var channel string
+	if strings.HasPrefix(req.Header.Get("Content-Type"), "application/json") {
+		var body struct {
+			Channel string `json:"channel"`
+		}
+		json.Unmarshal(raw, &body)
+		channel = body.Channel
+	} else if form, err := url.ParseQuery(string(raw)); err == nil {
+		channel = form.Get("channel")
+	}
+	if channel == "" {
+		return method
+	}
+	return method + "/" + channel
+}
+
+func (t *heldTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	method := budgetKey(req)
 	t.mu.Lock()
 	end := t.until[method]
 	t.mu.Unlock()

@@ -49,3 +49,40 @@ func TestRetryAfterHoldsTheMethod(t *testing.T) {
 		t.Errorf("violations: %v", v)
 	}
 }
+
+// TestPostRetryAfterHoldsTheChannel: Slack limits chat.postMessage per
+// channel, so a 429 for one channel's post holds that channel's posts
+// only: another channel's reply goes at once, the same channel's waits
+// out the Retry-After.
+func TestPostRetryAfterHoldsTheChannel(t *testing.T) {
+	a, fake := testAdapter(t, false)
+	ctx := context.Background()
+	th := func(ch string) chat.Thread {
+		return chat.Thread{Platform: "slack", Key: "slack/T1/" + ch + "/1.1", Channel: ch, ThreadID: "1.1"}
+	}
+	fake.LimitPerChannel("chat.postMessage", 1, 2*time.Second)
+	if err := a.Reply(ctx, th("C1"), "", "first"); err != nil {
+		t.Fatal(err)
+	}
+	var rl *chat.RateLimitError
+	if err := a.Reply(ctx, th("C1"), "", "second"); !errors.As(err, &rl) {
+		t.Fatalf("second post in C1 within the window: %v, want a rate limit", err)
+	}
+	start := time.Now()
+	if err := a.Reply(ctx, th("C2"), "", "elsewhere"); err != nil {
+		t.Fatalf("a post in C2 after C1's 429: %v", err)
+	}
+	if waited := time.Since(start); waited >= rl.RetryAfter/2 {
+		t.Errorf("a post in C2 waited %s behind C1's Retry-After of %s", waited, rl.RetryAfter)
+	}
+	start = time.Now()
+	if err := a.Reply(ctx, th("C1"), "", "third"); err != nil {
+		t.Fatalf("C1's post after its Retry-After: %v", err)
+	}
+	if waited := time.Since(start); waited < rl.RetryAfter/2 {
+		t.Errorf("C1's next post waited only %s; Retry-After was %s", waited, rl.RetryAfter)
+	}
+	if v := fake.Violations(); len(v) > 0 {
+		t.Errorf("violations: %v", v)
+	}
+}
