@@ -486,7 +486,12 @@ func (b *Board) loop() {
 			lastVer, reposts = ver, 0
 		}
 
-		ref, err := b.apply(ctx, rec, want)
+		var ref MessageRef
+		_, err := b.owner.traced(ctx, "plan", rec.Thread, func(ctx context.Context) (int, error) {
+			var err error
+			ref, err = b.apply(ctx, rec, want)
+			return 1, err
+		})
 		if errors.Is(err, agent.ErrFenced) {
 			b.log.Warn("plan board stopped: this replica no longer holds the session", "err", err)
 			b.mu.Lock()

@@ -367,7 +367,7 @@ func (r *Router) showCard(ctx context.Context, s *session, th Thread, a agent.Ap
 		}
 	})
 	var ref MessageRef
-	_, err := sendUntil(ctx, r.backoff(cardBackoff), cardAttempts, nil, func(ctx context.Context) error {
+	_, err := r.deliver(ctx, "post_card", th, r.backoff(cardBackoff), cardAttempts, nil, func(ctx context.Context) error {
 		if err := r.held(ctx, th.Key); err != nil {
 			return err
 		}
@@ -418,7 +418,7 @@ func (r *Router) closeCardID(ctx context.Context, s *session, th Thread, id stri
 	}
 	card := decided(cr.Card, d)
 	if ip, ok := b.platform.(Interactive); ok {
-		_, err := sendUntil(ctx, r.backoff(cardBackoff), cardAttempts, nil, func(ctx context.Context) error {
+		_, err := r.deliver(ctx, "edit_card", th, r.backoff(cardBackoff), cardAttempts, nil, func(ctx context.Context) error {
 			if err := r.held(ctx, th.Key); err != nil {
 				return err
 			}

@@ -124,13 +124,16 @@ func sendUntil(ctx context.Context, b Backoff, attempts int, giveUp func() bool,
 		if err == nil {
 			return n, nil
 		}
-		if o, _ := Classify(err); o != Retry && o != RetryAfter {
+		o, _ := Classify(err)
+		if o != Retry && o != RetryAfter {
 			return n, err
 		}
 		if (attempts > 0 && n >= attempts) || (giveUp != nil && giveUp()) || ctx.Err() != nil {
 			return n, err
 		}
-		sleep(ctx, b.Wait(n, err))
+		wait := b.Wait(n, err)
+		traceRetry(ctx, n, o, wait)
+		sleep(ctx, wait)
 		if ctx.Err() != nil {
 			return n, err
 		}

@@ -232,7 +232,11 @@ func (o *outbox) send(ctx context.Context, q queued) {
 		o.r.planFirst(ctx, th.Key)
 	}
 	pacer, _ := p.(Paced)
-	attempts, err := sendUntil(ctx, o.r.backoff(maxReplyBackoff), 0, tooOld, func(ctx context.Context) error {
+	op := "reply"
+	if it.To != "" {
+		op = "reply_privately"
+	}
+	attempts, err := o.r.deliver(ctx, op, th, o.r.backoff(maxReplyBackoff), 0, tooOld, func(ctx context.Context) error {
 		if pacer != nil && it.To == "" {
 			final := func() Priority { return PriorityFinal }
 			if err := pacer.Pace(ctx, Request{Thread: th, Method: MethodPost, Priority: final, Since: it.Created}); err != nil {

@@ -13,6 +13,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/internal/serial"
 	"github.com/pinplan/pinplan/todo"
@@ -102,6 +104,9 @@ type Options struct {
 	// FollowUpWait is how long a follow-up waits for its thread's
 	// session before it expires (default FollowUpWait, a minute).
 	FollowUpWait time.Duration
+	// Tracer makes a span of every delivery (trace.go, DESIGN §17); nil
+	// makes none.
+	Tracer trace.TracerProvider
 }
 
 // Router maps threads to sessions, feeds their messages to the agent runner
@@ -122,6 +127,7 @@ type Router struct {
 	// statuses sends the sessions' status moves (status.go), by session
 	// key; waited for beside wg.
 	statuses serial.Queue
+	tracer   trace.Tracer // from Options.Tracer
 
 	mu       sync.Mutex // guards sessions
 	sessions map[string]*session
@@ -168,6 +174,7 @@ func NewRouter(opts Options) *Router {
 		r.followUps = &memFollowUps{boards: opts.Store, now: opts.Now}
 	}
 	r.outbox = newOutbox(r, opts.Outbox)
+	r.tracer = newTracer(opts.Tracer)
 	return r
 }
 

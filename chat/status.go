@@ -122,7 +122,7 @@ func (r *Router) queueMove(key string, f func()) {
 func (r *Router) sendStatus(ss SessionStatus, p Platform, th Thread, c statusChange) {
 	ctx := r.ctx
 	log := r.opts.Logger.With("session", th.Key, "platform", th.Platform)
-	_, err := sendUntil(ctx, r.backoff(statusBackoff), statusAttempts, nil, func(ctx context.Context) error {
+	_, err := r.deliver(ctx, "set_status", th, r.backoff(statusBackoff), statusAttempts, nil, func(ctx context.Context) error {
 		if err := r.held(ctx, th.Key); err != nil {
 			return err // another replica holds the session and moves its status
 		}

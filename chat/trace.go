@@ -1,0 +1,90 @@
+package chat
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/pinplan/pinplan/agent"
+)
+
+// Delivery spans (DESIGN §17): one client span per delivery to a platform
+// (a reply, a card, a status, a plan render), saying which operation on
+// which platform, for which session (gen_ai.conversation.id, as on the
+// agent's spans), how many attempts it took, each retry as an event, and
+// the typed outcome it ended with (Classify). Never the text sent.
+
+const tracerName = "github.com/pinplan/pinplan/chat"
+
+const (
+	attrPlatform  = attribute.Key("pinplan.platform")
+	attrOperation = attribute.Key("pinplan.delivery.operation")
+	attrOutcome   = attribute.Key("pinplan.delivery.outcome")
+	attrAttempts  = attribute.Key("pinplan.delivery.attempts")
+	attrAttempt   = attribute.Key("pinplan.retry.attempt")
+	attrWait      = attribute.Key("pinplan.retry.wait_ms")
+)
+
+// newTracer is the router's tracer: from tp, or one that records nothing.
+func newTracer(tp trace.TracerProvider) trace.Tracer {
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
+	return tp.Tracer(tracerName, trace.WithSchemaURL(semconv.SchemaURL))
+}
+
+// traced runs send, one delivery of op to th (its attempts, or one attempt
+// where the caller retries), in a client span, and returns what send did.
+func (r *Router) traced(ctx context.Context, op string, th Thread, send func(ctx context.Context) (int, error)) (int, error) {
+	ctx, span := r.tracer.Start(ctx, "deliver "+op, trace.WithSpanKind(trace.SpanKindClient))
+	defer span.End()
+	n, err := send(ctx)
+	if span.IsRecording() {
+		outcome := deliveryOutcome(ctx, err)
+		span.SetAttributes(attrPlatform.String(th.Platform), semconv.GenAIConversationID(th.Key), attrOperation.String(op),
+			attrAttempts.Int(n), attrOutcome.String(outcome))
+		if err != nil {
+			span.SetAttributes(semconv.ErrorTypeKey.String(outcome))
+			span.SetStatus(codes.Error, outcome)
+		}
+	}
+	return n, err
+}
+
+// deliver is sendUntil as one delivery of op to th, in its span.
+func (r *Router) deliver(ctx context.Context, op string, th Thread, b Backoff, attempts int, giveUp func() bool, send func(ctx context.Context) error) (int, error) {
+	return r.traced(ctx, op, th, func(ctx context.Context) (int, error) {
+		return sendUntil(ctx, b, attempts, giveUp, send)
+	})
+}
+
+// deliveryOutcome is the typed outcome of a delivery, for its span.
+func deliveryOutcome(ctx context.Context, err error) string {
+	switch {
+	case err == nil:
+		return "delivered"
+	case ctx.Err() != nil:
+		return "canceled" // shutting down: sent after the restart
+	case errors.Is(err, agent.ErrFenced):
+		return "fenced" // another replica holds the session now
+	}
+	o, _ := Classify(err)
+	return strings.ReplaceAll(o.String(), " ", "_")
+}
+
+// traceRetry records a failed attempt that will be retried as an event of
+// the delivery's span.
+func traceRetry(ctx context.Context, attempt int, o Outcome, wait time.Duration) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	span.AddEvent("retry", trace.WithAttributes(attrAttempt.Int(attempt), semconv.ErrorTypeKey.String(strings.ReplaceAll(o.String(), " ", "_")), attrWait.Int64(wait.Milliseconds())))
+}
