@@ -16,11 +16,11 @@ import (
 // to the requester's day in the round's own commit (Round.Spend), so
 // every session and replica sharing the store counts it.
 
-// person is whom a session's turn is charged to: the platform (the
+// Person is whom a session's turn is charged to: the platform (the
 // session key's first part) and the requester's user id, as user ids are
 // only unique on their platform; "" when the turn has no requester (the
 // web console's operator), whom no daily budget limits.
-func person(key, requester string) string {
+func Person(key, requester string) string {
 	if requester == "" {
 		return ""
 	}
@@ -45,7 +45,7 @@ func turnUsed(cp Checkpoint) int64 { return cp.Usage.Tokens() - cp.TurnBase }
 // none, or nobody to charge).
 func (r *Runner) spend(s *session, next Checkpoint) *Spend {
 	n := next.Usage.Tokens() - s.cp.Usage.Tokens()
-	p := person(s.key, next.Requester)
+	p := Person(s.key, next.Requester)
 	if n <= 0 || p == "" {
 		return nil
 	}
@@ -68,7 +68,7 @@ func (r *Runner) overBudget(ctx context.Context, s *session, rd *Round, next int
 		}
 	}
 	budget := r.opts.UserTokens
-	p := person(s.key, s.cp.Requester)
+	p := Person(s.key, s.cp.Requester)
 	if budget <= 0 || p == "" {
 		return false, nil
 	}

@@ -365,7 +365,7 @@ func (b *Board) approvalDecided(e agent.Event) {
 // cut off by a kill, Router.endMissed) changes the board only while it
 // still runs that turn; turnEnded reports whether it did.
 func (b *Board) turnEnded(e agent.Event, missed bool) (ended bool) {
-	state := map[agent.Outcome]PlanState{agent.Done: StateDone, agent.Failed: StateFailed, agent.Stopped: StateStopped, agent.Limited: StateLimited}[e.Outcome]
+	state := StateOf(e.Outcome)
 	var th Thread
 	var indicated string
 	b.set(func(rec *boardRecord, want *Plan) {
@@ -796,7 +796,7 @@ func (b *Board) priority() Priority {
 	case b.rec.Ref.IsZero():
 		return PriorityFirstPost
 	case b.want.State == StateDone || b.want.State == StateStopped || b.want.State == StateFailed ||
-		b.want.State == StateLimited || b.want.State == StateWaiting:
+		b.want.State == StateLimited || b.want.State == StateTurnBudget || b.want.State == StateDayBudget || b.want.State == StateWaiting:
 		return PriorityFinal
 	}
 	return PriorityIntermediate

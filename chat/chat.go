@@ -180,7 +180,18 @@ const (
 	StateFailed  PlanState = "failed"
 	StateLimited PlanState = "stopped at the round limit"
 	StateWaiting PlanState = "waiting for approval"
+	// StateTurnBudget and StateDayBudget: the turn stopped before a
+	// model request past PINPLAN_TURN_TOKENS, or past its requester's
+	// PINPLAN_USER_TOKENS_PER_DAY (DESIGN §18).
+	StateTurnBudget PlanState = "stopped at the token budget"
+	StateDayBudget  PlanState = "stopped at the daily token budget"
 )
+
+// StateOf is the state a plan shows after its turn ended with o.
+func StateOf(o agent.Outcome) PlanState {
+	return map[agent.Outcome]PlanState{agent.Done: StateDone, agent.Failed: StateFailed, agent.Stopped: StateStopped, agent.Limited: StateLimited,
+		agent.TurnBudget: StateTurnBudget, agent.DayBudget: StateDayBudget}[o]
+}
 
 // Plan is what a plan message shows.
 type Plan struct {
@@ -323,7 +334,7 @@ const MarkHalted = "⏸️"
 func (p Plan) ItemMark(it todo.Item) string {
 	if it.Status == todo.InProgress {
 		switch p.State {
-		case StateDone, StateStopped, StateFailed, StateLimited:
+		case StateDone, StateStopped, StateFailed, StateLimited, StateTurnBudget, StateDayBudget:
 			return MarkHalted
 		}
 	}

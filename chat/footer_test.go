@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/todo"
 )
@@ -45,6 +46,8 @@ func TestItemMarkOfAnEndedRun(t *testing.T) {
 		{state: chat.StateStopped, want: chat.MarkHalted},
 		{state: chat.StateFailed, want: chat.MarkHalted},
 		{state: chat.StateLimited, want: chat.MarkHalted},
+		{state: chat.StateTurnBudget, want: chat.MarkHalted},
+		{state: chat.StateDayBudget, want: chat.MarkHalted},
 		{state: chat.StateDone, want: chat.MarkHalted},
 	} {
 		p := chat.Plan{State: tc.state, Items: items}
@@ -60,5 +63,26 @@ func TestItemMarkOfAnEndedRun(t *testing.T) {
 	}
 	if chat.MarkHalted == chat.Mark(todo.InProgress) {
 		t.Error("the halted mark is the working one")
+	}
+}
+
+// TestStateOfEveryOutcome: every way a turn ends has its own words in
+// the footer, and a token budget's say so (DESIGN §18).
+func TestStateOfEveryOutcome(t *testing.T) {
+	seen := map[chat.PlanState]agent.Outcome{}
+	for _, o := range []agent.Outcome{agent.Done, agent.Failed, agent.Stopped, agent.Limited, agent.TurnBudget, agent.DayBudget} {
+		st := chat.StateOf(o)
+		if st == "" {
+			t.Errorf("outcome %s has no plan state", o)
+		}
+		if other, dup := seen[st]; dup {
+			t.Errorf("outcomes %s and %s both show %q", other, o, st)
+		}
+		seen[st] = o
+	}
+	for _, o := range []agent.Outcome{agent.TurnBudget, agent.DayBudget} {
+		if f := (chat.Plan{State: chat.StateOf(o)}).Footer(); !strings.Contains(f, "token budget") {
+			t.Errorf("footer after %s: %q, want it to name the token budget", o, f)
+		}
 	}
 }

@@ -44,7 +44,7 @@ func accent(p chat.Plan) int {
 		return colorWaiting
 	case chat.StateDone:
 		return colorDone
-	case chat.StateStopped, chat.StateLimited:
+	case chat.StateStopped, chat.StateLimited, chat.StateTurnBudget, chat.StateDayBudget:
 		return colorStopped
 	case chat.StateFailed:
 		return colorFailed

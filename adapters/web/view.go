@@ -42,7 +42,7 @@ func accent(s chat.PlanState) string {
 		return "waiting"
 	case chat.StateDone:
 		return "done"
-	case chat.StateStopped, chat.StateLimited:
+	case chat.StateStopped, chat.StateLimited, chat.StateTurnBudget, chat.StateDayBudget:
 		return "stopped"
 	case chat.StateFailed:
 		return "failed"
@@ -138,11 +138,12 @@ type threadJSON struct {
 	Summary
 	Plan        *planJSON `json:"plan,omitempty"`
 	StatusClass string    `json:"status_class"`
+	UsageText   string    `json:"usage_text,omitempty"` // the session's tokens, for the thread's header
 }
 
 func viewThread(s Summary) threadJSON {
 	s.Title = chat.StripBidi(s.Title)
-	return threadJSON{Summary: s, Plan: viewPlan(s.Plan), StatusClass: pillClass(s.Status)}
+	return threadJSON{Summary: s, Plan: viewPlan(s.Plan), StatusClass: pillClass(s.Status), UsageText: usageText(s.Usage)}
 }
 
 // pillClass is the class of a status pill (Summary.Status), by run state.
@@ -156,7 +157,7 @@ func pillClass(status string) string {
 		return "pill-done"
 	case chat.StateFailed:
 		return "pill-failed"
-	case chat.StateStopped, chat.StateLimited:
+	case chat.StateStopped, chat.StateLimited, chat.StateTurnBudget, chat.StateDayBudget:
 		return "pill-stopped"
 	}
 	return "pill-idle"

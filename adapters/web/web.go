@@ -78,11 +78,15 @@ type Summary struct {
 
 // Options configures the console.
 type Options struct {
-	Store  Store
-	Demo   bool   // label the page as running the built-in demo model
-	Model  string // model name shown on the page
-	Logger *slog.Logger
-	Now    func() time.Time
+	Store Store
+	Demo  bool   // label the page as running the built-in demo model
+	Model string // model name shown on the page
+	// Usage lists the tokens people used today (GET /api/usage); nil
+	// lists none. DailyBudget is PINPLAN_USER_TOKENS_PER_DAY (0: none).
+	Usage       UsageSource
+	DailyBudget int64
+	Logger      *slog.Logger
+	Now         func() time.Time
 }
 
 // Console is the web platform and its HTTP handlers.
@@ -364,6 +368,7 @@ func (c *Console) Register(m Mux) {
 	m.Handle("PATCH /api/threads/{id}", http.HandlerFunc(c.renameThread))
 	m.Handle("DELETE /api/threads/{id}", http.HandlerFunc(c.deleteThread))
 	m.Handle("GET /api/events", http.HandlerFunc(c.events))
+	m.Handle("GET /api/usage", http.HandlerFunc(c.usageToday))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

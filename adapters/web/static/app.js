@@ -83,9 +83,36 @@ async function loadList(resync) {
   if (v && v.replay.loaded) {
     const s = app.threads.get(v.key);
     if (s && s.title) setTitle(s.title);
+    if (s) setUsage(s.usage_text);
   }
   renderList();
   document.body.dataset.ready = "1";
+  loadUsage();
+}
+
+// setUsage shows what the open thread's session used (the server's words).
+function setUsage(text) {
+  $("usage").textContent = text || "";
+  $("usage").hidden = !text;
+}
+
+// loadUsage lists who used how many tokens today (UTC), after the list.
+async function loadUsage() {
+  let u;
+  try {
+    u = await api("/api/usage");
+  } catch {
+    return;
+  }
+  if (!u) return;
+  const people = Array.isArray(u.people) ? u.people : [];
+  $("usage-list").replaceChildren(...people.map((p) => {
+    const li = el("li");
+    li.append(el("span", "person", p.name ? `${p.name} (${p.person})` : p.person), el("span", "muted", p.text));
+    return li;
+  }));
+  $("usage-note").textContent = u.budget > 0 ? `UTC day ${u.day}; each person's budget resets at 00:00 UTC.` : `UTC day ${u.day}.`;
+  $("usage-today").hidden = people.length === 0;
 }
 
 // A thread with no time yet has just been created: it sorts on top.
@@ -277,6 +304,7 @@ function openThread(id, seed) {
   renderPlan(null);
   resetHistory();
   restoreDraft(id);
+  setUsage(summary && summary.usage_text);
   $("intro").hidden = !!id;
   if (!v) {
     setTitle("New thread");
@@ -340,6 +368,7 @@ async function loadView(resync) {
     v.summary = { ...data.thread };
     $("load-error").hidden = true;
     setTitle(data.thread.title || data.thread.key);
+    setUsage(data.thread.usage_text);
     renderPlan(data.thread.plan);
     setTimeline(data.messages || [], data.cards || []);
     renderStatus();
