@@ -301,6 +301,18 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	}()
 	later := func(f func()) { teardown = append(teardown, f) }
 	lost := make(chan error, 1) // a replica's lease ended under it
+	traces, err := newTracing(ctx, cfg, getenv, log.With("component", "traces"))
+	if err != nil {
+		return err
+	}
+	// Flushed last, once the runner and the router made their last spans.
+	later(func() {
+		shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := traces.shutdown(shutCtx); err != nil {
+			log.Warn("flush traces", "err", err)
+		}
+	})
 
 	var (
 		db   stateStore
@@ -394,6 +406,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 		SystemPrompt: systemPrompt, StaleRounds: cfg.StaleRounds, ReminderRole: cfg.ReminderRole, MaxRounds: cfg.MaxRounds,
 		ApprovalTimeout: cfg.ApprovalTimeout, ContextTokens: cfg.ContextTokens, Approvers: cfg.Approvers,
 		Events: events, Logger: log.With("component", "agent"), Owners: owners(rep),
+		Tracer: traces.provider, TraceContent: traces.content,
 	})
 	if err != nil {
 		return err
@@ -404,7 +417,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 		chatRunner, fence = replicaRunner{Runner: runner, rep: rep, log: log.With("component", "replica")}, rep
 	}
 	router := chat.NewRouter(chat.Options{Runner: chatRunner, Store: db, Cards: db, Listings: db, Outbox: db, Platforms: platforms, Logger: log.With("component", "chat"), Hooks: hooks,
-		Approvers: cfg.Approvers, ThreadContext: cfg.ThreadContext, Fence: fence, Dedupe: db})
+		Approvers: cfg.Approvers, ThreadContext: cfg.ThreadContext, Fence: fence, Dedupe: db, Tracer: traces.provider})
 	// inbox is where the adapters hand their events: the router, or with
 	// replicas the session's queue in etcd (replicas.Handle).
 	var inbox chat.Inbox = router
