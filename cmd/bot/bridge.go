@@ -78,3 +78,27 @@ func (s webStore) History(ctx context.Context, key string) ([]agent.Entry, error
 func (s webStore) Plans(ctx context.Context, key string) ([]agent.PlanRevision, error) {
 	return s.db.Plans(ctx, key)
 }
+
+var _ web.UsageSource = webStore{}
+
+// UsageOn implements web.UsageSource: the tokens charged to each person
+// on day, named as the sessions they asked in know them.
+func (s webStore) UsageOn(ctx context.Context, day string) ([]web.PersonUsage, error) {
+	spends, err := s.db.SpentOn(ctx, day)
+	if err != nil || len(spends) == 0 {
+		return nil, err
+	}
+	names := map[string]string{}
+	if infos, err := s.sessions(ctx); err == nil { // without names, the ids
+		for _, in := range infos {
+			if cp := in.Checkpoint; cp.RequesterName != "" {
+				names[agent.Person(cp.Key, cp.Requester)] = cp.RequesterName
+			}
+		}
+	}
+	out := make([]web.PersonUsage, len(spends))
+	for i, sp := range spends {
+		out[i] = web.PersonUsage{Person: sp.Person, Name: names[sp.Person], Tokens: sp.Tokens}
+	}
+	return out, nil
+}

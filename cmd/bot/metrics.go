@@ -33,6 +33,8 @@ type metrics struct {
 	toolSeconds    *prometheus.HistogramVec
 	mcpUp          *prometheus.GaugeVec
 	mcpTools       *prometheus.GaugeVec
+	tokens         *prometheus.CounterVec
+	budgetStops    *prometheus.CounterVec
 
 	mu       sync.Mutex // guards notReady and checks
 	notReady error
@@ -66,7 +68,18 @@ func newMetrics(reg *prometheus.Registry, db interface{ SessionCount() (int, err
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)}, []string{"server"}),
 		mcpUp:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "pinplan_mcp_server_up", Help: "1 when the MCP server is connected, 0 when connecting or failed."}, []string{"server"}),
 		mcpTools: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "pinplan_mcp_tools", Help: "Tools the MCP server offers the model."}, []string{"server"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pinplan_model_tokens_total",
+			Help: "Tokens the model server reported in its usage, by kind (prompt, completion); summary calls included. Not per person: the console lists today's."}, []string{"kind"}),
+		budgetStops: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pinplan_budget_refusals_total",
+			Help: "Turns stopped before a model request by a token budget: turn (PINPLAN_TURN_TOKENS) or day (PINPLAN_USER_TOKENS_PER_DAY, messages refused included)."}, []string{"budget"}),
 		notReady: errors.New("starting"),
+	}
+	// Shown at 0 before the first: an alert on them needs the series.
+	for _, kind := range []string{"prompt", "completion"} {
+		m.tokens.WithLabelValues(kind)
+	}
+	for _, budget := range []string{"turn", "day"} {
+		m.budgetStops.WithLabelValues(budget)
 	}
 	sessions := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pinplan_sessions", Help: "Sessions in the database."}, func() float64 {
 		n, err := db.SessionCount()
@@ -75,7 +88,7 @@ func newMetrics(reg *prometheus.Registry, db interface{ SessionCount() (int, err
 		}
 		return float64(n)
 	})
-	reg.MustRegister(m.turns, m.rounds, m.modelLatency, m.modelErrors, m.modelRetries, m.renders, m.renderErrors, m.rateWaits, m.revisionToEdit, m.replyLatency, m.undelivered, m.toolCalls, m.toolSeconds, m.mcpUp, m.mcpTools, sessions,
+	reg.MustRegister(m.turns, m.rounds, m.modelLatency, m.modelErrors, m.modelRetries, m.renders, m.renderErrors, m.rateWaits, m.revisionToEdit, m.replyLatency, m.undelivered, m.toolCalls, m.toolSeconds, m.mcpUp, m.mcpTools, m.tokens, m.budgetStops, sessions,
 		// The process's own: go_goroutines, memory, CPU (the soak reads them).
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -103,10 +116,17 @@ func (m *metrics) ready() error {
 
 var _ agent.Subscriber = (*metrics)(nil)
 
-// Observe implements agent.Subscriber: it counts ended turns by outcome.
+// Observe implements agent.Subscriber: it counts ended turns by outcome,
+// and those a token budget stopped.
 func (m *metrics) Observe(e agent.Event) {
 	if e.Kind == agent.TurnEnded {
 		m.turns.WithLabelValues(string(e.Outcome)).Inc()
+		switch e.Outcome {
+		case agent.TurnBudget:
+			m.budgetStops.WithLabelValues("turn").Inc()
+		case agent.DayBudget:
+			m.budgetStops.WithLabelValues("day").Inc()
+		}
 	}
 }
 
@@ -146,6 +166,8 @@ func (t timedModel) Complete(ctx context.Context, req openai.ChatCompletionReque
 	case err == nil:
 		t.m.modelLatency.Observe(time.Since(start).Seconds())
 		t.m.rounds.Inc()
+		t.m.tokens.WithLabelValues("prompt").Add(float64(r.Usage.PromptTokens))
+		t.m.tokens.WithLabelValues("completion").Add(float64(r.Usage.CompletionTokens))
 	case ctx.Err() == nil:
 		t.m.modelLatency.Observe(time.Since(start).Seconds())
 		t.m.modelErrors.Inc()

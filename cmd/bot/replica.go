@@ -437,6 +437,7 @@ type stateStore interface {
 	chat.MarkStore
 	chat.BoardLister
 	Plans(ctx context.Context, key string) ([]agent.PlanRevision, error)
+	SpentOn(ctx context.Context, day string) ([]agent.Spend, error)
 	SessionCount() (int, error)
 	Ping() error
 }

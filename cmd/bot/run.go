@@ -391,7 +391,8 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	var wg sync.WaitGroup // the HTTP server and housekeeping
 	later(wg.Wait)
 
-	console := web.New(web.Options{Store: webStore{db: db, sessions: sessionsOf(bolt, es)}, Demo: demo, Model: modelName, Logger: log.With("adapter", "web")})
+	ws := webStore{db: db, sessions: sessionsOf(bolt, es)}
+	console := web.New(web.Options{Store: ws, Usage: ws, DailyBudget: int64(cfg.UserTokens), Demo: demo, Model: modelName, Logger: log.With("adapter", "web")})
 	platforms := map[string]chat.Platform{"web": console}
 
 	hooks := m.boardHooks()
@@ -405,6 +406,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 		Model: model, Store: db, Tools: registry, ModelName: modelName,
 		SystemPrompt: systemPrompt, StaleRounds: cfg.StaleRounds, ReminderRole: cfg.ReminderRole, MaxRounds: cfg.MaxRounds,
 		ApprovalTimeout: cfg.ApprovalTimeout, ContextTokens: cfg.ContextTokens, Approvers: cfg.Approvers,
+		TurnTokens: int64(cfg.TurnTokens), UserTokens: int64(cfg.UserTokens),
 		Events: events, Logger: log.With("component", "agent"), Owners: owners(rep),
 		Tracer: traces.provider, TraceContent: traces.content,
 	})
@@ -781,8 +783,7 @@ func runState(e agent.Event) (state, status string, ok bool) {
 	case agent.ApprovalDecided:
 		return "running", string(chat.StateWorking), true
 	case agent.TurnEnded:
-		st := map[agent.Outcome]chat.PlanState{agent.Done: chat.StateDone, agent.Failed: chat.StateFailed, agent.Stopped: chat.StateStopped, agent.Limited: chat.StateLimited}[e.Outcome]
-		return "idle", string(st), true
+		return "idle", string(chat.StateOf(e.Outcome)), true
 	}
 	return "", "", false
 }

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"fmt"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/pinplan/pinplan/internal/fakeopenai"
+	"github.com/pinplan/pinplan/internal/fakeslack"
+	"github.com/pinplan/pinplan/todo"
+)
+
+// TestTokenBudgets, through the binary on Slack (DESIGN §18): a turn that
+// keeps calling tools stops before the model request that would pass
+// PINPLAN_TURN_TOKENS, says so in the thread and in the plan's footer,
+// and leaves the plan as it was; the same person's next message, in
+// another thread, is past PINPLAN_USER_TOKENS_PER_DAY and is answered
+// with the budget and when it resets, with no model request, although
+// they are an approver; someone else is answered. /metrics and the
+// console count it all.
+func TestTokenBudgets(t *testing.T) {
+	t.Parallel()
+	plan := todo.Encode([]todo.Item{{Content: "read the logs", Status: todo.InProgress}, {Content: "fix the bug", Status: todo.Pending}})
+	// Every answer reports 3,000 tokens. The first thread's turn: two
+	// rounds (6,000) fit its budget of 7,000, the third's prompt
+	// (about 1,500 more) would not. That leaves its requester 200 short
+	// of their day's 6,200: less than any request's prompt.
+	model := &fakeopenai.Server{Respond: func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
+		usage := &openai.Usage{PromptTokens: 1500, CompletionTokens: 1500, TotalTokens: 3000}
+		var asked string
+		tools := 0
+		for _, m := range req.Messages {
+			switch {
+			case m.Role == openai.ChatMessageRoleUser && asked == "":
+				asked = m.Content
+			case m.Role == openai.ChatMessageRoleTool:
+				tools++
+			}
+		}
+		switch {
+		case !strings.Contains(asked, "find the bug"):
+			return fakeopenai.Reply{Content: "Here you are.", Usage: usage}
+		case tools == 0:
+			return fakeopenai.Reply{ToolCalls: []fakeopenai.Call{{Name: todo.ToolName, Arguments: plan}}, Usage: usage}
+		}
+		return fakeopenai.Reply{ToolCalls: []fakeopenai.Call{{Name: "current_time", Arguments: "{}"}}, Usage: usage}
+	}}
+	slack := &fakeslack.Server{}
+	ss := httptest.NewServer(slack)
+	t.Cleanup(ss.Close)
+	ms := httptest.NewServer(model)
+	t.Cleanup(ms.Close)
+	rig := &slackRig{slack: slack, model: model, slackURL: ss.URL, env: map[string]string{
+		"PINPLAN_DB": filepath.Join(t.TempDir(), "budget.db"), "PINPLAN_HTTP_ADDR": "127.0.0.1:0",
+		"OPENAI_BASE_URL": ms.URL + "/v1", "OPENAI_API_KEY": "sk-test",
+		"SLACK_BOT_TOKEN": "xoxb-test-token", "SLACK_API_URL": ss.URL + "/api/", "SLACK_APP_TOKEN": "xapp-test-token",
+		"PINPLAN_TURN_TOKENS": "7000", "PINPLAN_USER_TOKENS_PER_DAY": "6200", "PINPLAN_APPROVERS": "U1",
+	}}
+	p := rig.start(t)
+	defer p.stop(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("model requests: %d\nslack messages: %+v\nbot stderr:\n%s", len(model.Requests()), slack.Messages("C1"), p.stderr)
+		}
+	})
+
+	const first, second, other = "1700000100.000100", "1700000200.000200", "1700000300.000300"
+	if _, err := slack.Push("Ev1", mention("C1", first, "find the bug")); err != nil {
+		t.Fatal(err)
+	}
+	stop := waitReply(t, slack, "C1", first, "This turn reached its budget of 7,000 tokens")
+	if !strings.Contains(stop.Text, "used 6,000, and its next model request needed about") {
+		t.Errorf("the stop %q does not say what the turn used and the next request needed", stop.Text)
+	}
+	if n := len(model.Requests()); n != 2 {
+		t.Errorf("model requests = %d, want 2: the third would have passed the turn's budget", n)
+	}
+	var shown fakeslack.Message
+	waitFor(t, 20*time.Second, "the plan's footer to name the budget", func() bool {
+		for _, m := range planMessages(slack, "C1") {
+			if m.ThreadTS == first && strings.Contains(m.Blocks, "revision 1 · stopped at the token budget") {
+				shown = m
+				return true
+			}
+		}
+		return false
+	})
+	if !strings.Contains(shown.Text, "Plan · 0/2 done") || !strings.Contains(shown.Blocks, "2 open items left") {
+		t.Errorf("the plan after the stop: %q %s; want it as the model left it, nothing ticked", shown.Text, shown.Blocks)
+	}
+
+	// The same person, another thread: over the day's budget.
+	if _, err := slack.Push("Ev2", mention("C1", second, "and write the release notes")); err != nil {
+		t.Fatal(err)
+	}
+	refusal := waitReply(t, slack, "C1", second, "You have used 6,000 of your 6,200 tokens for today")
+	if !strings.Contains(refusal.Text, "did not start on this message") || !strings.Contains(refusal.Text, "resets at 00:00 UTC") {
+		t.Errorf("the refusal %q does not say that nothing was done and when the budget resets", refusal.Text)
+	}
+	if n := len(model.Requests()); n != 2 {
+		t.Errorf("model requests = %d after the refused message, want still 2", n)
+	}
+	// Someone else is answered.
+	ev := mention("C1", other, "say hello")
+	ev["user"] = "U2"
+	if _, err := slack.Push("Ev3", ev); err != nil {
+		t.Fatal(err)
+	}
+	waitReply(t, slack, "C1", other, "Here you are.")
+
+	_, metrics := httpGet(t, p.URL+"/metrics")
+	for _, want := range []string{
+		`pinplan_budget_refusals_total{budget="turn"} 1`,
+		`pinplan_budget_refusals_total{budget="day"} 1`,
+		`pinplan_model_tokens_total{kind="prompt"} 4500`,
+		`pinplan_model_tokens_total{kind="completion"} 4500`,
+	} {
+		if !strings.Contains(metrics, want+"\n") {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	var usage struct {
+		Budget int64 `json:"budget"`
+		People []struct {
+			Person string `json:"person"`
+			Tokens int64  `json:"tokens"`
+		} `json:"people"`
+	}
+	getJSON(t, p.URL+"/api/usage", &usage)
+	if got := fmt.Sprint(usage.Budget, usage.People); got != "6200 [{slack/U1 6000} {slack/U2 3000}]" {
+		t.Errorf("console usage today: %s, want budget 6200, slack/U1 6000 and slack/U2 3000", got)
+	}
+	var view struct {
+		Thread struct {
+			UsageText string `json:"usage_text"`
+		} `json:"thread"`
+	}
+	getJSON(t, p.URL+"/api/threads/slack~T1~C1~"+first, &view)
+	if view.Thread.UsageText != "6,000 tokens · 2 model calls" {
+		t.Errorf("the thread's usage in the console: %q", view.Thread.UsageText)
+	}
+}
