@@ -62,13 +62,18 @@ const (
 	attrRetryWait    = attribute.Key("pinplan.retry.wait_ms")
 )
 
-// newTracer is the runner's tracer: from tp, or one that records nothing.
+// newTracer is the runner's tracer from tp; nil for none or the no-op
+// provider, and then every tracing path is skipped at its first branch:
+// no endpoint, no cost (BENCHMARKS.md).
 func newTracer(tp trace.TracerProvider) trace.Tracer {
-	if tp == nil {
-		tp = noop.NewTracerProvider()
+	if _, off := tp.(noop.TracerProvider); off || tp == nil {
+		return nil
 	}
 	return tp.Tracer(tracerName, trace.WithSchemaURL(semconv.SchemaURL))
 }
+
+// noSpan is the span of a call that is not traced.
+var noSpan = trace.SpanFromContext(context.Background())
 
 // turnSpan is the invoke_agent span a run's turn context carries.
 type turnSpan struct {
@@ -86,7 +91,7 @@ type turnSpanKey struct{}
 // other part is a child of that context. A run's second call keeps the
 // span of its first.
 func (r *Runner) traceTurn(ctx context.Context, s *session, from RunState, endTurn func()) (context.Context, func()) {
-	if ctx.Value(turnSpanKey{}) != nil {
+	if r.tracer == nil || ctx.Value(turnSpanKey{}) != nil {
 		return ctx, endTurn
 	}
 	attrs := []attribute.KeyValue{
@@ -161,6 +166,9 @@ func parseTraceparent(v string) trace.SpanContext {
 
 // complete is one model request, in its chat span.
 func (r *Runner) complete(ctx context.Context, req openai.ChatCompletionRequest) (Reply, error) {
+	if r.tracer == nil {
+		return r.opts.Model.Complete(ctx, req)
+	}
 	name := "chat"
 	if req.Model != "" {
 		name += " " + req.Model
@@ -276,6 +284,9 @@ func retryErrorType(err error) string {
 // decided on starts when its card asked (d.Asked), and the wait for the
 // decision is its first child: who decided, and how.
 func (r *Runner) traceTool(ctx context.Context, tc openai.ToolCall, d Decision, decided bool) (context.Context, trace.Span) {
+	if r.tracer == nil {
+		return ctx, noSpan
+	}
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
 	waited := decided && !d.Asked.IsZero()
 	if waited {
@@ -335,10 +346,11 @@ func decisionName(d Decision) string {
 // for todo_write it records the plan the call left (work) and whether it
 // changed it from revision before.
 func (r *Runner) traceToolEnd(span trace.Span, tc openai.ToolCall, out string, work *todo.Tracker, before int64) {
-	defer span.End()
 	if !span.IsRecording() {
+		span.End()
 		return
 	}
+	defer span.End()
 	outcome := outcomeOf(out)
 	span.SetAttributes(attrToolOutcome.String(outcome))
 	if outcome != OutcomeOK {

@@ -32,10 +32,11 @@ const (
 	attrWait      = attribute.Key("pinplan.retry.wait_ms")
 )
 
-// newTracer is the router's tracer: from tp, or one that records nothing.
+// newTracer is the router's tracer from tp; nil for none or the no-op
+// provider, and then deliveries skip the tracing code.
 func newTracer(tp trace.TracerProvider) trace.Tracer {
-	if tp == nil {
-		tp = noop.NewTracerProvider()
+	if _, off := tp.(noop.TracerProvider); off || tp == nil {
+		return nil
 	}
 	return tp.Tracer(tracerName, trace.WithSchemaURL(semconv.SchemaURL))
 }
@@ -43,6 +44,9 @@ func newTracer(tp trace.TracerProvider) trace.Tracer {
 // traced runs send, one delivery of op to th (its attempts, or one attempt
 // where the caller retries), in a client span, and returns what send did.
 func (r *Router) traced(ctx context.Context, op string, th Thread, send func(ctx context.Context) (int, error)) (int, error) {
+	if r.tracer == nil {
+		return send(ctx)
+	}
 	ctx, span := r.tracer.Start(ctx, "deliver "+op, trace.WithSpanKind(trace.SpanKindClient))
 	defer span.End()
 	n, err := send(ctx)
