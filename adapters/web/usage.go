@@ -57,9 +57,9 @@ func tokensText(n, budget int64) string {
 }
 
 // usageText is a thread's usage as its header shows it: "12,400 tokens ·
-// 6 model calls"; "" before its first call.
+// 6 model calls"; "" while the server has reported none.
 func usageText(u agent.Usage) string {
-	if u.Calls == 0 {
+	if u.Tokens() == 0 {
 		return ""
 	}
 	calls := "model calls"

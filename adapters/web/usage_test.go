@@ -47,6 +47,7 @@ func TestUsageToday(t *testing.T) {
 		want string
 	}{
 		{agent.Usage{}, ""},
+		{agent.Usage{Calls: 3}, ""}, // a server that reports no usage
 		{agent.Usage{PromptTokens: 1000, CompletionTokens: 234, Calls: 1}, "1,234 tokens · 1 model call"},
 		{agent.Usage{PromptTokens: 12000000, CompletionTokens: 5, Calls: 6}, "12,000,005 tokens · 6 model calls"},
 	} {
