@@ -75,6 +75,9 @@ func (r *Runner) overBudget(ctx context.Context, s *session, rd *Round, next int
 	now := r.opts.Now()
 	spent, err := r.opts.Store.Spent(ctx, p, Day(now))
 	if err != nil {
+		if ctx.Err() != nil {
+			return false, nil // stopped or shutting down: the request says so
+		}
 		// The store answers the round's commit next, or says why not.
 		r.opts.Logger.Warn("read the requester's tokens today; going on without the daily budget", "session", s.key, "err", err)
 		return false, nil
