@@ -106,7 +106,8 @@ func TestConsoleAlwaysNeedsToken(t *testing.T) {
 // Slack Events endpoint, the sign-in form and the API, are closed by the
 // server's read timeout well within a minute, and the bot keeps serving.
 func TestSlowBodiesAreCutOff(t *testing.T) {
-	t.Parallel() // it waits on the server's timeouts, with a wide margin: no core needed
+	// In parallel: it waits on the server's timeouts, with a wide margin.
+	t.Parallel()
 	p := newSlackRig(t, 1, 0, false).start(t) // Events API over HTTP
 	defer p.stop(t)
 	host := strings.TrimPrefix(p.URL, "http://")
