@@ -131,13 +131,13 @@ func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
 	return m
 }
 
-// wantAttrs checks s has each of want, compared as strings (Emit).
+// wantAttrs checks s has each of want, compared as strings (Value.String).
 func wantAttrs(t *testing.T, s sdktrace.ReadOnlySpan, want map[string]string) {
 	t.Helper()
 	got := attrs(s)
 	for k, v := range want {
-		if g, ok := got[attribute.Key(k)]; !ok || g.Emit() != v {
-			t.Errorf("%s: %s = %q, want %q", s.Name(), k, g.Emit(), v)
+		if g, ok := got[attribute.Key(k)]; !ok || g.String() != v {
+			t.Errorf("%s: %s = %q, want %q", s.Name(), k, g.String(), v)
 		}
 	}
 }
@@ -202,7 +202,7 @@ func TestTraceOfATurn(t *testing.T) {
 			"gen_ai.conversation.id": key, "gen_ai.response.finish_reasons": finish, "server.address": "127.0.0.1"})
 		a := attrs(c)
 		if a["gen_ai.usage.input_tokens"].AsInt64() <= 0 || a["gen_ai.usage.output_tokens"].AsInt64() <= 0 {
-			t.Errorf("chat span usage: in %v, out %v, want both > 0", a["gen_ai.usage.input_tokens"].Emit(), a["gen_ai.usage.output_tokens"].Emit())
+			t.Errorf("chat span usage: in %v, out %v, want both > 0", a["gen_ai.usage.input_tokens"].String(), a["gen_ai.usage.output_tokens"].String())
 		}
 	}
 	plan, read := tools[0], tools[1]
@@ -223,8 +223,8 @@ func TestTraceOfATurn(t *testing.T) {
 			case "gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.tool.call.arguments", "gen_ai.tool.call.result":
 				t.Errorf("%s records %s without the content switch", s.Name(), kv.Key)
 			}
-			if strings.Contains(kv.Value.Emit(), "s3cret") {
-				t.Errorf("%s: %s carries the message's text: %q", s.Name(), kv.Key, kv.Value.Emit())
+			if strings.Contains(kv.Value.String(), "s3cret") {
+				t.Errorf("%s: %s carries the message's text: %q", s.Name(), kv.Key, kv.Value.String())
 			}
 		}
 	}
@@ -264,8 +264,8 @@ func TestTraceContentOnlyWhenAsked(t *testing.T) {
 	wantAttrs(t, read, map[string]string{"gen_ai.tool.call.arguments": `{"path":"[redacted].txt"}`, "gen_ai.tool.call.result": `contents of {"path":"[redacted].txt"}`})
 	for _, s := range spans {
 		for _, kv := range s.Attributes() {
-			if strings.Contains(kv.Value.Emit(), "s3cret") {
-				t.Errorf("%s: %s was not passed through TraceContent: %q", s.Name(), kv.Key, kv.Value.Emit())
+			if strings.Contains(kv.Value.String(), "s3cret") {
+				t.Errorf("%s: %s was not passed through TraceContent: %q", s.Name(), kv.Key, kv.Value.String())
 			}
 		}
 	}
@@ -394,7 +394,7 @@ func TestTraceModelRetry(t *testing.T) {
 	}
 	got := map[attribute.Key]string{}
 	for _, kv := range ev[0].Attributes {
-		got[kv.Key] = kv.Value.Emit()
+		got[kv.Key] = kv.Value.String()
 	}
 	if got["error.type"] != "503" || got["pinplan.retry.attempt"] != "1" {
 		t.Errorf("retry event attributes %v", got)

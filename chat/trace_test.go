@@ -20,7 +20,7 @@ import (
 func spanAttrs(s sdktrace.ReadOnlySpan) map[attribute.Key]string {
 	m := map[attribute.Key]string{}
 	for _, kv := range s.Attributes() {
-		m[kv.Key] = kv.Value.Emit()
+		m[kv.Key] = kv.Value.String()
 	}
 	return m
 }
@@ -64,7 +64,7 @@ func TestDeliverySpans(t *testing.T) {
 			t.Errorf("%s: kind %v, want client", s.Name(), s.SpanKind())
 		}
 		for _, kv := range s.Attributes() {
-			if v := kv.Value.Emit(); v == "the s3cret answer" || v == "one nobody can read" {
+			if v := kv.Value.String(); v == "the s3cret answer" || v == "one nobody can read" {
 				t.Errorf("%s: %s carries the text sent", s.Name(), kv.Key)
 			}
 		}
