@@ -145,3 +145,48 @@ func TestTokenBudgets(t *testing.T) {
 		t.Errorf("the thread's usage in the console: %q", view.Thread.UsageText)
 	}
 }
+
+// TestDailyBudgetAcrossReplicas: the day's count is the store's, not a
+// replica's: a person who used their day's tokens in a thread one replica
+// ran is refused on the other, with the first killed, and no model
+// request is made (DESIGN §18).
+func TestDailyBudgetAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	r := newReplicaRig(t, 1) // a plan, a tool call and the answer: 6,000 tokens
+	respond := r.model.Respond
+	r.model.Respond = func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
+		reply := respond(req)
+		reply.Usage = &openai.Usage{PromptTokens: 1000, CompletionTokens: 1000, TotalTokens: 2000}
+		return reply
+	}
+	r.env["PINPLAN_USER_TOKENS_PER_DAY"] = "6200"
+	ps := []*botProc{r.start(t, 0), r.start(t, 1)}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("messages: %+v\n%s", r.slack.Messages("C1"), stderrs(ps...))
+		}
+	})
+	const first, second = "1700000400.000100", "1700000500.000100"
+	if _, err := r.slack.Push("EvDay1", mention("C1", first, "plan the week")); err != nil {
+		t.Fatal(err)
+	}
+	waitReply(t, r.slack, "C1", first, "All done.")
+	key := "slack/T1/C1/" + first
+	owner := ownerOf(ps, key)
+	if owner < 0 {
+		t.Fatalf("no replica says it took %s\n%s", key, stderrs(ps...))
+	}
+	ps[owner].kill()
+	other := ps[1-owner]
+	asked := len(r.model.Requests())
+	if _, err := r.slack.Push("EvDay2", mention("C1", second, "and the next week")); err != nil {
+		t.Fatal(err)
+	}
+	refusal := waitReply(t, r.slack, "C1", second, "You have used 6,000 of your 6,200 tokens for today")
+	if !strings.Contains(refusal.Text, "resets at 00:00 UTC") {
+		t.Errorf("the refusal %q does not say when the budget resets", refusal.Text)
+	}
+	if n := len(r.model.Requests()); n != asked {
+		t.Errorf("model requests went from %d to %d for a message over the day's budget\n%s", asked, n, other.stderr)
+	}
+}
