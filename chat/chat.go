@@ -85,6 +85,15 @@ type Inbox interface {
 	Click(ctx context.Context, c Click) ClickResult
 }
 
+// CardSource lists a session's approval cards from its records
+// (Router.Cards): the console shows them for every platform's threads,
+// held here or, with replicas, elsewhere.
+type CardSource interface {
+	Cards(key string) []CardInfo
+}
+
+var _ CardSource = (*Router)(nil)
+
 // Deduper records event ids so redelivered events run once; store.DB
 // implements it.
 type Deduper interface {

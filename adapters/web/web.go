@@ -53,8 +53,12 @@ type Store interface {
 }
 
 // Handler is what the console sends messages, button presses and thread
-// changes to: chat.Router.
+// changes to, and where it reads a session's approval cards (for a
+// thread whose cards it did not see live: another platform's, or one
+// whose live view it forgot): chat.Router, or with replicas the
+// replicas' hand-over handler.
 type Handler interface {
+	chat.CardSource
 	Handle(ctx context.Context, in chat.Incoming) error
 	Click(ctx context.Context, c chat.Click) chat.ClickResult
 	Visible(key string) bool
@@ -219,7 +223,7 @@ func (c *Console) SetState(th chat.Thread, state, status string) {
 // Forget implements chat.Forgetter: the live view of a session that went
 // idle leaves memory. Its plan and status pill are read from the store
 // again (Store.Threads has the shown plan), its approval cards from the
-// router (CardSource). Notices stay: they are kept nowhere else, and there
+// router (Handler.Cards). Notices stay: they are kept nowhere else, and there
 // are at most 50 per thread. The stored message ids handed out go: a
 // reply after that is matched to the newest stored answer with its text,
 // which is the new one, since answers are stored before they are sent.
@@ -259,13 +263,6 @@ func (c *Console) Expire(idle time.Duration) int {
 		}
 	}
 	return n
-}
-
-// CardSource is a Handler that lists a session's approval cards
-// (chat.Router): the console shows them for a thread whose live view it
-// has forgotten.
-type CardSource interface {
-	Cards(key string) []chat.CardInfo
 }
 
 // Pin implements chat.Platform. The console always shows the current plan
@@ -667,10 +664,8 @@ func (c *Console) getThread(w http.ResponseWriter, r *http.Request) {
 	// The router's records, with what the console saw live over them
 	// (a card forgotten with its idle session is in the records only).
 	byID := map[string]chat.Card{}
-	if cs, ok := c.handler.(CardSource); ok {
-		for _, ci := range cs.Cards(key) {
-			byID[ci.ID] = ci.Card
-		}
+	for _, ci := range c.handler.Cards(key) {
+		byID[ci.ID] = ci.Card
 	}
 	maps.Copy(byID, live)
 	cards := make([]*cardJSON, 0, len(byID))

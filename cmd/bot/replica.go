@@ -112,7 +112,11 @@ type replicas struct {
 	wg     sync.WaitGroup
 }
 
-var _ chat.Inbox = (*replicas)(nil)
+var (
+	_ chat.Inbox      = (*replicas)(nil)
+	_ chat.CardSource = (*replicas)(nil)
+	_ web.Handler     = (*replicas)(nil)
+)
 
 // handed is an event in a session's queue in etcd: a message, or a
 // change of how the session is listed (renamed, deleted), which only its
@@ -196,6 +200,15 @@ func (x *replicas) Visible(key string) bool {
 		defer x.router.Forget(key)
 	}
 	return x.router.Visible(key)
+}
+
+// Cards implements chat.CardSource from the session's records as they
+// are now: the console lists a thread's approval cards on every replica.
+func (x *replicas) Cards(key string) []chat.CardInfo {
+	if !x.rep.Holds(key) {
+		x.router.Forget(key)
+	}
+	return x.router.Cards(key)
 }
 
 // thread returns the session's thread from its records as they are now.

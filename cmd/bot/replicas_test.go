@@ -660,3 +660,47 @@ func BenchmarkFailover(b *testing.B) {
 	b.ReportMetric(pct(0.99), "p99-s")
 	b.ReportMetric(took[len(took)-1].Seconds(), "max-s")
 }
+
+// TestConsoleShowsCardsHeldElsewhere: the console of a replica that does
+// not run a thread shows the thread's open approval card, from the
+// session's records in etcd (the router's Cards, through the replicas'
+// handler), as the console of a single process does for a session it
+// evicted.
+func TestConsoleShowsCardsHeldElsewhere(t *testing.T) {
+	t.Parallel()
+	r := newReplicaRig(t, 1)
+	dir := t.TempDir()
+	r.model.Respond = toolScript(dir)
+	cfg := fmt.Sprintf("[mcp.fs]\ncommand = [%q, %q]\n", mcpServerPath(t, "filesystem"), dir)
+	path := filepath.Join(t.TempDir(), "pinplan.toml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r.env["PINPLAN_CONFIG"] = path
+	var ps []*botProc
+	for i := range 2 {
+		ps = append(ps, r.start(t, i))
+		waitMCPReady(t, ps[i], "fs")
+	}
+	thread := "1700040000.000100"
+	if _, err := r.slack.Push("EvK", mention("C1", thread, "write once")); err != nil {
+		t.Fatal(err)
+	}
+	waitCard(t, r.slack, thread, "fs__write_file", "allow")
+	key := "slack/T1/C1/" + thread
+	owner := ownerOf(ps, key)
+	if owner < 0 {
+		t.Fatalf("no replica took %s\n%s", key, stderrs(ps...))
+	}
+	for i, p := range ps {
+		var view struct {
+			Cards []struct {
+				Tool string `json:"tool"`
+			} `json:"cards"`
+		}
+		getJSON(t, p.URL+"/api/threads/"+strings.ReplaceAll(key, "/", "~"), &view)
+		if len(view.Cards) != 1 {
+			t.Errorf("replica %d (owner: %v) shows %d approval cards, want the open one: %+v", i, i == owner, len(view.Cards), view.Cards)
+		}
+	}
+}
