@@ -16,6 +16,9 @@ const module = "github.com/pinplan/pinplan"
 // internal/serial, the one serial executor, imports nothing of ours and
 // sits under agent, so whatever depends on agent depends on it. etcdstore
 // implements the same interfaces as store, and neither imports the other.
+// replica runs sessions across processes on etcd (DESIGN §14): it sits
+// beside the adapters, over chat, agent and etcdstore, and knows no
+// adapter (what it needs of one is a small interface).
 var allowed = map[string][]string{
 	"todo":                 {},
 	"config":               {},
@@ -32,6 +35,7 @@ var allowed = map[string][]string{
 	"adapters/web":         {"chat", "agent", "todo", "internal/serial"},
 	"adapters/slack":       {"chat", "agent", "todo", "internal/serial"},
 	"adapters/discord":     {"chat", "agent", "todo", "internal/serial"},
+	"replica":              {"chat", "agent", "todo", "internal/serial", "etcdstore"},
 	"internal/golden":      {},
 	"internal/plantest":    {"chat", "agent", "todo", "internal/serial"},
 	"internal/inboxtest":   {"chat", "agent", "todo", "internal/serial"},

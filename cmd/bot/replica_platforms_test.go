@@ -2,18 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/pinplan/pinplan/chat"
-	"github.com/pinplan/pinplan/etcdstore"
-	"github.com/pinplan/pinplan/internal/etcdtest"
 )
 
 // TestConsoleOnlyReplicaLeavesSlackThreads: two Slack replicas and a
@@ -105,41 +99,5 @@ func TestConsoleOnlyReplicaLeavesSlackThreads(t *testing.T) {
 	})
 	if n := len(answers(r.slack, "C1")); n != 1 {
 		t.Errorf("%d answers, want 1", n)
-	}
-}
-
-// TestUnhandledEventStaysQueued: a handed-over message the router could
-// not handle (no such platform on this replica) is not marked done: it
-// stays first in the session's queue for a holder that can handle it.
-func TestUnhandledEventStaysQueued(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	cli := etcdtest.Start(t).Client(t)
-	rep, err := etcdstore.NewReplica(ctx, cli, etcdstore.ReplicaOptions{Prefix: "/pinplan/", ID: "r0", TTL: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rep.Close() })
-	es, err := etcdstore.New(ctx, cli, etcdstore.Options{Prefix: "/pinplan/", Replica: rep})
-	if err != nil {
-		t.Fatal(err)
-	}
-	router := chat.NewRouter(chat.Options{Store: es, Platforms: map[string]chat.Platform{}})
-	t.Cleanup(router.Close)
-	x := &replicas{ctx: ctx, rep: rep, st: es, router: router, log: slog.New(slog.DiscardHandler), takers: make(chan struct{}, 1)}
-	const key = "slack/T1/C1/1700000000.000100"
-	if ok, err := rep.TryTake(ctx, key); err != nil || !ok {
-		t.Fatalf("take: %v, %v", ok, err)
-	}
-	data, err := json.Marshal(handed{Message: &chat.Incoming{Thread: chat.Thread{Platform: "slack", Key: key}, Text: "hello", Event: "Ev1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rep.Forward(ctx, key, data); err != nil {
-		t.Fatal(err)
-	}
-	x.drain(key)
-	if q, err := rep.Queued(ctx, key); err != nil || len(q) != 1 {
-		t.Errorf("queued after a message the router could not handle: %d, %v; want it kept", len(q), err)
 	}
 }

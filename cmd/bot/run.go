@@ -31,6 +31,7 @@ import (
 	"github.com/pinplan/pinplan/etcdstore"
 	"github.com/pinplan/pinplan/httphost"
 	"github.com/pinplan/pinplan/mcp"
+	"github.com/pinplan/pinplan/replica"
 	"github.com/pinplan/pinplan/store"
 )
 
@@ -416,22 +417,19 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	var chatRunner chat.Runner = runner
 	var fence chat.Fence
 	if rep != nil {
-		chatRunner, fence = replicaRunner{Runner: runner, rep: rep, log: log.With("component", "replica")}, rep
+		chatRunner, fence = replica.NewRunner(runner, rep, log.With("component", "replica")), rep
 	}
 	router := chat.NewRouter(chat.Options{Runner: chatRunner, Store: db, Cards: db, Listings: db, Outbox: db, Platforms: platforms, Logger: log.With("component", "chat"), Hooks: hooks,
 		Approvers: cfg.Approvers, ThreadContext: cfg.ThreadContext, Fence: fence, Dedupe: db, Tracer: traces.provider})
 	// inbox is where the adapters hand their events: the router, or with
 	// replicas the session's queue in etcd (replicas.Handle).
 	var inbox chat.Inbox = router
-	var shared *replicas
+	var shared *replica.Handler
 	if rep != nil {
-		shared = &replicas{ctx: ctx, rep: rep, st: es, router: router, runner: runner, log: log.With("component", "replica"), takers: make(chan struct{}, 8)}
-		rep.OnTake = shared.taken
+		shared = replica.New(ctx, replica.Options{Replica: rep, Store: es, Router: router, Runner: runner, Logger: log.With("component", "replica")})
+		rep.OnTake = shared.Taken
 		inbox = shared
-		later(func() {
-			shared.wg.Wait()
-			shared.pumps.Wait(context.Background())
-		})
+		later(shared.Wait)
 	}
 	// Torn down in reverse: the runner stops publishing, then the router
 	// finishes its plan edits and replies.
@@ -448,10 +446,10 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 		console.Bind(router)
 	}
 
-	var gw *discordGateway // set with dsc, before the listener serves
+	var gw *replica.Election // set with dsc, before the listener serves
 	host := httphost.New(httphost.Options{Token: token, Logger: log.With("component", "http"),
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
-		Ready:   func() error { return m.ready() }, ReadyDetail: func() string { return mcpStatus(servers) + replicaStatus(rep) + gw.status() }})
+		Ready:   func() error { return m.ready() }, ReadyDetail: func() string { return mcpStatus(servers) + replicaStatus(rep) + gw.Status() }})
 	if !cfg.WebOff {
 		console.Register(host)
 	}
@@ -481,7 +479,8 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 			return err
 		}
 		platforms["discord"] = dsc
-		gw = newDiscordGateway(dsc, etcd, rep, cfg.EtcdPrefix, reg, log.With("adapter", "discord"))
+		gw = replica.NewElection(dsc, etcd, rep, cfg.EtcdPrefix, log.With("adapter", "discord"))
+		gatewayMetrics(reg, gw)
 	}
 	ln, err := host.Listen(cfg.HTTPAddr)
 	if err != nil {
@@ -517,11 +516,11 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 		m.addCheck(slk.Ready)
 	}
 	if dsc != nil {
-		if err := gw.start(ctx); err != nil { // here, or on the elected replica
+		if err := gw.Start(ctx); err != nil { // here, or on the elected replica
 			return err
 		}
-		later(gw.stop) // no new messages while sessions wind down
-		m.addCheck(gw.ready)
+		later(gw.Stop) // no new messages while sessions wind down
+		m.addCheck(gw.Ready)
 	}
 	m.setReady(nil)
 	later(func() { m.setReady(errors.New("shutting down")) })
@@ -546,18 +545,21 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 			log.Error("resume sessions", "err", err)
 		}
 	} else {
-		// Sessions this replica holds hear of work through the watches;
-		// sessions whose holder is gone are taken by whoever sees them first.
-		if err := rep.Watch(ctx, etcdstore.Events{Handed: shared.pump, Wake: runner.Wake, Stop: shared.stop,
-			Orphaned: shared.orphaned, Rescan: func() { shared.scan() }}); err != nil {
+		if n, err = shared.Start(ctx); err != nil {
 			return err
 		}
-		n = shared.scan()
-		followElsewhere(ctx, rep, console)
+		replica.Follow(ctx, rep, console)
+		var sharers []replica.Sharer
+		if slk != nil {
+			sharers = append(sharers, slk)
+		}
+		if dsc != nil {
+			sharers = append(sharers, dsc)
+		}
 		wg.Add(1)
 		go func() { // the platforms' pace, shared by the live replicas
 			defer wg.Done()
-			shareBudgets(ctx, rep, slk, dsc, log)
+			replica.ShareBudgets(ctx, rep, log, sharers...)
 		}()
 		go func() {
 			select {

@@ -1,4 +1,4 @@
-package main
+package replica
 
 import (
 	"context"
@@ -9,16 +9,27 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	discordadapter "github.com/pinplan/pinplan/adapters/discord"
 	"github.com/pinplan/pinplan/etcdstore"
 )
 
-// discordGateway puts the Discord gateway where it belongs (DESIGN §14).
+// Gateway is what the election needs of a platform's gateway (the
+// Discord adapter): the whole adapter started at once without etcd, or
+// its REST side at start and its gateway opened and closed as terms
+// begin and end.
+type Gateway interface {
+	Start(ctx context.Context) error     // REST and gateway, without etcd
+	StartREST(ctx context.Context) error // REST only, with replicas
+	OpenGateway(ctx context.Context) error
+	CloseGateway()
+	Close()
+	Ready() error
+}
+
+// Election puts the Discord gateway where it belongs (DESIGN §14).
 // Discord gives a bot one session per shard, so with replicas the
 // gateway is held by one of them, elected under <prefix>election/discord
 // on the replica's own lease: it holds the gateway exactly as long as it
@@ -26,8 +37,8 @@ import (
 // with the lease and the next in line opens the gateway within the TTL.
 // Every replica makes the REST calls of the threads it holds. Without
 // etcd the process holds the gateway, as it always did.
-type discordGateway struct {
-	dsc *discordadapter.Adapter
+type Election struct {
+	gw  Gateway
 	cli *clientv3.Client   // nil without etcd
 	rep *etcdstore.Replica // nil without etcd
 	pfx string             // the election's prefix
@@ -42,32 +53,30 @@ type discordGateway struct {
 	leader string     // the elected replica's id, as last observed
 }
 
-// newDiscordGateway registers pinplan_discord_gateway_leader; start runs
+// NewElection returns the election for gw under <prefix>election/discord
+// (cli and rep nil: no etcd, this process holds the gateway); Start runs
 // the gateway or the campaign for it.
-func newDiscordGateway(dsc *discordadapter.Adapter, cli *clientv3.Client, rep *etcdstore.Replica, prefix string, reg *prometheus.Registry, log *slog.Logger) *discordGateway {
-	g := &discordGateway{dsc: dsc, cli: cli, rep: rep, pfx: prefix + "election/discord", log: log}
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pinplan_discord_gateway_leader",
-		Help: "1 while this process holds the Discord gateway: the elected replica, or the only process without etcd."},
-		func() float64 {
-			if g.held.Load() {
-				return 1
-			}
-			return 0
-		}))
-	return g
+func NewElection(gw Gateway, cli *clientv3.Client, rep *etcdstore.Replica, prefix string, log *slog.Logger) *Election {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Election{gw: gw, cli: cli, rep: rep, pfx: prefix + "election/discord", log: log}
 }
 
-// start opens the gateway without etcd. With replicas it starts the
+// Held reports whether this process holds the gateway now.
+func (g *Election) Held() bool { return g.held.Load() }
+
+// Start opens the gateway without etcd. With replicas it starts the
 // adapter's REST side and campaigns on its own goroutine until ctx ends.
-func (g *discordGateway) start(ctx context.Context) error {
+func (g *Election) Start(ctx context.Context) error {
 	if g.rep == nil {
-		if err := g.dsc.Start(ctx); err != nil {
+		if err := g.gw.Start(ctx); err != nil {
 			return err
 		}
 		g.held.Store(true)
 		return nil
 	}
-	if err := g.dsc.StartREST(ctx); err != nil {
+	if err := g.gw.StartREST(ctx); err != nil {
 		return err
 	}
 	// The election talks through the replica's connection with a context
@@ -97,9 +106,9 @@ func (g *discordGateway) start(ctx context.Context) error {
 	return nil
 }
 
-// stop runs once ctx is done: it waits for the campaign (a leader has
+// Stop runs once ctx is done: it waits for the campaign (a leader has
 // closed the gateway and resigned by then) and closes the adapter.
-func (g *discordGateway) stop() {
+func (g *Election) Stop() {
 	if g.sess != nil {
 		giveUp := time.AfterFunc(10*time.Second, g.stopClient) // etcd out of reach: skip the clean-up
 		g.wg.Wait()
@@ -107,22 +116,22 @@ func (g *discordGateway) stop() {
 		g.stopClient()
 		g.sess.Orphan() // ends the session's keep-alive; the lease is the replica's to revoke
 	}
-	g.dsc.Close()
+	g.gw.Close()
 	g.held.Store(false)
 }
 
-// ready implements the readiness check: only the process holding the
+// Ready implements the readiness check: only the process holding the
 // gateway needs it connected; the others' REST was checked at start.
-func (g *discordGateway) ready() error {
+func (g *Election) Ready() error {
 	if g.held.Load() {
-		return g.dsc.Ready()
+		return g.gw.Ready()
 	}
 	return nil
 }
 
-// status is the /readyz line with replicas: whether this replica holds
+// Status is the /readyz line with replicas: whether this replica holds
 // the gateway, and if not, who was last seen to.
-func (g *discordGateway) status() string {
+func (g *Election) Status() string {
 	if g == nil || g.rep == nil {
 		return ""
 	}
@@ -140,7 +149,7 @@ func (g *discordGateway) status() string {
 
 // campaign stands for the gateway until ctx ends or the replica is lost,
 // and holds it for each term it wins.
-func (g *discordGateway) campaign(ctx context.Context) {
+func (g *Election) campaign(ctx context.Context) {
 	wait := time.Second
 	for g.alive(ctx) {
 		e := concurrency.NewElection(g.sess, g.pfx)
@@ -162,7 +171,7 @@ func (g *discordGateway) campaign(ctx context.Context) {
 
 // alive reports whether this replica may still stand: ctx is not done,
 // and neither its lease nor the session on it has ended.
-func (g *discordGateway) alive(ctx context.Context) bool {
+func (g *Election) alive(ctx context.Context) bool {
 	select {
 	case <-ctx.Done():
 	case <-g.rep.Lost():
@@ -173,7 +182,7 @@ func (g *discordGateway) alive(ctx context.Context) bool {
 	return false
 }
 
-func (g *discordGateway) sleep(ctx context.Context, d time.Duration) {
+func (g *Election) sleep(ctx context.Context, d time.Duration) {
 	select {
 	case <-ctx.Done():
 	case <-g.rep.Lost():
@@ -186,7 +195,7 @@ func (g *discordGateway) sleep(ctx context.Context, d time.Duration) {
 // gone), then closes the gateway before it resigns, so that a hand-over
 // never has two replicas holding it. (A lease that expired under a
 // paused replica elects the next one before the paused one can know.)
-func (g *discordGateway) lead(ctx context.Context, e *concurrency.Election) {
+func (g *Election) lead(ctx context.Context, e *concurrency.Election) {
 	ended := make(chan struct{}) // the term is over, for why
 	var why error
 	go func() {
@@ -197,7 +206,7 @@ func (g *discordGateway) lead(ctx context.Context, e *concurrency.Election) {
 	g.log.Info("elected to hold the discord gateway", "key", e.Key())
 open:
 	for wait := time.Second; ; wait = min(2*wait, time.Minute) {
-		err := g.dsc.OpenGateway(ctx)
+		err := g.gw.OpenGateway(ctx)
 		if err == nil {
 			g.log.Info("discord gateway open on this replica")
 			break
@@ -213,7 +222,7 @@ open:
 		}
 	}
 	<-ended
-	g.dsc.CloseGateway()
+	g.gw.CloseGateway()
 	g.held.Store(false)
 	if why != nil {
 		g.log.Warn("gave the discord gateway up", "why", why)
@@ -238,7 +247,7 @@ var (
 // errLeaseGone when the lease or the session on it ended,
 // errLeaderKeyGone when the leader key was deleted (seen by a watch from
 // the key's creation, so a key gone before the watch started counts).
-func (g *discordGateway) watchTerm(ctx context.Context, e *concurrency.Election) error {
+func (g *Election) watchTerm(ctx context.Context, e *concurrency.Election) error {
 	key, created := e.Key(), e.Rev()
 	from := created + 1
 	for {
@@ -288,7 +297,7 @@ func (g *discordGateway) watchTerm(ctx context.Context, e *concurrency.Election)
 }
 
 // observe follows who holds the gateway, for /readyz and the log.
-func (g *discordGateway) observe(ctx context.Context) {
+func (g *Election) observe(ctx context.Context) {
 	e := concurrency.NewElection(g.sess, g.pfx)
 	for ctx.Err() == nil {
 		for resp := range e.Observe(ctx) { // closed when ctx ends or the watch breaks

@@ -1,0 +1,91 @@
+package replica
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/etcdstore"
+)
+
+// Sharer is a platform whose pacing budget the replicas share (the Slack
+// and Discord adapters).
+type Sharer interface{ Share(n int) }
+
+// ShareBudgets gives each platform's pace an even share among the live
+// replicas (DESIGN §14: Slack's Tier 3 per workspace and Discord's
+// per-channel edits are the bot's, not each replica's), following the
+// count as replicas come and go, until ctx ends.
+func ShareBudgets(ctx context.Context, rep *etcdstore.Replica, log *slog.Logger, platforms ...Sharer) {
+	if len(platforms) == 0 {
+		return
+	}
+	last := 0
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		if n := rep.Replicas(); n != last {
+			for _, p := range platforms {
+				p.Share(n)
+			}
+			log.Info("platform pace shared", "replicas", n)
+			last = n
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Console is what Follow shows a thread held elsewhere on (the web
+// console).
+type Console interface {
+	EditPlan(ctx context.Context, th chat.Thread, ref chat.MessageRef, p chat.Plan) error
+	Mirror(th chat.Thread, p chat.Plan)
+	SetState(th chat.Thread, state, status string)
+	Reply(ctx context.Context, th chat.Thread, replyTo, text string) error
+}
+
+// Follow keeps the console live for the threads other replicas run
+// (DESIGN §14): their plan boards' shown content and run state, and the
+// answers they commit, from etcd watches.
+func Follow(ctx context.Context, rep *etcdstore.Replica, console Console) {
+	rep.Follow(ctx, "board", func(_ string, v []byte) {
+		th, shown, ok := chat.DecodeBoard(v)
+		if !ok || len(shown.Items) == 0 {
+			return
+		}
+		if th.Platform == "web" {
+			console.EditPlan(ctx, th, chat.MessageRef{}, shown)
+		} else {
+			console.Mirror(th, shown)
+		}
+		state := "idle"
+		switch shown.State {
+		case chat.StateWorking, chat.StateResumed:
+			state = "running"
+		case chat.StateWaiting:
+			state = "waiting"
+		}
+		console.SetState(th, state, string(shown.State))
+	})
+	rep.Follow(ctx, "hist", func(key string, v []byte) {
+		var e agent.Entry
+		if json.Unmarshal(v, &e) != nil || e.Message.Role != openai.ChatMessageRoleAssistant || e.Message.Content == "" || len(e.Message.ToolCalls) > 0 {
+			return
+		}
+		platform, _, _ := strings.Cut(key, "/")
+		if platform != "web" {
+			return // other platforms' answers are in their own threads
+		}
+		console.Reply(ctx, chat.Thread{Platform: platform, Key: key}, "", e.Message.Content)
+	})
+}

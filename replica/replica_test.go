@@ -1,0 +1,311 @@
+package replica
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/etcdstore"
+	"github.com/pinplan/pinplan/internal/etcdtest"
+)
+
+const prefix = "/pinplan/"
+
+// fakeRouter records the events a Handler gives its replica's router.
+type fakeRouter struct {
+	mu      sync.Mutex
+	handled []chat.Incoming
+	resumed []string
+}
+
+func (r *fakeRouter) Handle(_ context.Context, in chat.Incoming) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.handled = append(r.handled, in)
+	return nil
+}
+
+func (r *fakeRouter) texts() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, in := range r.handled {
+		out = append(out, in.Text)
+	}
+	return out
+}
+
+func (r *fakeRouter) ResumeSession(_ context.Context, key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.resumed = append(r.resumed, key)
+}
+
+func (*fakeRouter) Known(string) bool                                  { return false }
+func (*fakeRouter) Click(context.Context, chat.Click) chat.ClickResult { return chat.ClickResult{} }
+func (*fakeRouter) Cards(string) []chat.CardInfo                       { return nil }
+func (*fakeRouter) Hold(context.Context, chat.Incoming) (bool, error)  { return false, nil }
+func (*fakeRouter) Rename(string, string) (chat.Thread, bool)          { return chat.Thread{}, false }
+func (*fakeRouter) Delete(context.Context, string, string) error       { return nil }
+func (*fakeRouter) Visible(string) bool                                { return false }
+func (*fakeRouter) Thread(string) (chat.Thread, bool)                  { return chat.Thread{}, false }
+func (*fakeRouter) StopSession(context.Context, chat.Click) chat.ClickResult {
+	return chat.ClickResult{}
+}
+func (*fakeRouter) Forget(string) {}
+
+// fakeTurns is a runner that runs nothing.
+type fakeTurns struct{}
+
+func (fakeTurns) Wake(string)              {}
+func (fakeTurns) Stop(string, string) bool { return true }
+
+// replicaOn starts a replica on cli that runs platforms (nil: every one),
+// with its store.
+func replicaOn(t *testing.T, cli *clientv3.Client, id string, platforms ...string) (*etcdstore.Replica, *etcdstore.Store) {
+	t.Helper()
+	ctx := context.Background()
+	rep, err := etcdstore.NewReplica(ctx, cli, etcdstore.ReplicaOptions{Prefix: prefix, ID: id, TTL: 2 * time.Second, Platforms: platforms})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rep.Close() })
+	st, err := etcdstore.New(ctx, cli, etcdstore.Options{Prefix: prefix, Replica: rep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep, st
+}
+
+// handler starts a Handler with a fake router on rep, until the test ends.
+func handler(t *testing.T, rep *etcdstore.Replica, st *etcdstore.Store) (*Handler, *fakeRouter) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	router := &fakeRouter{}
+	h := New(ctx, Options{Replica: rep, Store: st, Router: router, Runner: fakeTurns{}})
+	rep.OnTake = h.Taken
+	t.Cleanup(func() {
+		cancel()
+		h.Wait()
+	})
+	return h, router
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func message(key, text string) chat.Incoming {
+	return chat.Incoming{Thread: chat.Thread{Platform: "web", Key: key}, Text: text}
+}
+
+// TestHandOverToOwner: a message that arrives at a replica that does not
+// hold its session goes, through etcd, to the router of the one that
+// does, after the one that replica took the session with.
+func TestHandOverToOwner(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cli := etcdtest.Start(t).Client(t)
+	repA, stA := replicaOn(t, cli, "a")
+	repB, stB := replicaOn(t, cli, "b")
+	a, routerA := handler(t, repA, stA)
+	b, routerB := handler(t, repB, stB)
+	for _, h := range []*Handler{a, b} {
+		if _, err := h.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const key = "web/t1"
+	if err := a.Handle(ctx, message(key, "first")); err != nil {
+		t.Fatal(err)
+	}
+	if !repA.Holds(key) {
+		t.Fatal("the replica a first message reached did not take its session")
+	}
+	if err := b.Handle(ctx, message(key, "second")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both messages at the owner's router", func() bool { return len(routerA.texts()) == 2 })
+	if got := routerA.texts(); got[0] != "first" || got[1] != "second" {
+		t.Errorf("the owner's router handled %q, want first, second", got)
+	}
+	if got := routerB.texts(); len(got) != 0 {
+		t.Errorf("the other replica's router handled %q, want nothing", got)
+	}
+	if repB.Holds(key) {
+		t.Error("the other replica holds the session too")
+	}
+	waitFor(t, "the queue drained", func() bool {
+		q, err := repA.Queued(ctx, key)
+		return err == nil && len(q) == 0
+	})
+}
+
+// TestScanTakesOrphanedSessions: a replica's scan at start takes a
+// session with queued work that no live replica holds, of a platform it
+// runs, and leaves one of a platform it does not run for a replica that
+// does; so does its watch when a holder's lease ends.
+func TestScanTakesOrphanedSessions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cli := etcdtest.Start(t).Client(t)
+	const web, slack = "web/t1", "slack/T1/C1/1700000000.000100"
+	queue := func(rep *etcdstore.Replica, key, text string) {
+		t.Helper()
+		data, err := json.Marshal(handed{Message: &chat.Incoming{Thread: chat.Thread{Platform: "web", Key: key}, Text: text}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rep.Forward(ctx, key, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gone, _ := replicaOn(t, cli, "gone")
+	queue(gone, web, "left")
+	queue(gone, slack, "left")
+
+	rep, st := replicaOn(t, cli, "web-only", "web")
+	h, router := handler(t, rep, st)
+	n, err := h.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 || !rep.Holds(web) || rep.Holds(slack) {
+		t.Errorf("scan took %d sessions (web: %v, slack: %v), want the web one alone", n, rep.Holds(web), rep.Holds(slack))
+	}
+	waitFor(t, "the web session's queued message handled", func() bool { return len(router.texts()) == 1 })
+
+	// A holder's lease ends with work queued: the watch takes what this
+	// replica runs.
+	const web2, slack2 = "web/t2", "slack/T1/C1/1700000000.000200"
+	holder, _ := replicaOn(t, cli, "holder")
+	for _, key := range []string{web2, slack2} {
+		if ok, err := holder.TryTake(ctx, key); err != nil || !ok {
+			t.Fatalf("take %s: %v, %v", key, ok, err)
+		}
+		queue(holder, key, "orphaned")
+	}
+	if err := holder.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the orphaned web session taken", func() bool { return rep.Holds(web2) })
+	waitFor(t, "its queued message handled", func() bool { return len(router.texts()) == 2 })
+	time.Sleep(200 * time.Millisecond)
+	if rep.Holds(slack2) {
+		t.Error("the web-only replica took an orphaned Slack session")
+	}
+}
+
+// TestUnhandledEventStaysQueued: a handed-over message the router could
+// not handle (no such platform on this replica) is not marked done: it
+// stays first in the session's queue for a holder that can handle it.
+func TestUnhandledEventStaysQueued(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cli := etcdtest.Start(t).Client(t)
+	rep, es := replicaOn(t, cli, "r0")
+	router := chat.NewRouter(chat.Options{Store: es, Platforms: map[string]chat.Platform{}})
+	t.Cleanup(router.Close)
+	x := New(ctx, Options{Replica: rep, Store: es, Router: router, Runner: fakeTurns{}, Takers: 1})
+	const key = "slack/T1/C1/1700000000.000100"
+	if ok, err := rep.TryTake(ctx, key); err != nil || !ok {
+		t.Fatalf("take: %v, %v", ok, err)
+	}
+	data, err := json.Marshal(handed{Message: &chat.Incoming{Thread: chat.Thread{Platform: "slack", Key: key}, Text: "hello", Event: "Ev1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.Forward(ctx, key, data); err != nil {
+		t.Fatal(err)
+	}
+	x.drain(key)
+	if q, err := rep.Queued(ctx, key); err != nil || len(q) != 1 {
+		t.Errorf("queued after a message the router could not handle: %d, %v; want it kept", len(q), err)
+	}
+}
+
+// fakeGateway counts how many gateways are open across the replicas.
+type fakeGateway struct {
+	open   *atomic.Int32 // shared by every replica's fake
+	max    *atomic.Int32 // the most open at once
+	isOpen atomic.Bool
+	opens  atomic.Int32
+}
+
+func (g *fakeGateway) OpenGateway(context.Context) error {
+	if g.isOpen.Swap(true) {
+		return errors.New("opened twice")
+	}
+	g.opens.Add(1)
+	n := g.open.Add(1)
+	for m := g.max.Load(); n > m && !g.max.CompareAndSwap(m, n); m = g.max.Load() {
+	}
+	return nil
+}
+
+func (g *fakeGateway) CloseGateway() {
+	if g.isOpen.Swap(false) {
+		g.open.Add(-1)
+	}
+}
+
+func (g *fakeGateway) Start(ctx context.Context) error { return g.OpenGateway(ctx) }
+func (*fakeGateway) StartREST(context.Context) error   { return nil }
+func (g *fakeGateway) Close()                          { g.CloseGateway() }
+func (*fakeGateway) Ready() error                      { return nil }
+
+// TestElectionHandsOverTheGateway: of two replicas, one holds the
+// gateway; when it stops, it closes the gateway and the other opens it,
+// and the two never hold it at once.
+func TestElectionHandsOverTheGateway(t *testing.T) {
+	t.Parallel()
+	cli := etcdtest.Start(t).Client(t)
+	var open, most atomic.Int32
+	gws := []*fakeGateway{{open: &open, max: &most}, {open: &open, max: &most}}
+	var elections []*Election
+	var cancels []context.CancelFunc
+	for i, id := range []string{"a", "b"} {
+		rep, _ := replicaOn(t, cli, id)
+		e := NewElection(gws[i], cli, rep, prefix, nil)
+		ctx, cancel := context.WithCancel(context.Background())
+		if err := e.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		elections, cancels = append(elections, e), append(cancels, cancel)
+		t.Cleanup(func() {
+			cancel()
+			e.Stop()
+		})
+		if i == 0 {
+			waitFor(t, "the first replica to open the gateway", func() bool { return gws[0].isOpen.Load() })
+		}
+	}
+	waitFor(t, "the second replica to see the first hold it", func() bool { return elections[1].Status() != "" && elections[0].Held() })
+	time.Sleep(300 * time.Millisecond)
+	if elections[1].Held() || gws[1].isOpen.Load() {
+		t.Fatal("the second replica holds the gateway too")
+	}
+	cancels[0]()
+	elections[0].Stop()
+	if gws[0].isOpen.Load() || elections[0].Held() {
+		t.Error("the stopped replica still holds the gateway")
+	}
+	waitFor(t, "the second replica to open the gateway", func() bool { return gws[1].isOpen.Load() && elections[1].Held() })
+	if got := most.Load(); got != 1 {
+		t.Errorf("%d gateways open at once, want 1", got)
+	}
+}
