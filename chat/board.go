@@ -600,25 +600,11 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) (MessageR
 		}
 		b.update(func(r *boardRecord) { r.Restore = r.Restore[1:] })
 	}
-	for _, old := range rec.Unpin {
-		if err := b.pace(ctx, MethodPin, func() Priority { return PriorityIntermediate }); err != nil {
-			return rec.Ref, err
-		}
-		if err := b.owner.held(ctx, th.Key); err != nil {
-			return rec.Ref, err
-		}
-		if err := b.platform.Pin(ctx, th, old, false); err != nil && !errors.Is(err, ErrMessageGone) && !errors.Is(err, ErrPinUnavailable) {
-			var rl *RateLimitError
-			if errors.As(err, &rl) {
-				return rec.Ref, err
-			}
-			b.log.Warn("unpin old plan message", "ref", old.ID, "err", err)
-		}
-		b.update(func(r *boardRecord) { r.Unpin = r.Unpin[1:] })
-	}
 	if rec.Ref.IsZero() {
 		if len(want.Items) == 0 {
-			return rec.Ref, nil // nothing to show yet: no empty plan message
+			// Nothing to show yet: no empty plan message; the earlier
+			// messages are unpinned unless a plan comes first.
+			return rec.Ref, b.unpinOld(ctx, &rec, &want)
 		}
 		if err := b.pace(ctx, MethodPost, b.priority); err != nil {
 			return rec.Ref, err
@@ -695,7 +681,47 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) (MessageR
 		}
 		return rec.Ref, err
 	}
-	return rec.Ref, nil
+	return rec.Ref, b.unpinOld(ctx, &rec, &want)
+}
+
+// unpinOld unpins the session's earlier plan messages (a new task's
+// message or a reset replaced them). It comes last, after the new
+// message's post, pin and edits: pins have the shortest budget (Slack's
+// Tier 2), and tidying up must never hold up what people look at, nor a
+// thread's answer, which waits for its plan's post. While it waits for
+// the budget it gives way (nil) as soon as the board wants other content
+// than shown; the loop comes back to it.
+func (b *Board) unpinOld(ctx context.Context, rec *boardRecord, shown *Plan) error {
+	th := rec.Thread
+	for len(rec.Unpin) > 0 {
+		old := rec.Unpin[0]
+		pctx, stop := b.untilNewer(ctx, *shown)
+		err := b.pace(pctx, MethodPin, func() Priority { return PriorityIntermediate })
+		stop()
+		if errors.Is(err, errNewerWanted) && ctx.Err() == nil {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := b.owner.held(ctx, th.Key); err != nil {
+			return err
+		}
+		if err := b.platform.Pin(ctx, th, old, false); err != nil && !errors.Is(err, ErrMessageGone) && !errors.Is(err, ErrPinUnavailable) {
+			var rl *RateLimitError
+			if errors.As(err, &rl) {
+				return err
+			}
+			b.log.Warn("unpin old plan message", "ref", old.ID, "err", err)
+		}
+		b.update(func(r *boardRecord) {
+			if len(r.Unpin) > 0 && r.Unpin[0] == old {
+				r.Unpin = r.Unpin[1:]
+			}
+		})
+		rec.Unpin = rec.Unpin[1:]
+	}
+	return nil
 }
 
 // pin pins rec's message unless it is pinned or cannot be, and notes it

@@ -19,6 +19,7 @@ type pacedPlatform struct {
 	*fakePlatform
 	edit  *Budget
 	posts *Budget
+	pins  *Budget // nil: pins are not paced
 	asked []Request
 }
 
@@ -31,6 +32,10 @@ func (p *pacedPlatform) Pace(ctx context.Context, req Request) error {
 		return p.edit.Wait(ctx, req.Priority, req.Since)
 	case MethodPost:
 		return p.posts.Wait(ctx, req.Priority, req.Since)
+	case MethodPin:
+		if p.pins != nil {
+			return p.pins.Wait(ctx, req.Priority, req.Since)
+		}
 	}
 	return nil
 }
@@ -245,5 +250,42 @@ func TestPostAfterAWaitShowsTheNewest(t *testing.T) {
 	}
 	if strings.Join(got, ",") != "post r3" {
 		t.Errorf("plan requests %v, want one post of revision 3", got)
+	}
+}
+
+// TestNewPlanNotHeldBehindUnpin: after a reset, the next task's plan is
+// posted, and its answer delivered, while the unpin of the old message
+// still waits for the pin budget: tidying up comes last (the soak lost
+// answers to this when pins were paced and unpins went first).
+func TestNewPlanNotHeldBehindUnpin(t *testing.T) {
+	p := &pacedPlatform{fakePlatform: &fakePlatform{}, edit: NewBudget(60000, 100), posts: NewBudget(60000, 100), pins: NewBudget(60000, 100)}
+	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
+	t.Cleanup(r.Close)
+	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.Observe(chattest.Revision("test/1", 1))
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "first answer"})
+	settle(t, r, "test/1")
+	p.pins.Hold(time.Hour) // no pin or unpin from here on
+	r.Board("test/1").reset()
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: items("a new task"), At: time.Now()})
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "second answer"})
+	waitUntil(t, func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range p.calls {
+			if c.Op == "reply" && c.Text == "second answer" {
+				return true
+			}
+		}
+		return false
+	})
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var ops []string
+	for _, c := range p.calls {
+		ops = append(ops, c.Op)
+	}
+	if strings.Count(strings.Join(ops, ","), "post") != 2 || strings.Contains(strings.Join(ops, ","), "unpin") {
+		t.Errorf("calls %v; want the new plan posted and answered while the unpin waits", ops)
 	}
 }
