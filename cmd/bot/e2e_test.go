@@ -159,9 +159,11 @@ func TestReadmeRunCommand(t *testing.T) {
 	id := out["id"].(string)
 	approveDemo(t, p.URL, id)
 	var view threadView
+	// The answer may come before the plan's final edit (DESIGN §6 orders
+	// only the plan's first post before it): wait for both.
 	waitFor(t, 60*time.Second, "the demo turn to finish", func() bool {
 		getJSON(t, p.URL+"/api/threads/"+id, &view)
-		return view.Thread.State == "idle" && len(view.Messages) >= 2
+		return view.Thread.State == "idle" && len(view.Messages) >= 2 && view.Thread.Plan != nil && view.Thread.Plan.State != "working"
 	})
 	if view.Thread.Plan == nil || view.Thread.Plan.State != "done" || len(view.Thread.Plan.Items) != 4 {
 		t.Fatalf("plan after the demo: %+v", view.Thread.Plan)
