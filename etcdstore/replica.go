@@ -40,11 +40,9 @@ type Replica struct {
 	ttl   time.Duration
 	lease clientv3.LeaseID
 	log   *slog.Logger
-	store *Store          // set by New
-	runs  map[string]bool // the platforms this replica runs; nil: every one
-
-	// OnTake, when set, is called when this replica takes a session.
-	OnTake func(key string)
+	store *Store           // set by New
+	runs  map[string]bool  // the platforms this replica runs; nil: every one
+	taken func(key string) // ReplicaOptions.OnTake
 
 	// Takeovers counts sessions taken; Fenced counts writes and sends
 	// refused because the session is no longer this replica's.
@@ -74,6 +72,9 @@ type ReplicaOptions struct {
 	// its platform), since a session's events and replies need its
 	// platform. Nil takes every session.
 	Platforms []string
+	// OnTake, when set, is called when this replica takes a session (not
+	// for one it holds already), before the take returns.
+	OnTake func(key string)
 }
 
 // NewReplica grants the replica's lease, keeps it alive and registers the
@@ -100,7 +101,7 @@ func NewReplica(ctx context.Context, cli *clientv3.Client, opts ReplicaOptions) 
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: grant the replica's lease: %w", err)
 	}
-	r := &Replica{cli: cli, p: opts.Prefix, id: opts.ID, ttl: opts.TTL, lease: grant.ID, log: opts.Logger,
+	r := &Replica{cli: cli, p: opts.Prefix, id: opts.ID, ttl: opts.TTL, lease: grant.ID, log: opts.Logger, taken: opts.OnTake,
 		owned: map[string]int64{}, deadline: time.Now().Add(opts.TTL), lost: make(chan struct{})}
 	if opts.Platforms != nil {
 		r.runs = map[string]bool{}
@@ -381,8 +382,8 @@ func (r *Replica) take(ctx context.Context, key string) (bool, error) {
 	r.mu.Unlock()
 	r.Takeovers.Add(1)
 	r.log.Info("took the session", "session", key)
-	if r.OnTake != nil {
-		r.OnTake(key)
+	if r.taken != nil {
+		r.taken(key)
 	}
 	return true, nil
 }

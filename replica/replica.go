@@ -343,8 +343,8 @@ func (x *Handler) drain(key string) {
 	}
 }
 
-// Taken runs when this replica takes a session (etcdstore.Replica's
-// OnTake): the router reads its records afresh and finishes what the
+// Taken runs when this replica takes a session (give it to the replica
+// as etcdstore.ReplicaOptions.OnTake): the router reads its records afresh and finishes what the
 // last holder left (plan edits, replies), the runner resumes its turn,
 // and its queued events are handled.
 func (x *Handler) Taken(key string) {

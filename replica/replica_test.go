@@ -71,8 +71,14 @@ func (fakeTurns) Stop(string, string) bool { return true }
 // with its store.
 func replicaOn(t *testing.T, cli *clientv3.Client, id string, platforms ...string) (*etcdstore.Replica, *etcdstore.Store) {
 	t.Helper()
+	return replicaTaking(t, cli, id, nil, platforms...)
+}
+
+// replicaTaking is replicaOn with onTake called for each session taken.
+func replicaTaking(t *testing.T, cli *clientv3.Client, id string, onTake func(string), platforms ...string) (*etcdstore.Replica, *etcdstore.Store) {
+	t.Helper()
 	ctx := context.Background()
-	rep, err := etcdstore.NewReplica(ctx, cli, etcdstore.ReplicaOptions{Prefix: prefix, ID: id, TTL: 2 * time.Second, Platforms: platforms})
+	rep, err := etcdstore.NewReplica(ctx, cli, etcdstore.ReplicaOptions{Prefix: prefix, ID: id, TTL: 2 * time.Second, Platforms: platforms, OnTake: onTake})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,18 +90,21 @@ func replicaOn(t *testing.T, cli *clientv3.Client, id string, platforms ...strin
 	return rep, st
 }
 
-// handler starts a Handler with a fake router on rep, until the test ends.
-func handler(t *testing.T, rep *etcdstore.Replica, st *etcdstore.Store) (*Handler, *fakeRouter) {
+// handler starts a replica that runs platforms and its Handler with a
+// fake router, until the test ends. The replica's takes go to the
+// Handler (Taken), which is made after it, as serve wires them.
+func handler(t *testing.T, cli *clientv3.Client, id string, platforms ...string) (*etcdstore.Replica, *Handler, *fakeRouter) {
 	t.Helper()
+	var h *Handler
+	rep, st := replicaTaking(t, cli, id, func(key string) { h.Taken(key) }, platforms...)
 	ctx, cancel := context.WithCancel(context.Background())
 	router := &fakeRouter{}
-	h := New(ctx, Options{Replica: rep, Store: st, Router: router, Runner: fakeTurns{}})
-	rep.OnTake = h.Taken
+	h = New(ctx, Options{Replica: rep, Store: st, Router: router, Runner: fakeTurns{}})
 	t.Cleanup(func() {
 		cancel()
 		h.Wait()
 	})
-	return h, router
+	return rep, h, router
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -120,10 +129,8 @@ func TestHandOverToOwner(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	cli := etcdtest.Start(t).Client(t)
-	repA, stA := replicaOn(t, cli, "a")
-	repB, stB := replicaOn(t, cli, "b")
-	a, routerA := handler(t, repA, stA)
-	b, routerB := handler(t, repB, stB)
+	repA, a, routerA := handler(t, cli, "a")
+	repB, b, routerB := handler(t, cli, "b")
 	for _, h := range []*Handler{a, b} {
 		if _, err := h.Start(ctx); err != nil {
 			t.Fatal(err)
@@ -178,8 +185,7 @@ func TestScanTakesOrphanedSessions(t *testing.T) {
 	queue(gone, web, "left")
 	queue(gone, slack, "left")
 
-	rep, st := replicaOn(t, cli, "web-only", "web")
-	h, router := handler(t, rep, st)
+	rep, h, router := handler(t, cli, "web-only", "web")
 	n, err := h.Start(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -83,8 +83,10 @@ type Summary struct {
 // Options configures the console.
 type Options struct {
 	Store Store
-	Demo  bool   // label the page as running the built-in demo model
-	Model string // model name shown on the page
+	// Handler is where messages, button presses and thread changes go.
+	Handler Handler
+	Demo    bool   // label the page as running the built-in demo model
+	Model   string // model name shown on the page
 	// Usage lists the tokens people used today (GET /api/usage); nil
 	// lists none. DailyBudget is PINPLAN_USER_TOKENS_PER_DAY (0: none).
 	Usage       UsageSource
@@ -132,12 +134,9 @@ func New(opts Options) *Console {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Console{opts: opts, plans: map[string]chat.Plan{}, notices: map[string][]Message{}, cards: map[string]map[string]chat.Card{},
+	return &Console{opts: opts, handler: opts.Handler, plans: map[string]chat.Plan{}, notices: map[string][]Message{}, cards: map[string]map[string]chat.Card{},
 		status: map[string]string{}, issued: map[string][]string{}, touched: map[string]time.Time{}, clients: map[chan []byte]struct{}{}, streams: map[string]int{}}
 }
-
-// Bind sets where messages go; call it before serving.
-func (c *Console) Bind(h Handler) { c.handler = h }
 
 // Close ends every event stream, so a server shutdown does not wait on them.
 func (c *Console) Close() {

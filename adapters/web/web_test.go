@@ -113,9 +113,8 @@ func newConsole(t *testing.T, token string) (*Console, *httptest.Server, *recHan
 	if signIn {
 		token = testToken
 	}
-	c := New(Options{Store: st})
 	h := &recHandler{}
-	c.Bind(h)
+	c := New(Options{Store: st, Handler: h})
 	host := httphost.New(httphost.Options{Token: token})
 	c.Register(host)
 	var handler http.Handler = host.Handler()
