@@ -22,6 +22,10 @@ type nopHandler struct{}
 
 func (nopHandler) Handle(context.Context, chat.Incoming) error { return nil }
 func (nopHandler) Known(string) bool                           { return false }
+func (nopHandler) StopSession(context.Context, chat.Click) chat.ClickResult {
+	return chat.ClickResult{}
+}
+func (nopHandler) Rename(string, string) (chat.Thread, bool) { return chat.Thread{}, false }
 func (nopHandler) Click(context.Context, chat.Click) chat.ClickResult {
 	return chat.ClickResult{Private: "no"}
 }

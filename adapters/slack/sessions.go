@@ -19,16 +19,17 @@ import (
 // rule of the plan message's button; a title the user changes renames the
 // session in the console.
 
-// sessionStopper is the router's handling of Slack's own Stop
-// (chat.Router.StopSession).
-type sessionStopper interface {
+// Handler is where the adapter hands its events (chat.Router, or with
+// replicas the hand-over handler): messages and clicks, Slack's own Stop
+// (chat.Router.StopSession) and a title the user changed
+// (chat.Router.Rename).
+type Handler interface {
+	chat.Inbox
 	StopSession(ctx context.Context, c chat.Click) chat.ClickResult
-}
-
-// renamer is the router's renaming of a session (chat.Router.Rename).
-type renamer interface {
 	Rename(key, title string) (chat.Thread, bool)
 }
+
+var _ Handler = (*chat.Router)(nil)
 
 // SetSessionStatus implements chat.SessionStatus with
 // agents.sessions.setStatus. Once Slack has answered that this token or
@@ -106,14 +107,9 @@ func (a *Adapter) sessionStopped(ctx context.Context, eventID, team string, ev *
 	if !a.firstSeen(ctx, eventID) {
 		return
 	}
-	st, ok := a.opts.Handler.(sessionStopper)
-	if !ok {
-		a.log.Warn("slack stop of an agent session ignored: the handler cannot stop sessions")
-		return
-	}
 	th := chat.Thread{Platform: "slack", Key: Key(team, ev.Channel, ev.ThreadTimestamp), Channel: ev.Channel, ThreadID: ev.ThreadTimestamp}
 	name := cmp.Or(a.displayName(ctx, ev.User), "<@"+ev.User+">")
-	res := st.StopSession(ctx, chat.Click{Thread: th, UserID: ev.User, UserName: name})
+	res := a.opts.Handler.StopSession(ctx, chat.Click{Thread: th, UserID: ev.User, UserName: name})
 	if res.Private == "" {
 		a.log.Info("slack agent session stopped", "session", th.Key, "user", ev.User)
 		return
@@ -130,12 +126,8 @@ func (a *Adapter) titleChanged(ctx context.Context, eventID, team string, ev *sl
 	if !a.firstSeen(ctx, eventID) {
 		return
 	}
-	rn, ok := a.opts.Handler.(renamer)
-	if !ok {
-		return
-	}
 	key := Key(team, ev.Channel, ev.ThreadTimestamp)
-	if _, ok := rn.Rename(key, ev.Title); ok {
+	if _, ok := a.opts.Handler.Rename(key, ev.Title); ok {
 		a.log.Info("slack agent session renamed", "session", key, "user", ev.User)
 	}
 }

@@ -45,7 +45,7 @@ type Options struct {
 	// AppendsPerMinute paces chat.appendStream for the workspace (Tier 4
 	// allows about 100); default 90, burst 5.
 	AppendsPerMinute float64
-	Handler          chat.Inbox
+	Handler          Handler
 	Dedupe           chat.Deduper
 	Logger           *slog.Logger
 	HTTPClient       *http.Client

@@ -112,6 +112,14 @@ func (r *Inbox) Click(context.Context, chat.Click) chat.ClickResult {
 	return chat.ClickResult{Private: "no"}
 }
 
+// StopSession answers a platform's own Stop as Click does.
+func (r *Inbox) StopSession(context.Context, chat.Click) chat.ClickResult {
+	return chat.ClickResult{Private: "no"}
+}
+
+// Rename renames nothing: the inbox knows no session's thread.
+func (r *Inbox) Rename(string, string) (chat.Thread, bool) { return chat.Thread{}, false }
+
 // Texts returns the texts handled so far, in order.
 func (r *Inbox) Texts() []string {
 	r.mu.Lock()
