@@ -506,6 +506,9 @@ func TestDiscordQueuedPlanSurvivesKill(t *testing.T) {
 	// sure it is the only one.
 	b := plansOf("B")[0]
 	waitFor(t, 10*time.Second, "task B's plan pinned", func() bool { return slices.Contains(r.dc.Pinned("C1"), b.ID) })
+	// Task A's plan is unpinned last, after task B's is shown (DESIGN §6:
+	// tidying up never holds up the new plan): wait for it.
+	waitFor(t, 10*time.Second, "task A's plan unpinned", func() bool { return len(r.dc.Pinned("C1")) == 1 })
 	if pinned := r.dc.Pinned("C1"); len(pinned) != 1 || pinned[0] != b.ID {
 		t.Errorf("pinned %v, want only task B's plan %s", pinned, b.ID)
 	}
