@@ -394,6 +394,12 @@ func TestDiscordEditErrorsRepost(t *testing.T) {
 				}
 				return false
 			})
+			// The new message is pinned after its edits and the old one
+			// unpinned last (DESIGN §6): wait for both.
+			waitFor(t, 10*time.Second, "only the new message pinned", func() bool {
+				pins := r.dc.Pinned("C1")
+				return len(pins) == 1 && pins[0] == second && len(okDiscord(r.dc, "DELETE channels/C1/messages/pins/"+first)) > 0
+			})
 			if pins := r.dc.Pinned("C1"); len(pins) != 1 || pins[0] != second {
 				t.Errorf("pinned %v, want only the new message %s", pins, second)
 			}
