@@ -633,14 +633,13 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) (MessageR
 			return rec.Ref, err
 		case unsure:
 			// Perhaps the message an earlier attempt posted, showing what
-			// that one sent: what it shows is not known, so it is pinned
-			// (post, pin, edits: DESIGN §6) and then edited below like any
-			// message behind.
+			// that one sent: what it shows is not known, so it is edited
+			// below like any message behind, then pinned. Not pinned
+			// first: after a restart every board in doubt would wait for
+			// the pin budget (the shortest) before its edit, and the soak
+			// saw plans left on their first revision.
 			b.update(func(r *boardRecord) { r.Ref, r.Pinned, r.Shown, r.Posting = ref, false, Plan{}, nil })
 			rec.Ref, rec.Shown = ref, Plan{}
-			if err := b.pin(ctx, &rec, nil); err != nil {
-				return rec.Ref, err
-			}
 		default:
 			b.update(func(r *boardRecord) { r.Ref, r.Pinned, r.Shown, r.Posting = ref, false, want, nil })
 			b.shown(th, want)

@@ -2,6 +2,7 @@ package chat
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat/chattest"
+	"github.com/pinplan/pinplan/todo"
 )
 
 // pacedPlatform is fakePlatform with budgets: one edit budget for every
@@ -287,5 +289,42 @@ func TestNewPlanNotHeldBehindUnpin(t *testing.T) {
 	}
 	if strings.Count(strings.Join(ops, ","), "post") != 2 || strings.Contains(strings.Join(ops, ","), "unpin") {
 		t.Errorf("calls %v; want the new plan posted and answered while the unpin waits", ops)
+	}
+}
+
+// TestPostInDoubtEditedBeforeItsPin: after a restart, a plan whose post
+// was in doubt is posted again and edited to the newest plan while its
+// pin still waits for the pin budget (the soak left plans on their first
+// revision when the pin went first).
+func TestPostInDoubtEditedBeforeItsPin(t *testing.T) {
+	boards := &chattest.Boards{}
+	want := Plan{Items: plan(2, todo.Completed).Items(), Revision: 2, State: StateDone}
+	began := time.Now().Add(-time.Minute)
+	raw, _ := json.Marshal(boardRecord{Thread: Thread{Platform: "test", Key: "test/1", Channel: "C1"}, Want: &want, Posting: &began})
+	if err := boards.SaveBoard(context.Background(), "test/1", raw); err != nil {
+		t.Fatal(err)
+	}
+	p := &pacedPlatform{fakePlatform: &fakePlatform{}, edit: NewBudget(60000, 100), posts: NewBudget(60000, 100), pins: NewBudget(60000, 100)}
+	p.pins.Hold(time.Hour)
+	r := NewRouter(Options{Store: boards, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
+	t.Cleanup(r.Close)
+	if _, err := r.Resume(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.edits > 0
+	})
+	pins := p.count("pin")
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.shown) != 1 || pins != 0 {
+		t.Fatalf("calls %+v; want one post and its edit, the pin still waiting", p.calls)
+	}
+	for _, got := range p.shown {
+		if got.Revision != 2 || got.State != StateDone {
+			t.Errorf("the message shows revision %d %s, want 2 done", got.Revision, got.State)
+		}
 	}
 }
