@@ -695,7 +695,7 @@ func (b *Board) unpinOld(ctx context.Context, rec *boardRecord, shown *Plan) err
 	for len(rec.Unpin) > 0 {
 		old := rec.Unpin[0]
 		pctx, stop := b.untilNewer(ctx, *shown)
-		err := b.pace(pctx, MethodPin, func() Priority { return PriorityIntermediate })
+		err := b.pace(pctx, MethodUnpin, func() Priority { return PriorityIntermediate })
 		stop()
 		if errors.Is(err, errNewerWanted) && ctx.Err() == nil {
 			return nil

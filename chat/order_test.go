@@ -34,7 +34,7 @@ func (p *pacedPlatform) Pace(ctx context.Context, req Request) error {
 		return p.edit.Wait(ctx, req.Priority, req.Since)
 	case MethodPost:
 		return p.posts.Wait(ctx, req.Priority, req.Since)
-	case MethodPin:
+	case MethodPin, MethodUnpin:
 		if p.pins != nil {
 			return p.pins.Wait(ctx, req.Priority, req.Since)
 		}

@@ -32,7 +32,8 @@ type Method string
 const (
 	MethodPost     Method = "post"     // a new message: a plan's first post, a reply
 	MethodEdit     Method = "edit"     // an edit of the plan message
-	MethodPin      Method = "pin"      // a pin or an unpin
+	MethodPin      Method = "pin"      // a pin
+	MethodUnpin    Method = "unpin"    // an unpin (Slack counts pins.remove apart from pins.add)
 	MethodReaction Method = "reaction" // a reaction (the working indicator's fallback)
 )
 

@@ -10,7 +10,8 @@ import (
 // Slack's budgets (DESIGN §6), each counted per workspace and app as
 // Slack counts it, so that one kind of request never waits behind
 // another: chat.update in Tier 3 (about 50 a minute; Options.EditsPerMinute,
-// 45 by default), pins.add and pins.remove in Tier 2 (about 20: 18), and
+// 45 by default), pins.add and pins.remove in Tier 2 (about 20 each: 18
+// each), and
 // chat.postMessage at about one a second per channel with short bursts.
 // A plan's first post and a reply wait on their channel's posts only,
 // never behind other threads' edits. Within a budget the board's
@@ -33,13 +34,14 @@ type budgets struct {
 	mu    sync.Mutex // guards share and posts
 	share int        // replicas sharing the workspace's budgets
 	edit  *chat.Budget
-	pin   *chat.Budget
+	pin   *chat.Budget            // pins.add
+	unpin *chat.Budget            // pins.remove
 	posts map[string]*chat.Budget // by channel
 }
 
 func newBudgets(editsPerMinute float64) *budgets {
 	return &budgets{editsPerMinute: editsPerMinute, share: 1,
-		edit: chat.NewBudget(editsPerMinute, editBurst), pin: chat.NewBudget(pinsPerMinute, pinBurst),
+		edit: chat.NewBudget(editsPerMinute, editBurst), pin: chat.NewBudget(pinsPerMinute, pinBurst), unpin: chat.NewBudget(pinsPerMinute, pinBurst),
 		posts: map[string]*chat.Budget{}}
 }
 
@@ -51,6 +53,8 @@ func (b *budgets) of(req chat.Request) *chat.Budget {
 		return b.edit
 	case chat.MethodPin:
 		return b.pin
+	case chat.MethodUnpin:
+		return b.unpin
 	case chat.MethodPost:
 		b.mu.Lock()
 		defer b.mu.Unlock()
@@ -80,8 +84,10 @@ func (b *budgets) setShare(n int) {
 	b.share = n
 	b.edit.SetPerMinute(b.editsPerMinute / float64(n))
 	b.edit.SetBurst(max(editBurst/n, 1))
-	b.pin.SetPerMinute(pinsPerMinute / float64(n))
-	b.pin.SetBurst(max(pinBurst/n, 1))
+	for _, p := range []*chat.Budget{b.pin, b.unpin} {
+		p.SetPerMinute(pinsPerMinute / float64(n))
+		p.SetBurst(max(pinBurst/n, 1))
+	}
 	for _, p := range b.posts {
 		p.SetPerMinute(postsPerMinute / float64(n))
 		p.SetBurst(max(postBurst/n, 1))

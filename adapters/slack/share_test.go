@@ -67,3 +67,26 @@ func TestPostsDoNotWaitBehindEdits(t *testing.T) {
 		t.Errorf("a pin waited behind the edits: %v", err)
 	}
 }
+
+// TestUnpinsHaveTheirOwnBudget: Slack counts pins.remove apart from
+// pins.add, so with the pin budget spent an unpin still goes at once.
+func TestUnpinsHaveTheirOwnBudget(t *testing.T) {
+	a := New(Options{})
+	ctx := context.Background()
+	th := chat.Thread{Channel: "C1"}
+	for range pinBurst {
+		if err := a.Pace(ctx, chat.Request{Method: chat.MethodPin, Thread: th}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if err := a.Pace(tctx, chat.Request{Method: chat.MethodPin, Thread: th}); err == nil {
+		t.Fatal("a pin went with the pin budget spent")
+	}
+	tctx2, cancel2 := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel2()
+	if err := a.Pace(tctx2, chat.Request{Method: chat.MethodUnpin, Thread: th}); err != nil {
+		t.Errorf("an unpin waited behind the pins: %v", err)
+	}
+}
