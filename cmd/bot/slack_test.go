@@ -224,7 +224,12 @@ func TestSlackMention(t *testing.T) {
 		ID, Key, Platform string
 		Plan              *struct{ Revision int64 }
 	}
-	getJSON(t, p.URL+"/api/threads", &list)
+	// The console mirrors what Slack shows once Slack has answered the
+	// edit, a moment after the fake recorded it.
+	waitFor(t, 10*time.Second, "the console's list to show revision 5", func() bool {
+		getJSON(t, p.URL+"/api/threads", &list)
+		return len(list) == 1 && list[0].Plan != nil && list[0].Plan.Revision == 5
+	})
 	if len(list) != 1 || list[0].Platform != "slack" || list[0].Plan == nil || list[0].Plan.Revision != 5 {
 		t.Fatalf("console threads: %+v", list)
 	}
