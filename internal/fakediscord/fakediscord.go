@@ -176,8 +176,9 @@ type Server struct {
 	resumes      int
 	peak         int // the most ready connections at once, for MaxConnected
 	interactions map[string]*interaction
-	ephemerals   []*Message // ephemeral interaction replies, oldest first
-	refuseV2     bool       // RefuseComponentsV2
+	noDMs        map[string]bool // users who take no direct messages from the bot
+	ephemerals   []*Message      // ephemeral interaction replies, oldest first
+	refuseV2     bool            // RefuseComponentsV2
 }
 
 func (s *Server) initLocked() {
@@ -346,6 +347,19 @@ func (s *Server) Messages(channel string) []Message {
 		}
 	}
 	return out
+}
+
+// RefuseDMs makes the user take no direct messages from the bot, as a
+// member who turned them off for the server: opening the DM channel
+// works, a message in it answers 403 code 50007 ("Cannot send messages to
+// this user"), as Discord does.
+func (s *Server) RefuseDMs(user string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.noDMs == nil {
+		s.noDMs = map[string]bool{}
+	}
+	s.noDMs[user] = true
 }
 
 // DMs returns the messages the bot sent to user in their DM channel.

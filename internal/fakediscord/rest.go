@@ -369,6 +369,9 @@ func (s *Server) routeLocked(r *http.Request, rt route, body map[string]any) (in
 		if ch.archived && ch.locked {
 			return 0, nil, archived
 		}
+		if ch.typ == 1 && s.noDMs[ch.recipient] {
+			return 0, nil, fail(403, 50007, "Cannot send messages to this user")
+		}
 		nonce, enforce, err := nonceOf(body)
 		if err != nil {
 			return s.violationLocked(r, rt.major, err)
