@@ -341,13 +341,24 @@ const MarkHalted = "⏸️"
 // stopped, failed, the round limit), so an ended plan shows nothing as
 // working. The item is not ticked: its status stays the model's.
 func (p Plan) ItemMark(it todo.Item) string {
-	if it.Status == todo.InProgress {
-		switch p.State {
-		case StateDone, StateStopped, StateFailed, StateLimited, StateTurnBudget, StateDayBudget:
-			return MarkHalted
-		}
+	if p.Halted(it) {
+		return MarkHalted
 	}
 	return Mark(it.Status)
+}
+
+// Halted reports whether it was left in progress by a run that ended
+// (done, stopped, failed, a limit or a budget): nothing works on it now,
+// and no renderer may show it as working.
+func (p Plan) Halted(it todo.Item) bool {
+	if it.Status != todo.InProgress {
+		return false
+	}
+	switch p.State {
+	case StateDone, StateStopped, StateFailed, StateLimited, StateTurnBudget, StateDayBudget:
+		return true
+	}
+	return false
 }
 
 // Shorten cuts s to at most max runes, ending with "…" when cut.

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/slack-go/slack"
+
 	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/todo"
 )
@@ -18,5 +20,21 @@ func TestEndedPlanShowsNothingWorking(t *testing.T) {
 		if strings.Contains(out, chat.Mark(todo.InProgress)) || !strings.Contains(out, chat.MarkHalted+" *b*") && !strings.Contains(out, chat.MarkHalted+" b") {
 			t.Errorf("%s of a stopped plan: %s\nwant %s on the item left in progress, no %s", name, out, chat.MarkHalted, chat.Mark(todo.InProgress))
 		}
+	}
+}
+
+// TestEndedNativePlanShowsNothingWorking: with Slack's native plan
+// blocks, a stopped plan's item left in progress is not a task card in
+// progress; while the run works it is.
+func TestEndedNativePlanShowsNothingWorking(t *testing.T) {
+	items := []todo.Item{{Content: "a", Status: todo.Completed}, {Content: "b", Status: todo.InProgress}}
+	stopped, _ := json.Marshal(NativePlanBlocks(chat.Plan{State: chat.StateStopped, Items: items}))
+	working, _ := json.Marshal(NativePlanBlocks(chat.Plan{State: chat.StateWorking, Items: items}))
+	inProgress := `"status":"` + string(slack.TaskCardStatusInProgress) + `"`
+	if strings.Contains(string(stopped), inProgress) {
+		t.Errorf("native blocks of a stopped plan show an item in progress: %s", stopped)
+	}
+	if !strings.Contains(string(working), inProgress) {
+		t.Errorf("native blocks of a working plan show no item in progress: %s", working)
 	}
 }

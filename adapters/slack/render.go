@@ -188,7 +188,9 @@ func NativePlanBlocks(p chat.Plan) []slack.Block {
 		case todo.Completed:
 			status = slack.TaskCardStatusComplete
 		case todo.InProgress:
-			status = slack.TaskCardStatusInProgress
+			if !p.Halted(it) { // an ended run's open item is not working: pending
+				status = slack.TaskCardStatusInProgress
+			}
 		}
 		tc := slack.NewTaskCardBlock(fmt.Sprintf("item-%d", i+1), chat.Shorten(it.Content, maxItemRunes))
 		tc.Status = status
