@@ -242,7 +242,12 @@ func (a *Adapter) dispatch(ctx context.Context, m message) {
 	// events of one message share the key.
 	event := "slack/msg/" + m.channel + "/" + m.ts
 	th := chat.Thread{Platform: "slack", Key: Key(m.team, m.channel, m.thread), Channel: m.channel, ThreadID: m.thread}
-	a.noteAuthor(th.Key, m.ts, person{user: m.author, team: m.authorTeam})
+	// Who wrote it is kept for the session's streamed replies: not for a
+	// reply in a thread with no session here (most thread chatter in a
+	// channel), which would crowd out the live sessions' records.
+	if !m.followUp || a.opts.Handler.Known(th.Key) {
+		a.noteAuthor(th.Key, m.ts, person{user: m.author, team: m.authorTeam})
+	}
 	author := cmp.Or(a.displayName(ctx, m.author), "<@"+m.author+">")
 	err := a.opts.Handler.Handle(ctx, chat.Incoming{Thread: th, Text: a.mentions(ctx, m.text), Author: author, AuthorID: m.author, MessageID: m.ts, Event: event, FollowUp: m.followUp})
 	if err != nil && !errors.Is(err, chat.ErrRejected) {

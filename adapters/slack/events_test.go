@@ -3,6 +3,7 @@ package slack
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -175,5 +176,24 @@ func TestHistoryQuotesEarlierThreadMessages(t *testing.T) {
 	}
 	if got, err := a.History(context.Background(), chat.Thread{Channel: "C1", ThreadID: "9.000003"}, "9.000003", 30); err != nil || len(got) != 0 {
 		t.Errorf("a top-level mention's history = %+v, %v; want none", got, err)
+	}
+}
+
+// TestStrayRepliesKeepNoAuthors: a reply in a thread with no session
+// (channel chatter the bot only holds a minute for a mention that may
+// come) records no author: such records would fill the adapter's table
+// and clear the live sessions' ones.
+func TestStrayRepliesKeepNoAuthors(t *testing.T) {
+	a, fake, _, _ := eventAdapter(t)
+	push(t, a, fake, "EvM", map[string]any{"type": "app_mention", "user": "U1", "channel": "C1", "ts": "8.000100", "text": "<@" + a.botUserID + "> the task"})
+	for i := range 5 {
+		ts := fmt.Sprintf("9.00010%d", i)
+		push(t, a, fake, "EvS"+ts, map[string]any{"type": "message", "user": "U2", "channel": "C1", "ts": ts + "1", "thread_ts": ts, "text": "chatter"})
+	}
+	a.queue.Wait(context.Background())
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.authors) != 1 || a.nAuthors != 1 {
+		t.Errorf("authors kept for %d threads (%d entries), want the mentioned thread's only", len(a.authors), a.nAuthors)
 	}
 }

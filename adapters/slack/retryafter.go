@@ -39,7 +39,7 @@ func budgetKey(req *http.Request) string {
 	if !perChannel[method] || req.Body == nil {
 		return method
 	}
-	raw, err := io.ReadAll(io.LimitReader(req.Body, 1<<20))
+	raw, err := io.ReadAll(req.Body) // whole: it is sent on as read (Slack's own cap is far below memory's)
 	req.Body.Close()
 	req.Body = io.NopCloser(bytes.NewReader(raw))
 	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(raw)), nil }
