@@ -316,10 +316,10 @@ func (r *Runner) traceTool(ctx context.Context, tc openai.ToolCall, d Decision, 
 	}
 	if waited {
 		attrs := []attribute.KeyValue{semconv.GenAIToolName(tc.Function.Name), semconv.GenAIToolCallID(tc.ID), attrDecision.String(decisionName(d))}
+		// Who decided, by platform id only: a display name is a person's
+		// words, which traces carry only with content capture.
 		if by := d.By; by != "" {
 			attrs = append(attrs, attrDecidedBy.String(by))
-		} else if d.ByName != "" {
-			attrs = append(attrs, attrDecidedBy.String(d.ByName)) // a stop names who, by name
 		}
 		_, wait := r.tracer.Start(ctx, "approval "+tc.Function.Name, trace.WithTimestamp(d.Asked), trace.WithAttributes(attrs...))
 		wait.End(trace.WithTimestamp(d.At))
