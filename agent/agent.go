@@ -230,9 +230,12 @@ type Checkpoint struct {
 	Summary *Summary `json:"summary,omitempty"`
 	// TokenRatio is the server's prompt_tokens over pinplan's estimate,
 	// learned from usage; 0 until a server reports usage.
-	TokenRatio float64   `json:"token_ratio,omitempty"`
-	Created    time.Time `json:"created"`
-	Updated    time.Time `json:"updated"`
+	TokenRatio float64 `json:"token_ratio,omitempty"`
+	// LogSeq is the number of the session's newest log entry (LogEntry),
+	// 0 before the first; it goes on across resets.
+	LogSeq  int64     `json:"log_seq,omitempty"`
+	Created time.Time `json:"created"`
+	Updated time.Time `json:"updated"`
 }
 
 // Ending is how a turn ended: what TurnEnded reported. A Done turn's
@@ -256,6 +259,10 @@ type Round struct {
 	Plans      []PlanRevision
 	Drained    []uint64
 	Checkpoint Checkpoint
+	// Log is the round's entries of the session's log, numbered
+	// Checkpoint.LogSeq-len(Log)+1 ... Checkpoint.LogSeq: what the round
+	// did to the thread, written with it.
+	Log []LogEntry
 	// Spend is the tokens the round's model requests used, added to the
 	// person's day in the same transaction; nil when there are none or
 	// the turn has no requester.

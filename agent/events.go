@@ -48,9 +48,14 @@ const (
 	DayBudget Outcome = "day_budget"
 )
 
-// Event is published after the checkpoint it reports has been committed.
+// Event is published after the checkpoint it reports has been committed;
+// a logged one (Seq > 0) was committed with it, as a LogEntry.
 type Event struct {
-	Session  string
+	Session string
+	// Seq is the event's number in the session's log (LogEntry.Seq); 0
+	// for an event that is not logged (ToolStarted, ToolEnded, a resumed
+	// turn's start, a failure to read or write the session, a reset).
+	Seq      int64
 	Kind     EventKind
 	Resumed  bool // TurnStarted: the turn resumes after a restart
 	Plan     todo.Snapshot

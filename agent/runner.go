@@ -194,31 +194,6 @@ func (r *Runner) Resume(ctx context.Context) (int, error) {
 	return len(keys), nil
 }
 
-// Ending returns the TurnEnded event of the session's last turn while no
-// later turn has been committed; ok is false while a turn runs or waits
-// (as stored: a turn's start is committed with its first round), and for
-// a session none of whose turns ended since turns kept their end.
-// The event is published after the commit that ends the turn, so a
-// kill -9 in between loses it; a subscriber that keeps its own record of
-// the turn (the chat plan board) asks for it after a restart. The answer
-// of a Done turn is read back from the history.
-func (r *Runner) Ending(ctx context.Context, key string) (Event, bool, error) {
-	cp, hist, _, err := r.opts.Store.Load(ctx, key)
-	if err != nil {
-		return Event{}, false, fmt.Errorf("agent: load %s: %w", key, err)
-	}
-	if cp == nil || cp.State != Idle || cp.Ended == nil || cp.Ended.Turn != cp.Turns {
-		return Event{}, false, nil
-	}
-	end := *cp.Ended
-	e := Event{Session: key, Kind: TurnEnded, Turn: end.Turn, Outcome: end.Outcome, Text: end.Text, StoppedBy: end.StoppedBy,
-		Plan: todo.Restore(cp.Plan, cp.Revision, cp.Stale).Snapshot(), Revision: cp.Revision, At: end.At}
-	if end.Outcome == Done && len(hist) > 0 {
-		e.Text = hist[len(hist)-1].Message.Content
-	}
-	return e, true, nil
-}
-
 // Wake makes the session run once, as a message queued for it would:
 // replicas call it when another process queued work for a session this
 // one holds.
@@ -486,6 +461,10 @@ type session struct {
 	cp      Checkpoint
 	hist    []Entry
 	tracker *todo.Tracker
+	// log is what the next commit writes to the session's log besides
+	// the round (record): the events of the round, published once it is
+	// committed.
+	log []Event
 }
 
 // turnContext returns a fresh context for one turn, which Stop cancels.
@@ -547,13 +526,18 @@ func (r *Runner) run(key string, log *slog.Logger) error {
 				return nil
 			}
 			ctx, endTurn = r.turnContext(key)
-			// Committed with the turn's first round.
+			// The start is committed, and logged, before anything is
+			// asked of the model: the thread shows the turn working (and
+			// its Stop button) at once, and a kill from now on resumes it.
 			if err := (turn{&s.cp}).start(inbox[0]); err != nil {
 				return err
 			}
 			ctx, endTurn = r.traceTurn(ctx, s, "", endTurn)
-			r.publish(Event{Session: key, Kind: TurnStarted, Turn: s.cp.Turns, Requester: s.cp.Requester, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision(),
+			r.record(s, Event{Kind: TurnStarted, Turn: s.cp.Turns, Requester: s.cp.Requester, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision(),
 				Evidence: s.cp.Evidence.Clone()})
+			if err := r.commit(ctx, s, &Round{}, s.cp.clone(), s.tracker.Clone()); err != nil {
+				return err
+			}
 			r.waitTools(ctx, log)
 		}
 		var err error
@@ -685,11 +669,8 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 		if err := (turn{&next}).end(Ending{Outcome: Done, At: now}); err != nil {
 			return err
 		}
-		if err := r.commit(ctx, s, rd, next, work); err != nil {
-			return err
-		}
-		r.publish(Event{Session: s.key, Kind: TurnEnded, Outcome: Done, Text: msg.Content, Turn: s.cp.Turns, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision(), At: now})
-		return nil
+		r.record(s, Event{Kind: TurnEnded, Outcome: Done, Text: msg.Content, Turn: next.Turns, Plan: work.Snapshot(), Revision: work.Revision(), At: now})
+		return r.commit(ctx, s, rd, next, work)
 	}
 	uniqueCallIDs(s.hist, &msg, next.Turns, next.TurnRounds)
 	asst.Message = msg
@@ -807,7 +788,7 @@ func (r *Runner) await(ctx context.Context, s *session) (waiting bool, err error
 		if w := s.cp.Waiting; w != nil {
 			if d, ok := s.cp.Decisions[w.CallID]; ok {
 				a := *w
-				r.publish(Event{Session: s.key, Kind: ApprovalDecided, Approval: &a, Decision: &d})
+				r.record(s, Event{Kind: ApprovalDecided, Approval: &a, Decision: &d})
 				s.cp.Waiting = nil
 			}
 		}
@@ -823,7 +804,7 @@ func (r *Runner) await(ctx context.Context, s *session) (waiting bool, err error
 			}
 			if w := s.cp.Waiting; w != nil && w.CallID == tc.ID {
 				a := *w
-				r.publish(Event{Session: s.key, Kind: ApprovalDecided, Approval: &a, Decision: &d})
+				r.record(s, Event{Kind: ApprovalDecided, Approval: &a, Decision: &d})
 				s.cp.Waiting = nil
 			}
 			continue
@@ -837,13 +818,17 @@ func (r *Runner) await(ctx context.Context, s *session) (waiting bool, err error
 			if err := (turn{&next}).ask(a); err != nil {
 				return false, err
 			}
+			r.record(s, Event{Kind: ApprovalNeeded, Approval: &a, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision(), At: now})
 			if err := r.commit(ctx, s, &Round{}, next, s.tracker.Clone()); err != nil {
 				return false, err
 			}
+		} else {
+			// Announced again after a restart or a takeover, unlogged:
+			// the card is posted once (its entry was logged when asked).
+			a := *w
+			r.publish(Event{Session: s.key, Kind: ApprovalNeeded, Approval: &a, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision()})
 		}
-		a := *s.cp.Waiting
-		r.publish(Event{Session: s.key, Kind: ApprovalNeeded, Approval: &a, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision()})
-		r.arm(s.key, a)
+		r.arm(s.key, *s.cp.Waiting)
 		return true, nil
 	}
 	return false, nil
@@ -956,17 +941,17 @@ func (r *Runner) runTools(ctx context.Context, s *session, drained []Entry, ids 
 			next.Grants = grant(next.Grants, tc.Function.Name, next.Requester)
 		}
 	}
-	if err := r.commit(ctx, s, rd, next, work); err != nil {
-		return err
-	}
 	for _, p := range rd.Plans {
-		r.publish(Event{Session: s.key, Kind: PlanChanged, Plan: todo.NewSnapshot(p.Items), Revision: p.Revision, At: p.At,
+		r.record(s, Event{Kind: PlanChanged, Plan: todo.NewSnapshot(p.Items), Revision: p.Revision, At: p.At,
 			Evidence: p.Evidence, Calls: next.TurnCalls, Approvals: next.TurnApprovals})
 	}
 	if att.calls > 0 {
 		// The calls of this round, shown under their items at once.
-		r.publish(Event{Session: s.key, Kind: EvidenceChanged, Evidence: next.Evidence.Clone(), Calls: next.TurnCalls, Approvals: next.TurnApprovals,
+		r.record(s, Event{Kind: EvidenceChanged, Evidence: next.Evidence.Clone(), Calls: next.TurnCalls, Approvals: next.TurnApprovals,
 			Plan: work.Snapshot(), Revision: work.Revision()})
+	}
+	if err := r.commit(ctx, s, rd, next, work); err != nil {
+		return err
 	}
 	if by, stop := stopped(ctx); stop || stopper != "" {
 		return r.endStopped(ctx, s, nil, cmp.Or(by, stopper))
@@ -1048,12 +1033,9 @@ func (r *Runner) endTurn(ctx context.Context, s *session, rd *Round, outcome Out
 	if err := (turn{&next}).end(Ending{Outcome: outcome, Text: text, StoppedBy: e.StoppedBy, At: e.At}); err != nil {
 		return err
 	}
-	if err := r.commit(ctx, s, rd, next, s.tracker.Clone()); err != nil {
-		return err
-	}
-	e.Turn, e.Plan, e.Revision = s.cp.Turns, s.tracker.Snapshot(), s.tracker.Revision()
-	r.publish(e)
-	return nil
+	e.Turn, e.Plan, e.Revision = next.Turns, s.tracker.Snapshot(), s.tracker.Revision()
+	r.record(s, e)
+	return r.commit(ctx, s, rd, next, s.tracker.Clone())
 }
 
 // endStopped ends a stopped turn; by is who stopped it.
@@ -1061,9 +1043,20 @@ func (r *Runner) endStopped(ctx context.Context, s *session, rd *Round, by strin
 	return r.endTurn(context.WithoutCancel(ctx), s, rd, Stopped, "Stopped. The plan is kept as it was.", nil, by)
 }
 
-// commit writes rd with the checkpoint next and, only once it is durable,
-// makes it the session's state.
+// commit writes rd with the checkpoint next and the entries recorded for
+// the session's log and, only once it is durable, makes it the session's
+// state and publishes the entries.
 func (r *Runner) commit(ctx context.Context, s *session, rd *Round, next Checkpoint, work *todo.Tracker) error {
+	events := s.log
+	s.log = nil
+	rd.Log = rd.Log[:0]
+	for i := range events {
+		next.LogSeq++
+		events[i].Session, events[i].Seq = s.key, next.LogSeq
+		l := logEntry(events[i])
+		l.Seq = next.LogSeq
+		rd.Log = append(rd.Log, l)
+	}
 	rd.Base = len(s.hist)
 	next.Key = s.key
 	next.Plan = work.Snapshot().Items()
@@ -1080,7 +1073,20 @@ func (r *Runner) commit(ctx context.Context, s *session, rd *Round, next Checkpo
 	s.hist = append(s.hist, rd.Append...)
 	s.cp = next
 	s.tracker = work
+	for _, e := range events {
+		r.opts.Events.Publish(e)
+	}
 	return nil
+}
+
+// record adds e to what the session's next commit writes to its log;
+// it is published once committed.
+func (r *Runner) record(s *session, e Event) {
+	if e.At.IsZero() {
+		e.At = r.opts.Now()
+	}
+	e.Session = s.key
+	s.log = append(s.log, e)
 }
 
 func (r *Runner) allIdempotent(msg openai.ChatCompletionMessage) bool {
@@ -1128,4 +1134,36 @@ func quote(msgs []Quoted) string {
 		fmt.Fprintf(&b, "<thread_message author=%q>%s</thread_message>\n", html.EscapeString(m.Author), text)
 	}
 	return strings.TrimRight(b.String(), "\n")
+}
+
+// TurnInfo is a session's turn as last committed (Runner.Turn).
+type TurnInfo struct {
+	// Running: a turn runs or waits for an approval.
+	Running bool
+	// Turn is the number of the session's latest turn (Checkpoint.Turns).
+	Turn int64
+	// Requester is the platform user id whose message started it.
+	Requester string
+}
+
+// errReadOnly ends Turn's read of the checkpoint without a write.
+var errReadOnly = errors.New("agent: read only")
+
+// Turn returns the session's turn as the store has it, on any replica:
+// the one source of who runs what, which the chat layer asks instead of
+// keeping a copy (DESIGN.md §1). A turn queued but not started yet is
+// not running.
+func (r *Runner) Turn(ctx context.Context, key string) (TurnInfo, error) {
+	var t TurnInfo
+	err := r.opts.Store.UpdateCheckpoint(ctx, key, func(cp *Checkpoint) error {
+		t = TurnInfo{}
+		if cp != nil {
+			t = TurnInfo{Running: cp.State != Idle, Turn: cp.Turns, Requester: cp.Requester}
+		}
+		return errReadOnly
+	})
+	if err != nil && !errors.Is(err, errReadOnly) {
+		return TurnInfo{}, fmt.Errorf("agent: turn of %s: %w", key, err)
+	}
+	return t, nil
 }

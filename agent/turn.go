@@ -214,7 +214,7 @@ func (t turn) pending(callID string) bool {
 // kept, since approvals and card ids are named by it. Store.Archive writes
 // it in place of the archived record.
 func (cp Checkpoint) Reset(now time.Time) Checkpoint {
-	return Checkpoint{Key: cp.Key, State: Idle, Turns: cp.Turns, Created: now, Updated: now}
+	return Checkpoint{Key: cp.Key, State: Idle, Turns: cp.Turns, LogSeq: cp.LogSeq, Created: now, Updated: now}
 }
 
 // clone returns a copy of cp that shares no map, slice or pointer with it,

@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -156,11 +157,14 @@ func TestUnreadableSessionIsReported(t *testing.T) {
 	}
 }
 
-// TestEndingReportsTheLastTurn: the end of a turn is kept with the commit
-// that ends it, so a subscriber whose TurnEnded was cut off by a kill
-// reads it back: the answer of a Done turn, the outcome and who stopped
-// a stopped one; nothing while a turn waits.
-func TestEndingReportsTheLastTurn(t *testing.T) {
+// TestLogIsWrittenWithTheRounds: every event a turn publishes that a
+// restart must not lose is an entry of the session's log, numbered 1, 2,
+// ... without gaps, in the store before it is published (DESIGN §1): the
+// stored entries are the published ones, in order. Turn reports what the
+// store has: a waiting turn runs, with its requester; a stopped one no
+// longer does. Events that mean nothing after a restart (a tool in
+// progress) are published unnumbered and not stored.
+func TestLogIsWrittenWithTheRounds(t *testing.T) {
 	var runs atomic.Int32
 	fake := &fakeopenai.Server{Respond: func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
 		if strings.Contains(req.Messages[len(req.Messages)-1].Content, "write") {
@@ -170,35 +174,68 @@ func TestEndingReportsTheLastTurn(t *testing.T) {
 	}}
 	h := newHarness(t, fake, harnessOpts{tools: []agent.Tool{writeTool(&runs)}})
 	ctx := context.Background()
-	if _, ok, err := h.runner.Ending(ctx, "web/end"); ok || err != nil {
-		t.Fatalf("Ending of a session never run = ok %v, %v; want nothing", ok, err)
+	if tr, err := h.runner.Turn(ctx, "web/end"); err != nil || tr.Running {
+		t.Fatalf("Turn of a session never run = %+v, %v; want none running", tr, err)
 	}
-
+	var published []agent.Event
+	logged := func(events []agent.Event) {
+		for _, e := range events {
+			if e.Seq > 0 {
+				published = append(published, e)
+			}
+		}
+	}
 	h.send(t, "web/end", "question")
-	events := h.waitEnd(t, "web/end")
-	live := events[len(events)-1]
-	got, ok, err := h.runner.Ending(ctx, "web/end")
-	if err != nil || !ok {
-		t.Fatalf("Ending after a finished turn = ok %v, %v", ok, err)
-	}
-	if got.Kind != agent.TurnEnded || got.Turn != 1 || got.Outcome != agent.Done || got.Text != "the answer" || got.Turn != live.Turn || got.Text != live.Text {
-		t.Errorf("Ending = %+v, want turn 1 done with the answer, as published (%+v)", got, live)
-	}
+	logged(h.waitEnd(t, "web/end"))
 
 	if err := h.runner.Submit(ctx, "web/end", agent.Inbound{Text: "write the notes", Author: "ann", AuthorID: "U1"}); err != nil {
 		t.Fatal(err)
 	}
-	h.waitKind(t, "web/end", agent.ApprovalNeeded)
-	if e, ok, err := h.runner.Ending(ctx, "web/end"); ok || err != nil {
-		t.Errorf("Ending while turn 2 waits = %+v, ok %v, %v; want nothing", e, ok, err)
+	var second []agent.Event
+	for {
+		e := <-h.ch("web/end")
+		second = append(second, e)
+		if e.Kind == agent.ApprovalNeeded {
+			break
+		}
+	}
+	if tr, err := h.runner.Turn(ctx, "web/end"); err != nil || !tr.Running || tr.Requester != "U1" || tr.Turn != 2 {
+		t.Errorf("Turn while turn 2 waits = %+v, %v; want turn 2 running for U1", tr, err)
 	}
 	if !h.runner.Stop("web/end", "bob") {
 		t.Fatal("the waiting turn was not stopped")
 	}
-	live = h.waitKind(t, "web/end", agent.TurnEnded)
-	got, ok, err = h.runner.Ending(ctx, "web/end")
-	if err != nil || !ok || got.Turn != 2 || got.Outcome != agent.Stopped || got.StoppedBy != live.StoppedBy || got.StoppedBy == "" || got.Text != live.Text {
-		t.Errorf("Ending after a stop = %+v, ok %v, %v; want turn 2 stopped as published (%+v)", got, ok, err, live)
+	second = append(second, h.waitEnd(t, "web/end")...)
+	logged(second)
+	if tr, err := h.runner.Turn(ctx, "web/end"); err != nil || tr.Running {
+		t.Errorf("Turn after the stop = %+v, %v; want none running", tr, err)
+	}
+
+	stored, err := h.db.Log(ctx, "web/end", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stored) != len(published) {
+		t.Fatalf("%d entries stored, %d published with a number", len(stored), len(published))
+	}
+	var kinds []agent.EventKind
+	for i, l := range stored {
+		e := published[i]
+		if l.Seq != int64(i+1) || e.Seq != l.Seq || e.Kind != l.Kind || e.Turn != l.Turn || e.Text != l.Text || e.Outcome != l.Outcome {
+			t.Errorf("entry %d: stored %+v, published %+v", i+1, l, e)
+		}
+		kinds = append(kinds, l.Kind)
+	}
+	// The stopped call is answered "stopped": its round's evidence, then the end.
+	want := []agent.EventKind{agent.TurnStarted, agent.TurnEnded, agent.TurnStarted, agent.ApprovalNeeded, agent.ApprovalDecided, agent.EvidenceChanged, agent.TurnEnded}
+	if !slices.Equal(kinds, want) {
+		t.Errorf("logged kinds %v, want %v", kinds, want)
+	}
+	if last := stored[len(stored)-1]; last.Outcome != agent.Stopped || last.StoppedBy != "bob" || last.Turn != 2 {
+		t.Errorf("last entry %+v, want turn 2 stopped by bob", last)
+	}
+	if after, err := h.db.Log(ctx, "web/end", 4); err != nil || len(after) != 3 || after[0].Seq != 5 {
+		t.Errorf("Log after 4 = %d entries (%v), want 5 to 7", len(after), err)
 	}
 	if runs.Load() != 0 {
 		t.Error("the stopped call ran")

@@ -21,7 +21,8 @@ type BoardStore interface {
 }
 
 // boardRecord is what survives a restart of a plan board: the thread, the
-// plan message, what it last showed and who may stop the running turn. The
+// plan message and what it last showed. Whether a turn runs, which one and
+// who asked for it are the agent's (Runner.Turn), never kept here. The
 // session's approval cards (cardsRecord) and how it is listed
 // (listingRecord) have records of their own; a record written before they
 // did still holds them, and the router moves them when it loads it.
@@ -43,19 +44,14 @@ type boardRecord struct {
 	// FailureSaid: the thread was told the plan message could not be
 	// updated; cleared by the next success, so it is said once per outage.
 	FailureSaid bool `json:"failure_said,omitempty"`
-	// Requester is the platform user id whose message started the running
-	// turn: with the starter and the approvers, one who may stop it.
-	Requester string `json:"requester,omitempty"`
 	// Starter is the platform user id whose mention created the session:
-	// they may stop any of its turns and reset it (DESIGN §12).
+	// they may stop any of its turns and reset it (DESIGN §12). It is the
+	// session's, recorded when its first message arrives, before any turn.
 	Starter string `json:"starter,omitempty"`
-	// Running: a turn is in progress (TurnStarted until TurnEnded),
-	// whatever the plan message shows.
-	Running bool `json:"running,omitempty"`
-	// Turn is the number of the turn Running reports (agent.Event.Turn),
-	// so that a turn whose end was lost to a kill is told apart from a
-	// later one (Router.endMissed).
-	Turn int64 `json:"turn,omitempty"`
+	// Requester is read only from records written before the agent was
+	// asked who requested a turn: such a session's starter is its last
+	// requester.
+	Requester string `json:"requester,omitempty"`
 	// Final is what a finished plan's message showed when a later turn
 	// put its Stop button on it. If that turn moves on to a new plan
 	// message, the old one gets this content back (Restore).
@@ -253,8 +249,6 @@ func (b *Board) turnStarted(e agent.Event) (indicated string) {
 	b.set(func(rec *boardRecord, want *Plan) {
 		rec.Indicated = rec.Trigger
 		indicated = rec.Indicated
-		rec.Requester = e.Requester
-		rec.Running, rec.Turn = true, e.Turn
 		th, sessioned = rec.Thread, rec.Sessioned
 		rec.Sessioned = rec.Sessioned || b.showsSessions()
 		if rec.Closed && rec.Final == nil && len(want.Items) > 0 {
@@ -351,7 +345,7 @@ func (b *Board) approvalDecided(e agent.Event) {
 	b.set(func(rec *boardRecord, want *Plan) {
 		if want.State == StateWaiting {
 			want.State, want.Updated = StateWorking, e.At
-			resumed = rec.Running
+			resumed = true
 		}
 		th = rec.Thread
 	})
@@ -361,32 +355,22 @@ func (b *Board) approvalDecided(e agent.Event) {
 }
 
 // turnEnded: the turn is over (done, stopped, failed or at the round
-// limit). The footer says how; the Stop button goes. A missed end (one
-// cut off by a kill, Router.endMissed) changes the board only while it
-// still runs that turn; turnEnded reports whether it did.
-func (b *Board) turnEnded(e agent.Event, missed bool) (ended bool) {
+// limit). The footer says how; the Stop button goes.
+func (b *Board) turnEnded(e agent.Event) {
 	state := StateOf(e.Outcome)
 	var th Thread
 	var indicated string
 	b.set(func(rec *boardRecord, want *Plan) {
-		if missed && (!rec.Running || rec.Turn != e.Turn) {
-			return // ended meanwhile, or a later turn began
-		}
-		ended = true
 		th, indicated = rec.Thread, rec.Indicated
-		rec.Running, rec.Final = false, nil
+		rec.Final = nil
 		want.State, want.Updated = state, e.At
 		want.Stoppable, want.Activity, want.StoppedBy = false, "", e.StoppedBy
 		// The next turn's plan gets its own message unless it
 		// continues this one.
 		rec.Closed = len(want.Items) > 0
 	})
-	if !ended {
-		return false
-	}
 	off := false
 	b.moveSession(th, statusChange{state: SessionActive, working: &off, trigger: indicated})
-	return true
 }
 
 // reset starts the board over for a new session in the same thread: the
@@ -430,9 +414,12 @@ func (b *Board) change(f func()) {
 	}
 }
 
-// Wait blocks until the board has applied everything wanted so far (or
-// given up on it). Tests use it; Router.Close drains every board itself.
+// Wait blocks until the session's deliverer has applied the events
+// queued so far (Router.Flush) and the board has applied everything
+// wanted then (or given up on it). Tests use it; Router.Close drains
+// every board itself. It must not be called on the delivery queue.
 func (b *Board) Wait() {
+	b.owner.Flush(b.key)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for b.running {

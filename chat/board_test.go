@@ -209,8 +209,8 @@ func TestBoardPostsPinsOnceAndEndsOnNewest(t *testing.T) {
 		}
 	}}
 	r := newTestRouter(t, p, &chattest.Boards{})
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnStarted})
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress, todo.Pending)})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnStarted})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress, todo.Pending)})
 	select {
 	case <-posting:
 	case <-time.After(10 * time.Second):
@@ -218,9 +218,9 @@ func TestBoardPostsPinsOnceAndEndsOnNewest(t *testing.T) {
 		t.Fatal("revision 1 was not posted within 10s")
 	}
 	for rev := int64(2); rev <= 100; rev++ {
-		r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: rev, Plan: plan(rev, todo.InProgress, todo.Pending)})
+		observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: rev, Plan: plan(rev, todo.InProgress, todo.Pending)})
 	}
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Plan: plan(100, todo.InProgress, todo.Pending)})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Plan: plan(100, todo.InProgress, todo.Pending)})
 	close(release)
 	settle(t, r, "test/1")
 
@@ -284,11 +284,11 @@ func TestBoardRepostsWhenMessageGone(t *testing.T) {
 		return nil
 	}}
 	r := newTestRouter(t, p, &chattest.Boards{})
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
 	settle(t, r, "test/1")
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 2, Plan: plan(2, todo.InProgress)})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 2, Plan: plan(2, todo.InProgress)})
 	settle(t, r, "test/1")
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 3, Plan: plan(3, todo.Completed)})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 3, Plan: plan(3, todo.Completed)})
 	settle(t, r, "test/1")
 	if p.count("post") != 2 || p.count("pin") != 2 || p.count("unpin") != 1 {
 		t.Fatalf("calls %+v, want 2 posts, 2 pins, 1 unpin", p.calls)
@@ -310,10 +310,10 @@ func TestBoardHonoursRateLimit(t *testing.T) {
 		return nil
 	}}
 	r := newTestRouter(t, p, &chattest.Boards{})
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
 	settle(t, r, "test/1")
 	start := time.Now()
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 2, Plan: plan(2, todo.Completed)})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 2, Plan: plan(2, todo.Completed)})
 	settle(t, r, "test/1")
 	if d := time.Since(start); d < 200*time.Millisecond {
 		t.Errorf("two 429s of 100ms waited only %s", d)
@@ -327,7 +327,7 @@ func TestBoardPinUnavailableSaysOnce(t *testing.T) {
 	p := &fakePlatform{pinErr: ErrPinUnavailable}
 	r := newTestRouter(t, p, &chattest.Boards{})
 	for rev := int64(1); rev <= 3; rev++ {
-		r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: rev, Plan: plan(rev, todo.Pending)})
+		observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: rev, Plan: plan(rev, todo.Pending)})
 		settle(t, r, "test/1")
 	}
 	if p.count("reply") != 1 || p.count("pin-error") != 1 {
@@ -343,14 +343,14 @@ func TestNewTaskGetsNewMessageAfterRestart(t *testing.T) {
 	p := &fakePlatform{}
 	r := NewRouter(Options{Store: st, Platforms: map[string]Platform{"test": p}})
 	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress)})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress)})
 	settle(t, r, "test/1")
 	// A restart: a new router on the same store reuses the message.
 	r.Close()
 	r2 := newTestRouter(t, p, st)
-	r2.Observe(agent.Event{Session: "test/1", Kind: agent.TurnStarted, Resumed: true})
-	r2.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 2, Plan: plan(2, todo.Completed)})
-	r2.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Plan: plan(2, todo.Completed)})
+	observe(r2, agent.Event{Session: "test/1", Kind: agent.TurnStarted, Resumed: true})
+	observe(r2, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 2, Plan: plan(2, todo.Completed)})
+	observe(r2, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Plan: plan(2, todo.Completed)})
 	settle(t, r2, "test/1")
 	if p.count("post") != 1 || p.count("pin") != 1 {
 		t.Fatalf("after restart: calls %+v, want the same message reused", p.calls)
@@ -360,8 +360,8 @@ func TestNewTaskGetsNewMessageAfterRestart(t *testing.T) {
 	}
 	// The finished plan is closed: a new task gets a new, pinned message and
 	// the old one is unpinned but left complete.
-	r2.Observe(agent.Event{Session: "test/1", Kind: agent.TurnStarted})
-	r2.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 3, Plan: todo.NewSnapshot([]todo.Item{{Content: "another task", Status: todo.Pending}})})
+	observe(r2, agent.Event{Session: "test/1", Kind: agent.TurnStarted})
+	observe(r2, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 3, Plan: todo.NewSnapshot([]todo.Item{{Content: "another task", Status: todo.Pending}})})
 	settle(t, r2, "test/1")
 	if p.count("post") != 2 || p.count("unpin") != 1 || p.count("pin") != 2 {
 		t.Errorf("new task: calls %+v", p.calls)
@@ -396,10 +396,10 @@ func TestBoardFailureToldOnceAndRecovers(t *testing.T) {
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond})
 	t.Cleanup(r.Close)
 	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
 	settle(t, r, "test/1")
 	for rev := int64(2); rev <= 3; rev++ { // two outages' worth of failed edits, one notice
-		r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: rev, Plan: plan(rev, todo.InProgress)})
+		observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: rev, Plan: plan(rev, todo.InProgress)})
 		settle(t, r, "test/1")
 	}
 	if n := p.count("reply"); n != 1 {
@@ -411,7 +411,7 @@ func TestBoardFailureToldOnceAndRecovers(t *testing.T) {
 	mu.Lock()
 	broken = false
 	mu.Unlock()
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 4, Plan: plan(4, todo.Completed)})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 4, Plan: plan(4, todo.Completed)})
 	settle(t, r, "test/1")
 	if got := p.plan("m1"); got.Revision != 4 {
 		t.Errorf("after recovery the message shows revision %d, want 4", got.Revision)
@@ -419,7 +419,7 @@ func TestBoardFailureToldOnceAndRecovers(t *testing.T) {
 	mu.Lock()
 	broken = true
 	mu.Unlock()
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 5, Plan: plan(5, todo.Completed)})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 5, Plan: plan(5, todo.Completed)})
 	settle(t, r, "test/1")
 	if n := p.count("reply"); n != 2 {
 		t.Errorf("a new outage after recovery: %d notices, want 2", n)
@@ -456,7 +456,7 @@ func TestBoardTurnMethods(t *testing.T) {
 			e.Resumed, e.Requester = true, "UBOB"
 			indicated = b.turnStarted(e)
 		}, check: func(rec boardRecord, want Plan) bool {
-			return indicated == "msg-1" && rec.Indicated == "msg-1" && rec.Running && rec.Requester == "UBOB" && rec.Starter == "UANN" &&
+			return indicated == "msg-1" && rec.Indicated == "msg-1" && rec.Starter == "UANN" &&
 				want.State == StateResumed && want.Stoppable && want.Updated.Equal(at)
 		}},
 		{name: "a plan while resumed keeps the footer", do: func() { b.planChanged(task(1, "draft", "review")) }, check: func(_ boardRecord, want Plan) bool {
@@ -479,10 +479,10 @@ func TestBoardTurnMethods(t *testing.T) {
 		{name: "stopped", do: func() {
 			e := ev(agent.TurnEnded)
 			e.Outcome, e.StoppedBy = agent.Stopped, "ann"
-			b.turnEnded(e, false)
+			b.turnEnded(e)
 			b.Wait()
 		}, check: func(rec boardRecord, want Plan) bool {
-			return !rec.Running && rec.Closed && rec.Ref.ID == "m1" && want.State == StateStopped && want.StoppedBy == "ann" && !want.Stoppable
+			return rec.Closed && rec.Ref.ID == "m1" && want.State == StateStopped && want.StoppedBy == "ann" && !want.Stoppable
 		}},
 		{name: "a later turn keeps the final content", do: func() { b.turnStarted(ev(agent.TurnStarted)) }, check: func(rec boardRecord, want Plan) bool {
 			return rec.Final != nil && rec.Final.State == StateStopped && want.State == StateWorking && want.Stoppable && want.StoppedBy == ""
@@ -492,7 +492,7 @@ func TestBoardTurnMethods(t *testing.T) {
 				p.plan("m1").State == StateStopped && len(rec.Unpin) == 0 && len(rec.Restore) == 0
 		}},
 		{name: "reset", do: func() { b.reset(); b.Wait() }, check: func(rec boardRecord, want Plan) bool {
-			return rec.Ref.IsZero() && rec.Starter == "" && rec.Requester == "" && !rec.Running && !rec.Closed &&
+			return rec.Ref.IsZero() && rec.Starter == "" && !rec.Closed &&
 				rec.Thread.Channel == "C2" && rec.Trigger == "msg-1" && rec.Indicated == "msg-1" && len(want.Items) == 0
 		}},
 	}
@@ -513,4 +513,15 @@ func TestBoardTurnMethods(t *testing.T) {
 	if strings.Join(unpinned, ",") != "m1,m2" {
 		t.Errorf("unpinned %q, want m1 (the new task's) then m2 (the reset's)", unpinned)
 	}
+}
+
+// observe hands r the event and waits until its session's deliverer has
+// applied it, as the agent's Publish did when the router applied events
+// on the agent's goroutine.
+func observe(r *Router, e agent.Event) {
+	if n, ok := r.runner.(interface{ Note(agent.Event) }); ok {
+		n.Note(e) // the agent's record has it before it is published
+	}
+	r.Observe(e)
+	r.Flush(e.Session)
 }

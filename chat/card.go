@@ -220,26 +220,43 @@ func (r *Router) mayDecide(platform, requester, user string) bool {
 	return (requester != "" && user == requester) || slices.Contains(r.opts.Approvers, user)
 }
 
-// mayStop reports whether user may stop rec's running turn: its requester,
-// the session's starter, or an approver (DESIGN §12), on every turn.
-func (r *Router) mayStop(platform string, rec boardRecord, user string) bool {
-	return r.mayDecide(platform, rec.Requester, user) || (rec.Starter != "" && user == rec.Starter)
+// mayStop reports whether user may stop the session's turn t: its
+// requester, the session's starter (rec's), or an approver (DESIGN §12),
+// on every turn.
+func (r *Router) mayStop(platform string, rec boardRecord, t agent.TurnInfo, user string) bool {
+	return r.mayDecide(platform, t.Requester, user) || (starter(rec) != "" && user == starter(rec))
 }
 
-// mayReset reports whether user may reset rec's session: its starter or
-// an approver.
-func (r *Router) mayReset(platform string, rec boardRecord, user string) bool {
-	return r.mayDecide(platform, starter(rec), user)
+// turn returns the session's turn as the agent has it (Runner.Turn); one
+// that cannot be read is reported as not running, and logged.
+func (r *Router) turn(ctx context.Context, key string) agent.TurnInfo {
+	t, err := r.runner.Turn(ctx, key)
+	if err != nil {
+		r.opts.Logger.Error("read the session's turn", "session", key, "err", err)
+	}
+	return t
 }
+
+// mayReset reports whether user may reset rec's session: its starter
+// (who, or else its last turn's requester t, startedBy says) or an
+// approver.
+func (r *Router) mayReset(platform string, rec boardRecord, t agent.TurnInfo, user string) bool {
+	return r.mayDecide(platform, startedBy(rec, t), user)
+}
+
+// startedBy is who started rec's session; a session whose first message
+// named nobody (or was recorded before starters were kept) falls back to
+// its last turn's requester t.
+func startedBy(rec boardRecord, t agent.TurnInfo) string { return cmp.Or(starter(rec), t.Requester) }
 
 // starter is who started rec's session; a session recorded before
 // starters were kept falls back to its last requester.
 func starter(rec boardRecord) string { return cmp.Or(rec.Starter, rec.Requester) }
 
-func stopRefusal(rec boardRecord) string {
-	who := mention(rec.Requester)
-	if rec.Starter != "" && rec.Starter != rec.Requester {
-		who += ", " + mention(rec.Starter) + " (who started this session)"
+func stopRefusal(rec boardRecord, t agent.TurnInfo) string {
+	who := mention(t.Requester)
+	if st := starter(rec); st != "" && st != t.Requester {
+		who += ", " + mention(st) + " (who started this session)"
 	}
 	return "Only " + who + " or an approver can stop this turn."
 }
@@ -260,11 +277,12 @@ func (r *Router) Click(ctx context.Context, c Click) ClickResult {
 	rec, want := s.board.state()
 	log := r.opts.Logger.With("session", c.Thread.Key, "user", c.UserID, "action", action)
 	if action == ActionStop {
-		if !rec.Running {
+		t := r.turn(ctx, c.Thread.Key)
+		if !t.Running {
 			return ClickResult{Private: "Nothing is running in this thread."}
 		}
-		if !r.mayStop(c.Thread.Platform, rec, c.UserID) {
-			return ClickResult{Private: stopRefusal(rec)}
+		if !r.mayStop(c.Thread.Platform, rec, t, c.UserID) {
+			return ClickResult{Private: stopRefusal(rec, t)}
 		}
 		if !r.runner.Stop(c.Thread.Key, c.UserName) {
 			return ClickResult{Private: "Nothing is running in this thread."}

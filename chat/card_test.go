@@ -79,15 +79,15 @@ func cardRig(t *testing.T) (*Router, *cardPlatform, *decider) {
 	r := NewRouter(Options{Runner: run, Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, Approvers: []string{"UADMIN"}, RetryDelay: time.Millisecond})
 	t.Cleanup(r.Close)
 	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnStarted, Requester: "UANN"})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnStarted, Requester: "UANN"})
 	return r, p, run
 }
 
 func TestApprovalCardAndClicks(t *testing.T) {
 	r, p, run := cardRig(t)
 	a := agent.Approval{CallID: "call_1", Tool: "fs__write_file", Server: "fs", Arguments: "{ \"path\" : \"x\" }", Requester: "UANN", Deadline: time.Now().Add(time.Hour)}
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.ApprovalNeeded, Approval: &a})
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.ApprovalNeeded, Approval: &a}) // announced again after a restart
+	observe(r, agent.Event{Session: "test/1", Kind: agent.ApprovalNeeded, Approval: &a})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.ApprovalNeeded, Approval: &a}) // announced again after a restart
 	settle(t, r, "test/1")
 	if p.posts != 1 {
 		t.Fatalf("%d cards posted, want 1", p.posts)
@@ -123,7 +123,7 @@ func TestApprovalCardAndClicks(t *testing.T) {
 		t.Errorf("click on a decided card: %+v", res)
 	}
 	// The runner's event does not edit the card a second time.
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.ApprovalDecided, Approval: &a, Decision: &agent.Decision{Allow: true, Always: true}})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.ApprovalDecided, Approval: &a, Decision: &agent.Decision{Allow: true, Always: true}})
 	settle(t, r, "test/1")
 	if got := r.Board("test/1").want.State; got != StateWorking {
 		t.Errorf("plan state %q after the decision, want working", got)
@@ -133,8 +133,8 @@ func TestApprovalCardAndClicks(t *testing.T) {
 func TestApprovalTimeoutEditsCard(t *testing.T) {
 	r, p, _ := cardRig(t)
 	a := agent.Approval{CallID: "call_9", Tool: "fs__write_file", Requester: "UANN"}
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.ApprovalNeeded, Approval: &a})
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.ApprovalDecided, Approval: &a, Decision: &agent.Decision{Reason: agent.ReasonTimeout, At: time.Now()}})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.ApprovalNeeded, Approval: &a})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.ApprovalDecided, Approval: &a, Decision: &agent.Decision{Reason: agent.ReasonTimeout, At: time.Now()}})
 	settle(t, r, "test/1")
 	if got := p.card("card1"); got.Open() || !strings.Contains(got.Outcome, "no decision in time") {
 		t.Errorf("card after the deadline: %+v", got)
@@ -143,14 +143,14 @@ func TestApprovalTimeoutEditsCard(t *testing.T) {
 
 func TestStopButtonAndActivity(t *testing.T) {
 	r, p, run := cardRig(t)
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress)})
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.ToolStarted, Tool: "fs__read_text_file"})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress)})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.ToolStarted, Tool: "fs__read_text_file"})
 	settle(t, r, "test/1")
 	shown := p.plan("m1")
 	if !shown.Stoppable || shown.Activity != "running fs__read_text_file" || !strings.Contains(shown.Footer(), "running fs__read_text_file") {
 		t.Errorf("plan while a tool runs: %+v (%s)", shown, shown.Footer())
 	}
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.ToolEnded, Tool: "fs__read_text_file"})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.ToolEnded, Tool: "fs__read_text_file"})
 	settle(t, r, "test/1")
 	if got := p.plan("m1"); got.Activity != "" {
 		t.Errorf("activity %q after the tool returned", got.Activity)
@@ -163,7 +163,7 @@ func TestStopButtonAndActivity(t *testing.T) {
 	if res.Plan == nil || res.Plan.Stoppable || len(run.stops) != 1 || run.stops[0] != "admin" {
 		t.Errorf("Stop by an approver: %+v, stops %v", res, run.stops)
 	}
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Stopped, StoppedBy: "admin"})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Stopped, StoppedBy: "admin"})
 	settle(t, r, "test/1")
 	got := p.plan("m1")
 	if got.Stoppable || !strings.Contains(got.Footer(), "stopped by admin") {
@@ -195,8 +195,8 @@ func TestButtonIDs(t *testing.T) {
 
 func TestResetTakesThePlanDown(t *testing.T) {
 	r, p, _ := cardRig(t)
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress)})
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress)})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done})
 	settle(t, r, "test/1")
 	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
 	if err := r.Handle(context.Background(), Incoming{Thread: th, Text: "reset", Author: "ann", AuthorID: "UANN"}); !errors.Is(err, ErrRejected) {
@@ -210,7 +210,7 @@ func TestResetTakesThePlanDown(t *testing.T) {
 		t.Errorf("board still points at %s after reset", ref.ID)
 	}
 	// The next plan gets a new message.
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
 	settle(t, r, "test/1")
 	if p.count("post") != 2 {
 		t.Errorf("%d plan posts, want a new message after reset", p.count("post"))
@@ -221,8 +221,8 @@ func TestReusedCallIDsGetTheirOwnCards(t *testing.T) {
 	r, p, _ := cardRig(t)
 	for turn := int64(1); turn <= 2; turn++ {
 		a := agent.Approval{CallID: "call_0", Tool: "fs__write_file", Requester: "UANN", Turn: turn}
-		r.Observe(agent.Event{Session: "test/1", Kind: agent.ApprovalNeeded, Approval: &a})
-		r.Observe(agent.Event{Session: "test/1", Kind: agent.ApprovalDecided, Approval: &a, Decision: &agent.Decision{Allow: true, ByName: "ann", At: time.Now()}})
+		observe(r, agent.Event{Session: "test/1", Kind: agent.ApprovalNeeded, Approval: &a})
+		observe(r, agent.Event{Session: "test/1", Kind: agent.ApprovalDecided, Approval: &a, Decision: &agent.Decision{Allow: true, ByName: "ann", At: time.Now()}})
 	}
 	settle(t, r, "test/1")
 	if p.posts != 2 {
@@ -243,7 +243,7 @@ func TestUnpostableCardIsSaidInWords(t *testing.T) {
 	t.Cleanup(r.Close)
 	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	a := agent.Approval{CallID: "c1", Tool: "fs__write_file", Requester: "UANN", Deadline: time.Now().Add(time.Hour)}
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.ApprovalNeeded, Approval: &a})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.ApprovalNeeded, Approval: &a})
 	settle(t, r, "test/1")
 	var said []string
 	for _, c := range p.calls {

@@ -42,13 +42,13 @@ func TestNewTaskAfterEndedRunGetsNewMessage(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			p := &fakePlatform{}
 			r := newTestRouter(t, p, &chattest.Boards{})
-			r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnStarted})
-			r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress, todo.Pending)})
-			r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: tt.outcome, Plan: plan(1, todo.InProgress, todo.Pending)})
+			observe(r, agent.Event{Session: "test/1", Kind: agent.TurnStarted})
+			observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress, todo.Pending)})
+			observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: tt.outcome, Plan: plan(1, todo.InProgress, todo.Pending)})
 			settle(t, r, "test/1")
 			ended := p.plan("m1")
-			r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnStarted})
-			r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 2, Plan: tt.next})
+			observe(r, agent.Event{Session: "test/1", Kind: agent.TurnStarted})
+			observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 2, Plan: tt.next})
 			settle(t, r, "test/1")
 			if got := p.count("post"); got != tt.posts {
 				t.Fatalf("got %d plan posts, want %d (calls %+v)", got, tt.posts, p.calls)
@@ -80,7 +80,7 @@ func TestRepostsAreBounded(t *testing.T) {
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond})
 	t.Cleanup(r.Close)
 	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
 	settle(t, r, "test/1")
 	if got := p.count("post"); got != 1+maxReposts {
 		t.Errorf("got %d posts for one revision whose message keeps vanishing, want %d (%+v)", got, 1+maxReposts, p.calls)
@@ -114,9 +114,9 @@ func TestEditLaterBacksOffBeforeReposting(t *testing.T) {
 			r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, EditLaterDelay: time.Millisecond})
 			t.Cleanup(r.Close)
 			r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
-			r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
+			observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
 			settle(t, r, "test/1")
-			r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 2, Plan: plan(2, todo.Completed)})
+			observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 2, Plan: plan(2, todo.Completed)})
 			settle(t, r, "test/1")
 			if got := p.count("post"); got != tt.posts {
 				t.Errorf("got %d posts, want %d (calls %+v)", got, tt.posts, p.calls)
@@ -148,8 +148,8 @@ func TestReplyDeliveredAfterTransientErrors(t *testing.T) {
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: ob})
 	t.Cleanup(r.Close)
 	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "the answer"})
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "a second answer"})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "the answer"})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "a second answer"})
 	settle(t, r, "test/1")
 	var got []string
 	for _, c := range p.calls {
@@ -181,7 +181,7 @@ func TestRetryAsksWhetherAnEarlierAttemptLanded(t *testing.T) {
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
 	t.Cleanup(r.Close)
 	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "the answer"})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "the answer"})
 	settle(t, r, "test/1")
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -210,7 +210,7 @@ func TestUndeliverableReplyIsReported(t *testing.T) {
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: ob, Hooks: hooks})
 	t.Cleanup(r.Close)
 	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "lost answer"})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "lost answer"})
 	settle(t, r, "test/1")
 	mu.Lock()
 	defer mu.Unlock()
@@ -231,7 +231,7 @@ func TestOutboxSurvivesRestart(t *testing.T) {
 	boards := &chattest.Boards{}
 	r := NewRouter(Options{Store: boards, Platforms: map[string]Platform{"test": down}, RetryDelay: time.Hour, Outbox: ob})
 	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "kept answer"})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "kept answer"})
 	deadline := time.Now().Add(5 * time.Second)
 	for down.count("reply-error") == 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
@@ -260,10 +260,10 @@ func TestWorkingIndicatorClearedWhereItWasSet(t *testing.T) {
 	r := newTestRouter(t, p, &chattest.Boards{})
 	b := r.Board("test/1")
 	b.update(func(rec *boardRecord) { rec.Trigger = "msg-1" })
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnStarted})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnStarted})
 	// A message queued during the turn becomes the newest trigger.
 	b.update(func(rec *boardRecord) { rec.Trigger = "msg-2" })
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done})
 	settle(t, r, "test/1")
 	var on, off []string
 	for _, c := range p.calls {
@@ -291,9 +291,9 @@ func TestUnfinishedPlanEditResumedAfterRestart(t *testing.T) {
 	down := &failingEdits{}
 	r := NewRouter(Options{Store: boards, Platforms: map[string]Platform{"test": down}, RetryDelay: time.Millisecond})
 	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress)})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress)})
 	r.Board("test/1").Wait()
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Plan: plan(1, todo.InProgress)})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Plan: plan(1, todo.InProgress)})
 	r.Board("test/1").Wait()
 	r.Close()
 
@@ -320,12 +320,12 @@ func TestEvictDropsOnlyIdleBoards(t *testing.T) {
 	t.Cleanup(r.Close)
 	for _, key := range []string{"test/idle", "test/busy"} {
 		r.board(key, &Thread{Platform: "test", Key: key, Channel: "C1"})
-		r.Observe(agent.Event{Session: key, Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
+		observe(r, agent.Event{Session: key, Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
 		settle(t, r, key)
 	}
-	r.Observe(agent.Event{Session: "test/idle", Kind: agent.TurnEnded, Outcome: agent.Done})
+	observe(r, agent.Event{Session: "test/idle", Kind: agent.TurnEnded, Outcome: agent.Done})
 	settle(t, r, "test/idle")
-	r.Observe(agent.Event{Session: "test/busy", Kind: agent.TurnStarted})
+	observe(r, agent.Event{Session: "test/busy", Kind: agent.TurnStarted})
 	settle(t, r, "test/busy")
 	if n := r.Evict(0); n != 1 {
 		t.Fatalf("evicted %d boards, want the idle one", n)
@@ -370,13 +370,13 @@ func TestDeletedTellsThePlatforms(t *testing.T) {
 	t.Cleanup(r.Close)
 	for _, key := range []string{"test/gone", "test/back"} {
 		r.board(key, &Thread{Platform: "test", Key: key, Channel: "C1"})
-		r.Observe(agent.Event{Session: key, Kind: agent.TurnEnded, Outcome: agent.Done})
+		observe(r, agent.Event{Session: key, Kind: agent.TurnEnded, Outcome: agent.Done})
 		settle(t, r, key)
 	}
 	since := time.Now()
 	// A message came for test/back after its records went: its new turn
 	// runs on the board in memory, which stays.
-	r.Observe(agent.Event{Session: "test/back", Kind: agent.TurnStarted})
+	observe(r, agent.Event{Session: "test/back", Kind: agent.TurnStarted})
 	settle(t, r, "test/back")
 	r.Deleted("test/gone", since)
 	r.Deleted("test/back", since)
@@ -635,7 +635,7 @@ func TestResetThenNewPlanPostsItsOwnMessage(t *testing.T) {
 	t.Cleanup(r.Close)
 	r.Board("test/1").reset()
 	settle(t, r, "test/1")
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: items("a new task")})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: items("a new task")})
 	settle(t, r, "test/1")
 	old := fmt.Sprintf("plan/test/1/%d", began.UnixNano())
 	if len(p.posts) != 1 || p.posts[0].unsure || p.posts[0].key == "" || p.posts[0].key == old {
@@ -684,7 +684,7 @@ func TestPostingNotedBeforeThePost(t *testing.T) {
 			r := NewRouter(Options{Store: boards, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond})
 			t.Cleanup(r.Close)
 			r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
-			r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
+			observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
 			settle(t, r, "test/1")
 			if len(noted) != 2 || !noted[0] || !noted[1] {
 				t.Errorf("the record noted the post before each attempt: %v, want [true true]", noted)
@@ -702,55 +702,57 @@ func TestPostingNotedBeforeThePost(t *testing.T) {
 	}
 }
 
-// TestTurnEndCutOffByAKillIsFinished: the agent committed a turn's end
-// and the process died before the board recorded it (TurnEnded is
-// published after the commit), so the board's record still says the turn
-// runs and its message shows Stop for good. The restart ends it from the
-// agent's record: the message says done without Stop, and the answer is
-// posted once, whether or not it was stored before the kill. A board
-// whose turn began after the last one the agent ended is left alone.
-func TestTurnEndCutOffByAKillIsFinished(t *testing.T) {
+// TestDeliveryGoesOnFromTheCursor: the agent committed a turn's end (an
+// entry of the session's log) and the process died before the deliverer
+// applied it, so the plan message shows the turn working, with Stop. The
+// next start goes on from the session's cursor: the message says done
+// without Stop, and the answer is posted once, whether or not it was
+// stored before the kill, and never before the cursor passed its entry.
+// A later turn's start logged after that end leaves the message working.
+func TestDeliveryGoesOnFromTheCursor(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
-		storedFirst bool  // the kill came after Observe stored the answer
-		unlisted    bool  // the outbox cannot be read back: nothing is decided
-		takeover    bool  // another replica takes the session (ResumeSession)
-		left        int   // replies still stored at the end: kept back, undecided
-		endedTurn   int64 // the agent's last ended turn; the board runs turn 2
+		storedFirst bool // the kill came after the answer was stored
+		unlisted    bool // the outbox cannot be read back: nothing is resumed
+		takeover    bool // another replica takes the session (ResumeSession)
+		laterTurn   bool // the log goes on with the next turn's start
+		left        int  // replies still stored at the end
 		want        PlanState
 		replies     int
 	}{
-		{name: "answer not stored", endedTurn: 2, want: StateDone, replies: 1},
-		{name: "answer stored", storedFirst: true, endedTurn: 2, want: StateDone, replies: 1},
-		{name: "a later turn began", endedTurn: 1, want: StateWorking},
-		{name: "outbox unreadable", endedTurn: 2, unlisted: true, want: StateWorking},
-		{name: "outbox partly read, answer stored", storedFirst: true, endedTurn: 2, unlisted: true, want: StateWorking, left: 1},
-		{name: "taken over by a replica", takeover: true, endedTurn: 2, want: StateDone, replies: 1},
-		{name: "taken over, answer stored", takeover: true, storedFirst: true, endedTurn: 2, want: StateDone, replies: 1},
+		{name: "answer not stored", want: StateDone, replies: 1},
+		{name: "answer stored", storedFirst: true, want: StateDone, replies: 1},
+		{name: "a later turn began", laterTurn: true, want: StateWorking, replies: 1},
+		{name: "outbox unreadable", unlisted: true, want: StateWorking},
+		{name: "outbox unreadable, answer stored", storedFirst: true, unlisted: true, want: StateWorking, left: 1},
+		{name: "taken over by a replica", takeover: true, want: StateDone, replies: 1},
+		{name: "taken over, answer stored", takeover: true, storedFirst: true, want: StateDone, replies: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			boards, ob, p := &chattest.Boards{}, &chattest.Outbox{}, &fakePlatform{}
+			boards, ob, logs, p := &chattest.Boards{}, &chattest.Outbox{}, &chattest.Log{}, &fakePlatform{}
 			th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
-			r := NewRouter(Options{Store: boards, Outbox: ob, Platforms: map[string]Platform{"test": p}})
+			r := NewRouter(Options{Store: boards, Outbox: ob, Log: logs, Platforms: map[string]Platform{"test": p}})
 			r.board(th.Key, &th)
-			r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnStarted, Turn: 2})
-			r.Observe(agent.Event{Session: th.Key, Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Completed)})
+			observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 2}))
+			observe(r, logs.Append(th.Key, agent.Event{Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Completed)}))
+			end := logs.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 2, Outcome: agent.Done, Text: "the answer", Plan: plan(1, todo.Completed), Revision: 1})
+			if tc.laterTurn {
+				logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 3})
+			}
 			settle(t, r, th.Key)
 			if tc.storedFirst {
-				r.outbox.hold(th, "", "the answer", 2)
+				r.outbox.hold(th, "", "the answer", 2, end.Seq)
 			}
-			r.Close() // the kill: TurnEnded never reached the board
+			r.Close() // the kill: the turn's end was committed, never delivered
 			if got := p.plan("m1"); got.State != StateWorking || !got.Stoppable {
 				t.Fatalf("before the restart m1 shows %q (stoppable %v), want working with Stop", got.State, got.Stoppable)
 			}
 
-			runner := chattest.Runner{Ended: map[string]agent.Event{th.Key: {Session: th.Key, Kind: agent.TurnEnded,
-				Turn: tc.endedTurn, Outcome: agent.Done, Text: "the answer", Plan: plan(1, todo.Completed), Revision: 1}}}
-			// A reply sent while the board still says the turn runs could
-			// be sent again after a second kill.
+			// A reply sent before the cursor passed its entry could be
+			// stored and sent again after a second kill.
 			var early atomic.Bool
 			p.replyErr = func(int) error {
-				if raw, _ := boards.Board(t.Context(), th.Key); BoardRunning(raw) {
+				if n, _ := logs.Delivered(t.Context(), th.Key); n < end.Seq {
 					early.Store(true)
 				}
 				return nil
@@ -760,7 +762,7 @@ func TestTurnEndCutOffByAKillIsFinished(t *testing.T) {
 				store = unlistable{ob}
 			}
 			for restart := range 2 { // the second finds nothing left to do
-				r := NewRouter(Options{Runner: runner, Store: boards, Outbox: store, Platforms: map[string]Platform{"test": p}})
+				r := NewRouter(Options{Runner: &chattest.Runner{}, Store: boards, Outbox: store, Log: logs, Platforms: map[string]Platform{"test": p}})
 				if tc.takeover {
 					r.ResumeSession(t.Context(), th.Key)
 				} else if _, err := r.Resume(t.Context()); (err != nil) != tc.unlisted {
@@ -779,9 +781,37 @@ func TestTurnEndCutOffByAKillIsFinished(t *testing.T) {
 				t.Errorf("%d replies left in the outbox, want %d", ob.Len(), tc.left)
 			}
 			if early.Load() {
-				t.Error("a reply was sent while the board still said its turn runs")
+				t.Error("a reply was sent before the delivery cursor passed its entry")
 			}
 		})
+	}
+}
+
+// TestDeliveryReadsWhatItMissed: an event published with a number past
+// the cursor's next (entries committed while another process held the
+// session) makes the deliverer read the entries in between from the log
+// first, in order, and none twice.
+func TestDeliveryReadsWhatItMissed(t *testing.T) {
+	logs, p := &chattest.Log{}, &fakePlatform{}
+	r := NewRouter(Options{Store: &chattest.Boards{}, Log: logs, Platforms: map[string]Platform{"test": p}})
+	t.Cleanup(r.Close)
+	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
+	r.board(th.Key, &th)
+	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
+	logs.Append(th.Key, agent.Event{Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress)})
+	logs.Append(th.Key, agent.Event{Kind: agent.PlanChanged, Revision: 2, Plan: plan(2, todo.Completed)})
+	end := logs.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Text: "the answer"})
+	observe(r, end)
+	observe(r, end) // published twice: applied once
+	settle(t, r, th.Key)
+	if got := p.plan("m1"); got.Revision != 2 || got.State != StateDone {
+		t.Errorf("m1 shows revision %d %q, want revision 2 done", got.Revision, got.State)
+	}
+	if n := p.count("reply"); n != 1 {
+		t.Errorf("%d replies, want 1", n)
+	}
+	if n, _ := logs.Delivered(t.Context(), th.Key); n != end.Seq {
+		t.Errorf("cursor at %d, want %d", n, end.Seq)
 	}
 }
 
@@ -805,28 +835,6 @@ func (u unlistable) Outbox(ctx context.Context, f func(uint64, []byte)) error {
 	return errors.New("outbox read cut off")
 }
 
-// TestMissedEndLeavesALaterTurn: a turn's end read back after a restart
-// changes the board only while it still runs that turn; a turn begun
-// meanwhile keeps its Stop button.
-func TestMissedEndLeavesALaterTurn(t *testing.T) {
-	p := &fakePlatform{}
-	r := newTestRouter(t, p, &chattest.Boards{})
-	b := r.Board("test/1")
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnStarted, Turn: 3})
-	if b.turnEnded(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Turn: 2, Outcome: agent.Done}, true) {
-		t.Error("the end of turn 2 ended turn 3")
-	}
-	if rec, want := b.state(); !rec.Running || rec.Turn != 3 || want.State != StateWorking || !want.Stoppable {
-		t.Errorf("after a missed end of turn 2: running %v turn %d, %q stoppable %v; want turn 3 working with Stop", rec.Running, rec.Turn, want.State, want.Stoppable)
-	}
-	if !b.turnEnded(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Turn: 3, Outcome: agent.Done}, true) {
-		t.Error("the missed end of turn 3 did not end it")
-	}
-	if rec, want := b.state(); rec.Running || want.State != StateDone || want.Stoppable {
-		t.Errorf("after the end of turn 3: running %v, %q stoppable %v; want done without Stop", rec.Running, want.State, want.Stoppable)
-	}
-}
-
 // holdingBoards holds the first board save after hold is armed until
 // release is closed.
 type holdingBoards struct {
@@ -847,7 +855,7 @@ func (h *holdingBoards) SaveBoard(ctx context.Context, key string, data []byte) 
 // TestReplyWaitsForTheTurnsEndToBeSaved: a turn's answer is stored before
 // the board records the turn's end and sent only after that record is
 // saved, so an answer in the thread means a restart finds the end
-// recorded (TestTurnEndCutOffByAKillIsFinished covers a kill before it).
+// recorded (TestDeliveryGoesOnFromTheCursor covers a kill before it).
 // Sending it first left the plan on "working" with its Stop button for
 // good when kill -9 came between the two (cmd/bot
 // TestSlackQueuedPlansSurviveKill, under load).
@@ -857,14 +865,14 @@ func TestReplyWaitsForTheTurnsEndToBeSaved(t *testing.T) {
 	r := NewRouter(Options{Store: boards, Outbox: ob, Platforms: map[string]Platform{"test": p}})
 	t.Cleanup(r.Close)
 	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnStarted, Turn: 1})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnStarted, Turn: 1})
 	settle(t, r, "test/1")
 
 	boards.armed.Store(true)
 	observed := make(chan struct{})
 	go func() {
 		defer close(observed)
-		r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Text: "the answer"})
+		observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Text: "the answer"})
 	}()
 	<-boards.held // the turn's end is being saved
 	if ob.Len() != 1 {

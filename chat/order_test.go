@@ -55,8 +55,8 @@ func TestReplyWaitsForItsPlanPost(t *testing.T) {
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
 	t.Cleanup(r.Close)
 	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
-	r.Observe(chattest.Revision("test/1", 1))
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "the answer"})
+	observe(r, chattest.Revision("test/1", 1))
+	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "the answer"})
 	time.Sleep(200 * time.Millisecond) // time enough for an answer that does not wait
 	p.mu.Lock()
 	early := fmt.Sprint(p.calls)
@@ -88,7 +88,7 @@ func TestFinalStatesGoBeforeRevisions(t *testing.T) {
 	key := func(i int) string { return fmt.Sprintf("test/%d", i) }
 	for i := range n {
 		r.board(key(i), &Thread{Platform: "test", Key: key(i), Channel: "C1"})
-		r.Observe(chattest.Revision(key(i), 1))
+		observe(r, chattest.Revision(key(i), 1))
 	}
 	for i := range n {
 		settle(t, r, key(i)) // every plan posted
@@ -97,11 +97,11 @@ func TestFinalStatesGoBeforeRevisions(t *testing.T) {
 	p.edit.Wait(context.Background(), nil, time.Time{})
 	// Threads 0-2 move on (intermediate revisions), then 3-5 end.
 	for i := range 3 {
-		r.Observe(chattest.Revision(key(i), 2))
+		observe(r, chattest.Revision(key(i), 2))
 	}
 	waitUntil(t, func() bool { return p.edit.Waiting() == 3 })
 	for i := 3; i < n; i++ {
-		r.Observe(agent.Event{Session: key(i), Kind: agent.TurnEnded, Outcome: agent.Done})
+		observe(r, agent.Event{Session: key(i), Kind: agent.TurnEnded, Outcome: agent.Done})
 	}
 	for i := range n {
 		settle(t, r, key(i))
@@ -169,7 +169,7 @@ func TestFinalEditNotHeldBehindPin(t *testing.T) {
 			moveOn: func(r *Router, p *pinHeldPlatform, posted <-chan struct{}, release chan<- struct{}) {
 				close(release)
 				waitUntil(t, func() bool { return p.waiting.Load() == 1 })
-				r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done})
+				observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done})
 			},
 			want: []string{"post:1:working", "edit:1:done", "pin"},
 		},
@@ -177,7 +177,7 @@ func TestFinalEditNotHeldBehindPin(t *testing.T) {
 			name: "the plan moved on during the post",
 			moveOn: func(r *Router, p *pinHeldPlatform, posted <-chan struct{}, release chan<- struct{}) {
 				<-posted
-				r.Observe(chattest.Revision("test/1", 2))
+				observe(r, chattest.Revision("test/1", 2))
 				close(release)
 			},
 			want: []string{"post:1:working", "edit:2:working", "pin"},
@@ -196,7 +196,7 @@ func TestFinalEditNotHeldBehindPin(t *testing.T) {
 			r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
 			t.Cleanup(r.Close)
 			r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
-			r.Observe(chattest.Revision("test/1", 1))
+			observe(r, chattest.Revision("test/1", 1))
 			tt.moveOn(r, p, posted, release)
 			// The edit lands while the pin budget is still shut.
 			deadline := time.Now().Add(10 * time.Second)
@@ -239,10 +239,10 @@ func TestPostAfterAWaitShowsTheNewest(t *testing.T) {
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
 	t.Cleanup(r.Close)
 	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
-	r.Observe(chattest.Revision("test/1", 1))
+	observe(r, chattest.Revision("test/1", 1))
 	waitUntil(t, func() bool { return p.posts.Waiting() == 1 })
-	r.Observe(chattest.Revision("test/1", 2))
-	r.Observe(chattest.Revision("test/1", 3))
+	observe(r, chattest.Revision("test/1", 2))
+	observe(r, chattest.Revision("test/1", 3))
 	settle(t, r, "test/1")
 	var got []string
 	for _, c := range p.calls {
@@ -264,13 +264,13 @@ func TestNewPlanNotHeldBehindUnpin(t *testing.T) {
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
 	t.Cleanup(r.Close)
 	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
-	r.Observe(chattest.Revision("test/1", 1))
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "first answer"})
+	observe(r, chattest.Revision("test/1", 1))
+	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "first answer"})
 	settle(t, r, "test/1")
 	p.pins.Hold(time.Hour) // no pin or unpin from here on
 	r.Board("test/1").reset()
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: items("a new task"), At: time.Now()})
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "second answer"})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: items("a new task"), At: time.Now()})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "second answer"})
 	waitUntil(t, func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()

@@ -58,8 +58,12 @@ type outboxItem struct {
 	Text    string    `json:"text"`
 	Created time.Time `json:"created"`
 	// Turn is the turn whose end the item tells (agent.Event.Turn); 0
-	// for anything else. Resume asks whether a turn's end was stored.
+	// for anything else.
 	Turn int64 `json:"turn,omitempty"`
+	// Seq is the number of the log entry the item is the answer of
+	// (agent.LogEntry.Seq), 0 for anything else: a deliverer that
+	// applies that entry again after a restart finds it stored.
+	Seq int64 `json:"seq,omitempty"`
 	// To is the user the item is for alone (PrivateReplier); "" for the
 	// thread.
 	To string `json:"to,omitempty"`
@@ -96,7 +100,7 @@ func newOutbox(r *Router, st OutboxStore) *outbox {
 // reply is still delivered from memory; it just would not survive a
 // restart.
 func (o *outbox) add(th Thread, replyTo, text string) {
-	o.enqueue(th.Key, o.hold(th, replyTo, text, 0)...)
+	o.enqueue(th.Key, o.hold(th, replyTo, text, 0, 0)...)
 }
 
 // addPrivate stores a message for user alone and starts its delivery,
@@ -118,8 +122,8 @@ func (o *outbox) addPrivate(th Thread, user, text string) {
 // hold stores a reply without sending it and returns its parts, for
 // enqueue: the caller saves in between what must be durable before the
 // reply can be seen. turn is the turn whose end the reply tells, 0 for
-// any other reply.
-func (o *outbox) hold(th Thread, replyTo, text string, turn int64) []queued {
+// any other reply; seq the log entry it answers, 0 for none.
+func (o *outbox) hold(th Thread, replyTo, text string, turn, seq int64) []queued {
 	parts := []string{text}
 	if sp, ok := o.r.opts.Platforms[th.Platform].(Splitter); ok {
 		parts = sp.SplitReply(text)
@@ -130,7 +134,11 @@ func (o *outbox) hold(th Thread, replyTo, text string, turn int64) []queued {
 	raw := make([][]byte, len(parts))
 	for i, part := range parts {
 		key := fmt.Sprintf("outbox/%s/%d.%d.%d", th.Key, now.UnixNano(), n, i)
-		items[i] = outboxItem{Key: key, Thread: th, Text: part, Created: now, Turn: turn}
+		if seq > 0 {
+			// The same name on every attempt at this entry's answer.
+			key = fmt.Sprintf("log/%s/%d.%d", th.Key, seq, i)
+		}
+		items[i] = outboxItem{Key: key, Thread: th, Text: part, Created: now, Turn: turn, Seq: seq}
 		if i == 0 {
 			items[i].ReplyTo = replyTo
 		}

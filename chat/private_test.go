@@ -76,8 +76,8 @@ func TestTextRefusalsArePrivate(t *testing.T) {
 		return ""
 	}
 	say("U1", "plan the release")
-	r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "U1"})
-	r.Observe(agent.Event{Session: th.Key, Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress, todo.Pending)})
+	observe(r, agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "U1"})
+	observe(r, agent.Event{Session: th.Key, Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress, todo.Pending)})
 	settle(t, r, th.Key)
 
 	for _, cmd := range []string{"stop", "reset"} {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -50,10 +49,9 @@ type Runner interface {
 	Stop(key, by string) bool
 	Decide(ctx context.Context, key, callID string, d agent.Decision) (agent.Approval, error)
 	Reset(ctx context.Context, key, by string) error
-	// Ending returns the TurnEnded event of the session's last turn
-	// while no later one has started (ok false otherwise): the end of
-	// a turn whose event a kill may have cut off.
-	Ending(ctx context.Context, key string) (e agent.Event, ok bool, err error)
+	// Turn returns the session's turn as the agent last committed it:
+	// whether one runs (or waits for an approval) and who requested it.
+	Turn(ctx context.Context, key string) (agent.TurnInfo, error)
 }
 
 // Options configures a Router.
@@ -62,6 +60,10 @@ type Options struct {
 	// router hears of their events as an agent.Subscriber (Observe).
 	Runner Runner
 	Store  BoardStore
+	// Log reads the sessions' logs and keeps their delivery cursors
+	// (deliver.go); nil uses Store when it is a LogStore (store.DB is),
+	// else delivers only what it is told, from memory.
+	Log LogStore
 	// Cards keeps the sessions' approval cards; nil uses Store when it
 	// is a CardStore (store.DB is), else keeps them in memory only.
 	Cards CardStore
@@ -123,6 +125,11 @@ type Router struct {
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup // board loops
 
+	logs LogStore // nil: no log to read, cursors in memory
+	// delivery is the sessions' deliverers (deliver.go), by session key;
+	// waited for before the rest.
+	delivery serial.Queue
+
 	outbox *outbox // its queue is waited for beside wg
 	// statuses sends the sessions' status moves (status.go), by session
 	// key; waited for beside wg.
@@ -173,78 +180,13 @@ func NewRouter(opts Options) *Router {
 	if r.followUps == nil {
 		r.followUps = &memFollowUps{boards: opts.Store, now: opts.Now}
 	}
+	r.logs = opts.Log
+	if r.logs == nil {
+		r.logs, _ = opts.Store.(LogStore)
+	}
 	r.outbox = newOutbox(r, opts.Outbox)
 	r.tracer = newTracer(opts.Tracer)
 	return r
-}
-
-// Resume delivers the replies a previous process stored but did not
-// deliver, and finishes the plan posts and edits it left, when the store
-// can list board records. Call it once the platforms are connected.
-//
-// Every board whose wanted plan differs from what its message shows is
-// resumed, whether or not the message exists yet: a first post still
-// waiting for the platform's pace at the kill is posted and pinned now.
-// The one case that can show a plan twice is a post the platform accepted
-// just before the kill whose ref was not stored yet: the record has no
-// ref, so it is posted again and the new message is the one pinned and
-// edited; the first copy stays in the thread, unpinned (pins follow the
-// stored ref). TestPostWithoutStoredRefIsRepeated pins that down.
-//
-// A board whose record says its turn runs while the agent has ended that
-// turn lost the turn's end to a kill: it is ended now (endMissed).
-func (r *Router) Resume(ctx context.Context) (int, error) {
-	var pending []string
-	running := map[string]int64{}
-	listedBoards := false
-	if bl, ok := r.opts.Store.(BoardLister); ok {
-		err := bl.Boards(ctx, func(key string, data []byte) {
-			if BoardPending(data) {
-				pending = append(pending, key)
-			}
-			if turn := runningTurn(data); turn > 0 {
-				running[key] = turn
-			}
-		})
-		if err != nil {
-			r.opts.Logger.Error("list plan boards", "err", err)
-		}
-		listedBoards = err == nil
-	}
-	// Boards first: a stored reply waits for its plan's first post
-	// (planFirst), which needs the board running again.
-	for _, key := range pending {
-		if b := r.Board(key); b != nil && b.platform != nil {
-			b.set(func(*boardRecord, *Plan) {})
-		}
-	}
-	stored, err := r.outbox.stored(ctx)
-	held := map[string][]queued{} // of the sessions endMissed looks at
-	read := map[string]bool{}     // boards read one by one, the listing having failed
-	for _, q := range stored {
-		key := q.item.Thread.Key
-		if _, ok := running[key]; !ok && !listedBoards && q.item.Turn > 0 && !read[key] {
-			// A turn's reply may be sent only once its board has
-			// the turn's end: look at a board the listing missed.
-			read[key] = true
-			data, berr := r.opts.Store.Board(ctx, key)
-			if berr != nil {
-				r.opts.Logger.Error("read plan board", "session", key, "err", berr)
-			}
-			if turn := runningTurn(data); turn > 0 || berr != nil {
-				running[key] = max(turn, 0) // 0: undecided, endMissed keeps the turns' replies back
-			}
-		}
-		if _, ok := running[key]; ok {
-			held[key] = append(held[key], q)
-			continue
-		}
-		r.outbox.enqueue(key, q)
-	}
-	for key, turn := range running {
-		r.endMissed(ctx, key, turn, held[key], err == nil)
-	}
-	return len(stored), err
 }
 
 // BoardPending reports whether a stored plan board record has work its
@@ -262,111 +204,17 @@ func BoardPending(data []byte) bool {
 	return rec.Want != nil && (!rec.Ref.IsZero() || len(rec.Want.Items) > 0) && !sameContent(*rec.Want, rec.Shown)
 }
 
-// runningTurn is the turn a stored board record says runs, 0 for none
-// (or a record from before turns were numbered).
-func runningTurn(data []byte) int64 {
-	var rec boardRecord
-	if json.Unmarshal(data, &rec) != nil || !rec.Running {
-		return 0
-	}
-	return rec.Turn
-}
-
-// BoardRunning reports whether a stored plan board record says a turn
-// runs: if the agent's record says it ended, the end was cut off and a
-// process that takes the session over finishes it (ResumeSession).
-func BoardRunning(data []byte) bool { return runningTurn(data) > 0 }
-
-// endMissed finishes turn on session key's board if the agent ended it:
-// the agent commits a turn's end, then publishes TurnEnded, and a kill in
-// between leaves the board saying the turn runs, with a Stop button, for
-// good. stored is the session's replies read back from the outbox; they
-// are queued here, once the end is saved, so that a reply of this turn
-// is never delivered (and deleted) while the board still says it runs.
-// The turn's reply is added unless it is among them. listed is false
-// when the outbox could not be read whole, turn 0 when the board could
-// not be read: then nothing is decided, the board stays as it is, the
-// session's replies that end a turn stay stored for the next start, and
-// the others are queued.
-//
-// A turn that starts meanwhile is left alone: the board changes only if
-// it still runs this turn (Board.turnEnded), and the session's next event
-// sets it right if it was not committed yet.
-func (r *Router) endMissed(ctx context.Context, key string, turn int64, stored []queued, listed bool) {
-	undecided := true // until the board's state is known: turn replies stay stored
-	defer func() {
-		if undecided {
-			stored = slices.DeleteFunc(stored, func(q queued) bool { return q.item.Turn > 0 && (turn == 0 || q.item.Turn == turn) })
-		}
-		r.outbox.enqueue(key, stored...)
-	}()
-	if r.runner == nil || !listed || turn == 0 {
-		return
-	}
-	e, ok, err := r.runner.Ending(ctx, key)
-	if err != nil {
-		r.opts.Logger.Error("read how the last turn ended", "session", key, "err", err)
-		return
-	}
-	undecided = false
-	if !ok || e.Turn != turn {
-		return // the turn runs still (it is resumed), or a later one was committed
-	}
-	s := r.session(key, nil)
-	if s == nil || s.board.platform == nil {
-		return
-	}
-	b := s.board
-	rec, _ := b.state()
-	if e.Text != "" && !slices.ContainsFunc(stored, func(q queued) bool { return q.item.Turn == turn }) {
-		stored = append(stored, r.outbox.hold(rec.Thread, rec.Trigger, e.Text, turn)...)
-	}
-	if !b.turnEnded(e, true) {
-		return
-	}
-	r.opts.Logger.Info("finished a turn whose end was cut off", "session", key, "turn", turn, "outcome", e.Outcome)
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	r.turnOver(cctx, s, rec.Thread, rec.Indicated, e)
-}
-
-// ResumeSession is Resume for one session that this process has just
-// taken from another replica (DESIGN §14): its records are read afresh,
-// and the plan post or edit and the replies the other one left are
-// finished here, with a turn's end cut off by the other one's death.
-func (r *Router) ResumeSession(ctx context.Context, key string) {
-	r.Forget(key)
-	data, berr := r.opts.Store.Board(ctx, key)
-	if berr != nil {
-		r.opts.Logger.Error("read plan board", "session", key, "err", berr)
-		data = nil
-	}
-	if BoardPending(data) { // first: a stored reply waits for its plan's post
-		if b := r.Board(key); b != nil && b.platform != nil {
-			b.set(func(*boardRecord, *Plan) {})
-		}
-	}
-	stored, err := r.outbox.storedOf(ctx, key)
-	if err != nil {
-		r.opts.Logger.Error("resume undelivered replies", "session", key, "err", err)
-	}
-	if turn := runningTurn(data); turn > 0 || berr != nil {
-		r.endMissed(ctx, key, turn, stored, err == nil) // turn 0: undecided
-	} else {
-		r.outbox.enqueue(key, stored...)
-	}
-}
-
 // drainTimeout bounds how long Close lets plan boards finish their edits.
 const drainTimeout = 5 * time.Second
 
-// Close lets the plan boards and the outbox apply what they were given (up
+// Close lets the deliverers, the plan boards and the outbox apply what they were given (up
 // to five seconds, so a final "done" edit is not lost to a restart; replies
 // not delivered by then stay stored for the next start), then stops them
 // and waits. Call it after the runner has stopped publishing.
 func (r *Router) Close() {
 	done := make(chan struct{})
 	go func() {
+		r.delivery.Wait(context.Background())
 		r.wg.Wait()
 		r.outbox.queue.Wait(context.Background())
 		r.statuses.Wait(context.Background())
@@ -453,11 +301,12 @@ func (r *Router) Handle(ctx context.Context, in Incoming) error {
 			// yet: the runner can stop a turn a moment before its
 			// TurnStarted reaches the board.
 			rec, _ := b.state()
-			if !r.mayStop(th.Platform, rec, in.AuthorID) {
-				if !rec.Running {
+			t := r.turn(ctx, th.Key)
+			if !r.mayStop(th.Platform, rec, t, in.AuthorID) {
+				if !t.Running {
 					return reply(msg)
 				}
-				return private(stopRefusal(rec))
+				return private(stopRefusal(rec, t))
 			}
 		}
 		if r.runner.Stop(th.Key, in.Author) {
@@ -551,62 +400,6 @@ func (r *Router) board(key string, th *Thread) *Board {
 	return nil
 }
 
-var _ agent.Subscriber = (*Router)(nil)
-
-// Observe implements agent.Subscriber: the plan board records each turn
-// event (and renders it); the router does what is not the board's: the
-// approval cards, the replies and the working indicator.
-func (r *Router) Observe(e agent.Event) {
-	s := r.session(e.Session, nil)
-	if s == nil || s.board.platform == nil {
-		r.opts.Logger.Warn("event for a session without a platform", "session", e.Session, "kind", e.Kind)
-		return
-	}
-	b := s.board
-	rec, _ := b.state()
-	th, trigger, indicated := rec.Thread, rec.Trigger, rec.Indicated
-	log := b.log
-	ctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)
-	defer cancel()
-	switch e.Kind {
-	case agent.TurnStarted:
-		marked := b.turnStarted(e)
-		if !b.showsSessions() { // else the session's status shows it (status.go)
-			if err := b.platform.Working(ctx, th, marked, true); err != nil {
-				log.Warn("show working indicator", "err", err)
-			}
-		}
-	case agent.PlanChanged:
-		b.planChanged(e)
-	case agent.EvidenceChanged:
-		b.evidenceChanged(e)
-	case agent.ToolStarted, agent.ToolEnded:
-		b.toolActivity(e)
-	case agent.ApprovalNeeded:
-		b.waiting(e)
-		if e.Approval != nil {
-			r.showCard(ctx, s, th, *e.Approval)
-		}
-	case agent.ApprovalDecided:
-		if e.Approval != nil && e.Decision != nil {
-			r.closeCard(ctx, s, th, *e.Approval, *e.Decision)
-		}
-		b.approvalDecided(e)
-	case agent.TurnEnded:
-		// The reply is stored before the board records the end, and
-		// sent after: a reply in the thread means both are durable, and
-		// a board that still says its turn runs after a kill has the
-		// reply, if it was stored at all, still in the outbox (endMissed).
-		var reply []queued
-		if e.Text != "" {
-			reply = r.outbox.hold(th, trigger, e.Text, e.Turn)
-		}
-		b.turnEnded(e, false)
-		r.outbox.enqueue(th.Key, reply...)
-		r.turnOver(ctx, s, th, indicated, e)
-	}
-}
-
 // turnOver does what the router does when a turn ends, besides the board
 // and the reply: the cards still open are closed, the working indicator
 // goes.
@@ -682,8 +475,9 @@ func (r *Router) reset(ctx context.Context, th Thread, in Incoming) (msg string,
 		return "There is nothing to reset in this thread yet.", false
 	}
 	rec, _ := s.board.state()
-	if !r.mayReset(th.Platform, rec, in.AuthorID) {
-		return "Only " + mention(starter(rec)) + ", who started this thread's session, or an approver can reset it.", true
+	t := r.turn(ctx, th.Key)
+	if !r.mayReset(th.Platform, rec, t, in.AuthorID) {
+		return "Only " + mention(startedBy(rec, t)) + ", who started this thread's session, or an approver can reset it.", true
 	}
 	if err := r.archive(ctx, s, in.Author, false); err != nil {
 		r.opts.Logger.Error("reset session", "session", th.Key, "err", err)

@@ -62,14 +62,14 @@ func TestWhoMayActOnLaterTurns(t *testing.T) {
 	}
 
 	say("U1", "plan the release") // U1 starts the session
-	r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "U1"})
-	r.Observe(agent.Event{Session: th.Key, Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Completed, todo.Pending, todo.Pending)})
-	r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnEnded, Outcome: agent.Done})
+	observe(r, agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "U1"})
+	observe(r, agent.Event{Session: th.Key, Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Completed, todo.Pending, todo.Pending)})
+	observe(r, agent.Event{Session: th.Key, Kind: agent.TurnEnded, Outcome: agent.Done})
 	settle(t, r, th.Key)
 
 	// The second turn, U1's again, runs without a todo_write.
 	say("U1", "now check the changelog")
-	r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "U1"})
+	observe(r, agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "U1"})
 	settle(t, r, th.Key)
 	if shown := p.plan("m1"); !shown.Stoppable || shown.State != StateWorking {
 		t.Errorf("the plan during the second turn: stoppable %t, footer %q; want the Stop button and working", shown.Stoppable, shown.Footer())
@@ -89,9 +89,9 @@ func TestWhoMayActOnLaterTurns(t *testing.T) {
 
 	// A third turn requested by U3: U3, the starter U1 and an approver
 	// may stop it; U2 may not.
-	r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnEnded, Outcome: agent.Done})
+	observe(r, agent.Event{Session: th.Key, Kind: agent.TurnEnded, Outcome: agent.Done})
 	say("U3", "and the docs")
-	r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "U3"})
+	observe(r, agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "U3"})
 	settle(t, r, th.Key)
 	if res := click("U2"); res.Private == "" {
 		t.Errorf("U2's Stop of U3's turn: %+v, want a refusal", res)
@@ -104,7 +104,7 @@ func TestWhoMayActOnLaterTurns(t *testing.T) {
 	if stops, _ := run.counts(); stops != 3 {
 		t.Errorf("%d stops, want 3 (requester, starter, approver)", stops)
 	}
-	r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnEnded, Outcome: agent.Stopped, StoppedBy: "admin"})
+	observe(r, agent.Event{Session: th.Key, Kind: agent.TurnEnded, Outcome: agent.Stopped, StoppedBy: "admin"})
 	settle(t, r, th.Key)
 
 	// Idle: reset is the starter's or an approver's, not the last
@@ -135,18 +135,18 @@ func TestNewTaskLeavesTheOldPlanFinal(t *testing.T) {
 	t.Cleanup(r.Close)
 	key := "test/1"
 	r.board(key, &Thread{Platform: "test", Key: key, Channel: "C1"})
-	r.Observe(agent.Event{Session: key, Kind: agent.TurnStarted, Requester: "U1"})
-	r.Observe(agent.Event{Session: key, Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Completed)})
-	r.Observe(agent.Event{Session: key, Kind: agent.TurnEnded, Outcome: agent.Done})
+	observe(r, agent.Event{Session: key, Kind: agent.TurnStarted, Requester: "U1"})
+	observe(r, agent.Event{Session: key, Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Completed)})
+	observe(r, agent.Event{Session: key, Kind: agent.TurnEnded, Outcome: agent.Done})
 	settle(t, r, key)
 	final := p.plan("m1")
-	r.Observe(agent.Event{Session: key, Kind: agent.TurnStarted, Requester: "U1"})
+	observe(r, agent.Event{Session: key, Kind: agent.TurnStarted, Requester: "U1"})
 	settle(t, r, key)
 	if !p.plan("m1").Stoppable {
 		t.Fatal("the second turn shows no Stop button")
 	}
 	other := todo.NewSnapshot([]todo.Item{{Content: "another task", Status: todo.InProgress}})
-	r.Observe(agent.Event{Session: key, Kind: agent.PlanChanged, Revision: 2, Plan: other})
+	observe(r, agent.Event{Session: key, Kind: agent.PlanChanged, Revision: 2, Plan: other})
 	settle(t, r, key)
 	if got := p.plan("m1"); got.Stoppable || got.State != final.State {
 		t.Errorf("the old plan message ends as %q (stoppable %t), want its final %q", got.Footer(), got.Stoppable, final.Footer())
@@ -210,8 +210,8 @@ func TestResetAndDeleteStartOverAlike(t *testing.T) {
 		if err := r.Handle(context.Background(), Incoming{Thread: th, Text: "go", AuthorID: "U1"}); err != nil {
 			t.Fatal(err)
 		}
-		r.Observe(agent.Event{Session: th.Key, Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
-		r.Observe(agent.Event{Session: th.Key, Kind: agent.ApprovalNeeded, Approval: &agent.Approval{CallID: "c1", Tool: "fs__write_file", Deadline: time.Now().Add(time.Hour)}})
+		observe(r, agent.Event{Session: th.Key, Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
+		observe(r, agent.Event{Session: th.Key, Kind: agent.ApprovalNeeded, Approval: &agent.Approval{CallID: "c1", Tool: "fs__write_file", Deadline: time.Now().Add(time.Hour)}})
 		settle(t, r, th.Key)
 		b := r.Board(th.Key)
 		b.update(func(rec *boardRecord) { rec.PinUnavailable, rec.FailureSaid = true, true })
@@ -293,15 +293,15 @@ func TestEditInFlightWhileANewTaskStarts(t *testing.T) {
 	t.Cleanup(r.Close)
 	key := "test/1"
 	r.board(key, &Thread{Platform: "test", Key: key, Channel: "C1"})
-	r.Observe(agent.Event{Session: key, Kind: agent.TurnStarted, Requester: "U1"})
-	r.Observe(agent.Event{Session: key, Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Completed)})
-	r.Observe(agent.Event{Session: key, Kind: agent.TurnEnded, Outcome: agent.Done})
+	observe(r, agent.Event{Session: key, Kind: agent.TurnStarted, Requester: "U1"})
+	observe(r, agent.Event{Session: key, Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Completed)})
+	observe(r, agent.Event{Session: key, Kind: agent.TurnEnded, Outcome: agent.Done})
 	settle(t, r, key)
 	final := p.plan("m1")
 	mu.Lock()
 	hold = true
 	mu.Unlock()
-	r.Observe(agent.Event{Session: key, Kind: agent.TurnStarted, Requester: "U1"}) // edits m1 to working
+	observe(r, agent.Event{Session: key, Kind: agent.TurnStarted, Requester: "U1"}) // edits m1 to working
 	select {
 	case <-editing:
 	case <-time.After(10 * time.Second):
@@ -309,7 +309,7 @@ func TestEditInFlightWhileANewTaskStarts(t *testing.T) {
 		t.Fatal("the edit to working never started")
 	}
 	other := todo.NewSnapshot([]todo.Item{{Content: "another task", Status: todo.InProgress}})
-	r.Observe(agent.Event{Session: key, Kind: agent.PlanChanged, Revision: 2, Plan: other})
+	observe(r, agent.Event{Session: key, Kind: agent.PlanChanged, Revision: 2, Plan: other})
 	close(release)
 	settle(t, r, key)
 	if got := p.plan("m1"); got.Stoppable || got.State != final.State {

@@ -14,6 +14,7 @@ type session struct {
 	board   *Board
 	cards   *record[cardsRecord]
 	listing *record[listingRecord]
+	cursor  cursor // the deliverer's, on the delivery queue only
 }
 
 // record is a session's record of one kind (its cards, its listing), kept

@@ -71,8 +71,8 @@ func TestOldBoardRecordMovesCardsAndListing(t *testing.T) {
 	if got, ok := r.Thread(th.Key); !ok || got.Title != "plan the release" || !r.Visible(th.Key) {
 		t.Errorf("thread %+v (visible %t), want it listed as %q", got, r.Visible(th.Key), "plan the release")
 	}
-	// The stop rules still read the board record.
-	if rec, _ := r.Board(th.Key).state(); !rec.Running || rec.Requester != "UANN" || rec.Ref.ID != "m1" {
+	// The plan message stays the board's (who may stop is the agent's).
+	if rec, _ := r.Board(th.Key).state(); rec.Ref.ID != "m1" {
 		t.Errorf("board after the move: %+v", rec)
 	}
 	settle(t, r, th.Key)

@@ -179,7 +179,7 @@ func (r *Router) StopSession(ctx context.Context, c Click) ClickResult {
 		if s := r.session(c.Thread.Key, nil); s != nil {
 			rec, want := s.board.state()
 			th = rec.Thread
-			if res.Private != "" && rec.Running {
+			if res.Private != "" && want.Stoppable { // the plan shows a turn running
 				st = SessionProcessing
 				if want.State == StateWaiting {
 					st = SessionSuspended

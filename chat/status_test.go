@@ -113,7 +113,7 @@ func TestSessionStatusFollowsTheTurn(t *testing.T) {
 		{Kind: agent.TurnEnded, Outcome: agent.Done},
 	} {
 		e.Session = th.Key
-		r.Observe(e)
+		observe(r, e)
 	}
 	settleStatuses(t, r, th.Key)
 	want := []string{"processing:plan the release", "suspended", "processing", "active", "processing", "active"}
@@ -139,7 +139,7 @@ func TestNoSessionsFallBackToWorking(t *testing.T) {
 		{Kind: agent.TurnEnded, Outcome: agent.Stopped},
 	} {
 		e.Session = th.Key
-		r.Observe(e)
+		observe(r, e)
 	}
 	settleStatuses(t, r, th.Key)
 	if got, want := p.working(), []string{"on:m1", "off:m1"}; !slices.Equal(got, want) {
@@ -155,7 +155,7 @@ func TestSessionStatusRetriedByThePolicy(t *testing.T) {
 	p.smu.Lock()
 	p.transient = 2
 	p.smu.Unlock()
-	r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "UANN"})
+	observe(r, agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "UANN"})
 	settleStatuses(t, r, th.Key)
 	if got := p.recorded(); !slices.Equal(got, []string{"processing:plan the release"}) {
 		t.Errorf("after transient failures: %q, want the move applied once", got)
@@ -163,7 +163,7 @@ func TestSessionStatusRetriedByThePolicy(t *testing.T) {
 	p.smu.Lock()
 	p.status = fmt.Errorf("gone: %w", ErrUndeliverable)
 	p.smu.Unlock()
-	r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnEnded, Outcome: agent.Done})
+	observe(r, agent.Event{Session: th.Key, Kind: agent.TurnEnded, Outcome: agent.Done})
 	settleStatuses(t, r, th.Key) // returns: a permanent failure is not retried
 	if w := p.working(); len(w) != 0 {
 		t.Errorf("a failed move fell back to the working indicator %q; only ErrNoSessions does", w)
@@ -182,8 +182,8 @@ func TestResetClosesTheSession(t *testing.T) {
 	if got := p.recorded(); len(got) != 0 {
 		t.Errorf("reset of a session without a turn moved %q, want nothing", got)
 	}
-	r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "UANN"})
-	r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnEnded, Outcome: agent.Done})
+	observe(r, agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "UANN"})
+	observe(r, agent.Event{Session: th.Key, Kind: agent.TurnEnded, Outcome: agent.Done})
 	if err := r.Handle(context.Background(), Incoming{Thread: th, Text: "reset", AuthorID: "UANN"}); !errors.Is(err, ErrRejected) {
 		t.Fatalf("reset: %v", err)
 	}
@@ -195,7 +195,7 @@ func TestResetClosesTheSession(t *testing.T) {
 	if err := r.Handle(context.Background(), Incoming{Thread: th, Text: "start over", AuthorID: "UANN", MessageID: "m2"}); err != nil {
 		t.Fatal(err)
 	}
-	r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "UANN"})
+	observe(r, agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "UANN"})
 	settleStatuses(t, r, th.Key)
 	if got := p.recorded(); got[len(got)-1] != "processing:plan the release" {
 		t.Errorf("the new session's first move %q, want it titled (the thread keeps its listing title)", got[len(got)-1])
@@ -209,7 +209,7 @@ func TestResetClosesTheSession(t *testing.T) {
 func TestStopSessionMovesTheStatus(t *testing.T) {
 	p := &sessionPlatform{}
 	r, run, th := sessionRig(t, p)
-	r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "UANN"})
+	observe(r, agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "UANN"})
 	settleStatuses(t, r, th.Key)
 
 	res := r.StopSession(context.Background(), Click{Thread: th, UserID: "UBOB", UserName: "bob"})
@@ -218,7 +218,7 @@ func TestStopSessionMovesTheStatus(t *testing.T) {
 	}
 	settleStatuses(t, r, th.Key) // the move reads the session when it is sent
 	a := agent.Approval{CallID: "call_1", Tool: "fs__write_file", Requester: "UANN", Deadline: time.Now().Add(time.Hour)}
-	r.Observe(agent.Event{Session: th.Key, Kind: agent.ApprovalNeeded, Approval: &a})
+	observe(r, agent.Event{Session: th.Key, Kind: agent.ApprovalNeeded, Approval: &a})
 	settleStatuses(t, r, th.Key)
 	r.StopSession(context.Background(), Click{Thread: th, UserID: "UBOB", UserName: "bob"})
 	settleStatuses(t, r, th.Key)
@@ -245,7 +245,7 @@ func TestStopSessionMovesTheStatus(t *testing.T) {
 	}
 	// Nothing runs any more: a later Stop is told so and the status is
 	// moved to active again (Slack leaves it where the click found it).
-	r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnEnded, Outcome: agent.Stopped, StoppedBy: "ann"})
+	observe(r, agent.Event{Session: th.Key, Kind: agent.TurnEnded, Outcome: agent.Stopped, StoppedBy: "ann"})
 	res = r.StopSession(context.Background(), Click{Thread: th, UserID: "UANN", UserName: "ann"})
 	settleStatuses(t, r, th.Key)
 	if !strings.Contains(res.Private, "Nothing is running") {
@@ -267,7 +267,7 @@ func TestStopSessionRacesTheTurnEnd(t *testing.T) {
 	r, _, th := sessionRig(t, p)
 	ctx := context.Background()
 	for i := range 3000 {
-		r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "UANN"})
+		observe(r, agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "UANN"})
 		settleStatuses(t, r, th.Key)
 		var wg sync.WaitGroup
 		start := make(chan struct{})
@@ -275,7 +275,7 @@ func TestStopSessionRacesTheTurnEnd(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnEnded, Outcome: agent.Done})
+			observe(r, agent.Event{Session: th.Key, Kind: agent.TurnEnded, Outcome: agent.Done})
 		}()
 		go func() {
 			defer wg.Done()
@@ -319,11 +319,11 @@ func TestStopSessionThenNextTurn(t *testing.T) {
 	if err := r.Handle(ctx, Incoming{Thread: th, Text: "plan the release", Author: "ann", AuthorID: "UANN", MessageID: "m1"}); err != nil {
 		t.Fatal(err)
 	}
-	r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "UANN"})
+	observe(r, agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "UANN"})
 	settleStatuses(t, r, th.Key)
 	run.onStop = func() {
-		r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnEnded, Outcome: agent.Stopped, StoppedBy: "ann"})
-		r.Observe(agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "UANN"})
+		observe(r, agent.Event{Session: th.Key, Kind: agent.TurnEnded, Outcome: agent.Stopped, StoppedBy: "ann"})
+		observe(r, agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "UANN"})
 	}
 	if res := r.StopSession(ctx, Click{Thread: th, UserID: "UANN", UserName: "ann"}); res.Private != "" {
 		t.Fatalf("the requester's stop refused: %q", res.Private)

@@ -45,11 +45,11 @@ func TestDeliverySpans(t *testing.T) {
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}, Tracer: tp})
 	t.Cleanup(r.Close)
 	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnStarted})
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress, todo.Pending)})
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "the s3cret answer", Plan: plan(1, todo.Completed, todo.Completed)})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnStarted})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress, todo.Pending)})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "the s3cret answer", Plan: plan(1, todo.Completed, todo.Completed)})
 	settle(t, r, "test/1")
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "one nobody can read"})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "one nobody can read"})
 	settle(t, r, "test/1")
 
 	var replies, plans []sdktrace.ReadOnlySpan

@@ -454,6 +454,11 @@ func (s *Store) commit(ctx context.Context, r *agent.Round) error {
 		}
 		puts = append(puts, clientv3.OpPut(s.plans(key)+num(uint64(p.Revision)), string(raw)))
 	}
+	logged, err := s.logPuts(key, r.Log)
+	if err != nil {
+		return err
+	}
+	puts = append(puts, logged...)
 	final := append([]clientv3.Op{clientv3.OpPut(s.rec(key), string(record))}, s.drains(key, r.Drained)...)
 	sp := r.Spend
 	if sp != nil && (sp.Tokens <= 0 || sp.Person == "") {
@@ -983,6 +988,8 @@ type Glance struct {
 	Outbox  int64          // replies not delivered yet
 	Board   []byte         // chat's plan board record
 	Unknown bool           // the record could not be read
+	// Undelivered: the session's log goes past its delivery cursor.
+	Undelivered bool
 }
 
 // Glance reads the session's Glance.
@@ -994,6 +1001,7 @@ func (s *Store) Glance(ctx context.Context, key string) (Glance, error) {
 		clientv3.OpGet(s.p+"fwd/"+esc(key)+"/", clientv3.WithPrefix(), clientv3.WithCountOnly()),
 		clientv3.OpGet(s.outbox(key), clientv3.WithPrefix(), clientv3.WithCountOnly()),
 		clientv3.OpGet(s.chatKey("board", key)),
+		clientv3.OpGet(s.dlv(key)),
 	).Commit()
 	if err != nil {
 		return Glance{}, fmt.Errorf("etcdstore: glance at %s: %w", key, err)
@@ -1001,10 +1009,16 @@ func (s *Store) Glance(ctx context.Context, key string) (Glance, error) {
 	var g Glance
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
 		var cp struct {
-			State agent.RunState `json:"state"`
+			State  agent.RunState `json:"state"`
+			LogSeq int64          `json:"log_seq"`
 		}
 		g.Unknown = json.Unmarshal(kvs[0].Value, &cp) != nil
 		g.State = cp.State
+		var delivered int64
+		if kvs := resp.Responses[5].GetResponseRange().Kvs; len(kvs) == 1 {
+			delivered, _ = strconv.ParseInt(string(kvs[0].Value), 10, 64)
+		}
+		g.Undelivered = cp.LogSeq > delivered
 	}
 	g.Inbox = resp.Responses[1].GetResponseRange().Count
 	g.Handed = resp.Responses[2].GetResponseRange().Count

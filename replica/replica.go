@@ -382,7 +382,7 @@ func (x *Handler) hasWork(key string) bool {
 	if err != nil || g.Unknown {
 		return true // let the taker look
 	}
-	return g.State == agent.Running || g.State == agent.Waiting || g.Inbox > 0 || g.Handed > 0 || g.Outbox > 0 || chat.BoardPending(g.Board) || chat.BoardRunning(g.Board)
+	return g.State == agent.Running || g.State == agent.Waiting || g.Inbox > 0 || g.Handed > 0 || g.Outbox > 0 || g.Undelivered || chat.BoardPending(g.Board)
 }
 
 // stop applies a stop asked of this replica (by another one, for a
@@ -415,9 +415,10 @@ func (x *Handler) scan() int {
 	add(x.st.Resumable(ctx))
 	add(x.rep.QueuedKeys(ctx))
 	add(x.st.OutboxKeys(ctx))
+	add(x.st.Undelivered(ctx)) // a log its last holder did not finish showing
 	var boards []string
 	err := x.st.Boards(ctx, func(key string, data []byte) {
-		if chat.BoardPending(data) || chat.BoardRunning(data) { // BoardRunning: a turn's end cut off
+		if chat.BoardPending(data) {
 			boards = append(boards, key)
 		}
 	})

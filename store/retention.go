@@ -27,8 +27,12 @@ const deleteChunk = 64
 //     or a state this version does not know) and its Updated is before
 //     olderThan (a record without Updated, or one that cannot be read, is
 //     kept: its age is unknown), and
-//   - its plan board record, if any, does not say a turn runs (see
-//     boardBusy; a board record that cannot be read is kept).
+//   - its log has nothing past its delivery cursor (everything the agent
+//     did has been shown in the thread; see Log and SaveDelivered), and
+//   - its plan board record, if any, can be read.
+//
+// Whether a turn runs is the agent's record's to say: retention reads no
+// state or footer of chat's records.
 //
 // A session without a record is kept while it has queued messages. With
 // only a board record, it is deleted when the board's own timestamps are
@@ -36,8 +40,7 @@ const deleteChunk = 64
 // session bucket with nothing in it holds no state and is deleted.
 //
 // The cards and listing records decide nothing: they hold no run state (a
-// card waiting for a decision goes with a record that is waiting, and
-// with a board that says so) and no time, so they go with their session,
+// card waiting for a decision goes with a record that is waiting) and no time, so they go with their session,
 // and a session with only them (no record, board or queued message: no
 // turn can run) is deleted like an empty one.
 //
@@ -100,10 +103,13 @@ func idleSince(sb *bolt.Bucket, olderThan time.Time) bool {
 			return false
 		}
 	}
+	if undelivered(sb) {
+		return false // the thread has not been shown all the agent did
+	}
 	var boardAge time.Time
 	if raw := sb.Get(kBoard); raw != nil {
-		busy, updated, ok := boardBusy(raw)
-		if !ok || busy {
+		updated, ok := boardUpdated(raw)
+		if !ok {
 			return false
 		}
 		boardAge = updated
@@ -126,40 +132,30 @@ func idleSince(sb *bolt.Bucket, olderThan time.Time) bool {
 }
 
 // boardView is the part of the chat plan board's record (chat.boardRecord,
-// JSON) that retention reads. The record is chat's and store may not import
-// chat, so these field names and state strings mirror chat's; the
-// retention test writes records in that shape.
+// JSON) that retention reads of a session with no agent record: how old
+// its plan contents are. Whether a turn runs is the agent's record's to
+// say, and what is left to show the log's (undelivered). The record is
+// chat's and store may not import chat, so these field names mirror
+// chat's; the retention test writes records in that shape.
 type boardView struct {
-	Shown boardPlan  `json:"shown"`
-	Want  *boardPlan `json:"want"`
+	Shown struct {
+		Updated time.Time `json:"updated"`
+	} `json:"shown"`
+	Want *struct {
+		Updated time.Time `json:"updated"`
+	} `json:"want"`
 }
 
-type boardPlan struct {
-	State     string    `json:"state"`
-	Updated   time.Time `json:"updated"`
-	Stoppable bool      `json:"stoppable"`
-}
-
-// boardBusy reports whether a board record says a turn runs: the content
-// the board last wanted (else the content it shows) carries a Stop button
-// or a footer of a turn in progress (chat.StateWorking, StateResumed,
-// StateWaiting). updated is the newer of the two contents' times; ok is
-// false when the record cannot be read.
-func boardBusy(raw []byte) (busy bool, updated time.Time, ok bool) {
+// boardUpdated returns the newer of a board record's contents' times; ok
+// is false when the record cannot be read.
+func boardUpdated(raw []byte) (updated time.Time, ok bool) {
 	var v boardView
 	if err := json.Unmarshal(raw, &v); err != nil {
-		return false, time.Time{}, false
+		return time.Time{}, false
 	}
-	p, updated := v.Shown, v.Shown.Updated
-	if v.Want != nil {
-		p = *v.Want
-		if v.Want.Updated.After(updated) {
-			updated = v.Want.Updated
-		}
+	updated = v.Shown.Updated
+	if v.Want != nil && v.Want.Updated.After(updated) {
+		updated = v.Want.Updated
 	}
-	switch p.State {
-	case "working", "resumed after restart", "waiting for approval":
-		busy = true
-	}
-	return busy || p.Stoppable, updated, true
+	return updated, true
 }

@@ -42,6 +42,8 @@ type sessionSpec struct {
 	chat    bool      // chat's cards and listing records
 	empty   bool      // only the session's (empty) bucket
 	resetAt time.Time // when set, the session was reset (archived) then
+	logged  int64     // entries of the session's log, committed with its record
+	shown   int64     // its delivery cursor
 	deleted bool      // what retention should do
 }
 
@@ -54,7 +56,16 @@ func seedSession(t testing.TB, db *DB, clock *time.Time, key string, s sessionSp
 		r := round(key, 0, "task", "answer")
 		r.Plans = []agent.PlanRevision{{Revision: 1}}
 		r.Checkpoint.State, r.Checkpoint.Updated, r.Checkpoint.Revision = s.record, s.updated, 1
+		for seq := int64(1); seq <= s.logged; seq++ {
+			r.Log = append(r.Log, agent.LogEntry{Seq: seq, Kind: agent.PlanChanged, At: s.updated})
+		}
+		r.Checkpoint.LogSeq = s.logged
 		if err := db.Commit(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.shown > 0 {
+		if err := db.SaveDelivered(ctx, key, s.shown); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -116,11 +127,13 @@ func TestDeleteIdle(t *testing.T) {
 		{name: "waiting for approval old", record: agent.Waiting, updated: old},
 		{name: "unknown state old", record: "paused", updated: old},
 		{name: "idle old with queued message", record: agent.Idle, updated: old, inbox: true},
-		{name: "idle old board wants working", record: agent.Idle, updated: old, board: boardRecordJSON("k", "done", old, "working", old, true)},
-		{name: "idle old board resumed", record: agent.Idle, updated: old, board: boardRecordJSON("k", "resumed after restart", old, "resumed after restart", old, true)},
-		{name: "idle old board waiting", record: agent.Idle, updated: old, board: boardRecordJSON("k", "working", old, "waiting for approval", old, true)},
-		{name: "idle old board stoppable", record: agent.Idle, updated: old, board: boardRecordJSON("k", "done", old, "done", old, true)},
-		{name: "idle old board without want shows working", record: agent.Idle, updated: old, board: boardRecordJSON("k", "working", old, "", time.Time{}, false)},
+		// What a plan message shows decides nothing: the agent's record
+		// says whether a turn runs, the log whether all of it was shown.
+		{name: "idle old, log not all shown", record: agent.Idle, updated: old, logged: 3, shown: 2, board: boardRecordJSON("k", "done", old, "done", old, false)},
+		{name: "idle old, log never shown", record: agent.Idle, updated: old, logged: 1},
+		{name: "idle old, log shown", record: agent.Idle, updated: old, logged: 3, shown: 3, deleted: true},
+		{name: "idle old board wants working, log shown", record: agent.Idle, updated: old, logged: 2, shown: 2, board: boardRecordJSON("k", "done", old, "working", old, true), deleted: true},
+		{name: "running old, log shown", record: agent.Running, updated: old, logged: 2, shown: 2},
 		{name: "idle old board unreadable", record: agent.Idle, updated: old, board: "{not json"},
 		{name: "record unreadable", raw: "{not json"},
 		{name: "record without state", raw: fmt.Sprintf(`{"updated":%q}`, old.Format(time.RFC3339))},
@@ -129,7 +142,6 @@ func TestDeleteIdle(t *testing.T) {
 		{name: "board only new want", board: boardRecordJSON("k", "done", old, "done", recent, false)},
 		{name: "board only new shown", board: boardRecordJSON("k", "done", recent, "", time.Time{}, false)},
 		{name: "board only without times", board: `{"thread":{"platform":"web","key":"k","channel":"k"},"ref":{"channel":"","id":""},"pinned":false,"shown":{"items":null,"revision":0,"state":"","updated":"0001-01-01T00:00:00Z"},"trigger":"t1"}`},
-		{name: "board only old working", board: boardRecordJSON("k", "working", old, "working", old, true)},
 		{name: "board only old with queued message", board: boardRecordJSON("k", "done", old, "done", old, false), inbox: true},
 		{name: "empty session bucket", empty: true, deleted: true},
 		{name: "idle old with cards and listing", record: agent.Idle, updated: old, board: boardRecordJSON("k", "done", old, "done", old, false), chat: true, deleted: true},

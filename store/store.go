@@ -363,6 +363,12 @@ func commitTx(r *agent.Round) (func(*bolt.Tx) error, error) {
 			return nil, fmt.Errorf("encode history: %w", err)
 		}
 	}
+	logged := make([][]byte, len(r.Log))
+	for i, e := range r.Log {
+		if logged[i], err = json.Marshal(e); err != nil {
+			return nil, fmt.Errorf("encode log: %w", err)
+		}
+	}
 	plans := make([][]byte, len(r.Plans))
 	for i, p := range r.Plans {
 		if plans[i], err = json.Marshal(p); err != nil {
@@ -404,6 +410,9 @@ func commitTx(r *agent.Round) (func(*bolt.Tx) error, error) {
 			if err := ib.Delete(u64(id)); err != nil {
 				return err
 			}
+		}
+		if err := putLog(sb, r.Log, logged); err != nil {
+			return err
 		}
 		if err := addSpend(tx, r.Spend); err != nil {
 			return err

@@ -23,7 +23,7 @@ func rig(b *testing.B, every time.Duration) (*fakediscord.Server, *chat.Router, 
 	if err != nil {
 		b.Fatal(err)
 	}
-	r := chat.NewRouter(chat.Options{Runner: chattest.Runner{}, Store: &chattest.Boards{}, Platforms: map[string]chat.Platform{"discord": a}})
+	r := chat.NewRouter(chat.Options{Runner: &chattest.Runner{}, Store: &chattest.Boards{}, Platforms: map[string]chat.Platform{"discord": a}})
 	b.Cleanup(r.Close)
 	key := Key("C1")
 	r.Handle(context.Background(), chat.Incoming{Thread: chat.Thread{Platform: "discord", Key: key, Channel: "C1"}, Text: "bench"})

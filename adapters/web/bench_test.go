@@ -28,7 +28,7 @@ func BenchmarkRevisionToSSE(b *testing.B) {
 	console.Register(mux)
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
-	r := chat.NewRouter(chat.Options{Runner: chattest.Runner{}, Store: &chattest.Boards{}, Platforms: map[string]chat.Platform{"web": console}})
+	r := chat.NewRouter(chat.Options{Runner: &chattest.Runner{}, Store: &chattest.Boards{}, Platforms: map[string]chat.Platform{"web": console}})
 	defer r.Close()
 	key := "web/bench"
 	r.Handle(context.Background(), chat.Incoming{Thread: chat.Thread{Platform: "web", Key: key, Channel: key}, Text: "bench"})

@@ -95,28 +95,51 @@ func (r *records) put(key string, data []byte) {
 }
 
 // Runner is a chat.Runner that accepts every message and runs nothing.
-// Ended holds what Ending reports, by session key.
+// What Turn reports is what Note was told, as the agent's store has a
+// turn's start and end before the agent publishes them. The zero value
+// is ready; use it by pointer.
 type Runner struct {
-	Ended map[string]agent.Event
+	mu    sync.Mutex // guards turns
+	turns map[string]agent.TurnInfo
 }
 
-// Ending implements chat.Runner.
-func (r Runner) Ending(_ context.Context, key string) (agent.Event, bool, error) {
-	e, ok := r.Ended[key]
-	return e, ok, nil
+// Note records a published turn event as the agent's checkpoint has it:
+// TurnStarted makes the session's turn run (with its requester),
+// TurnEnded ends it.
+func (r *Runner) Note(e agent.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.turns == nil {
+		r.turns = map[string]agent.TurnInfo{}
+	}
+	switch e.Kind {
+	case agent.TurnStarted:
+		r.turns[e.Session] = agent.TurnInfo{Running: true, Turn: e.Turn, Requester: e.Requester}
+	case agent.TurnEnded:
+		t := r.turns[e.Session]
+		t.Running = false
+		r.turns[e.Session] = t
+	}
+}
+
+// Turn implements chat.Runner.
+func (r *Runner) Turn(_ context.Context, key string) (agent.TurnInfo, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.turns[key], nil
 }
 
 // Submit implements chat.Runner.
-func (Runner) Submit(context.Context, string, agent.Inbound) error { return nil }
+func (*Runner) Submit(context.Context, string, agent.Inbound) error { return nil }
 
 // Stop implements chat.Runner.
-func (Runner) Stop(string, string) bool { return false }
+func (*Runner) Stop(string, string) bool { return false }
 
 // Reset implements chat.Runner.
-func (Runner) Reset(context.Context, string, string) error { return nil }
+func (*Runner) Reset(context.Context, string, string) error { return nil }
 
 // Decide implements chat.Runner.
-func (Runner) Decide(context.Context, string, string, agent.Decision) (agent.Approval, error) {
+func (*Runner) Decide(context.Context, string, string, agent.Decision) (agent.Approval, error) {
 	return agent.Approval{}, agent.ErrNotPending
 }
 
@@ -183,4 +206,63 @@ func (o *Outbox) Len() int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return len(o.items)
+}
+
+// Log is an in-memory chat.LogStore that outlives a router, like the
+// database does: the sessions' logs, as the agent commits them (Append),
+// and their delivery cursors. The zero value is ready.
+type Log struct {
+	mu        sync.Mutex // guards entries and delivered
+	entries   map[string][]agent.LogEntry
+	delivered map[string]int64
+}
+
+// Append adds e to session key's log, numbered after its last entry, and
+// returns it as the agent publishes it.
+func (l *Log) Append(key string, e agent.Event) agent.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.entries == nil {
+		l.entries = map[string][]agent.LogEntry{}
+	}
+	e.Session, e.Seq = key, int64(len(l.entries[key])+1)
+	if e.At.IsZero() {
+		e.At = time.Now()
+	}
+	entry := agent.LogEntry{Seq: e.Seq, Kind: e.Kind, Turn: e.Turn, Plan: e.Plan.Items(), Revision: e.Revision, Text: e.Text,
+		Outcome: e.Outcome, StoppedBy: e.StoppedBy, Requester: e.Requester, Approval: e.Approval, Decision: e.Decision,
+		Evidence: e.Evidence, Calls: e.Calls, Approvals: e.Approvals, At: e.At}
+	l.entries[key] = append(l.entries[key], entry)
+	return entry.Event(key)
+}
+
+// Log implements chat.LogStore.
+func (l *Log) Log(_ context.Context, key string, after int64) ([]agent.LogEntry, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []agent.LogEntry
+	for _, e := range l.entries[key] {
+		if e.Seq > after {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+// Delivered implements chat.LogStore.
+func (l *Log) Delivered(_ context.Context, key string) (int64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.delivered[key], nil
+}
+
+// SaveDelivered implements chat.LogStore.
+func (l *Log) SaveDelivered(_ context.Context, key string, seq int64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.delivered == nil {
+		l.delivered = map[string]int64{}
+	}
+	l.delivered[key] = max(l.delivered[key], seq)
+	return nil
 }

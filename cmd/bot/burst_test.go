@@ -90,20 +90,54 @@ func readBurst(s *fakeslack.Server, channel string, threads []string) []burstThr
 	return out
 }
 
+// limitLikeSlack makes the fake count calls per method as Slack does for
+// the held-back burst.
+func limitLikeSlack(s *fakeslack.Server) {
+	s.Limit("chat.update", 50, time.Minute)
+	s.Limit("pins.add", 20, time.Minute)
+	s.LimitPerChannel("chat.postMessage", 5, 5*time.Second)
+}
+
 func TestSlackHeldBackBurst(t *testing.T) {
 	t.Parallel()
 	r := newSlackRig(t, 3, 100*time.Millisecond, true)
-	r.slack.Limit("chat.update", 50, time.Minute)
-	r.slack.Limit("pins.add", 20, time.Minute)
-	r.slack.LimitPerChannel("chat.postMessage", 5, 5*time.Second)
+	limitLikeSlack(r.slack)
 	p := r.start(t)
 	defer p.stop(t)
+	heldBackBurst(t, r.slack, "EvBurst", "17000020")
+}
 
+// TestSlackHeldBackBurstReplicas: the same burst over three replicas on
+// etcd, which share Slack's budgets (each takes a third of the pace) and
+// run a third of the threads each, as the envelopes spread over their
+// connections.
+func TestSlackHeldBackBurstReplicas(t *testing.T) {
+	t.Parallel()
+	r := newReplicaRig(t, 3)
+	r.delay = 100 * time.Millisecond
+	limitLikeSlack(r.slack)
+	ps := []*botProc{r.start(t, 0), r.start(t, 1), r.start(t, 2)}
+	for _, p := range ps {
+		waitFor(t, 10*time.Second, "the pace shared by three", func() bool { return strings.Contains(p.stderr.String(), "replicas=3") })
+	}
+	heldBackBurst(t, r.slack, "EvBurstR", "17000030")
+	if t.Failed() {
+		t.Log(stderrs(ps...))
+	}
+}
+
+// heldBackBurst mentions the bot in burstThreads threads of C1 at once
+// (events named prefix0, prefix1, ...; threads tsPrefix00.000100, ...),
+// waits for every answer, final state and pin, and checks what DESIGN
+// §6 promises of them.
+func heldBackBurst(t *testing.T, slack *fakeslack.Server, prefix, tsPrefix string) {
+	t.Helper()
+	r := struct{ slack *fakeslack.Server }{slack}
 	threads := make([]string, burstThreads)
 	start := time.Now()
 	for i := range threads {
-		threads[i] = fmt.Sprintf("17000020%02d.000100", i)
-		if _, err := r.slack.Push(fmt.Sprintf("EvBurst%d", i), mention("C1", threads[i], fmt.Sprintf("task %d", i))); err != nil {
+		threads[i] = fmt.Sprintf("%s%02d.000100", tsPrefix, i)
+		if _, err := r.slack.Push(fmt.Sprintf("%s%d", prefix, i), mention("C1", threads[i], fmt.Sprintf("task %d", i))); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -121,10 +121,12 @@ func TestCompactCommand(t *testing.T) {
 	}
 }
 
-// TestRetentionReadsChatBoards checks store.DeleteIdle against board
-// records written by the real chat plan board: store cannot import chat,
-// so it reads a mirror of chat's record, which this test keeps honest.
-func TestRetentionReadsChatBoards(t *testing.T) {
+// TestRetentionWaitsForDelivery checks store.DeleteIdle against the log
+// and cursor the real chat deliverer keeps: a session the agent left idle
+// long ago is kept while its log has entries the thread was not shown,
+// and deleted once the deliverer has applied them all. What the plan
+// message shows is not read.
+func TestRetentionWaitsForDelivery(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, err := store.Open(filepath.Join(t.TempDir(), "pinplan.db"), store.Options{})
@@ -134,7 +136,7 @@ func TestRetentionReadsChatBoards(t *testing.T) {
 	t.Cleanup(func() { db.Close() })
 	console := web.New(web.Options{})
 	t.Cleanup(console.Close)
-	router := chat.NewRouter(chat.Options{Runner: chattest.Runner{}, Store: db, Outbox: db, Platforms: map[string]chat.Platform{"web": console}})
+	router := chat.NewRouter(chat.Options{Runner: &chattest.Runner{}, Store: db, Outbox: db, Platforms: map[string]chat.Platform{"web": console}})
 	t.Cleanup(router.Close)
 
 	const key = "web/r1"
@@ -144,39 +146,34 @@ func TestRetentionReadsChatBoards(t *testing.T) {
 	if err := router.Handle(ctx, chat.Incoming{Thread: th, Text: "plan the release", MessageID: "m1"}); err != nil {
 		t.Fatal(err)
 	}
-	// The session's record: idle since long ago, so only the board
-	// decides.
+	plan := []todo.Item{{Content: "write the notes", Status: todo.Completed}}
+	entries := []agent.LogEntry{
+		{Seq: 1, Kind: agent.TurnStarted, Turn: 1, At: old},
+		{Seq: 2, Kind: agent.PlanChanged, Plan: plan, Revision: 1, At: old},
+		{Seq: 3, Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Plan: plan, Revision: 1, At: old},
+	}
+	// The session's record: a turn that ended long ago, its entries
+	// committed with it.
 	r := &agent.Round{
 		Append:     []agent.Entry{{Message: openai.ChatCompletionMessage{Role: "user", Content: "plan the release"}}},
-		Checkpoint: agent.Checkpoint{Key: key, State: agent.Idle, HistoryLen: 1, Updated: old},
+		Log:        entries,
+		Checkpoint: agent.Checkpoint{Key: key, State: agent.Idle, HistoryLen: 1, Updated: old, Turns: 1, LogSeq: 3},
 	}
 	if err := db.Commit(ctx, r); err != nil {
 		t.Fatal(err)
 	}
-	plan := todo.NewSnapshot([]todo.Item{{Content: "write the notes", Status: todo.InProgress}})
-	steps := []struct {
-		name    string
-		event   agent.Event
-		deleted bool
-	}{
-		{name: "turn started", event: agent.Event{Kind: agent.TurnStarted}},
-		{name: "plan changed", event: agent.Event{Kind: agent.PlanChanged, Plan: plan, Revision: 1}},
-		{name: "tool running", event: agent.Event{Kind: agent.ToolStarted, Tool: "fs__read_text_file"}},
-		{name: "waiting for approval", event: agent.Event{Kind: agent.ApprovalNeeded}},
-		{name: "approval decided", event: agent.Event{Kind: agent.ApprovalDecided}},
-		{name: "turn ended", event: agent.Event{Kind: agent.TurnEnded, Outcome: agent.Done}, deleted: true},
-	}
-	for _, st := range steps {
-		st.event.Session, st.event.At = key, old
-		router.Observe(st.event)
-		router.Board(key).Wait()
+	for i := 0; i <= len(entries); i++ {
+		if i > 0 {
+			router.Observe(entries[i-1].Event(key))
+			router.Flush(key)
+		}
 		got, err := db.DeleteIdle(ctx, cutoff)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if deleted := slices.Contains(got, key); deleted != st.deleted {
-			board, _ := db.Board(ctx, key)
-			t.Fatalf("after %s: deleted %t, want %t (board record %s)", st.name, deleted, st.deleted, board)
+		if deleted, want := slices.Contains(got, key), i == len(entries); deleted != want {
+			n, _ := db.Delivered(ctx, key)
+			t.Fatalf("after %d of %d entries delivered: deleted %t, want %t (cursor %d)", i, len(entries), deleted, want, n)
 		}
 	}
 }
@@ -227,7 +224,7 @@ func TestRetentionForgetsWhatPlatformsKeep(t *testing.T) {
 	t.Cleanup(func() { db.Close() })
 	console := &forgetfulConsole{Console: web.New(web.Options{})}
 	t.Cleanup(console.Close)
-	router := chat.NewRouter(chat.Options{Runner: chattest.Runner{}, Store: db, Outbox: db, Platforms: map[string]chat.Platform{"web": console}})
+	router := chat.NewRouter(chat.Options{Runner: &chattest.Runner{}, Store: db, Outbox: db, Platforms: map[string]chat.Platform{"web": console}})
 	t.Cleanup(router.Close)
 
 	const key = "web/r2"

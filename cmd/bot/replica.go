@@ -120,6 +120,7 @@ type stateStore interface {
 	chat.Deduper
 	chat.MarkStore
 	chat.BoardLister
+	chat.LogStore
 	Plans(ctx context.Context, key string) ([]agent.PlanRevision, error)
 	SpentOn(ctx context.Context, day string) ([]agent.Spend, error)
 	SessionCount() (int, error)

@@ -42,6 +42,9 @@ type Store interface {
 	HoldFollowUp(ctx context.Context, key, order string, data []byte, ttl time.Duration) (bool, error)
 	TakeFollowUps(ctx context.Context, key string) ([][]byte, error)
 	SpentOn(ctx context.Context, day string) ([]agent.Spend, error)
+	Log(ctx context.Context, key string, after int64) ([]agent.LogEntry, error)
+	Delivered(ctx context.Context, key string) (int64, error)
+	SaveDelivered(ctx context.Context, key string, seq int64) error
 }
 
 // Open returns an empty store for one test. Writes for a session key are
@@ -75,6 +78,7 @@ func Run(t *testing.T, open Open, own func(t *testing.T, s Store, key string)) {
 		{"FollowUpsWaitForTheirSession", testFollowUps},
 		{"FollowUpsExpire", testFollowUpsExpire},
 		{"SpendPerPersonAndDay", testSpend},
+		{"LogWrittenWithTheRound", testLog},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -671,5 +675,81 @@ func testSpend(t *testing.T, s Store, own func(string)) {
 	}
 	if got, err := s.SpentOn(ctx, "2026-02-28"); err != nil || len(got) != 0 {
 		t.Errorf("SpentOn a day with nothing = %+v, %v; want none", got, err)
+	}
+}
+
+// testLog: a round's log entries are written with it, read back in
+// order from any point, kept as they were across a repeated commit and
+// a reset, and the delivery cursor is the session's own.
+func testLog(t *testing.T, s Store, own func(string)) {
+	ctx := context.Background()
+	own("web/log")
+	own("web/other")
+	if got, err := s.Log(ctx, "web/log", 0); err != nil || len(got) != 0 {
+		t.Fatalf("Log of a new session = %v, %v; want none", got, err)
+	}
+	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	entry := func(seq int64, kind agent.EventKind) agent.LogEntry {
+		return agent.LogEntry{Seq: seq, Kind: kind, Turn: 1, Text: fmt.Sprint("entry ", seq), At: at,
+			Plan: []todo.Item{{Content: "draft", Status: todo.InProgress}}, Revision: seq}
+	}
+	r := Round("web/log", 0, "task")
+	r.Log = []agent.LogEntry{entry(1, agent.TurnStarted), entry(2, agent.PlanChanged)}
+	r.Checkpoint.LogSeq = 2
+	if err := s.Commit(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Commit(ctx, r); err != nil { // repeated, as db.Batch may
+		t.Fatal(err)
+	}
+	r = Round("web/log", 1, "answer")
+	r.Log = []agent.LogEntry{entry(3, agent.TurnEnded)}
+	r.Checkpoint.LogSeq = 3
+	if err := s.Commit(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Log(ctx, "web/log", 0)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("Log = %d entries, %v; want 3", len(got), err)
+	}
+	for i, e := range got {
+		want := entry(int64(i+1), []agent.EventKind{agent.TurnStarted, agent.PlanChanged, agent.TurnEnded}[i])
+		if e.Seq != want.Seq || e.Kind != want.Kind || e.Text != want.Text || !e.At.Equal(at) || len(e.Plan) != 1 || e.Plan[0] != want.Plan[0] {
+			t.Errorf("entry %d = %+v, want %+v", i+1, e, want)
+		}
+	}
+	if got, err := s.Log(ctx, "web/log", 2); err != nil || len(got) != 1 || got[0].Seq != 3 {
+		t.Errorf("Log after 2 = %+v, %v; want entry 3", got, err)
+	}
+	if got, err := s.Log(ctx, "web/other", 0); err != nil || len(got) != 0 {
+		t.Errorf("another session's log = %+v, %v; want none", got, err)
+	}
+
+	if n, err := s.Delivered(ctx, "web/log"); err != nil || n != 0 {
+		t.Errorf("Delivered before any = %d, %v; want 0", n, err)
+	}
+	if err := s.SaveDelivered(ctx, "web/log", 2); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.Delivered(ctx, "web/log"); err != nil || n != 2 {
+		t.Errorf("Delivered = %d, %v; want 2", n, err)
+	}
+	if n, err := s.Delivered(ctx, "web/other"); err != nil || n != 0 {
+		t.Errorf("another session's cursor = %d, %v; want 0", n, err)
+	}
+
+	// A reset keeps the log and its numbering.
+	if err := s.Archive(ctx, "web/log"); err != nil {
+		t.Fatal(err)
+	}
+	cp, _, _, err := s.Load(ctx, "web/log")
+	if err != nil || cp == nil || cp.LogSeq != 3 {
+		t.Fatalf("after a reset the record's LogSeq = %+v, %v; want 3", cp, err)
+	}
+	if got, err := s.Log(ctx, "web/log", 0); err != nil || len(got) != 3 {
+		t.Errorf("after a reset Log = %d entries, %v; want 3", len(got), err)
+	}
+	if n, err := s.Delivered(ctx, "web/log"); err != nil || n != 2 {
+		t.Errorf("after a reset Delivered = %d, %v; want 2", n, err)
 	}
 }

@@ -1,0 +1,82 @@
+package agent
+
+import (
+	"errors"
+	"time"
+
+	"github.com/pinplan/pinplan/todo"
+)
+
+// LogEntry is one effect of a turn on its thread (DESIGN.md §1): the
+// turn started, the plan was revised, the round's tool calls were
+// committed, a card was opened or decided, the turn ended and how. Each
+// session has one log, numbered from 1 without gaps (Seq), written by
+// the runner in the same transaction as the round that caused the
+// entries (Round.Log), so what a person is shown can never run ahead of
+// or fall behind what the agent did: the chat layer projects the log
+// onto the platform from a cursor it persists, and after a kill -9 or a
+// takeover it resumes from that cursor.
+//
+// What is not durable is not logged: a tool call in progress (ToolStarted,
+// ToolEnded), a resumed turn's start, a failure to read or write the
+// session, a reset (its effect is the archive itself). Those are
+// published as events with Seq 0 and mean nothing after a restart.
+//
+// The store keeps entries as they are and interprets none of them.
+type LogEntry struct {
+	Seq       int64       `json:"seq"`
+	Kind      EventKind   `json:"kind"`
+	Turn      int64       `json:"turn,omitempty"`
+	Plan      []todo.Item `json:"plan,omitempty"`
+	Revision  int64       `json:"revision,omitempty"`
+	Text      string      `json:"text,omitempty"`
+	Outcome   Outcome     `json:"outcome,omitempty"`
+	Error     string      `json:"error,omitempty"`
+	StoppedBy string      `json:"stopped_by,omitempty"`
+	Requester string      `json:"requester,omitempty"`
+	Approval  *Approval   `json:"approval,omitempty"`
+	Decision  *Decision   `json:"decision,omitempty"`
+	Evidence  Evidence    `json:"evidence,omitempty"`
+	Calls     int         `json:"calls,omitempty"`
+	Approvals int         `json:"approvals,omitempty"`
+	At        time.Time   `json:"at"`
+}
+
+// logEntry is e as a log entry, without its number.
+func logEntry(e Event) LogEntry {
+	l := LogEntry{Kind: e.Kind, Turn: e.Turn, Plan: e.Plan.Items(), Revision: e.Revision, Text: e.Text,
+		Outcome: e.Outcome, StoppedBy: e.StoppedBy, Requester: e.Requester, Evidence: e.Evidence.Clone(),
+		Calls: e.Calls, Approvals: e.Approvals, At: e.At}
+	if e.Err != nil {
+		l.Error = e.Err.Error()
+	}
+	if e.Approval != nil {
+		a := *e.Approval
+		l.Approval = &a
+	}
+	if e.Decision != nil {
+		d := *e.Decision
+		l.Decision = &d
+	}
+	return l
+}
+
+// Event returns the entry of session key's log as the event it records
+// (Event.Seq set).
+func (l LogEntry) Event(key string) Event {
+	e := Event{Session: key, Seq: l.Seq, Kind: l.Kind, Turn: l.Turn, Plan: todo.NewSnapshot(l.Plan), Revision: l.Revision,
+		Text: l.Text, Outcome: l.Outcome, StoppedBy: l.StoppedBy, Requester: l.Requester, Evidence: l.Evidence.Clone(),
+		Calls: l.Calls, Approvals: l.Approvals, At: l.At}
+	if l.Error != "" {
+		e.Err = errors.New(l.Error)
+	}
+	if l.Approval != nil {
+		a := *l.Approval
+		e.Approval = &a
+	}
+	if l.Decision != nil {
+		d := *l.Decision
+		e.Decision = &d
+	}
+	return e
+}

@@ -1,0 +1,366 @@
+package chat
+
+import (
+	"context"
+	"time"
+
+	"github.com/pinplan/pinplan/agent"
+)
+
+// The way back (DESIGN.md §1). Everything a turn does to its thread is an
+// entry of the session's log (agent.LogEntry), committed by the agent with
+// the round that caused it. Each session has one deliverer: the session's
+// key on the router's delivery queue, which applies the log's entries in
+// order, from a cursor kept in the store (LogStore.Delivered), onto the
+// platform: the plan board (post and pin first, then coalesced edits),
+// the approval cards, the session's status and working indicator, and the
+// turn's answer through the outbox.
+//
+// The agent publishes each entry once it is committed; Observe only queues
+// it, so the agent never waits on a platform. An entry this process did
+// not see (it was committed before a kill -9, or by another replica that
+// held the session) is read from the log: the deliverer goes on from its
+// cursor, and there is nothing to reconcile.
+//
+// Applying an entry hands its effect to the stage that sends it, durably:
+// the board records the content it wants before it posts or edits, the
+// outbox stores the answer before it sends it. The cursor moves once that
+// is done, so an entry is applied at least once; applying one again is
+// harmless (the board wants the same content, a card is posted once, an
+// answer is stored under its entry's number once, and sent only after
+// the cursor has moved past it).
+//
+// Events that are not logged (Seq 0: a tool call in progress, a resumed
+// turn's start, a failure to read or save the session) are applied in
+// their place in the queue and mean nothing after a restart.
+//
+// Following one event from a mention to the plan edit and back:
+// adapter -> Router.Handle -> agent.Runner.Submit -> a round commits its
+// entries -> agent.Events.Publish -> Router.Observe (queued) ->
+// Router.deliverEvent -> Router.apply -> Board.planChanged (wanted
+// content recorded) -> Board.loop -> Board.apply -> Platform.EditPlan.
+
+// LogStore reads the sessions' logs and keeps their delivery cursors.
+// store.DB and etcdstore.Store implement it.
+type LogStore interface {
+	// Log returns the entries of session key's log numbered above
+	// after, oldest first.
+	Log(ctx context.Context, key string, after int64) ([]agent.LogEntry, error)
+	// Delivered returns the session's cursor: the number of the last
+	// entry delivered, 0 for none.
+	Delivered(ctx context.Context, key string) (int64, error)
+	// SaveDelivered stores the session's cursor; a store shared by
+	// replicas fences it by the session's owner.
+	SaveDelivered(ctx context.Context, key string, seq int64) error
+}
+
+// cursor is a session's delivery cursor in memory. It is used only on the
+// session's key of the delivery queue, one function at a time.
+type cursor struct {
+	loaded bool
+	seq    int64 // last entry applied
+	saved  int64 // last one stored
+	// saving: a save of seq is queued behind the entries queued so far,
+	// so that one write covers a round's entries.
+	saving bool
+}
+
+// Observe implements agent.Subscriber: the event goes on its session's
+// deliverer, and Observe returns at once.
+func (r *Router) Observe(e agent.Event) {
+	if r.ctx.Err() != nil {
+		return // shutting down: the next start goes on from the cursor
+	}
+	r.delivery.Add(e.Session, func() { r.deliverEvent(e) })
+}
+
+// Flush waits until the session's deliverer has applied every event
+// queued for it so far, and stored its cursor, or the router is closed.
+// It must not be called from the delivery queue itself.
+func (r *Router) Flush(key string) {
+	done := make(chan struct{})
+	r.delivery.Add(key, func() {
+		defer close(done)
+		r.mu.Lock()
+		s := r.sessions[key]
+		r.mu.Unlock()
+		if s != nil && s.cursor.loaded {
+			r.settleCursor(s, &s.cursor)
+		}
+	})
+	select {
+	case <-done:
+	case <-r.ctx.Done():
+	}
+}
+
+// deliverEvent applies one published event on its session's deliverer.
+func (r *Router) deliverEvent(e agent.Event) {
+	if r.ctx.Err() != nil {
+		return
+	}
+	s := r.session(e.Session, nil)
+	if s == nil || s.board.platform == nil {
+		r.opts.Logger.Warn("event for a session without a platform", "session", e.Session, "kind", e.Kind)
+		return
+	}
+	if e.Seq == 0 {
+		r.outbox.enqueue(e.Session, r.apply(s, e, nil)...)
+		return
+	}
+	c := r.cursorOf(s)
+	if c == nil || e.Seq <= c.seq {
+		return // the log could not be read (logged), or applied already
+	}
+	if e.Seq > c.seq+1 {
+		// Entries this process did not see: read them from the log.
+		replies := r.catchUp(s, c, e.Seq-1, nil)
+		r.settleCursor(s, c)
+		r.outbox.enqueue(e.Session, replies...)
+		if e.Seq <= c.seq {
+			return
+		}
+	}
+	replies := r.apply(s, e, nil)
+	c.seq = e.Seq
+	if len(replies) > 0 {
+		// An answer is sent only once the cursor is past its entry: a
+		// restart never stores it twice, nor sends it again.
+		r.settleCursor(s, c)
+		r.outbox.enqueue(e.Session, replies...)
+		return
+	}
+	r.saveCursorLater(s, c)
+}
+
+// cursorOf returns the session's cursor, read from the store the first
+// time; nil when it cannot be read (the event is dropped and logged: the
+// next start reads it again).
+func (r *Router) cursorOf(s *session) *cursor {
+	c := &s.cursor
+	if c.loaded || r.logs == nil {
+		c.loaded = true
+		return c
+	}
+	seq, err := r.logs.Delivered(r.ctx, s.board.key)
+	if err != nil {
+		s.board.log.Error("read the session's delivery cursor", "err", err)
+		return nil
+	}
+	c.loaded, c.seq, c.saved = true, seq, seq
+	return c
+}
+
+// catchUp applies the session's logged entries after its cursor, up to
+// through (0: all of them), and returns the answers they stored, to be
+// enqueued once the cursor is saved. have names the entries whose answer
+// the outbox holds already (read back after a restart).
+func (r *Router) catchUp(s *session, c *cursor, through int64, have map[int64]bool) []queued {
+	if r.logs == nil {
+		return nil
+	}
+	key := s.board.key
+	entries, err := r.logs.Log(r.ctx, key, c.seq)
+	if err != nil {
+		s.board.log.Error("read the session's log", "after", c.seq, "err", err)
+		return nil
+	}
+	var replies []queued
+	for _, l := range entries {
+		if through > 0 && l.Seq > through {
+			break
+		}
+		if l.Seq <= c.seq {
+			continue
+		}
+		replies = append(replies, r.apply(s, l.Event(key), have)...)
+		c.seq = l.Seq
+	}
+	if len(entries) > 0 {
+		s.board.log.Info("delivered the log from its cursor", "through", c.seq)
+	}
+	return replies
+}
+
+// settleCursor stores the cursor now, if it moved.
+func (r *Router) settleCursor(s *session, c *cursor) {
+	if r.logs == nil || c.seq <= c.saved {
+		return
+	}
+	if err := r.logs.SaveDelivered(context.WithoutCancel(r.ctx), s.board.key, c.seq); err != nil {
+		s.board.log.Error("save the session's delivery cursor", "seq", c.seq, "err", err)
+		return
+	}
+	c.saved = c.seq
+}
+
+// saveCursorLater stores the cursor behind the entries queued so far.
+func (r *Router) saveCursorLater(s *session, c *cursor) {
+	if r.logs == nil || c.saving {
+		return
+	}
+	c.saving = true
+	r.delivery.Add(s.board.key, func() {
+		c.saving = false
+		r.settleCursor(s, c)
+	})
+}
+
+// resumeDelivery queues on the session's deliverer what a previous
+// process (this one before a restart, or another replica) left: the log
+// past the cursor, then the stored answers, oldest first, then the ones
+// the catch-up stored.
+func (r *Router) resumeDelivery(key string, stored []queued) {
+	r.delivery.Add(key, func() {
+		s := r.session(key, nil)
+		var replies []queued
+		if s != nil && s.board.platform != nil {
+			if c := r.cursorOf(s); c != nil {
+				have := map[int64]bool{}
+				for _, q := range stored {
+					if q.item.Seq > 0 {
+						have[q.item.Seq] = true
+					}
+				}
+				replies = r.catchUp(s, c, 0, have)
+				r.settleCursor(s, c)
+			}
+		}
+		r.outbox.enqueue(key, stored...)
+		r.outbox.enqueue(key, replies...)
+	})
+}
+
+// apply is one entry's effect: the plan board records it (and renders
+// it), the router does the rest: the approval cards, the answer and the
+// working indicator. It returns the answer stored for the outbox, to be
+// enqueued by the caller (none if have says it is stored already).
+func (r *Router) apply(s *session, e agent.Event, have map[int64]bool) []queued {
+	b := s.board
+	rec, _ := b.state()
+	th, trigger, indicated := rec.Thread, rec.Trigger, rec.Indicated
+	log := b.log
+	ctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)
+	defer cancel()
+	switch e.Kind {
+	case agent.TurnStarted:
+		marked := b.turnStarted(e)
+		if !b.showsSessions() { // else the session's status shows it (status.go)
+			if err := b.platform.Working(ctx, th, marked, true); err != nil {
+				log.Warn("show working indicator", "err", err)
+			}
+		}
+	case agent.PlanChanged:
+		b.planChanged(e)
+	case agent.EvidenceChanged:
+		b.evidenceChanged(e)
+	case agent.ToolStarted, agent.ToolEnded:
+		b.toolActivity(e)
+	case agent.ApprovalNeeded:
+		b.waiting(e)
+		if e.Approval != nil {
+			r.showCard(ctx, s, th, *e.Approval)
+		}
+	case agent.ApprovalDecided:
+		if e.Approval != nil && e.Decision != nil {
+			r.closeCard(ctx, s, th, *e.Approval, *e.Decision)
+		}
+		b.approvalDecided(e)
+	case agent.TurnEnded:
+		// The answer is stored before the board records the end, and
+		// sent after the cursor passed it: an answer in the thread means
+		// both are durable.
+		var reply []queued
+		if e.Text != "" && !have[e.Seq] {
+			reply = r.outbox.hold(th, trigger, e.Text, e.Turn, e.Seq)
+		}
+		b.turnEnded(e)
+		r.turnOver(ctx, s, th, indicated, e)
+		return reply
+	}
+	return nil
+}
+
+// Resume finishes what a previous process left, when the store can list
+// board records: the plan posts and edits it did not make, the log's
+// entries past each session's cursor, and the stored answers. Call it once
+// the platforms are connected, before the runner resumes its sessions.
+//
+// Every board whose wanted plan differs from what its message shows is
+// resumed, whether or not the message exists yet: a first post still
+// waiting for the platform's pace at the kill is posted and pinned now.
+// The one case that can show a plan twice is a post the platform accepted
+// just before the kill whose ref was not stored yet: the record has no
+// ref, so it is posted again and the new message is the one pinned and
+// edited; the first copy stays in the thread, unpinned (pins follow the
+// stored ref). TestPostWithoutStoredRefIsRepeated pins that down.
+func (r *Router) Resume(ctx context.Context) (int, error) {
+	var pending, keys []string
+	if bl, ok := r.opts.Store.(BoardLister); ok {
+		err := bl.Boards(ctx, func(key string, data []byte) {
+			if BoardPending(data) {
+				pending = append(pending, key)
+			}
+			keys = append(keys, key)
+		})
+		if err != nil {
+			r.opts.Logger.Error("list plan boards", "err", err)
+		}
+	}
+	// Boards first: a stored reply waits for its plan's first post
+	// (planFirst), which needs the board running again.
+	for _, key := range pending {
+		if b := r.Board(key); b != nil && b.platform != nil {
+			b.set(func(*boardRecord, *Plan) {})
+		}
+	}
+	stored, err := r.outbox.stored(ctx)
+	if err != nil {
+		// Which answers are stored is not known: catching a log up now
+		// could store one twice. The next start tries again; until then
+		// the boards show what they recorded.
+		r.opts.Logger.Error("read the stored replies back; the sessions' delivery resumes at the next start", "err", err)
+		return 0, err
+	}
+	bySession := map[string][]queued{}
+	for _, q := range stored {
+		key := q.item.Thread.Key
+		if _, ok := bySession[key]; !ok {
+			keys = append(keys, key)
+		}
+		bySession[key] = append(bySession[key], q)
+	}
+	seen := map[string]bool{}
+	for _, key := range keys {
+		if !seen[key] {
+			seen[key] = true
+			r.resumeDelivery(key, bySession[key])
+		}
+	}
+	return len(stored), nil
+}
+
+// ResumeSession is Resume for one session that this process has just
+// taken from another replica (DESIGN §14): its records are read afresh,
+// and the plan post or edit, the log's entries and the replies the other
+// one left are delivered here, from the session's cursor.
+func (r *Router) ResumeSession(ctx context.Context, key string) {
+	r.delivery.Add(key, func() { r.Forget(key) }) // behind what was queued for it before
+	data, berr := r.opts.Store.Board(ctx, key)
+	if berr != nil {
+		r.opts.Logger.Error("read plan board", "session", key, "err", berr)
+		data = nil
+	}
+	stored, err := r.outbox.storedOf(ctx, key)
+	if err != nil {
+		r.opts.Logger.Error("resume undelivered replies", "session", key, "err", err)
+	}
+	r.delivery.Add(key, func() {
+		if BoardPending(data) { // first: a stored reply waits for its plan's post
+			if b := r.Board(key); b != nil && b.platform != nil {
+				b.set(func(*boardRecord, *Plan) {})
+			}
+		}
+	})
+	r.resumeDelivery(key, stored)
+}

@@ -1,0 +1,112 @@
+package etcdstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/pinplan/pinplan/agent"
+)
+
+// A session's log (agent.LogEntry) lives at <prefix>log/<key>/<seq, hex>,
+// written in the round's Txn; its delivery cursor at <prefix>dlv/<key>.
+func (s *Store) logKey(key string) string { return s.p + "log/" + esc(key) + "/" }
+func (s *Store) dlv(key string) string    { return s.p + "dlv/" + esc(key) }
+
+// logPuts returns the puts of a round's log entries.
+func (s *Store) logPuts(key string, entries []agent.LogEntry) ([]clientv3.Op, error) {
+	ops := make([]clientv3.Op, 0, len(entries))
+	for _, e := range entries {
+		raw, err := json.Marshal(e)
+		if err != nil {
+			return nil, fmt.Errorf("encode log: %w", err)
+		}
+		ops = append(ops, clientv3.OpPut(s.logKey(key)+num(uint64(e.Seq)), string(raw)))
+	}
+	return ops, nil
+}
+
+// Log returns the entries of session key's log numbered above after,
+// oldest first, in pages from the first of them.
+func (s *Store) Log(ctx context.Context, key string, after int64) ([]agent.LogEntry, error) {
+	var out []agent.LogEntry
+	prefix := s.logKey(key)
+	end := clientv3.GetPrefixRangeEnd(prefix)
+	from := prefix + num(uint64(after+1))
+	var rev int64
+	for {
+		o := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(500), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)}
+		if rev != 0 {
+			o = append(o, clientv3.WithRev(rev))
+		}
+		resp, err := s.get(ctx, from, o...)
+		if err != nil {
+			return nil, fmt.Errorf("etcdstore: log of %s: %w", key, err)
+		}
+		rev = resp.Header.Revision
+		for _, kv := range resp.Kvs {
+			var e agent.LogEntry
+			if err := json.Unmarshal(kv.Value, &e); err != nil {
+				return nil, fmt.Errorf("etcdstore: log of %s: entry %s: %w", key, kv.Key, err)
+			}
+			out = append(out, e)
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return out, nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// Delivered returns the delivery cursor of session key's log, 0 for none.
+func (s *Store) Delivered(ctx context.Context, key string) (int64, error) {
+	resp, err := s.get(ctx, s.dlv(key))
+	if err != nil {
+		return 0, fmt.Errorf("etcdstore: delivered of %s: %w", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, nil
+	}
+	return strconv.ParseInt(string(resp.Kvs[0].Value), 10, 64)
+}
+
+// SaveDelivered stores the delivery cursor of session key's log, under
+// the session's fence: only its holder delivers.
+func (s *Store) SaveDelivered(ctx context.Context, key string, seq int64) error {
+	if err := s.fencedTxn(ctx, key, clientv3.OpPut(s.dlv(key), strconv.FormatInt(seq, 10))); err != nil {
+		return fmt.Errorf("etcdstore: save delivered of %s: %w", key, err)
+	}
+	return nil
+}
+
+// Undelivered lists the sessions whose log goes past its delivery
+// cursor: what a replica that died left to show.
+func (s *Store) Undelivered(ctx context.Context) ([]string, error) {
+	cursors := map[string]int64{}
+	err := s.rangeAll(ctx, s.p+"dlv/", func(kv *mvccpb.KeyValue) error {
+		n, _ := strconv.ParseInt(string(kv.Value), 10, 64)
+		cursors[s.sessionOf("dlv", kv.Key)] = n
+		return nil
+	})
+	var keys []string
+	if err == nil {
+		err = s.rangeAll(ctx, s.p+"rec/", func(kv *mvccpb.KeyValue) error {
+			var cp struct {
+				LogSeq int64 `json:"log_seq"`
+			}
+			key := s.sessionOf("rec", kv.Key)
+			if json.Unmarshal(kv.Value, &cp) == nil && cp.LogSeq > cursors[key] {
+				keys = append(keys, key)
+			}
+			return nil
+		})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("etcdstore: list undelivered sessions: %w", err)
+	}
+	return keys, nil
+}
