@@ -54,6 +54,13 @@ type LogStore interface {
 	SaveDelivered(ctx context.Context, key string, seq int64) error
 }
 
+// UndeliveredLister is implemented by log stores that can list the
+// sessions whose log goes past its cursor, so that a starting router
+// reads only those logs (store.DB and etcdstore.Store do).
+type UndeliveredLister interface {
+	Undelivered(ctx context.Context) ([]string, error)
+}
+
 // cursor is a session's delivery cursor in memory. It is used only on the
 // session's key of the delivery queue, one function at a time.
 type cursor struct {
@@ -296,16 +303,26 @@ func (r *Router) apply(s *session, e agent.Event, have map[int64]bool) []queued 
 // stored ref). TestPostWithoutStoredRefIsRepeated pins that down.
 func (r *Router) Resume(ctx context.Context) (int, error) {
 	var pending, keys []string
+	ul, listsUndelivered := r.logs.(UndeliveredLister)
 	if bl, ok := r.opts.Store.(BoardLister); ok {
 		err := bl.Boards(ctx, func(key string, data []byte) {
 			if BoardPending(data) {
 				pending = append(pending, key)
 			}
-			keys = append(keys, key)
+			if !listsUndelivered {
+				keys = append(keys, key) // every session's log is read
+			}
 		})
 		if err != nil {
 			r.opts.Logger.Error("list plan boards", "err", err)
 		}
+	}
+	if listsUndelivered {
+		undelivered, err := ul.Undelivered(ctx)
+		if err != nil {
+			r.opts.Logger.Error("list sessions with undelivered log entries", "err", err)
+		}
+		keys = append(keys, undelivered...)
 	}
 	// Boards first: a stored reply waits for its plan's first post
 	// (planFirst), which needs the board running again.

@@ -59,16 +59,13 @@ func (db *DB) Delivered(_ context.Context, key string) (int64, error) {
 	return n, nil
 }
 
-// SaveDelivered stores the delivery cursor of session key's log. A cursor
-// never goes back: a lower seq than the stored one changes nothing.
+// SaveDelivered stores the delivery cursor of session key's log, as
+// given: the deliverer moves it only forward.
 func (db *DB) SaveDelivered(_ context.Context, key string, seq int64) error {
 	err := db.write(func(tx *bolt.Tx) error {
 		sb, err := createSession(tx, key)
 		if err != nil {
 			return err
-		}
-		if seq <= delivered(sb) {
-			return nil
 		}
 		return sb.Put(kDelivered, u64(uint64(seq)))
 	})
@@ -111,4 +108,23 @@ func putLog(sb *bolt.Bucket, entries []agent.LogEntry, raw [][]byte) error {
 		}
 	}
 	return nil
+}
+
+// Undelivered lists the sessions whose log goes past its delivery
+// cursor, in key order: what a process that stopped left to show.
+func (db *DB) Undelivered(_ context.Context) ([]string, error) {
+	var keys []string
+	err := db.view(func(tx *bolt.Tx) error {
+		sessions := tx.Bucket(bSessions)
+		return sessions.ForEachBucket(func(k []byte) error {
+			if undelivered(sessions.Bucket(k)) {
+				keys = append(keys, string(k))
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: list undelivered sessions: %w", err)
+	}
+	return keys, nil
 }

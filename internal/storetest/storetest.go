@@ -45,6 +45,7 @@ type Store interface {
 	Log(ctx context.Context, key string, after int64) ([]agent.LogEntry, error)
 	Delivered(ctx context.Context, key string) (int64, error)
 	SaveDelivered(ctx context.Context, key string, seq int64) error
+	Undelivered(ctx context.Context) ([]string, error)
 }
 
 // Open returns an empty store for one test. Writes for a session key are
@@ -736,6 +737,18 @@ func testLog(t *testing.T, s Store, own func(string)) {
 	}
 	if n, err := s.Delivered(ctx, "web/other"); err != nil || n != 0 {
 		t.Errorf("another session's cursor = %d, %v; want 0", n, err)
+	}
+	if keys, err := s.Undelivered(ctx); err != nil || !slices.Equal(keys, []string{"web/log"}) {
+		t.Errorf("Undelivered with the cursor at 2 of 3 = %q, %v; want web/log", keys, err)
+	}
+	if err := s.SaveDelivered(ctx, "web/log", 3); err != nil {
+		t.Fatal(err)
+	}
+	if keys, err := s.Undelivered(ctx); err != nil || len(keys) != 0 {
+		t.Errorf("Undelivered with everything delivered = %q, %v; want none", keys, err)
+	}
+	if err := s.SaveDelivered(ctx, "web/log", 2); err != nil { // set back for what follows
+		t.Fatal(err)
 	}
 
 	// A reset keeps the log and its numbering.
