@@ -131,8 +131,24 @@ func copySession(ctx context.Context, db *store.DB, es *etcdstore.Store, key str
 	if err != nil {
 		return copied{}, err
 	}
+	// The session's log past its delivery cursor goes with the record,
+	// and the cursor after it: the first replica to take the session
+	// shows what the bot had not shown yet, and nothing again.
+	delivered, err := db.Delivered(ctx, key)
+	if err != nil {
+		return copied{}, err
+	}
+	tail, err := db.Log(ctx, key, delivered)
+	if err != nil {
+		return copied{}, err
+	}
 	if cp != nil {
-		if err := es.Commit(ctx, &agent.Round{Base: 0, Append: hist, Plans: plans, Checkpoint: *cp}); err != nil {
+		if err := es.Commit(ctx, &agent.Round{Base: 0, Append: hist, Plans: plans, Log: tail, Checkpoint: *cp}); err != nil {
+			return copied{}, err
+		}
+	}
+	if delivered > 0 {
+		if err := es.SaveDelivered(ctx, key, delivered); err != nil {
 			return copied{}, err
 		}
 	}
