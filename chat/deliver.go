@@ -130,7 +130,7 @@ func (r *Router) deliverEvent(e agent.Event) {
 	}
 	replies := r.apply(s, e, nil)
 	c.seq = e.Seq
-	if len(replies) > 0 {
+	if len(replies) > 0 || e.Kind == agent.TurnEnded {
 		// An answer is sent only once the cursor is past its entry: a
 		// restart never stores it twice, nor sends it again.
 		r.settleCursor(s, c)
@@ -201,16 +201,43 @@ func (r *Router) settleCursor(s *session, c *cursor) {
 	c.saved = c.seq
 }
 
-// saveCursorLater stores the cursor behind the entries queued so far.
+// cursorSaveDelay is how long a cursor that moved past entries without
+// an answer may wait before it is stored: one write covers the entries
+// of a busy second, and the agent's commits do not share the database's
+// writer with a cursor save per entry. A kill in between applies those
+// entries again, which changes nothing.
+const cursorSaveDelay = time.Second
+
+// saveCursorLater stores the cursor a moment from now, on the session's
+// deliverer (Flush and Close store it at once).
 func (r *Router) saveCursorLater(s *session, c *cursor) {
 	if r.logs == nil || c.saving {
 		return
 	}
 	c.saving = true
-	r.delivery.Add(s.board.key, func() {
-		c.saving = false
-		r.settleCursor(s, c)
+	time.AfterFunc(cursorSaveDelay, func() {
+		if r.ctx.Err() != nil {
+			return // Close stores it
+		}
+		r.delivery.Add(s.board.key, func() {
+			c.saving = false
+			r.settleCursor(s, c)
+		})
 	})
+}
+
+// settleCursors stores every session's cursor that moved, on its
+// deliverer, and waits for that.
+func (r *Router) settleCursors() {
+	r.mu.Lock()
+	keys := make([]string, 0, len(r.sessions))
+	for key := range r.sessions {
+		keys = append(keys, key)
+	}
+	r.mu.Unlock()
+	for _, key := range keys {
+		r.Flush(key)
+	}
 }
 
 // resumeDelivery queues on the session's deliverer what a previous

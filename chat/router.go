@@ -215,6 +215,7 @@ func (r *Router) Close() {
 	done := make(chan struct{})
 	go func() {
 		r.delivery.Wait(context.Background())
+		r.settleCursors()
 		r.wg.Wait()
 		r.outbox.queue.Wait(context.Background())
 		r.statuses.Wait(context.Background())
