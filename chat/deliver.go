@@ -280,7 +280,7 @@ func (r *Router) apply(s *session, e agent.Event, have map[int64]bool) []queued 
 	case agent.TurnStarted:
 		marked := b.turnStarted(e)
 		if !b.showsSessions() { // else the session's status shows it (status.go)
-			if err := b.platform.Working(ctx, th, marked, true); err != nil {
+			if err := r.working(ctx, b, th, marked, true); err != nil {
 				log.Warn("show working indicator", "err", err)
 			}
 		}
@@ -313,6 +313,24 @@ func (r *Router) apply(s *session, e agent.Event, have map[int64]bool) []queued 
 		return reply
 	}
 	return nil
+}
+
+// working shows or clears the working indicator on message msg through
+// the delivery layer (traced, classified, and sent only while this
+// process holds the session), in one attempt: an indicator is not worth
+// holding the session's deliverer for a retry.
+func (r *Router) working(ctx context.Context, b *Board, th Thread, msg string, on bool) error {
+	op := "working"
+	if !on {
+		op = "not_working"
+	}
+	_, err := r.deliver(ctx, op, th, r.backoff(time.Second), 1, nil, func(ctx context.Context) error {
+		if err := r.held(ctx, th.Key); err != nil {
+			return err
+		}
+		return b.platform.Working(ctx, th, msg, on)
+	})
+	return err
 }
 
 // Resume finishes what a previous process left, when the store can list

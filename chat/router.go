@@ -408,7 +408,7 @@ func (r *Router) turnOver(ctx context.Context, s *session, th Thread, indicated 
 	b := s.board
 	r.closeOpenCards(ctx, s, th, e)
 	if !b.showsSessions() {
-		if err := b.platform.Working(ctx, th, indicated, false); err != nil {
+		if err := r.working(ctx, b, th, indicated, false); err != nil {
 			b.log.Warn("clear working indicator", "err", err)
 		}
 	}
