@@ -50,14 +50,7 @@ func logEntry(e Event) LogEntry {
 	if e.Err != nil {
 		l.Error = e.Err.Error()
 	}
-	if e.Approval != nil {
-		a := *e.Approval
-		l.Approval = &a
-	}
-	if e.Decision != nil {
-		d := *e.Decision
-		l.Decision = &d
-	}
+	l.Approval, l.Decision = copyOf(e.Approval), copyOf(e.Decision)
 	return l
 }
 
@@ -70,13 +63,15 @@ func (l LogEntry) Event(key string) Event {
 	if l.Error != "" {
 		e.Err = errors.New(l.Error)
 	}
-	if l.Approval != nil {
-		a := *l.Approval
-		e.Approval = &a
-	}
-	if l.Decision != nil {
-		d := *l.Decision
-		e.Decision = &d
-	}
+	e.Approval, e.Decision = copyOf(l.Approval), copyOf(l.Decision)
 	return e
+}
+
+// copyOf returns a pointer to a copy of *p, nil for nil.
+func copyOf[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
 }
