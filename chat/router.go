@@ -600,6 +600,9 @@ func (r *Router) archive(ctx context.Context, s *session, by string, hidden bool
 	if err := r.runner.Reset(ctx, th.Key, by); err != nil {
 		return err
 	}
+	// What the stopped turn logged (its end, its decided cards) is shown
+	// before the board starts over.
+	r.Flush(th.Key)
 	r.closeOpenCards(ctx, s, th, agent.Event{StoppedBy: by, At: r.opts.Now()})
 	s.board.reset()
 	s.cards.update(func(v *cardsRecord) { *v = cardsRecord{} })

@@ -337,3 +337,48 @@ func TestStopSessionThenNextTurn(t *testing.T) {
 		t.Errorf("status moves %q, want the stop and the turn's end to move it to active", got)
 	}
 }
+
+// stoppingReset is a runner whose Reset stops the running turn as the
+// agent does: the turn's end is published (and queued on the deliverer)
+// before Reset returns.
+type stoppingReset struct {
+	decider
+	r *Router
+}
+
+func (s *stoppingReset) Reset(_ context.Context, key, by string) error {
+	e := agent.Event{Session: key, Kind: agent.TurnEnded, Outcome: agent.Stopped, StoppedBy: by, Text: "Stopped. The plan is kept as it was."}
+	s.Note(e)
+	s.r.Observe(e) // not waited for: the agent's Publish only queues it
+	return nil
+}
+
+// TestResetAfterTheStoppedTurnIsShown: a reset of a running turn shows
+// the turn's end, which the agent published while it stopped it, before
+// the board starts over: the session's status ends closed, not active
+// (the end's move coming after the reset's), and the new session's plan
+// gets its own message.
+func TestResetAfterTheStoppedTurnIsShown(t *testing.T) {
+	p := &sessionPlatform{}
+	run := &stoppingReset{}
+	r := NewRouter(Options{Runner: run, Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond})
+	t.Cleanup(r.Close)
+	run.r = r
+	th := Thread{Platform: "test", Key: "test/1", Channel: "C1", ThreadID: "1.1"}
+	if err := r.Handle(context.Background(), Incoming{Thread: th, Text: "plan the release", Author: "ann", AuthorID: "UANN", MessageID: "m1"}); err != nil {
+		t.Fatal(err)
+	}
+	observe(r, agent.Event{Session: th.Key, Kind: agent.TurnStarted, Turn: 1, Requester: "UANN"})
+	observe(r, agent.Event{Session: th.Key, Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress)})
+	settleStatuses(t, r, th.Key) // the plan is posted: nothing in flight when the reset comes
+	if err := r.Handle(context.Background(), Incoming{Thread: th, Text: "reset", Author: "ann", AuthorID: "UANN"}); !errors.Is(err, ErrRejected) {
+		t.Fatalf("reset: %v", err)
+	}
+	settleStatuses(t, r, th.Key)
+	if got := p.recorded(); len(got) == 0 || got[len(got)-1] != "closed" {
+		t.Errorf("status moves %q, want them to end closed", got)
+	}
+	if rec, want := r.Board(th.Key).state(); !rec.Ref.IsZero() || len(want.Items) != 0 {
+		t.Errorf("after the reset the board shows %+v on %q, want it started over", want, rec.Ref.ID)
+	}
+}
