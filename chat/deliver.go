@@ -122,9 +122,16 @@ func (r *Router) deliverEvent(e agent.Event) {
 	if e.Seq > c.seq+1 {
 		// Entries this process did not see: read them from the log.
 		replies := r.catchUp(s, c, e.Seq-1, nil)
-		r.settleCursor(s, c)
-		r.outbox.enqueue(e.Session, replies...)
+		if r.settleCursor(s, c) {
+			r.outbox.enqueue(e.Session, replies...)
+		}
 		if e.Seq <= c.seq {
+			return
+		}
+		if e.Seq > c.seq+1 {
+			// The log could not be read (logged): applying e now would
+			// skip what came before it for good. The next start, or
+			// the next event, reads it all from the cursor.
 			return
 		}
 	}
@@ -132,9 +139,11 @@ func (r *Router) deliverEvent(e agent.Event) {
 	c.seq = e.Seq
 	if len(replies) > 0 || e.Kind == agent.TurnEnded {
 		// An answer is sent only once the cursor is past its entry: a
-		// restart never stores it twice, nor sends it again.
-		r.settleCursor(s, c)
-		r.outbox.enqueue(e.Session, replies...)
+		// restart never stores it twice, nor sends it again. Unsaved, it
+		// stays stored for the next start, which finds it.
+		if r.settleCursor(s, c) {
+			r.outbox.enqueue(e.Session, replies...)
+		}
 		return
 	}
 	r.saveCursorLater(s, c)
@@ -189,16 +198,18 @@ func (r *Router) catchUp(s *session, c *cursor, through int64, have map[int64]bo
 	return replies
 }
 
-// settleCursor stores the cursor now, if it moved.
-func (r *Router) settleCursor(s *session, c *cursor) {
+// settleCursor stores the cursor now, if it moved, and reports whether
+// it is stored.
+func (r *Router) settleCursor(s *session, c *cursor) bool {
 	if r.logs == nil || c.seq <= c.saved {
-		return
+		return true
 	}
 	if err := r.logs.SaveDelivered(context.WithoutCancel(r.ctx), s.board.key, c.seq); err != nil {
 		s.board.log.Error("save the session's delivery cursor", "seq", c.seq, "err", err)
-		return
+		return false
 	}
 	c.saved = c.seq
+	return true
 }
 
 // cursorSaveDelay is how long a cursor that moved past entries without
@@ -221,7 +232,12 @@ func (r *Router) saveCursorLater(s *session, c *cursor) {
 		}
 		r.delivery.Add(s.board.key, func() {
 			c.saving = false
-			r.settleCursor(s, c)
+			r.mu.Lock()
+			current := r.sessions[s.board.key] == s
+			r.mu.Unlock()
+			if current { // a session forgotten since would store a stale cursor
+				r.settleCursor(s, c)
+			}
 		})
 	})
 }
@@ -257,7 +273,9 @@ func (r *Router) resumeDelivery(key string, stored []queued) {
 					}
 				}
 				replies = r.catchUp(s, c, 0, have)
-				r.settleCursor(s, c)
+				if !r.settleCursor(s, c) {
+					replies = nil // stored: the next start sends them
+				}
 			}
 		}
 		r.outbox.enqueue(key, stored...)
