@@ -891,3 +891,102 @@ func TestReplyWaitsForTheTurnsEndToBeSaved(t *testing.T) {
 		t.Errorf("%d replies once the end was saved, want 1", n)
 	}
 }
+
+// flakyLog is a chattest.Log whose next failLogs reads of a log and next
+// failSaves cursor saves fail.
+type flakyLog struct {
+	l                   *chattest.Log
+	failLogs, failSaves atomic.Int32
+}
+
+func (f *flakyLog) Log(ctx context.Context, key string, after int64) ([]agent.LogEntry, error) {
+	if f.failLogs.Add(-1) >= 0 {
+		return nil, errors.New("log read failed")
+	}
+	return f.l.Log(ctx, key, after)
+}
+
+func (f *flakyLog) Delivered(ctx context.Context, key string) (int64, error) {
+	return f.l.Delivered(ctx, key)
+}
+
+func (f *flakyLog) SaveDelivered(ctx context.Context, key string, seq int64) error {
+	if f.failSaves.Add(-1) >= 0 {
+		return errors.New("cursor save failed")
+	}
+	return f.l.SaveDelivered(ctx, key, seq)
+}
+
+// TestDeliveryAppliesNothingPastAGap: when the entries before a
+// published one cannot be read, the deliverer applies none of it (it
+// would skip them for good); the next publication reads them all, in
+// order, and the answer is sent once.
+func TestDeliveryAppliesNothingPastAGap(t *testing.T) {
+	logs, p := &flakyLog{l: &chattest.Log{}}, &fakePlatform{}
+	r := NewRouter(Options{Store: &chattest.Boards{}, Log: logs, Platforms: map[string]Platform{"test": p}})
+	t.Cleanup(r.Close)
+	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
+	r.board(th.Key, &th)
+	observe(r, logs.l.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
+	logs.l.Append(th.Key, agent.Event{Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Completed)})
+	end := logs.l.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Text: "the answer", Plan: plan(1, todo.Completed), Revision: 1})
+
+	logs.failLogs.Store(1)
+	observe(r, end)
+	settle(t, r, th.Key)
+	if n := p.count("reply"); n != 0 {
+		t.Errorf("%d replies sent past entries the deliverer could not read, want 0", n)
+	}
+	if n, _ := logs.Delivered(t.Context(), th.Key); n != 1 {
+		t.Errorf("cursor at %d after the failed read, want 1 (the turn's start)", n)
+	}
+
+	observe(r, end)
+	settle(t, r, th.Key)
+	if got := p.plan("m1"); got.Revision != 1 || got.State != StateDone {
+		t.Errorf("m1 shows revision %d %q, want revision 1 done", got.Revision, got.State)
+	}
+	if n := p.count("reply"); n != 1 {
+		t.Errorf("%d replies, want 1", n)
+	}
+	if n, _ := logs.Delivered(t.Context(), th.Key); n != end.Seq {
+		t.Errorf("cursor at %d, want %d", n, end.Seq)
+	}
+}
+
+// TestAnswerWaitsForItsCursor: an answer whose entry's cursor could not
+// be saved is not sent (a restart would apply the entry again, and an
+// answer sent now could be sent twice); it stays stored, and the next
+// start sends it once.
+func TestAnswerWaitsForItsCursor(t *testing.T) {
+	logs, boards, ob, p := &flakyLog{l: &chattest.Log{}}, &chattest.Boards{}, &chattest.Outbox{}, &fakePlatform{}
+	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
+	r := NewRouter(Options{Store: boards, Outbox: ob, Log: logs, Platforms: map[string]Platform{"test": p}})
+	r.board(th.Key, &th)
+	observe(r, logs.l.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
+	logs.failSaves.Store(1)
+	observe(r, logs.l.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Text: "the answer"}))
+	settle(t, r, th.Key)
+	r.Close()
+	if n := p.count("reply"); n != 0 {
+		t.Errorf("%d replies sent before their cursor was saved, want 0", n)
+	}
+	if ob.Len() != 1 {
+		t.Fatalf("%d replies stored, want the answer", ob.Len())
+	}
+
+	for restart := range 2 {
+		r := NewRouter(Options{Runner: &chattest.Runner{}, Store: boards, Outbox: ob, Log: logs, Platforms: map[string]Platform{"test": p}})
+		if _, err := r.Resume(t.Context()); err != nil {
+			t.Fatalf("Resume: %v", err)
+		}
+		settle(t, r, th.Key)
+		r.Close()
+		if n := p.count("reply"); n != 1 {
+			t.Errorf("restart %d: %d replies, want 1", restart+1, n)
+		}
+	}
+	if ob.Len() != 0 {
+		t.Errorf("%d replies left stored, want 0", ob.Len())
+	}
+}

@@ -31,23 +31,39 @@ func (s *Store) logPuts(key string, entries []agent.LogEntry) ([]clientv3.Op, er
 }
 
 // Log returns the entries of session key's log numbered above after,
-// oldest first, in pages from the first of them.
+// oldest first, in pages from the first of them, up to the record's
+// LogSeq, all read at the record's revision. Entries past it belong to a
+// round whose prepare Txns ran and whose last Txn never moved the record
+// (Commit): they were never committed, and the next round writes its own
+// under the same numbers.
 func (s *Store) Log(ctx context.Context, key string, after int64) ([]agent.LogEntry, error) {
+	resp, err := s.get(ctx, s.rec(key))
+	if err != nil {
+		return nil, fmt.Errorf("etcdstore: log of %s: %w", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, nil
+	}
+	var cp struct {
+		LogSeq int64 `json:"log_seq"`
+	}
+	if err := json.Unmarshal(resp.Kvs[0].Value, &cp); err != nil {
+		return nil, fmt.Errorf("etcdstore: log of %s: record: %w", key, err)
+	}
+	if cp.LogSeq <= after {
+		return nil, nil
+	}
+	rev := resp.Header.Revision
 	var out []agent.LogEntry
 	prefix := s.logKey(key)
-	end := clientv3.GetPrefixRangeEnd(prefix)
+	end := prefix + num(uint64(cp.LogSeq+1))
 	from := prefix + num(uint64(after+1))
-	var rev int64
 	for {
-		o := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(500), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)}
-		if rev != 0 {
-			o = append(o, clientv3.WithRev(rev))
-		}
-		resp, err := s.get(ctx, from, o...)
+		resp, err := s.get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(500),
+			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend), clientv3.WithRev(rev))
 		if err != nil {
 			return nil, fmt.Errorf("etcdstore: log of %s: %w", key, err)
 		}
-		rev = resp.Header.Revision
 		for _, kv := range resp.Kvs {
 			var e agent.LogEntry
 			if err := json.Unmarshal(kv.Value, &e); err != nil {
