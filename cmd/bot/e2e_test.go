@@ -213,9 +213,13 @@ func TestBackup(t *testing.T) {
 	}
 	approveDemo(t, p.URL, out["id"].(string))
 	var view threadView
-	waitFor(t, 30*time.Second, "the turn", func() bool {
+	// The run state comes from the agent at once, the plan from the
+	// deliverer once it has shown the turn's last revision: wait for both,
+	// so the backups are compared with the turn's end, not with a revision
+	// still on its way (under -race in CI the plan lagged the state).
+	waitFor(t, 30*time.Second, "the turn and its final plan", func() bool {
 		getJSON(t, p.URL+"/api/threads/"+out["id"].(string), &view)
-		return view.Thread.State == "idle" && len(view.Messages) >= 2
+		return view.Thread.State == "idle" && len(view.Messages) >= 2 && view.Thread.Plan != nil && view.Thread.Plan.State == "done"
 	})
 	hot := filepath.Join(dir, "hot.db")
 	cmd := exec.Command(botBinary, "backup", hot)
@@ -239,7 +243,7 @@ func TestBackup(t *testing.T) {
 		var again threadView
 		getJSON(t, q.URL+"/api/threads/"+out["id"].(string), &again)
 		if again.Thread.Plan == nil || again.Thread.Plan.Revision != view.Thread.Plan.Revision || len(again.Messages) != len(view.Messages) {
-			t.Errorf("%s: thread not restored: %+v", filepath.Base(path), again)
+			t.Errorf("%s: thread not restored: %+v\nwant plan revision %d and %d messages", filepath.Base(path), again, view.Thread.Plan.Revision, len(view.Messages))
 		}
 		q.stop(t)
 	}
