@@ -28,6 +28,17 @@ const (
 	// EvidenceChanged: a round's tool calls were committed; Event.Evidence
 	// is what has been done for each item of Event.Plan (DESIGN §15).
 	EvidenceChanged
+	// TextDelta: the model wrote Event.Text, the next piece of reply
+	// Event.Reply, as it streams (OpenAIOptions.Stream). Not logged: what
+	// the model writes is in the store only once its round commits, as
+	// the turn's answer (TurnEnded) or the interim text of a round that
+	// calls tools (TextDone).
+	TextDelta
+	// TextDone: reply Event.Reply is complete, Event.Text whole. Interim:
+	// the round goes on to call tools, and the text is all that round
+	// says; a final answer ends with TurnEnded instead, whose Text is the
+	// reply's whole text. Not logged.
+	TextDone
 )
 
 // Outcome is how a turn ended.
@@ -73,9 +84,14 @@ type Event struct {
 	// Requester is the platform user id whose message started the turn
 	// (TurnStarted).
 	Requester string
-	Approval  *Approval // ApprovalNeeded, ApprovalDecided
-	Decision  *Decision // ApprovalDecided
-	Tool      string    // ToolStarted, ToolEnded
+	// Reply names one streamed reply of the model (TextDelta, TextDone):
+	// unique in the process, a retried request's reply a new one. A final
+	// answer streamed is the last reply before its TurnEnded.
+	Reply    string
+	Interim  bool      // TextDone: tool calls follow the text
+	Approval *Approval // ApprovalNeeded, ApprovalDecided
+	Decision *Decision // ApprovalDecided
+	Tool     string    // ToolStarted, ToolEnded
 	// Evidence is the calls attributed to each item (PlanChanged,
 	// EvidenceChanged, TurnStarted); Calls and Approvals count the turn's
 	// tool calls and decided cards so far.

@@ -100,9 +100,14 @@ func (m *OpenAIModel) Complete(ctx context.Context, req openai.ChatCompletionReq
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(m.server...)
 	}
+	sink, _ := ctx.Value(textSinkKey{}).(TextSink)
 	for attempt := 0; ; attempt++ {
 		hint := &retryHint{}
-		reply, err := m.once(context.WithValue(ctx, retryHintKey{}, hint), req)
+		var text func(string)
+		if sink != nil {
+			text = func(delta string) { sink(attempt, delta) }
+		}
+		reply, err := m.once(context.WithValue(ctx, retryHintKey{}, hint), req, text)
 		if err == nil {
 			return reply, nil
 		}
@@ -160,7 +165,23 @@ func (m *OpenAIModel) backoff(attempt int, retryAfter time.Duration) time.Durati
 	return min(d, m.opts.MaxBackoff)
 }
 
-func (m *OpenAIModel) once(ctx context.Context, req openai.ChatCompletionRequest) (Reply, error) {
+// TextSink is told each piece of content a streamed model reply writes,
+// as it arrives, with the number of the attempt it belongs to (0 for the
+// first; a retry after a broken stream starts its text again).
+type TextSink func(attempt int, delta string)
+
+type textSinkKey struct{}
+
+// WithTextSink returns ctx with sink, for a Model that streams
+// (OpenAIOptions.Stream) to tell as it writes. A model that does not
+// stream never calls it.
+func WithTextSink(ctx context.Context, sink TextSink) context.Context {
+	return context.WithValue(ctx, textSinkKey{}, sink)
+}
+
+// once is one attempt; text, if not nil, is told each content delta of a
+// streamed reply.
+func (m *OpenAIModel) once(ctx context.Context, req openai.ChatCompletionRequest, text func(string)) (Reply, error) {
 	select {
 	case m.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -211,6 +232,13 @@ func (m *OpenAIModel) once(ctx context.Context, req openai.ChatCompletionRequest
 		if int64(acc.size) > int64(m.opts.ResponseBytes) {
 			// Each line was within the cap, but together they are not.
 			return Reply{}, &tooLarge{limit: int64(m.opts.ResponseBytes)}
+		}
+		if text != nil {
+			for _, ch := range chunk.Choices {
+				if ch.Index == 0 && ch.Delta.Content != "" {
+					text(ch.Delta.Content)
+				}
+			}
 		}
 	}
 	if !acc.finished {

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
@@ -621,14 +622,16 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 	if over, err := r.overBudget(ctx, s, &Round{Append: drained, Drained: ids}, correct(v.estimated, s.cp.TokenRatio)); over || err != nil {
 		return err
 	}
-	reply, err := r.complete(ctx, v.req)
+	streamed, replyID := r.streaming(ctx, s)
+	reply, err := r.complete(streamed, v.req)
 	if errors.Is(err, ErrContextTooLong) && ctx.Err() == nil {
 		// The server counts differently or its window is smaller than
 		// configured: compact harder and try once more.
 		r.opts.Logger.Warn("request too long for the model; compacting harder", "session", s.key, "estimated", correct(v.estimated, s.cp.TokenRatio))
 		s.cp.TokenRatio = max(s.cp.TokenRatio*1.5, 1.5)
 		if v, err = r.build(ctx, s, drained, remind, true); err == nil {
-			reply, err = r.complete(ctx, v.req)
+			streamed, replyID = r.streaming(ctx, s)
+			reply, err = r.complete(streamed, v.req)
 		}
 	}
 	if err != nil {
@@ -671,6 +674,11 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 		}
 		r.record(s, Event{Kind: TurnEnded, Outcome: Done, Text: msg.Content, Turn: next.Turns, Plan: work.Snapshot(), Revision: work.Revision(), At: now})
 		return r.commit(ctx, s, rd, next, work)
+	}
+	if id := replyID(); id != "" && strings.TrimSpace(msg.Content) != "" {
+		// What the round wrote before its tool calls stays in the thread
+		// as it was shown; the next round's text is a reply of its own.
+		r.publish(Event{Session: s.key, Kind: TextDone, Reply: id, Text: msg.Content, Interim: true, Turn: s.cp.Turns})
 	}
 	uniqueCallIDs(s.hist, &msg, next.Turns, next.TurnRounds)
 	asst.Message = msg
@@ -1077,6 +1085,25 @@ func (r *Runner) commit(ctx context.Context, s *session, rd *Round, next Checkpo
 		r.opts.Events.Publish(e)
 	}
 	return nil
+}
+
+// streamedReplies numbers the streamed replies of this process
+// (Event.Reply).
+var streamedReplies atomic.Uint64
+
+// streaming returns ctx with a text sink that publishes what the model
+// writes as TextDelta events of one reply per attempt, and a function
+// that returns the id of the reply streamed last ("" for none). The sink
+// is called on the goroutine that asks the model, before it returns.
+func (r *Runner) streaming(ctx context.Context, s *session) (context.Context, func() string) {
+	n := streamedReplies.Add(1)
+	last := ""
+	turn := s.cp.Turns
+	sink := func(attempt int, delta string) {
+		last = fmt.Sprintf("%d.%d", n, attempt)
+		r.publish(Event{Session: s.key, Kind: TextDelta, Reply: last, Text: delta, Turn: turn})
+	}
+	return WithTextSink(ctx, sink), func() string { return last }
 }
 
 // record adds e to what the session's next commit writes to its log;

@@ -308,6 +308,8 @@ func (r *Router) apply(s *session, e agent.Event, have map[int64]bool) []queued 
 		b.evidenceChanged(e)
 	case agent.ToolStarted, agent.ToolEnded:
 		b.toolActivity(e)
+	case agent.TextDelta, agent.TextDone:
+		r.liveText(s, th, trigger, e)
 	case agent.ApprovalNeeded:
 		b.waiting(e)
 		if e.Approval != nil {
@@ -323,7 +325,17 @@ func (r *Router) apply(s *session, e agent.Event, have map[int64]bool) []queued 
 		// sent after the cursor passed it: an answer in the thread means
 		// both are durable.
 		var reply []queued
-		if e.Text != "" && !have[e.Seq] {
+		_, live := liveReplier(b.platform)
+		switch id := ""; {
+		case live:
+			id = s.sealLive()
+			if e.Text == "" {
+				note := noteFor(e.Outcome)
+				r.outbox.queue.Add(th.Key, func() { r.finishLive(s, th, trigger, s.live.open, "", note) })
+			} else if !have[e.Seq] {
+				reply = r.outbox.holdLive(th, trigger, e.Text, e.Turn, e.Seq, id, noteFor(e.Outcome))
+			}
+		case e.Text != "" && !have[e.Seq]:
 			reply = r.outbox.hold(th, trigger, e.Text, e.Turn, e.Seq)
 		}
 		b.turnEnded(e)

@@ -67,6 +67,18 @@ type outboxItem struct {
 	// To is the user the item is for alone (PrivateReplier); "" for the
 	// thread.
 	To string `json:"to,omitempty"`
+	// Live: the item is a turn's answer, whole, that finishes the live
+	// reply shown as the model wrote it (LiveReplier.FinishLive); Note
+	// ends what was shown if it is not the answer. LiveID is the reply
+	// the answer was streamed as, in this process only.
+	Live   bool   `json:"live,omitempty"`
+	Note   string `json:"note,omitempty"`
+	LiveID string `json:"-"`
+	// LiveRef, when set, makes the item a live message's close item: it
+	// is sent only by a process that did not write the message (after a
+	// kill, or on the replica that took the session over), and ends the
+	// message with Text (LiveReplier.CloseLive).
+	LiveRef *MessageRef `json:"live_ref,omitempty"`
 }
 
 type queued struct {
@@ -124,8 +136,20 @@ func (o *outbox) addPrivate(th Thread, user, text string) {
 // reply can be seen. turn is the turn whose end the reply tells, 0 for
 // any other reply; seq the log entry it answers, 0 for none.
 func (o *outbox) hold(th Thread, replyTo, text string, turn, seq int64) []queued {
+	return o.holdItems(th, replyTo, text, turn, seq, nil)
+}
+
+// holdLive is hold for an answer that finishes live reply id (""
+// for the one shown), whole: the platform splits it as it shows it.
+func (o *outbox) holdLive(th Thread, replyTo, text string, turn, seq int64, id, note string) []queued {
+	return o.holdItems(th, replyTo, text, turn, seq, func(it *outboxItem) {
+		it.Live, it.LiveID, it.Note = true, id, note
+	})
+}
+
+func (o *outbox) holdItems(th Thread, replyTo, text string, turn, seq int64, live func(*outboxItem)) []queued {
 	parts := []string{text}
-	if sp, ok := o.r.opts.Platforms[th.Platform].(Splitter); ok {
+	if sp, ok := o.r.opts.Platforms[th.Platform].(Splitter); ok && live == nil {
 		parts = sp.SplitReply(text)
 	}
 	now := o.r.opts.Now()
@@ -141,6 +165,9 @@ func (o *outbox) hold(th Thread, replyTo, text string, turn, seq int64) []queued
 		items[i] = outboxItem{Key: key, Thread: th, Text: part, Created: now, Turn: turn, Seq: seq}
 		if i == 0 {
 			items[i].ReplyTo = replyTo
+		}
+		if live != nil {
+			live(&items[i])
 		}
 		raw[i], _ = json.Marshal(items[i])
 	}
@@ -234,6 +261,13 @@ func (o *outbox) send(ctx context.Context, q queued) {
 	}
 	tooOld := func() bool { return o.r.opts.Now().Sub(it.Created) > maxReplyAge }
 	unsure := q.stored
+	if it.LiveRef != nil {
+		o.closeLive(ctx, q, p)
+		return
+	}
+	s := o.r.session(th.Key, nil)
+	_, live := liveReplier(p)
+	live = live && it.Live && s != nil
 	if it.To == "" {
 		// A thread's plan message is above its answer (DESIGN §6): wait
 		// for the board's first post, which goes first in the budgets.
@@ -244,8 +278,10 @@ func (o *outbox) send(ctx context.Context, q queued) {
 	if it.To != "" {
 		op = "reply_privately"
 	}
+	// A live answer is a post of its own unless its reply is open.
+	post := !live || s.live.open == "" || (it.LiveID != "" && it.LiveID != s.live.open)
 	attempts, err := o.r.deliver(ctx, op, th, o.r.backoff(maxReplyBackoff), 0, tooOld, func(ctx context.Context) error {
-		if pacer != nil && it.To == "" {
+		if pacer != nil && it.To == "" && post {
 			final := func() Priority { return PriorityFinal }
 			if err := pacer.Pace(ctx, Request{Thread: th, Method: MethodPost, Priority: final, Since: it.Created}); err != nil {
 				return err
@@ -260,11 +296,19 @@ func (o *outbox) send(ctx context.Context, q queued) {
 			actx = withSend(actx, key, it.Created, unsure)
 		}
 		var err error
-		if pr, ok := p.(PrivateReplier); ok && it.To != "" {
+		switch pr, ok := p.(PrivateReplier); {
+		case ok && it.To != "":
 			err = pr.ReplyPrivately(actx, th, it.To, it.Text)
-		} else {
+		case live:
+			err = o.r.finishAnswer(actx, s, th, it.ReplyTo, it.LiveID, it.Text, it.Note)
+		case it.Live:
+			// Stored as a live answer, but the platform does not show
+			// answers as written (any more): its parts, in this attempt.
+			err = o.replyParts(actx, p, th, it.ReplyTo, it.Text)
+		default:
 			err = p.Reply(actx, th, it.ReplyTo, it.Text)
 		}
+
 		if err != nil && ctx.Err() == nil {
 			log.Warn("reply not delivered", "err", err)
 		}
@@ -293,6 +337,56 @@ func (o *outbox) send(ctx context.Context, q queued) {
 	if q.id != 0 {
 		if err := o.store.DeleteOutbox(context.WithoutCancel(ctx), th.Key, q.id); err != nil {
 			log.Warn("remove delivered reply from outbox", "err", err)
+		}
+	}
+}
+
+// replyParts sends text as the platform's Splitter cuts it.
+func (o *outbox) replyParts(ctx context.Context, p Platform, th Thread, replyTo, text string) error {
+	parts := []string{text}
+	if sp, ok := p.(Splitter); ok {
+		parts = sp.SplitReply(text)
+	}
+	for i, part := range parts {
+		if i > 0 {
+			replyTo = ""
+		}
+		if err := p.Reply(ctx, th, replyTo, part); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// closeLive sends a live message's close item: the message a stopped
+// process left being written ends with a note. A platform that cannot
+// (any more) keeps nothing to do; the item goes either way, unless this
+// replica no longer holds the session or is shutting down.
+func (o *outbox) closeLive(ctx context.Context, q queued, p Platform) {
+	th, it := q.item.Thread, q.item
+	log := o.r.opts.Logger.With("session", th.Key, "outbox_id", q.id)
+	if lr, ok := p.(LiveReplier); ok {
+		tooOld := func() bool { return o.r.opts.Now().Sub(it.Created) > maxReplyAge }
+		_, err := o.r.deliver(ctx, "close_live", th, o.r.backoff(maxReplyBackoff), liveAppendAttempts, tooOld, func(ctx context.Context) error {
+			if err := o.r.held(ctx, th.Key); err != nil {
+				return err
+			}
+			actx, cancel := context.WithTimeout(ctx, replyTimeout)
+			defer cancel()
+			return lr.CloseLive(actx, th, *it.LiveRef, it.Text)
+		})
+		switch {
+		case ctx.Err() != nil, errors.Is(err, agent.ErrFenced):
+			return
+		case err != nil:
+			log.Warn("live reply left open by a stopped process not closed", "ref", it.LiveRef.ID, "err", err)
+		default:
+			log.Info("closed a live reply a stopped process left open", "ref", it.LiveRef.ID)
+		}
+	}
+	if q.id != 0 {
+		if err := o.store.DeleteOutbox(context.WithoutCancel(ctx), th.Key, q.id); err != nil {
+			log.Warn("remove a live reply's close item", "err", err)
 		}
 	}
 }

@@ -15,6 +15,7 @@ type session struct {
 	cards   *record[cardsRecord]
 	listing *record[listingRecord]
 	cursor  cursor // the deliverer's, on the delivery queue only
+	live    live   // the answer as the model writes it (live.go)
 }
 
 // record is a session's record of one kind (its cards, its listing), kept

@@ -75,6 +75,9 @@ type Adapter struct {
 	// parts is the progress of replies being streamed, by partKey; an
 	// entry lives while its part is partly delivered (stream.go).
 	parts map[string]*partStream
+	// lives is the progress of live replies (live.go), by the router's
+	// reply id.
+	lives map[string]*liveReply
 	// authors is who wrote the messages handed to the router, by
 	// session key then message ts, and askers who wrote the newest one of
 	// each session, by session key: the recipients of streamed replies.
@@ -120,7 +123,7 @@ func New(opts Options) *Adapter {
 	return &Adapter{opts: opts, api: api, log: opts.Logger,
 		budgets: newBudgets(opts.EditsPerMinute),
 		appends: rate.NewLimiter(rate.Limit(opts.AppendsPerMinute/60), 5),
-		parts:   map[string]*partStream{}, authors: map[string]map[string]person{}, askers: map[string]person{},
+		parts:   map[string]*partStream{}, lives: map[string]*liveReply{}, authors: map[string]map[string]person{}, askers: map[string]person{},
 		reacted: map[string]string{}, standard: map[string]bool{}, users: map[string]string{}}
 }
 

@@ -140,7 +140,11 @@ func TestSlackStreamedAnswerRollsOver(t *testing.T) {
 		answer = append(answer, fmt.Sprintf("w%03d", i))
 	}
 	script := fakeopenai.Script(planScript(2, strings.Join(answer, " ")))
-	r.model.Respond = func(req *openai.ChatCompletionRequest) fakeopenai.Reply { return script(req) }
+	r.model.Respond = func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
+		reply := script(req)
+		reply.Pace = 2 * time.Millisecond // written as it goes, so the stream has appends to be ended on
+		return reply
+	}
 	p := r.start(t)
 	defer p.stop(t)
 	thread := "1700070000.000100"

@@ -10,6 +10,7 @@ package fakeopenai
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	openai "github.com/sashabaranov/go-openai"
 )
@@ -33,6 +35,10 @@ type Reply struct {
 	// the fake's own count (CountTokens for the prompt); NoUsage still
 	// leaves it out.
 	Usage *openai.Usage
+	// Pace, when streamed, sends the content a word at a time (each delta
+	// a word with the whitespace before it, as models write tokens), one
+	// every Pace, instead of in two halves at once.
+	Pace time.Duration
 }
 
 // Call is one tool call of a Reply.
@@ -71,6 +77,9 @@ type Server struct {
 	ContextWindow int
 	// NoUsage leaves usage out of answers, as some servers do.
 	NoUsage bool
+	// OnDelta, when set, is called with each content delta of a paced
+	// stream (Reply.Pace) right after it was flushed to the client.
+	OnDelta func(delta string)
 
 	mu       sync.Mutex // guards requests, faults and rejected
 	requests []openai.ChatCompletionRequest
@@ -202,7 +211,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		usage = openai.Usage{}
 	}
 	if req.Stream {
-		s.stream(w, &req, reply, usage, f)
+		s.stream(r.Context(), w, &req, reply, usage, f)
 		return
 	}
 	msg := openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: reply.Content, ReasoningContent: reply.Reasoning}
@@ -219,7 +228,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func (s *Server) stream(w http.ResponseWriter, req *openai.ChatCompletionRequest, reply Reply, usage openai.Usage, f Fault) {
+func (s *Server) stream(ctx context.Context, w http.ResponseWriter, req *openai.ChatCompletionRequest, reply Reply, usage openai.Usage, f Fault) {
 	flusher, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
@@ -233,7 +242,21 @@ func (s *Server) stream(w http.ResponseWriter, req *openai.ChatCompletionRequest
 		}
 	}
 	send(openai.ChatCompletionStreamChoiceDelta{Role: openai.ChatMessageRoleAssistant}, "")
-	if reply.Content != "" {
+	if reply.Content != "" && reply.Pace > 0 {
+		t := time.NewTicker(reply.Pace)
+		defer t.Stop()
+		for _, word := range words(reply.Content) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			send(openai.ChatCompletionStreamChoiceDelta{Content: word}, "")
+			if s.OnDelta != nil {
+				s.OnDelta(word)
+			}
+		}
+	} else if reply.Content != "" {
 		half := len(reply.Content) / 2
 		send(openai.ChatCompletionStreamChoiceDelta{Content: reply.Content[:half]}, "")
 		send(openai.ChatCompletionStreamChoiceDelta{Content: reply.Content[half:]}, "")
@@ -263,6 +286,28 @@ func (s *Server) stream(w http.ResponseWriter, req *openai.ChatCompletionRequest
 		fmt.Fprintf(w, "data: %s\n\n", b)
 	}
 	io.WriteString(w, "data: [DONE]\n\n")
+}
+
+// words cuts text into the deltas of a paced stream: each a word with
+// the whitespace before it, the text's trailing whitespace with the last.
+func words(text string) []string {
+	var out []string
+	start := 0
+	for i := 1; i < len(text); i++ {
+		if !unicode.IsSpace(rune(text[i-1])) && unicode.IsSpace(rune(text[i])) {
+			out = append(out, text[start:i])
+			start = i
+		}
+	}
+	if start < len(text) {
+		rest := text[start:]
+		if strings.TrimSpace(rest) == "" && len(out) > 0 {
+			out[len(out)-1] += rest
+		} else {
+			out = append(out, rest)
+		}
+	}
+	return out
 }
 
 // hugeChunk is how much content one write of a huge answer carries.

@@ -1,0 +1,396 @@
+package slack
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/slack-go/slack"
+
+	"github.com/pinplan/pinplan/chat"
+)
+
+// Live replies (chat.LiveReplier, with Options.Stream): the answer is
+// streamed into the thread as the model writes it. The router hands the
+// model's text over in whole words (AppendLive) and ends the reply on
+// its whole text (FinishLive); the adapter keeps, per reply, the text it
+// was given, the Markdown that makes it safe (markdownText), how much of
+// that Slack took, and the message being written.
+//
+// The Markdown of a growing text is the Markdown of its start plus what
+// follows, except at the end of an unfinished line: a code span whose
+// closing backtick has not come yet would change how a "<" after its
+// opening one is escaped. So the text from the line's last unmatched
+// backtick on waits for the rest of the line (or the end of the reply).
+//
+// A message is written up to maxReplyRunes of Markdown, then stopped,
+// and the reply goes on in a new streamed message, as it does when Slack
+// ends a stream (message_not_in_streaming_state); a code block cut there
+// is opened again. Where Slack will not stream (the token or app may not,
+// the thread refuses it, no recipient is known in a channel) nothing more
+// is streamed, and the rest of the reply is posted whole when it ends.
+
+var _ chat.LiveReplier = (*Adapter)(nil)
+
+// liveReply is one live reply's progress. Only its session's deliveries
+// touch it, one at a time.
+type liveReply struct {
+	raw     string // the model's text given so far
+	shown   int    // bytes of raw that md is made of
+	md      string // markdownText(raw[:shown]): what the thread is to show
+	sent    int    // bytes of md Slack took
+	msgFrom int    // where in md the message being written starts
+	ts      string // the message being written; "" for none now
+	whole   bool   // Slack will not stream it: the rest is posted at the end
+	used    time.Time
+}
+
+// Live implements chat.LiveReplier: answers stream when Options.Stream
+// is set.
+func (a *Adapter) Live() bool { return a.opts.Stream }
+
+// liveOf returns reply id's progress, new if it has none.
+func (a *Adapter) liveOf(id string) *liveReply {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := time.Now()
+	if l, ok := a.lives[id]; ok {
+		l.used = now
+		return l
+	}
+	for k, l := range a.lives {
+		if now.Sub(l.used) > maxPartAge {
+			delete(a.lives, k)
+		}
+	}
+	l := &liveReply{used: now}
+	a.lives[id] = l
+	return l
+}
+
+func (a *Adapter) liveDone(id string) {
+	a.mu.Lock()
+	delete(a.lives, id)
+	a.mu.Unlock()
+}
+
+// AppendLive implements chat.LiveReplier.
+func (a *Adapter) AppendLive(ctx context.Context, th chat.Thread, replyTo, id, text string) (chat.MessageRef, error) {
+	l := a.liveOf(id)
+	l.raw += text
+	l.grow(stableEnd(l.raw))
+	err := a.pushLive(ctx, th, replyTo, l)
+	return chat.MessageRef{Channel: th.Channel, ID: l.ts}, err
+}
+
+// FinishLive implements chat.LiveReplier.
+func (a *Adapter) FinishLive(ctx context.Context, th chat.Thread, replyTo, id, text, note string) error {
+	if id == "" {
+		// A reply not streamed in this process: its progress is named by
+		// its text, so that a retry goes on where the last call stopped.
+		h := sha256.Sum256([]byte(text))
+		id = "\x00" + th.Key + "\x00" + hex.EncodeToString(h[:16])
+	}
+	a.mu.Lock()
+	l := a.lives[id]
+	a.mu.Unlock()
+	if l != nil && (text == "" || !strings.HasPrefix(text, l.raw)) {
+		// Not the answer: what it shows ends with the note.
+		if err := a.endLive(ctx, th, l, note); err != nil {
+			return err
+		}
+		a.liveDone(id)
+		l = nil
+	}
+	if text == "" {
+		return nil
+	}
+	if l == nil {
+		l = a.liveOf(id)
+	}
+	l.raw = text
+	l.grow(len(text))
+	if err := a.pushLive(ctx, th, replyTo, l); err != nil {
+		if permanent(err) {
+			a.liveDone(id)
+		}
+		return err
+	}
+	if l.whole {
+		if err := a.postLiveRest(ctx, th, l); err != nil {
+			if permanent(err) {
+				a.liveDone(id)
+			}
+			return err
+		}
+	} else if err := a.stopLive(ctx, th, l); err != nil {
+		return err
+	}
+	a.liveDone(id)
+	return nil
+}
+
+// CloseLive implements chat.LiveReplier: the message a stopped process
+// was streaming ends with the note. A message Slack ended already (its
+// few minutes were up) or that is gone needs nothing more.
+func (a *Adapter) CloseLive(ctx context.Context, th chat.Thread, ref chat.MessageRef, note string) error {
+	if ref.ID == "" {
+		return nil
+	}
+	channel := ref.Channel
+	if channel == "" {
+		channel = th.Channel
+	}
+	if err := a.appends.Wait(ctx); err != nil {
+		return fmt.Errorf("slack: close stream: %w", err)
+	}
+	_, _, err := a.api.AppendStreamContext(ctx, channel, ref.ID, slack.MsgOptionMarkdownText(noteText(note, false)))
+	if code := slackCode(err); err != nil {
+		if streamEnded(code) {
+			return nil
+		}
+		return classify("close stream "+ref.ID, err)
+	}
+	if _, _, err := a.api.StopStreamContext(ctx, channel, ref.ID); err != nil && !streamEnded(slackCode(err)) {
+		return classify("stop stream "+ref.ID, err)
+	}
+	return nil
+}
+
+// noteText is how a note that ends a live reply reads, inside a code
+// block or not.
+func noteText(note string, inCode bool) string {
+	if inCode {
+		return "(" + note + ")"
+	}
+	return "_(" + note + ")_"
+}
+
+// grow makes md the Markdown of raw[:end], if end is past what it is of.
+func (l *liveReply) grow(end int) {
+	if end <= l.shown {
+		return
+	}
+	before, md := markdownText(l.raw[:l.shown]), markdownText(l.raw[:end])
+	if strings.HasPrefix(md, before) {
+		l.md += md[len(before):]
+	} else {
+		// What was shown stays as it was shown; the new text is made
+		// safe on its own (stableEnd keeps this from happening).
+		l.md += markdownText(l.raw[l.shown:end])
+	}
+	l.shown = end
+}
+
+// stableEnd is how much of text markdownText escapes as it will once
+// text goes on: all of it but, outside a code block, the end of its last
+// line from an unmatched backtick on.
+func stableEnd(text string) int {
+	start := strings.LastIndexByte(text, '\n') + 1
+	fence := ""
+	for _, line := range strings.SplitAfter(text[:start], "\n") {
+		fence, _ = fenceLine(fence, line)
+	}
+	if fence != "" {
+		return len(text)
+	}
+	last := text[start:]
+	if strings.Count(last, "`")%2 == 1 {
+		return start + strings.LastIndexByte(last, '`')
+	}
+	return len(text)
+}
+
+// pushLive sends what Slack has not taken of the reply's Markdown: into
+// the message being written, a new one when there is none or it is full.
+func (a *Adapter) pushLive(ctx context.Context, th chat.Thread, replyTo string, l *liveReply) error {
+	for l.sent < len(l.md) && !l.whole {
+		used := utf8.RuneCountInString(l.md[l.msgFrom:l.sent])
+		if l.ts != "" && used >= maxReplyRunes {
+			if err := a.stopLive(ctx, th, l); err != nil {
+				return err
+			}
+			continue
+		}
+		room := maxReplyRunes - used
+		if l.ts == "" {
+			room = maxReplyRunes
+		}
+		piece := l.md[l.sent:]
+		if r := []rune(piece); len(r) > room {
+			piece = string(r[:cutWithin(r, room)])
+		}
+		if l.ts == "" {
+			if err := a.startLive(ctx, th, replyTo, l, piece); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := a.appends.Wait(ctx); err != nil {
+			return fmt.Errorf("slack: stream reply: %w", err)
+		}
+		_, _, err := a.api.AppendStreamContext(ctx, th.Channel, l.ts, slack.MsgOptionMarkdownText(piece))
+		switch code := slackCode(err); {
+		case err == nil:
+			l.sent += len(piece)
+		case streamEnded(code):
+			a.log.Info("slack ended the stream; the reply goes on in a new message", "session", th.Key, "ts", l.ts, "err", err)
+			l.ts = ""
+		case streamRefused(code):
+			a.log.Warn("slack refused the rest of a stream; posting it whole at the end", "session", th.Key, "ts", l.ts, "err", err)
+			a.stopQuietly(ctx, th, l)
+			l.whole = true
+		default:
+			return classify("append to stream "+l.ts, err)
+		}
+	}
+	return nil
+}
+
+// startLive starts a streamed message with piece, the code block open
+// there opened again first.
+func (a *Adapter) startLive(ctx context.Context, th chat.Thread, replyTo string, l *liveReply, piece string) error {
+	a.mu.Lock()
+	off := a.noStreams
+	a.mu.Unlock()
+	to, known := a.recipient(ctx, th, replyTo)
+	if off || (!known && !isDM(th.Channel)) {
+		l.whole = true // Slack streams to a channel only for a named recipient
+		return nil
+	}
+	opts := []slack.MsgOption{slack.MsgOptionTS(th.ThreadID), slack.MsgOptionMarkdownText(l.reopen() + piece)}
+	if known {
+		opts = append(opts, slack.MsgOptionRecipientUserID(to.user), slack.MsgOptionRecipientTeamID(to.team))
+	}
+	_, ts, err := a.api.StartStreamContext(ctx, th.Channel, opts...)
+	if err != nil {
+		switch code := slackCode(err); {
+		case appDenied(code):
+			a.mu.Lock()
+			first := !a.noStreams
+			a.noStreams = true
+			a.mu.Unlock()
+			if first {
+				a.log.Warn("slack streaming is not available to this token or app; replies are posted whole", "err", err)
+			}
+			l.whole = true
+			return nil
+		case streamRefused(code):
+			a.log.Warn("slack refused a stream here; posting the reply whole", "session", th.Key, "err", err)
+			l.whole = true
+			return nil
+		}
+		return classify("start stream", err)
+	}
+	l.ts, l.msgFrom = ts, l.sent
+	l.sent += len(piece)
+	return nil
+}
+
+// reopen is the line that opens again the code block open where the
+// reply's next message starts ("" outside code).
+func (l *liveReply) reopen() string {
+	if l.sent == 0 {
+		return ""
+	}
+	r := []rune(l.md[:l.sent])
+	return fenceOpen(r)[len(r)]
+}
+
+// stopLive stops the message being written; the reply's next text goes
+// into a new one.
+func (a *Adapter) stopLive(ctx context.Context, th chat.Thread, l *liveReply) error {
+	if l.ts == "" {
+		return nil
+	}
+	if _, _, err := a.api.StopStreamContext(ctx, th.Channel, l.ts); err != nil && !streamEnded(slackCode(err)) {
+		if err := classify("stop stream "+l.ts, err); !permanent(err) {
+			return err
+		}
+		a.log.Warn("slack stream stop refused; what it took is there to read", "session", th.Key, "ts", l.ts, "err", err)
+	}
+	l.ts, l.msgFrom = "", l.sent
+	return nil
+}
+
+// stopQuietly stops the message being written, whatever Slack says.
+func (a *Adapter) stopQuietly(ctx context.Context, th chat.Thread, l *liveReply) {
+	if l.ts == "" {
+		return
+	}
+	if _, _, err := a.api.StopStreamContext(ctx, th.Channel, l.ts); err != nil {
+		a.log.Debug("slack stop of a stream left for a post", "session", th.Key, "ts", l.ts, "err", err)
+	}
+	l.ts, l.msgFrom = "", l.sent
+}
+
+// postLiveRest posts whole what Slack did not take of a reply it would
+// not stream.
+func (a *Adapter) postLiveRest(ctx context.Context, th chat.Thread, l *liveReply) error {
+	if l.sent >= len(l.md) {
+		return nil
+	}
+	if err := a.postMarkdown(ctx, th, l.reopen()+l.md[l.sent:]); err != nil {
+		return err
+	}
+	l.sent = len(l.md)
+	return nil
+}
+
+// endLive ends a reply that is not the answer: the message being written
+// gets the note and stops; what Slack did not take of it is dropped.
+func (a *Adapter) endLive(ctx context.Context, th chat.Thread, l *liveReply, note string) error {
+	if l.ts == "" || l.whole {
+		return nil
+	}
+	if note != "" {
+		if err := a.appends.Wait(ctx); err != nil {
+			return fmt.Errorf("slack: end stream: %w", err)
+		}
+		_, _, err := a.api.AppendStreamContext(ctx, th.Channel, l.ts, slack.MsgOptionMarkdownText(noteText(note, l.reopen() != "")))
+		if err != nil {
+			if streamEnded(slackCode(err)) {
+				l.ts = ""
+				return nil
+			}
+			if err := classify("end stream "+l.ts, err); !permanent(err) {
+				return err
+			}
+			a.log.Warn("slack refused a live reply's note", "session", th.Key, "ts", l.ts, "err", err)
+		}
+	}
+	return a.stopLive(ctx, th, l)
+}
+
+// cutWithin returns where to cut r to at most limit runes: after
+// whitespace and before the next non-space character where it can (so
+// the next piece does not start with whitespace, which Slack drops),
+// after a line end in preference.
+func cutWithin(r []rune, limit int) int {
+	if limit >= len(r) {
+		return len(r)
+	}
+	if limit < 1 {
+		limit = 1
+	}
+	isSpace := func(c rune) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+	best := 0
+	for b := limit; b > limit/2 && b > 0; b-- {
+		if isSpace(r[b-1]) && !isSpace(r[b]) {
+			if r[b-1] == '\n' {
+				return b
+			}
+			if best == 0 {
+				best = b
+			}
+		}
+	}
+	if best > 0 {
+		return best
+	}
+	return limit
+}

@@ -1,0 +1,355 @@
+package chat
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/pinplan/pinplan/agent"
+)
+
+// Answers as the model writes them (DESIGN.md §7, PINPLAN_STREAM). The
+// agent publishes what a streaming model writes as TextDelta events of
+// one reply per model request (a retried request is a new reply), and a
+// round that goes on to call tools ends its reply with TextDone. None of
+// it is logged: the text is in the store only once its round commits.
+//
+// The deliverer applies those events in their place among the session's
+// other events, so a later turn's words never come before an earlier
+// turn's answer: each adds to the session's live buffer, and one flush
+// job at a time on the session's outbox queue hands the buffered text to
+// a LiveReplier, whole words only (the rest waits for the next delta).
+// While a flush waits (the platform's pace, a slow call), the deltas that
+// come meanwhile are gathered, so the next append carries them all:
+// nothing is lost or repeated, and the appends keep to the pace.
+//
+// The answer itself is still the TurnEnded entry's, stored in the outbox
+// as one item marked live: sending it finishes the live reply on the
+// answer's whole text (FinishLive), so what the thread shows in the end
+// is exactly the answer, whatever was shown before. A reply superseded
+// (the request was retried) or not the answer (the turn failed or was
+// stopped after some words) is ended with a note, and the answer follows
+// below it.
+//
+// A live message open in the thread has a close item in the outbox,
+// stored when the message is started and deleted when it is finished:
+// after a kill -9 it is what the next start finds, and it ends the cut-off
+// message with "interrupted; answered again below" (CloseLive) before the
+// resumed turn answers again.
+
+// LiveReplier is a platform that shows an answer as the model writes it.
+// The router calls it for one session at a time, in order.
+type LiveReplier interface {
+	// Live reports whether answers are shown as written (the platform's
+	// streaming is on); if not, the router sends answers with Reply.
+	Live() bool
+	// AppendLive adds text to live reply id in the thread, starting it,
+	// as a reply to replyTo, with its first text. The platform keeps the
+	// text once called: what a failed call did not show, the next call
+	// for id shows. It returns the message being written now (a new one
+	// when the platform went on in another), the zero ref when nothing
+	// is in the thread yet.
+	AppendLive(ctx context.Context, th Thread, replyTo, id, text string) (MessageRef, error)
+	// FinishLive ends live reply id on text, the reply whole. When what
+	// id shows is the start of text, the rest follows and the message
+	// ends; otherwise (a reply that is not the answer, or an id the
+	// platform does not know, such as "" after a restart) what id shows
+	// ends with note, and text follows below it, split as the platform
+	// needs. Text "" only ends what id shows, with note. A failed call
+	// is made again with the same arguments.
+	FinishLive(ctx context.Context, th Thread, replyTo, id, text, note string) error
+	// CloseLive ends message ref, a live reply a stopped process left
+	// open, with note.
+	CloseLive(ctx context.Context, th Thread, ref MessageRef, note string) error
+}
+
+// Notes that end a live reply that is not the answer.
+const (
+	noteInterrupted = "interrupted; answered again below"
+	noteStopped     = "stopped"
+)
+
+// liveAppendAttempts bounds the tries of one append: a failed one loses
+// nothing (the platform keeps the text for the next call), and the
+// answer is finished whole at the end of the turn.
+const liveAppendAttempts = 3
+
+// live is a session's live reply: the text the deliverer buffered for
+// it, and what the outbox queue has shown.
+type live struct {
+	mu     sync.Mutex // guards segs, queued and epoch
+	segs   []liveSeg  // buffered, oldest first
+	queued bool       // a flush is queued on the outbox queue
+	epoch  int        // sealLive's count: a flush queued before the last one finds nothing
+
+	// On the session's outbox queue only:
+	open   string     // the reply being shown, not yet finished ("" for none)
+	ref    MessageRef // the message it is being written in
+	closer uint64     // the outbox id of ref's close item, 0 for none
+}
+
+// liveSeg is buffered text of one reply, or its end (done).
+type liveSeg struct {
+	id   string
+	text string
+	done bool // TextDone: text is the reply whole
+}
+
+// liveReplier returns the session's platform as a LiveReplier, if it
+// shows answers as written.
+func liveReplier(p Platform) (LiveReplier, bool) {
+	lr, ok := p.(LiveReplier)
+	return lr, ok && lr.Live()
+}
+
+// liveText buffers a TextDelta or TextDone on the session's deliverer,
+// and queues a flush if none is queued.
+func (r *Router) liveText(s *session, th Thread, replyTo string, e agent.Event) {
+	if _, ok := liveReplier(s.board.platform); !ok || r.ctx.Err() != nil {
+		return
+	}
+	l := &s.live
+	l.mu.Lock()
+	if n := len(l.segs); e.Kind == agent.TextDelta && n > 0 && l.segs[n-1].id == e.Reply && !l.segs[n-1].done {
+		l.segs[n-1].text += e.Text
+	} else {
+		l.segs = append(l.segs, liveSeg{id: e.Reply, text: e.Text, done: e.Kind == agent.TextDone})
+	}
+	queue, epoch := !l.queued, l.epoch
+	l.queued = true
+	l.mu.Unlock()
+	if queue {
+		r.outbox.queue.Add(th.Key, func() { r.flushLive(s, th, replyTo, epoch) })
+	}
+}
+
+// flushLive shows what is buffered, on the session's outbox queue: a
+// reply superseded by a later one is ended with a note, a finished one
+// ends on its whole text, and the current one gets its whole words.
+func (r *Router) flushLive(s *session, th Thread, replyTo string, epoch int) {
+	l := &s.live
+	l.mu.Lock()
+	if l.epoch != epoch {
+		l.mu.Unlock()
+		return // sealed: the turn's answer finishes it
+	}
+	segs := l.segs
+	l.segs, l.queued = nil, false
+	l.mu.Unlock()
+	for i, seg := range segs {
+		switch {
+		case seg.done:
+			r.finishLive(s, th, replyTo, seg.id, seg.text, "")
+		case i < len(segs)-1 && segs[i+1].id != seg.id:
+			// A retried request's reply: what it showed ends, with a note.
+			if l.open == seg.id {
+				r.finishLive(s, th, replyTo, seg.id, "", noteInterrupted)
+			}
+		default:
+			words, rest := wholeWords(seg.text)
+			if rest != "" {
+				l.mu.Lock()
+				if l.epoch != epoch {
+					// Sealed meanwhile: the answer's whole text covers it.
+				} else if n := len(l.segs); n > 0 && l.segs[0].id == seg.id && !l.segs[0].done {
+					l.segs[0].text = rest + l.segs[0].text
+				} else {
+					l.segs = append([]liveSeg{{id: seg.id, text: rest}}, l.segs...)
+				}
+				l.mu.Unlock()
+			}
+			if words != "" {
+				r.appendLive(s, th, replyTo, seg.id, words)
+			}
+		}
+	}
+}
+
+// wholeWords cuts text after its last run of whitespace that a word
+// follows: the first part can be shown now, the second waits (a word may
+// go on in the next delta, and a chunk never starts with whitespace).
+func wholeWords(text string) (words, rest string) {
+	for i := len(text); i > 0; {
+		c, size := utf8.DecodeLastRuneInString(text[:i])
+		if i < len(text) && unicode.IsSpace(c) {
+			next, _ := utf8.DecodeRuneInString(text[i:])
+			if !unicode.IsSpace(next) {
+				return text[:i], text[i:]
+			}
+		}
+		i -= size
+	}
+	return "", text
+}
+
+// appendLive hands words of reply id to the platform, through the
+// delivery step: paced as a post, after the plan's first post, when it
+// starts the reply's message.
+func (r *Router) appendLive(s *session, th Thread, replyTo, id, words string) {
+	lr, _ := liveReplier(s.board.platform)
+	l := &s.live
+	ctx := r.ctx
+	if l.open != id {
+		if l.open != "" {
+			r.finishLive(s, th, replyTo, l.open, "", noteInterrupted)
+		}
+		r.planFirst(ctx, th.Key)
+	}
+	first, since := l.open != id, r.opts.Now()
+	text := words
+	var ref MessageRef
+	_, err := r.deliver(ctx, "reply_live", th, r.backoff(2*time.Second), liveAppendAttempts, nil, func(ctx context.Context) error {
+		if pacer, ok := s.board.platform.(Paced); ok && first {
+			if err := pacer.Pace(ctx, Request{Thread: th, Method: MethodPost, Priority: func() Priority { return PriorityFinal }, Since: since}); err != nil {
+				return err
+			}
+		}
+		if err := r.held(ctx, th.Key); err != nil {
+			return err
+		}
+		actx, cancel := context.WithTimeout(ctx, replyTimeout)
+		defer cancel()
+		t := text
+		text = "" // the platform keeps it from now on
+		var err error
+		ref, err = lr.AppendLive(actx, th, replyTo, id, t)
+		return err
+	})
+	l.open = id
+	if err != nil && ctx.Err() == nil && !errors.Is(err, agent.ErrFenced) {
+		s.board.log.Warn("live reply not shown yet; the answer is finished whole", "reply", id, "err", err)
+	}
+	if ref.ID != "" && ref != l.ref {
+		r.keepCloser(th, ref)
+	}
+}
+
+// keepCloser stores the close item of live message ref, in place of the
+// previous message's.
+func (r *Router) keepCloser(th Thread, ref MessageRef) {
+	s := r.session(th.Key, nil)
+	if s == nil {
+		return
+	}
+	l := &s.live
+	o := r.outbox
+	now := r.opts.Now()
+	it := outboxItem{Key: fmt.Sprintf("live/%s/%s", th.Key, ref.ID), Thread: th, Text: noteInterrupted, Created: now, LiveRef: &ref}
+	raw, _ := json.Marshal(it)
+	ids, err := o.store.AddOutbox(context.WithoutCancel(r.ctx), th.Key, [][]byte{raw})
+	if err != nil {
+		s.board.log.Warn("store the live reply's close item; a kill now would leave it open", "err", err)
+		ids = []uint64{0}
+	}
+	r.dropCloser(s)
+	l.ref, l.closer = ref, ids[0]
+}
+
+// dropCloser deletes the open live message's close item: it is finished.
+func (r *Router) dropCloser(s *session) {
+	l := &s.live
+	if l.closer != 0 {
+		if err := r.outbox.store.DeleteOutbox(context.WithoutCancel(r.ctx), s.board.key, l.closer); err != nil {
+			s.board.log.Warn("remove a finished live reply's close item", "err", err)
+		}
+	}
+	l.ref, l.closer = MessageRef{}, 0
+}
+
+// finishLive ends the open live reply (or shows text whole when id is not
+// open), in one step with retries; the answer of a turn goes through the
+// outbox's send instead, which retries it as any answer.
+func (r *Router) finishLive(s *session, th Thread, replyTo, id, text, note string) {
+	lr, _ := liveReplier(s.board.platform)
+	l := &s.live
+	if text == "" && (id == "" || l.open != id) {
+		return // nothing shown, nothing to end
+	}
+	fresh := l.open != id // text goes into a message of its own
+	if fresh && l.open != "" {
+		r.finishLive(s, th, replyTo, l.open, "", noteInterrupted)
+	}
+	if fresh {
+		r.planFirst(r.ctx, th.Key)
+	}
+	since := r.opts.Now()
+	_, err := r.deliver(r.ctx, "finish_live", th, r.backoff(maxReplyBackoff), liveAppendAttempts, nil, func(ctx context.Context) error {
+		if pacer, ok := s.board.platform.(Paced); ok && fresh {
+			if err := pacer.Pace(ctx, Request{Thread: th, Method: MethodPost, Priority: func() Priority { return PriorityFinal }, Since: since}); err != nil {
+				return err
+			}
+		}
+		if err := r.held(ctx, th.Key); err != nil {
+			return err
+		}
+		actx, cancel := context.WithTimeout(ctx, replyTimeout)
+		defer cancel()
+		return lr.FinishLive(actx, th, replyTo, id, text, note)
+	})
+	if err != nil && r.ctx.Err() == nil && !errors.Is(err, agent.ErrFenced) {
+		s.board.log.Warn("live reply not finished", "reply", id, "err", err)
+	}
+	if r.ctx.Err() != nil || errors.Is(err, agent.ErrFenced) {
+		return // the close item stays for the next start or the replica that holds it
+	}
+	l.open = ""
+	r.dropCloser(s)
+}
+
+// sealLive ends the buffer's part in the turn, on the session's
+// deliverer, when the turn's end is applied: it returns the reply the
+// answer finishes ("" for the one shown, if any), and drops what is
+// buffered, which the answer's whole text covers. A flush queued before
+// finds nothing of it, and the next turn's words queue a flush of their
+// own, behind the answer.
+func (s *session) sealLive() string {
+	l := &s.live
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	id := ""
+	for _, seg := range l.segs {
+		if !seg.done {
+			id = seg.id
+		} else if seg.id == id {
+			id = ""
+		}
+	}
+	l.segs, l.queued = nil, false
+	l.epoch++
+	return id
+}
+
+// finishAnswer finishes the live reply on the turn's answer (an outbox
+// item marked live), on the session's outbox queue; id is the reply the
+// answer was streamed as ("" for the one shown). A reply still open that
+// is not id is ended first, with a note.
+func (r *Router) finishAnswer(ctx context.Context, s *session, th Thread, replyTo, id, text, note string) error {
+	lr, _ := liveReplier(s.board.platform)
+	l := &s.live
+	if id == "" {
+		id = l.open
+	}
+	if l.open != "" && l.open != id {
+		r.finishLive(s, th, replyTo, l.open, "", note)
+	}
+	if err := lr.FinishLive(ctx, th, replyTo, id, text, note); err != nil {
+		return err
+	}
+	l.open = ""
+	r.dropCloser(s)
+	return nil
+}
+
+// noteFor is the note that ends a live reply that is not the turn's
+// answer.
+func noteFor(o agent.Outcome) string {
+	if o == agent.Stopped {
+		return noteStopped
+	}
+	return noteInterrupted
+}
