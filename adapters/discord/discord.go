@@ -53,6 +53,9 @@ type Options struct {
 	// (PINPLAN_DISCORD_COMPONENTS_V2); a plan Discord refuses that way is
 	// posted as an embed.
 	ComponentsV2 bool
+	// Stream shows answers as the model writes them (PINPLAN_STREAM):
+	// posted at the first words and edited as they grow (live.go).
+	Stream bool
 }
 
 // Adapter is the Discord platform.
@@ -68,6 +71,7 @@ type Adapter struct {
 	mu        sync.Mutex // guards the fields below
 	botID     string
 	limiters  map[string]*chat.Budget // each channel's posts and edits of plans
+	lives     map[string]*liveReply   // live replies' progress, by the router's reply id
 	share     int                     // replicas sharing the per-channel pace (Share)
 	typing    map[string]context.CancelFunc
 	chanTypes map[string]discordgo.ChannelType
@@ -170,7 +174,7 @@ func New(opts Options) (*Adapter, error) {
 	// sent the events; onMessage only filters and queues per channel.
 	s.SyncEvents = true
 	s.Identify.Intents = discordgo.IntentsGuilds | discordgo.IntentsGuildMessages | discordgo.IntentsDirectMessages | discordgo.IntentsMessageContent
-	a := &Adapter{opts: opts, s: s, log: opts.Logger, limiters: map[string]*chat.Budget{}, typing: map[string]context.CancelFunc{},
+	a := &Adapter{opts: opts, s: s, log: opts.Logger, limiters: map[string]*chat.Budget{}, lives: map[string]*liveReply{}, typing: map[string]context.CancelFunc{},
 		chanTypes: map[string]discordgo.ChannelType{}, botRoles: map[string][]string{}, seen: map[string]seenChannel{}}
 	s.Dialer.NetDialContext = a.dialGateway
 	s.AddHandler(a.onMessage)

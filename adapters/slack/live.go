@@ -103,8 +103,16 @@ func (a *Adapter) FinishLive(ctx context.Context, th chat.Thread, replyTo, id, t
 		if err := a.endLive(ctx, th, l, note); err != nil {
 			return err
 		}
-		a.liveDone(id)
-		l = nil
+		if text == "" {
+			a.liveDone(id)
+			return nil
+		}
+		// The text follows in a message of its own; a retry of this call
+		// goes on with it.
+		l = &liveReply{used: time.Now()}
+		a.mu.Lock()
+		a.lives[id] = l
+		a.mu.Unlock()
 	}
 	if text == "" {
 		return nil

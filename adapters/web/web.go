@@ -93,6 +93,9 @@ type Options struct {
 	DailyBudget int64
 	Logger      *slog.Logger
 	Now         func() time.Time
+	// Stream shows answers growing as the model writes them
+	// (PINPLAN_STREAM; live.go).
+	Stream bool
 }
 
 // Console is the web platform and its HTTP handlers.
@@ -109,7 +112,8 @@ type Console struct {
 	issued  map[string][]string             // stored message IDs handed out, by thread key (see stored)
 	touched map[string]time.Time            // when each thread's live view last changed, for Expire
 	clients map[chan []byte]struct{}
-	streams map[string]int // open event streams, by client address
+	streams map[string]int        // open event streams, by client address
+	lives   map[string]*liveReply // answers being written, by the router's reply id
 	closed  bool
 }
 
@@ -135,7 +139,7 @@ func New(opts Options) *Console {
 		opts.Now = time.Now
 	}
 	return &Console{opts: opts, handler: opts.Handler, plans: map[string]chat.Plan{}, notices: map[string][]Message{}, cards: map[string]map[string]chat.Card{},
-		status: map[string]string{}, issued: map[string][]string{}, touched: map[string]time.Time{}, clients: map[chan []byte]struct{}{}, streams: map[string]int{}}
+		status: map[string]string{}, issued: map[string][]string{}, touched: map[string]time.Time{}, clients: map[chan []byte]struct{}{}, streams: map[string]int{}, lives: map[string]*liveReply{}}
 }
 
 // Close ends every event stream, so a server shutdown does not wait on them.
@@ -151,12 +155,13 @@ func (c *Console) Close() {
 
 // event is one SSE event.
 type event struct {
-	Type        string    `json:"type"` // plan, message, state, thread, card
+	Type        string    `json:"type"` // plan, message, live, state, thread, card
 	Thread      string    `json:"thread"`
 	Seq         int64     `json:"seq"` // one counter for all threads, so each thread's increase: older never overwrites newer
 	Plan        *planJSON `json:"plan,omitempty"`
 	Card        *cardJSON `json:"card,omitempty"`
 	Message     *Message  `json:"message,omitempty"`
+	Replaces    string    `json:"replaces,omitempty"`     // with type message: the live message it replaces
 	State       string    `json:"state,omitempty"`        // with type state: idle, running or waiting
 	Status      string    `json:"status,omitempty"`       // with type state: the pill
 	StatusClass string    `json:"status_class,omitempty"` // with type state: the pill's class
@@ -240,6 +245,11 @@ func (c *Console) forgetLocked(key string) {
 	delete(c.status, key)
 	delete(c.issued, key)
 	delete(c.touched, key)
+	for id, l := range c.lives {
+		if l.key == key {
+			delete(c.lives, id)
+		}
+	}
 }
 
 // Expire forgets (as Forget does) the live view of every thread whose

@@ -10,6 +10,7 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/pinplan/pinplan/internal/fakediscord"
 	"github.com/pinplan/pinplan/internal/fakeopenai"
 	"github.com/pinplan/pinplan/internal/fakeslack"
 	"github.com/pinplan/pinplan/todo"
@@ -238,5 +239,75 @@ func TestSlackStreamCutByKillIsClosed(t *testing.T) {
 	}
 	if v := r.slack.Violations(); len(v) > 0 {
 		t.Errorf("Slack would have refused: %v", v)
+	}
+}
+
+// TestDiscordAnswerShownAsWritten (issue 29): on Discord the answer is
+// posted at its first words, edited as the model writes (within the
+// channel's edit bucket, as Discord sets it: 5 per 5 s; no edit
+// refused), and ends on the whole text.
+func TestDiscordAnswerShownAsWritten(t *testing.T) {
+	t.Parallel()
+	r := newDiscordRig(t, 1, 0)
+	r.env["PINPLAN_STREAM"] = "true"
+	r.dc.LimitEdits(5, 5*time.Second)
+	answer := strings.Join(numberedWords(90), " ")
+	script := fakeopenai.Script(func(string) []fakeopenai.Reply {
+		return []fakeopenai.Reply{donePlan(), {Content: answer, Pace: 60 * time.Millisecond}}
+	})
+	r.model.Respond = func(req *openai.ChatCompletionRequest) fakeopenai.Reply { return script(req) }
+	var mu sync.Mutex
+	var written []time.Time
+	r.model.OnDelta = func(string) {
+		mu.Lock()
+		written = append(written, time.Now())
+		mu.Unlock()
+	}
+	p := r.start(t)
+	defer p.stop(t)
+	r.dc.UserMessage("C1", "U1", "write it as you go", true)
+	var reply fakediscord.Message
+	waitFor(t, 60*time.Second, "the whole answer in one message", func() bool {
+		for _, m := range r.dc.Messages("C1") {
+			if m.AuthorID == fakediscord.BotID && strings.HasPrefix(m.Content, "w001") {
+				reply = m
+				return m.Content == answer
+			}
+		}
+		return false
+	})
+	mu.Lock()
+	first, last := written[0], written[len(written)-1]
+	tenth := written[len(written)/10]
+	mu.Unlock()
+	var posted time.Time
+	for _, c := range r.dc.Calls("POST channels/C1/messages") {
+		if s, _ := c.Body["content"].(string); strings.HasPrefix(s, "w001") {
+			posted = c.At
+			break
+		}
+	}
+	edits, during, refused := 0, 0, 0
+	for _, c := range r.dc.Calls("PATCH channels/C1/messages/" + reply.ID) {
+		edits++
+		if c.Status >= 300 {
+			refused++
+		}
+		if c.At.Before(last) {
+			during++
+		}
+	}
+	t.Logf("first words posted %s after the model's first delta; %d edits, %d while the model wrote", posted.Sub(first).Round(time.Millisecond), edits, during)
+	if posted.IsZero() || !posted.Before(tenth) {
+		t.Errorf("the first words were posted at %v, not before the model had written a tenth of the answer", posted)
+	}
+	if during < 2 {
+		t.Errorf("%d edits while the model wrote, want the message to grow with it", during)
+	}
+	if refused > 0 {
+		t.Errorf("%d of %d edits refused", refused, edits)
+	}
+	if v := r.dc.Violations(); len(v) > 0 {
+		t.Errorf("Discord would have refused: %v", v)
 	}
 }

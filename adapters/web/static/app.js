@@ -426,6 +426,26 @@ function addMessage(m, v = app.view) {
   stickToBottom(m.role === "user");
 }
 
+// upsertLive shows an answer as the model writes it: one message, its
+// text replaced by each live event's (the text so far).
+function upsertLive(m, v = app.view) {
+  if (!v) return;
+  const old = v.timeline.get(messageKey(m));
+  if (!old) {
+    addMessage(m, v);
+    return;
+  }
+  old.el.querySelector(".body").replaceChildren(renderMarkdown(m.text, document));
+  stickToBottom(false);
+}
+
+// dropMessage takes message id out of the timeline (a live answer its
+// stored one replaces).
+function dropMessage(id, v = app.view) {
+  const item = v.timeline.remove(messageKey({ id }));
+  if (item) item.el.remove();
+}
+
 function messageEl(m) {
   const li = el("li", `msg ${m.role}`);
   const head = el("div", "msg-head");
@@ -746,7 +766,13 @@ function applyToView(v, e) {
       renderPlan(e.plan);
       break;
     case "message":
-      if (e.message) addMessage(e.message, v);
+      if (e.message) {
+        if (e.replaces) dropMessage(e.replaces, v); // the answer, in place of its live text
+        addMessage(e.message, v);
+      }
+      break;
+    case "live":
+      if (e.message) upsertLive(e.message, v);
       break;
     case "card":
       if (e.card) upsertCard(e.card, v);

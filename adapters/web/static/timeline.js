@@ -52,6 +52,14 @@ export class Timeline {
     return this.items[idx + 1];
   }
 
+  // remove takes the item with id out and returns it (undefined if
+  // there is none).
+  remove(id) {
+    const idx = this.items.findIndex((x) => x.id === id);
+    if (idx < 0) return undefined;
+    return this.items.splice(idx, 1)[0];
+  }
+
   // move gives item a new sort and returns what insert returns.
   move(item, sort) {
     const idx = this.items.indexOf(item);

@@ -27,3 +27,12 @@ test("items sit in time order; a decided card moves to where it was decided", ()
   tl.reset([msg("z", 5), msg("z", 6), msg("y", 1)]);
   assert.deepEqual(tl.items.map((x) => [x.id, x.sort]), [["m|y", 1], ["m|z", 5]]);
 });
+
+test("a live answer's message is taken out for the stored one that replaces it", () => {
+  const tl = new Timeline([msg("m-1", 10), msg("live-a", 20)]);
+  const live = tl.remove(messageKey({ id: "live-a" }));
+  assert.equal(live.id, "m|live-a");
+  assert.equal(tl.remove(messageKey({ id: "live-a" })), undefined); // once
+  assert.equal(tl.insert(msg("m-2", 25)), null);
+  assert.deepEqual(tl.items.map((x) => x.id), ["m|m-1", "m|m-2"]);
+});
