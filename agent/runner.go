@@ -1088,8 +1088,13 @@ func (r *Runner) commit(ctx context.Context, s *session, rd *Round, next Checkpo
 }
 
 // streamedReplies numbers the streamed replies of this process
-// (Event.Reply).
-var streamedReplies atomic.Uint64
+// (Event.Reply), after the process's start time: an id is not used again
+// by the next process either (a platform may key a message to it, as
+// Discord's nonces are for a few minutes).
+var (
+	streamedReplies atomic.Uint64
+	processTag      = strconv.FormatInt(time.Now().UnixNano(), 36)
+)
 
 // streaming returns ctx with a text sink that publishes what the model
 // writes as TextDelta events of one reply per attempt, and a function
@@ -1100,7 +1105,7 @@ func (r *Runner) streaming(ctx context.Context, s *session) (context.Context, fu
 	last := ""
 	turn := s.cp.Turns
 	sink := func(attempt int, delta string) {
-		last = fmt.Sprintf("%d.%d", n, attempt)
+		last = fmt.Sprintf("%s.%d.%d", processTag, n, attempt)
 		r.publish(Event{Session: s.key, Kind: TextDelta, Reply: last, Text: delta, Turn: turn})
 	}
 	return WithTextSink(ctx, sink), func() string { return last }

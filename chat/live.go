@@ -68,6 +68,16 @@ type LiveReplier interface {
 	CloseLive(ctx context.Context, th Thread, ref MessageRef, note string) error
 }
 
+// ErrPaceLater is what AppendLive returns when the platform's pace has
+// no room for the text now and it kept the text for later: the router
+// calls again shortly (livePaceRetry), with the words that came
+// meanwhile, rather than hold the session's deliveries on the pace.
+var ErrPaceLater = errors.New("chat: live text kept for later: no room in the platform's pace now")
+
+// livePaceRetry is how soon a live reply whose text was kept for later
+// (ErrPaceLater) is given another try when no new words come first.
+const livePaceRetry = 250 * time.Millisecond
+
 // Notes that end a live reply that is not the answer.
 const (
 	noteInterrupted = "interrupted; answered again below"
@@ -82,10 +92,11 @@ const liveAppendAttempts = 3
 // live is a session's live reply: the text the deliverer buffered for
 // it, and what the outbox queue has shown.
 type live struct {
-	mu     sync.Mutex // guards segs, queued and epoch
-	segs   []liveSeg  // buffered, oldest first
-	queued bool       // a flush is queued on the outbox queue
-	epoch  int        // sealLive's count: a flush queued before the last one finds nothing
+	mu      sync.Mutex // guards segs, queued, nudging and epoch
+	segs    []liveSeg  // buffered, oldest first
+	queued  bool       // a flush is queued on the outbox queue
+	nudging bool       // a retry of text kept for later is scheduled
+	epoch   int        // sealLive's count: a flush queued before the last one finds nothing
 
 	// On the session's outbox queue only:
 	open   string     // the reply being shown, not yet finished ("" for none)
@@ -98,6 +109,9 @@ type liveSeg struct {
 	id   string
 	text string
 	done bool // TextDone: text is the reply whole
+	// nudge: show what the platform kept for later (ErrPaceLater), even
+	// with no new words.
+	nudge bool
 }
 
 // liveReplier returns the session's platform as a LiveReplier, if it
@@ -163,11 +177,45 @@ func (r *Router) flushLive(s *session, th Thread, replyTo string, epoch int) {
 				}
 				l.mu.Unlock()
 			}
-			if words != "" {
-				r.appendLive(s, th, replyTo, seg.id, words)
+			if words != "" || seg.nudge {
+				r.appendLive(s, th, replyTo, seg.id, words, epoch)
 			}
 		}
 	}
+}
+
+// nudgeLive has reply id's kept text tried again in a moment, unless new
+// words or the turn's end come first.
+func (r *Router) nudgeLive(s *session, th Thread, replyTo, id string, epoch int) {
+	l := &s.live
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.nudging {
+		return
+	}
+	l.nudging = true
+	time.AfterFunc(livePaceRetry, func() {
+		l.mu.Lock()
+		l.nudging = false
+		if l.epoch != epoch || r.ctx.Err() != nil {
+			l.mu.Unlock()
+			return
+		}
+		if n := len(l.segs); n == 0 || l.segs[n-1].id != id || l.segs[n-1].done {
+			if n > 0 {
+				l.mu.Unlock()
+				return // another reply, or its end, came: that flush shows it
+			}
+			l.segs = append(l.segs, liveSeg{id: id})
+		}
+		l.segs[len(l.segs)-1].nudge = true
+		queue := !l.queued
+		l.queued = true
+		l.mu.Unlock()
+		if queue {
+			r.outbox.queue.Add(th.Key, func() { r.flushLive(s, th, replyTo, epoch) })
+		}
+	})
 }
 
 // wholeWords cuts text after its last run of whitespace that a word
@@ -190,7 +238,7 @@ func wholeWords(text string) (words, rest string) {
 // appendLive hands words of reply id to the platform, through the
 // delivery step: paced as a post, after the plan's first post, when it
 // starts the reply's message.
-func (r *Router) appendLive(s *session, th Thread, replyTo, id, words string) {
+func (r *Router) appendLive(s *session, th Thread, replyTo, id, words string, epoch int) {
 	lr, _ := liveReplier(s.board.platform)
 	l := &s.live
 	ctx := r.ctx
@@ -203,6 +251,7 @@ func (r *Router) appendLive(s *session, th Thread, replyTo, id, words string) {
 	first, since := l.open != id, r.opts.Now()
 	text := words
 	var ref MessageRef
+	later := false
 	_, err := r.deliver(ctx, "reply_live", th, r.backoff(2*time.Second), liveAppendAttempts, nil, func(ctx context.Context) error {
 		if pacer, ok := s.board.platform.(Paced); ok && first {
 			if err := pacer.Pace(ctx, Request{Thread: th, Method: MethodPost, Priority: func() Priority { return PriorityFinal }, Since: since}); err != nil {
@@ -218,8 +267,14 @@ func (r *Router) appendLive(s *session, th Thread, replyTo, id, words string) {
 		text = "" // the platform keeps it from now on
 		var err error
 		ref, err = lr.AppendLive(actx, th, replyTo, id, t)
+		if errors.Is(err, ErrPaceLater) {
+			later, err = true, nil
+		}
 		return err
 	})
+	if later {
+		r.nudgeLive(s, th, replyTo, id, epoch)
+	}
 	l.open = id
 	if err != nil && ctx.Err() == nil && !errors.Is(err, agent.ErrFenced) {
 		s.board.log.Warn("live reply not shown yet; the answer is finished whole", "reply", id, "err", err)

@@ -108,6 +108,19 @@ func (b *Budget) Hold(d time.Duration) {
 	}
 }
 
+// TryNow takes a slot if one is free now, with reserve more left for
+// the requests that wait for theirs, and no one is waiting: for a request
+// that would rather go later with more (a live reply's next edit) than
+// wait.
+func (b *Budget) TryNow(reserve int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.waiters) > 0 || time.Now().Before(b.hold) || b.lim.Tokens() < float64(1+reserve) {
+		return false
+	}
+	return b.lim.Allow()
+}
+
 // Waiting is the number of requests waiting for a slot.
 func (b *Budget) Waiting() int {
 	b.mu.Lock()

@@ -219,8 +219,17 @@ func (a *Adapter) postLive(ctx context.Context, th chat.Thread, replyTo, n, cont
 
 // editLive edits a live reply's message to content, within the
 // channel's budget at prio.
+//
+// An intermediate edit does not wait: it takes a slot only if one is free
+// with one more left for the edits that would wait (the plan's, the
+// reply's last), and otherwise the text is kept for the router's next
+// call (chat.ErrPaceLater).
 func (a *Adapter) editLive(ctx context.Context, th chat.Thread, msgID, content string, prio chat.Priority) error {
-	if err := a.budget(th.Channel).Wait(ctx, func() chat.Priority { return prio }, time.Now()); err != nil {
+	if prio == chat.PriorityIntermediate {
+		if !a.budget(th.Channel).TryNow(1) {
+			return chat.ErrPaceLater
+		}
+	} else if err := a.budget(th.Channel).Wait(ctx, func() chat.Priority { return prio }, time.Now()); err != nil {
 		return fmt.Errorf("discord: edit live reply: %w", err)
 	}
 	endpoint := discordgo.EndpointChannelMessage(th.Channel, msgID)

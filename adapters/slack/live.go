@@ -83,7 +83,7 @@ func (a *Adapter) AppendLive(ctx context.Context, th chat.Thread, replyTo, id, t
 	l := a.liveOf(id)
 	l.raw += text
 	l.grow(stableEnd(l.raw))
-	err := a.pushLive(ctx, th, replyTo, l)
+	err := a.pushLive(ctx, th, replyTo, l, false)
 	return chat.MessageRef{Channel: th.Channel, ID: l.ts}, err
 }
 
@@ -122,7 +122,10 @@ func (a *Adapter) FinishLive(ctx context.Context, th chat.Thread, replyTo, id, t
 	}
 	l.raw = text
 	l.grow(len(text))
-	if err := a.pushLive(ctx, th, replyTo, l); err != nil {
+	if err := a.stopWithRest(ctx, th, l); err != nil {
+		return err
+	}
+	if err := a.pushLive(ctx, th, replyTo, l, true); err != nil {
 		if permanent(err) {
 			a.liveDone(id)
 		}
@@ -165,6 +168,33 @@ func (a *Adapter) CloseLive(ctx context.Context, th chat.Thread, ref chat.Messag
 	}
 	if _, _, err := a.api.StopStreamContext(ctx, channel, ref.ID); err != nil && !streamEnded(slackCode(err)) {
 		return classify("stop stream "+ref.ID, err)
+	}
+	return nil
+}
+
+// stopWithRest ends the message being written with the rest of the
+// reply, in the chat.stopStream call, when the rest fits in it: the
+// reply's last words do not wait for the workspace's append pace. Where
+// it does not fit, or Slack ended the stream, pushLive goes on.
+func (a *Adapter) stopWithRest(ctx context.Context, th chat.Thread, l *liveReply) error {
+	if l.ts == "" || l.whole || l.sent >= len(l.md) || utf8.RuneCountInString(l.md[l.msgFrom:]) > maxReplyRunes {
+		return nil
+	}
+	rest := l.md[l.sent:]
+	_, _, err := a.api.StopStreamContext(ctx, th.Channel, l.ts, slack.MsgOptionMarkdownText(rest))
+	switch code := slackCode(err); {
+	case err == nil:
+		l.sent = len(l.md)
+		l.ts, l.msgFrom = "", l.sent
+	case streamEnded(code):
+		a.log.Info("slack ended the stream; the reply goes on in a new message", "session", th.Key, "ts", l.ts, "err", err)
+		l.ts = ""
+	case streamRefused(code):
+		a.log.Warn("slack refused the end of a stream; posting it whole", "session", th.Key, "ts", l.ts, "err", err)
+		a.stopQuietly(ctx, th, l)
+		l.whole = true
+	default:
+		return classify("stop stream "+l.ts, err)
 	}
 	return nil
 }
@@ -215,7 +245,10 @@ func stableEnd(text string) int {
 
 // pushLive sends what Slack has not taken of the reply's Markdown: into
 // the message being written, a new one when there is none or it is full.
-func (a *Adapter) pushLive(ctx context.Context, th chat.Thread, replyTo string, l *liveReply) error {
+// Before the reply is whole (final false) an append that the workspace's
+// pace has no room for now is not waited for: the text is kept, and the
+// router's next call sends it with what came meanwhile.
+func (a *Adapter) pushLive(ctx context.Context, th chat.Thread, replyTo string, l *liveReply, final bool) error {
 	for l.sent < len(l.md) && !l.whole {
 		used := utf8.RuneCountInString(l.md[l.msgFrom:l.sent])
 		if l.ts != "" && used >= maxReplyRunes {
@@ -238,8 +271,11 @@ func (a *Adapter) pushLive(ctx context.Context, th chat.Thread, replyTo string, 
 			}
 			continue
 		}
-		if err := a.appends.Wait(ctx); err != nil {
-			return fmt.Errorf("slack: stream reply: %w", err)
+		if !final && !a.appends.Allow() {
+			return chat.ErrPaceLater
+		}
+		if err := a.waitAppend(ctx, final); err != nil {
+			return err
 		}
 		_, _, err := a.api.AppendStreamContext(ctx, th.Channel, l.ts, slack.MsgOptionMarkdownText(piece))
 		switch code := slackCode(err); {
@@ -255,6 +291,18 @@ func (a *Adapter) pushLive(ctx context.Context, th chat.Thread, replyTo string, 
 		default:
 			return classify("append to stream "+l.ts, err)
 		}
+	}
+	return nil
+}
+
+// waitAppend waits for the workspace's append pace; an append before the
+// reply is whole took its slot already (Allow).
+func (a *Adapter) waitAppend(ctx context.Context, final bool) error {
+	if !final {
+		return nil
+	}
+	if err := a.appends.Wait(ctx); err != nil {
+		return fmt.Errorf("slack: stream reply: %w", err)
 	}
 	return nil
 }

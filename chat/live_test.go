@@ -1,0 +1,177 @@
+package chat
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/chat/chattest"
+)
+
+// livePlatform is fakePlatform showing answers as written: it records
+// every live call, in order.
+type livePlatform struct {
+	fakePlatform
+	lmu   sync.Mutex
+	calls []string // "append id text", "finish id text|note", "close ref note"
+	later int      // appends still to be answered ErrPaceLater
+	slow  time.Duration
+}
+
+func (p *livePlatform) Live() bool { return true }
+
+func (p *livePlatform) record(s string) {
+	p.lmu.Lock()
+	p.calls = append(p.calls, s)
+	p.lmu.Unlock()
+}
+
+func (p *livePlatform) liveCalls() []string {
+	p.lmu.Lock()
+	defer p.lmu.Unlock()
+	return append([]string(nil), p.calls...)
+}
+
+func (p *livePlatform) AppendLive(_ context.Context, th Thread, _, id, text string) (MessageRef, error) {
+	time.Sleep(p.slow)
+	p.record("append " + id + " " + text)
+	p.lmu.Lock()
+	defer p.lmu.Unlock()
+	if p.later > 0 {
+		p.later--
+		return MessageRef{Channel: th.Channel, ID: "m-" + id}, ErrPaceLater
+	}
+	return MessageRef{Channel: th.Channel, ID: "m-" + id}, nil
+}
+
+func (p *livePlatform) FinishLive(_ context.Context, _ Thread, _, id, text, note string) error {
+	p.record("finish " + id + " " + text + "|" + note)
+	return nil
+}
+
+func (p *livePlatform) CloseLive(_ context.Context, _ Thread, ref MessageRef, note string) error {
+	p.record("close " + ref.ID + " " + note)
+	return nil
+}
+
+func deltas(key, id string, turn int64, words ...string) []agent.Event {
+	var out []agent.Event
+	for _, w := range words {
+		out = append(out, agent.Event{Session: key, Kind: agent.TextDelta, Reply: id, Text: w, Turn: turn})
+	}
+	return out
+}
+
+// TestLiveTurnsInOrder: a turn's next words never come before the
+// earlier turn's answer is finished, even while the platform is slow;
+// every shown word is whole, and the answer finishes the reply it was
+// written as.
+func TestLiveTurnsInOrder(t *testing.T) {
+	logs, boards, ob := &chattest.Log{}, &chattest.Boards{}, &chattest.Outbox{}
+	p := &livePlatform{slow: 5 * time.Millisecond}
+	th := Thread{Platform: "test", Key: "test/live", Channel: "C1"}
+	r := NewRouter(Options{Store: boards, Outbox: ob, Log: logs, Platforms: map[string]Platform{"test": p}})
+	defer r.Close()
+	r.board(th.Key, &th)
+	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
+	for _, e := range deltas(th.Key, "a.1.0", 1, "One", " two", " three") {
+		r.Observe(e)
+	}
+	r.Observe(logs.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Text: "One two three"}))
+	r.Observe(logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 2}))
+	for _, e := range deltas(th.Key, "a.2.0", 2, "Four", " five", " six") {
+		r.Observe(e)
+	}
+	r.Observe(logs.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 2, Outcome: agent.Done, Text: "Four five six"}))
+	r.Flush(th.Key)
+	settle(t, r, th.Key)
+	calls := p.liveCalls()
+	finished1 := -1
+	for i, c := range calls {
+		if strings.HasPrefix(c, "finish a.1.0 One two three|") {
+			finished1 = i
+		}
+		if strings.Contains(c, " a.2.0 ") && finished1 < 0 {
+			t.Fatalf("turn 2's %q came before turn 1's answer was finished: %q", c, calls)
+		}
+		if strings.HasPrefix(c, "append ") {
+			if text := strings.SplitN(c, " ", 3)[2]; text != "" && (text[0] == ' ' || !strings.HasSuffix(text, " ")) {
+				t.Errorf("append %q is not whole words", c)
+			}
+		}
+	}
+	if finished1 < 0 || calls[len(calls)-1] != "finish a.2.0 Four five six|interrupted; answered again below" {
+		t.Errorf("live calls %q; want each answer finished on its reply", calls)
+	}
+	if p.count("reply") != 0 {
+		t.Errorf("%d answers also sent with Reply", p.count("reply"))
+	}
+	if ob.Len() != 0 {
+		t.Errorf("%d items left in the outbox (close items included), want 0", ob.Len())
+	}
+}
+
+// TestLiveKeptTextIsTriedAgain: the platform kept words for later (its
+// pace had no room) and the model wrote nothing more for a while: the
+// router tries again on its own, without waiting for the turn's end.
+func TestLiveKeptTextIsTriedAgain(t *testing.T) {
+	logs, boards, ob := &chattest.Log{}, &chattest.Boards{}, &chattest.Outbox{}
+	p := &livePlatform{later: 2}
+	th := Thread{Platform: "test", Key: "test/later", Channel: "C1"}
+	r := NewRouter(Options{Store: boards, Outbox: ob, Log: logs, Platforms: map[string]Platform{"test": p}})
+	defer r.Close()
+	r.board(th.Key, &th)
+	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
+	for _, e := range deltas(th.Key, "b.1.0", 1, "Some", " words", " then") {
+		r.Observe(e)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		calls := p.liveCalls()
+		if n := len(calls); n >= 3 && calls[n-1] == "append b.1.0 " {
+			break // the third try, with no new words, was taken
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("live calls %q; want the kept words tried again with no new ones", calls)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestLiveCloseItemAfterRestart: a live reply's message is noted in the
+// outbox when it starts; a router that did not write it (the next start
+// after a kill) ends it with the note, and forgets the note.
+func TestLiveCloseItemAfterRestart(t *testing.T) {
+	logs, boards, ob := &chattest.Log{}, &chattest.Boards{}, &chattest.Outbox{}
+	p := &livePlatform{}
+	th := Thread{Platform: "test", Key: "test/kill", Channel: "C1"}
+	r := NewRouter(Options{Store: boards, Outbox: ob, Log: logs, Platforms: map[string]Platform{"test": p}})
+	r.board(th.Key, &th)
+	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
+	for _, e := range deltas(th.Key, "c.1.0", 1, "Half", " of", " it") {
+		r.Observe(e)
+	}
+	r.Flush(th.Key)
+	settle(t, r, th.Key)
+	r.Close() // the kill: the turn never ended
+	if ob.Len() != 1 {
+		t.Fatalf("%d outbox items after the reply started, want its close item", ob.Len())
+	}
+	p2 := &livePlatform{}
+	r2 := NewRouter(Options{Runner: &chattest.Runner{}, Store: boards, Outbox: ob, Log: logs, Platforms: map[string]Platform{"test": p2}})
+	defer r2.Close()
+	if _, err := r2.Resume(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, r2, th.Key)
+	if got, want := fmt.Sprint(p2.liveCalls()), "[close m-c.1.0 interrupted; answered again below]"; got != want {
+		t.Errorf("after the restart: %s, want %s", got, want)
+	}
+	if ob.Len() != 0 {
+		t.Errorf("%d outbox items after the close, want 0", ob.Len())
+	}
+}
