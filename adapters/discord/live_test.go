@@ -117,7 +117,7 @@ func TestLiveReplyNotTheAnswer(t *testing.T) {
 	}
 	ref, _ = a.AppendLive(ctx, liveThread, "", "r3", "of it ")
 	shown := botTexts(fake)[2] // "Half", or "Half of it" if the edit had room in the budget
-	b := liveAdapter(t, fake) // the next process
+	b := liveAdapter(t, fake)  // the next process
 	if err := b.CloseLive(ctx, liveThread, ref, "interrupted; answered again below"); err != nil {
 		t.Fatal(err)
 	}
