@@ -25,8 +25,8 @@ import (
 // first token of an answer its first word is visible: Slack (the
 // chat.startStream or chat.postMessage that carries it), Discord (the
 // message post) and the console (the SSE event). Each answer is 12 words
-// written a word every 60 ms, in a thread of its own (Discord: one
-// channel's turns), one at a time. It asserts that every answer's first
+// written a word every 60 ms, in a thread of its own (Slack: in a channel
+// of its own; Discord: one channel's turns), one at a time. It asserts that every answer's first
 // word is visible before the model's last word, and logs p50 and p99.
 //
 // PINPLAN_FIRST_WORD_ANSWERS sets the answers per platform (5 by default;
@@ -151,12 +151,14 @@ func (m *wordModel) run(t *testing.T, platform, bin string, n int) (firsts, last
 		defer p.stop(t)
 		waitFor(t, 15*time.Second, "socket mode", func() bool { return r.slack.Connected() > 0 })
 		for i := 1; i <= n; i++ {
-			tag, thread := fmt.Sprintf("tag%d", i), fmt.Sprintf("1700100%03d.000100", i)
-			if _, err := r.slack.Push(fmt.Sprintf("EvWord%d", i), mention("C1", thread, "answer "+tag)); err != nil {
+			// A channel each: Slack takes about one post a second per
+			// channel, and the answers come faster than that here.
+			tag, thread, channel := fmt.Sprintf("tag%d", i), fmt.Sprintf("1700100%03d.000100", i), fmt.Sprintf("C%d", 100+i)
+			if _, err := r.slack.Push(fmt.Sprintf("EvWord%d", i), mention(channel, thread, "answer "+tag)); err != nil {
 				t.Fatal(err)
 			}
 			waitFor(t, 30*time.Second, "answer "+tag, func() bool {
-				for _, msg := range r.slack.Messages("C1") {
+				for _, msg := range r.slack.Messages(channel) {
 					if msg.ThreadTS == thread && strings.Contains(msg.Text, fmt.Sprintf("end%d", i)) && !msg.Streaming {
 						return true
 					}
