@@ -99,10 +99,8 @@ func TestLiveReplyNotTheAnswer(t *testing.T) {
 	fake := &fakediscord.Server{}
 	a := liveAdapter(t, fake)
 	ctx := context.Background()
-	var ref chat.MessageRef
 	for _, p := range wordsOf("The answer begins ") {
-		var err error
-		if ref, err = a.AppendLive(ctx, liveThread, "", "r2", p); err != nil && !errors.Is(err, chat.ErrPaceLater) {
+		if _, err := a.AppendLive(ctx, liveThread, "", "r2", p); err != nil && !errors.Is(err, chat.ErrPaceLater) {
 			t.Fatal(err)
 		}
 	}
@@ -115,7 +113,7 @@ func TestLiveReplyNotTheAnswer(t *testing.T) {
 	if _, err := a.AppendLive(ctx, liveThread, "", "r3", "Half "); err != nil && !errors.Is(err, chat.ErrPaceLater) {
 		t.Fatal(err)
 	}
-	ref, _ = a.AppendLive(ctx, liveThread, "", "r3", "of it ")
+	ref, _ := a.AppendLive(ctx, liveThread, "", "r3", "of it ")
 	shown := botTexts(fake)[2] // "Half", or "Half of it" if the edit had room in the budget
 	b := liveAdapter(t, fake)  // the next process
 	if err := b.CloseLive(ctx, liveThread, ref, "interrupted; answered again below"); err != nil {
