@@ -165,8 +165,11 @@ func (r *Router) flushLive(s *session, th Thread, replyTo string, epoch int) {
 				r.finishLive(s, th, replyTo, seg.id, "", noteInterrupted)
 			}
 		default:
+			if seg.nudge && seg.text == "" && l.open != seg.id {
+				continue // finished meanwhile: nothing kept to show
+			}
 			words, rest := wholeWords(seg.text)
-			if rest != "" {
+			if rest != "" && i == len(segs)-1 { // an earlier one's rest is covered by its end in this batch
 				l.mu.Lock()
 				if l.epoch != epoch {
 					// Sealed meanwhile: the answer's whole text covers it.
@@ -349,8 +352,11 @@ func (r *Router) finishLive(s *session, th Thread, replyTo, id, text, note strin
 	if err != nil && r.ctx.Err() == nil && !errors.Is(err, agent.ErrFenced) {
 		s.board.log.Warn("live reply not finished", "reply", id, "err", err)
 	}
-	if r.ctx.Err() != nil || errors.Is(err, agent.ErrFenced) {
-		return // the close item stays for the next start or the replica that holds it
+	if o, _ := Classify(err); r.ctx.Err() != nil || errors.Is(err, agent.ErrFenced) || (err != nil && (o == Retry || o == RetryAfter)) {
+		// The close item stays for the answer's finish, the next start
+		// or the replica that holds the session: the message may still
+		// be open.
+		return
 	}
 	l.open = ""
 	r.dropCloser(s)

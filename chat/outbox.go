@@ -265,8 +265,11 @@ func (o *outbox) send(ctx context.Context, q queued) {
 		o.closeLive(ctx, q, p)
 		return
 	}
-	s := o.r.session(th.Key, nil)
+	var s *session
 	_, live := liveReplier(p)
+	if live && it.Live {
+		s = o.r.session(th.Key, nil)
+	}
 	live = live && it.Live && s != nil
 	if it.To == "" {
 		// A thread's plan message is above its answer (DESIGN §6): wait
