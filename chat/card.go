@@ -198,6 +198,9 @@ type cardRecord struct {
 	CallID string     `json:"call_id"`
 	Ref    MessageRef `json:"ref"`
 	Card   Card       `json:"card"`
+	// Posting is when the first attempt at posting the card began, while
+	// it has no Ref: an attempt may have landed unseen since then.
+	Posting *time.Time `json:"posting,omitempty"`
 }
 
 // Anonymous is implemented by platforms that do not tell people apart
@@ -378,10 +381,22 @@ func (r *Router) showCard(ctx context.Context, s *session, th Thread, a agent.Ap
 	if have {
 		card = cr.Card
 	}
-	// Recorded before it is posted, so a click as soon as it shows finds it.
+	// Recorded before it is posted, so a click as soon as it shows finds
+	// it, with when the first attempt began: a card recorded without its
+	// ref may have been posted by an attempt whose answer was lost, here
+	// or in a process since stopped (a replica killed between the
+	// platform's answer and this record), so every later attempt asks
+	// the platform to look for it (SendKey, SentMaybe) before posting.
+	since, unsure := time.Now(), have
 	s.cards.update(func(v *cardsRecord) {
-		if _, ok := v.Cards[id]; !ok {
-			v.put(id, cardRecord{CallID: a.CallID, Card: card})
+		got, ok := v.Cards[id]
+		switch {
+		case !ok:
+			v.put(id, cardRecord{CallID: a.CallID, Card: card, Posting: &since})
+		case got.Posting != nil:
+			since = *got.Posting
+		default: // recorded by a binary that kept no time: look through the thread
+			since = time.Time{}
 		}
 	})
 	var ref MessageRef
@@ -390,7 +405,8 @@ func (r *Router) showCard(ctx context.Context, s *session, th Thread, a agent.Ap
 			return err
 		}
 		var err error
-		ref, err = ip.PostCard(ctx, th, card)
+		ref, err = ip.PostCard(withSend(ctx, "card/"+id, since, unsure), th, card)
+		unsure = true // even a 429: a client may have retried a 5xx before it
 		return err
 	})
 	if err != nil {
@@ -403,7 +419,7 @@ func (r *Router) showCard(ctx context.Context, s *session, th Thread, a agent.Ap
 	var decided *Card
 	s.cards.update(func(v *cardsRecord) {
 		got := v.Cards[id]
-		got.Ref = ref
+		got.Ref, got.Posting = ref, nil
 		v.put(id, got)
 		if !got.Card.Open() {
 			decided = &got.Card

@@ -2,6 +2,7 @@ package chat
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -253,5 +254,74 @@ func TestUnpostableCardIsSaidInWords(t *testing.T) {
 	}
 	if len(said) != 1 || !strings.Contains(said[0], "fs__write_file") || !strings.Contains(said[0], "stop") {
 		t.Errorf("replies %q, want one saying the card could not be posted and how to stop", said)
+	}
+}
+
+// landingCards posts every card, but the first attempt's answer is lost
+// (a timeout after Slack took it); it records what each attempt was told.
+type landingCards struct {
+	cardPlatform
+	keys  []string
+	maybe []bool
+}
+
+func (l *landingCards) PostCard(ctx context.Context, th Thread, card Card) (MessageRef, error) {
+	_, maybe := SentMaybe(ctx)
+	l.cmu.Lock()
+	l.keys, l.maybe = append(l.keys, SendKey(ctx)), append(l.maybe, maybe)
+	first := len(l.keys) == 1
+	l.cmu.Unlock()
+	ref, _ := l.cardPlatform.PostCard(ctx, th, card)
+	if first {
+		return MessageRef{}, context.DeadlineExceeded
+	}
+	return ref, nil
+}
+
+// TestCardPostInDoubtIsLookedFor: a card's post whose answer was lost may
+// have landed; the next attempt carries the same key and says so, and so
+// does the next process's, for a card recorded but never known posted
+// (the replica killed between Slack's answer and the card's ref stored).
+func TestCardPostInDoubtIsLookedFor(t *testing.T) {
+	p := &landingCards{}
+	store, cards := &chattest.Boards{}, &chattest.Cards{}
+	r := NewRouter(Options{Runner: &decider{}, Store: store, Cards: cards, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond})
+	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	a := agent.Approval{CallID: "c1", Tool: "fs__write_file", Requester: "UANN", Deadline: time.Now().Add(time.Hour)}
+	observe(r, agent.Event{Session: "test/1", Kind: agent.ApprovalNeeded, Approval: &a})
+	settle(t, r, "test/1")
+	r.Close()
+	if len(p.keys) != 2 || p.keys[0] == "" || p.keys[1] != p.keys[0] {
+		t.Fatalf("send keys %q, want one key on both attempts", p.keys)
+	}
+	if p.maybe[0] || !p.maybe[1] {
+		t.Errorf("SentMaybe per attempt %v, want [false true]", p.maybe)
+	}
+
+	// The next process finds the card recorded without its ref.
+	raw, err := cards.Cards(context.Background(), "test/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec cardsRecord
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		t.Fatal(err)
+	}
+	for id, cr := range rec.Cards {
+		cr.Ref = MessageRef{}
+		rec.Cards[id] = cr
+	}
+	raw, _ = json.Marshal(rec)
+	if err := cards.SaveCards(context.Background(), "test/1", raw); err != nil {
+		t.Fatal(err)
+	}
+	p2 := &landingCards{}
+	r2 := NewRouter(Options{Runner: &decider{}, Store: store, Cards: cards, Platforms: map[string]Platform{"test": p2}, RetryDelay: time.Millisecond})
+	t.Cleanup(r2.Close)
+	r2.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	observe(r2, agent.Event{Session: "test/1", Kind: agent.ApprovalNeeded, Approval: &a})
+	settle(t, r2, "test/1")
+	if len(p2.keys) == 0 || p2.keys[0] != p.keys[0] || !p2.maybe[0] {
+		t.Errorf("after a restart: keys %q, SentMaybe %v; want %q and true from the first attempt", p2.keys, p2.maybe, p.keys[0])
 	}
 }

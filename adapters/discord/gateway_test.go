@@ -184,3 +184,26 @@ func TestGatewayReconnects(t *testing.T) {
 		})
 	}
 }
+
+// TestCardPostedOnceByItsKey: an approval card posted again with the
+// same send key (its first answer lost, or the process killed before it
+// recorded the card) is the card Discord created, not a second one.
+func TestCardPostedOnceByItsKey(t *testing.T) {
+	a, fake, _ := restRig(t)
+	th := chat.Thread{Platform: "discord", Key: "discord/G1/C1", Channel: "C1"}
+	c := chat.Card{ID: "card1", Tool: "fs__write_file", Server: "fs", Requester: "U1", Deadline: time.Now().Add(time.Hour)}
+	ref, err := a.PostCard(chat.WithSend(t.Context(), "card/card1", time.Now(), false), th, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := a.PostCard(chat.WithSend(t.Context(), "card/card1", time.Now(), true), th, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again != ref {
+		t.Errorf("the second attempt returned %v, want the first card %v", again, ref)
+	}
+	if n := len(fake.Messages("C1")); n != 1 {
+		t.Errorf("%d messages, want the one card", n)
+	}
+}

@@ -3,6 +3,8 @@ package discord
 import (
 	"cmp"
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 
@@ -19,10 +21,26 @@ var (
 
 // PostCard implements chat.Interactive: the card as a message in the
 // session's channel, answering nobody, pinging nobody.
+//
+// A post with a key (chat.SendKey) carries its nonce with enforce_nonce,
+// as replies do: an attempt after one whose answer was lost, or the next
+// process's after a kill, gets back the card Discord created instead of
+// a second one (within the few minutes Discord holds a nonce).
 func (a *Adapter) PostCard(ctx context.Context, th chat.Thread, c chat.Card) (chat.MessageRef, error) {
-	m, err := a.s.ChannelMessageSendComplex(th.Channel, &discordgo.MessageSend{Embeds: []*discordgo.MessageEmbed{CardEmbed(c)}, Components: CardComponents(c), AllowedMentions: noMentions()}, discordgo.WithContext(ctx))
+	msg := nonceSend{MessageSend: &discordgo.MessageSend{Embeds: []*discordgo.MessageEmbed{CardEmbed(c)}, Components: CardComponents(c), AllowedMentions: noMentions()}}
+	if key := chat.SendKey(ctx); key != "" {
+		msg.Nonce, msg.EnforceNonce = nonce(key), true
+	}
+	endpoint := discordgo.EndpointChannelMessages(th.Channel)
+	body, err := a.s.RequestWithBucketID(http.MethodPost, endpoint, msg, endpoint, discordgo.WithContext(ctx))
 	if err != nil {
 		return chat.MessageRef{}, classify("post approval card", err, false)
+	}
+	var m struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(body, &m); err != nil || m.ID == "" {
+		return chat.MessageRef{}, fmt.Errorf("discord: post approval card: no message id in the answer (%v)", err)
 	}
 	return chat.MessageRef{Channel: th.Channel, ID: m.ID}, nil
 }

@@ -20,10 +20,29 @@ var (
 	_ chat.History     = (*Adapter)(nil)
 )
 
-// PostCard implements chat.Interactive: the card as a reply in the thread.
+// PostCard implements chat.Interactive: the card as a reply in the
+// thread. A post with a key (chat.SendKey) is tagged like a reply
+// (event_type pinplan_card); when an earlier attempt may have landed
+// (chat.SentMaybe: its answer lost, or the process that made it killed
+// before it recorded the card's ref), the card that attempt left in the
+// thread is returned instead of posting another.
 func (a *Adapter) PostCard(ctx context.Context, th chat.Thread, c chat.Card) (chat.MessageRef, error) {
-	_, ts, err := a.api.PostMessageContext(ctx, th.Channel, slack.MsgOptionTS(th.ThreadID),
-		slack.MsgOptionText(CardText(c), false), slack.MsgOptionBlocks(CardBlocks(c)...), slack.MsgOptionDisableLinkUnfurl())
+	key := chat.SendKey(ctx)
+	if since, maybe := chat.SentMaybe(ctx); maybe && th.ThreadID != "" {
+		found, err := a.tagged(ctx, th, since, cardEvent)
+		if err := a.lookFailed("post approval card", th, err); err != nil {
+			return chat.MessageRef{}, err
+		}
+		if ts, ok := found[key]; ok {
+			return chat.MessageRef{Channel: th.Channel, ID: ts}, nil
+		}
+	}
+	opts := []slack.MsgOption{slack.MsgOptionTS(th.ThreadID),
+		slack.MsgOptionText(CardText(c), false), slack.MsgOptionBlocks(CardBlocks(c)...), slack.MsgOptionDisableLinkUnfurl()}
+	if key != "" {
+		opts = append(opts, tag(cardEvent, key))
+	}
+	_, ts, err := a.api.PostMessageContext(ctx, th.Channel, opts...)
 	if err != nil {
 		return chat.MessageRef{}, classify("post approval card", err)
 	}

@@ -404,10 +404,12 @@ func (a *Adapter) post(ctx context.Context, th chat.Thread, text string) error {
 
 // Looking for a reply posted by an attempt whose answer was lost.
 const (
-	// replyEvent and planEvent are the metadata event_types of a reply
-	// from the outbox and of a plan message.
+	// replyEvent, planEvent and cardEvent are the metadata event_types
+	// of a reply from the outbox, of a plan message and of an approval
+	// card.
 	replyEvent = "pinplan_reply"
 	planEvent  = "pinplan_plan"
+	cardEvent  = "pinplan_card"
 	// clockSlack is how far before the reply was stored the thread is
 	// read, for a clock here ahead of Slack's.
 	clockSlack = 10 * time.Minute

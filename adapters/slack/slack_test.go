@@ -234,3 +234,32 @@ func TestNativeBlocksNoFallBackAfterA5xx(t *testing.T) {
 		t.Errorf("chat.postMessage called %d times after a 500, want once", n)
 	}
 }
+
+// TestCardFoundByItsKey: an approval card an earlier attempt posted is
+// found and returned, not posted again.
+func TestCardFoundByItsKey(t *testing.T) {
+	a, fake, th := tagAdapter(t)
+	c := chat.Card{ID: "card1", Tool: "fs__write_file", Server: "fs", Requester: "U1", Deadline: time.Now().Add(time.Hour)}
+	since := time.Now()
+	ref, err := a.PostCard(chat.WithSend(t.Context(), "card/card1", since, false), th, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := a.PostCard(chat.WithSend(t.Context(), "card/card1", since, true), th, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again != ref {
+		t.Fatalf("the second attempt returned %v, want the first card %v", again, ref)
+	}
+	if n := len(fake.Messages("C1")); n != 2 {
+		t.Errorf("%d messages, want the task and the one card", n)
+	}
+	other, err := a.PostCard(chat.WithSend(t.Context(), "card/card2", since, true), th, chat.Card{ID: "card2", Tool: "fs__write_file", Deadline: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other == ref || other.IsZero() {
+		t.Errorf("another card's key found %v, want a new message", other)
+	}
+}

@@ -487,6 +487,11 @@ func TestReplicaKilledWithCardOpen(t *testing.T) {
 		waitMCPReady(t, ps[i], "fs")
 	}
 	thread := "1700030000.000100"
+	// The card is posted, but its owner never learns so: Slack's answer
+	// is held until after the kill, so the card's ref is never recorded.
+	// The next owner finds the card in the thread instead of posting it
+	// again.
+	r.slack.DelayAnswer("chat.postMessage", 20*time.Second, 1)
 	if _, err := r.slack.Push("EvC", mention("C1", thread, "write once")); err != nil {
 		t.Fatal(err)
 	}
