@@ -328,7 +328,9 @@ func (r *Router) apply(s *session, e agent.Event, have map[int64]bool) []queued 
 		_, live := liveReplier(b.platform)
 		switch id := ""; {
 		case live:
-			id = s.sealLive()
+			var interim []liveSeg
+			id, interim = s.sealLive(e.Turn)
+			r.finishInterim(s, th, trigger, interim)
 			if e.Text == "" {
 				note := noteFor(e.Outcome)
 				r.outbox.queue.Add(th.Key, func() { r.finishLive(s, th, trigger, s.live.open, "", note) })

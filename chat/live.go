@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -98,15 +99,33 @@ type live struct {
 	nudging bool       // a retry of text kept for later is scheduled
 	epoch   int        // sealLive's count: a flush queued before the last one finds nothing
 
+	showing atomic.Bool // open is not "": read by eviction
+
 	// On the session's outbox queue only:
 	open   string     // the reply being shown, not yet finished ("" for none)
 	ref    MessageRef // the message it is being written in
 	closer uint64     // the outbox id of ref's close item, 0 for none
 }
 
+// setOpen records the reply being shown, on the outbox queue.
+func (l *live) setOpen(id string) {
+	l.open = id
+	l.showing.Store(id != "")
+}
+
+// busy reports whether the live reply has text waiting or a message open
+// in the thread: the session is not evicted then, or the next one would
+// post its answer anew and leave the open message to its close item.
+func (l *live) busy() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.segs) > 0 || l.queued || l.nudging || l.showing.Load()
+}
+
 // liveSeg is buffered text of one reply, or its end (done).
 type liveSeg struct {
 	id   string
+	turn int64 // the turn the reply is written in
 	text string
 	done bool // TextDone: text is the reply whole
 	// nudge: show what the platform kept for later (ErrPaceLater), even
@@ -132,7 +151,7 @@ func (r *Router) liveText(s *session, th Thread, replyTo string, e agent.Event) 
 	if n := len(l.segs); e.Kind == agent.TextDelta && n > 0 && l.segs[n-1].id == e.Reply && !l.segs[n-1].done {
 		l.segs[n-1].text += e.Text
 	} else {
-		l.segs = append(l.segs, liveSeg{id: e.Reply, text: e.Text, done: e.Kind == agent.TextDone})
+		l.segs = append(l.segs, liveSeg{id: e.Reply, turn: e.Turn, text: e.Text, done: e.Kind == agent.TextDone})
 	}
 	queue, epoch := !l.queued, l.epoch
 	l.queued = true
@@ -154,6 +173,19 @@ func (r *Router) flushLive(s *session, th Thread, replyTo string, epoch int) {
 	}
 	segs := l.segs
 	l.segs, l.queued = nil, false
+	var turn int64 // the batch's; a nudge has none
+	for i, seg := range segs {
+		if turn == 0 {
+			turn = seg.turn
+		}
+		if seg.turn != 0 && seg.turn != turn {
+			// A later turn's words (its earlier turn's end is read late
+			// from the log) wait for that end's seal: they are shown
+			// behind the earlier answer.
+			segs, l.segs = segs[:i], segs[i:]
+			break
+		}
+	}
 	l.mu.Unlock()
 	for i, seg := range segs {
 		switch {
@@ -176,7 +208,7 @@ func (r *Router) flushLive(s *session, th Thread, replyTo string, epoch int) {
 				} else if n := len(l.segs); n > 0 && l.segs[0].id == seg.id && !l.segs[0].done {
 					l.segs[0].text = rest + l.segs[0].text
 				} else {
-					l.segs = append([]liveSeg{{id: seg.id, text: rest}}, l.segs...)
+					l.segs = append([]liveSeg{{id: seg.id, turn: seg.turn, text: rest}}, l.segs...)
 				}
 				l.mu.Unlock()
 			}
@@ -278,22 +310,20 @@ func (r *Router) appendLive(s *session, th Thread, replyTo, id, words string, ep
 	if later {
 		r.nudgeLive(s, th, replyTo, id, epoch)
 	}
-	l.open = id
+	l.setOpen(id)
 	if err != nil && ctx.Err() == nil && !errors.Is(err, agent.ErrFenced) {
 		s.board.log.Warn("live reply not shown yet; the answer is finished whole", "reply", id, "err", err)
 	}
 	if ref.ID != "" && ref != l.ref {
-		r.keepCloser(th, ref)
+		r.keepCloser(s, th, ref)
 	}
 }
 
 // keepCloser stores the close item of live message ref, in place of the
-// previous message's.
-func (r *Router) keepCloser(th Thread, ref MessageRef) {
-	s := r.session(th.Key, nil)
-	if s == nil {
-		return
-	}
+// previous message's. It is given the session that shows the reply: one
+// looked up again could be another (evicted or forgotten meanwhile), and
+// the close item would be left behind.
+func (r *Router) keepCloser(s *session, th Thread, ref MessageRef) {
 	l := &s.live
 	o := r.outbox
 	now := r.opts.Now()
@@ -358,31 +388,53 @@ func (r *Router) finishLive(s *session, th Thread, replyTo, id, text, note strin
 		// be open.
 		return
 	}
-	l.open = ""
+	l.setOpen("")
 	r.dropCloser(s)
 }
 
-// sealLive ends the buffer's part in the turn, on the session's
-// deliverer, when the turn's end is applied: it returns the reply the
-// answer finishes ("" for the one shown, if any), and drops what is
-// buffered, which the answer's whole text covers. A flush queued before
-// finds nothing of it, and the next turn's words queue a flush of their
-// own, behind the answer.
-func (s *session) sealLive() string {
+// sealLive ends the buffer's part in turn, on the session's deliverer,
+// when the turn's end is applied. It returns the reply the answer
+// finishes ("" for the one shown, if any) and the interim replies of the
+// turn that ended (TextDone) but are not shown whole yet, oldest first:
+// they are finished on their text before the answer. The rest of the
+// turn's buffered text is dropped: the answer's whole text covers it. A
+// flush queued before finds nothing, and the words of a later turn (an
+// end read late from the log) stay buffered for a flush of their own,
+// queued behind the answer by that turn's next words or its end.
+func (s *session) sealLive(turn int64) (id string, interim []liveSeg) {
 	l := &s.live
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	id := ""
+	var later []liveSeg
 	for _, seg := range l.segs {
-		if !seg.done {
+		switch {
+		case seg.turn > turn:
+			later = append(later, seg)
+		case seg.done:
+			interim = append(interim, seg)
+			if seg.id == id {
+				id = ""
+			}
+		default:
 			id = seg.id
-		} else if seg.id == id {
-			id = ""
 		}
 	}
-	l.segs, l.queued = nil, false
+	l.segs, l.queued = later, false
 	l.epoch++
-	return id
+	return id, interim
+}
+
+// finishInterim finishes replies a sealed turn ended before its answer,
+// each on its whole text, on the session's outbox queue.
+func (r *Router) finishInterim(s *session, th Thread, replyTo string, interim []liveSeg) {
+	if len(interim) == 0 {
+		return
+	}
+	r.outbox.queue.Add(th.Key, func() {
+		for _, seg := range interim {
+			r.finishLive(s, th, replyTo, seg.id, seg.text, "")
+		}
+	})
 }
 
 // finishAnswer finishes the live reply on the turn's answer (an outbox
@@ -401,7 +453,7 @@ func (r *Router) finishAnswer(ctx context.Context, s *session, th Thread, replyT
 	if err := lr.FinishLive(ctx, th, replyTo, id, text, note); err != nil {
 		return err
 	}
-	l.open = ""
+	l.setOpen("")
 	r.dropCloser(s)
 	return nil
 }

@@ -20,6 +20,7 @@ type livePlatform struct {
 	calls []string // "append id text", "finish id text|note", "close ref note"
 	later int      // appends still to be answered ErrPaceLater
 	slow  time.Duration
+	gate  chan struct{} // if not nil, the first append waits for it to close
 }
 
 func (p *livePlatform) Live() bool { return true }
@@ -38,6 +39,13 @@ func (p *livePlatform) liveCalls() []string {
 
 func (p *livePlatform) AppendLive(_ context.Context, th Thread, _, id, text string) (MessageRef, error) {
 	time.Sleep(p.slow)
+	p.lmu.Lock()
+	gate := p.gate
+	p.gate = nil
+	p.lmu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 	p.record("append " + id + " " + text)
 	p.lmu.Lock()
 	defer p.lmu.Unlock()
@@ -211,5 +219,107 @@ func TestLiveInterimThenAnswerWhileSlow(t *testing.T) {
 	}
 	if calls := p.liveCalls(); calls[len(calls)-1] != "finish B The file says hello|interrupted; answered again below" {
 		t.Errorf("calls %q, want the answer to finish B", calls)
+	}
+}
+
+// TestLiveInterimFinishedBeforeTheAnswer: the first append is held until
+// the turn has ended, so the interim reply's end (its round went on to
+// call tools) is still buffered when the turn's answer seals the
+// buffer. The interim reply ends on its whole text, as written, not as
+// "interrupted", and the answer finishes its own reply.
+func TestLiveInterimFinishedBeforeTheAnswer(t *testing.T) {
+	logs, boards, ob := &chattest.Log{}, &chattest.Boards{}, &chattest.Outbox{}
+	gate := make(chan struct{})
+	p := &livePlatform{gate: gate}
+	th := Thread{Platform: "test", Key: "test/sealed", Channel: "C1"}
+	r := NewRouter(Options{Store: boards, Outbox: ob, Log: logs, Platforms: map[string]Platform{"test": p}})
+	defer r.Close()
+	r.board(th.Key, &th)
+	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
+	for _, e := range deltas(th.Key, "A", 1, "Let", " me", " read", " it") {
+		r.Observe(e)
+	}
+	r.Observe(agent.Event{Session: th.Key, Kind: agent.TextDone, Reply: "A", Text: "Let me read it", Interim: true, Turn: 1})
+	for _, e := range deltas(th.Key, "B", 1, "The", " file", " says", " hello") {
+		r.Observe(e)
+	}
+	r.Observe(logs.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Text: "The file says hello"}))
+	r.Flush(th.Key) // the end is applied while the first append waits
+	close(gate)
+	settle(t, r, th.Key)
+	calls := p.liveCalls()
+	finishedA, finishedB := -1, -1
+	for i, c := range calls {
+		switch {
+		case c == "finish A Let me read it|":
+			finishedA = i
+		case strings.HasPrefix(c, "finish A "):
+			t.Errorf("interim reply A ended with %q, want its whole text", c)
+		case strings.HasPrefix(c, "finish B The file says hello|"):
+			finishedB = i
+		}
+	}
+	if finishedA < 0 || finishedB < finishedA {
+		t.Errorf("live calls %q; want A finished on its text, then the answer", calls)
+	}
+	if ob.Len() != 0 {
+		t.Errorf("%d items left in the outbox, want 0", ob.Len())
+	}
+}
+
+// TestLiveLateEndSealsOnlyItsTurn: a turn's end applied after the next
+// turn's first words (read late from the log) leaves those words to the
+// next turn: its answer finishes its own reply.
+func TestLiveLateEndSealsOnlyItsTurn(t *testing.T) {
+	logs, boards, ob := &chattest.Log{}, &chattest.Boards{}, &chattest.Outbox{}
+	gate := make(chan struct{})
+	p := &livePlatform{gate: gate}
+	th := Thread{Platform: "test", Key: "test/late", Channel: "C1"}
+	r := NewRouter(Options{Store: boards, Outbox: ob, Log: logs, Platforms: map[string]Platform{"test": p}})
+	defer r.Close()
+	r.board(th.Key, &th)
+	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
+	for _, e := range deltas(th.Key, "A", 1, "One", " two") {
+		r.Observe(e)
+	}
+	for _, e := range deltas(th.Key, "B", 2, "Three", " four") {
+		r.Observe(e)
+	}
+	r.Observe(logs.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Text: "One two"}))
+	r.Flush(th.Key)
+	close(gate)
+	r.Observe(logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 2}))
+	r.Observe(logs.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 2, Outcome: agent.Done, Text: "Three four"}))
+	r.Flush(th.Key)
+	settle(t, r, th.Key)
+	calls := p.liveCalls()
+	var finishes []string
+	for _, c := range calls {
+		if strings.HasPrefix(c, "finish ") {
+			finishes = append(finishes, c)
+		}
+	}
+	if len(finishes) != 2 || !strings.HasPrefix(finishes[0], "finish A One two|") || !strings.HasPrefix(finishes[1], "finish B Three four|") {
+		t.Errorf("finishes %q (all calls %q); want each turn's answer on its own reply", finishes, calls)
+	}
+}
+
+// TestLiveOpenReplyKeepsTheSession: a session whose live reply is still
+// open in the thread (its finish failed and waits for a retry) is not
+// evicted: the next session object would not know the message and would
+// post the answer anew.
+func TestLiveOpenReplyKeepsTheSession(t *testing.T) {
+	p := &livePlatform{}
+	th := Thread{Platform: "test", Key: "test/evict", Channel: "C1"}
+	r := NewRouter(Options{Store: &chattest.Boards{}, Outbox: &chattest.Outbox{}, Log: &chattest.Log{}, Platforms: map[string]Platform{"test": p}})
+	defer r.Close()
+	s := r.session(th.Key, &th)
+	s.live.setOpen("a.1.0")
+	if n := r.Evict(0); n != 0 {
+		t.Fatalf("evicted %d sessions with a live reply open, want 0", n)
+	}
+	s.live.setOpen("")
+	if n := r.Evict(0); n != 1 {
+		t.Errorf("evicted %d sessions once the reply is finished, want 1", n)
 	}
 }

@@ -576,7 +576,7 @@ func (s *session) idleSince(cutoff time.Time) (Thread, bool) {
 	th := b.rec.Thread
 	b.mu.Unlock()
 	s.cards.read(func(v *cardsRecord) { busy = busy || len(v.open()) > 0 })
-	return th, !busy
+	return th, !busy && !s.live.busy()
 }
 
 // Delete archives a session as reset does and hides it from listings; a
