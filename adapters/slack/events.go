@@ -70,6 +70,15 @@ func (a *Adapter) runSocketMode(ctx context.Context) {
 				if cb, ok := evt.Data.(slack.InteractionCallback); ok {
 					a.queue.Add("interaction/"+cb.TriggerID+cb.ActionTs, func() { a.interact(ctx, cb) })
 				}
+			case socketmode.EventTypeSlashCommand:
+				if evt.Request != nil {
+					if err := client.Ack(*evt.Request); err != nil {
+						a.log.Warn("slack ack", "err", err)
+					}
+				}
+				if cmd, ok := evt.Data.(slack.SlashCommand); ok {
+					a.queueCommand(ctx, cmd)
+				}
 			case socketmode.EventTypeEventsAPI:
 				ack := func() {}
 				if req := evt.Request; req != nil {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slack-go/slack"
+
 	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/internal/fakeslack"
 	"github.com/pinplan/pinplan/todo"
@@ -87,6 +89,8 @@ func TestManifestDeclaresWhatTheAdapterUses(t *testing.T) {
 	r.a.displayName(ctx, "U2")
 	push(t, r.a, fake, "EvStop", fake.StopSession("U2", "C1", "1.1"))
 	r.a.queue.Wait(ctx)
+	r.a.command(ctx, slack.SlashCommand{Command: "/pinplan", Text: "a task", UserID: "U2", ChannelID: "C1", TeamID: "T1", TriggerID: "t1"})
+	r.a.queue.Wait(ctx)
 	r.a.opts.Stream = true
 	r.a.Reply(ctx, th, "", words(200))
 
@@ -120,6 +124,9 @@ func TestManifestDeclaresWhatTheAdapterUses(t *testing.T) {
 	}
 	if !strings.Contains(text, "\n  agent_view:\n    agent_description: ") || len(lists["suggested_prompts"]) == 0 {
 		t.Error("the manifest does not declare features.agent_view with a description and suggested prompts")
+	}
+	if !slices.Contains(lists["slash_commands"], "command: /pinplan") || !slices.Contains(scopes, "commands") {
+		t.Errorf("the adapter answers /pinplan: the manifest must declare it under slash_commands (%q) with the commands scope", lists["slash_commands"])
 	}
 	if strings.Contains(text, "assistant_view") && !strings.Contains(text, "Replaces assistant_view") {
 		t.Error("the manifest declares assistant_view, which Slack retires in February 2027")

@@ -47,9 +47,12 @@ type Options struct {
 	AppendsPerMinute float64
 	Handler          Handler
 	Dedupe           chat.Deduper
-	Logger           *slog.Logger
-	HTTPClient       *http.Client
-	Now              func() time.Time
+	// Sessions lists the sessions of every thread, for /pinplan status
+	// (commands.go); nil: the command says it is not available.
+	Sessions   func(ctx context.Context) ([]SessionState, error)
+	Logger     *slog.Logger
+	HTTPClient *http.Client
+	Now        func() time.Time
 }
 
 // Adapter is the Slack platform.

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	slackadapter "github.com/pinplan/pinplan/adapters/slack"
 	"github.com/pinplan/pinplan/adapters/web"
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
@@ -99,6 +100,24 @@ func (s webStore) UsageOn(ctx context.Context, day string) ([]web.PersonUsage, e
 	out := make([]web.PersonUsage, len(spends))
 	for i, sp := range spends {
 		out[i] = web.PersonUsage{Person: sp.Person, Name: names[sp.Person], Tokens: sp.Tokens}
+	}
+	return out, nil
+}
+
+// slackSessions lists the sessions for Slack's /pinplan status: every
+// session's key, state and title, from whichever store is open.
+func (s webStore) slackSessions(ctx context.Context) ([]slackadapter.SessionState, error) {
+	infos, err := s.sessions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]slackadapter.SessionState, 0, len(infos))
+	for _, in := range infos {
+		if !strings.HasPrefix(in.Checkpoint.Key, "slack/") {
+			continue
+		}
+		title, _ := chat.DecodeListing(in.Listing, in.Board)
+		out = append(out, slackadapter.SessionState{Key: in.Checkpoint.Key, Title: title, State: in.Checkpoint.State, Updated: in.Checkpoint.Updated})
 	}
 	return out, nil
 }

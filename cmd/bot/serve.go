@@ -173,6 +173,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 			// Signed by Slack: neither the console's guard nor its token.
 			host.HandlePublic("POST /slack/events", slk.HTTPHandler(ctx))
 			host.HandlePublic("POST /slack/interactions", slk.InteractionsHandler(ctx))
+			host.HandlePublic("POST /slack/commands", slk.CommandsHandler(ctx))
 		}
 	}
 	ln, err := host.Listen(cfg.HTTPAddr)
@@ -346,7 +347,7 @@ func newPlatforms(cfg *config.Config, in *intake, st stores, demo bool, modelNam
 		ps.slack = slackadapter.New(slackadapter.Options{
 			BotToken: cfg.SlackBotToken.Reveal(), AppToken: cfg.SlackAppToken.Reveal(), SigningSecret: cfg.SlackSigningSecret.Reveal(),
 			APIURL: cfg.SlackAPIURL, NativePlan: cfg.SlackPlanBlocks, EditsPerMinute: float64(cfg.SlackEditsPerMin), Stream: cfg.Stream,
-			Handler: in, Dedupe: st.db, Logger: log.With("adapter", "slack"),
+			Handler: in, Dedupe: st.db, Sessions: ws.slackSessions, Logger: log.With("adapter", "slack"),
 		})
 		ps.byName["slack"] = ps.slack
 	}

@@ -228,6 +228,67 @@ func (s *Server) PushInteraction(payload map[string]any) (string, error) {
 	return e.id, nil
 }
 
+// PushCommand delivers a slash command over Socket Mode, as Slack sends
+// one: a slash_commands envelope whose payload is the command's fields
+// (command, text, user_id, channel_id, team_id, trigger_id, ...), to be
+// acknowledged within 3 s. Fields left out get Slack's usual values; the
+// response_url is the fake's, taking what a command's does (ephemeral by
+// default, 5 posts in 30 minutes).
+func (s *Server) PushCommand(fields map[string]any) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	raw, err := json.Marshal(s.commandLocked(fields))
+	if err != nil {
+		return "", fmt.Errorf("fakeslack: command payload: %w", err)
+	}
+	s.seq++
+	e := &envelope{id: fmt.Sprintf("env-%d", s.seq), eventID: "slash_commands", interactive: true, command: true, payload: raw}
+	s.pending = append(s.pending, e)
+	s.flushLocked()
+	return e.id, nil
+}
+
+// CommandBody is the body Slack POSTs to a slash command's Request URL
+// (application/x-www-form-urlencoded, the command's fields); sign it as
+// an event request is signed.
+func (s *Server) CommandBody(fields map[string]any) []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	form := url.Values{}
+	for k, v := range s.commandLocked(fields) {
+		form.Set(k, fmt.Sprint(v))
+	}
+	return []byte(form.Encode())
+}
+
+// commandLocked fills in a command's fields and registers its
+// response_url.
+func (s *Server) commandLocked(fields map[string]any) map[string]any {
+	s.initLocked()
+	p := map[string]any{"token": "legacy", "team_id": s.TeamID, "team_domain": "fake", "api_app_id": "A1", "command": "/pinplan",
+		"user_name": "someone", "channel_name": "general", "is_enterprise_install": false}
+	for k, v := range fields {
+		p[k] = v
+	}
+	s.seq++
+	if p["trigger_id"] == nil {
+		p["trigger_id"] = fmt.Sprintf("trig-%d", s.seq)
+	}
+	if p["response_url"] == nil {
+		secret := fmt.Sprintf("%016x%08x", time.Now().UnixNano(), s.seq)
+		path := fmt.Sprintf("%s%s/%d/%s", responseURLPrefix, s.TeamID, 1000000000+s.seq, secret)
+		user, _ := p["user_id"].(string)
+		channel, _ := p["channel_id"].(string)
+		s.responses[path] = &responseURL{channel: channel, user: user, created: time.Now()}
+		base := strings.TrimSuffix(s.BaseURL, "/")
+		if base == "" {
+			base = "http://" + s.host
+		}
+		p["response_url"] = base + path
+	}
+	return p
+}
+
 // InteractionBody is the body Slack POSTs to an app's interactivity
 // Request URL (application/x-www-form-urlencoded): payload=<the JSON>.
 // Sign it as an event request is signed.

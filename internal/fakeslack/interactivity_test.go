@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -391,5 +392,30 @@ func TestSlackGoInteractive(t *testing.T) {
 	})
 	if v := s.Violations(); len(v) > 0 {
 		t.Errorf("violations %q", v)
+	}
+}
+
+// TestCommandResponseURL: a slash command's fields, over HTTP or Socket
+// Mode, carry a response_url that answers the person who ran it alone by
+// default; a command's form is what Slack POSTs.
+func TestCommandResponseURL(t *testing.T) {
+	s := &Server{}
+	base := serve(t, s)
+	s.BaseURL = base // no request has told the fake its address yet
+	form, err := url.ParseQuery(string(s.CommandBody(map[string]any{"text": "status", "user_id": "U9", "channel_id": "C1"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if form.Get("command") != "/pinplan" || form.Get("text") != "status" || form.Get("trigger_id") == "" || !strings.HasPrefix(form.Get("response_url"), base+"/actions/") {
+		t.Fatalf("command form %v", form)
+	}
+	if err := slack.PostWebhook(form.Get("response_url"), &slack.WebhookMessage{Text: "only you", ResponseType: slack.ResponseTypeEphemeral}); err != nil {
+		t.Fatal(err)
+	}
+	if e := s.Ephemerals("C1"); len(e) != 1 || e[0].Recipient != "U9" || e[0].Text != "only you" {
+		t.Errorf("ephemerals %+v, want one to U9", e)
+	}
+	if n := len(s.Messages("C1")); n != 0 {
+		t.Errorf("%d channel messages from an ephemeral answer", n)
 	}
 }

@@ -55,6 +55,7 @@ func (c *sock) take() []any {
 type envelope struct {
 	id, eventID string // eventID names an interactive envelope's payload type
 	interactive bool
+	command     bool // a slash_commands envelope (interactive too: acked within 3 s)
 	payload     json.RawMessage
 	attempt     int
 	reason      string
@@ -65,7 +66,11 @@ type envelope struct {
 
 func (e *envelope) frame() map[string]any {
 	if e.interactive {
-		f := map[string]any{"envelope_id": e.id, "type": "interactive", "accepts_response_payload": false, "payload": e.payload}
+		typ := "interactive"
+		if e.command {
+			typ = "slash_commands"
+		}
+		f := map[string]any{"envelope_id": e.id, "type": typ, "accepts_response_payload": e.command, "payload": e.payload}
 		if e.attempt > 0 {
 			f["retry_attempt"], f["retry_reason"] = e.attempt, e.reason
 		}

@@ -1,0 +1,189 @@
+package slack
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"html"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/slack-go/slack"
+
+	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/chat"
+)
+
+// The /pinplan slash command (DESIGN §7), over Socket Mode
+// (slash_commands envelopes) or signed at POST /slack/commands. Slack
+// wants the command acknowledged within 3 s: it is, at once, and handled
+// on a queue key of its own.
+//
+//   - /pinplan <task> starts a new thread session: pinplan posts the task
+//     in the channel, attributed to the person who ran the command and
+//     made inert (no mention, @channel or link comes of it), and that
+//     message is the thread's first; the plan and the answer follow in
+//     its thread, the person the requester and the starter. The model is
+//     given the task as the person wrote it.
+//   - /pinplan status lists the channel's sessions that are working or
+//     waiting for approval, with links, to the person alone.
+//   - /pinplan help (or nothing) says how to use pinplan, to the person
+//     alone.
+//
+// Answers to the person go to the command's response_url (ephemeral): it
+// works in channels the bot is not a member of, where chat.postEphemeral
+// does not. A slash command carries no thread, so a thread's own actions
+// (a follow-up, stop, reset) stay replies, mentions and buttons.
+
+const commandHelp = "*pinplan* plans a multi-step task as a pinned checklist in a thread and works through it.\n" +
+	"• `/pinplan <task>`: start a task in a new thread of this channel.\n" +
+	"• `/pinplan status`: this channel's tasks that are working or waiting for approval.\n" +
+	"• In a thread: mention @pinplan with a task, reply to go on, `@pinplan stop` or `@pinplan reset`.\n" +
+	"• `/pinplan help`: this message."
+
+// maxStatusLines bounds the sessions /pinplan status lists; the rest are
+// counted.
+const maxStatusLines = 20
+
+// SessionState is one session as /pinplan status lists it.
+type SessionState struct {
+	Key     string
+	Title   string
+	State   agent.RunState // running or waiting
+	Updated time.Time
+}
+
+// command handles one /pinplan command.
+func (a *Adapter) command(ctx context.Context, cmd slack.SlashCommand) {
+	text := strings.TrimSpace(html.UnescapeString(cmd.Text))
+	log := a.log.With("command", cmd.Command, "channel", cmd.ChannelID, "user", cmd.UserID)
+	switch strings.ToLower(text) {
+	case "", "help":
+		a.tellCommand(ctx, cmd, commandHelp)
+		return
+	case "status":
+		a.tellCommand(ctx, cmd, a.status(ctx, cmd))
+		return
+	}
+	team := cmp.Or(cmd.TeamID, a.team())
+	author := cmp.Or(a.displayName(ctx, cmd.UserID), "<@"+cmd.UserID+">")
+	quoted := "> " + strings.ReplaceAll(escape(text), "\n", "\n> ")
+	_, ts, err := a.api.PostMessageContext(ctx, cmd.ChannelID, slack.MsgOptionText(fmt.Sprintf("<@%s> asked pinplan:\n%s", cmd.UserID, quoted), false),
+		slack.MsgOptionDisableLinkUnfurl())
+	if err != nil {
+		log.Warn("slack: the task of a slash command could not be posted", "err", err)
+		a.tellCommand(ctx, cmd, "I could not post the task in this channel ("+cmp.Or(slackCode(err), "error")+"): invite @pinplan to the channel, or mention it in a thread.")
+		return
+	}
+	th := chat.Thread{Platform: "slack", Key: Key(team, cmd.ChannelID, ts), Channel: cmd.ChannelID, ThreadID: ts}
+	a.noteAuthor(th.Key, ts, person{user: cmd.UserID, team: team})
+	err = a.opts.Handler.Handle(ctx, chat.Incoming{Thread: th, Text: text, Author: author, AuthorID: cmd.UserID, MessageID: ts,
+		Event: "slack/cmd/" + cmd.TriggerID})
+	if err != nil && !errors.Is(err, chat.ErrRejected) {
+		log.Error("slack slash command not handled", "session", th.Key, "err", err)
+		a.tellCommand(ctx, cmd, "The task is posted, but I could not start on it (the bot's log has the details). Mention @pinplan in its thread to try again.")
+	}
+}
+
+// status lists the channel's sessions that are working or waiting.
+func (a *Adapter) status(ctx context.Context, cmd slack.SlashCommand) string {
+	if a.opts.Sessions == nil {
+		return "`/pinplan status` is not available here: each thread's plan message shows its state."
+	}
+	all, err := a.opts.Sessions(ctx)
+	if err != nil {
+		a.log.Error("slack: list sessions for /pinplan status", "err", err)
+		return "I could not read the sessions just now (the bot's log has the details); try again in a moment."
+	}
+	prefix := Key(cmp.Or(cmd.TeamID, a.team()), cmd.ChannelID, "")
+	var busy []SessionState
+	for _, s := range all {
+		if strings.HasPrefix(s.Key, prefix) && (s.State == agent.Running || s.State == agent.Waiting) {
+			busy = append(busy, s)
+		}
+	}
+	if len(busy) == 0 {
+		return "Nothing is working or waiting in this channel."
+	}
+	slices.SortFunc(busy, func(x, y SessionState) int { return y.Updated.Compare(x.Updated) })
+	var b strings.Builder
+	fmt.Fprintf(&b, "In this channel, %d working or waiting:\n", len(busy))
+	for i, s := range busy {
+		if i == maxStatusLines {
+			fmt.Fprintf(&b, "… and %d more.", len(busy)-i)
+			break
+		}
+		state := "working"
+		if s.State == agent.Waiting {
+			state = "waiting for approval"
+		}
+		title := cmp.Or(s.Title, "a task")
+		ts := strings.TrimPrefix(s.Key, prefix)
+		if link := permalink(cmd.TeamDomain, cmd.ChannelID, ts); link != "" {
+			fmt.Fprintf(&b, "• <%s|%s>: %s\n", link, escape(title), state)
+		} else {
+			fmt.Fprintf(&b, "• %s (thread %s): %s\n", escape(title), ts, state)
+		}
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// permalink is the link to a thread's first message, in the workspace's
+// domain as the command names it ("" without one).
+func permalink(domain, channel, ts string) string {
+	if domain == "" || ts == "" {
+		return ""
+	}
+	return fmt.Sprintf("https://%s.slack.com/archives/%s/p%s", domain, channel, strings.ReplaceAll(ts, ".", ""))
+}
+
+// tellCommand answers the person who ran cmd, ephemerally, through the
+// command's response_url.
+func (a *Adapter) tellCommand(ctx context.Context, cmd slack.SlashCommand, text string) {
+	if cmd.ResponseURL == "" {
+		a.log.Warn("slack: a slash command without a response_url cannot be answered", "user", cmd.UserID)
+		return
+	}
+	msg := &slack.WebhookMessage{Text: text, ResponseType: slack.ResponseTypeEphemeral}
+	if err := slack.PostWebhookCustomHTTPContext(ctx, cmd.ResponseURL, a.opts.HTTPClient, msg); err != nil {
+		a.log.Warn("slack: could not answer a slash command", "channel", cmd.ChannelID, "user", cmd.UserID, "err", err)
+	}
+}
+
+// CommandsHandler serves POST /slack/commands: signed like events, the
+// command is acknowledged at once with an empty 200 and handled in the
+// background.
+func (a *Adapter) CommandsHandler(ctx context.Context) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, ok := a.readSigned(w, r)
+		if !ok {
+			return
+		}
+		form, err := url.ParseQuery(string(body))
+		if err != nil || form.Get("command") == "" {
+			http.Error(w, "no command", http.StatusBadRequest)
+			return
+		}
+		cmd := slack.SlashCommand{TeamID: form.Get("team_id"), TeamDomain: form.Get("team_domain"), ChannelID: form.Get("channel_id"),
+			ChannelName: form.Get("channel_name"), UserID: form.Get("user_id"), UserName: form.Get("user_name"), Command: form.Get("command"),
+			Text: form.Get("text"), ResponseURL: form.Get("response_url"), TriggerID: form.Get("trigger_id"), APIAppID: form.Get("api_app_id")}
+		w.WriteHeader(http.StatusOK)
+		a.queueCommand(ctx, cmd)
+	})
+}
+
+// queueCommand handles cmd in the background, on a queue key of its own.
+func (a *Adapter) queueCommand(ctx context.Context, cmd slack.SlashCommand) {
+	a.queue.Add("command/"+cmd.ChannelID+"/"+cmd.TriggerID, func() { a.command(ctx, cmd) })
+}
+
+// team is the workspace the bot token belongs to.
+func (a *Adapter) team() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.teamID
+}

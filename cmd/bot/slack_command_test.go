@@ -1,0 +1,157 @@
+package main
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/pinplan/pinplan/internal/fakeopenai"
+	"github.com/pinplan/pinplan/internal/fakeslack"
+)
+
+// taskMessage waits for the task a slash command posted in channel, the
+// one whose text has want.
+func taskMessage(t *testing.T, s *fakeslack.Server, channel, want string) fakeslack.Message {
+	t.Helper()
+	var task fakeslack.Message
+	waitFor(t, 30*time.Second, "the task posted in the channel", func() bool {
+		for _, m := range s.Messages(channel) {
+			if m.BotID != "" && strings.Contains(m.Text, "asked pinplan") && strings.Contains(m.Text, want) {
+				task = m
+				return true
+			}
+		}
+		return false
+	})
+	return task
+}
+
+// ephemeralTo waits for a message only user sees in channel, with want.
+func ephemeralTo(t *testing.T, s *fakeslack.Server, channel, user, want string) fakeslack.Message {
+	t.Helper()
+	var got fakeslack.Message
+	waitFor(t, 15*time.Second, "a message to "+user+" alone with "+want, func() bool {
+		for _, m := range s.Ephemerals(channel) {
+			if m.Recipient == user && strings.Contains(m.Text, want) {
+				got = m
+				return true
+			}
+		}
+		return false
+	})
+	return got
+}
+
+// TestSlackSlashCommandStartsAThread (issue 30): /pinplan <task> over
+// Socket Mode is acknowledged within 3 s; pinplan posts the task in the
+// channel, attributed to the person and made inert, and that message's
+// thread is the session: its plan and answer land there, the task given
+// to the model as the person wrote it. /pinplan status lists the
+// channel's working session with a link, to the person alone; /pinplan
+// help answers the person alone; both through the command's
+// response_url (chat.postEphemeral would need U2 in the channel).
+func TestSlackSlashCommandStartsAThread(t *testing.T) {
+	t.Parallel()
+	r := newSlackRig(t, 2, 0, true)
+	release := make(chan struct{})
+	answer := r.model.Respond
+	r.model.Respond = func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
+		for _, m := range req.Messages {
+			if m.Role == openai.ChatMessageRoleUser && strings.Contains(m.Content, "slow task") {
+				<-release
+			}
+		}
+		return answer(req)
+	}
+	p := r.start(t)
+	defer p.stop(t)
+	if _, err := r.slack.PushCommand(map[string]any{"text": "plan the release &lt;!channel&gt; & ship it", "user_id": "U1", "channel_id": "C1"}); err != nil {
+		t.Fatal(err)
+	}
+	task := taskMessage(t, r.slack, "C1", "plan the release")
+	if task.ThreadTS != "" && task.ThreadTS != task.TS {
+		t.Errorf("the task was posted in thread %s, want a new thread of the channel", task.ThreadTS)
+	}
+	if !strings.HasPrefix(task.Text, "<@U1> asked pinplan:") || strings.Contains(task.Text, "<!channel>") || !strings.Contains(task.Text, "plan the release &lt;!channel&gt; &amp; ship it") {
+		t.Errorf("the task reads %q: want it attributed to U1 and inert", task.Text)
+	}
+	waitReply(t, r.slack, "C1", task.TS, "All done.")
+	plans := 0
+	for _, m := range planMessages(r.slack, "C1") {
+		if m.ThreadTS == task.TS {
+			plans++
+		}
+	}
+	if plans != 1 {
+		t.Errorf("%d plan messages in the task's thread, want 1", plans)
+	}
+	reqs := r.model.Requests()
+	if len(reqs) == 0 || !strings.Contains(reqs[0].Messages[len(reqs[0].Messages)-1].Content, "plan the release <!channel> & ship it") {
+		t.Errorf("the model was not given the task as written")
+	}
+
+	// A task that works a while: status lists it, and only it.
+	if _, err := r.slack.PushCommand(map[string]any{"text": "a slow task", "user_id": "U1", "channel_id": "C1"}); err != nil {
+		t.Fatal(err)
+	}
+	slow := taskMessage(t, r.slack, "C1", "a slow task")
+	waitFor(t, 10*time.Second, "the slow task's request", func() bool {
+		for _, req := range r.model.Requests() {
+			if strings.Contains(req.Messages[len(req.Messages)-1].Content, "slow task") {
+				return true
+			}
+		}
+		return false
+	})
+	if _, err := r.slack.PushCommand(map[string]any{"text": "status", "user_id": "U2", "channel_id": "C1"}); err != nil {
+		t.Fatal(err)
+	}
+	link := "https://fake.slack.com/archives/C1/p" + strings.ReplaceAll(slow.TS, ".", "")
+	st := ephemeralTo(t, r.slack, "C1", "U2", "working or waiting")
+	if !strings.Contains(st.Text, link) || !strings.Contains(st.Text, "working") || strings.Contains(st.Text, strings.ReplaceAll(task.TS, ".", "")) {
+		t.Errorf("status reads %q: want the slow task's thread (%s), working, and not the finished one", st.Text, link)
+	}
+	close(release)
+	waitReply(t, r.slack, "C1", slow.TS, "All done.")
+
+	if _, err := r.slack.PushCommand(map[string]any{"text": "help", "user_id": "U2", "channel_id": "C1"}); err != nil {
+		t.Fatal(err)
+	}
+	ephemeralTo(t, r.slack, "C1", "U2", "/pinplan <task>")
+	if v := r.slack.Violations(); len(v) > 0 {
+		t.Errorf("Slack would have refused: %v", v)
+	}
+}
+
+// TestSlackSlashCommandOverHTTP: /pinplan <task> signed at POST
+// /slack/commands is answered 200 at once and starts the thread; an
+// unsigned one is refused with 401 and starts nothing.
+func TestSlackSlashCommandOverHTTP(t *testing.T) {
+	t.Parallel()
+	r := newSlackRig(t, 1, 0, false)
+	p := r.start(t)
+	defer p.stop(t)
+	body := r.slack.CommandBody(map[string]any{"text": "count the files", "user_id": "U1", "channel_id": "C1"})
+	req := signedRequest(t, p.URL+"/slack/commands", "signing-secret", body, time.Now())
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if status, resp := do(t, req); status != http.StatusOK || resp != "" {
+		t.Fatalf("signed command answered %d %q, want an empty 200", status, resp)
+	}
+	task := taskMessage(t, r.slack, "C1", "count the files")
+	waitReply(t, r.slack, "C1", task.TS, "All done.")
+
+	forged := signedRequest(t, p.URL+"/slack/commands", "wrong-secret", r.slack.CommandBody(map[string]any{"text": "forged task", "user_id": "U1", "channel_id": "C1"}), time.Now())
+	forged.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if status, _ := do(t, forged); status != http.StatusUnauthorized {
+		t.Errorf("a command with a bad signature answered %d, want 401", status)
+	}
+	time.Sleep(300 * time.Millisecond)
+	for _, m := range r.slack.Messages("C1") {
+		if strings.Contains(m.Text, "forged task") {
+			t.Errorf("a forged command posted %q", m.Text)
+		}
+	}
+}
