@@ -111,6 +111,9 @@ type Entry struct {
 	Message openai.ChatCompletionMessage `json:"message"`
 	At      time.Time                    `json:"at"`
 	Author  string                       `json:"author,omitempty"` // display name of a user message
+	// Material: a user entry that quotes a message's files (files.go),
+	// masked like an old tool result when the context is short.
+	Material bool `json:"material,omitempty"`
 }
 
 // Inbound is a user message waiting in a session's inbox. The inbox is
@@ -125,6 +128,8 @@ type Inbound struct {
 	// Context is the thread's earlier messages, quoted, given with the
 	// first message of a session (DESIGN.md §12).
 	Context []Quoted `json:"context,omitempty"`
+	// Files are the message's attached files, by reference (files.go).
+	Files []File `json:"files,omitempty"`
 	// Event is the platform's key for the event the message came in
 	// (Slack's channel and ts, Discord's message id), or "". The store
 	// records it in the same write that queues the message and queues a

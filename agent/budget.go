@@ -173,7 +173,7 @@ func lastRound(hist []Entry) int {
 	return len(hist)
 }
 
-// maskable lists, oldest first, the tool results a request may leave
+// maskable lists, oldest first, the tool results and file entries a request may leave
 // out: those after the summary and before the round in progress.
 func (r *Runner) maskable(s *session) []int {
 	from := 0
@@ -183,7 +183,7 @@ func (r *Runner) maskable(s *session) []int {
 	end := lastRound(s.hist)
 	var out []int
 	for i := from; i < end && i < len(s.hist); i++ {
-		if s.hist[i].Message.Role == openai.ChatMessageRoleTool {
+		if s.hist[i].Message.Role == openai.ChatMessageRoleTool || s.hist[i].Material {
 			out = append(out, i)
 		}
 	}
@@ -219,7 +219,10 @@ func (r *Runner) assemble(s *session, drained []Entry, remind bool, masked map[i
 	}
 	for i := from; i < len(s.hist); i++ {
 		m := s.hist[i].Message
-		if masked[i] {
+		switch {
+		case masked[i] && s.hist[i].Material:
+			m.Content = maskedFiles(m.Content)
+		case masked[i]:
 			m.Content = maskedResult(m.Content)
 		}
 		msgs = append(msgs, m)

@@ -39,6 +39,10 @@ const (
 	// says; a final answer ends with TurnEnded instead, whose Text is the
 	// reply's whole text. Not logged.
 	TextDone
+	// Notice: Event.Text is to be said in the thread as it is (files a
+	// message came with that could not be given to the model). Logged
+	// with the round.
+	Notice
 )
 
 // Outcome is how a turn ended.

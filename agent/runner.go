@@ -64,8 +64,11 @@ type Options struct {
 	// (OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT), each passed
 	// through it first (to take secrets out); nil records none.
 	TraceContent func(string) string
-	Logger       *slog.Logger
-	Now          func() time.Time
+	// Files reads the files attached to messages (files.go); nil gives
+	// the model none of them.
+	Files  FileReader
+	Logger *slog.Logger
+	Now    func() time.Time
 }
 
 // EmptyAnswer stands in for a final answer the model left empty, in the
@@ -466,6 +469,9 @@ type session struct {
 	// the round (record): the events of the round, published once it is
 	// committed.
 	log []Event
+	// files are the file entries of inbox messages read so far, by
+	// message id (files.go): a round tried again does not fetch again.
+	files map[uint64]Entry
 }
 
 // turnContext returns a fresh context for one turn, which Stop cancels.
@@ -604,7 +610,7 @@ func (r *Runner) waitTools(ctx context.Context, log *slog.Logger) {
 
 // round runs one model request and commits its result.
 func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
-	drained, ids := r.userEntries(inbox)
+	drained, ids := r.userEntries(ctx, s, inbox)
 	// A budget already spent stops the turn before anything is asked of
 	// the model, a summary included.
 	if over, err := r.overBudget(ctx, s, &Round{Append: drained, Drained: ids}, 1); over || err != nil {
@@ -1081,6 +1087,9 @@ func (r *Runner) commit(ctx context.Context, s *session, rd *Round, next Checkpo
 	s.hist = append(s.hist, rd.Append...)
 	s.cp = next
 	s.tracker = work
+	for _, id := range rd.Drained {
+		delete(s.files, id) // in the history now
+	}
 	for _, e := range events {
 		r.opts.Events.Publish(e)
 	}
@@ -1130,7 +1139,7 @@ func (r *Runner) allIdempotent(msg openai.ChatCompletionMessage) bool {
 	return true
 }
 
-func (r *Runner) userEntries(inbox []Inbound) ([]Entry, []uint64) {
+func (r *Runner) userEntries(ctx context.Context, s *session, inbox []Inbound) ([]Entry, []uint64) {
 	var entries []Entry
 	var ids []uint64
 	for _, in := range inbox {
@@ -1138,6 +1147,12 @@ func (r *Runner) userEntries(inbox []Inbound) ([]Entry, []uint64) {
 			entries = append(entries, Entry{Message: openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: quote(in.Context)}, At: in.At})
 		}
 		entries = append(entries, in.Entry())
+		if e, note, ok := r.fileEntries(ctx, s, in); ok {
+			entries = append(entries, e)
+			if note != "" {
+				r.record(s, Event{Kind: Notice, Text: note, Turn: s.cp.Turns})
+			}
+		}
 		ids = append(ids, in.ID)
 	}
 	return entries, ids

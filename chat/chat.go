@@ -72,6 +72,9 @@ type Incoming struct {
 	// only. When the thread has no session yet it waits for one (Router.Hold,
 	// DESIGN §14) instead of starting one.
 	FollowUp bool `json:",omitempty"`
+	// Files are the message's attached files, by reference: read when a
+	// turn takes the message in (Files, DESIGN §12).
+	Files []agent.File `json:",omitempty"`
 }
 
 // Inbox is where adapters hand decoded, deduplicated messages: Router.

@@ -310,6 +310,10 @@ func (r *Router) apply(s *session, e agent.Event, have map[int64]bool) []queued 
 		b.toolActivity(e)
 	case agent.TextDelta, agent.TextDone:
 		r.liveText(s, th, trigger, e)
+	case agent.Notice:
+		if e.Text != "" && !have[e.Seq] {
+			return r.outbox.hold(th, trigger, e.Text, 0, e.Seq)
+		}
 	case agent.ApprovalNeeded:
 		b.waiting(e)
 		if e.Approval != nil {

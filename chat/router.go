@@ -284,13 +284,14 @@ func (r *Router) Handle(ctx context.Context, in Incoming) error {
 	}
 	in.Author = Shorten(strings.TrimSpace(in.Author), MaxAuthorRunes)
 	n := utf8.RuneCountInString(text)
-	command := invisible(text) || n > MaxMessageRunes || strings.EqualFold(text, "stop") || strings.EqualFold(text, "reset")
+	empty := invisible(text) && len(in.Files) == 0 // a file alone is a message
+	command := empty || n > MaxMessageRunes || strings.EqualFold(text, "stop") || strings.EqualFold(text, "reset")
 	if command && r.seenBefore(ctx, in) {
 		log.Info("command seen before; ignored", "event", in.Event)
 		return nil
 	}
 	switch {
-	case invisible(text):
+	case empty:
 		return refuse("Your message was empty. Tell me the task, for example: `plan the release checklist for v2`.")
 	case n > MaxMessageRunes:
 		return refuse(fmt.Sprintf("Your message is %d characters long; the limit is %d. Please shorten it or split it.", n, MaxMessageRunes))
@@ -337,7 +338,7 @@ func (r *Router) Handle(ctx context.Context, in Incoming) error {
 			}
 		})
 	}
-	inb := agent.Inbound{Text: text, Author: in.Author, AuthorID: in.AuthorID, Event: in.Event}
+	inb := agent.Inbound{Text: text, Author: in.Author, AuthorID: in.AuthorID, Event: in.Event, Files: in.Files}
 	if isNew {
 		inb.Context = r.threadContext(ctx, p, th, in.MessageID)
 	}

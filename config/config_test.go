@@ -163,6 +163,7 @@ func TestToolSettingErrorsNameTheKey(t *testing.T) {
 		{"context huge", map[string]string{"PINPLAN_THREAD_CONTEXT": "5000"}, "PINPLAN_THREAD_CONTEXT"},
 		{"budget small", map[string]string{"PINPLAN_CONTEXT_TOKENS": "100"}, "PINPLAN_CONTEXT_TOKENS"},
 		{"budget word", map[string]string{"PINPLAN_CONTEXT_TOKENS": "lots"}, "PINPLAN_CONTEXT_TOKENS"},
+		{"file bytes tiny", map[string]string{"PINPLAN_FILE_BYTES": "10"}, "PINPLAN_FILE_BYTES"},
 		{"retention word", map[string]string{"PINPLAN_RETENTION": "forever"}, "PINPLAN_RETENTION"},
 		{"retention negative", map[string]string{"PINPLAN_RETENTION": "-1h"}, "PINPLAN_RETENTION"},
 		{"retention tiny", map[string]string{"PINPLAN_RETENTION": "5s"}, "PINPLAN_RETENTION"},
@@ -388,6 +389,7 @@ var settingSamples = map[string]struct {
 	"PINPLAN_APPROVAL_TIMEOUT":        {value: "10m"},
 	"PINPLAN_THREAD_CONTEXT":          {value: "0"},
 	"PINPLAN_CONTEXT_TOKENS":          {value: "9000"},
+	"PINPLAN_FILE_BYTES":              {value: "65536"},
 	"PINPLAN_RETENTION":               {value: "720h"},
 }
 
