@@ -16,6 +16,7 @@ import (
 	"github.com/slack-go/slack/slackevents"
 	"github.com/slack-go/slack/socketmode"
 
+	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
 )
 
@@ -154,6 +155,7 @@ type message struct {
 	// followUp: a reply without a mention, for the thread's session only
 	// (chat.Incoming.FollowUp).
 	followUp bool
+	files    []agent.File // attached, by reference (files.go)
 }
 
 // ackWithin is how long an event may wait for its acknowledgement:
@@ -211,6 +213,7 @@ func (a *Adapter) relevant(api slackevents.EventsAPIEvent) (message, bool) {
 		}
 		m.channel, m.thread, m.ts, m.author, m.text = ev.Channel, ev.ThreadTimeStamp, ev.TimeStamp, ev.User, ev.Text
 		m.authorTeam = cmp.Or(ev.UserTeam, team)
+		m.files = filesOf(ev.Files)
 	case *slackevents.MessageEvent:
 		if ev.BotID != "" || ev.User == bot || ev.User == "" {
 			return m, false
@@ -222,6 +225,9 @@ func (a *Adapter) relevant(api slackevents.EventsAPIEvent) (message, bool) {
 		}
 		m.channel, m.thread, m.ts, m.author, m.text = ev.Channel, ev.ThreadTimeStamp, ev.TimeStamp, ev.User, ev.Text
 		m.authorTeam = cmp.Or(ev.UserTeam, team)
+		if ev.Message != nil {
+			m.files = filesOf(ev.Message.Files)
+		}
 		if !ev.IsIM() {
 			// In channels a mention arrives as app_mention; a reply
 			// without one reaches only the thread's session.
@@ -258,7 +264,7 @@ func (a *Adapter) dispatch(ctx context.Context, m message) {
 		a.noteAuthor(th.Key, m.ts, person{user: m.author, team: m.authorTeam})
 	}
 	author := cmp.Or(a.displayName(ctx, m.author), "<@"+m.author+">")
-	err := a.opts.Handler.Handle(ctx, chat.Incoming{Thread: th, Text: a.mentions(ctx, m.text), Author: author, AuthorID: m.author, MessageID: m.ts, Event: event, FollowUp: m.followUp})
+	err := a.opts.Handler.Handle(ctx, chat.Incoming{Thread: th, Text: a.mentions(ctx, m.text), Author: author, AuthorID: m.author, MessageID: m.ts, Event: event, FollowUp: m.followUp, Files: m.files})
 	if err != nil && !errors.Is(err, chat.ErrRejected) {
 		a.log.Error("slack message not handled", "session", th.Key, "err", err)
 	}

@@ -125,6 +125,9 @@ func TestManifestDeclaresWhatTheAdapterUses(t *testing.T) {
 	if !strings.Contains(text, "\n  agent_view:\n    agent_description: ") || len(lists["suggested_prompts"]) == 0 {
 		t.Error("the manifest does not declare features.agent_view with a description and suggested prompts")
 	}
+	if !slices.Contains(scopes, "files:read") {
+		t.Error("the adapter fetches attached files (url_private_download): the manifest needs files:read")
+	}
 	if !slices.Contains(lists["slash_commands"], "command: /pinplan") || !slices.Contains(scopes, "commands") {
 		t.Errorf("the adapter answers /pinplan: the manifest must declare it under slash_commands (%q) with the commands scope", lists["slash_commands"])
 	}

@@ -3,6 +3,7 @@ package slack
 import (
 	"context"
 	"errors"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/slack-go/slack"
 
+	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/internal/fakeslack"
 	"github.com/pinplan/pinplan/todo"
@@ -261,5 +263,32 @@ func TestCardFoundByItsKey(t *testing.T) {
 	}
 	if other == ref || other.IsZero() {
 		t.Errorf("another card's key found %v, want a new message", other)
+	}
+}
+
+// TestFetchFileOnlyFromSlack: a file is fetched with the bot token from
+// Slack (here the fake, at the API URL's host); an address elsewhere
+// never gets the token; a sign-in page is not the file.
+func TestFetchFileOnlyFromSlack(t *testing.T) {
+	a, fake, _ := tagAdapter(t)
+	f := fake.AddFile("a.txt", "text/plain", []byte("hello"))
+	got, err := a.FetchFile(t.Context(), agent.File{Name: "a.txt", Type: "text/plain", URL: f["url_private_download"].(string)}, 100)
+	if err != nil || string(got) != "hello" {
+		t.Fatalf("FetchFile = %q, %v", got, err)
+	}
+	var seen []string
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { seen = append(seen, r.Header.Get("Authorization")) }))
+	defer other.Close()
+	for _, u := range []string{other.URL + "/a.txt", "http://files.slack.com/a.txt", "https://slack.com.evil.example/a.txt", "::"} {
+		var fe *chat.FileError
+		if _, err := a.FetchFile(t.Context(), agent.File{Name: "a.txt", URL: u}, 100); !errors.As(err, &fe) {
+			t.Errorf("FetchFile(%s) = %v, want refused as not Slack's", u, err)
+		}
+	}
+	if len(seen) != 0 {
+		t.Errorf("the token went to another host: %q", seen)
+	}
+	if got, err := a.FetchFile(t.Context(), agent.File{Name: "big.txt", Type: "text/plain", URL: fake.AddFile("big.txt", "text/plain", []byte("0123456789"))["url_private_download"].(string)}, 4); err != nil || len(got) != 5 {
+		t.Errorf("a file over max: %d bytes, %v; want max+1 read", len(got), err)
 	}
 }

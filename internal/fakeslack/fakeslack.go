@@ -157,8 +157,12 @@ type Server struct {
 	// timeout off (envelopes unacked when their connection closes are
 	// still sent again).
 	AckTimeout time.Duration
+	// NoFilesRead: the app lacks the files:read scope, so files are
+	// answered with Slack's sign-in page even with the bot token.
+	NoFilesRead bool
 
 	handlers sync.WaitGroup // Socket Mode connections being served
+	files    files          // AddFile
 
 	mu          sync.Mutex // guards everything below
 	closed      bool
@@ -447,6 +451,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if strings.HasPrefix(r.URL.Path, responseURLPrefix) {
 		s.serveResponseURL(w, r)
+		return
+	}
+	if strings.HasPrefix(r.URL.Path, filesPrefix) {
+		s.serveFile(w, r)
 		return
 	}
 	method, ok := strings.CutPrefix(r.URL.Path, "/api/")
