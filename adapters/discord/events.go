@@ -134,7 +134,7 @@ func (a *Adapter) process(ctx context.Context, m *discordgo.Message) {
 	if channel != m.ChannelID {
 		trigger = "" // the message is in the parent channel, not the thread
 	}
-	err := a.opts.Handler.Handle(ctx, chat.Incoming{Thread: th, Text: text, Author: cmp.Or(m.Author.GlobalName, m.Author.Username), AuthorID: m.Author.ID, MessageID: trigger, Event: event, FollowUp: followUp})
+	err := a.opts.Handler.Handle(ctx, chat.Incoming{Thread: th, Text: text, Author: cmp.Or(m.Author.GlobalName, m.Author.Username), AuthorID: m.Author.ID, MessageID: trigger, Event: event, FollowUp: followUp, Files: filesOf(m.Attachments)})
 	if err != nil && !errors.Is(err, chat.ErrRejected) {
 		a.log.Error("discord message not handled", "session", th.Key, "err", err)
 	}

@@ -3,11 +3,13 @@ package discord
 import (
 	"context"
 	"errors"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/internal/fakediscord"
 	"github.com/pinplan/pinplan/internal/inboxtest"
@@ -205,5 +207,23 @@ func TestCardPostedOnceByItsKey(t *testing.T) {
 	}
 	if n := len(fake.Messages("C1")); n != 1 {
 		t.Errorf("%d messages, want the one card", n)
+	}
+}
+
+// TestFetchFileOnlyFromDiscord: an attachment is fetched from Discord's
+// CDN (here the fake, at DISCORD_API_URL's host), never from elsewhere.
+func TestFetchFileOnlyFromDiscord(t *testing.T) {
+	a, _, _ := restRig(t)
+	var hits int
+	other := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits++ }))
+	defer other.Close()
+	for _, u := range []string{other.URL + "/a.txt", "http://cdn.discordapp.com/a.txt", "https://cdn.discordapp.com.evil.example/a.txt"} {
+		var fe *chat.FileError
+		if _, err := a.FetchFile(t.Context(), agent.File{Name: "a.txt", URL: u}, 100); !errors.As(err, &fe) {
+			t.Errorf("FetchFile(%s) = %v, want refused as not Discord's", u, err)
+		}
+	}
+	if hits != 0 {
+		t.Errorf("%d requests went to another host", hits)
 	}
 }

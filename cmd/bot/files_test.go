@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/pinplan/pinplan/internal/fakediscord"
 )
 
 // fileRequestContent returns the content of the first model request's
@@ -76,5 +78,37 @@ func TestSlackFileWithoutFilesRead(t *testing.T) {
 	waitReply(t, r.slack, "C1", "1700090100.000100", "All done.")
 	if q := fileRequestContent(r); strings.Contains(q, "Sign in") || !strings.Contains(q, "left_out=") {
 		t.Errorf("the model was given %q: want the file described, not the sign-in page", q)
+	}
+}
+
+// TestDiscordMentionWithFiles (issue 30): a mention with a CSV and an
+// image. The CSV is fetched from its signed CDN URL and given to the
+// model as material; the image is described and the thread told.
+func TestDiscordMentionWithFiles(t *testing.T) {
+	t.Parallel()
+	r := newDiscordRig(t, 1, 0)
+	p := r.start(t)
+	defer p.stop(t)
+	r.dc.UserMessageWithFiles("C1", "U1", "what is in the sheet?", true,
+		fakediscord.Attachment{Filename: "sales.csv", ContentType: "text/csv; charset=utf-8", Content: []byte("month,total\njan,10\n")},
+		fakediscord.Attachment{Filename: "chart.png", ContentType: "image/png", Content: []byte("\x89PNG\r\n\x1a\n")})
+	waitDiscordReply(t, r.dc, "C1", "All done.")
+	told := waitDiscordReply(t, r.dc, "C1", "attached file")
+	if !strings.Contains(told.Content, "chart.png") || !strings.Contains(told.Content, "an image") || strings.Contains(told.Content, "sales.csv") {
+		t.Errorf("the thread was told %q: want chart.png named as an image", told.Content)
+	}
+	var q string
+	for _, req := range r.model.Requests() {
+		for _, m := range req.Messages {
+			if strings.Contains(m.Content, "Files attached to") {
+				q = m.Content
+			}
+		}
+	}
+	if !strings.Contains(q, `<file name="sales.csv"`) || !strings.Contains(q, "jan,10") || !strings.Contains(q, `name="chart.png"`) || strings.Contains(q, "PNG") {
+		t.Errorf("the model was given %q", q)
+	}
+	if got := r.dc.AttachmentFetches(); len(got) != 1 || !strings.HasSuffix(got[0], "/sales.csv") {
+		t.Errorf("attachments fetched %q, want sales.csv alone", got)
 	}
 }

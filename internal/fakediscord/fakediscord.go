@@ -83,9 +83,10 @@ type Message struct {
 	// Interaction is the id of the interaction this message answers.
 	Interaction string
 
-	at, edited time.Time
-	thread     string // the thread started from it
-	nonce      string // as sent on create
+	at, edited  time.Time
+	thread      string           // the thread started from it
+	nonce       string           // as sent on create
+	attachments []map[string]any // as a message carries them
 }
 
 type channel struct {
@@ -148,6 +149,11 @@ type Server struct {
 	// its callback is accepted (later: 404 code 10062); default 3 s, as on
 	// Discord.
 	InteractionWindow time.Duration
+	// BaseURL is the fake's own address (http://127.0.0.1:port), for
+	// attachment URLs; by default the Host of the latest REST request.
+	BaseURL string
+	files   attachments // UserMessageWithFiles
+	host    string      // guarded by mu
 
 	handlers sync.WaitGroup // gateway connections being served
 

@@ -125,6 +125,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.gateway(w, r)
 		return
 	}
+	if strings.HasPrefix(r.URL.Path, attachmentsPrefix) {
+		s.serveAttachment(w, r)
+		return
+	}
 	path, ok := strings.CutPrefix(r.URL.Path, "/api/v9/")
 	rt, known := parseRoute(path)
 	if !ok || !known {
@@ -139,6 +143,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	s.mu.Lock()
 	s.initLocked()
+	s.host = r.Host
 	d := takeLocked(s.delays, name)
 	s.mu.Unlock()
 	if d != nil {
@@ -856,7 +861,7 @@ func (s *Server) messageJSONLocked(m *Message) map[string]any {
 		"id": m.ID, "channel_id": m.ChannelID, "content": m.Content, "type": m.Type,
 		"author": userJSON(m.AuthorID), "timestamp": at.UTC().Format(time.RFC3339Nano), "edited_timestamp": nil,
 		"mentions": mentions, "mention_roles": roles, "mention_everyone": false, "embeds": embeds,
-		"attachments": []any{}, "components": components, "pinned": s.pins[m.ID], "tts": false, "flags": m.Flags,
+		"attachments": attachmentsOf(m), "components": components, "pinned": s.pins[m.ID], "tts": false, "flags": m.Flags,
 	}
 	if !m.edited.IsZero() {
 		out["edited_timestamp"] = m.edited.UTC().Format(time.RFC3339Nano)
@@ -877,6 +882,14 @@ func (s *Server) messageJSONLocked(m *Message) map[string]any {
 	}
 	if in, ok := s.interactions[m.Interaction]; ok {
 		out["interaction_metadata"] = in.metadataJSON()
+	}
+	return out
+}
+
+func attachmentsOf(m *Message) []any {
+	out := make([]any, 0, len(m.attachments))
+	for _, a := range m.attachments {
+		out = append(out, a)
 	}
 	return out
 }

@@ -455,3 +455,38 @@ func TestEnforceNonce(t *testing.T) {
 		t.Errorf("a 26-character nonce: %d, want 400", long.status)
 	}
 }
+
+// TestAttachmentURLsAreSigned: an attachment is served at the URL its
+// message carries, and an unsigned or tampered URL is 404, as on
+// Discord's CDN.
+func TestAttachmentURLsAreSigned(t *testing.T) {
+	s := &Server{}
+	s.AddChannel("C1", 0, "G1")
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	s.BaseURL = srv.URL
+	id := s.UserMessageWithFiles("C1", "U1", "see file", true, Attachment{Filename: "a.txt", ContentType: "text/plain", Content: []byte("hello")})
+	var u string
+	s.mu.Lock()
+	u = s.messages[id].attachments[0]["url"].(string)
+	s.mu.Unlock()
+	get := func(u string) (int, string) {
+		resp, err := http.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if status, body := get(u); status != 200 || body != "hello" {
+		t.Errorf("signed URL: %d %q", status, body)
+	}
+	unsigned, _, _ := strings.Cut(u, "?")
+	if status, _ := get(unsigned); status != 404 {
+		t.Errorf("unsigned URL: %d, want 404", status)
+	}
+	if status, _ := get(strings.Replace(u, "hm=", "hm=0", 1)); status != 404 {
+		t.Errorf("tampered URL: %d, want 404", status)
+	}
+}
