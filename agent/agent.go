@@ -130,6 +130,10 @@ type Inbound struct {
 	Context []Quoted `json:"context,omitempty"`
 	// Files are the message's attached files, by reference (files.go).
 	Files []File `json:"files,omitempty"`
+	// Handed are messages the author handed over with this one as its
+	// task (Slack's "Give to pinplan" shortcut), quoted as material
+	// after it.
+	Handed []Quoted `json:"handed,omitempty"`
 	// Event is the platform's key for the event the message came in
 	// (Slack's channel and ts, Discord's message id), or "". The store
 	// records it in the same write that queues the message and queues a

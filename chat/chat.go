@@ -75,6 +75,9 @@ type Incoming struct {
 	// Files are the message's attached files, by reference: read when a
 	// turn takes the message in (Files, DESIGN §12).
 	Files []agent.File `json:",omitempty"`
+	// Handed are messages handed over with this one as its task,
+	// quoted as material (Slack's "Give to pinplan" shortcut).
+	Handed []agent.Quoted `json:",omitempty"`
 }
 
 // Inbox is where adapters hand decoded, deduplicated messages: Router.

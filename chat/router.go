@@ -338,7 +338,7 @@ func (r *Router) Handle(ctx context.Context, in Incoming) error {
 			}
 		})
 	}
-	inb := agent.Inbound{Text: text, Author: in.Author, AuthorID: in.AuthorID, Event: in.Event, Files: in.Files}
+	inb := agent.Inbound{Text: text, Author: in.Author, AuthorID: in.AuthorID, Event: in.Event, Files: in.Files, Handed: in.Handed}
 	if isNew {
 		inb.Context = r.threadContext(ctx, p, th, in.MessageID)
 	}

@@ -94,10 +94,15 @@ func tsBefore(a, b string) bool {
 	return a < b
 }
 
-// interact handles a block_actions payload: the router decides, and the
+// interact handles a block_actions payload (a message_action one is the
+// message shortcut, shortcut.go): the router decides, and the
 // adapter shows the outcome (the card edited, or a note only the presser
 // sees). Slack has been acknowledged already.
 func (a *Adapter) interact(ctx context.Context, cb slack.InteractionCallback) {
+	if cb.Type == slack.InteractionTypeMessageAction {
+		a.shortcut(ctx, cb)
+		return
+	}
 	if cb.Type != slack.InteractionTypeBlockActions || len(cb.ActionCallback.BlockActions) == 0 {
 		a.log.Debug("slack interaction ignored", "type", cb.Type)
 		return

@@ -125,6 +125,9 @@ func TestManifestDeclaresWhatTheAdapterUses(t *testing.T) {
 	if !strings.Contains(text, "\n  agent_view:\n    agent_description: ") || len(lists["suggested_prompts"]) == 0 {
 		t.Error("the manifest does not declare features.agent_view with a description and suggested prompts")
 	}
+	if !strings.Contains(text, "\n    - name: Give to pinplan\n      type: message\n      callback_id: "+shortcutID+"\n") {
+		t.Errorf("the adapter answers the message shortcut %s: the manifest must declare it under shortcuts", shortcutID)
+	}
 	if !slices.Contains(scopes, "files:read") {
 		t.Error("the adapter fetches attached files (url_private_download): the manifest needs files:read")
 	}

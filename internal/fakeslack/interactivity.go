@@ -289,6 +289,49 @@ func (s *Server) commandLocked(fields map[string]any) map[string]any {
 	return p
 }
 
+// MessageShortcut returns the message_action payload Slack sends when
+// userID runs the message shortcut callbackID on message in channel (the
+// message as an event carries it: ts, user, text, thread_ts, files),
+// with a response_url served by the fake. Deliver it with
+// PushInteraction or InteractionBody.
+func (s *Server) MessageShortcut(userID, channel, callbackID string, message map[string]any) map[string]any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.initLocked()
+	s.seq++
+	secret := fmt.Sprintf("%016x%08x", time.Now().UnixNano(), s.seq)
+	path := fmt.Sprintf("%s%s/%d/%s", responseURLPrefix, s.TeamID, 1000000000+s.seq, secret)
+	ts, _ := message["ts"].(string)
+	thread, _ := message["thread_ts"].(string)
+	s.responses[path] = &responseURL{channel: channel, ts: ts, threadTS: thread, user: userID, created: time.Now()}
+	base := strings.TrimSuffix(s.BaseURL, "/")
+	if base == "" {
+		base = "http://" + s.host
+	}
+	msg := map[string]any{"type": "message"}
+	for k, v := range message {
+		msg[k] = v
+	}
+	username := strings.ToLower(userID)
+	if name, ok := s.users[userID]; ok {
+		username = strings.ToLower(strings.ReplaceAll(name, " ", "."))
+	}
+	return map[string]any{
+		"type":                  "message_action",
+		"callback_id":           callbackID,
+		"trigger_id":            fmt.Sprintf("%d.%s.%s", 1000000000+s.seq, s.TeamID, secret[:16]),
+		"response_url":          base + path,
+		"message_ts":            ts,
+		"message":               msg,
+		"user":                  map[string]any{"id": userID, "name": username, "team_id": s.TeamID},
+		"channel":               map[string]any{"id": channel, "name": strings.ToLower(channel)},
+		"team":                  map[string]any{"id": s.TeamID, "domain": strings.ToLower(s.TeamID)},
+		"token":                 "legacy",
+		"action_ts":             s.tsLocked(),
+		"is_enterprise_install": false,
+	}
+}
+
 // InteractionBody is the body Slack POSTs to an app's interactivity
 // Request URL (application/x-www-form-urlencoded): payload=<the JSON>.
 // Sign it as an event request is signed.
