@@ -40,6 +40,8 @@ func TestBrowserAnswerGrowsLive(t *testing.T) {
 	}, 20); return true; })()`)
 	b.send("write it as you go")
 	b.waitJS(30*time.Second, "the whole answer", `document.querySelectorAll("#messages > li.assistant").length === 1 && document.querySelector("#messages > li.assistant .body").innerText.trim() === `+jsString(answer))
+	// The sampler runs every 20 ms: let it see the final text too.
+	b.waitJS(5*time.Second, "the sampler to see the whole answer", `window.__seen[window.__seen.length - 1] === `+jsString(answer))
 	var seen []string
 	b.evalJSON(`window.__seen`, &seen)
 	if len(seen) < 5 {
