@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"time"
+
+	"github.com/pinplan/pinplan/agent"
 )
 
 // ListingStore keeps each session's listing record (how the console lists
@@ -71,4 +74,13 @@ func (r *Router) Rename(key, title string) (Thread, bool) {
 		th.Title = l.Title
 	})
 	return th, true
+}
+
+// Listed is one session as a platform's status command lists it
+// (Slack's and Discord's /pinplan status).
+type Listed struct {
+	Key     string
+	Title   string
+	State   agent.RunState // idle, running or waiting
+	Updated time.Time
 }

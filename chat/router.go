@@ -236,10 +236,13 @@ var ErrRejected = errors.New("chat: message rejected")
 
 // Rejection is the error Handle returns for a message it answered itself.
 // Refused is true when the message was not accepted (empty, too long, the
-// database unavailable); Reason is what the thread was told.
+// database unavailable); Reason is what the thread was told, or with
+// Private what its author alone is told (a stop or reset refused to
+// someone who may not).
 type Rejection struct {
 	Reason  string
 	Refused bool
+	Private bool
 }
 
 func (e *Rejection) Error() string        { return "chat: " + e.Reason }
@@ -280,7 +283,7 @@ func (r *Router) Handle(ctx context.Context, in Incoming) error {
 		if !in.Sync {
 			r.outbox.addPrivate(th, in.AuthorID, msg)
 		}
-		return &Rejection{Reason: msg}
+		return &Rejection{Reason: msg, Private: true}
 	}
 	in.Author = Shorten(strings.TrimSpace(in.Author), MaxAuthorRunes)
 	n := utf8.RuneCountInString(text)

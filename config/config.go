@@ -75,6 +75,7 @@ type Config struct {
 	DiscordThreadPerTask bool   // PINPLAN_DISCORD_THREAD_PER_TASK
 	DiscordComponentsV2  bool   // PINPLAN_DISCORD_COMPONENTS_V2: the plan as a Components V2 container
 	DiscordAppID         string // DISCORD_APPLICATION_ID: for `bot invite` when the token's first part is not the id
+	DiscordGuild         string // PINPLAN_DISCORD_GUILD: register /pinplan for this server only (shows at once)
 
 	LogLevel string // PINPLAN_LOG_LEVEL: debug, info, warn, error
 
@@ -130,7 +131,7 @@ var keys = []string{
 	"PINPLAN_TOOL_RESULT_BYTES", "PINPLAN_TOOL_TIMEOUT", "PINPLAN_APPROVERS",
 	"PINPLAN_APPROVAL_TIMEOUT", "PINPLAN_THREAD_CONTEXT",
 	"PINPLAN_CONTEXT_TOKENS", "PINPLAN_RETENTION", "PINPLAN_FILE_BYTES",
-	"PINPLAN_DISCORD_COMPONENTS_V2", "DISCORD_APPLICATION_ID",
+	"PINPLAN_DISCORD_COMPONENTS_V2", "DISCORD_APPLICATION_ID", "PINPLAN_DISCORD_GUILD",
 	"PINPLAN_MCP_STARTUP_TIMEOUT", "PINPLAN_MODEL_RESPONSE_BYTES",
 	"PINPLAN_TURN_TOKENS", "PINPLAN_USER_TOKENS_PER_DAY",
 	"PINPLAN_ETCD_ENDPOINTS", "PINPLAN_ETCD_PREFIX", "PINPLAN_LEASE_TTL",
@@ -184,6 +185,7 @@ func Load(getenv func(string) string) (*Config, error) {
 		DiscordThreadPerTask: l.boolean("PINPLAN_DISCORD_THREAD_PER_TASK", false),
 		DiscordComponentsV2:  l.boolean("PINPLAN_DISCORD_COMPONENTS_V2", true),
 		DiscordAppID:         l.str("DISCORD_APPLICATION_ID", ""),
+		DiscordGuild:         l.str("PINPLAN_DISCORD_GUILD", ""),
 
 		LogLevel: l.oneOf("PINPLAN_LOG_LEVEL", "info", "debug", "info", "warn", "error"),
 

@@ -345,6 +345,7 @@ var settingSamples = map[string]struct {
 }{
 	"PINPLAN_DB":                      {value: "/tmp/sample/pinplan.db"},
 	"DISCORD_APPLICATION_ID":          {value: "123456789012345678"},
+	"PINPLAN_DISCORD_GUILD":           {value: "223456789012345678"},
 	"PINPLAN_MCP_STARTUP_TIMEOUT":     {value: "3s"},
 	"PINPLAN_TURN_TOKENS":             {value: "50000"},
 	"PINPLAN_USER_TOKENS_PER_DAY":     {value: "2000000"},

@@ -56,6 +56,16 @@ type Options struct {
 	// Stream shows answers as the model writes them (PINPLAN_STREAM):
 	// posted at the first words and edited as they grow (live.go).
 	Stream bool
+	// Commands registers the /pinplan application command at start
+	// (commands.go), for Guild's set when Guild is set (PINPLAN_DISCORD_GUILD),
+	// else the global set, as ApplicationID (DISCORD_APPLICATION_ID; by
+	// default the bot's own id, which is its application's).
+	Commands      bool
+	Guild         string
+	ApplicationID string
+	// Sessions lists the sessions, for /pinplan status; nil: the command
+	// says it is not available.
+	Sessions func(ctx context.Context) ([]chat.Listed, error)
 }
 
 // Adapter is the Discord platform.
@@ -75,9 +85,11 @@ type Adapter struct {
 	share     int                     // replicas sharing the per-channel pace (Share)
 	typing    map[string]context.CancelFunc
 	chanTypes map[string]discordgo.ChannelType
-	connected bool
-	noManage  bool // deleting the pin notice was refused
-	v2Refused bool // a Components V2 plan was refused and logged
+	// chanGuilds are channels' guilds as looked up for /pinplan status.
+	chanGuilds map[string]string
+	connected  bool
+	noManage   bool // deleting the pin notice was refused
+	v2Refused  bool // a Components V2 plan was refused and logged
 	// gatewayOn admits gateway dials and reconnects: set by OpenGateway,
 	// cleared by CloseGateway, so that no connection is made while
 	// another replica holds the gateway. gateCtx lives as long as the
@@ -175,7 +187,7 @@ func New(opts Options) (*Adapter, error) {
 	s.SyncEvents = true
 	s.Identify.Intents = discordgo.IntentsGuilds | discordgo.IntentsGuildMessages | discordgo.IntentsDirectMessages | discordgo.IntentsMessageContent
 	a := &Adapter{opts: opts, s: s, log: opts.Logger, limiters: map[string]*chat.Budget{}, lives: map[string]*liveReply{}, typing: map[string]context.CancelFunc{},
-		chanTypes: map[string]discordgo.ChannelType{}, botRoles: map[string][]string{}, seen: map[string]seenChannel{}}
+		chanTypes: map[string]discordgo.ChannelType{}, chanGuilds: map[string]string{}, botRoles: map[string][]string{}, seen: map[string]seenChannel{}}
 	s.Dialer.NetDialContext = a.dialGateway
 	s.AddHandler(a.onMessage)
 	s.AddHandler(a.onGuild)
@@ -242,6 +254,9 @@ func (a *Adapter) StartREST(ctx context.Context) error {
 	a.mu.Lock()
 	a.botID = u.ID
 	a.mu.Unlock()
+	if a.opts.Commands {
+		a.registerCommands(ctx)
+	}
 	return nil
 }
 

@@ -76,10 +76,15 @@ func (a *Adapter) History(ctx context.Context, th chat.Thread, before string, li
 // the pressed message updated (type 7), or an ephemeral note for the
 // presser (type 4, flags 64). It runs off the gateway goroutine.
 func (a *Adapter) onInteraction(_ *discordgo.Session, i *discordgo.InteractionCreate) {
-	if i.Interaction == nil || i.Type != discordgo.InteractionMessageComponent || a.ctx == nil {
+	if i.Interaction == nil || a.ctx == nil {
 		return
 	}
-	a.queue.Add("interaction/"+i.ID, func() { a.interact(a.ctx, i.Interaction) })
+	switch i.Type {
+	case discordgo.InteractionMessageComponent:
+		a.queue.Add("interaction/"+i.ID, func() { a.interact(a.ctx, i.Interaction) })
+	case discordgo.InteractionApplicationCommand:
+		a.queue.Add("interaction/"+i.ID, func() { a.command(a.ctx, i.Interaction) })
+	}
 }
 
 func (a *Adapter) interact(ctx context.Context, i *discordgo.Interaction) {

@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/slack-go/slack"
 
@@ -48,14 +47,6 @@ const commandHelp = "*pinplan* plans a multi-step task as a pinned checklist in 
 // maxStatusLines bounds the sessions /pinplan status lists; the rest are
 // counted.
 const maxStatusLines = 20
-
-// SessionState is one session as /pinplan status lists it.
-type SessionState struct {
-	Key     string
-	Title   string
-	State   agent.RunState // running or waiting
-	Updated time.Time
-}
 
 // command handles one /pinplan command.
 func (a *Adapter) command(ctx context.Context, cmd slack.SlashCommand) {
@@ -100,7 +91,7 @@ func (a *Adapter) status(ctx context.Context, cmd slack.SlashCommand) string {
 		return "I could not read the sessions just now (the bot's log has the details); try again in a moment."
 	}
 	prefix := Key(cmp.Or(cmd.TeamID, a.team()), cmd.ChannelID, "")
-	var busy []SessionState
+	var busy []chat.Listed
 	for _, s := range all {
 		if strings.HasPrefix(s.Key, prefix) && (s.State == agent.Running || s.State == agent.Waiting) {
 			busy = append(busy, s)
@@ -109,7 +100,7 @@ func (a *Adapter) status(ctx context.Context, cmd slack.SlashCommand) string {
 	if len(busy) == 0 {
 		return "Nothing is working or waiting in this channel."
 	}
-	slices.SortFunc(busy, func(x, y SessionState) int { return y.Updated.Compare(x.Updated) })
+	slices.SortFunc(busy, func(x, y chat.Listed) int { return y.Updated.Compare(x.Updated) })
 	var b strings.Builder
 	fmt.Fprintf(&b, "In this channel, %d working or waiting:\n", len(busy))
 	for i, s := range busy {

@@ -49,7 +49,7 @@ type Options struct {
 	Dedupe           chat.Deduper
 	// Sessions lists the sessions of every thread, for /pinplan status
 	// (commands.go); nil: the command says it is not available.
-	Sessions   func(ctx context.Context) ([]SessionState, error)
+	Sessions   func(ctx context.Context) ([]chat.Listed, error)
 	Logger     *slog.Logger
 	HTTPClient *http.Client
 	Now        func() time.Time

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"time"
 
-	slackadapter "github.com/pinplan/pinplan/adapters/slack"
 	"github.com/pinplan/pinplan/adapters/web"
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
@@ -104,20 +103,18 @@ func (s webStore) UsageOn(ctx context.Context, day string) ([]web.PersonUsage, e
 	return out, nil
 }
 
-// slackSessions lists the sessions for Slack's /pinplan status: every
-// session's key, state and title, from whichever store is open.
-func (s webStore) slackSessions(ctx context.Context) ([]slackadapter.SessionState, error) {
+// platformSessions lists the sessions for the platforms' /pinplan
+// status: every session's key, state and title, from whichever store is
+// open.
+func (s webStore) platformSessions(ctx context.Context) ([]chat.Listed, error) {
 	infos, err := s.sessions(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]slackadapter.SessionState, 0, len(infos))
+	out := make([]chat.Listed, 0, len(infos))
 	for _, in := range infos {
-		if !strings.HasPrefix(in.Checkpoint.Key, "slack/") {
-			continue
-		}
 		title, _ := chat.DecodeListing(in.Listing, in.Board)
-		out = append(out, slackadapter.SessionState{Key: in.Checkpoint.Key, Title: title, State: in.Checkpoint.State, Updated: in.Checkpoint.Updated})
+		out = append(out, chat.Listed{Key: in.Checkpoint.Key, Title: title, State: in.Checkpoint.State, Updated: in.Checkpoint.Updated})
 	}
 	return out, nil
 }

@@ -348,13 +348,14 @@ func newPlatforms(cfg *config.Config, in *intake, st stores, demo bool, modelNam
 		ps.slack = slackadapter.New(slackadapter.Options{
 			BotToken: cfg.SlackBotToken.Reveal(), AppToken: cfg.SlackAppToken.Reveal(), SigningSecret: cfg.SlackSigningSecret.Reveal(),
 			APIURL: cfg.SlackAPIURL, NativePlan: cfg.SlackPlanBlocks, EditsPerMinute: float64(cfg.SlackEditsPerMin), Stream: cfg.Stream,
-			Handler: in, Dedupe: st.db, Sessions: ws.slackSessions, Logger: log.With("adapter", "slack"),
+			Handler: in, Dedupe: st.db, Sessions: ws.platformSessions, Logger: log.With("adapter", "slack"),
 		})
 		ps.byName["slack"] = ps.slack
 	}
 	if cfg.DiscordBotToken != "" {
 		dsc, err := discordadapter.New(discordadapter.Options{Token: cfg.DiscordBotToken.Reveal(), APIURL: cfg.DiscordAPIURL,
-			ThreadPerTask: cfg.DiscordThreadPerTask, ComponentsV2: cfg.DiscordComponentsV2, Stream: cfg.Stream, Handler: in, Marks: st.db, Logger: log.With("adapter", "discord")})
+			ThreadPerTask: cfg.DiscordThreadPerTask, ComponentsV2: cfg.DiscordComponentsV2, Stream: cfg.Stream, Handler: in, Marks: st.db, Logger: log.With("adapter", "discord"),
+			Commands: true, Guild: cfg.DiscordGuild, ApplicationID: cfg.DiscordAppID, Sessions: ws.platformSessions})
 		if err != nil {
 			return ps, err
 		}

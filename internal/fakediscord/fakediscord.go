@@ -182,9 +182,11 @@ type Server struct {
 	resumes      int
 	peak         int // the most ready connections at once, for MaxConnected
 	interactions map[string]*interaction
-	noDMs        map[string]bool // users who take no direct messages from the bot
-	ephemerals   []*Message      // ephemeral interaction replies, oldest first
-	refuseV2     bool            // RefuseComponentsV2
+	commands     map[string]commandSet // application commands, by scope ("global" or a guild id)
+	overwrites   map[string]int        // bulk overwrites, by scope
+	noDMs        map[string]bool       // users who take no direct messages from the bot
+	ephemerals   []*Message            // ephemeral interaction replies, oldest first
+	refuseV2     bool                  // RefuseComponentsV2
 }
 
 func (s *Server) initLocked() {

@@ -66,6 +66,8 @@ type interaction struct {
 	guild                  string
 	created                time.Time
 	acked                  bool
+	command                bool     // an application command's: its reply answers no message
+	original               *Message // the deferred response, for the follow-up edit
 	responses              []Response
 }
 
@@ -399,8 +401,12 @@ func (s *Server) callbackLocked(r *http.Request, rt route, body map[string]any, 
 			if ch == nil || ch.archived && ch.locked {
 				return 0, nil, fail(400, codeThreadArchived, "Thread is archived")
 			}
-			// The reply to a component interaction answers the clicked message.
+			// The reply to a component interaction answers the clicked
+			// message; a command's reply is a message of its own.
 			m.Type, m.Reference, m.Flags = 19, in.message, int(flags)
+			if in.command {
+				m.Type, m.Reference = 20, ""
+			}
 			s.createLocked(ch, m)
 		}
 		resource = map[string]any{"type": callbackMessage, "message": s.messageJSONLocked(m)}
@@ -421,7 +427,23 @@ func (s *Server) callbackLocked(r *http.Request, rt route, body map[string]any, 
 		m.edited = time.Now()
 		s.dispatchLocked("MESSAGE_UPDATE", s.messageJSONLocked(m))
 		resource = map[string]any{"type": callbackUpdate, "message": s.messageJSONLocked(m)}
-	case callbackDeferredMessage, callbackDeferredUpdate:
+	case callbackDeferredMessage:
+		// "pinplan is thinking...": a message the follow-up edit
+		// (PATCH /webhooks/{app}/{token}/messages/@original) fills in.
+		m := &Message{ChannelID: in.channel, AuthorID: BotID, Interaction: in.id, Flags: int(flags) | flagLoading}
+		if int(flags)&flagEphemeral != 0 {
+			m.ID, m.at, m.Recipient = s.idLocked(), time.Now(), in.user
+			s.ephemerals = append(s.ephemerals, m)
+		} else {
+			if ch == nil {
+				return 0, nil, fail(404, codeUnknownChannel, "Unknown Channel")
+			}
+			m.Type = 20
+			s.createLocked(ch, m)
+		}
+		in.original = m
+		resource = map[string]any{"type": int(typ)}
+	case callbackDeferredUpdate:
 		resource = map[string]any{"type": int(typ)}
 	case callbackModal:
 		if id, _ := data["custom_id"].(string); id == "" {
@@ -438,7 +460,11 @@ func (s *Server) callbackLocked(r *http.Request, rt route, body map[string]any, 
 	}
 	in.acked = true
 	if r.URL.Query().Get("with_response") == "true" {
-		return 200, map[string]any{"interaction": map[string]any{"id": in.id, "type": interactionComp,
+		typ := interactionComp
+		if in.command {
+			typ = interactionCommand
+		}
+		return 200, map[string]any{"interaction": map[string]any{"id": in.id, "type": typ,
 			"response_message_loading": typ == callbackDeferredMessage, "response_message_ephemeral": int(flags)&flagEphemeral != 0},
 			"resource": resource}, nil
 	}
@@ -457,4 +483,43 @@ func dataError(err *apiError) *apiError {
 		out.errors["data."+strings.TrimPrefix(k, "data.")] = v
 	}
 	return &out
+}
+
+// flagLoading is a deferred response's LOADING flag ("is thinking...").
+const flagLoading = 1 << 7
+
+// webhookLife is how long an interaction's token takes follow-ups.
+const webhookLife = 15 * time.Minute
+
+// originalLocked answers PATCH /webhooks/{app}/{token}/messages/@original:
+// the deferred response filled in, within 15 minutes of the interaction,
+// authorized by its token alone.
+func (s *Server) originalLocked(r *http.Request, rt route, body map[string]any) (int, any, *apiError) {
+	if r.Method != http.MethodPatch {
+		return 0, nil, fail(405, 0, "405: Method Not Allowed")
+	}
+	var in *interaction
+	for _, c := range s.interactions {
+		if c.token == rt.parts[2] {
+			in = c
+		}
+	}
+	where := "webhook @original"
+	switch {
+	case rt.parts[1] != BotID || in == nil:
+		return s.violationLocked(r, where, fail(http.StatusUnauthorized, codeInvalidWebhookTok, "Invalid Webhook Token"))
+	case time.Since(in.created) > webhookLife:
+		return s.violationLocked(r, where, fail(http.StatusUnauthorized, codeInvalidWebhookTok, "Invalid Webhook Token"))
+	case in.original == nil:
+		return s.violationLocked(r, where, fail(http.StatusNotFound, codeUnknownMessage, "Unknown Message"))
+	}
+	edited := *in.original
+	if err := s.applyLocked(&edited, body, false); err != nil {
+		return s.violationLocked(r, where, err)
+	}
+	edited.Flags &^= flagLoading
+	*in.original = edited
+	in.original.Edits++
+	in.original.edited = time.Now()
+	return 200, s.messageJSONLocked(in.original), nil
 }

@@ -112,6 +112,11 @@ func parseRoute(path string) (route, bool) {
 		return route{kind: "member", major: p[1], parts: p}, true
 	case len(p) == 3 && p[0] == "guilds" && p[2] == "roles":
 		return route{kind: "roles", major: p[1], parts: p}, true
+	case len(p) == 3 && p[0] == "applications" && p[2] == "commands",
+		len(p) == 5 && p[0] == "applications" && p[2] == "guilds" && p[4] == "commands":
+		return route{kind: "commands", major: p[1], parts: p}, true
+	case len(p) == 5 && p[0] == "webhooks" && p[3] == "messages" && p[4] == "@original":
+		return route{kind: "original", major: p[2], parts: p}, true
 	case len(p) == 4 && p[0] == "interactions" && p[3] == "callback":
 		// Kept by interaction: each has its own bucket.
 		return route{kind: "callback", major: p[1], parts: p}, true
@@ -139,7 +144,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	arrived := time.Now() // an interaction callback is on time if it arrives in time
 	var body map[string]any
 	raw, _ := io.ReadAll(r.Body)
+	var list []any // a bulk overwrite's body is an array
 	badJSON := len(raw) > 0 && json.Unmarshal(raw, &body) != nil
+	if rt.kind == "commands" && r.Method == http.MethodPut {
+		badJSON = json.Unmarshal(raw, &list) != nil
+	}
 
 	s.mu.Lock()
 	s.initLocked()
@@ -166,7 +175,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case limited > 0:
 		status, resp = http.StatusTooManyRequests, limited
-	case rt.kind != "callback" && !s.authorized(r.Header.Get("Authorization")):
+	case rt.kind != "callback" && rt.kind != "original" && !s.authorized(r.Header.Get("Authorization")):
 		// An interaction callback is authorized by its token instead.
 		aerr = fail(http.StatusUnauthorized, 0, "401: Unauthorized")
 	case badJSON:
@@ -179,6 +188,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case f == nil && rt.kind == "callback":
 			status, resp, aerr = s.callbackLocked(r, rt, body, arrived)
+		case f == nil && rt.kind == "original":
+			status, resp, aerr = s.originalLocked(r, rt, body)
+		case f == nil && rt.kind == "commands":
+			status, resp, aerr = s.commandsLocked(r, rt, list)
 		case f == nil:
 			status, resp, aerr = s.routeLocked(r, rt, body)
 		case f.status == http.StatusTooManyRequests:

@@ -1,0 +1,260 @@
+package discord
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/bwmarrin/discordgo"
+
+	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/chat"
+)
+
+// Application commands (DESIGN §7): /pinplan task:<text>, /pinplan stop,
+// /pinplan reset and /pinplan status, registered at start by a bulk
+// overwrite (idempotent: the same set each time, ids kept), of the global
+// set, or of Options.Guild's set when one is configured (a guild's set
+// shows at once; the global one can take up to an hour to reach every
+// client). A command is answered within Discord's 3 s:
+//
+//   - task: a public reply quoting the task, attributed to the person
+//     (nobody pinged); in a text channel that is the channel's session, or
+//     with ThreadPerTask a new thread started on that reply; in a thread,
+//     the thread's session. The person is the requester.
+//   - stop and reset: the router's answer, under the same rules as the
+//     words and buttons (DESIGN §12): a refusal only the person sees.
+//   - status: deferred (Discord shows "pinplan is thinking..." to the
+//     person alone), then the sessions of this server that are working or
+//     waiting for approval, with links.
+//
+// Commands need no MessageContent intent: without it pinplan still works
+// through mentions, DMs and commands.
+
+// maxTaskOption is the longest task the command takes: the most Discord
+// allows a string option.
+const maxTaskOption = 6000
+
+// commandName is the one command pinplan registers.
+const commandName = "pinplan"
+
+// commandSet is the command pinplan registers, with its subcommands.
+func commandSet() []*discordgo.ApplicationCommand {
+	return []*discordgo.ApplicationCommand{{
+		Name: commandName, Type: discordgo.ChatApplicationCommand,
+		Description: "Plan and work through a task as a pinned checklist",
+		Options: []*discordgo.ApplicationCommandOption{
+			{Type: discordgo.ApplicationCommandOptionSubCommand, Name: "task", Description: "Give pinplan a task here (a thread goes on with its session)",
+				Options: []*discordgo.ApplicationCommandOption{{Type: discordgo.ApplicationCommandOptionString, Name: "task", Description: "What to do", Required: true, MaxLength: maxTaskOption}}},
+			{Type: discordgo.ApplicationCommandOptionSubCommand, Name: "stop", Description: "Stop the turn running here"},
+			{Type: discordgo.ApplicationCommandOptionSubCommand, Name: "reset", Description: "Archive this session's history and plan, and start afresh"},
+			{Type: discordgo.ApplicationCommandOptionSubCommand, Name: "status", Description: "Sessions of this server that are working or waiting"},
+		},
+	}}
+}
+
+// registerCommands overwrites the application's command set.
+func (a *Adapter) registerCommands(ctx context.Context) {
+	app := cmp.Or(a.opts.ApplicationID, a.bot())
+	scope := cmp.Or(a.opts.Guild, "global")
+	if _, err := a.s.ApplicationCommandBulkOverwrite(app, a.opts.Guild, commandSet(), discordgo.WithContext(ctx)); err != nil {
+		a.log.Warn("discord: register the /pinplan command; mentions still work", "scope", scope, "err", err)
+		return
+	}
+	a.log.Info("discord: /pinplan registered", "scope", scope)
+}
+
+// command handles an application command interaction.
+func (a *Adapter) command(ctx context.Context, i *discordgo.Interaction) {
+	user := i.User
+	if i.Member != nil && i.Member.User != nil {
+		user = i.Member.User
+	}
+	data := i.ApplicationCommandData()
+	if user == nil || data.Name != commandName || len(data.Options) == 0 {
+		a.respond(ctx, i, "I don't know that command: try `/pinplan task`.", true)
+		return
+	}
+	sub := data.Options[0]
+	name := cmp.Or(user.GlobalName, user.Username)
+	th := chat.Thread{Platform: "discord", Key: Key(i.ChannelID), Channel: i.ChannelID}
+	switch sub.Name {
+	case "task":
+		text := ""
+		for _, o := range sub.Options {
+			if o.Name == "task" {
+				text, _ = o.Value.(string)
+			}
+		}
+		a.commandTask(ctx, i, user.ID, name, strings.TrimSpace(text))
+	case "stop", "reset":
+		err := a.opts.Handler.Handle(ctx, chat.Incoming{Thread: th, Text: sub.Name, Author: name, AuthorID: user.ID, Event: "discord/cmd/" + i.ID, Sync: true})
+		var rej *chat.Rejection
+		switch {
+		case errors.As(err, &rej):
+			a.respond(ctx, i, rej.Reason, rej.Refused || rej.Private)
+		case err != nil:
+			a.log.Error("discord /pinplan "+sub.Name, "session", th.Key, "err", err)
+			a.respond(ctx, i, "I could not do that just now (the bot's log has the details).", true)
+		default:
+			a.respond(ctx, i, "Done.", false)
+		}
+	case "status":
+		a.commandStatus(ctx, i)
+	default:
+		a.respond(ctx, i, "I don't know `/pinplan "+sub.Name+"`: try `/pinplan task`.", true)
+	}
+}
+
+// commandTask starts or continues a session with the task of a command.
+func (a *Adapter) commandTask(ctx context.Context, i *discordgo.Interaction, userID, name, text string) {
+	if text == "" {
+		a.respond(ctx, i, "Tell me the task, for example `/pinplan task: plan the release checklist for v2`.", true)
+		return
+	}
+	quoted := "> " + strings.ReplaceAll(chat.Shorten(text, 1800), "\n", "\n> ")
+	msg, err := a.respondWith(ctx, i, fmt.Sprintf("<@%s> asked pinplan:\n%s", userID, quoted))
+	if err != nil {
+		a.log.Warn("discord: answer /pinplan task", "interaction", i.ID, "err", err)
+		return // the person sees that the command failed, and nothing ran
+	}
+	channel := i.ChannelID
+	trigger := msg
+	if i.GuildID != "" && a.opts.ThreadPerTask && msg != "" && !isThread(a.channelType(ctx, channel)) {
+		th, err := a.s.MessageThreadStartComplex(channel, msg, &discordgo.ThreadStart{
+			Name: chat.Shorten(firstLine(chat.StripBidi(text), "pinplan task"), 90), AutoArchiveDuration: 1440, Type: discordgo.ChannelTypeGuildPublicThread,
+		}, discordgo.WithContext(ctx))
+		if err != nil {
+			a.log.Error("discord: start a thread for the task; using the channel", "err", err)
+		} else {
+			a.mu.Lock()
+			a.chanTypes[th.ID] = discordgo.ChannelTypeGuildPublicThread
+			a.mu.Unlock()
+			channel, trigger = th.ID, ""
+		}
+	}
+	thread := chat.Thread{Platform: "discord", Key: Key(channel), Channel: channel}
+	err = a.opts.Handler.Handle(ctx, chat.Incoming{Thread: thread, Text: text, Author: name, AuthorID: userID, MessageID: trigger, Event: "discord/cmd/" + i.ID})
+	if err != nil && !errors.Is(err, chat.ErrRejected) {
+		a.log.Error("discord /pinplan task not handled", "session", thread.Key, "err", err)
+	}
+}
+
+// commandStatus answers /pinplan status: deferred, then the list.
+func (a *Adapter) commandStatus(ctx context.Context, i *discordgo.Interaction) {
+	defer0 := &discordgo.InteractionResponse{Type: discordgo.InteractionResponseDeferredChannelMessageWithSource, Data: &discordgo.InteractionResponseData{Flags: discordgo.MessageFlagsEphemeral}}
+	if err := a.s.InteractionRespond(i, defer0, discordgo.WithContext(ctx)); err != nil {
+		a.log.Warn("discord: defer /pinplan status", "interaction", i.ID, "err", err)
+		return
+	}
+	text := a.status(ctx, i.GuildID, i.ChannelID)
+	content := text
+	if _, err := a.s.InteractionResponseEdit(i, &discordgo.WebhookEdit{Content: &content, AllowedMentions: noMentions()}, discordgo.WithContext(ctx)); err != nil {
+		a.log.Warn("discord: answer /pinplan status", "interaction", i.ID, "err", err)
+	}
+}
+
+// maxStatusLines bounds the sessions /pinplan status lists.
+const maxStatusLines = 20
+
+// status lists the sessions of guild that are working or waiting.
+func (a *Adapter) status(ctx context.Context, guild, here string) string {
+	if a.opts.Sessions == nil {
+		return "`/pinplan status` is not available here: each thread's plan message shows its state."
+	}
+	all, err := a.opts.Sessions(ctx)
+	if err != nil {
+		a.log.Error("discord: list sessions for /pinplan status", "err", err)
+		return "I could not read the sessions just now (the bot's log has the details); try again in a moment."
+	}
+	var busy []chat.Listed
+	for _, s := range all {
+		channel, ok := strings.CutPrefix(s.Key, "discord/")
+		if !ok || (s.State != agent.Running && s.State != agent.Waiting) {
+			continue
+		}
+		if guild == "" && channel != here || guild != "" && a.guildOf(ctx, channel) != guild {
+			continue
+		}
+		busy = append(busy, s)
+	}
+	if len(busy) == 0 {
+		return "Nothing is working or waiting here."
+	}
+	slices.SortFunc(busy, func(x, y chat.Listed) int { return y.Updated.Compare(x.Updated) })
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d working or waiting:\n", len(busy))
+	for n, s := range busy {
+		if n == maxStatusLines {
+			fmt.Fprintf(&b, "… and %d more.", len(busy)-n)
+			break
+		}
+		state := "working"
+		if s.State == agent.Waiting {
+			state = "waiting for approval"
+		}
+		fmt.Fprintf(&b, "• <#%s> %s: %s\n", strings.TrimPrefix(s.Key, "discord/"), escapeMarkdown(chat.Shorten(cmp.Or(s.Title, "a task"), 80)), state)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// guildOf is a channel's guild, looked up once and cached ("" if unknown).
+func (a *Adapter) guildOf(ctx context.Context, channel string) string {
+	a.mu.Lock()
+	g, ok := a.chanGuilds[channel]
+	a.mu.Unlock()
+	if ok {
+		return g
+	}
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ch, err := a.s.Channel(channel, discordgo.WithContext(lctx))
+	if err != nil {
+		a.log.Warn("discord: look up channel", "channel", channel, "err", err)
+		return ""
+	}
+	a.mu.Lock()
+	a.chanGuilds[channel] = ch.GuildID
+	a.mu.Unlock()
+	return ch.GuildID
+}
+
+// respond answers an interaction with a message, to the person alone when
+// private.
+func (a *Adapter) respond(ctx context.Context, i *discordgo.Interaction, text string, private bool) {
+	resp := &discordgo.InteractionResponse{Type: discordgo.InteractionResponseChannelMessageWithSource,
+		Data: &discordgo.InteractionResponseData{Content: text, AllowedMentions: noMentions()}}
+	if private {
+		resp.Data.Flags = discordgo.MessageFlagsEphemeral
+	}
+	if err := a.s.InteractionRespond(i, resp, discordgo.WithContext(ctx)); err != nil {
+		a.log.Warn("discord: answer a command", "interaction", i.ID, "err", err)
+	}
+}
+
+// respondWith answers an interaction with a public message and returns
+// the message's id (with_response), "" if Discord did not say.
+func (a *Adapter) respondWith(ctx context.Context, i *discordgo.Interaction, text string) (string, error) {
+	endpoint := discordgo.EndpointInteractionResponse(i.ID, i.Token)
+	resp := &discordgo.InteractionResponse{Type: discordgo.InteractionResponseChannelMessageWithSource,
+		Data: &discordgo.InteractionResponseData{Content: text, AllowedMentions: noMentions()}}
+	body, err := a.s.RequestWithBucketID(http.MethodPost, endpoint+"?with_response=true", resp, endpoint, discordgo.WithContext(ctx))
+	if err != nil {
+		return "", err
+	}
+	var out struct {
+		Resource struct {
+			Message struct {
+				ID string `json:"id"`
+			} `json:"message"`
+		} `json:"resource"`
+	}
+	json.Unmarshal(body, &out)
+	return out.Resource.Message.ID, nil
+}
