@@ -89,6 +89,7 @@ type Adapter struct {
 	chanGuilds map[string]string
 	connected  bool
 	noManage   bool // deleting the pin notice was refused
+	noContent  bool // the MessageContent intent is not enabled: messages without a mention come blank
 	v2Refused  bool // a Components V2 plan was refused and logged
 	// gatewayOn admits gateway dials and reconnects: set by OpenGateway,
 	// cleared by CloseGateway, so that no connection is made while
@@ -277,10 +278,34 @@ func (a *Adapter) OpenGateway(ctx context.Context) error {
 		a.gateCtx, a.gateStop = context.WithCancel(cmp.Or[context.Context](a.ctx, context.Background()))
 	}
 	a.mu.Unlock()
-	if err := a.s.Open(); err != nil && !errors.Is(err, discordgo.ErrWSAlreadyOpen) {
+	if err := a.open(); err != nil && !errors.Is(err, discordgo.ErrWSAlreadyOpen) {
 		return fmt.Errorf("discord: open the gateway: %w", err)
 	}
 	return nil
+}
+
+// closeDisallowedIntents is the gateway's close code for a privileged
+// intent the application has not enabled.
+const closeDisallowedIntents = 4014
+
+// open opens the gateway. When Discord refuses the privileged
+// MessageContent intent (4014: not enabled for this application), it
+// identifies again without it, and says what that means: pinplan works
+// through mentions, DMs and /pinplan, and in a thread a follow-up without
+// a mention is not heard (Discord sends no content without the intent).
+func (a *Adapter) open() error {
+	err := a.s.Open()
+	var ce *websocket.CloseError
+	if errors.As(err, &ce) && ce.Code == closeDisallowedIntents && a.s.Identify.Intents&discordgo.IntentsMessageContent != 0 {
+		a.s.Identify.Intents &^= discordgo.IntentsMessageContent
+		a.mu.Lock()
+		a.noContent = true
+		a.mu.Unlock()
+		a.log.Warn("discord: the Message Content intent is not enabled for this application: pinplan answers mentions, DMs and /pinplan; " +
+			"follow-ups in a thread without a mention need the intent (Developer Portal -> Bot -> Privileged Gateway Intents -> Message Content Intent)")
+		err = a.s.Open()
+	}
+	return err
 }
 
 // CloseGateway closes the gateway with 1000, which ends its session on
@@ -348,7 +373,7 @@ func (a *Adapter) reconnect() {
 		}
 		gate := a.gateCtx
 		a.mu.Unlock()
-		err := a.s.Open()
+		err := a.open()
 		opened := err == nil || errors.Is(err, discordgo.ErrWSAlreadyOpen)
 		a.mu.Lock()
 		if !a.gatewayOn || (opened && a.connected) {

@@ -86,8 +86,11 @@ func (a *Adapter) process(ctx context.Context, m *discordgo.Message) {
 		// (handed to another replica, or queued there still): the
 		// follow-up waits for it (DESIGN §14). Types come from the
 		// gateway (guildChannels), so chatter costs no lookup.
-		if !isThread(a.channelType(ctx, channel)) {
-			return
+		a.mu.Lock()
+		blank := a.noContent
+		a.mu.Unlock()
+		if blank || !isThread(a.channelType(ctx, channel)) {
+			return // without the MessageContent intent its content is blank
 		}
 		followUp = true
 		// A thread without a session gets no read marks: what it said

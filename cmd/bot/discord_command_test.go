@@ -190,3 +190,35 @@ func TestDiscordTaskCommandStartsAThread(t *testing.T) {
 		return false
 	})
 }
+
+// TestDiscordWithoutMessageContent: an application without the
+// privileged Message Content intent (Discord closes its IDENTIFY with
+// 4014) still connects, without the intent, and says at start what that
+// means; mentions and /pinplan work; a follow-up in a thread without a
+// mention, which Discord sends blank, is not answered as an empty
+// message.
+func TestDiscordWithoutMessageContent(t *testing.T) {
+	t.Parallel()
+	r := newDiscordRig(t, 1, 0)
+	r.dc.DenyIntents = fakediscord.IntentMessageContent
+	r.dc.AddChannel("T1", 11, "G1")
+	p := r.start(t)
+	defer p.stop(t)
+	waitFor(t, 10*time.Second, "the intent warning", func() bool {
+		return strings.Contains(p.stderr.String(), "Message Content intent is not enabled")
+	})
+	r.dc.UserMessage("T1", "U1", "start the report", true)
+	waitDiscordReply(t, r.dc, "T1", "All done.")
+	r.dc.UserMessage("T1", "U1", "and add the totals", false) // blank without the intent
+	in, err := r.dc.Command("C1", "U1", "pinplan", "task", map[string]string{"task": "count the files"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitResponses(t, r.dc, in, 1)
+	waitDiscordReply(t, r.dc, "C1", "All done.")
+	for _, m := range r.dc.Messages("T1") {
+		if m.AuthorID == fakediscord.BotID && strings.Contains(m.Content, "empty") {
+			t.Errorf("a blank follow-up was answered: %q", m.Content)
+		}
+	}
+}

@@ -149,6 +149,10 @@ type Server struct {
 	// its callback is accepted (later: 404 code 10062); default 3 s, as on
 	// Discord.
 	InteractionWindow time.Duration
+	// DenyIntents are privileged intents the app has not enabled: an
+	// IDENTIFY asking for any of them is closed with 4014 (Disallowed
+	// intent(s)). IntentMessageContent is the one pinplan asks for.
+	DenyIntents int64
 	// BaseURL is the fake's own address (http://127.0.0.1:port), for
 	// attachment URLs; by default the Host of the latest REST request.
 	BaseURL string

@@ -18,6 +18,9 @@ const (
 	intentGuildMessages  = 1 << 9
 	intentDirectMessages = 1 << 12
 	intentMessageContent = 1 << 15
+	// IntentMessageContent is the privileged MESSAGE_CONTENT intent
+	// (DenyIntents).
+	IntentMessageContent = intentMessageContent
 )
 
 const writeTimeout = 10 * time.Second
@@ -264,6 +267,11 @@ func (s *Server) identifyLocked(c *conn, r *http.Request, d json.RawMessage) {
 		return
 	case id.Intents == nil:
 		s.closeLocked(c, 4013, closeReasons[4013])
+		return
+	case *id.Intents&s.DenyIntents != 0:
+		// A privileged intent the app has not enabled (Developer
+		// Portal -> Bot -> Privileged Gateway Intents).
+		s.closeLocked(c, 4014, closeReasons[4014])
 		return
 	}
 	s.identifies++
