@@ -75,7 +75,7 @@ func (fs *Files) ReadFiles(ctx context.Context, session string, files []agent.Fi
 		case strings.HasPrefix(f.Type, "image/"):
 			out[i].Left = "an image: the model is given text files only"
 			continue
-		case !textLike(f.Type, f.Name):
+		case !TextLike(f.Type, f.Name):
 			out[i].Left = "not a text file (" + kindOf(f) + "); only text files are read"
 			continue
 		case f.Size > max:
@@ -145,8 +145,9 @@ var textExtensions = map[string]bool{
 	".svelte": true, ".dockerfile": true, ".mk": true, ".gradle": true, ".properties": true, ".tex": true,
 }
 
-// textLike reports whether a file of MIME type typ named name is text.
-func textLike(typ, name string) bool {
+// TextLike reports whether a file of MIME type typ named name is text:
+// the files given to the model.
+func TextLike(typ, name string) bool {
 	mt, _, err := mime.ParseMediaType(typ)
 	if err == nil {
 		if strings.HasPrefix(mt, "text/") || textTypes[mt] || strings.HasSuffix(mt, "+json") || strings.HasSuffix(mt, "+xml") {

@@ -56,8 +56,8 @@ func TestTextLike(t *testing.T) {
 		{"application/zip", "a.txt", false}, // the type says what it is
 		{"", "a.bin", false},
 	} {
-		if got := textLike(c.typ, c.name); got != c.want {
-			t.Errorf("textLike(%q, %q) = %v, want %v", c.typ, c.name, got, c.want)
+		if got := TextLike(c.typ, c.name); got != c.want {
+			t.Errorf("TextLike(%q, %q) = %v, want %v", c.typ, c.name, got, c.want)
 		}
 	}
 }

@@ -20,6 +20,8 @@ type Message struct {
 	Author string    `json:"author,omitempty"`
 	Text   string    `json:"text"`
 	At     time.Time `json:"at"`
+	// Files are the files sent with a user message (files.go).
+	Files []FileInfo `json:"files,omitempty"`
 }
 
 // storedID names a message of the session's stored history by what the
@@ -45,6 +47,13 @@ func historyMessages(key string, hist []agent.Entry) []Message {
 	for _, e := range hist {
 		var m Message
 		switch {
+		case e.Material:
+			// The files given to the model with the message before it:
+			// shown under that message, by name.
+			if n := len(msgs); n > 0 && msgs[n-1].Role == "user" {
+				msgs[n-1].Files = append(msgs[n-1].Files, filesOf(e.Message.Content)...)
+			}
+			continue
 		case e.Message.Role == "user":
 			m = Message{Role: "user", Author: e.Author, Text: e.Text(), At: e.At}
 		case e.Message.Role == "assistant" && len(e.Message.ToolCalls) == 0 && e.Message.Content != "":

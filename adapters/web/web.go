@@ -96,6 +96,9 @@ type Options struct {
 	// Stream shows answers growing as the model writes them
 	// (PINPLAN_STREAM; live.go).
 	Stream bool
+	// FileBytes is PINPLAN_FILE_BYTES: attached text files up to it are
+	// kept for the model (files.go); 0 means chat.DefaultFileBytes.
+	FileBytes int64
 }
 
 // Console is the web platform and its HTTP handlers.
@@ -421,13 +424,15 @@ func (c *Console) listThreads(w http.ResponseWriter, r *http.Request) {
 }
 
 type postBody struct {
-	Text   string `json:"text"`
-	Author string `json:"author"`
-	Title  string `json:"title"`
+	Text   string     `json:"text"`
+	Author string     `json:"author"`
+	Title  string     `json:"title"`
+	Files  []postFile `json:"files"`
 }
 
-// maxBody is the largest request body the console reads.
-const maxBody = 1 << 20
+// maxBody is the largest request body the console reads: a message with
+// its files (files.go), in base64.
+const maxBody = 4 << 20
 
 // readBody decodes exactly one JSON object of at most 1 MiB: a larger
 // body is 413, anything after the object 400.
@@ -485,10 +490,15 @@ func (c *Console) send(w http.ResponseWriter, r *http.Request, id string, b post
 		writeErr(w, http.StatusUnprocessableEntity, fmt.Sprintf("the author name is %d characters long; the limit is %d", n, chat.MaxAuthorRunes))
 		return
 	}
+	files, infos, ferr := c.takeFiles(b.Files)
+	if ferr != nil {
+		writeErr(w, http.StatusUnprocessableEntity, ferr.Error())
+		return
+	}
 	key := "web/" + id
 	th := chat.Thread{Platform: "web", Key: key, Channel: key, ThreadID: id}
-	m := Message{ID: "m-" + randomID(), Role: "user", Author: author, Text: b.Text, At: c.opts.Now()}
-	err := c.handler.Handle(r.Context(), chat.Incoming{Thread: th, Text: b.Text, Author: author, MessageID: randomID(), Sync: true})
+	m := Message{ID: "m-" + randomID(), Role: "user", Author: author, Text: b.Text, At: c.opts.Now(), Files: infos}
+	err := c.handler.Handle(r.Context(), chat.Incoming{Thread: th, Text: b.Text, Author: author, MessageID: randomID(), Sync: true, Files: files})
 	var rej *chat.Rejection
 	switch {
 	case errors.As(err, &rej) && rej.Refused:
@@ -507,6 +517,7 @@ func (c *Console) send(w http.ResponseWriter, r *http.Request, id string, b post
 	// The message is queued in the store now: the page gets it with the
 	// ID and time a fetch of the thread shows it with.
 	if s, ok := c.stored(r.Context(), key, m); ok {
+		s.Files = m.Files // the inbox keeps them by reference, unread yet
 		m = s
 	}
 	c.broadcast(event{Type: "message", Thread: key, Message: &m})

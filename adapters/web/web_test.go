@@ -197,7 +197,7 @@ func TestTokenAndInput(t *testing.T) {
 		{"health is open", "GET", "/healthz", "", "", 200, ""},
 		{"bad json", "POST", "/api/threads", "{", "s3cret", 400, ""},
 		{"trailing data", "POST", "/api/threads", `{"text":"x"} {"text":"y"}`, "s3cret", 400, ""},
-		{"too big", "POST", "/api/threads", `{"text":"` + strings.Repeat("a", 1<<20) + `"}`, "s3cret", 413, ""},
+		{"too big", "POST", "/api/threads", `{"text":"` + strings.Repeat("a", maxBody) + `"}`, "s3cret", 413, ""},
 		{"refused", "POST", "/api/threads", `{"text":"` + strings.Repeat("a", 200) + `"}`, "s3cret", 422, ""},
 		{"bad id", "POST", "/api/threads/..%2fx/messages", `{"text":"x"}`, "s3cret", 404, ""},
 		{"unknown thread", "POST", "/api/threads/nosuch/messages", `{"text":"x"}`, "s3cret", 404, ""},

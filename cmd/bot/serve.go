@@ -342,7 +342,7 @@ type platforms struct {
 // tokens are set, each handing its events to in.
 func newPlatforms(cfg *config.Config, in *intake, st stores, demo bool, modelName string, log *slog.Logger) (platforms, error) {
 	ws := webStore{db: st.db, sessions: sessionsOf(st.bolt, st.es)}
-	console := web.New(web.Options{Store: ws, Handler: in, Usage: ws, DailyBudget: int64(cfg.UserTokens), Demo: demo, Model: modelName, Stream: cfg.Stream, Logger: log.With("adapter", "web")})
+	console := web.New(web.Options{Store: ws, Handler: in, Usage: ws, DailyBudget: int64(cfg.UserTokens), Demo: demo, Model: modelName, Stream: cfg.Stream, FileBytes: int64(cfg.FileBytes), Logger: log.With("adapter", "web")})
 	ps := platforms{console: console, byName: map[string]chat.Platform{"web": console}}
 	if cfg.SlackBotToken != "" {
 		ps.slack = slackadapter.New(slackadapter.Options{

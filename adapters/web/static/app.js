@@ -37,6 +37,7 @@ const app = {
   conn: "connecting",   // connecting | live | down
   sending: false,
   drafts: new Map(),    // thread id ("" for a new thread) → unsent text
+  attached: [],         // File objects waiting in the composer for the next send
 };
 
 // ---------------------------------------------------------------- helpers
@@ -460,7 +461,59 @@ function messageEl(m) {
     body.append(renderMarkdown(m.text, document));
   }
   li.append(head, body);
+  if (m.files && m.files.length) {
+    const ul = el("ul", "files");
+    ul.setAttribute("aria-label", "Files");
+    for (const f of m.files) ul.append(el("li", "", `📄 ${f.name} · ${sizeText(f.size)}`));
+    li.append(ul);
+  }
   return li;
+}
+
+// sizeText says a file's size for a person: 12 bytes, 3 KiB, 1.5 MiB.
+function sizeText(n) {
+  if (n >= 1 << 20) return `${(n / (1 << 20)).toFixed(1)} MiB`;
+  if (n >= 1 << 10) return `${Math.round(n / (1 << 10))} KiB`;
+  return `${n} bytes`;
+}
+
+// ---- attached files: the attach button, or files dropped on the composer
+
+// maxAttach is the most files a message takes (the server's limit).
+const maxAttach = 10;
+
+function attach(list) {
+  for (const f of list) {
+    if (app.attached.length >= maxAttach) {
+      showSendError(`A message takes at most ${maxAttach} files.`);
+      break;
+    }
+    app.attached.push(f);
+  }
+  renderAttached();
+}
+
+function renderAttached() {
+  const ul = $("attached");
+  ul.replaceChildren();
+  app.attached.forEach((f, i) => {
+    const li = el("li", "", `📄 ${f.name} · ${sizeText(f.size)}`);
+    const rm = el("button", "", "×");
+    rm.type = "button";
+    rm.setAttribute("aria-label", `Remove ${f.name}`);
+    rm.addEventListener("click", () => { app.attached.splice(i, 1); renderAttached(); });
+    li.append(rm);
+    ul.append(li);
+  });
+  ul.hidden = app.attached.length === 0;
+}
+
+// encodeFile reads a file for the API: its name, type and bytes in base64.
+async function encodeFile(f) {
+  const bytes = new Uint8Array(await f.arrayBuffer());
+  let bin = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) bin += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  return { name: f.name, type: f.type, data: btoa(bin) };
 }
 
 function upsertCard(card, v = app.view) {
@@ -859,7 +912,8 @@ async function send() {
   const v = app.view;
   if (v && v.missing) return;
   const text = $("text").value;
-  if (!text.trim()) {
+  const attached = app.attached.slice();
+  if (!text.trim() && attached.length === 0) {
     showSendError("Type a message first.");
     return;
   }
@@ -867,8 +921,12 @@ async function send() {
   app.sending = true;
   updateComposer();
   try {
+    const body = { text };
+    if (attached.length) body.files = await Promise.all(attached.map(encodeFile));
+    const sent = () => { app.attached = app.attached.filter((f) => !attached.includes(f)); renderAttached(); };
     if (!v) {
-      const res = await api("/api/threads", "POST", { text });
+      const res = await api("/api/threads", "POST", body);
+      sent();
       app.drafts.delete("");
       $("text").value = "";
       autosize();
@@ -878,7 +936,8 @@ async function send() {
       app.listSeqs.set(s.key, s.seq);
       navigate(s.id, { thread: s, message: res.message });
     } else {
-      const res = await api(`${threadPath(v.id)}/messages`, "POST", { text });
+      const res = await api(`${threadPath(v.id)}/messages`, "POST", body);
+      sent();
       if (app.view === v) {
         $("text").value = "";
         autosize();
@@ -976,6 +1035,26 @@ function closeDrawer() {
 $("send").addEventListener("submit", (ev) => {
   ev.preventDefault();
   send();
+});
+$("attach").addEventListener("click", () => $("files").click());
+$("files").addEventListener("change", () => {
+  attach($("files").files);
+  $("files").value = "";
+});
+// Files dropped anywhere on the composer are attached.
+for (const type of ["dragenter", "dragover"]) {
+  $("send").addEventListener(type, (ev) => {
+    if (!ev.dataTransfer || !Array.from(ev.dataTransfer.types || []).includes("Files")) return;
+    ev.preventDefault();
+    $("send").classList.add("dropping");
+  });
+}
+$("send").addEventListener("dragleave", () => $("send").classList.remove("dropping"));
+$("send").addEventListener("drop", (ev) => {
+  $("send").classList.remove("dropping");
+  if (!ev.dataTransfer || !ev.dataTransfer.files.length) return;
+  ev.preventDefault();
+  attach(ev.dataTransfer.files);
 });
 
 // Enter sends and Shift+Enter is a new line. The line break an Enter

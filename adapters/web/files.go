@@ -1,0 +1,124 @@
+package web
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"regexp"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/chat"
+)
+
+var _ chat.FileFetcher = (*Console)(nil)
+
+// Files in (DESIGN §12), from the composer's attach button or a drop: a
+// message carries its files in its JSON ({"name","type","data"}, data in
+// base64). What the model may read (a text-like file up to
+// Options.FileBytes) travels with the message in the store as a data: URL,
+// so it survives a restart and reaches the replica that runs the
+// session; the rest is kept by name, type and size only, and described.
+// At most maxFiles files a message, and maxKept bytes of them kept: the
+// message must stay one store write.
+
+const (
+	maxFiles    = 10
+	maxFileName = 255
+	maxKept     = 1 << 20
+	// dropped names a file whose bytes the console did not keep
+	// (FetchFile says why).
+	dropped = "console:over-the-message-limit"
+)
+
+// postFile is a file of a posted message.
+type postFile struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+	Data string `json:"data"` // base64
+}
+
+// FileInfo is a file as the page shows it under a message.
+type FileInfo struct {
+	Name string `json:"name"`
+	Type string `json:"type,omitempty"`
+	Size int64  `json:"size"`
+}
+
+// takeFiles checks a message's files and returns them for the agent and
+// for the page, or the reason they are refused.
+func (c *Console) takeFiles(in []postFile) ([]agent.File, []FileInfo, error) {
+	if len(in) > maxFiles {
+		return nil, nil, fmt.Errorf("a message takes at most %d files; this one has %d", maxFiles, len(in))
+	}
+	limit := c.opts.FileBytes
+	if limit <= 0 {
+		limit = chat.DefaultFileBytes
+	}
+	var files []agent.File
+	var infos []FileInfo
+	kept := 0
+	for i, f := range in {
+		name := strings.TrimSpace(f.Name)
+		if name == "" || utf8.RuneCountInString(name) > maxFileName || !utf8.ValidString(name) {
+			return nil, nil, fmt.Errorf("file %d: a file needs a name of 1 to %d characters", i+1, maxFileName)
+		}
+		raw, err := base64.StdEncoding.DecodeString(f.Data)
+		if err != nil {
+			return nil, nil, fmt.Errorf("file %s: its data is not base64: %v", name, err)
+		}
+		typ := strings.TrimSpace(f.Type)
+		file := agent.File{Name: name, Type: typ, Size: int64(len(raw))}
+		if chat.TextLike(typ, name) && file.Size <= limit {
+			if kept+len(raw) > maxKept {
+				file.URL = dropped
+			} else {
+				kept += len(raw)
+				file.URL = "data:" + typ + ";base64," + f.Data
+			}
+		}
+		files = append(files, file)
+		infos = append(infos, FileInfo{Name: name, Type: typ, Size: file.Size})
+	}
+	return files, infos, nil
+}
+
+// FetchFile implements chat.FileFetcher: a console file's bytes are in
+// its data: URL; nothing else is fetched.
+func (c *Console) FetchFile(_ context.Context, f agent.File, max int64) ([]byte, error) {
+	if f.URL == dropped {
+		return nil, &chat.FileError{Reason: fmt.Sprintf("the console keeps at most %d KiB of files per message", maxKept>>10)}
+	}
+	rest, ok := strings.CutPrefix(f.URL, "data:")
+	_, data, ok2 := strings.Cut(rest, ";base64,")
+	if !ok || !ok2 {
+		return nil, &chat.FileError{Reason: "the console serves only the files sent with its messages"}
+	}
+	raw, err := base64.StdEncoding.DecodeString(data)
+	if err != nil {
+		return nil, fmt.Errorf("web: decode a file: %w", err)
+	}
+	if int64(len(raw)) > max+1 {
+		raw = raw[:max+1]
+	}
+	return raw, nil
+}
+
+// reFileName reads the file names out of a file entry (agent.quoteFiles).
+var reFileName = regexp.MustCompile(`<file name="([^"]*)" type="([^"]*)" size="(\d+)"`)
+
+// filesOf lists the files a file entry of the history quotes.
+func filesOf(content string) []FileInfo {
+	var out []FileInfo
+	for _, m := range reFileName.FindAllStringSubmatch(content, -1) {
+		var size int64
+		fmt.Sscan(m[3], &size)
+		out = append(out, FileInfo{Name: unescape(m[1]), Type: unescape(m[2]), Size: size})
+	}
+	return out
+}
+
+var unescaper = strings.NewReplacer("&lt;", "<", "&gt;", ">", "&#34;", `"`, "&#39;", "'", "&amp;", "&")
+
+func unescape(s string) string { return unescaper.Replace(s) }
