@@ -114,6 +114,9 @@ type Entry struct {
 	// Material: a user entry that quotes a message's files (files.go),
 	// masked like an old tool result when the context is short.
 	Material bool `json:"material,omitempty"`
+	// Images are the images a file entry gives the model, by reference
+	// (files.go): the bytes are the session's while their turn runs.
+	Images []ImageRef `json:"images,omitempty"`
 }
 
 // Inbound is a user message waiting in a session's inbox. The inbox is

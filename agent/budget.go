@@ -52,6 +52,12 @@ func estimateText(s string) int {
 
 func estimateMessage(m openai.ChatCompletionMessage) int {
 	n := 4 + estimateText(m.Content)
+	for _, p := range m.MultiContent {
+		n += estimateText(p.Text)
+		if p.Type == openai.ChatMessagePartTypeImageURL {
+			n += imageTokens
+		}
+	}
 	for _, tc := range m.ToolCalls {
 		n += 4 + estimateText(tc.Function.Name) + estimateText(tc.Function.Arguments)
 	}
@@ -218,9 +224,10 @@ func (r *Runner) assemble(s *session, drained []Entry, remind bool, masked map[i
 		}
 	}
 	for i := from; i < len(s.hist); i++ {
-		m := s.hist[i].Message
+		m := s.withImages(s.hist[i])
 		switch {
 		case masked[i] && s.hist[i].Material:
+			m = s.hist[i].Message
 			m.Content = maskedFiles(m.Content)
 		case masked[i]:
 			m.Content = maskedResult(m.Content)
@@ -228,7 +235,7 @@ func (r *Runner) assemble(s *session, drained []Entry, remind bool, masked map[i
 		msgs = append(msgs, m)
 	}
 	for _, e := range drained {
-		msgs = append(msgs, e.Message)
+		msgs = append(msgs, s.withImages(e))
 	}
 	if remind {
 		msgs = append(msgs, openai.ChatCompletionMessage{Role: r.opts.ReminderRole, Content: todo.ReminderText})

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/internal/fakeopenai"
+	"github.com/pinplan/pinplan/todo"
 )
 
 // fileReader gives every file named *.txt its fixed content and leaves
@@ -88,5 +90,73 @@ func TestFilesAreMaterial(t *testing.T) {
 	}
 	if files.reads != 1 {
 		t.Errorf("files read %d times, want once", files.reads)
+	}
+}
+
+const pngBytes = "\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89"
+
+// imageReader gives every file as a PNG image.
+type imageReader struct{}
+
+func (imageReader) ReadFiles(_ context.Context, _ string, files []agent.File) []agent.FileText {
+	out := make([]agent.FileText, len(files))
+	for i, f := range files {
+		out[i] = agent.FileText{File: f, Image: []byte(pngBytes)}
+		out[i].Type = "image/png"
+	}
+	return out
+}
+
+// TestImagesAreGivenInTheirTurn: an image reaches a model with vision as
+// an image part of the file entry, in every round of its turn; the
+// stored history keeps it by name, type, size and hash, not its bytes;
+// the next turn names it without sending it again.
+func TestImagesAreGivenInTheirTurn(t *testing.T) {
+	fake := &fakeopenai.Server{Vision: true, Respond: func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
+		if last := req.Messages[len(req.Messages)-1]; last.Role == openai.ChatMessageRoleUser && len(req.Messages) < 5 {
+			return fakeopenai.Reply{ToolCalls: []fakeopenai.Call{{Name: todo.ToolName, Arguments: todo.Encode([]todo.Item{{Content: "look", Status: todo.Completed}})}}}
+		}
+		return fakeopenai.Reply{Content: "a chart"}
+	}}
+	h := newHarness(t, fake, harnessOpts{files: imageReader{}})
+	err := h.runner.Submit(context.Background(), "web/img", agent.Inbound{Text: "what is in the chart?", Author: "ann",
+		Files: []agent.File{{Name: "chart.png", Type: "image/png", Size: int64(len(pngBytes)), URL: "x"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.waitEnd(t, "web/img")
+	reqs := waitRequests(t, fake, 2)
+	for i, req := range reqs[:2] {
+		imgs := fakeopenai.Images(req)
+		if len(imgs) != 1 || !strings.HasPrefix(imgs[0], "data:image/png;base64,") {
+			t.Fatalf("round %d's images %q, want the chart", i+1, imgs)
+		}
+	}
+	_, hist, _, err := h.db.Load(context.Background(), "web/img")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range hist {
+		if e.Material {
+			raw, _ := json.Marshal(e)
+			if strings.Contains(string(raw), "base64") || len(e.Images) != 1 || e.Images[0].SHA256 == "" || e.Images[0].Size != int64(len(pngBytes)) {
+				t.Errorf("the stored file entry %s: want the image by reference only", raw)
+			}
+		}
+	}
+	h.send(t, "web/img", "and now?")
+	h.waitEnd(t, "web/img")
+	last := fake.Requests()[len(fake.Requests())-1]
+	if n := len(fakeopenai.Images(last)); n != 0 {
+		t.Errorf("the next turn sent %d images again", n)
+	}
+	named := false
+	for _, m := range last.Messages {
+		if strings.Contains(m.Content, "Not shown again: chart.png") {
+			named = true
+		}
+	}
+	if !named {
+		t.Error("the next turn does not say the image is not shown again")
 	}
 }

@@ -472,6 +472,9 @@ type session struct {
 	// files are the file entries of inbox messages read so far, by
 	// message id (files.go): a round tried again does not fetch again.
 	files map[uint64]Entry
+	// images are the running turn's images, as data: URLs by SHA-256
+	// (files.go); dropped when the turn ends.
+	images map[string]string
 }
 
 // turnContext returns a fresh context for one turn, which Stop cancels.
@@ -1089,6 +1092,9 @@ func (r *Runner) commit(ctx context.Context, s *session, rd *Round, next Checkpo
 	s.tracker = work
 	for _, id := range rd.Drained {
 		delete(s.files, id) // in the history now
+	}
+	if next.State == Idle {
+		s.images = nil // given in the turn they came with only
 	}
 	for _, e := range events {
 		r.opts.Events.Publish(e)

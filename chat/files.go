@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"mime"
+	"net/http"
 	"path"
 	"strings"
 	"time"
@@ -47,8 +48,14 @@ type Files struct {
 	MaxBytes int64
 	// Timeout bounds each fetch; 0 means 15 s.
 	Timeout time.Duration
-	Logger  *slog.Logger
+	// Vision gives images (PNG, JPEG, GIF, WebP) up to MaxBytes to the
+	// model as image parts (PINPLAN_MODEL_VISION): the model takes them.
+	Vision bool
+	Logger *slog.Logger
 }
+
+// imageTypes are the image formats a model with vision takes.
+var imageTypes = map[string]bool{"image/png": true, "image/jpeg": true, "image/gif": true, "image/webp": true}
 
 var _ agent.FileReader = (*Files)(nil)
 
@@ -71,13 +78,20 @@ func (fs *Files) ReadFiles(ctx context.Context, session string, files []agent.Fi
 	out := make([]agent.FileText, len(files))
 	for i, f := range files {
 		out[i] = agent.FileText{File: f}
+		mt, _, _ := mime.ParseMediaType(f.Type)
+		image := imageTypes[mt]
 		switch {
-		case strings.HasPrefix(f.Type, "image/"):
-			out[i].Left = "an image: the model is given text files only"
+		case image && !fs.Vision:
+			out[i].Left = "an image: this model is given text files only (PINPLAN_MODEL_VISION is off)"
 			continue
-		case !TextLike(f.Type, f.Name):
+		case strings.HasPrefix(f.Type, "image/") && !image:
+			out[i].Left = "an image in a format the model does not take (PNG, JPEG, GIF and WebP are)"
+			continue
+		case !image && !TextLike(f.Type, f.Name):
 			out[i].Left = "not a text file (" + kindOf(f) + "); only text files are read"
 			continue
+		}
+		switch {
 		case f.Size > max:
 			out[i].Left = fmt.Sprintf("%s, over the %s limit", size(f.Size), size(max))
 			continue
@@ -102,6 +116,12 @@ func (fs *Files) ReadFiles(ctx context.Context, session string, files []agent.Fi
 			out[i].Left = reason
 		case int64(len(raw)) > max:
 			out[i].Left = fmt.Sprintf("over the %s limit", size(max))
+		case image:
+			if got := http.DetectContentType(raw); got != mt {
+				out[i].Left = fmt.Sprintf("not the %s image it says it is", mt)
+				continue
+			}
+			out[i].Image, out[i].Type, out[i].Size = raw, mt, int64(len(raw))
 		case !utf8.Valid(raw) || bytes.IndexByte(raw, 0) >= 0:
 			out[i].Left = "not text: its content is binary"
 		default:

@@ -106,3 +106,32 @@ func TestFilesGivenOrDescribed(t *testing.T) {
 		t.Errorf("a platform that fetches no files gave %+v", other[0])
 	}
 }
+
+// pngBytes is a PNG's signature and header chunk: enough for sniffing.
+var pngBytes = "\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89"
+
+// TestImagesWithVision: with Vision a PNG is given as an image, its bytes
+// checked against its type; without it an image is described.
+func TestImagesWithVision(t *testing.T) {
+	p := &filePlatform{files: map[string]string{"png": pngBytes, "fake": "not a png at all"}}
+	fs := &Files{Platforms: map[string]Platform{"test": p}, Vision: true}
+	got := fs.ReadFiles(context.Background(), "test/1", []agent.File{
+		{Name: "chart.png", Type: "image/png", Size: int64(len(pngBytes)), URL: "png"},
+		{Name: "liar.png", Type: "image/png", Size: 16, URL: "fake"},
+		{Name: "icon.svg", Type: "image/svg+xml", Size: 10, URL: "png"},
+	})
+	if string(got[0].Image) != pngBytes || got[0].Left != "" || got[0].Type != "image/png" {
+		t.Errorf("chart.png: %+v, want given as an image", got[0])
+	}
+	if got[1].Image != nil || !strings.Contains(got[1].Left, "not the image/png image") {
+		t.Errorf("liar.png: left %q, want refused as not a PNG", got[1].Left)
+	}
+	if got[2].Image != nil || got[2].Left == "" {
+		t.Errorf("icon.svg: %+v, want described", got[2])
+	}
+	fs.Vision = false
+	off := fs.ReadFiles(context.Background(), "test/1", []agent.File{{Name: "chart.png", Type: "image/png", Size: 10, URL: "png"}})
+	if off[0].Image != nil || !strings.Contains(off[0].Left, "PINPLAN_MODEL_VISION") {
+		t.Errorf("without vision: %+v", off[0])
+	}
+}

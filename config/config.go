@@ -88,6 +88,7 @@ type Config struct {
 
 	ContextTokens int           // PINPLAN_CONTEXT_TOKENS: the model's context budget for one request
 	FileBytes     int           // PINPLAN_FILE_BYTES: the most an attached file may be to be given to the model
+	Vision        bool          // PINPLAN_MODEL_VISION: the model takes images (attached images given as image parts)
 	TurnTokens    int           // PINPLAN_TURN_TOKENS: tokens one turn may use (0: no budget)
 	UserTokens    int           // PINPLAN_USER_TOKENS_PER_DAY: tokens one person may use per UTC day (0: no budget)
 	Retention     time.Duration // PINPLAN_RETENTION: sessions idle for longer are deleted; 0 keeps them
@@ -130,7 +131,7 @@ var keys = []string{
 	"PINPLAN_LOG_LEVEL", "PINPLAN_DEMO_DELAY",
 	"PINPLAN_TOOL_RESULT_BYTES", "PINPLAN_TOOL_TIMEOUT", "PINPLAN_APPROVERS",
 	"PINPLAN_APPROVAL_TIMEOUT", "PINPLAN_THREAD_CONTEXT",
-	"PINPLAN_CONTEXT_TOKENS", "PINPLAN_RETENTION", "PINPLAN_FILE_BYTES",
+	"PINPLAN_CONTEXT_TOKENS", "PINPLAN_RETENTION", "PINPLAN_FILE_BYTES", "PINPLAN_MODEL_VISION",
 	"PINPLAN_DISCORD_COMPONENTS_V2", "DISCORD_APPLICATION_ID", "PINPLAN_DISCORD_GUILD",
 	"PINPLAN_MCP_STARTUP_TIMEOUT", "PINPLAN_MODEL_RESPONSE_BYTES",
 	"PINPLAN_TURN_TOKENS", "PINPLAN_USER_TOKENS_PER_DAY",
@@ -199,6 +200,7 @@ func Load(getenv func(string) string) (*Config, error) {
 		MCPStartup:      l.duration("PINPLAN_MCP_STARTUP_TIMEOUT", 10*time.Second),
 		ContextTokens:   l.integer("PINPLAN_CONTEXT_TOKENS", 32000, 2000, 10_000_000),
 		FileBytes:       l.integer("PINPLAN_FILE_BYTES", 256<<10, 1024, 16<<20),
+		Vision:          l.boolean("PINPLAN_MODEL_VISION", false),
 		TurnTokens:      l.integer("PINPLAN_TURN_TOKENS", 0, 0, 1<<40),
 		UserTokens:      l.integer("PINPLAN_USER_TOKENS_PER_DAY", 0, 0, 1<<40),
 		Retention:       l.durationOrZero("PINPLAN_RETENTION"),

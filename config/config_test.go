@@ -391,6 +391,7 @@ var settingSamples = map[string]struct {
 	"PINPLAN_THREAD_CONTEXT":          {value: "0"},
 	"PINPLAN_CONTEXT_TOKENS":          {value: "9000"},
 	"PINPLAN_FILE_BYTES":              {value: "65536"},
+	"PINPLAN_MODEL_VISION":            {value: "true"},
 	"PINPLAN_RETENTION":               {value: "720h"},
 }
 

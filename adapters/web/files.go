@@ -16,7 +16,7 @@ var _ chat.FileFetcher = (*Console)(nil)
 
 // Files in (DESIGN §12), from the composer's attach button or a drop: a
 // message carries its files in its JSON ({"name","type","data"}, data in
-// base64). What the model may read (a text-like file up to
+// base64). What the model may read (a text-like file or an image up to
 // Options.FileBytes) travels with the message in the store as a data: URL,
 // so it survives a restart and reaches the replica that runs the
 // session; the rest is kept by name, type and size only, and described.
@@ -70,7 +70,7 @@ func (c *Console) takeFiles(in []postFile) ([]agent.File, []FileInfo, error) {
 		}
 		typ := strings.TrimSpace(f.Type)
 		file := agent.File{Name: name, Type: typ, Size: int64(len(raw))}
-		if chat.TextLike(typ, name) && file.Size <= limit {
+		if (chat.TextLike(typ, name) || strings.HasPrefix(typ, "image/")) && file.Size <= limit {
 			if kept+len(raw) > maxKept {
 				file.URL = dropped
 			} else {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/pinplan/pinplan/internal/fakediscord"
+	"github.com/pinplan/pinplan/internal/fakeopenai"
 )
 
 // fileRequestContent returns the content of the first model request's
@@ -110,5 +111,53 @@ func TestDiscordMentionWithFiles(t *testing.T) {
 	}
 	if got := r.dc.AttachmentFetches(); len(got) != 1 || !strings.HasSuffix(got[0], "/sales.csv") {
 		t.Errorf("attachments fetched %q, want sales.csv alone", got)
+	}
+}
+
+// pngImage is a 1x1 PNG.
+const pngImage = "\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89\x00\x00\x00\rIDATx\x9cc\xf8\x0f\x00\x00\x01\x01\x00\x05\x18\xd8N\x00\x00\x00\x00IEND\xaeB`\x82"
+
+// TestSlackImageToVisionModel (issue 30): with PINPLAN_MODEL_VISION a
+// mention's PNG reaches the model as an image part, which the model fake
+// checks as OpenAI does (a data: URL whose bytes are a PNG, in a user
+// message, to a model with vision); without it the image is described
+// and the thread told.
+func TestSlackImageToVisionModel(t *testing.T) {
+	t.Parallel()
+	for _, vision := range []bool{true, false} {
+		t.Run(map[bool]string{true: "vision", false: "text only"}[vision], func(t *testing.T) {
+			t.Parallel()
+			r := newSlackRig(t, 1, 0, true)
+			r.model.Vision = vision
+			if vision {
+				r.env["PINPLAN_MODEL_VISION"] = "true"
+			}
+			p := r.start(t)
+			defer p.stop(t)
+			ev := mention("C1", "1700090200.000100", "what does the chart show?")
+			ev["files"] = []any{r.slack.AddFile("chart.png", "image/png", []byte(pngImage))}
+			if _, err := r.slack.Push("EvI1", ev); err != nil {
+				t.Fatal(err)
+			}
+			waitReply(t, r.slack, "C1", "1700090200.000100", "All done.")
+			var images []string
+			for _, req := range r.model.Requests() {
+				images = append(images, fakeopenai.Images(req)...)
+			}
+			told := false
+			for _, m := range r.slack.Messages("C1") {
+				if m.BotID != "" && strings.Contains(m.Text, "chart.png") && strings.Contains(m.Text, "PINPLAN_MODEL_VISION") {
+					told = true
+				}
+			}
+			switch {
+			case vision && (len(images) == 0 || !strings.HasPrefix(images[0], "data:image/png;base64,")):
+				t.Errorf("the model got images %q, want the chart", images)
+			case vision && told:
+				t.Error("the thread was told the image was left out")
+			case !vision && (len(images) != 0 || !told):
+				t.Errorf("without vision: %d images sent, thread told %v; want none sent and the thread told", len(images), told)
+			}
+		})
 	}
 }

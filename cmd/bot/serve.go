@@ -127,7 +127,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 		TurnTokens: int64(cfg.TurnTokens), UserTokens: int64(cfg.UserTokens),
 		Events: events, Logger: log.With("component", "agent"), Owners: owners(rep),
 		Tracer: traces.provider, TraceContent: traces.content,
-		Files: &chat.Files{Platforms: ps.byName, MaxBytes: int64(cfg.FileBytes), Logger: log.With("component", "files")},
+		Files: &chat.Files{Platforms: ps.byName, MaxBytes: int64(cfg.FileBytes), Vision: cfg.Vision, Logger: log.With("component", "files")},
 	})
 	if err != nil {
 		return err

@@ -80,6 +80,9 @@ type Server struct {
 	// OnDelta, when set, is called with each content delta of a paced
 	// stream (Reply.Pace) right after it was flushed to the client.
 	OnDelta func(delta string)
+	// Vision: the model takes image parts (images.go); without it a
+	// request with one is refused, as a text-only model refuses it.
+	Vision bool
 
 	mu       sync.Mutex // guards requests, faults and rejected
 	requests []openai.ChatCompletionRequest
@@ -102,6 +105,12 @@ func CountTokens(req *openai.ChatCompletionRequest) int {
 	n := 0
 	for _, m := range req.Messages {
 		n += 4 + (len(m.Content)+2)/3
+		for _, p := range m.MultiContent {
+			n += (len(p.Text) + 2) / 3
+			if p.Type == openai.ChatMessagePartTypeImageURL {
+				n += imageTokens
+			}
+		}
 		for _, tc := range m.ToolCalls {
 			n += 3 + (len(tc.Function.Name)+len(tc.Function.Arguments)+2)/3
 		}
@@ -143,6 +152,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if msg, param := invalidMessages(req.Messages); msg != "" {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", param, msg)
+		return
+	}
+	if msg, param := invalidImages(req.Messages, s.Vision); msg != "" {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", param, msg)
 		return
 	}
