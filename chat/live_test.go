@@ -3,6 +3,7 @@ package chat
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -39,6 +40,7 @@ func (p *livePlatform) liveCalls() []string {
 
 func (p *livePlatform) AppendLive(_ context.Context, th Thread, _, id, text string) (MessageRef, error) {
 	time.Sleep(p.slow)
+	p.record("append " + id + " " + text)
 	p.lmu.Lock()
 	gate := p.gate
 	p.gate = nil
@@ -46,7 +48,6 @@ func (p *livePlatform) AppendLive(_ context.Context, th Thread, _, id, text stri
 	if gate != nil {
 		<-gate
 	}
-	p.record("append " + id + " " + text)
 	p.lmu.Lock()
 	defer p.lmu.Unlock()
 	if p.later > 0 {
@@ -321,5 +322,74 @@ func TestLiveOpenReplyKeepsTheSession(t *testing.T) {
 	s.live.setOpen("")
 	if n := r.Evict(0); n != 1 {
 		t.Errorf("evicted %d sessions once the reply is finished, want 1", n)
+	}
+}
+
+// TestLiveInterimTailNotPutBack: an interim reply's last words, its last
+// word unfinished, and its end (its round went on to call tools) sit in
+// one flush batch with the next reply's words. The unfinished tail is not
+// put back ahead of the next reply: the interim reply is finished once,
+// on its whole text, never appended to after, and the answer finishes the
+// next reply (review finding 1; it fails when the tail of any segment of
+// a batch is put back).
+func TestLiveInterimTailNotPutBack(t *testing.T) {
+	logs, boards, ob := &chattest.Log{}, &chattest.Boards{}, &chattest.Outbox{}
+	gate := make(chan struct{})
+	p := &livePlatform{gate: gate}
+	th := Thread{Platform: "test", Key: "test/retry", Channel: "C1"}
+	r := NewRouter(Options{Store: boards, Outbox: ob, Log: logs, Platforms: map[string]Platform{"test": p}})
+	defer r.Close()
+	r.board(th.Key, &th)
+	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
+	for _, e := range deltas(th.Key, "A", 1, "One", " two") {
+		r.Observe(e)
+	}
+	r.Flush(th.Key)
+	waitCalls(t, p, "append A One ")
+	// While the first append waits: the rest of A, a word cut short, and
+	// the retry's words.
+	for _, e := range deltas(th.Key, "A", 1, " thr") {
+		r.Observe(e)
+	}
+	r.Observe(agent.Event{Session: th.Key, Kind: agent.TextDone, Reply: "A", Text: "One two thr", Interim: true, Turn: 1})
+	for _, e := range deltas(th.Key, "B", 1, "Three", " four", " five") {
+		r.Observe(e)
+	}
+	r.Flush(th.Key)
+	close(gate)
+	time.Sleep(50 * time.Millisecond) // the batch is shown
+	r.Observe(logs.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Text: "Three four five"}))
+	r.Flush(th.Key)
+	settle(t, r, th.Key)
+	calls := p.liveCalls()
+	finishedA := 0
+	for _, c := range calls {
+		if strings.HasPrefix(c, "finish A ") {
+			finishedA++
+			if c != "finish A One two thr|" {
+				t.Errorf("A finished with %q, want its whole text", c)
+			}
+		}
+		if finishedA > 0 && strings.HasPrefix(c, "append A") {
+			t.Errorf("A was appended to after it was finished: %q", calls)
+		}
+	}
+	if finishedA != 1 {
+		t.Errorf("A finished %d times, want once: %q", finishedA, calls)
+	}
+	if last := calls[len(calls)-1]; !strings.HasPrefix(last, "finish B Three four five|") {
+		t.Errorf("live calls %q, want the answer to finish B", calls)
+	}
+}
+
+// waitCalls waits until the platform has seen call want.
+func waitCalls(t *testing.T, p *livePlatform, want string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !slices.Contains(p.liveCalls(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("live calls %q, want %q", p.liveCalls(), want)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
