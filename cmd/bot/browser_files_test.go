@@ -59,7 +59,8 @@ func TestBrowserAttachesFiles(t *testing.T) {
 	if hidden := b.eval(`document.getElementById("attached").hidden`); hidden != "true" {
 		t.Errorf("the composer still lists files after the send")
 	}
-	b.eval(`location.reload(), true`)
+	b.do(chromedp.Reload()) // waits for the load: a script run meanwhile would meet the navigation
+	b.waitLive()
 	b.waitJS(20*time.Second, "the thread after a reload", `!!document.querySelector("#messages > li.assistant")`)
 	b.waitJS(5*time.Second, "the files under the message after a reload", filesShown+` === 2`)
 	if n := b.eval(`document.querySelectorAll("#messages > li.user").length`); n != "1" {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/pinplan/pinplan/internal/fakeopenai"
@@ -58,7 +59,8 @@ func TestBrowserAnswerGrowsLive(t *testing.T) {
 	if seen[len(seen)-1] != answer {
 		t.Errorf("the answer ends as %q", seen[len(seen)-1])
 	}
-	b.eval(`location.reload(), true`)
+	b.do(chromedp.Reload()) // waits for the load: a script run meanwhile would meet the navigation
+	b.waitLive()
 	b.waitJS(20*time.Second, "the thread after a reload", `!!document.querySelector("#messages > li.assistant")`)
 	if n := b.eval(`document.querySelectorAll("#messages > li.assistant").length`); n != "1" {
 		t.Errorf("%s answers after a reload, want 1", n)
