@@ -117,6 +117,9 @@ type Entry struct {
 	// Images are the images a file entry gives the model, by reference
 	// (files.go): the bytes are the session's while their turn runs.
 	Images []ImageRef `json:"images,omitempty"`
+	// Quote: a user entry that quotes messages as material (the thread's
+	// earlier messages, a message handed over), not what a person wrote.
+	Quote bool `json:"quote,omitempty"`
 }
 
 // Inbound is a user message waiting in a session's inbox. The inbox is
@@ -158,6 +161,9 @@ var ErrDuplicate = errors.New("this event was taken in before")
 // author's name and ": " when there is one, is what the model reads.
 func (in Inbound) Entry() Entry {
 	text := in.Text
+	if text == "" && len(in.Files) > 0 {
+		text = "(files attached)" // a model refuses a user message without content
+	}
 	if in.Author != "" {
 		text = in.Author + ": " + text
 	}

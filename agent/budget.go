@@ -156,8 +156,8 @@ func (r *Runner) build(ctx context.Context, s *session, drained []Entry, remind,
 // -1: it always goes in.
 func newestUser(hist []Entry) int {
 	for i := len(hist) - 1; i >= 0; i-- {
-		if hist[i].Message.Role == openai.ChatMessageRoleUser {
-			return i
+		if e := hist[i]; e.Message.Role == openai.ChatMessageRoleUser && !e.Material && !e.Quote {
+			return i // what a person wrote, not the files or quotes it came with
 		}
 	}
 	return -1

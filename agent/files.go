@@ -45,6 +45,9 @@ type FileText struct {
 	// Left says why the file is described instead of given ("" when Text
 	// is given): for the model and for the thread.
 	Left string
+	// Cut: Text is only the file's first Cut characters of Whole, cut to
+	// fit the model's context (fitFiles).
+	Cut, Whole int
 	// Image is an image's bytes, given to the model as an image part
 	// (a model with vision; Type is the image's format); the history
 	// keeps it by reference only (ImageRef).
@@ -86,6 +89,9 @@ func quoteFiles(author string, files []FileText) string {
 			fmt.Fprintf(&b, "<file %s left_out=%q/>\n", attrs, html.EscapeString(f.Left))
 			continue
 		}
+		if f.Cut > 0 {
+			attrs += fmt.Sprintf(" cut=\"only the first %d of %d characters: the whole file does not fit the context\"", f.Cut, f.Whole)
+		}
 		fmt.Fprintf(&b, "<file %s>\n%s\n</file>\n", attrs, tagLike.ReplaceAllString(f.Text, "&lt;$1"))
 	}
 	return strings.TrimRight(b.String(), "\n")
@@ -96,8 +102,12 @@ func quoteFiles(author string, files []FileText) string {
 func leftOutNote(files []FileText) string {
 	var left []string
 	for _, f := range files {
-		if f.Left != "" {
-			left = append(left, fmt.Sprintf("`%s`: %s", strings.ReplaceAll(f.Name, "`", "'"), f.Left))
+		name := strings.ReplaceAll(f.Name, "`", "'")
+		switch {
+		case f.Left != "":
+			left = append(left, fmt.Sprintf("`%s`: %s", name, f.Left))
+		case f.Cut > 0:
+			left = append(left, fmt.Sprintf("`%s` after its first %d characters: the whole file does not fit the model's context", name, f.Cut))
 		}
 	}
 	switch len(left) {
@@ -125,6 +135,7 @@ func (r *Runner) fileEntries(ctx context.Context, s *session, in Inbound) (Entry
 		return e, "", true
 	}
 	read := r.opts.Files.ReadFiles(ctx, s.key, in.Files)
+	fitFiles(read, r.limit(false)/2)
 	e := Entry{Message: openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: quoteFiles(in.Author, read)}, At: in.At, Material: true}
 	for _, f := range read {
 		if f.Image == nil {
@@ -184,4 +195,58 @@ func (s *session) withImages(e Entry) openai.ChatCompletionMessage {
 	parts[0].Text = text
 	m.Content, m.MultiContent = "", parts
 	return m
+}
+
+// fitFiles cuts the files' text to budget tokens together (half the
+// request's budget: the files of the message a round takes in cannot be
+// masked in that round), the first files first, counted as estimateText
+// counts. A file with no room left is described instead.
+func fitFiles(files []FileText, budget int) {
+	used := 0
+	for i := range files {
+		f := &files[i]
+		if f.Text == "" {
+			continue
+		}
+		if n := estimateText(f.Text); used+n <= budget {
+			used += n
+			continue
+		}
+		ascii, other, keep := 0, 0, 0
+		cut := len(f.Text)
+		for j, r := range f.Text {
+			if r < 0x80 {
+				ascii++
+			} else {
+				other++
+			}
+			if used+ascii/4+other+1 > budget { // as estimateText counts
+				cut = j
+				break
+			}
+			keep++
+		}
+		whole := utf8.RuneCountInString(f.Text)
+		f.Text = f.Text[:cut]
+		if keep == 0 {
+			f.Text, f.Left = "", "it does not fit the model's context beside the other files"
+		} else {
+			f.Cut, f.Whole = keep, whole
+		}
+		used = budget
+	}
+}
+
+// FilesPending is the file entry of a message still queued, for a view
+// of the session (the console): its files by name, type and size, not
+// read yet.
+func FilesPending(in Inbound) (Entry, bool) {
+	if len(in.Files) == 0 {
+		return Entry{}, false
+	}
+	read := make([]FileText, len(in.Files))
+	for i, f := range in.Files {
+		read[i] = FileText{File: f, Left: "not read yet"}
+	}
+	return Entry{Message: openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: quoteFiles(in.Author, read)}, At: in.At, Material: true}, true
 }

@@ -1150,11 +1150,11 @@ func (r *Runner) userEntries(ctx context.Context, s *session, inbox []Inbound) (
 	var ids []uint64
 	for _, in := range inbox {
 		if len(in.Context) > 0 {
-			entries = append(entries, Entry{Message: openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: quote(in.Context)}, At: in.At})
+			entries = append(entries, Entry{Message: openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: quote(in.Context)}, At: in.At, Quote: true})
 		}
 		entries = append(entries, in.Entry())
 		if len(in.Handed) > 0 {
-			entries = append(entries, Entry{Message: openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: quoteHanded(in.Handed)}, At: in.At})
+			entries = append(entries, Entry{Message: openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: quoteHanded(in.Handed)}, At: in.At, Quote: true})
 		}
 		if e, note, ok := r.fileEntries(ctx, s, in); ok {
 			entries = append(entries, e)

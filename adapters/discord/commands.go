@@ -31,8 +31,9 @@ import (
 //   - stop and reset: the router's answer, under the same rules as the
 //     words and buttons (DESIGN §12): a refusal only the person sees.
 //   - status: deferred (Discord shows "pinplan is thinking..." to the
-//     person alone), then the sessions of this server that are working or
-//     waiting for approval, with links.
+//     person alone), then the sessions of this channel and its threads
+//     that are working or waiting for approval, with links: what the
+//     person can see here, never another channel's.
 //
 // Commands need no MessageContent intent: without it pinplan still works
 // through mentions, DMs and commands.
@@ -54,20 +55,27 @@ func commandSet() []*discordgo.ApplicationCommand {
 				Options: []*discordgo.ApplicationCommandOption{{Type: discordgo.ApplicationCommandOptionString, Name: "task", Description: "What to do", Required: true, MaxLength: maxTaskOption}}},
 			{Type: discordgo.ApplicationCommandOptionSubCommand, Name: "stop", Description: "Stop the turn running here"},
 			{Type: discordgo.ApplicationCommandOptionSubCommand, Name: "reset", Description: "Archive this session's history and plan, and start afresh"},
-			{Type: discordgo.ApplicationCommandOptionSubCommand, Name: "status", Description: "Sessions of this server that are working or waiting"},
+			{Type: discordgo.ApplicationCommandOptionSubCommand, Name: "status", Description: "Sessions of this channel and its threads that are working or waiting"},
 		},
 	}}
 }
 
-// registerCommands overwrites the application's command set.
+// registerCommands overwrites the application's global command set, and
+// Options.Guild's too when one is set (DESIGN §9: a guild's set shows at
+// once; that server then lists /pinplan twice until it is unset).
 func (a *Adapter) registerCommands(ctx context.Context) {
 	app := cmp.Or(a.opts.ApplicationID, a.bot())
-	scope := cmp.Or(a.opts.Guild, "global")
-	if _, err := a.s.ApplicationCommandBulkOverwrite(app, a.opts.Guild, commandSet(), discordgo.WithContext(ctx)); err != nil {
-		a.log.Warn("discord: register the /pinplan command; mentions still work", "scope", scope, "err", err)
-		return
+	for _, guild := range []string{"", a.opts.Guild} {
+		scope := cmp.Or(guild, "global")
+		if _, err := a.s.ApplicationCommandBulkOverwrite(app, guild, commandSet(), discordgo.WithContext(ctx)); err != nil {
+			a.log.Warn("discord: register the /pinplan command; mentions still work", "scope", scope, "err", err)
+			continue
+		}
+		a.log.Info("discord: /pinplan registered", "scope", scope)
+		if a.opts.Guild == "" {
+			break
+		}
 	}
-	a.log.Info("discord: /pinplan registered", "scope", scope)
 }
 
 // command handles an application command interaction.
@@ -94,21 +102,56 @@ func (a *Adapter) command(ctx context.Context, i *discordgo.Interaction) {
 		}
 		a.commandTask(ctx, i, user.ID, name, strings.TrimSpace(text))
 	case "stop", "reset":
-		err := a.opts.Handler.Handle(ctx, chat.Incoming{Thread: th, Text: sub.Name, Author: name, AuthorID: user.ID, Event: "discord/cmd/" + i.ID, Sync: true})
-		var rej *chat.Rejection
-		switch {
-		case errors.As(err, &rej):
-			a.respond(ctx, i, rej.Reason, rej.Refused || rej.Private)
-		case err != nil:
-			a.log.Error("discord /pinplan "+sub.Name, "session", th.Key, "err", err)
-			a.respond(ctx, i, "I could not do that just now (the bot's log has the details).", true)
-		default:
-			a.respond(ctx, i, "Done.", false)
-		}
+		a.commandThreadAction(ctx, i, th, sub.Name, user.ID, name)
 	case "status":
 		a.commandStatus(ctx, i)
 	default:
 		a.respond(ctx, i, "I don't know `/pinplan "+sub.Name+"`: try `/pinplan task`.", true)
+	}
+}
+
+// actionAnswerWithin is how long a stop or reset may take before its
+// command is deferred: Discord wants an answer within 3 s.
+const actionAnswerWithin = 2 * time.Second
+
+// commandThreadAction runs /pinplan stop or reset as the words do, and
+// answers with the router's reply: a refusal to the person alone. One
+// that takes longer (a reset unpins the plan, which the pin budget can
+// hold back) is deferred first, to the person alone, and filled in.
+func (a *Adapter) commandThreadAction(ctx context.Context, i *discordgo.Interaction, th chat.Thread, action, userID, name string) {
+	type result struct {
+		text    string
+		private bool
+	}
+	done := make(chan result, 1)
+	go func() {
+		err := a.opts.Handler.Handle(ctx, chat.Incoming{Thread: th, Text: action, Author: name, AuthorID: userID, Event: "discord/cmd/" + i.ID, Sync: true})
+		var rej *chat.Rejection
+		switch {
+		case errors.As(err, &rej):
+			done <- result{rej.Reason, rej.Refused || rej.Private}
+		case err != nil:
+			a.log.Error("discord /pinplan "+action, "session", th.Key, "err", err)
+			done <- result{"I could not do that just now (the bot's log has the details).", true}
+		default:
+			done <- result{"Done.", false}
+		}
+	}()
+	t := time.NewTimer(actionAnswerWithin)
+	defer t.Stop()
+	select {
+	case r := <-done:
+		a.respond(ctx, i, r.text, r.private)
+		return
+	case <-t.C:
+	}
+	deferred := &discordgo.InteractionResponse{Type: discordgo.InteractionResponseDeferredChannelMessageWithSource, Data: &discordgo.InteractionResponseData{Flags: discordgo.MessageFlagsEphemeral}}
+	if err := a.s.InteractionRespond(i, deferred, discordgo.WithContext(ctx)); err != nil {
+		a.log.Warn("discord: defer /pinplan "+action, "interaction", i.ID, "err", err)
+	}
+	r := <-done
+	if _, err := a.s.InteractionResponseEdit(i, &discordgo.WebhookEdit{Content: &r.text, AllowedMentions: noMentions()}, discordgo.WithContext(ctx)); err != nil {
+		a.log.Warn("discord: answer /pinplan "+action, "interaction", i.ID, "err", err)
 	}
 }
 
@@ -118,8 +161,8 @@ func (a *Adapter) commandTask(ctx context.Context, i *discordgo.Interaction, use
 		a.respond(ctx, i, "Tell me the task, for example `/pinplan task: plan the release checklist for v2`.", true)
 		return
 	}
-	quoted := "> " + strings.ReplaceAll(chat.Shorten(text, 1800), "\n", "\n> ")
-	msg, err := a.respondWith(ctx, i, fmt.Sprintf("<@%s> asked pinplan:\n%s", userID, quoted))
+	quoted := "> " + strings.ReplaceAll(text, "\n", "\n> ")
+	msg, err := a.respondWith(ctx, i, chat.Shorten(fmt.Sprintf("<@%s> asked pinplan:\n%s", userID, quoted), maxContent))
 	if err != nil {
 		a.log.Warn("discord: answer /pinplan task", "interaction", i.ID, "err", err)
 		return // the person sees that the command failed, and nothing ran
@@ -179,8 +222,8 @@ func (a *Adapter) status(ctx context.Context, guild, here string) string {
 		if !ok || (s.State != agent.Running && s.State != agent.Waiting) {
 			continue
 		}
-		if guild == "" && channel != here || guild != "" && a.guildOf(ctx, channel) != guild {
-			continue
+		if channel != here && (guild == "" || a.parentOf(ctx, channel) != here) {
+			continue // only what the person sees here: this channel and its threads
 		}
 		busy = append(busy, s)
 	}
@@ -204,10 +247,11 @@ func (a *Adapter) status(ctx context.Context, guild, here string) string {
 	return strings.TrimSuffix(b.String(), "\n")
 }
 
-// guildOf is a channel's guild, looked up once and cached ("" if unknown).
-func (a *Adapter) guildOf(ctx context.Context, channel string) string {
+// parentOf is a thread's parent channel ("" for a channel that is no
+// thread, or unknown), looked up once and cached.
+func (a *Adapter) parentOf(ctx context.Context, channel string) string {
 	a.mu.Lock()
-	g, ok := a.chanGuilds[channel]
+	g, ok := a.chanParents[channel]
 	a.mu.Unlock()
 	if ok {
 		return g
@@ -219,10 +263,14 @@ func (a *Adapter) guildOf(ctx context.Context, channel string) string {
 		a.log.Warn("discord: look up channel", "channel", channel, "err", err)
 		return ""
 	}
+	parent := ""
+	if isThread(ch.Type) {
+		parent = ch.ParentID
+	}
 	a.mu.Lock()
-	a.chanGuilds[channel] = ch.GuildID
+	a.chanParents[channel] = parent
 	a.mu.Unlock()
-	return ch.GuildID
+	return parent
 }
 
 // respond answers an interaction with a message, to the person alone when

@@ -85,12 +85,13 @@ type Adapter struct {
 	share     int                     // replicas sharing the per-channel pace (Share)
 	typing    map[string]context.CancelFunc
 	chanTypes map[string]discordgo.ChannelType
-	// chanGuilds are channels' guilds as looked up for /pinplan status.
-	chanGuilds map[string]string
-	connected  bool
-	noManage   bool // deleting the pin notice was refused
-	noContent  bool // the MessageContent intent is not enabled: messages without a mention come blank
-	v2Refused  bool // a Components V2 plan was refused and logged
+	// chanParents are threads' parent channels as looked up for
+	// /pinplan status ("" for a channel that is no thread).
+	chanParents map[string]string
+	connected   bool
+	noManage    bool // deleting the pin notice was refused
+	noContent   bool // the MessageContent intent is not enabled: messages without a mention come blank
+	v2Refused   bool // a Components V2 plan was refused and logged
 	// gatewayOn admits gateway dials and reconnects: set by OpenGateway,
 	// cleared by CloseGateway, so that no connection is made while
 	// another replica holds the gateway. gateCtx lives as long as the
@@ -188,7 +189,7 @@ func New(opts Options) (*Adapter, error) {
 	s.SyncEvents = true
 	s.Identify.Intents = discordgo.IntentsGuilds | discordgo.IntentsGuildMessages | discordgo.IntentsDirectMessages | discordgo.IntentsMessageContent
 	a := &Adapter{opts: opts, s: s, log: opts.Logger, limiters: map[string]*chat.Budget{}, lives: map[string]*liveReply{}, typing: map[string]context.CancelFunc{},
-		chanTypes: map[string]discordgo.ChannelType{}, chanGuilds: map[string]string{}, botRoles: map[string][]string{}, seen: map[string]seenChannel{}}
+		chanTypes: map[string]discordgo.ChannelType{}, chanParents: map[string]string{}, botRoles: map[string][]string{}, seen: map[string]seenChannel{}}
 	s.Dialer.NetDialContext = a.dialGateway
 	s.AddHandler(a.onMessage)
 	s.AddHandler(a.onGuild)
@@ -296,16 +297,23 @@ const closeDisallowedIntents = 4014
 func (a *Adapter) open() error {
 	err := a.s.Open()
 	var ce *websocket.CloseError
-	if errors.As(err, &ce) && ce.Code == closeDisallowedIntents && a.s.Identify.Intents&discordgo.IntentsMessageContent != 0 {
-		a.s.Identify.Intents &^= discordgo.IntentsMessageContent
+	if !errors.As(err, &ce) || ce.Code != closeDisallowedIntents {
+		return err
+	}
+	// Open reads Identify under the session's lock; OpenGateway and a
+	// reconnect can both be here.
+	a.s.Lock()
+	asked := a.s.Identify.Intents&discordgo.IntentsMessageContent != 0
+	a.s.Identify.Intents &^= discordgo.IntentsMessageContent
+	a.s.Unlock()
+	if asked {
 		a.mu.Lock()
 		a.noContent = true
 		a.mu.Unlock()
 		a.log.Warn("discord: the Message Content intent is not enabled for this application: pinplan answers mentions, DMs and /pinplan; " +
 			"follow-ups in a thread without a mention need the intent (Developer Portal -> Bot -> Privileged Gateway Intents -> Message Content Intent)")
-		err = a.s.Open()
 	}
-	return err
+	return a.s.Open()
 }
 
 // CloseGateway closes the gateway with 1000, which ends its session on

@@ -59,6 +59,10 @@ func (a *Adapter) command(ctx context.Context, cmd slack.SlashCommand) {
 	case "status":
 		a.tellCommand(ctx, cmd, a.status(ctx, cmd))
 		return
+	case "stop", "reset":
+		// A command carries no thread: these belong to one.
+		a.tellCommand(ctx, cmd, "`"+strings.ToLower(text)+"` acts on a thread's session: send `@pinplan "+strings.ToLower(text)+"` in that thread (or press the plan's Stop button).")
+		return
 	}
 	team := cmp.Or(cmd.TeamID, a.team())
 	author := cmp.Or(a.displayName(ctx, cmd.UserID), "<@"+cmd.UserID+">")

@@ -32,11 +32,14 @@ const (
 	dropped = "console:over-the-message-limit"
 )
 
-// postFile is a file of a posted message.
+// postFile is a file of a posted message: its bytes in base64, or for a
+// file the page knows the model is not given (over the limit) its size
+// alone.
 type postFile struct {
 	Name string `json:"name"`
 	Type string `json:"type"`
 	Data string `json:"data"` // base64
+	Size int64  `json:"size"` // when Data is left out
 }
 
 // FileInfo is a file as the page shows it under a message.
@@ -70,7 +73,10 @@ func (c *Console) takeFiles(in []postFile) ([]agent.File, []FileInfo, error) {
 		}
 		typ := strings.TrimSpace(f.Type)
 		file := agent.File{Name: name, Type: typ, Size: int64(len(raw))}
-		if (chat.TextLike(typ, name) || strings.HasPrefix(typ, "image/")) && file.Size <= limit {
+		if f.Data == "" && f.Size > 0 {
+			file.Size = f.Size // described by its size; no bytes to keep
+		}
+		if f.Data != "" && (chat.TextLike(typ, name) || strings.HasPrefix(typ, "image/")) && file.Size <= limit {
 			if kept+len(raw) > maxKept {
 				file.URL = dropped
 			} else {

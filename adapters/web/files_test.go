@@ -55,6 +55,16 @@ func TestMessageWithFiles(t *testing.T) {
 	if err != nil || string(raw) != "ship on friday" {
 		t.Errorf("FetchFile = %q, %v", raw, err)
 	}
+	// A file the page sends by its size alone (over the limit), in a
+	// message with no text.
+	status, body = post(`{"text":"","files":[{"name":"big.log","type":"text/plain","size":9999999}]}`)
+	if status != 201 {
+		t.Fatalf("%d %s", status, body)
+	}
+	json.Unmarshal([]byte(body), &res)
+	if big := h.got[1].Files; len(big) != 1 || big[0].Size != 9999999 || big[0].URL != "" || res.Message.Text != "(files attached)" {
+		t.Errorf("a file by its size: %+v, message %q", big, res.Message.Text)
+	}
 	var fe *chat.FileError
 	if _, err := c.FetchFile(context.Background(), agent.File{Name: "x", URL: "http://127.0.0.1:1/secret"}, 100); !errors.As(err, &fe) {
 		t.Errorf("FetchFile of an http URL: %v, want refused", err)
@@ -72,8 +82,8 @@ func TestMessageWithFiles(t *testing.T) {
 			t.Errorf("%s: %d, want 422", name, status)
 		}
 	}
-	if len(h.got) != 1 {
-		t.Errorf("%d messages handled, want the one with good files", len(h.got))
+	if len(h.got) != 2 {
+		t.Errorf("%d messages handled, want the two with good files", len(h.got))
 	}
 }
 

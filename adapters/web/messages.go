@@ -47,6 +47,8 @@ func historyMessages(key string, hist []agent.Entry) []Message {
 	for _, e := range hist {
 		var m Message
 		switch {
+		case e.Quote:
+			continue // quoted material (a thread's earlier messages), not a message here
 		case e.Material:
 			// The files given to the model with the message before it:
 			// shown under that message, by name.

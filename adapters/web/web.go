@@ -396,7 +396,11 @@ func (c *Console) info(w http.ResponseWriter, _ *http.Request) {
 		marks[string(st)] = chat.Mark(st) // the same marks as Slack and Discord
 		names[string(st)] = strings.ReplaceAll(string(st), "_", " ")
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"demo": c.opts.Demo, "model": c.opts.Model, "marks": marks, "status_names": names})
+	limit := c.opts.FileBytes
+	if limit <= 0 {
+		limit = chat.DefaultFileBytes
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"demo": c.opts.Demo, "model": c.opts.Model, "marks": marks, "status_names": names, "file_bytes": limit})
 }
 
 func (c *Console) listThreads(w http.ResponseWriter, r *http.Request) {
@@ -498,6 +502,9 @@ func (c *Console) send(w http.ResponseWriter, r *http.Request, id string, b post
 	key := "web/" + id
 	th := chat.Thread{Platform: "web", Key: key, Channel: key, ThreadID: id}
 	m := Message{ID: "m-" + randomID(), Role: "user", Author: author, Text: b.Text, At: c.opts.Now(), Files: infos}
+	if strings.TrimSpace(b.Text) == "" && len(files) > 0 {
+		m.Text = agent.Inbound{Files: files}.Entry().Text() // what the history will say
+	}
 	err := c.handler.Handle(r.Context(), chat.Incoming{Thread: th, Text: b.Text, Author: author, MessageID: randomID(), Sync: true, Files: files})
 	var rej *chat.Rejection
 	switch {

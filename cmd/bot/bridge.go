@@ -71,6 +71,9 @@ func (s webStore) History(ctx context.Context, key string) ([]agent.Entry, error
 	}
 	for _, in := range inbox {
 		hist = append(hist, in.Entry())
+		if e, ok := agent.FilesPending(in); ok {
+			hist = append(hist, e) // the console lists them under the message
+		}
 	}
 	return hist, nil
 }

@@ -121,6 +121,15 @@ func TestSlackSlashCommandStartsAThread(t *testing.T) {
 		t.Fatal(err)
 	}
 	ephemeralTo(t, r.slack, "C1", "U2", "/pinplan <task>")
+	// stop names no thread: it is told where it belongs, and starts nothing.
+	before := len(r.slack.Messages("C1"))
+	if _, err := r.slack.PushCommand(map[string]any{"text": "stop", "user_id": "U2", "channel_id": "C1"}); err != nil {
+		t.Fatal(err)
+	}
+	ephemeralTo(t, r.slack, "C1", "U2", "in that thread")
+	if n := len(r.slack.Messages("C1")); n != before {
+		t.Errorf("/pinplan stop posted %d messages, want none", n-before)
+	}
 	if v := r.slack.Violations(); len(v) > 0 {
 		t.Errorf("Slack would have refused: %v", v)
 	}

@@ -421,6 +421,10 @@ func invalidMessages(msgs []openai.ChatCompletionMessage) (msg, param string) {
 			run = nil
 		}
 		switch m.Role {
+		case openai.ChatMessageRoleUser, openai.ChatMessageRoleSystem:
+			if m.Content == "" && len(m.MultiContent) == 0 {
+				return fmt.Sprintf("Missing required parameter: 'messages[%d].content'.", i), fmt.Sprintf("messages.[%d].content", i)
+			}
 		case openai.ChatMessageRoleAssistant:
 			if m.Content == "" && len(m.MultiContent) == 0 && len(m.ToolCalls) == 0 {
 				return fmt.Sprintf("Invalid value for 'messages[%d].content': expected a string, got null.", i), fmt.Sprintf("messages.[%d].content", i)

@@ -37,3 +37,11 @@ func TestImageParts(t *testing.T) {
 		t.Error("an image in a system message was taken")
 	}
 }
+
+// TestUserMessageNeedsContent: a user message with neither content nor
+// parts is refused, as OpenAI refuses it.
+func TestUserMessageNeedsContent(t *testing.T) {
+	if msg, param := invalidMessages([]openai.ChatCompletionMessage{{Role: "system", Content: "s"}, {Role: "user"}}); msg == "" || param != "messages.[1].content" {
+		t.Errorf("an empty user message: %q %q, want refused", msg, param)
+	}
+}

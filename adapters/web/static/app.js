@@ -38,6 +38,7 @@ const app = {
   sending: false,
   drafts: new Map(),    // thread id ("" for a new thread) → unsent text
   attached: [],         // File objects waiting in the composer for the next send
+  fileBytes: 262144,    // PINPLAN_FILE_BYTES, replaced by /api/info: larger files go by name and size only
 };
 
 // ---------------------------------------------------------------- helpers
@@ -508,8 +509,11 @@ function renderAttached() {
   ul.hidden = app.attached.length === 0;
 }
 
-// encodeFile reads a file for the API: its name, type and bytes in base64.
+// encodeFile reads a file for the API: its name, type and bytes in
+// base64; a file over the limit the model is given goes by its size alone
+// (it would be described, and its bytes could pass the request's size).
 async function encodeFile(f) {
+  if (f.size > app.fileBytes) return { name: f.name, type: f.type, size: f.size };
   const bytes = new Uint8Array(await f.arrayBuffer());
   let bin = "";
   for (let i = 0; i < bytes.length; i += 0x8000) bin += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
@@ -1118,6 +1122,7 @@ api("/api/info").then((info) => {
   if (!info) return;
   if (info.marks) app.marks = info.marks;
   if (info.status_names) app.names = info.status_names;
+  if (info.file_bytes) app.fileBytes = info.file_bytes;
   const mode = $("mode");
   if (info.demo) { mode.textContent = "demo model: scripted, no API key used"; mode.hidden = false; }
   else if (info.model) { mode.textContent = `model: ${info.model}`; mode.hidden = false; }
