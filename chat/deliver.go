@@ -1,7 +1,9 @@
 package chat
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"time"
 
 	"github.com/pinplan/pinplan/agent"
@@ -278,9 +280,23 @@ func (r *Router) resumeDelivery(key string, stored []queued) {
 				}
 			}
 		}
+		// The close items first: a live message a stopped process left
+		// open ends with "answered again below" above the answer sent
+		// again, whichever was stored first (a message started by the
+		// answer's own delivery is stored after the answer).
+		slices.SortStableFunc(stored, func(a, b queued) int {
+			return cmp.Compare(boolInt(a.item.LiveRef == nil), boolInt(b.item.LiveRef == nil))
+		})
 		r.outbox.enqueue(key, stored...)
 		r.outbox.enqueue(key, replies...)
 	})
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // apply is one entry's effect: the plan board records it (and renders

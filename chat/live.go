@@ -69,6 +69,37 @@ type LiveReplier interface {
 	CloseLive(ctx context.Context, th Thread, ref MessageRef, note string) error
 }
 
+// liveStartedKey carries the router's note of a live message a platform
+// starts in the middle of a call (LiveStarted).
+type liveStartedKey struct{}
+
+// LiveStarted tells the router, from inside AppendLive or FinishLive,
+// that the call has just started message ref of a live reply (its first
+// words, or the next message after a roll-over) and goes on: the router
+// stores the message's close item now, so that a kill before the call
+// returns leaves the message to be ended with a note by the next start
+// instead of open. A call the router did not make is not noted.
+func LiveStarted(ctx context.Context, ref MessageRef) {
+	if f, ok := ctx.Value(liveStartedKey{}).(func(MessageRef)); ok && !ref.IsZero() {
+		f(ref)
+	}
+}
+
+// WithLiveStarted is the context the router gives a live call, for a
+// platform's tests: f is called with each message LiveStarted reports.
+func WithLiveStarted(ctx context.Context, f func(MessageRef)) context.Context {
+	return context.WithValue(ctx, liveStartedKey{}, f)
+}
+
+// noteStarted returns ctx noting the live messages a call starts for s.
+func (r *Router) noteStarted(ctx context.Context, s *session, th Thread) context.Context {
+	return WithLiveStarted(ctx, func(ref MessageRef) {
+		if ref != s.live.ref {
+			r.keepCloser(s, th, ref)
+		}
+	})
+}
+
 // ErrPaceLater is what AppendLive returns when the platform's pace has
 // no room for the text now and it kept the text for later: the router
 // calls again shortly (livePaceRetry), with the words that came
@@ -301,7 +332,7 @@ func (r *Router) appendLive(s *session, th Thread, replyTo, id, words string, ep
 		t := text
 		text = "" // the platform keeps it from now on
 		var err error
-		ref, err = lr.AppendLive(actx, th, replyTo, id, t)
+		ref, err = lr.AppendLive(r.noteStarted(actx, s, th), th, replyTo, id, t)
 		if errors.Is(err, ErrPaceLater) {
 			later, err = true, nil
 		}
@@ -377,7 +408,7 @@ func (r *Router) finishLive(s *session, th Thread, replyTo, id, text, note strin
 		}
 		actx, cancel := context.WithTimeout(ctx, replyTimeout)
 		defer cancel()
-		return lr.FinishLive(actx, th, replyTo, id, text, note)
+		return lr.FinishLive(r.noteStarted(actx, s, th), th, replyTo, id, text, note)
 	})
 	if err != nil && r.ctx.Err() == nil && !errors.Is(err, agent.ErrFenced) {
 		s.board.log.Warn("live reply not finished", "reply", id, "err", err)
@@ -450,7 +481,7 @@ func (r *Router) finishAnswer(ctx context.Context, s *session, th Thread, replyT
 	if l.open != "" && l.open != id {
 		r.finishLive(s, th, replyTo, l.open, "", note)
 	}
-	if err := lr.FinishLive(ctx, th, replyTo, id, text, note); err != nil {
+	if err := lr.FinishLive(r.noteStarted(ctx, s, th), th, replyTo, id, text, note); err != nil {
 		return err
 	}
 	l.setOpen("")

@@ -393,3 +393,51 @@ func waitCalls(t *testing.T, p *livePlatform, want string) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// hangingFinish starts a fresh message in FinishLive, says so, and never
+// returns until the router stops: a kill in the middle of the call.
+type hangingFinish struct{ livePlatform }
+
+func (p *hangingFinish) FinishLive(ctx context.Context, th Thread, _, id, text, note string) error {
+	p.record("finish " + id + " " + text + "|" + note)
+	LiveStarted(ctx, MessageRef{Channel: th.Channel, ID: "m-fresh"})
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestLiveMessageStartedInFinishIsClosedAfterAKill (review finding 6):
+// an answer no live words were shown for is posted by FinishLive itself;
+// the message it starts gets its close item at once, so a kill in the
+// middle of the call leaves it to be ended with a note by the next
+// start, before the answer is sent again.
+func TestLiveMessageStartedInFinishIsClosedAfterAKill(t *testing.T) {
+	logs, boards, ob := &chattest.Log{}, &chattest.Boards{}, &chattest.Outbox{}
+	p := &hangingFinish{}
+	th := Thread{Platform: "test", Key: "test/fresh", Channel: "C1"}
+	r := NewRouter(Options{Store: boards, Outbox: ob, Log: logs, Platforms: map[string]Platform{"test": p}})
+	r.board(th.Key, &th)
+	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
+	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Text: "The whole answer"}))
+	deadline := time.Now().Add(5 * time.Second)
+	for ob.Len() < 2 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	r.Close() // the kill, with FinishLive in the middle
+	if ob.Len() != 2 {
+		t.Fatalf("%d outbox items, want the answer and the close item of the message it started", ob.Len())
+	}
+	p2 := &livePlatform{}
+	r2 := NewRouter(Options{Runner: &chattest.Runner{}, Store: boards, Outbox: ob, Log: logs, Platforms: map[string]Platform{"test": p2}})
+	defer r2.Close()
+	if _, err := r2.Resume(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, r2, th.Key)
+	calls := p2.liveCalls()
+	if len(calls) != 2 || calls[0] != "close m-fresh interrupted; answered again below" || !strings.HasPrefix(calls[1], "finish  The whole answer|") {
+		t.Errorf("after the restart: %q, want the cut-off message closed, then the answer", calls)
+	}
+	if ob.Len() != 0 {
+		t.Errorf("%d outbox items left, want 0", ob.Len())
+	}
+}

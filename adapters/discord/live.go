@@ -214,6 +214,9 @@ func (a *Adapter) postLive(ctx context.Context, th chat.Thread, replyTo, n, cont
 		return "", classify("reply", err, false)
 	}
 	ref, err := created(th, body)
+	if err == nil {
+		chat.LiveStarted(ctx, ref) // ended with a note should this process die now
+	}
 	return ref.ID, classify("reply", err, false)
 }
 

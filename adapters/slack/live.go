@@ -343,6 +343,7 @@ func (a *Adapter) startLive(ctx context.Context, th chat.Thread, replyTo string,
 		return classify("start stream", err)
 	}
 	l.ts, l.msgFrom = ts, l.sent
+	chat.LiveStarted(ctx, chat.MessageRef{Channel: th.Channel, ID: ts}) // closed with a note should this process die now
 	l.sent += len(piece)
 	return nil
 }

@@ -175,3 +175,29 @@ func TestCloseLiveAfterRestart(t *testing.T) {
 	}
 	_ = chat.MessageRef{}
 }
+
+// TestLiveStartedIsNoted: each streamed message a live call starts, a
+// fresh answer's in FinishLive and the next one after a roll-over
+// included, is reported to the router (chat.LiveStarted) as it starts,
+// before the call returns.
+func TestLiveStartedIsNoted(t *testing.T) {
+	fake := &fakeslack.Server{}
+	a, _ := streamAdapter(t, fake)
+	th := channelThread
+	a.noteAuthor(th.Key, "1.1", person{user: "U1", team: "T1"})
+	var started []chat.MessageRef
+	ctx := chat.WithLiveStarted(context.Background(), func(ref chat.MessageRef) { started = append(started, ref) })
+	text := words(1200) // over one message: it rolls over
+	if err := a.FinishLive(ctx, th, "1.1", "", text, "interrupted"); err != nil {
+		t.Fatal(err)
+	}
+	_, msgs := streamedText(fake, "C1", "1.1")
+	if len(msgs) < 2 || len(started) != len(msgs) {
+		t.Fatalf("%d streamed messages, %d noted: %+v", len(msgs), len(started), started)
+	}
+	for i, m := range msgs {
+		if started[i].ID != m.TS || started[i].Channel != "C1" {
+			t.Errorf("message %d %s noted as %+v", i, m.TS, started[i])
+		}
+	}
+}
