@@ -40,6 +40,11 @@ func followUpOrder(in Incoming) string {
 	return padID(in.MessageID) + " " + in.Event
 }
 
+// MessageOrder is a message's place among its thread's messages as the
+// platform numbers them (Slack's ts, a Discord snowflake): strings of it
+// compare as the ids do.
+func MessageOrder(in Incoming) string { return padID(in.MessageID) }
+
 // padID pads a message id on the left with zeros so that ids of the
 // same platform compare as their numbers do.
 func padID(id string) string {

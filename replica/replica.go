@@ -34,6 +34,7 @@
 package replica
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -311,9 +312,8 @@ func (x *Handler) drain(key string) {
 		if len(queued) == 0 {
 			return
 		}
-		for _, h := range queued {
-			var ev handed
-			err := json.Unmarshal(h.Data, &ev)
+		for _, q := range inSentOrder(queued) {
+			h, ev, err := q.h, q.ev, q.err
 			switch {
 			case err != nil:
 				x.log.Error("unreadable handed-over event; dropped", "session", key, "err", err)
@@ -434,4 +434,40 @@ func (x *Handler) scan() int {
 		}
 	}
 	return n
+}
+
+// queuedEvent is a handed-over event read from the session's queue.
+type queuedEvent struct {
+	h   etcdstore.Handed
+	ev  handed
+	err error // unreadable
+}
+
+// inSentOrder decodes the events queued together and puts their messages
+// that carry a platform message id in the order of those ids: each
+// replica forwards what reached it as it comes, so a reply that reached
+// a slower replica can be queued after the next one (DESIGN §14: in the
+// order they were sent). Other events, and messages without an id, keep
+// their places.
+func inSentOrder(queued []etcdstore.Handed) []queuedEvent {
+	out := make([]queuedEvent, len(queued))
+	var slots []int
+	for i, h := range queued {
+		out[i].h = h
+		out[i].err = json.Unmarshal(h.Data, &out[i].ev)
+		if out[i].err == nil && out[i].ev.Message != nil && out[i].ev.Message.MessageID != "" {
+			slots = append(slots, i)
+		}
+	}
+	msgs := make([]queuedEvent, len(slots))
+	for j, i := range slots {
+		msgs[j] = out[i]
+	}
+	slices.SortStableFunc(msgs, func(a, b queuedEvent) int {
+		return cmp.Compare(chat.MessageOrder(*a.ev.Message), chat.MessageOrder(*b.ev.Message))
+	})
+	for j, i := range slots {
+		out[i] = msgs[j]
+	}
+	return out
 }

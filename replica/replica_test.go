@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -313,5 +314,42 @@ func TestElectionHandsOverTheGateway(t *testing.T) {
 	waitFor(t, "the second replica to open the gateway", func() bool { return gws[1].isOpen.Load() && elections[1].Held() })
 	if got := most.Load(); got != 1 {
 		t.Errorf("%d gateways open at once, want 1", got)
+	}
+}
+
+// TestHandedMessagesInTheirOrder: messages of one thread handed over by
+// several replicas reach the holder's queue in the order the replicas
+// forwarded them, which need not be the order they were sent (a reply
+// that reached a slower replica is forwarded after the next one); the
+// holder handles the messages queued together in the order the platform
+// gave them (their message ids), other events in their place.
+func TestHandedMessagesInTheirOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cli := etcdtest.Start(t).Client(t)
+	rep, x, router := handler(t, cli, "r0")
+	const key = "slack/T1/C1/1700000000.000100"
+	if ok, err := rep.TryTake(ctx, key); err != nil || !ok {
+		t.Fatalf("take: %v, %v", ok, err)
+	}
+	title := "renamed"
+	for _, ev := range []handed{
+		{Message: &chat.Incoming{Thread: chat.Thread{Platform: "slack", Key: key}, Text: "task", MessageID: "1700000000.000100"}},
+		{Message: &chat.Incoming{Thread: chat.Thread{Platform: "slack", Key: key}, Text: "follow-up 1", MessageID: "1700000000.000201"}},
+		{Rename: &title},
+		{Message: &chat.Incoming{Thread: chat.Thread{Platform: "slack", Key: key}, Text: "follow-up 3", MessageID: "1700000000.000203"}},
+		{Message: &chat.Incoming{Thread: chat.Thread{Platform: "slack", Key: key}, Text: "follow-up 2", MessageID: "1700000000.000202"}},
+	} {
+		data, err := json.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rep.Forward(ctx, key, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x.drain(key)
+	if got, want := router.texts(), []string{"task", "follow-up 1", "follow-up 2", "follow-up 3"}; !slices.Equal(got, want) {
+		t.Errorf("handled %q, want %q", got, want)
 	}
 }
