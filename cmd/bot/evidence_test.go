@@ -117,11 +117,8 @@ func TestEvidenceThroughTheBinary(t *testing.T) {
 		}
 	}
 
-	resp, err := http.Get(p.URL + "/api/threads/slack~T1~C1~" + thread)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	// The console lists the plan as its message shows it, edited after
+	// the answer went out: wait for the last edit.
 	var view struct {
 		Thread struct {
 			Plan struct {
@@ -129,7 +126,19 @@ func TestEvidenceThroughTheBinary(t *testing.T) {
 			} `json:"plan"`
 		} `json:"thread"`
 	}
-	json.NewDecoder(resp.Body).Decode(&view)
+	counted := func() bool {
+		resp, err := http.Get(p.URL + "/api/threads/slack~T1~C1~" + thread)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		json.NewDecoder(resp.Body).Decode(&view)
+		return view.Thread.Plan.Calls == 3 && view.Thread.Plan.Approvals == 1
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !counted() && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
 	if view.Thread.Plan.Calls != 3 || view.Thread.Plan.Approvals != 1 {
 		t.Errorf("the plan counts %d calls and %d approvals, want 3 and 1", view.Thread.Plan.Calls, view.Thread.Plan.Approvals)
 	}
