@@ -3,6 +3,8 @@ package chat
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -83,4 +85,39 @@ type Listed struct {
 	Title   string
 	State   agent.RunState // idle, running or waiting
 	Updated time.Time
+}
+
+// maxStatusLines bounds the sessions a status command lists.
+const maxStatusLines = 20
+
+// StatusList is a status command's answer: the sessions of all that keep
+// says are here and that are working or waiting for approval, newest
+// first, each on a line from line (given the session and "working" or
+// "waiting for approval"), at most 20 and a count of the rest; none
+// says so, in where ("in this channel").
+func StatusList(all []Listed, keep func(Listed) bool, where string, line func(s Listed, state string) string) string {
+	var busy []Listed
+	for _, s := range all {
+		if (s.State == agent.Running || s.State == agent.Waiting) && keep(s) {
+			busy = append(busy, s)
+		}
+	}
+	if len(busy) == 0 {
+		return "Nothing is working or waiting " + where + "."
+	}
+	slices.SortFunc(busy, func(x, y Listed) int { return y.Updated.Compare(x.Updated) })
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d working or waiting %s:\n", len(busy), where)
+	for i, s := range busy {
+		if i == maxStatusLines {
+			fmt.Fprintf(&b, "… and %d more.", len(busy)-i)
+			break
+		}
+		state := "working"
+		if s.State == agent.Waiting {
+			state = "waiting for approval"
+		}
+		b.WriteString("• " + line(s, state) + "\n")
+	}
+	return strings.TrimSuffix(b.String(), "\n")
 }

@@ -7,13 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/bwmarrin/discordgo"
 
-	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
 )
 
@@ -203,9 +201,6 @@ func (a *Adapter) commandStatus(ctx context.Context, i *discordgo.Interaction) {
 	}
 }
 
-// maxStatusLines bounds the sessions /pinplan status lists.
-const maxStatusLines = 20
-
 // status lists the sessions of guild that are working or waiting.
 func (a *Adapter) status(ctx context.Context, guild, here string) string {
 	if a.opts.Sessions == nil {
@@ -216,35 +211,14 @@ func (a *Adapter) status(ctx context.Context, guild, here string) string {
 		a.log.Error("discord: list sessions for /pinplan status", "err", err)
 		return "I could not read the sessions just now (the bot's log has the details); try again in a moment."
 	}
-	var busy []chat.Listed
-	for _, s := range all {
+	shown := func(s chat.Listed) bool {
 		channel, ok := strings.CutPrefix(s.Key, "discord/")
-		if !ok || (s.State != agent.Running && s.State != agent.Waiting) {
-			continue
-		}
-		if channel != here && (guild == "" || a.parentOf(ctx, channel) != here) {
-			continue // only what the person sees here: this channel and its threads
-		}
-		busy = append(busy, s)
+		// Only what the person sees here: this channel and its threads.
+		return ok && (channel == here || guild != "" && a.parentOf(ctx, channel) == here)
 	}
-	if len(busy) == 0 {
-		return "Nothing is working or waiting here."
-	}
-	slices.SortFunc(busy, func(x, y chat.Listed) int { return y.Updated.Compare(x.Updated) })
-	var b strings.Builder
-	fmt.Fprintf(&b, "%d working or waiting:\n", len(busy))
-	for n, s := range busy {
-		if n == maxStatusLines {
-			fmt.Fprintf(&b, "… and %d more.", len(busy)-n)
-			break
-		}
-		state := "working"
-		if s.State == agent.Waiting {
-			state = "waiting for approval"
-		}
-		fmt.Fprintf(&b, "• <#%s> %s: %s\n", strings.TrimPrefix(s.Key, "discord/"), escapeMarkdown(chat.Shorten(cmp.Or(s.Title, "a task"), 80)), state)
-	}
-	return strings.TrimSuffix(b.String(), "\n")
+	return chat.StatusList(all, shown, "here", func(s chat.Listed, state string) string {
+		return fmt.Sprintf("<#%s> %s: %s", strings.TrimPrefix(s.Key, "discord/"), escapeMarkdown(chat.Shorten(cmp.Or(s.Title, "a task"), 80)), state)
+	})
 }
 
 // parentOf is a thread's parent channel ("" for a channel that is no

@@ -8,12 +8,10 @@ import (
 	"html"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 
 	"github.com/slack-go/slack"
 
-	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
 )
 
@@ -43,10 +41,6 @@ const commandHelp = "*pinplan* plans a multi-step task as a pinned checklist in 
 	"• `/pinplan status`: this channel's tasks that are working or waiting for approval.\n" +
 	"• In a thread: mention @pinplan with a task, reply to go on, `@pinplan stop` or `@pinplan reset`.\n" +
 	"• `/pinplan help`: this message."
-
-// maxStatusLines bounds the sessions /pinplan status lists; the rest are
-// counted.
-const maxStatusLines = 20
 
 // command handles one /pinplan command.
 func (a *Adapter) command(ctx context.Context, cmd slack.SlashCommand) {
@@ -95,36 +89,15 @@ func (a *Adapter) status(ctx context.Context, cmd slack.SlashCommand) string {
 		return "I could not read the sessions just now (the bot's log has the details); try again in a moment."
 	}
 	prefix := Key(cmp.Or(cmd.TeamID, a.team()), cmd.ChannelID, "")
-	var busy []chat.Listed
-	for _, s := range all {
-		if strings.HasPrefix(s.Key, prefix) && (s.State == agent.Running || s.State == agent.Waiting) {
-			busy = append(busy, s)
-		}
-	}
-	if len(busy) == 0 {
-		return "Nothing is working or waiting in this channel."
-	}
-	slices.SortFunc(busy, func(x, y chat.Listed) int { return y.Updated.Compare(x.Updated) })
-	var b strings.Builder
-	fmt.Fprintf(&b, "In this channel, %d working or waiting:\n", len(busy))
-	for i, s := range busy {
-		if i == maxStatusLines {
-			fmt.Fprintf(&b, "… and %d more.", len(busy)-i)
-			break
-		}
-		state := "working"
-		if s.State == agent.Waiting {
-			state = "waiting for approval"
-		}
+	here := func(s chat.Listed) bool { return strings.HasPrefix(s.Key, prefix) }
+	return chat.StatusList(all, here, "in this channel", func(s chat.Listed, state string) string {
 		title := cmp.Or(s.Title, "a task")
 		ts := strings.TrimPrefix(s.Key, prefix)
 		if link := permalink(cmd.TeamDomain, cmd.ChannelID, ts); link != "" {
-			fmt.Fprintf(&b, "• <%s|%s>: %s\n", link, escape(title), state)
-		} else {
-			fmt.Fprintf(&b, "• %s (thread %s): %s\n", escape(title), ts, state)
+			return fmt.Sprintf("<%s|%s>: %s", link, escape(title), state)
 		}
-	}
-	return strings.TrimSuffix(b.String(), "\n")
+		return fmt.Sprintf("%s (thread %s): %s", escape(title), ts, state)
+	})
 }
 
 // permalink is the link to a thread's first message, in the workspace's

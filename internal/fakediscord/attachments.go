@@ -93,18 +93,5 @@ func (s *Server) UserMessageWithFiles(channel, userID, content string, mentionBo
 	if mentionBot {
 		content = "<@" + BotID + "> " + content
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.initLocked()
-	m := &Message{ID: s.idLocked(), ChannelID: channel, AuthorID: userID, Content: content, at: time.Now()}
-	for _, f := range files {
-		m.attachments = append(m.attachments, s.attachmentJSON(channel, s.idLocked(), f))
-	}
-	s.addLocked(m)
-	js := s.messageJSONLocked(m)
-	if ch, ok := s.channels[channel]; ok && ch.guildID != "" {
-		js["member"] = map[string]any{"roles": []any{}, "joined_at": "2026-01-01T00:00:00Z", "deaf": false, "mute": false, "flags": 0}
-	}
-	s.dispatchLocked("MESSAGE_CREATE", js)
-	return m.ID
+	return s.userMessage(channel, userID, content, files...)
 }

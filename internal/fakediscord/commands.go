@@ -251,9 +251,7 @@ func (s *Server) Command(channel, userID, name, sub string, options map[string]s
 	}
 	if guild != "" {
 		ev["guild_id"], ev["guild_locale"], ev["context"] = guild, "en-US", 0
-		ev["member"] = map[string]any{"user": interactionUserJSON(userID), "roles": []any{}, "permissions": "2248473465835073",
-			"joined_at": "2026-01-01T00:00:00Z", "deaf": false, "mute": false, "flags": 0, "pending": false,
-			"nick": nil, "avatar": nil, "premium_since": nil, "communication_disabled_until": nil}
+		ev["member"] = interactionMemberJSON(userID)
 	} else {
 		ev["context"], ev["user"] = 1, interactionUserJSON(userID)
 	}

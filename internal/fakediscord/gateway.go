@@ -510,11 +510,14 @@ func (s *Server) UserRoleMessage(channel, userID, content string) string {
 	return s.userMessage(channel, userID, "<@&"+ManagedRoleID+"> "+content)
 }
 
-func (s *Server) userMessage(channel, userID, content string) string {
+func (s *Server) userMessage(channel, userID, content string, files ...Attachment) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.initLocked()
 	m := &Message{ID: s.idLocked(), ChannelID: channel, AuthorID: userID, Content: content, at: time.Now()}
+	for _, f := range files {
+		m.attachments = append(m.attachments, s.attachmentJSON(channel, s.idLocked(), f))
+	}
 	s.addLocked(m)
 	js := s.messageJSONLocked(m)
 	if ch, ok := s.channels[channel]; ok && ch.guildID != "" {

@@ -80,6 +80,13 @@ func (in *interaction) metadataJSON() map[string]any {
 		"authorizing_integration_owners": owners, "interacted_message_id": in.message}
 }
 
+// interactionMemberJSON is the member an interaction in a guild carries.
+func interactionMemberJSON(userID string) map[string]any {
+	return map[string]any{"user": interactionUserJSON(userID), "roles": []any{}, "permissions": "2248473465835073",
+		"joined_at": "2026-01-01T00:00:00Z", "deaf": false, "mute": false, "flags": 0, "pending": false,
+		"nick": nil, "avatar": nil, "premium_since": nil, "communication_disabled_until": nil}
+}
+
 func interactionUserJSON(id string) map[string]any {
 	u := userJSON(id)
 	u["global_name"] = "User " + id
@@ -302,9 +309,7 @@ func (s *Server) Click(channel, messageID, userID, customID string) (string, err
 		ev["guild_locale"] = "en-US"
 		ev["guild"] = map[string]any{"id": ch.guildID, "locale": "en-US", "features": []any{}}
 		ev["context"] = 0 // GUILD
-		ev["member"] = map[string]any{"user": interactionUserJSON(userID), "roles": []any{}, "permissions": "2248473465835073",
-			"joined_at": "2026-01-01T00:00:00Z", "deaf": false, "mute": false, "flags": 0, "pending": false,
-			"nick": nil, "avatar": nil, "premium_since": nil, "communication_disabled_until": nil}
+		ev["member"] = interactionMemberJSON(userID)
 	} else {
 		ev["context"] = 1 // BOT_DM
 		ev["user"] = interactionUserJSON(userID)
