@@ -443,19 +443,23 @@ type queuedEvent struct {
 	err error // unreadable
 }
 
+// orderedIDs are the platforms whose message ids grow with time (Slack's
+// ts, Discord's snowflakes); the console's are random.
+var orderedIDs = map[string]bool{"slack": true, "discord": true}
+
 // inSentOrder decodes the events queued together and puts their messages
 // that carry a platform message id in the order of those ids: each
 // replica forwards what reached it as it comes, so a reply that reached
 // a slower replica can be queued after the next one (DESIGN §14: in the
-// order they were sent). Other events, and messages without an id, keep
-// their places.
+// order they were sent). Other events, and messages without such an id,
+// keep their places.
 func inSentOrder(queued []etcdstore.Handed) []queuedEvent {
 	out := make([]queuedEvent, len(queued))
 	var slots []int
 	for i, h := range queued {
 		out[i].h = h
 		out[i].err = json.Unmarshal(h.Data, &out[i].ev)
-		if out[i].err == nil && out[i].ev.Message != nil && out[i].ev.Message.MessageID != "" {
+		if m := out[i].ev.Message; out[i].err == nil && m != nil && m.MessageID != "" && orderedIDs[m.Thread.Platform] {
 			slots = append(slots, i)
 		}
 	}

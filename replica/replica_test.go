@@ -339,6 +339,9 @@ func TestHandedMessagesInTheirOrder(t *testing.T) {
 		{Rename: &title},
 		{Message: &chat.Incoming{Thread: chat.Thread{Platform: "slack", Key: key}, Text: "follow-up 3", MessageID: "1700000000.000203"}},
 		{Message: &chat.Incoming{Thread: chat.Thread{Platform: "slack", Key: key}, Text: "follow-up 2", MessageID: "1700000000.000202"}},
+		// The console's ids are random: its messages keep their places.
+		{Message: &chat.Incoming{Thread: chat.Thread{Platform: "web", Key: key}, Text: "console b", MessageID: "ffff"}},
+		{Message: &chat.Incoming{Thread: chat.Thread{Platform: "web", Key: key}, Text: "console a", MessageID: "0000"}},
 	} {
 		data, err := json.Marshal(ev)
 		if err != nil {
@@ -349,7 +352,7 @@ func TestHandedMessagesInTheirOrder(t *testing.T) {
 		}
 	}
 	x.drain(key)
-	if got, want := router.texts(), []string{"task", "follow-up 1", "follow-up 2", "follow-up 3"}; !slices.Equal(got, want) {
+	if got, want := router.texts(), []string{"task", "follow-up 1", "follow-up 2", "follow-up 3", "console b", "console a"}; !slices.Equal(got, want) {
 		t.Errorf("handled %q, want %q", got, want)
 	}
 }
