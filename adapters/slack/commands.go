@@ -61,6 +61,12 @@ func (a *Adapter) command(ctx context.Context, cmd slack.SlashCommand) {
 	team := cmp.Or(cmd.TeamID, a.team())
 	author := cmp.Or(a.displayName(ctx, cmd.UserID), "<@"+cmd.UserID+">")
 	quoted := "> " + strings.ReplaceAll(escape(text), "\n", "\n> ")
+	// A post in the channel: paced by the channel's chat.postMessage
+	// budget, as every post is, first posts first.
+	first := func() chat.Priority { return chat.PriorityFirstPost }
+	if err := a.Pace(ctx, chat.Request{Thread: chat.Thread{Platform: "slack", Channel: cmd.ChannelID}, Method: chat.MethodPost, Priority: first, Since: a.opts.Now()}); err != nil {
+		return // shutting down: Slack shows the command failed
+	}
 	_, ts, err := a.api.PostMessageContext(ctx, cmd.ChannelID, slack.MsgOptionText(fmt.Sprintf("<@%s> asked pinplan:\n%s", cmd.UserID, quoted), false),
 		slack.MsgOptionDisableLinkUnfurl())
 	if err != nil {

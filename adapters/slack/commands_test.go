@@ -1,0 +1,37 @@
+package slack
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/slack-go/slack"
+
+	"github.com/pinplan/pinplan/chat"
+)
+
+// TestCommandTaskIsPaced: the task a /pinplan command posts in a channel
+// goes through the channel's chat.postMessage budget like every post:
+// with the budget spent by plan posts, it waits for the next slot
+// instead of meeting Slack's limit.
+func TestCommandTaskIsPaced(t *testing.T) {
+	a, fake, _ := tagAdapter(t)
+	ctx := context.Background()
+	first := func() chat.Priority { return chat.PriorityFirstPost }
+	for range postBurst {
+		if err := a.Pace(ctx, chat.Request{Thread: chat.Thread{Channel: "C1"}, Method: chat.MethodPost, Priority: first}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := len(fake.Calls("chat.postMessage"))
+	start := time.Now()
+	a.command(ctx, slack.SlashCommand{Command: "/pinplan", Text: "a task", UserID: "U1", ChannelID: "C1", TeamID: "T1", TriggerID: "t1"})
+	calls := fake.Calls("chat.postMessage")
+	if len(calls) != before+1 {
+		t.Fatalf("%d posts, want the task", len(calls)-before)
+	}
+	// One slot a second refills the budget: the post waited for it.
+	if waited := calls[len(calls)-1].At.Sub(start); waited < time.Second/2 {
+		t.Errorf("the task was posted %s after the command, with the channel's budget spent", waited)
+	}
+}
