@@ -72,7 +72,22 @@ type cursor struct {
 	// saving: a save of seq is queued behind the entries queued so far,
 	// so that one write covers a round's entries.
 	saving bool
+	// held are the answers of entries applied past the saved cursor,
+	// stored in the outbox, in order: sent once the cursor is saved.
+	held []queued
+	// have names the entries whose answer a previous process stored
+	// (Resume), so that a catch-up retried later does not store it again.
+	have map[int64]bool
+	// retrying: a read of the cursor or the log, or a save, failed, and
+	// a catch-up from the cursor is queued after a backoff (failures in
+	// a row).
+	retrying bool
+	failures int
 }
+
+// maxDeliveryBackoff bounds the wait before a failed read of a session's
+// log or cursor, or a failed save of its cursor, is tried again.
+const maxDeliveryBackoff = 30 * time.Second
 
 // Observe implements agent.Subscriber: the event goes on its session's
 // deliverer, and Observe returns at once.
@@ -94,7 +109,10 @@ func (r *Router) Flush(key string) {
 		s := r.sessions[key]
 		r.mu.Unlock()
 		if s != nil && s.cursor.loaded {
-			r.settleCursor(s, &s.cursor)
+			if !r.settleCursor(s, &s.cursor) {
+				r.retryLater(s)
+			}
+			r.noteCursor(s)
 		}
 	})
 	select {
@@ -117,38 +135,114 @@ func (r *Router) deliverEvent(e agent.Event) {
 		r.outbox.enqueue(e.Session, r.apply(s, e, nil)...)
 		return
 	}
+	defer r.noteCursor(s)
 	c := r.cursorOf(s)
-	if c == nil || e.Seq <= c.seq {
-		return // the log could not be read (logged), or applied already
+	if c == nil {
+		r.retryLater(s) // the cursor could not be read (logged)
+		return
+	}
+	if e.Seq <= c.seq {
+		return // applied already
 	}
 	if e.Seq > c.seq+1 {
 		// Entries this process did not see: read them from the log.
-		replies := r.catchUp(s, c, e.Seq-1, nil)
-		if r.settleCursor(s, c) {
-			r.outbox.enqueue(e.Session, replies...)
-		}
+		replies, err := r.catchUp(s, c, e.Seq-1)
+		r.release(s, c, replies)
 		if e.Seq <= c.seq {
 			return
 		}
-		if e.Seq > c.seq+1 {
+		if err != nil || e.Seq > c.seq+1 {
 			// The log could not be read (logged): applying e now would
-			// skip what came before it for good. The next start, or
-			// the next event, reads it all from the cursor.
+			// skip what came before it for good. The catch-up tried
+			// again in a moment reads it all from the cursor.
+			r.retryLater(s)
 			return
 		}
 	}
 	replies := r.apply(s, e, nil)
 	c.seq = e.Seq
-	if len(replies) > 0 || e.Kind == agent.TurnEnded {
-		// An answer is sent only once the cursor is past its entry: a
-		// restart never stores it twice, nor sends it again. Unsaved, it
-		// stays stored for the next start, which finds it.
-		if r.settleCursor(s, c) {
-			r.outbox.enqueue(e.Session, replies...)
-		}
+	if len(replies) > 0 || e.Kind == agent.TurnEnded || len(c.held) > 0 {
+		r.release(s, c, replies)
 		return
 	}
 	r.saveCursorLater(s, c)
+}
+
+// release sends the answers of the entries applied so far once the
+// cursor is stored past them: a restart never stores one twice, nor
+// sends it again. When the save fails they wait, in order and stored,
+// for the save tried again in a moment (or for the next start).
+func (r *Router) release(s *session, c *cursor, replies []queued) {
+	c.held = append(c.held, replies...)
+	if !r.settleCursor(s, c) {
+		r.retryLater(s)
+		return
+	}
+	held := c.held
+	c.held = nil
+	r.outbox.enqueue(s.board.key, held...)
+}
+
+// retryLater queues a catch-up of the session from its cursor after a
+// backoff, on its deliverer: a read or a save that failed (a store that
+// failed once, an etcd election) is tried again without waiting for the
+// session's next event, which may never come once its turn has ended.
+func (r *Router) retryLater(s *session) {
+	c := &s.cursor
+	if c.retrying {
+		return
+	}
+	c.retrying = true
+	c.failures++
+	wait := r.backoff(maxDeliveryBackoff).Wait(c.failures, nil)
+	time.AfterFunc(wait, func() {
+		if r.ctx.Err() != nil {
+			return // the next start goes on from the stored cursor
+		}
+		r.delivery.Add(s.board.key, func() {
+			c.retrying = false
+			if r.current(s) { // else the session loads afresh from the store
+				r.catchUpNow(s)
+			}
+		})
+	})
+}
+
+// catchUpNow applies every logged entry past the session's cursor and
+// sends the answers they stored, as a start does; on a failure it tries
+// again later.
+func (r *Router) catchUpNow(s *session) {
+	defer r.noteCursor(s)
+	c := r.cursorOf(s)
+	if c == nil {
+		r.retryLater(s)
+		return
+	}
+	replies, err := r.catchUp(s, c, 0)
+	r.release(s, c, replies)
+	if err != nil {
+		r.retryLater(s)
+		return
+	}
+	if !c.retrying {
+		c.failures, c.have = 0, nil
+	}
+}
+
+// current reports whether s is the session the router holds for its key
+// (not one forgotten, evicted or deleted since).
+func (r *Router) current(s *session) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sessions[s.board.key] == s
+}
+
+// noteCursor records, for eviction (which runs off the delivery queue),
+// whether the session's cursor has work left: applied entries not yet
+// stored, answers waiting for the save, or a retry queued.
+func (r *Router) noteCursor(s *session) {
+	c := &s.cursor
+	s.unsettled.Store(r.logs != nil && (c.seq > c.saved || len(c.held) > 0 || c.retrying))
 }
 
 // cursorOf returns the session's cursor, read from the store the first
@@ -171,17 +265,17 @@ func (r *Router) cursorOf(s *session) *cursor {
 
 // catchUp applies the session's logged entries after its cursor, up to
 // through (0: all of them), and returns the answers they stored, to be
-// enqueued once the cursor is saved. have names the entries whose answer
-// the outbox holds already (read back after a restart).
-func (r *Router) catchUp(s *session, c *cursor, through int64, have map[int64]bool) []queued {
+// released once the cursor is saved. c.have names the entries whose
+// answer the outbox holds already (read back after a restart).
+func (r *Router) catchUp(s *session, c *cursor, through int64) ([]queued, error) {
 	if r.logs == nil {
-		return nil
+		return nil, nil
 	}
 	key := s.board.key
 	entries, err := r.logs.Log(r.ctx, key, c.seq)
 	if err != nil {
-		s.board.log.Error("read the session's log", "after", c.seq, "err", err)
-		return nil
+		s.board.log.Error("read the session's log; trying again shortly", "after", c.seq, "err", err)
+		return nil, err
 	}
 	var replies []queued
 	for _, l := range entries {
@@ -191,13 +285,13 @@ func (r *Router) catchUp(s *session, c *cursor, through int64, have map[int64]bo
 		if l.Seq <= c.seq {
 			continue
 		}
-		replies = append(replies, r.apply(s, l.Event(key), have)...)
+		replies = append(replies, r.apply(s, l.Event(key), c.have)...)
 		c.seq = l.Seq
 	}
 	if len(entries) > 0 {
 		s.board.log.Info("delivered the log from its cursor", "through", c.seq)
 	}
-	return replies
+	return replies, nil
 }
 
 // settleCursor stores the cursor now, if it moved, and reports whether
@@ -207,7 +301,7 @@ func (r *Router) settleCursor(s *session, c *cursor) bool {
 		return true
 	}
 	if err := r.logs.SaveDelivered(context.WithoutCancel(r.ctx), s.board.key, c.seq); err != nil {
-		s.board.log.Error("save the session's delivery cursor", "seq", c.seq, "err", err)
+		s.board.log.Error("save the session's delivery cursor; trying again shortly", "seq", c.seq, "err", err)
 		return false
 	}
 	c.saved = c.seq
@@ -234,12 +328,11 @@ func (r *Router) saveCursorLater(s *session, c *cursor) {
 		}
 		r.delivery.Add(s.board.key, func() {
 			c.saving = false
-			r.mu.Lock()
-			current := r.sessions[s.board.key] == s
-			r.mu.Unlock()
-			if current { // a session forgotten since would store a stale cursor
-				r.settleCursor(s, c)
+			// A session forgotten since would store a stale cursor.
+			if r.current(s) && !r.settleCursor(s, c) {
+				r.retryLater(s)
 			}
+			r.noteCursor(s)
 		})
 	})
 }
@@ -264,22 +357,6 @@ func (r *Router) settleCursors() {
 // the catch-up stored.
 func (r *Router) resumeDelivery(key string, stored []queued) {
 	r.delivery.Add(key, func() {
-		s := r.session(key, nil)
-		var replies []queued
-		if s != nil && s.board.platform != nil {
-			if c := r.cursorOf(s); c != nil {
-				have := map[int64]bool{}
-				for _, q := range stored {
-					if q.item.Seq > 0 {
-						have[q.item.Seq] = true
-					}
-				}
-				replies = r.catchUp(s, c, 0, have)
-				if !r.settleCursor(s, c) {
-					replies = nil // stored: the next start sends them
-				}
-			}
-		}
 		// The close items first: a live message a stopped process left
 		// open ends with "answered again below" above the answer sent
 		// again, whichever was stored first (a message started by the
@@ -287,8 +364,24 @@ func (r *Router) resumeDelivery(key string, stored []queued) {
 		slices.SortStableFunc(stored, func(a, b queued) int {
 			return cmp.Compare(boolInt(a.item.LiveRef == nil), boolInt(b.item.LiveRef == nil))
 		})
-		r.outbox.enqueue(key, stored...)
-		r.outbox.enqueue(key, replies...)
+		s := r.session(key, nil)
+		if s == nil || s.board.platform == nil || r.logs == nil {
+			r.outbox.enqueue(key, stored...)
+			return
+		}
+		c := &s.cursor
+		for _, q := range stored {
+			if q.item.Seq > 0 {
+				if c.have == nil {
+					c.have = map[int64]bool{}
+				}
+				c.have[q.item.Seq] = true
+			}
+		}
+		// What was stored goes first, and like every answer only once
+		// the cursor is stored past its entry.
+		c.held = append(c.held, stored...)
+		r.catchUpNow(s)
 	})
 }
 

@@ -97,10 +97,6 @@ func (r *Router) backoff(max time.Duration) Backoff {
 	return Backoff{First: r.opts.RetryDelay, Max: max}
 }
 
-// sendUntil runs send until it succeeds, its outcome is not worth a retry
-// (anything but Retry and RetryAfter), attempts are spent (0: no limit),
-// giveUp reports true, or ctx is done. It returns the attempts made and
-// the last error.
 // Fence is implemented by stores shared by several replicas (DESIGN §14):
 // Held returns an error wrapping agent.ErrFenced once this process no
 // longer holds the session. The plan board, the cards and the outbox ask
@@ -118,6 +114,10 @@ func (r *Router) held(ctx context.Context, key string) error {
 	return r.opts.Fence.Held(ctx, key)
 }
 
+// sendUntil runs send until it succeeds, its outcome is not worth a retry
+// (anything but Retry and RetryAfter), attempts are spent (0: no limit),
+// giveUp reports true, or ctx is done. It returns the attempts made and
+// the last error.
 func sendUntil(ctx context.Context, b Backoff, attempts int, giveUp func() bool, send func(ctx context.Context) error) (int, error) {
 	for n := 1; ; n++ {
 		err := send(ctx)

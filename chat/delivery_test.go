@@ -393,6 +393,64 @@ func TestDeletedTellsThePlatforms(t *testing.T) {
 	}
 }
 
+// TestDeletedSessionInUseStartsItsLogAfresh: retention deleted a
+// session's records (its log and cursor with them) and a message came
+// for its thread before the router heard of it, so the session stays in
+// memory and its new turn's log is numbered from 1 again. The deliverer
+// must not take those entries for ones it applied already: the new
+// plan and the new answer reach the thread.
+func TestDeletedSessionInUseStartsItsLogAfresh(t *testing.T) {
+	logs, p := &chattest.Log{}, &fakePlatform{}
+	r := NewRouter(Options{Runner: &chattest.Runner{}, Store: &chattest.Boards{}, Log: logs, Platforms: map[string]Platform{"test": p}})
+	t.Cleanup(r.Close)
+	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
+	r.board(th.Key, &th)
+	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
+	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Completed)}))
+	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Text: "the first answer"}))
+	settle(t, r, th.Key)
+
+	since := time.Now()
+	logs.Delete(th.Key) // retention
+	if err := r.Handle(t.Context(), Incoming{Thread: th, Text: "one more thing", Author: "Ann", AuthorID: "U1", MessageID: "2"}); err != nil {
+		t.Fatal(err)
+	}
+	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
+	r.Deleted(th.Key, since) // in use again: kept
+	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Text: "the second answer"}))
+	settle(t, r, th.Key)
+	if n := p.count("reply"); n != 2 {
+		t.Errorf("%d replies, want both answers", n)
+	}
+	if n, _ := logs.Delivered(t.Context(), th.Key); n != 2 {
+		t.Errorf("cursor at %d, want 2 (the new log's end)", n)
+	}
+}
+
+// TestEvictKeepsAnAnswerWaitingForItsCursor: an answer waiting for its
+// cursor's save (which failed once) keeps its session in memory until it
+// is sent: evicted, the retry would find the session gone and the answer
+// would wait for the next start.
+func TestEvictKeepsAnAnswerWaitingForItsCursor(t *testing.T) {
+	logs, p := &flakyLog{l: &chattest.Log{}}, &fakePlatform{}
+	r := NewRouter(Options{Store: &chattest.Boards{}, Outbox: &chattest.Outbox{}, Log: logs, Platforms: map[string]Platform{"test": p}, RetryDelay: 300 * time.Millisecond})
+	t.Cleanup(r.Close)
+	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
+	r.board(th.Key, &th)
+	observe(r, logs.l.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
+	logs.failSaves.Store(1)
+	observe(r, logs.l.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Text: "the answer"}))
+	settle(t, r, th.Key)
+	if n := r.Evict(0); n != 0 {
+		t.Errorf("evicted %d sessions with an answer waiting for its cursor, want 0", n)
+	}
+	waitFor(t, "answer once the cursor was saved", func() bool { return p.count("reply") > 0 })
+	settle(t, r, th.Key)
+	if n := r.Evict(0); n != 1 {
+		t.Errorf("evicted %d sessions once the answer was sent, want 1", n)
+	}
+}
+
 // forgetful is a platform that records what it is told to forget.
 type forgetful struct {
 	fakePlatform
@@ -892,11 +950,11 @@ func TestReplyWaitsForTheTurnsEndToBeSaved(t *testing.T) {
 	}
 }
 
-// flakyLog is a chattest.Log whose next failLogs reads of a log and next
-// failSaves cursor saves fail.
+// flakyLog is a chattest.Log whose next failLogs reads of a log, next
+// failSaves cursor saves and next failCursors cursor reads fail.
 type flakyLog struct {
-	l                   *chattest.Log
-	failLogs, failSaves atomic.Int32
+	l                                *chattest.Log
+	failLogs, failSaves, failCursors atomic.Int32
 }
 
 func (f *flakyLog) Log(ctx context.Context, key string, after int64) ([]agent.LogEntry, error) {
@@ -907,6 +965,9 @@ func (f *flakyLog) Log(ctx context.Context, key string, after int64) ([]agent.Lo
 }
 
 func (f *flakyLog) Delivered(ctx context.Context, key string) (int64, error) {
+	if f.failCursors.Add(-1) >= 0 {
+		return 0, errors.New("cursor read failed")
+	}
 	return f.l.Delivered(ctx, key)
 }
 
@@ -919,11 +980,13 @@ func (f *flakyLog) SaveDelivered(ctx context.Context, key string, seq int64) err
 
 // TestDeliveryAppliesNothingPastAGap: when the entries before a
 // published one cannot be read, the deliverer applies none of it (it
-// would skip them for good); the next publication reads them all, in
-// order, and the answer is sent once.
+// would skip them for good) and reads them all again from its cursor a
+// moment later, in order, without waiting for another publication or a
+// restart (a store that failed once, an etcd leader election, must not
+// leave a thread without its answer); the answer is sent once.
 func TestDeliveryAppliesNothingPastAGap(t *testing.T) {
 	logs, p := &flakyLog{l: &chattest.Log{}}, &fakePlatform{}
-	r := NewRouter(Options{Store: &chattest.Boards{}, Log: logs, Platforms: map[string]Platform{"test": p}})
+	r := NewRouter(Options{Store: &chattest.Boards{}, Log: logs, Platforms: map[string]Platform{"test": p}, RetryDelay: 200 * time.Millisecond})
 	t.Cleanup(r.Close)
 	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
 	r.board(th.Key, &th)
@@ -931,7 +994,7 @@ func TestDeliveryAppliesNothingPastAGap(t *testing.T) {
 	logs.l.Append(th.Key, agent.Event{Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Completed)})
 	end := logs.l.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Text: "the answer", Plan: plan(1, todo.Completed), Revision: 1})
 
-	logs.failLogs.Store(1)
+	logs.failLogs.Store(2) // the read for the publication, and the first retry
 	observe(r, end)
 	settle(t, r, th.Key)
 	if n := p.count("reply"); n != 0 {
@@ -941,11 +1004,14 @@ func TestDeliveryAppliesNothingPastAGap(t *testing.T) {
 		t.Errorf("cursor at %d after the failed read, want 1 (the turn's start)", n)
 	}
 
-	observe(r, end)
+	waitFor(t, "the answer after the log could be read again", func() bool { return p.count("reply") > 0 })
+	r.Flush(th.Key)
 	settle(t, r, th.Key)
 	if got := p.plan("m1"); got.Revision != 1 || got.State != StateDone {
 		t.Errorf("m1 shows revision %d %q, want revision 1 done", got.Revision, got.State)
 	}
+	observe(r, end) // published again: applied once
+	settle(t, r, th.Key)
 	if n := p.count("reply"); n != 1 {
 		t.Errorf("%d replies, want 1", n)
 	}
@@ -954,26 +1020,74 @@ func TestDeliveryAppliesNothingPastAGap(t *testing.T) {
 	}
 }
 
+// TestDeliveryRetriesAnUnreadCursor: a cursor that cannot be read drops
+// the event that needed it, and the deliverer reads the cursor and the
+// log again a moment later: the plan and the answer reach the thread
+// without another publication.
+func TestDeliveryRetriesAnUnreadCursor(t *testing.T) {
+	logs, p := &flakyLog{l: &chattest.Log{}}, &fakePlatform{}
+	r := NewRouter(Options{Store: &chattest.Boards{}, Log: logs, Platforms: map[string]Platform{"test": p}, RetryDelay: 50 * time.Millisecond})
+	t.Cleanup(r.Close)
+	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
+	r.board(th.Key, &th)
+	logs.l.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1})
+	logs.l.Append(th.Key, agent.Event{Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Completed)})
+	end := logs.l.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Text: "the answer", Plan: plan(1, todo.Completed), Revision: 1})
+	logs.failCursors.Store(1)
+	observe(r, end)
+	waitFor(t, "the answer after the cursor could be read again", func() bool { return p.count("reply") > 0 })
+	r.Flush(th.Key)
+	settle(t, r, th.Key)
+	if got := p.plan("m1"); got.Revision != 1 || got.State != StateDone {
+		t.Errorf("m1 shows revision %d %q, want revision 1 done", got.Revision, got.State)
+	}
+	if n := p.count("reply"); n != 1 {
+		t.Errorf("%d replies, want 1", n)
+	}
+}
+
+// waitFor polls cond for up to 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after 10 s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // TestAnswerWaitsForItsCursor: an answer whose entry's cursor could not
 // be saved is not sent (a restart would apply the entry again, and an
-// answer sent now could be sent twice); it stays stored, and the next
-// start sends it once.
+// answer sent now could be sent twice); it stays stored, and is sent once
+// the deliverer saved the cursor a moment later, without waiting for a
+// restart. A restart after that sends nothing again.
 func TestAnswerWaitsForItsCursor(t *testing.T) {
 	logs, boards, ob, p := &flakyLog{l: &chattest.Log{}}, &chattest.Boards{}, &chattest.Outbox{}, &fakePlatform{}
 	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
-	r := NewRouter(Options{Store: boards, Outbox: ob, Log: logs, Platforms: map[string]Platform{"test": p}})
+	r := NewRouter(Options{Store: boards, Outbox: ob, Log: logs, Platforms: map[string]Platform{"test": p}, RetryDelay: 200 * time.Millisecond})
 	r.board(th.Key, &th)
 	observe(r, logs.l.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
-	logs.failSaves.Store(1)
+	var early atomic.Bool
+	p.replyErr = func(int) error {
+		if n, _ := logs.l.Delivered(t.Context(), th.Key); n < 2 {
+			early.Store(true)
+		}
+		return nil
+	}
+	logs.failSaves.Store(2) // the save for the answer, and the first retry
 	observe(r, logs.l.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Text: "the answer"}))
 	settle(t, r, th.Key)
-	r.Close()
 	if n := p.count("reply"); n != 0 {
 		t.Errorf("%d replies sent before their cursor was saved, want 0", n)
 	}
 	if ob.Len() != 1 {
 		t.Fatalf("%d replies stored, want the answer", ob.Len())
 	}
+	waitFor(t, "answer once the cursor was saved", func() bool { return p.count("reply") > 0 })
+	settle(t, r, th.Key)
+	r.Close()
 
 	for restart := range 2 {
 		r := NewRouter(Options{Runner: &chattest.Runner{}, Store: boards, Outbox: ob, Log: logs, Platforms: map[string]Platform{"test": p}})
@@ -988,5 +1102,8 @@ func TestAnswerWaitsForItsCursor(t *testing.T) {
 	}
 	if ob.Len() != 0 {
 		t.Errorf("%d replies left stored, want 0", ob.Len())
+	}
+	if early.Load() {
+		t.Error("the answer was sent before the delivery cursor passed its entry")
 	}
 }

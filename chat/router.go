@@ -564,6 +564,16 @@ func (r *Router) Deleted(key string, since time.Time) {
 	}
 	th, idle := s.idleSince(since)
 	if !idle {
+		// Its log and cursor went with its records: the entries of its
+		// new turn are numbered from 1 again. The deliverer starts over
+		// from the store's cursor, and catches up what it has passed
+		// over as applied already meanwhile.
+		r.delivery.Add(key, func() {
+			if r.current(s) {
+				s.cursor = cursor{}
+				r.catchUpNow(s)
+			}
+		})
 		return
 	}
 	delete(r.sessions, key)
@@ -580,7 +590,7 @@ func (s *session) idleSince(cutoff time.Time) (Thread, bool) {
 	th := b.rec.Thread
 	b.mu.Unlock()
 	s.cards.read(func(v *cardsRecord) { busy = busy || len(v.open()) > 0 })
-	return th, !busy && !s.live.busy()
+	return th, !busy && !s.live.busy() && !s.unsettled.Load()
 }
 
 // Delete archives a session as reset does and hides it from listings; a

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 )
 
 // session is what the router keeps in memory of one thread's session: its
@@ -15,7 +16,10 @@ type session struct {
 	cards   *record[cardsRecord]
 	listing *record[listingRecord]
 	cursor  cursor // the deliverer's, on the delivery queue only
-	live    live   // the answer as the model writes it (live.go)
+	// unsettled: the cursor has work left (noteCursor); read by
+	// eviction, off the delivery queue.
+	unsettled atomic.Bool
+	live      live // the answer as the model writes it (live.go)
 }
 
 // record is a session's record of one kind (its cards, its listing), kept

@@ -263,6 +263,15 @@ func (l *Log) SaveDelivered(_ context.Context, key string, seq int64) error {
 	if l.delivered == nil {
 		l.delivered = map[string]int64{}
 	}
-	l.delivered[key] = max(l.delivered[key], seq)
+	l.delivered[key] = seq // as the stores do: the last save wins
 	return nil
+}
+
+// Delete drops session key's log and cursor, as retention deletes a
+// session from the store: its next entries are numbered from 1 again.
+func (l *Log) Delete(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.entries, key)
+	delete(l.delivered, key)
 }
