@@ -89,6 +89,10 @@ type Inbox interface {
 	Known(key string) bool
 	// Click handles a button press on a card or a plan message.
 	Click(ctx context.Context, c Click) ClickResult
+	// Tell says the router's own words in a thread, to user alone when
+	// set (a click's refusal, ClickResult.Private), through the one
+	// delivery step (Router.Tell): adapters send nothing of their own.
+	Tell(ctx context.Context, th Thread, user, text string) error
 }
 
 // CardSource lists a session's approval cards from its records

@@ -454,3 +454,61 @@ func (m *memOutbox) AddOutbox(_ context.Context, _ string, items [][]byte) ([]ui
 func (m *memOutbox) DeleteOutbox(context.Context, string, uint64) error { return nil }
 
 func (m *memOutbox) Outbox(context.Context, func(uint64, []byte)) error { return nil }
+
+// tellAttempts bounds the attempts at a Tell: a person who pressed a
+// button waits for its answer, and a note a minute late is a note to
+// drop rather than to hold a caller for.
+const tellAttempts = 3
+
+// Tell says text in th, to user alone when user is set (a refusal: a
+// button press or Slack's own Stop decided against), else to the
+// channel (Discord's note that messages were missed): the router's own
+// words, through the one delivery step (classified, retried a few times
+// by the one backoff, traced, and within the platform's budget for
+// posts), with an idempotency key for the platforms that take one.
+//
+// It is no part of a session's state: not stored, fenced or ordered with
+// a session's replies, so that any replica can say it, for a thread
+// whose session is held elsewhere or is gone. A private note goes only
+// through a PrivateReplier.
+func (r *Router) Tell(ctx context.Context, th Thread, user, text string) error {
+	p := r.opts.Platforms[th.Platform]
+	if p == nil {
+		return fmt.Errorf("chat: tell %s: no platform %q: %w", th.Key, th.Platform, ErrUndeliverable)
+	}
+	pr, private := p.(PrivateReplier)
+	if user != "" && !private {
+		return fmt.Errorf("chat: tell %s: %s shows no private messages: %w", th.Key, th.Platform, ErrUndeliverable)
+	}
+	op := "tell"
+	if user != "" {
+		op = "tell_privately"
+	}
+	pacer, _ := p.(Paced)
+	now := r.opts.Now()
+	key := fmt.Sprintf("tell/%s/%d.%d", th.Key, now.UnixNano(), r.outbox.added.Add(1))
+	unsure := false
+	_, err := r.deliver(ctx, op, th, r.backoff(10*time.Second), tellAttempts, nil, func(ctx context.Context) error {
+		if user == "" && pacer != nil {
+			final := func() Priority { return PriorityFinal }
+			if err := pacer.Pace(ctx, Request{Thread: th, Method: MethodPost, Priority: final, Since: now}); err != nil {
+				return err
+			}
+		}
+		actx, cancel := context.WithTimeout(withSend(ctx, key, now, unsure), replyTimeout)
+		defer cancel()
+		var err error
+		if user != "" {
+			err = pr.ReplyPrivately(actx, th, user, text)
+		} else {
+			err = p.Reply(actx, th, "", text)
+		}
+		var rl *RateLimitError
+		unsure = unsure || (err != nil && !errors.As(err, &rl))
+		return err
+	})
+	if err != nil {
+		r.opts.Logger.Warn("note not delivered", "session", th.Key, "op", op, "err", err)
+	}
+	return err
+}

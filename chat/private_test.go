@@ -3,6 +3,7 @@ package chat
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -106,5 +107,66 @@ func TestTextRefusalsArePrivate(t *testing.T) {
 	}
 	if stops, resets := run.counts(); stops != 1 || resets != 0 {
 		t.Errorf("%d stops, %d resets; want U1's stop alone", stops, resets)
+	}
+}
+
+// TestTellGoesThroughTheDeliveryStep: the router's own notes (a click's
+// refusal, Discord's missed messages) go through the one delivery step:
+// private ones with ReplyPrivately, public ones in the channel; a
+// transient failure is retried with the same idempotency key and marked
+// as maybe sent; a send never asks the fence (any replica may say a
+// note), and the attempts are bounded.
+func TestTellGoesThroughTheDeliveryStep(t *testing.T) {
+	p := &privatePlatform{}
+	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond,
+		Fence: &fenceAfter{}})
+	t.Cleanup(r.Close)
+	th := Thread{Platform: "test", Key: "test/1", Channel: "C1", ThreadID: "1.1"}
+
+	if err := r.Tell(t.Context(), th, "U2", "only you"); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.told(); len(got) != 1 || got[0] != (privateReply{"U2", "only you"}) {
+		t.Errorf("told privately %+v, want U2 once", got)
+	}
+
+	p.replyErr = func(n int) error {
+		if n == 1 {
+			return errors.New("503 from the platform")
+		}
+		return nil
+	}
+	if err := r.Tell(t.Context(), th, "", "a note for everyone"); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.replyTexts(); len(got) != 1 || got[0] != "a note for everyone" {
+		t.Errorf("replies %q, want the note once", got)
+	}
+	p.mu.Lock()
+	sends := slices.Clone(p.sends)
+	p.mu.Unlock()
+	if len(sends) != 2 || sends[0].key == "" || sends[1].key != sends[0].key || sends[0].unsure || !sends[1].unsure {
+		t.Errorf("attempts carried %+v, want one key twice, the second maybe sent", sends)
+	}
+
+	p.replyErr = func(int) error { return errors.New("503 from the platform") }
+	if err := r.Tell(t.Context(), th, "", "never lands"); err == nil {
+		t.Error("a note the platform never took reported delivered")
+	}
+	p.mu.Lock()
+	attempts := len(p.sends) - len(sends)
+	p.mu.Unlock()
+	if attempts != tellAttempts {
+		t.Errorf("%d attempts at a failing note, want %d", attempts, tellAttempts)
+	}
+
+	none := Thread{Platform: "gone", Key: "gone/1"}
+	if err := r.Tell(t.Context(), none, "", "x"); !errors.Is(err, ErrUndeliverable) {
+		t.Errorf("a note for an unknown platform: %v, want ErrUndeliverable", err)
+	}
+	public := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": &fakePlatform{}}})
+	t.Cleanup(public.Close)
+	if err := public.Tell(t.Context(), th, "U2", "x"); !errors.Is(err, ErrUndeliverable) {
+		t.Errorf("a private note where none can be shown: %v, want ErrUndeliverable", err)
 	}
 }

@@ -296,6 +296,12 @@ func (x *Handler) Click(ctx context.Context, c chat.Click) chat.ClickResult {
 	return x.router.Click(ctx, c)
 }
 
+// Tell implements chat.Inbox: said from here, whoever holds the session
+// (the router's notes are no part of a session's state).
+func (x *Handler) Tell(ctx context.Context, th chat.Thread, user, text string) error {
+	return x.router.Tell(ctx, th, user, text)
+}
+
 // pump handles the session's handed-over events in order, on its queue.
 func (x *Handler) pump(key string) {
 	x.pumps.Kick(key, func() { x.drain(key) })

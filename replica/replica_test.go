@@ -61,6 +61,9 @@ func (*fakeRouter) StopSession(context.Context, chat.Click) chat.ClickResult {
 	return chat.ClickResult{}
 }
 func (*fakeRouter) Forget(string) {}
+func (*fakeRouter) Tell(context.Context, chat.Thread, string, string) error {
+	return nil
+}
 
 // fakeTurns is a runner that runs nothing.
 type fakeTurns struct{}

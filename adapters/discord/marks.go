@@ -10,6 +10,7 @@ import (
 	"github.com/bwmarrin/discordgo"
 
 	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/chat"
 	"golang.org/x/time/rate"
 )
 
@@ -318,11 +319,10 @@ func (a *Adapter) catchUp(ctx context.Context, channel string, mark seenChannel,
 	}
 }
 
-// tellMissed says missedNotice in the channel, pinging nobody. Best
-// effort: Discord may be failing still, which the log says.
+// tellMissed says missedNotice in the channel, pinging nobody, through
+// the router's one delivery step (a few attempts: Discord may be failing
+// still, which the router's log says).
 func (a *Adapter) tellMissed(ctx context.Context, channel string) {
-	msg := &discordgo.MessageSend{Content: missedNotice, AllowedMentions: noMentions()}
-	if _, err := a.s.ChannelMessageSendComplex(channel, msg, discordgo.WithContext(ctx)); err != nil {
-		a.log.Warn("discord: tell the channel about missed messages", "channel", channel, "err", err)
-	}
+	th := chat.Thread{Platform: "discord", Key: Key(channel), Channel: channel}
+	a.opts.Handler.Tell(ctx, th, "", missedNotice)
 }

@@ -256,8 +256,9 @@ func TestCatchUpRetriesAFailedFetch(t *testing.T) {
 }
 
 // TestCatchUpThatFailsTellsTheChannel: when every try at fetching a
-// channel's missed messages fails, the channel is told to ask again,
-// and its new messages are handled after that.
+// channel's missed messages fails, the channel is told to ask again
+// (through the router's Tell, which sends it), and its new messages are
+// handled after that.
 func TestCatchUpThatFailsTellsTheChannel(t *testing.T) {
 	defer func(d time.Duration) { catchUpBackoff = d }(catchUpBackoff)
 	catchUpBackoff = 10 * time.Millisecond
@@ -271,12 +272,12 @@ func TestCatchUpThatFailsTellsTheChannel(t *testing.T) {
 		t.Errorf("handled %q, want one and after", got)
 	}
 	told := 0
-	for _, m := range st.fake.Messages("T1") {
-		if m.AuthorID == fakediscord.BotID && m.Content == missedNotice {
+	for _, n := range rec.Notes() {
+		if n.Thread.Channel == "T1" && n.Thread.Platform == "discord" && n.User == "" && n.Text == missedNotice {
 			told++
 		}
 	}
 	if told != 1 {
-		t.Errorf("the channel was told %d times that messages were missed, want once", told)
+		t.Errorf("the channel was told %d times that messages were missed (%+v), want once", told, rec.Notes())
 	}
 }

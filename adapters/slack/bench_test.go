@@ -29,6 +29,7 @@ func (nopHandler) Rename(string, string) (chat.Thread, bool) { return chat.Threa
 func (nopHandler) Click(context.Context, chat.Click) chat.ClickResult {
 	return chat.ClickResult{Private: "no"}
 }
+func (nopHandler) Tell(context.Context, chat.Thread, string, string) error { return nil }
 
 // rig is the real adapter and plan board against the fake Slack.
 func rig(b *testing.B, editsPerMinute float64) (*fakeslack.Server, *chat.Router) {

@@ -123,9 +123,7 @@ func (a *Adapter) interact(ctx context.Context, cb slack.InteractionCallback) {
 	res := a.opts.Handler.Click(ctx, chat.Click{Thread: th, Button: act.ActionID, UserID: cb.User.ID, UserName: name})
 	switch {
 	case res.Private != "":
-		if _, err := a.api.PostEphemeralContext(ctx, channel, cb.User.ID, slack.MsgOptionText(res.Private, false), slack.MsgOptionTS(thread)); err != nil {
-			a.log.Warn("slack ephemeral answer to a click", "err", err)
-		}
+		a.opts.Handler.Tell(ctx, th, cb.User.ID, res.Private) // logged by the router if it fails
 	case res.Card != nil:
 		if err := a.EditCard(ctx, th, chat.MessageRef{Channel: channel, ID: msgTS}, *res.Card); err != nil {
 			a.log.Warn("slack show the decision on the card", "err", err)

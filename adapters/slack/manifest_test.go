@@ -82,6 +82,7 @@ func TestManifestDeclaresWhatTheAdapterUses(t *testing.T) {
 	card, _ := r.a.PostCard(ctx, th, chat.Card{ID: "c1", Tool: "t", Arguments: "{}"})
 	r.a.EditCard(ctx, th, card, chat.Card{ID: "c1", Tool: "t", Arguments: "{}", Outcome: "Denied"})
 	r.a.Reply(ctx, th, "1.1", "posted")
+	r.a.ReplyPrivately(ctx, th, "U2", "only you")
 	r.a.History(ctx, chat.Thread{Channel: "C1", ThreadID: "1.1"}, "1.2", 10)
 	r.a.Working(ctx, th, "1.1", true)
 	r.a.Working(ctx, th, "1.1", false)

@@ -114,9 +114,7 @@ func (a *Adapter) sessionStopped(ctx context.Context, eventID, team string, ev *
 		a.log.Info("slack agent session stopped", "session", th.Key, "user", ev.User)
 		return
 	}
-	if _, err := a.api.PostEphemeralContext(ctx, ev.Channel, ev.User, slack.MsgOptionText(res.Private, false), slack.MsgOptionTS(ev.ThreadTimestamp)); err != nil {
-		a.log.Warn("slack ephemeral answer to a stop", "session", th.Key, "err", err)
-	}
+	a.opts.Handler.Tell(ctx, th, ev.User, res.Private) // logged by the router if it fails
 }
 
 // titleChanged renames the session to the title the user gave it in

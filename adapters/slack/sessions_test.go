@@ -214,8 +214,9 @@ func signed(t *testing.T, url, secret string, body []byte) *http.Request {
 }
 
 // TestSessionStopped: Slack's Stop reaches the router's Stop rule, over
-// Socket Mode and the Events API; a refusal is told to the presser
-// privately, in the thread; a redelivered event is handled once.
+// Socket Mode and the Events API; a refusal is handed back to the router
+// to tell the presser privately, in the thread; a redelivered event is
+// handled once.
 func TestSessionStopped(t *testing.T) {
 	r := newSessionRig(t, "xoxb-t", &fakeslack.Server{})
 	r.fake.AddUser("U2", "bob")
@@ -246,9 +247,14 @@ func TestSessionStopped(t *testing.T) {
 	if c := clicks[0]; c.Thread.Key != th.Key || c.Thread.ThreadID != "1.1" || c.UserID != "U2" || c.UserName != "bob" {
 		t.Errorf("stop %+v, want bob's in %s", c, th.Key)
 	}
-	eph := r.fake.Ephemerals("C1")
-	if len(eph) != 1 || eph[0].Recipient != "U2" || eph[0].ThreadTS != "1.1" || !strings.Contains(eph[0].Text, "Only <@U1>") {
-		t.Errorf("ephemerals %+v, want bob told privately in the thread, once", eph)
+	// The router tells the refusal (Router.Tell, through its one
+	// delivery step, with ReplyPrivately): the adapter sends nothing.
+	notes := r.inbox.Notes()
+	if len(notes) != 1 || notes[0].User != "U2" || notes[0].Thread.Key != th.Key || notes[0].Thread.ThreadID != "1.1" || !strings.Contains(notes[0].Text, "Only <@U1>") {
+		t.Errorf("notes %+v, want bob told privately in the thread, once", notes)
+	}
+	if eph := r.fake.Ephemerals("C1"); len(eph) != 0 {
+		t.Errorf("the adapter posted ephemerals %+v itself", eph)
 	}
 	if got := r.fake.StopSession("U1", "C1", "9.9"); got != nil {
 		t.Errorf("a thread without a session has a Stop button: %v", got)

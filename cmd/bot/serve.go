@@ -407,6 +407,7 @@ type inbox interface {
 	web.Handler
 	Known(key string) bool
 	StopSession(ctx context.Context, c chat.Click) chat.ClickResult
+	Tell(ctx context.Context, th chat.Thread, user, text string) error
 }
 
 var (
@@ -440,6 +441,9 @@ func (i *intake) Click(ctx context.Context, c chat.Click) chat.ClickResult {
 }
 func (i *intake) StopSession(ctx context.Context, c chat.Click) chat.ClickResult {
 	return i.to.StopSession(ctx, c)
+}
+func (i *intake) Tell(ctx context.Context, th chat.Thread, user, text string) error {
+	return i.to.Tell(ctx, th, user, text)
 }
 func (i *intake) Visible(key string) bool                          { return i.to.Visible(key) }
 func (i *intake) Rename(key, title string) (chat.Thread, bool)     { return i.to.Rename(key, title) }

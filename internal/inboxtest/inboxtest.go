@@ -27,11 +27,12 @@ var (
 // message that makes the session if it was sent after it (by MessageID).
 // Clicks are answered privately. The zero value is ready.
 type Inbox struct {
-	mu     sync.Mutex // guards got, known, held and events
+	mu     sync.Mutex // guards got, known, held, events and told
 	got    []chat.Incoming
 	known  map[string]bool
 	held   map[string][]chat.Incoming
 	events map[string]bool
+	told   []Told
 	// Events, when set, is where the events are recorded instead, so
 	// that two inboxes (two processes) share what one took in.
 	Events *Dedupe
@@ -110,6 +111,27 @@ func (r *Inbox) Known(key string) bool {
 // Click implements chat.Inbox.
 func (r *Inbox) Click(context.Context, chat.Click) chat.ClickResult {
 	return chat.ClickResult{Private: "no"}
+}
+
+// Told is a note the inbox was asked to say (Tell).
+type Told struct {
+	Thread     chat.Thread
+	User, Text string
+}
+
+// Tell implements chat.Inbox: it records the note.
+func (r *Inbox) Tell(_ context.Context, th chat.Thread, user, text string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.told = append(r.told, Told{Thread: th, User: user, Text: text})
+	return nil
+}
+
+// Notes returns the notes told so far, in order.
+func (r *Inbox) Notes() []Told {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.told)
 }
 
 // StopSession answers a platform's own Stop as Click does.
