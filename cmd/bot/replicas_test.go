@@ -220,6 +220,9 @@ func TestReplicaKilledMidTurn(t *testing.T) {
 		t.Errorf("the next model request came %s after the kill, want within TTL (%s) + 2 s", took, replicaTTL)
 	}
 	waitFor(t, 60*time.Second, "the answer", func() bool { return len(answers(r.slack, "C1")) >= 1 })
+	answered := time.Now()
+	waitFor(t, 60*time.Second, "the plan done", func() bool { m := planMessages(r.slack, "C1"); return len(m) > 0 && planDone(m[len(m)-1].Blocks) })
+	t.Logf("plan done %s after the answer", time.Since(answered))
 	time.Sleep(time.Second)
 	if n := len(planMessages(r.slack, "C1")); n != 1 {
 		t.Errorf("%d plan messages, want the same one\n%s", n, stderrs(ps...))
@@ -230,8 +233,8 @@ func TestReplicaKilledMidTurn(t *testing.T) {
 	if n := len(answers(r.slack, "C1")); n != 1 {
 		t.Errorf("%d answers, want 1", n)
 	}
-	if !strings.Contains(planMessages(r.slack, "C1")[0].Blocks, "done") {
-		t.Errorf("the plan message does not end done: %s", planMessages(r.slack, "C1")[0].Blocks)
+	if !planDone(planMessages(r.slack, "C1")[0].Blocks) {
+		t.Errorf("the plan message does not end done: %s\n%s", planMessages(r.slack, "C1")[0].Blocks, stderrs(ps...))
 	}
 }
 
@@ -709,3 +712,62 @@ func TestConsoleShowsCardsHeldElsewhere(t *testing.T) {
 		}
 	}
 }
+
+// TestTakeoverFirstRenderIsTheRightState: the replica running a thread
+// finished its turn, but Slack failed every plan edit it tried (5xx), so
+// the plan message still shows the first revision, working, with Stop.
+// kill -9 of that replica: another one takes the session, and its first
+// plan edit is the state the session's log reached (done, without Stop),
+// within the TTL + 2 s (DESIGN §14), with nothing in between and no
+// second answer.
+func TestTakeoverFirstRenderIsTheRightState(t *testing.T) {
+	r := newReplicaRig(t, 3)
+	ps := []*botProc{r.start(t, 0), r.start(t, 1)}
+	r.slack.FailHTTP("chat.update", 500, 1000)
+	thread := "1700040000.000100"
+	if _, err := r.slack.Push("EvT", mention("C1", thread, "task C1")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "the answer", func() bool { return len(answers(r.slack, "C1")) == 1 })
+	key := "slack/T1/C1/" + thread
+	owner := ownerOf(ps, key)
+	if owner < 0 {
+		t.Fatalf("no replica holds %s\n%s", key, stderrs(ps...))
+	}
+	plans := planMessages(r.slack, "C1")
+	if len(plans) != 1 || planDone(plans[0].Blocks) {
+		t.Fatalf("before the kill: %d plan messages, want one not done yet: %+v", len(plans), plans)
+	}
+	ps[owner].kill()
+	killed := time.Now()
+	r.slack.Heal("chat.update")
+	var first fakeslack.Call
+	waitFor(t, replicaTTL+20*time.Second, "a plan edit after the kill", func() bool {
+		for _, c := range r.slack.Calls("chat.update") {
+			if c.Error == "" && c.At.After(killed) {
+				first = c
+				return true
+			}
+		}
+		return false
+	})
+	took := first.At.Sub(killed)
+	t.Logf("first render %s after the kill (TTL %s)", took, replicaTTL)
+	if took > replicaTTL+2*time.Second {
+		t.Errorf("the first plan edit came %s after the kill, want within TTL (%s) + 2 s", took, replicaTTL)
+	}
+	if !planDone(first.Params["blocks"]) || strings.Contains(first.Params["blocks"], "pinplan:stop") {
+		t.Errorf("the first plan edit after the takeover is not the final state:\n%s", first.Params["blocks"])
+	}
+	time.Sleep(time.Second)
+	if got := planMessages(r.slack, "C1"); len(got) != 1 || !planDone(got[0].Blocks) {
+		t.Errorf("after the takeover: %d plan messages, want the one, done: %+v", len(got), got)
+	}
+	if n := len(answers(r.slack, "C1")); n != 1 {
+		t.Errorf("%d answers, want 1\n%s", n, stderrs(ps...))
+	}
+}
+
+// planDone reports whether a Slack plan message's blocks show the plan
+// done (its footer's state, not the header's count of done items).
+func planDone(blocks string) bool { return strings.Contains(blocks, " · done") }

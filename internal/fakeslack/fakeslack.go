@@ -275,6 +275,18 @@ func (s *Server) FailHTTP(method string, status, n int) {
 	s.httpFaults[method] = append(s.httpFaults[method], &fault{status: status, n: n})
 }
 
+// Heal drops the faults still pending for method (Fail, FailHTTP, Delay,
+// DelayAnswer): its next calls are answered as usual.
+func (s *Server) Heal(method string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.initLocked()
+	delete(s.failures, method)
+	delete(s.httpFaults, method)
+	delete(s.delays, method)
+	delete(s.late, method)
+}
+
 // Delay holds the next n calls of method ("" for any method) for d before
 // answering. A call whose client gives up first still takes effect, as on
 // a slow server.
