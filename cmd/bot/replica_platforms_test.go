@@ -95,7 +95,7 @@ func TestConsoleOnlyReplicaLeavesSlackThreads(t *testing.T) {
 	}
 	waitFor(t, 30*time.Second, "the plan to show done", func() bool {
 		plans := planMessages(r.slack, "C1")
-		return len(plans) == 1 && strings.Contains(plans[0].Blocks, "done")
+		return len(plans) == 1 && planDone(plans[0].Blocks)
 	})
 	if n := len(answers(r.slack, "C1")); n != 1 {
 		t.Errorf("%d answers, want 1", n)

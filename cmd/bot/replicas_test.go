@@ -272,7 +272,7 @@ func TestPausedReplicaChangesNothing(t *testing.T) {
 	waitFor(t, 60*time.Second, "the answer from the other replica", func() bool { return len(answers(r.slack, "C1")) >= 1 })
 	waitFor(t, 30*time.Second, "the plan to show done", func() bool {
 		plans := planMessages(r.slack, "C1")
-		return len(plans) == 1 && strings.Contains(plans[0].Blocks, "done")
+		return len(plans) == 1 && planDone(plans[0].Blocks)
 	})
 	// The new holder's last sends land first (its pace is a share of the
 	// workspace's): nothing reaches Slack for 3 s.
@@ -577,7 +577,7 @@ func TestReplicasShareTheSlackPace(t *testing.T) {
 	for _, ch := range channels {
 		waitFor(t, 90*time.Second, "the plan of "+ch+" on its last revision", func() bool {
 			plans := planMessages(r.slack, ch)
-			return len(plans) == 1 && strings.Contains(plans[0].Blocks, "revision 8 ") && strings.Contains(plans[0].Blocks, "done")
+			return len(plans) == 1 && strings.Contains(plans[0].Blocks, "revision 8 ") && planDone(plans[0].Blocks)
 		})
 	}
 	for _, c := range r.slack.Calls("") {
