@@ -368,11 +368,10 @@ func (r *Router) showCard(ctx context.Context, s *session, th Thread, a agent.Ap
 	if have && !cr.Ref.IsZero() {
 		// Announced again after a restart: the card is there. Show it
 		// again as it is (the console keeps cards in memory only).
-		if err := r.held(ctx, th.Key); err != nil {
-			b.log.Warn("edit approval card", "err", err)
-			return
-		}
-		if err := ip.EditCard(ctx, th, cr.Ref, cr.Card); err != nil {
+		err := r.paceSend(ctx, b.platform, th, MethodEdit, PriorityFinal, time.Now(), func(ctx context.Context) error {
+			return ip.EditCard(ctx, th, cr.Ref, cr.Card)
+		})
+		if err != nil {
 			b.log.Warn("refresh approval card", "err", err)
 		}
 		return
@@ -401,13 +400,12 @@ func (r *Router) showCard(ctx context.Context, s *session, th Thread, a agent.Ap
 	})
 	var ref MessageRef
 	_, err := r.deliver(ctx, "post_card", th, r.backoff(cardBackoff), cardAttempts, nil, func(ctx context.Context) error {
-		if err := r.held(ctx, th.Key); err != nil {
+		return r.paceSend(ctx, b.platform, th, MethodPost, PriorityFinal, since, func(ctx context.Context) error {
+			var err error
+			ref, err = ip.PostCard(withSend(ctx, "card/"+id, since, unsure), th, card)
+			unsure = true // even a 429: a client may have retried a 5xx before it
 			return err
-		}
-		var err error
-		ref, err = ip.PostCard(withSend(ctx, "card/"+id, since, unsure), th, card)
-		unsure = true // even a 429: a client may have retried a 5xx before it
-		return err
+		})
 	})
 	if err != nil {
 		// The turn still waits: say so in words, with the way out.
@@ -427,11 +425,10 @@ func (r *Router) showCard(ctx context.Context, s *session, th Thread, a agent.Ap
 	})
 	if decided != nil {
 		// Decided while it was being posted: show that at once.
-		if err := r.held(ctx, th.Key); err != nil {
-			b.log.Warn("edit approval card", "err", err)
-			return
-		}
-		if err := ip.EditCard(ctx, th, ref, *decided); err != nil {
+		err := r.paceSend(ctx, b.platform, th, MethodEdit, PriorityFinal, time.Now(), func(ctx context.Context) error {
+			return ip.EditCard(ctx, th, ref, *decided)
+		})
+		if err != nil {
 			b.log.Warn("edit approval card", "err", err)
 		}
 	}
@@ -452,11 +449,11 @@ func (r *Router) closeCardID(ctx context.Context, s *session, th Thread, id stri
 	}
 	card := decided(cr.Card, d)
 	if ip, ok := b.platform.(Interactive); ok {
+		since := time.Now()
 		_, err := r.deliver(ctx, "edit_card", th, r.backoff(cardBackoff), cardAttempts, nil, func(ctx context.Context) error {
-			if err := r.held(ctx, th.Key); err != nil {
-				return err
-			}
-			return ip.EditCard(ctx, th, cr.Ref, card)
+			return r.paceSend(ctx, b.platform, th, MethodEdit, PriorityFinal, since, func(ctx context.Context) error {
+				return ip.EditCard(ctx, th, cr.Ref, card)
+			})
 		})
 		if err != nil {
 			b.log.Warn("edit approval card", "err", err)

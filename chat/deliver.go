@@ -3,6 +3,7 @@ package chat
 import (
 	"cmp"
 	"context"
+	"errors"
 	"slices"
 	"time"
 
@@ -400,16 +401,12 @@ func (r *Router) apply(s *session, e agent.Event, have map[int64]bool) []queued 
 	b := s.board
 	rec, _ := b.state()
 	th, trigger, indicated := rec.Thread, rec.Trigger, rec.Indicated
-	log := b.log
-	ctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)
-	defer cancel()
+	ctx := r.ctx // each platform call has its own timeout (paceSend)
 	switch e.Kind {
 	case agent.TurnStarted:
 		marked := b.turnStarted(e)
 		if !b.showsSessions() { // else the session's status shows it (status.go)
-			if err := r.working(ctx, b, th, marked, true); err != nil {
-				log.Warn("show working indicator", "err", err)
-			}
+			r.working(s, th, marked, true)
 		}
 	case agent.PlanChanged:
 		b.planChanged(e)
@@ -460,22 +457,63 @@ func (r *Router) apply(s *session, e agent.Event, have map[int64]bool) []queued 
 	return nil
 }
 
-// working shows or clears the working indicator on message msg through
-// the delivery layer (traced, classified, and sent only while this
-// process holds the session), in one attempt: an indicator is not worth
-// holding the session's deliverer for a retry.
-func (r *Router) working(ctx context.Context, b *Board, th Thread, msg string, on bool) error {
-	op := "working"
-	if !on {
-		op = "not_working"
-	}
-	_, err := r.deliver(ctx, op, th, r.backoff(time.Second), 1, nil, func(ctx context.Context) error {
-		if err := r.held(ctx, th.Key); err != nil {
-			return err
+// working queues showing (on) or clearing the working indicator on
+// message msg behind the session's status moves (status.go). There it
+// waits for its own budgets (on Slack reactions.add and reactions.remove,
+// each counted apart), never holding the session's deliverer, its plan or
+// its replies; the moves of one session keep their order. An indicator
+// still waiting when its turn is over is not shown, nor then cleared.
+func (r *Router) working(s *session, th Thread, msg string, on bool) {
+	s.indicator.want(msg, on)
+	since := r.opts.Now()
+	p := s.board.platform
+	r.queueMove(th.Key, func() {
+		if !s.indicator.still(msg, on) {
+			return
 		}
-		return b.platform.Working(ctx, th, msg, on)
+		if err := r.indicate(p, th, msg, on, since); err != nil && r.ctx.Err() == nil && !errors.Is(err, agent.ErrFenced) {
+			s.board.log.Warn("working indicator", "on", on, "err", err)
+		}
+	})
+}
+
+// indicate shows or clears the working indicator through the delivery
+// step, in one attempt once its budget let it go: an indicator is not
+// worth a retry.
+func (r *Router) indicate(p Platform, th Thread, msg string, on bool, since time.Time) error {
+	op, m, prio := "working", MethodReaction, PriorityIntermediate
+	if !on {
+		op, m, prio = "not_working", MethodUnreaction, PriorityFinal
+	}
+	_, err := r.deliver(r.ctx, op, th, r.backoff(time.Second), 1, nil, func(ctx context.Context) error {
+		return r.paceSend(ctx, p, th, m, prio, since, func(ctx context.Context) error {
+			return p.Working(ctx, th, msg, on)
+		})
 	})
 	return err
+}
+
+// sendTimeout bounds one platform call of a card or the working
+// indicator, once its budget let it go.
+const sendTimeout = 30 * time.Second
+
+// paceSend makes one platform call of method m in th: it waits, when the
+// platform paces, for a slot of the method's budget (as long as the
+// budget's priorities take; only shutdown ends the wait), checks that
+// this process still holds the session, then calls send within
+// sendTimeout.
+func (r *Router) paceSend(ctx context.Context, p Platform, th Thread, m Method, prio Priority, since time.Time, send func(ctx context.Context) error) error {
+	if pacer, ok := p.(Paced); ok {
+		if err := pacer.Pace(ctx, Request{Thread: th, Method: m, Priority: func() Priority { return prio }, Since: since}); err != nil {
+			return err
+		}
+	}
+	if err := r.held(ctx, th.Key); err != nil { // after the wait: this replica may hold it no more
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, sendTimeout)
+	defer cancel()
+	return send(ctx)
 }
 
 // Resume finishes what a previous process left, when the store can list

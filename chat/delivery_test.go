@@ -261,10 +261,11 @@ func TestWorkingIndicatorClearedWhereItWasSet(t *testing.T) {
 	b := r.Board("test/1")
 	b.update(func(rec *boardRecord) { rec.Trigger = "msg-1" })
 	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnStarted})
+	settleStatuses(t, r, "test/1") // shown before the turn ends
 	// A message queued during the turn becomes the newest trigger.
 	b.update(func(rec *boardRecord) { rec.Trigger = "msg-2" })
 	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done})
-	settle(t, r, "test/1")
+	settleStatuses(t, r, "test/1")
 	var on, off []string
 	for _, c := range p.calls {
 		switch c.Op {

@@ -24,17 +24,19 @@ const (
 
 // Method names the budget a platform request counts against, as the
 // platform counts it: Slack per method (chat.postMessage per channel,
-// chat.update, pins.add and pins.remove, reactions.add), Discord per
-// route.
+// chat.update, pins.add and pins.remove, reactions.add and
+// reactions.remove), Discord per route.
 type Method string
 
-// Methods the plan board and the outbox pace.
+// Methods the plan board, the cards, the working indicator and the
+// outbox pace.
 const (
-	MethodPost     Method = "post"     // a new message: a plan's first post, a reply
-	MethodEdit     Method = "edit"     // an edit of the plan message
-	MethodPin      Method = "pin"      // a pin
-	MethodUnpin    Method = "unpin"    // an unpin (Slack counts pins.remove apart from pins.add)
-	MethodReaction Method = "reaction" // a reaction (the working indicator's fallback)
+	MethodPost       Method = "post"       // a new message: a plan's first post, a card, a reply
+	MethodEdit       Method = "edit"       // an edit of the plan message or of a card
+	MethodPin        Method = "pin"        // a pin
+	MethodUnpin      Method = "unpin"      // an unpin (Slack counts pins.remove apart from pins.add)
+	MethodReaction   Method = "reaction"   // a reaction added: the working indicator
+	MethodUnreaction Method = "unreaction" // a reaction removed (Slack counts reactions.remove apart)
 )
 
 // Request is one platform request about to be made, as a budget sees it.

@@ -412,9 +412,7 @@ func (r *Router) turnOver(ctx context.Context, s *session, th Thread, indicated 
 	b := s.board
 	r.closeOpenCards(ctx, s, th, e)
 	if !b.showsSessions() {
-		if err := r.working(ctx, b, th, indicated, false); err != nil {
-			b.log.Warn("clear working indicator", "err", err)
-		}
+		r.working(s, th, indicated, false)
 	}
 	if e.Err != nil {
 		b.log.Error("turn failed", "outcome", e.Outcome, "err", e.Err)

@@ -136,9 +136,7 @@ func (r *Router) sendStatus(ss SessionStatus, p Platform, th Thread, c statusCha
 		if c.working == nil {
 			return
 		}
-		ctx, cancel := context.WithTimeout(ctx, statusTimeout)
-		defer cancel()
-		if err := p.Working(ctx, th, c.trigger, *c.working); err != nil {
+		if err := r.indicate(p, th, c.trigger, *c.working, r.opts.Now()); err != nil && ctx.Err() == nil {
 			log.Warn("working indicator in place of the session status", "on", *c.working, "err", err)
 		}
 	case ctx.Err() != nil, errors.Is(err, agent.ErrFenced):

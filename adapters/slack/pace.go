@@ -11,18 +11,23 @@ import (
 // Slack counts it, so that one kind of request never waits behind
 // another: chat.update in Tier 3 (about 50 a minute; Options.EditsPerMinute,
 // 45 by default), pins.add and pins.remove in Tier 2 (about 20 each: 18
-// each), and
-// chat.postMessage at about one a second per channel with short bursts.
+// each), reactions.add in Tier 3 (45) and reactions.remove in Tier 2
+// (18), and chat.postMessage at about one a second per channel with
+// short bursts.
 // A plan's first post and a reply wait on their channel's posts only,
 // never behind other threads' edits. Within a budget the board's
 // priorities decide who goes next (chat.Budget). A 429 holds its method
 // only (heldTransport).
 const (
-	editBurst      = 5
-	pinsPerMinute  = 18
-	pinBurst       = 2
-	postsPerMinute = 60 // per channel
-	postBurst      = 3
+	editBurst         = 5
+	pinsPerMinute     = 18
+	pinBurst          = 2
+	reactsPerMinute   = 45 // reactions.add, Tier 3
+	reactBurst        = 5
+	unreactsPerMinute = 18 // reactions.remove, Tier 2
+	unreactBurst      = 2
+	postsPerMinute    = 60 // per channel
+	postBurst         = 3
 	// maxPostBudgets bounds the channels whose post budget is kept; past
 	// it, the idle ones (nobody waiting, burst back) are dropped.
 	maxPostBudgets = 1024
@@ -31,17 +36,20 @@ const (
 type budgets struct {
 	editsPerMinute float64
 
-	mu    sync.Mutex // guards share and posts
-	share int        // replicas sharing the workspace's budgets
-	edit  *chat.Budget
-	pin   *chat.Budget            // pins.add
-	unpin *chat.Budget            // pins.remove
-	posts map[string]*chat.Budget // by channel
+	mu      sync.Mutex // guards share and posts
+	share   int        // replicas sharing the workspace's budgets
+	edit    *chat.Budget
+	pin     *chat.Budget            // pins.add
+	unpin   *chat.Budget            // pins.remove
+	react   *chat.Budget            // reactions.add
+	unreact *chat.Budget            // reactions.remove
+	posts   map[string]*chat.Budget // by channel
 }
 
 func newBudgets(editsPerMinute float64) *budgets {
 	return &budgets{editsPerMinute: editsPerMinute, share: 1,
 		edit: chat.NewBudget(editsPerMinute, editBurst), pin: chat.NewBudget(pinsPerMinute, pinBurst), unpin: chat.NewBudget(pinsPerMinute, pinBurst),
+		react: chat.NewBudget(reactsPerMinute, reactBurst), unreact: chat.NewBudget(unreactsPerMinute, unreactBurst),
 		posts: map[string]*chat.Budget{}}
 }
 
@@ -55,6 +63,10 @@ func (b *budgets) of(req chat.Request) *chat.Budget {
 		return b.pin
 	case chat.MethodUnpin:
 		return b.unpin
+	case chat.MethodReaction:
+		return b.react
+	case chat.MethodUnreaction:
+		return b.unreact
 	case chat.MethodPost:
 		b.mu.Lock()
 		defer b.mu.Unlock()
@@ -84,9 +96,13 @@ func (b *budgets) setShare(n int) {
 	b.share = n
 	b.edit.SetPerMinute(b.editsPerMinute / float64(n))
 	b.edit.SetBurst(max(editBurst/n, 1))
-	for _, p := range []*chat.Budget{b.pin, b.unpin} {
-		p.SetPerMinute(pinsPerMinute / float64(n))
-		p.SetBurst(max(pinBurst/n, 1))
+	for _, p := range []struct {
+		b         *chat.Budget
+		perMinute float64
+		burst     int
+	}{{b.pin, pinsPerMinute, pinBurst}, {b.unpin, pinsPerMinute, pinBurst}, {b.react, reactsPerMinute, reactBurst}, {b.unreact, unreactsPerMinute, unreactBurst}} {
+		p.b.SetPerMinute(p.perMinute / float64(n))
+		p.b.SetBurst(max(p.burst/n, 1))
 	}
 	for _, p := range b.posts {
 		p.SetPerMinute(postsPerMinute / float64(n))

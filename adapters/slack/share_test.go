@@ -23,6 +23,9 @@ func TestShareDividesTheWorkspacePace(t *testing.T) {
 	}{
 		"edit":           {a.budgets.edit.PerMinute(), 45.0 / 3},
 		"pin":            {a.budgets.pin.PerMinute(), pinsPerMinute / 3.0},
+		"unpin":          {a.budgets.unpin.PerMinute(), pinsPerMinute / 3.0},
+		"react":          {a.budgets.react.PerMinute(), reactsPerMinute / 3.0},
+		"unreact":        {a.budgets.unreact.PerMinute(), unreactsPerMinute / 3.0},
 		"post (earlier)": {post.PerMinute(), postsPerMinute / 3.0},
 		"post (later)":   {later.PerMinute(), postsPerMinute / 3.0},
 	} {
@@ -88,5 +91,33 @@ func TestUnpinsHaveTheirOwnBudget(t *testing.T) {
 	defer cancel2()
 	if err := a.Pace(tctx2, chat.Request{Method: chat.MethodUnpin, Thread: th}); err != nil {
 		t.Errorf("an unpin waited behind the pins: %v", err)
+	}
+}
+
+// TestReactionsHaveTheirOwnBudgets: Slack counts reactions.add (Tier 3)
+// and reactions.remove (Tier 2) each on its own, so the working indicator
+// keeps to both, and neither waits behind the other or behind the edits.
+func TestReactionsHaveTheirOwnBudgets(t *testing.T) {
+	a := New(Options{EditsPerMinute: 1})
+	ctx := context.Background()
+	th := chat.Thread{Channel: "C1"}
+	for _, c := range []struct {
+		method chat.Method
+		burst  int
+	}{{chat.MethodEdit, editBurst}, {chat.MethodReaction, reactBurst}, {chat.MethodUnreaction, unreactBurst}} {
+		for range c.burst {
+			tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := a.Pace(tctx, chat.Request{Method: c.method, Thread: th})
+			cancel()
+			if err != nil {
+				t.Fatalf("%s within its burst, with the budgets before it spent: %v", c.method, err)
+			}
+		}
+		tctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		err := a.Pace(tctx, chat.Request{Method: c.method, Thread: th})
+		cancel()
+		if err == nil {
+			t.Errorf("%s went past its burst at once", c.method)
+		}
 	}
 }
