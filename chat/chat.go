@@ -1,10 +1,16 @@
 // Package chat is pinplan's platform-neutral core: thread identity, the
-// Platform interface the adapters implement, the Router that gives every
-// thread one serial agent session, the plan board that posts, pins and
-// edits a thread's plan message, the outbox that keeps replies until they
-// are delivered, the delivery layer (delivery.go) whose one policy
-// retries every send by its classified Outcome, and the statuses of the
-// sessions on platforms that show them (status.go).
+// Platform interface the adapters implement, and the Router, in two
+// halves along the session's log. The way in (router.go): a message
+// becomes a turn of the thread's one agent session, or a follow-up of
+// the turn running. The way back (deliver.go, which walks one event from
+// a mention to the plan edit): one deliverer per session applies the log
+// from a stored cursor onto the platform, through the plan board that
+// posts, pins and edits a thread's plan message (board.go), the approval
+// cards (card.go), the statuses of the sessions and the working indicator
+// (status.go), and the outbox that keeps replies until they are delivered
+// (outbox.go). Every send goes through one delivery step (delivery.go),
+// whose one policy retries it by its classified Outcome, and keeps to the
+// platform's budgets by priority (pace.go).
 //
 // It imports agent and todo. Adapters import it; it imports no adapter and
 // not store (the store implements BoardStore, CardStore, ListingStore and

@@ -40,8 +40,18 @@ import (
 // Following one event from a mention to the plan edit and back:
 // adapter -> Router.Handle -> agent.Runner.Submit -> a round commits its
 // entries -> agent.Events.Publish -> Router.Observe (queued) ->
-// Router.deliverEvent -> Router.apply -> Board.planChanged (wanted
-// content recorded) -> Board.loop -> Board.apply -> Platform.EditPlan.
+// Router.deliverEvent -> Router.catchUp (the entries past the cursor)
+// -> Router.apply -> Board.planChanged (wanted content recorded) ->
+// Board.loop -> Board.pace (the platform's budget, by priority) ->
+// Board.apply -> Platform.EditPlan. The turn's answer: Router.apply
+// (TurnEnded) stores it (outbox.hold) -> Router.release, once the cursor
+// is saved past its entry -> outbox.send, after the plan's first post
+// (Router.planFirst) and the channel's post budget -> Platform.Reply. A
+// click on an approval card: adapter -> Router.Click -> Runner.Decide
+// (the agent logs the decision and starts the tool) -> the entry comes
+// back through Router.apply -> Router.closeCard -> Interactive.EditCard.
+// Across replicas the adapter's events go through replica.Handler first,
+// which hands each to the session's owner; the rest is the same.
 
 // LogStore reads the sessions' logs and keeps their delivery cursors.
 // store.DB and etcdstore.Store implement it.
