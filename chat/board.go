@@ -97,10 +97,12 @@ type Board struct {
 	key      string
 	platform Platform
 	pacer    Paced // nil: the platform paces nothing
-	store    BoardStore
-	log      *slog.Logger
-	hooks    *Hooks
-	owner    *Router
+	// indicator is what the working indicator should show (status.go).
+	indicator indicator
+	store     BoardStore
+	log       *slog.Logger
+	hooks     *Hooks
+	owner     *Router
 
 	// saveMu orders record saves: held from taking a record's copy until it
 	// is stored, so an older copy never overwrites a newer one. Taken

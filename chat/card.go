@@ -407,6 +407,13 @@ func (r *Router) showCard(ctx context.Context, s *session, th Thread, a agent.Ap
 			return err
 		})
 	})
+	if err != nil && (r.ctx.Err() != nil || errors.Is(err, agent.ErrFenced)) {
+		// Shutting down, or another replica holds the session now: the
+		// card stays recorded as being posted, and the approval is
+		// announced again to whoever delivers next.
+		b.log.Info("approval card left to the next deliverer", "err", err)
+		return
+	}
 	if err != nil {
 		// The turn still waits: say so in words, with the way out.
 		b.log.Error("post approval card", "err", err)
@@ -455,6 +462,9 @@ func (r *Router) closeCardID(ctx context.Context, s *session, th Thread, id stri
 				return ip.EditCard(ctx, th, cr.Ref, card)
 			})
 		})
+		if err != nil && (r.ctx.Err() != nil || errors.Is(err, agent.ErrFenced)) {
+			return // still open in the record: the next deliverer closes it
+		}
 		if err != nil {
 			b.log.Warn("edit approval card", "err", err)
 		}

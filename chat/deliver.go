@@ -416,7 +416,7 @@ func (r *Router) apply(s *session, e agent.Event, have map[int64]bool) []queued 
 	case agent.TurnStarted:
 		marked := b.turnStarted(e)
 		if !b.showsSessions() { // else the session's status shows it (status.go)
-			r.working(s, th, marked, true)
+			r.working(b, th, marked, true)
 		}
 	case agent.PlanChanged:
 		b.planChanged(e)
@@ -469,20 +469,19 @@ func (r *Router) apply(s *session, e agent.Event, have map[int64]bool) []queued 
 
 // working queues showing (on) or clearing the working indicator on
 // message msg behind the session's status moves (status.go). There it
-// waits for its own budgets (on Slack reactions.add and reactions.remove,
+// waits for its own budgets (reactions.add and reactions.remove on Slack,
 // each counted apart), never holding the session's deliverer, its plan or
 // its replies; the moves of one session keep their order. An indicator
-// still waiting when its turn is over is not shown, nor then cleared.
-func (r *Router) working(s *session, th Thread, msg string, on bool) {
-	s.indicator.want(msg, on)
+// still waiting when its turn is over is not shown (indicator.shows).
+func (r *Router) working(b *Board, th Thread, msg string, on bool) {
+	b.indicator.want(msg, on)
 	since := r.opts.Now()
-	p := s.board.platform
 	r.queueMove(th.Key, func() {
-		if !s.indicator.still(msg, on) {
+		if on && !b.indicator.shows(msg) {
 			return
 		}
-		if err := r.indicate(p, th, msg, on, since); err != nil && r.ctx.Err() == nil && !errors.Is(err, agent.ErrFenced) {
-			s.board.log.Warn("working indicator", "on", on, "err", err)
+		if err := r.indicate(b.platform, th, msg, on, since); err != nil && r.ctx.Err() == nil && !errors.Is(err, agent.ErrFenced) {
+			b.log.Warn("working indicator", "on", on, "err", err)
 		}
 	})
 }
@@ -518,11 +517,11 @@ func (r *Router) paceSend(ctx context.Context, p Platform, th Thread, m Method, 
 			return err
 		}
 	}
+	ctx, cancel := context.WithTimeout(ctx, sendTimeout)
+	defer cancel()
 	if err := r.held(ctx, th.Key); err != nil { // after the wait: this replica may hold it no more
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, sendTimeout)
-	defer cancel()
 	return send(ctx)
 }
 

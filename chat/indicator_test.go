@@ -37,6 +37,12 @@ func (p *gatedReactions) Pace(ctx context.Context, req Request) error {
 	}
 }
 
+// waitAsked waits until a request of method m waits in Pace.
+func (p *gatedReactions) waitAsked(t *testing.T, m Method) {
+	t.Helper()
+	waitUntil(t, func() bool { return slices.Contains(p.methods(), m) })
+}
+
 func (p *gatedReactions) methods() []Method {
 	p.amu.Lock()
 	defer p.amu.Unlock()
@@ -70,6 +76,7 @@ func TestIndicatorWaitsForItsBudgetAlone(t *testing.T) {
 	b := r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	b.update(func(rec *boardRecord) { rec.Trigger = "msg-1" })
 	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnStarted})
+	p.waitAsked(t, MethodReaction) // waiting for its slot
 	observe(r, chattest.Revision("test/1", 1))
 	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "the answer"})
 	settle(t, r, "test/1")
@@ -78,9 +85,6 @@ func TestIndicatorWaitsForItsBudgetAlone(t *testing.T) {
 	}
 	if got := p.ops("working"); len(got) != 0 {
 		t.Fatalf("indicator calls %v before its budget had a slot", got)
-	}
-	if !slices.Contains(p.methods(), MethodReaction) {
-		t.Fatalf("asked to pace %v, want the indicator's reaction among them", p.methods())
 	}
 	close(p.gate)
 	settleStatuses(t, r, "test/1")
@@ -93,38 +97,77 @@ func TestIndicatorWaitsForItsBudgetAlone(t *testing.T) {
 }
 
 // TestIndicatorNotShownAfterItsTurn: an indicator still waiting for its
-// budget when its turn is over is not shown, and so not cleared either;
-// the one already on its way is shown and cleared.
+// turn on the status queue when its turn is over is not shown; the one
+// already waiting for its slot is shown, and every clearing is sent
+// (clearing what is not shown changes nothing).
 func TestIndicatorNotShownAfterItsTurn(t *testing.T) {
 	p := &gatedReactions{fakePlatform: &fakePlatform{}, gate: make(chan struct{})}
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
 	t.Cleanup(r.Close)
 	b := r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
-	for _, msg := range []string{"msg-1", "msg-2"} {
+	for i, msg := range []string{"msg-1", "msg-2"} {
 		b.update(func(rec *boardRecord) { rec.Trigger = msg })
 		observe(r, agent.Event{Session: "test/1", Kind: agent.TurnStarted})
+		if i == 0 {
+			p.waitAsked(t, MethodReaction) // msg-1's indicator waits for its slot
+		}
 		observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done})
 	}
 	settle(t, r, "test/1")
-	close(p.gate) // msg-1's indicator was waiting; the rest queued behind it
+	close(p.gate)
 	settleStatuses(t, r, "test/1")
-	if got, want := p.ops("working"), []string{"working-true:msg-1", "working-false:msg-1"}; !slices.Equal(got, want) {
-		t.Errorf("indicator calls %v, want %v (nothing for the turn over before its indicator's turn)", got, want)
+	if got, want := p.ops("working"), []string{"working-true:msg-1", "working-false:msg-1", "working-false:msg-2"}; !slices.Equal(got, want) {
+		t.Errorf("indicator calls %v, want %v (msg-2's turn was over before its indicator's turn)", got, want)
 	}
 }
 
-// pacedCards is cardPlatform recording what it was asked to pace.
+// TestCardLeftToTheNextDelivererAtShutdown: a card still waiting for its
+// budget when the router shuts down is left recorded for the next start
+// (the approval is announced again), not reported in the thread as a
+// card that could not be posted.
+func TestCardLeftToTheNextDelivererAtShutdown(t *testing.T) {
+	p := &pacedCards{gate: make(chan struct{})} // never opened
+	ob := &chattest.Outbox{}
+	r := NewRouter(Options{Runner: &decider{}, Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: ob})
+	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	a := agent.Approval{CallID: "call_1", Tool: "fs__write_file", Server: "fs", Arguments: "{}", Requester: "UANN", Deadline: time.Now().Add(time.Hour)}
+	r.Observe(agent.Event{Session: "test/1", Kind: agent.ApprovalNeeded, Approval: &a})
+	waitUntil(t, func() bool {
+		p.amu.Lock()
+		defer p.amu.Unlock()
+		return len(p.asked) > 0
+	})
+	r.Close()
+	if p.posts != 0 || ob.Len() != 0 {
+		t.Errorf("after a shutdown during the card's wait: %d cards posted, %d replies stored; want 0 and 0", p.posts, ob.Len())
+	}
+	if cards := r.Cards("test/1"); len(cards) != 1 || !cards[0].Ref.IsZero() || !cards[0].Card.Open() {
+		t.Errorf("cards %+v, want the one card recorded, open, not posted", cards)
+	}
+}
+
+// pacedCards is cardPlatform recording what it was asked to pace; with
+// gate, every card post waits for it.
 type pacedCards struct {
 	cardPlatform
+	gate  chan struct{}
 	amu   sync.Mutex
 	asked []Request
 }
 
-func (p *pacedCards) Pace(_ context.Context, req Request) error {
+func (p *pacedCards) Pace(ctx context.Context, req Request) error {
 	p.amu.Lock()
-	defer p.amu.Unlock()
 	p.asked = append(p.asked, req)
-	return nil
+	p.amu.Unlock()
+	if p.gate == nil || req.Method != MethodPost {
+		return nil
+	}
+	select {
+	case <-p.gate:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // TestCardsKeepToTheBudgets: a card's post counts in its channel's posts

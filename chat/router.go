@@ -412,7 +412,7 @@ func (r *Router) turnOver(ctx context.Context, s *session, th Thread, indicated 
 	b := s.board
 	r.closeOpenCards(ctx, s, th, e)
 	if !b.showsSessions() {
-		r.working(s, th, indicated, false)
+		r.working(b, th, indicated, false)
 	}
 	if e.Err != nil {
 		b.log.Error("turn failed", "outcome", e.Outcome, "err", e.Err)

@@ -20,42 +20,6 @@ type session struct {
 	// eviction, off the delivery queue.
 	unsettled atomic.Bool
 	live      live // the answer as the model writes it (live.go)
-	indicator indicator
-}
-
-// indicator is what the session's working indicator should show: set
-// when a move is queued (working), read when it is sent on the status
-// queue.
-type indicator struct {
-	mu      sync.Mutex
-	msg     string // the message wanted on or off last
-	on      bool
-	skipped string // an indicator never shown: its clearing is not sent either
-}
-
-func (i *indicator) want(msg string, on bool) {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	i.msg, i.on = msg, on
-}
-
-// still reports whether the move (msg, on) is to be sent: showing only
-// while it is still wanted, clearing unless the showing was skipped.
-func (i *indicator) still(msg string, on bool) bool {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	if on {
-		if !i.on || i.msg != msg {
-			i.skipped = msg
-			return false
-		}
-		return true
-	}
-	if msg != "" && i.skipped == msg {
-		i.skipped = ""
-		return false
-	}
-	return true
 }
 
 // record is a session's record of one kind (its cards, its listing), kept

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/pinplan/pinplan/agent"
@@ -74,6 +75,7 @@ type statusChange struct {
 	// ErrNoSessions; nil when the move has no counterpart there.
 	working *bool
 	trigger string
+	since   time.Time // when the move was queued
 }
 
 // showsSessions reports whether the board's platform shows sessions;
@@ -91,7 +93,34 @@ func (b *Board) moveSession(th Thread, c statusChange) {
 	if !ok {
 		return
 	}
-	b.owner.queueStatus(ss, b.platform, b.key, th, c)
+	if c.working != nil {
+		b.indicator.want(c.trigger, *c.working)
+	}
+	b.owner.queueStatus(ss, b, th, c)
+}
+
+// indicator is what a board's working indicator should show: set when a
+// move is queued, read when it is sent on the session's status queue.
+type indicator struct {
+	mu  sync.Mutex
+	msg string // the message wanted on or off last
+	on  bool
+}
+
+func (i *indicator) want(msg string, on bool) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.msg, i.on = msg, on
+}
+
+// shows reports whether the indicator is still wanted on msg: one still
+// waiting when its turn is over (the turn's end queued behind it, or a
+// log replayed after a restart) is not shown. A clearing is always sent:
+// clearing what is not shown changes nothing.
+func (i *indicator) shows(msg string) bool {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.on && i.msg == msg
 }
 
 // sessionTitle is the title a new session is given: the first line of
@@ -103,8 +132,9 @@ func (b *Board) sessionTitle() string {
 	return Shorten(strings.TrimSpace(StripBidi(line)), maxSessionTitle)
 }
 
-func (r *Router) queueStatus(ss SessionStatus, p Platform, key string, th Thread, c statusChange) {
-	r.queueMove(key, func() { r.sendStatus(ss, p, th, c) })
+func (r *Router) queueStatus(ss SessionStatus, b *Board, th Thread, c statusChange) {
+	c.since = r.opts.Now()
+	r.queueMove(b.key, func() { r.sendStatus(ss, b.platform, th, c, &b.indicator) })
 }
 
 // queueMove queues f on the session's status queue, behind its earlier
@@ -119,7 +149,8 @@ func (r *Router) queueMove(key string, f func()) {
 // sendStatus applies one move, retried by the delivery policy; where the
 // platform cannot show sessions it shows or clears the working indicator
 // in its place.
-func (r *Router) sendStatus(ss SessionStatus, p Platform, th Thread, c statusChange) {
+// ind, if not nil, is the board's indicator, for the fallback.
+func (r *Router) sendStatus(ss SessionStatus, p Platform, th Thread, c statusChange, ind *indicator) {
 	ctx := r.ctx
 	log := r.opts.Logger.With("session", th.Key, "platform", th.Platform)
 	_, err := r.deliver(ctx, "set_status", th, r.backoff(statusBackoff), statusAttempts, nil, func(ctx context.Context) error {
@@ -133,10 +164,10 @@ func (r *Router) sendStatus(ss SessionStatus, p Platform, th Thread, c statusCha
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrNoSessions):
-		if c.working == nil {
+		if c.working == nil || *c.working && (c.trigger == "" || ind != nil && !ind.shows(c.trigger)) {
 			return
 		}
-		if err := r.indicate(p, th, c.trigger, *c.working, r.opts.Now()); err != nil && ctx.Err() == nil {
+		if err := r.indicate(p, th, c.trigger, *c.working, c.since); err != nil && ctx.Err() == nil && !errors.Is(err, agent.ErrFenced) {
 			log.Warn("working indicator in place of the session status", "on", *c.working, "err", err)
 		}
 	case ctx.Err() != nil, errors.Is(err, agent.ErrFenced):
@@ -184,7 +215,7 @@ func (r *Router) StopSession(ctx context.Context, c Click) ClickResult {
 				}
 			}
 		}
-		r.sendStatus(ss, p, th, statusChange{state: st})
+		r.sendStatus(ss, p, th, statusChange{state: st}, nil)
 	})
 	res := r.Click(ctx, c)
 	decided <- res
