@@ -11,46 +11,57 @@ import (
 	"github.com/pinplan/pinplan/chat/chattest"
 )
 
-// gatedReactions is fakePlatform whose working indicator waits for a
-// reaction budget the test opens (gate), as when Slack's reactions.add is
-// short; everything else has room. It records what it was asked to pace.
-type gatedReactions struct {
-	*fakePlatform
-	gate chan struct{}
+// gatedPacer records what it is asked to pace; requests of the methods
+// in gated wait for gate, which the test opens (or never does), as when
+// that budget is short. Everything else has room.
+type gatedPacer struct {
+	gate  chan struct{}
+	gated []Method
 
 	amu   sync.Mutex
 	asked []Request
 }
 
-func (p *gatedReactions) Pace(ctx context.Context, req Request) error {
-	p.amu.Lock()
-	p.asked = append(p.asked, req)
-	p.amu.Unlock()
-	if req.Method != MethodReaction && req.Method != MethodUnreaction {
+func (g *gatedPacer) Pace(ctx context.Context, req Request) error {
+	g.amu.Lock()
+	g.asked = append(g.asked, req)
+	g.amu.Unlock()
+	if !slices.Contains(g.gated, req.Method) {
 		return nil
 	}
 	select {
-	case <-p.gate:
+	case <-g.gate:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-// waitAsked waits until a request of method m waits in Pace.
-func (p *gatedReactions) waitAsked(t *testing.T, m Method) {
-	t.Helper()
-	waitUntil(t, func() bool { return slices.Contains(p.methods(), m) })
-}
-
-func (p *gatedReactions) methods() []Method {
-	p.amu.Lock()
-	defer p.amu.Unlock()
+func (g *gatedPacer) methods() []Method {
+	g.amu.Lock()
+	defer g.amu.Unlock()
 	var ms []Method
-	for _, r := range p.asked {
+	for _, r := range g.asked {
 		ms = append(ms, r.Method)
 	}
 	return ms
+}
+
+// waitAsked waits until a request of method m was asked for.
+func (g *gatedPacer) waitAsked(t *testing.T, m Method) {
+	t.Helper()
+	waitUntil(t, func() bool { return slices.Contains(g.methods(), m) })
+}
+
+// gatedReactions is fakePlatform whose working indicator waits for its
+// budgets (reactions.add, reactions.remove on Slack).
+type gatedReactions struct {
+	*fakePlatform
+	gatedPacer
+}
+
+func newGatedReactions() *gatedReactions {
+	return &gatedReactions{fakePlatform: &fakePlatform{}, gatedPacer: gatedPacer{gate: make(chan struct{}), gated: []Method{MethodReaction, MethodUnreaction}}}
 }
 
 func (p *gatedReactions) ops(prefix string) []string {
@@ -70,7 +81,7 @@ func (p *gatedReactions) ops(prefix string) []string {
 // session's plan and answer go out: a short reaction budget never holds
 // the deliverer.
 func TestIndicatorWaitsForItsBudgetAlone(t *testing.T) {
-	p := &gatedReactions{fakePlatform: &fakePlatform{}, gate: make(chan struct{})}
+	p := newGatedReactions()
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
 	t.Cleanup(r.Close)
 	b := r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
@@ -101,7 +112,7 @@ func TestIndicatorWaitsForItsBudgetAlone(t *testing.T) {
 // already waiting for its slot is shown, and every clearing is sent
 // (clearing what is not shown changes nothing).
 func TestIndicatorNotShownAfterItsTurn(t *testing.T) {
-	p := &gatedReactions{fakePlatform: &fakePlatform{}, gate: make(chan struct{})}
+	p := newGatedReactions()
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
 	t.Cleanup(r.Close)
 	b := r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
@@ -126,17 +137,13 @@ func TestIndicatorNotShownAfterItsTurn(t *testing.T) {
 // (the approval is announced again), not reported in the thread as a
 // card that could not be posted.
 func TestCardLeftToTheNextDelivererAtShutdown(t *testing.T) {
-	p := &pacedCards{gate: make(chan struct{})} // never opened
+	p := &pacedCards{gatedPacer: gatedPacer{gate: make(chan struct{}), gated: []Method{MethodPost}}} // never opened
 	ob := &chattest.Outbox{}
 	r := NewRouter(Options{Runner: &decider{}, Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: ob})
 	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	a := agent.Approval{CallID: "call_1", Tool: "fs__write_file", Server: "fs", Arguments: "{}", Requester: "UANN", Deadline: time.Now().Add(time.Hour)}
 	r.Observe(agent.Event{Session: "test/1", Kind: agent.ApprovalNeeded, Approval: &a})
-	waitUntil(t, func() bool {
-		p.amu.Lock()
-		defer p.amu.Unlock()
-		return len(p.asked) > 0
-	})
+	p.waitAsked(t, MethodPost)
 	r.Close()
 	if p.posts != 0 || ob.Len() != 0 {
 		t.Errorf("after a shutdown during the card's wait: %d cards posted, %d replies stored; want 0 and 0", p.posts, ob.Len())
@@ -146,28 +153,10 @@ func TestCardLeftToTheNextDelivererAtShutdown(t *testing.T) {
 	}
 }
 
-// pacedCards is cardPlatform recording what it was asked to pace; with
-// gate, every card post waits for it.
+// pacedCards is cardPlatform recording what it was asked to pace.
 type pacedCards struct {
 	cardPlatform
-	gate  chan struct{}
-	amu   sync.Mutex
-	asked []Request
-}
-
-func (p *pacedCards) Pace(ctx context.Context, req Request) error {
-	p.amu.Lock()
-	p.asked = append(p.asked, req)
-	p.amu.Unlock()
-	if p.gate == nil || req.Method != MethodPost {
-		return nil
-	}
-	select {
-	case <-p.gate:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	gatedPacer
 }
 
 // TestCardsKeepToTheBudgets: a card's post counts in its channel's posts
