@@ -171,6 +171,9 @@ func (r *Router) deliverEvent(e agent.Event) {
 		}
 	}
 	replies := r.apply(s, e, nil)
+	if r.ctx.Err() != nil {
+		return // shut down while applying it: the next start applies it again (catchUp)
+	}
 	c.seq = e.Seq
 	if len(replies) > 0 || e.Kind == agent.TurnEnded || len(c.held) > 0 {
 		r.release(s, c, replies)
@@ -297,6 +300,12 @@ func (r *Router) catchUp(s *session, c *cursor, through int64) ([]queued, error)
 			continue
 		}
 		replies = append(replies, r.apply(s, l.Event(key), c.have)...)
+		if r.ctx.Err() != nil {
+			// Shut down while applying it (a card waiting for its
+			// budget): the cursor stays before it, and the next start
+			// applies it again, which changes nothing done already.
+			break
+		}
 		c.seq = l.Seq
 	}
 	if len(entries) > 0 {

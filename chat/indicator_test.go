@@ -133,23 +133,41 @@ func TestIndicatorNotShownAfterItsTurn(t *testing.T) {
 }
 
 // TestCardLeftToTheNextDelivererAtShutdown: a card still waiting for its
-// budget when the router shuts down is left recorded for the next start
-// (the approval is announced again), not reported in the thread as a
-// card that could not be posted.
+// budget when the router shuts down is left to the next start: not
+// reported in the thread as a card that could not be posted, the cursor
+// kept before its entry, and posted by the next router.
 func TestCardLeftToTheNextDelivererAtShutdown(t *testing.T) {
 	p := &pacedCards{gatedPacer: gatedPacer{gate: make(chan struct{}), gated: []Method{MethodPost}}} // never opened
-	ob := &chattest.Outbox{}
-	r := NewRouter(Options{Runner: &decider{}, Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: ob})
-	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	boards, ob, logs := &chattest.Boards{}, &chattest.Outbox{}, &chattest.Log{}
+	r := NewRouter(Options{Runner: &decider{}, Store: boards, Log: logs, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: ob})
+	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
+	r.board(th.Key, &th)
 	a := agent.Approval{CallID: "call_1", Tool: "fs__write_file", Server: "fs", Arguments: "{}", Requester: "UANN", Deadline: time.Now().Add(time.Hour)}
-	r.Observe(agent.Event{Session: "test/1", Kind: agent.ApprovalNeeded, Approval: &a})
+	e := logs.Append(th.Key, agent.Event{Kind: agent.ApprovalNeeded, Turn: 1, Approval: &a})
+	r.Observe(e)
 	p.waitAsked(t, MethodPost)
 	r.Close()
 	if p.posts != 0 || ob.Len() != 0 {
 		t.Errorf("after a shutdown during the card's wait: %d cards posted, %d replies stored; want 0 and 0", p.posts, ob.Len())
 	}
-	if cards := r.Cards("test/1"); len(cards) != 1 || !cards[0].Ref.IsZero() || !cards[0].Card.Open() {
-		t.Errorf("cards %+v, want the one card recorded, open, not posted", cards)
+	if seq, err := logs.Delivered(t.Context(), th.Key); err != nil || seq >= e.Seq {
+		t.Errorf("cursor %d (%v) after the shutdown, want it before the card's entry %d", seq, err, e.Seq)
+	}
+
+	up := &pacedCards{}
+	r2 := NewRouter(Options{Runner: &decider{}, Store: boards, Log: logs, Platforms: map[string]Platform{"test": up}, RetryDelay: time.Millisecond, Outbox: ob})
+	t.Cleanup(r2.Close)
+	if _, err := r2.Resume(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	r2.ResumeSession(t.Context(), th.Key)
+	waitFor(t, "the card posted by the next start", func() bool {
+		up.cmu.Lock()
+		defer up.cmu.Unlock()
+		return up.posts == 1
+	})
+	if ob.Len() != 0 {
+		t.Errorf("%d replies stored, want none", ob.Len())
 	}
 }
 
