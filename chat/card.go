@@ -407,7 +407,7 @@ func (r *Router) showCard(ctx context.Context, s *session, th Thread, a agent.Ap
 			return err
 		})
 	})
-	if err != nil && (r.ctx.Err() != nil || errors.Is(err, agent.ErrFenced)) {
+	if r.leftToNext(err) {
 		// Shutting down, or another replica holds the session now: the
 		// card stays recorded as being posted, and the approval is
 		// announced again to whoever delivers next.
@@ -462,7 +462,7 @@ func (r *Router) closeCardID(ctx context.Context, s *session, th Thread, id stri
 				return ip.EditCard(ctx, th, cr.Ref, card)
 			})
 		})
-		if err != nil && (r.ctx.Err() != nil || errors.Is(err, agent.ErrFenced)) {
+		if r.leftToNext(err) {
 			return // still open in the record: the next deliverer closes it
 		}
 		if err != nil {

@@ -489,7 +489,7 @@ func (r *Router) working(b *Board, th Thread, msg string, on bool) {
 		if on && !b.indicator.shows(msg) {
 			return
 		}
-		if err := r.indicate(b.platform, th, msg, on, since); err != nil && r.ctx.Err() == nil && !errors.Is(err, agent.ErrFenced) {
+		if err := r.indicate(b.platform, th, msg, on, since); err != nil && !r.leftToNext(err) {
 			b.log.Warn("working indicator", "on", on, "err", err)
 		}
 	})
@@ -509,6 +509,14 @@ func (r *Router) indicate(p Platform, th Thread, msg string, on bool, since time
 		})
 	})
 	return err
+}
+
+// leftToNext reports whether a send failed because it is left to whoever
+// delivers next: this process is shutting down, or another replica holds
+// the session now. Such a failure is neither reported in the thread nor
+// recorded as given up.
+func (r *Router) leftToNext(err error) bool {
+	return err != nil && (r.ctx.Err() != nil || errors.Is(err, agent.ErrFenced))
 }
 
 // sendTimeout bounds one platform call of a card or the working

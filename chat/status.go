@@ -167,7 +167,7 @@ func (r *Router) sendStatus(ss SessionStatus, p Platform, th Thread, c statusCha
 		if c.working == nil || *c.working && (c.trigger == "" || ind != nil && !ind.shows(c.trigger)) {
 			return
 		}
-		if err := r.indicate(p, th, c.trigger, *c.working, c.since); err != nil && ctx.Err() == nil && !errors.Is(err, agent.ErrFenced) {
+		if err := r.indicate(p, th, c.trigger, *c.working, c.since); err != nil && !r.leftToNext(err) {
 			log.Warn("working indicator in place of the session status", "on", *c.working, "err", err)
 		}
 	case ctx.Err() != nil, errors.Is(err, agent.ErrFenced):

@@ -128,7 +128,9 @@ func TestSessionStatusFollowsTheTurn(t *testing.T) {
 // TestNoSessionsFallBackToWorking: where the platform cannot show
 // sessions, the turn's start and end show and clear the working
 // indicator on the message that started it; the other moves have no
-// counterpart.
+// counterpart. (An indicator whose turn is over before it is sent is not
+// shown: TestIndicatorNotShownAfterItsTurn. Here each move is sent before
+// the next event.)
 func TestNoSessionsFallBackToWorking(t *testing.T) {
 	p := &sessionPlatform{off: true}
 	r, _, th := sessionRig(t, p)
@@ -140,6 +142,7 @@ func TestNoSessionsFallBackToWorking(t *testing.T) {
 	} {
 		e.Session = th.Key
 		observe(r, e)
+		settleStatuses(t, r, th.Key)
 	}
 	settleStatuses(t, r, th.Key)
 	if got, want := p.working(), []string{"on:m1", "off:m1"}; !slices.Equal(got, want) {

@@ -195,7 +195,10 @@ func TestSlackStreamedAnswerRollsOver(t *testing.T) {
 // that started each turn.
 func TestSlackSessionsFallBackToReactions(t *testing.T) {
 	t.Parallel()
-	r := newSlackRig(t, 2, 0, true)
+	// Each model request takes a moment, so that every turn outlasts its
+	// indicator's way out (one that has not gone out when its turn is
+	// over is not shown at all).
+	r := newSlackRig(t, 2, 300*time.Millisecond, true)
 	r.slack.AgentSessionsError = "not_allowed_token_type"
 	p := r.start(t)
 	defer p.stop(t)
