@@ -87,6 +87,7 @@ type Config struct {
 	MCPStartup      time.Duration // PINPLAN_MCP_STARTUP_TIMEOUT: how long a turn waits for MCP servers still connecting
 
 	ContextTokens int           // PINPLAN_CONTEXT_TOKENS: the model's context budget for one request
+	MaxOutput     int           // PINPLAN_MAX_OUTPUT_TOKENS: max_tokens of every model request (0: 15% of PINPLAN_CONTEXT_TOKENS)
 	FileBytes     int           // PINPLAN_FILE_BYTES: the most an attached file may be to be given to the model
 	Vision        bool          // PINPLAN_MODEL_VISION: the model takes images (attached images given as image parts)
 	TurnTokens    int           // PINPLAN_TURN_TOKENS: tokens one turn may use (0: no budget)
@@ -131,7 +132,7 @@ var keys = []string{
 	"PINPLAN_LOG_LEVEL", "PINPLAN_DEMO_DELAY",
 	"PINPLAN_TOOL_RESULT_BYTES", "PINPLAN_TOOL_TIMEOUT", "PINPLAN_APPROVERS",
 	"PINPLAN_APPROVAL_TIMEOUT", "PINPLAN_THREAD_CONTEXT",
-	"PINPLAN_CONTEXT_TOKENS", "PINPLAN_RETENTION", "PINPLAN_FILE_BYTES", "PINPLAN_MODEL_VISION",
+	"PINPLAN_CONTEXT_TOKENS", "PINPLAN_MAX_OUTPUT_TOKENS", "PINPLAN_RETENTION", "PINPLAN_FILE_BYTES", "PINPLAN_MODEL_VISION",
 	"PINPLAN_DISCORD_COMPONENTS_V2", "DISCORD_APPLICATION_ID", "PINPLAN_DISCORD_GUILD",
 	"PINPLAN_MCP_STARTUP_TIMEOUT", "PINPLAN_MODEL_RESPONSE_BYTES",
 	"PINPLAN_TURN_TOKENS", "PINPLAN_USER_TOKENS_PER_DAY",
@@ -199,6 +200,7 @@ func Load(getenv func(string) string) (*Config, error) {
 		ThreadContext:   l.integer("PINPLAN_THREAD_CONTEXT", 30, 0, 1000),
 		MCPStartup:      l.duration("PINPLAN_MCP_STARTUP_TIMEOUT", 10*time.Second),
 		ContextTokens:   l.integer("PINPLAN_CONTEXT_TOKENS", 32000, 2000, 10_000_000),
+		MaxOutput:       l.integer("PINPLAN_MAX_OUTPUT_TOKENS", 0, 0, 10_000_000),
 		FileBytes:       l.integer("PINPLAN_FILE_BYTES", 256<<10, 1024, 16<<20),
 		Vision:          l.boolean("PINPLAN_MODEL_VISION", false),
 		TurnTokens:      l.integer("PINPLAN_TURN_TOKENS", 0, 0, 1<<40),
@@ -236,6 +238,9 @@ func Load(getenv func(string) string) (*Config, error) {
 	}
 	if c.SlackAppToken != "" && !strings.HasPrefix(string(c.SlackAppToken), "xapp-") {
 		l.fail("SLACK_APP_TOKEN", "must be an app-level token, which starts with xapp- (Basic Information -> App-Level Tokens, scope connections:write). Are SLACK_BOT_TOKEN and SLACK_APP_TOKEN swapped?")
+	}
+	if c.MaxOutput > c.ContextTokens/2 {
+		l.fail("PINPLAN_MAX_OUTPUT_TOKENS", fmt.Sprintf("is %d, more than half of PINPLAN_CONTEXT_TOKENS (%d): the prompt would have too little room", c.MaxOutput, c.ContextTokens))
 	}
 	if len(c.EtcdEndpoints) > 0 {
 		if !strings.HasSuffix(c.EtcdPrefix, "/") {

@@ -349,6 +349,7 @@ var settingSamples = map[string]struct {
 	"PINPLAN_MCP_STARTUP_TIMEOUT":     {value: "3s"},
 	"PINPLAN_TURN_TOKENS":             {value: "50000"},
 	"PINPLAN_USER_TOKENS_PER_DAY":     {value: "2000000"},
+	"PINPLAN_MAX_OUTPUT_TOKENS":       {value: "4096"},
 	"PINPLAN_MODEL_RESPONSE_BYTES":    {value: "65536"},
 	"PINPLAN_DISCORD_COMPONENTS_V2":   {value: "false"},
 	"PINPLAN_ETCD_ENDPOINTS":          {value: "https://etcd-1:2379,etcd-2:2379"},
