@@ -281,9 +281,11 @@ type Round struct {
 	// Checkpoint.LogSeq-len(Log)+1 ... Checkpoint.LogSeq: what the round
 	// did to the thread, written with it.
 	Log []LogEntry
-	// Spend is the tokens the round's model requests used, added to the
-	// person's day in the same transaction; nil when there are none or
-	// the turn has no requester.
+	// Spend is the tokens the round's model requests used less what was
+	// reserved for them (Store.Reserve), added to the person's day in
+	// the same transaction (negative gives back what was reserved and
+	// not used; the day's count never goes below 0); nil when there is
+	// nothing to settle or the turn has no requester.
 	Spend *Spend
 }
 
@@ -324,9 +326,39 @@ type Store interface {
 	// Archive keeps the session's history and plan revisions aside and
 	// starts it afresh (DESIGN.md §13, reset).
 	Archive(ctx context.Context, key string) error
-	// Spent returns the tokens charged to person on day (Round.Spend),
-	// across every session and replica; 0 when none.
+	// Spent returns the tokens charged to person on day (Round.Spend and
+	// Reserve), across every session and replica; 0 when none.
 	Spent(ctx context.Context, person, day string) (int64, error)
+	// Reserve charges a model request's cost to person's day before it
+	// is made (DESIGN §18), in the one transaction that reads the day's
+	// count, so requests of one person in parallel (other sessions,
+	// other replicas) cannot pass budget together. It charges
+	// min(want, budget-spent) when that is at least need, and returns
+	// what it charged and the day's count before; with less left it
+	// charges nothing and returns the count with ErrOverBudget. A budget
+	// of 0 or less checks nothing: need and want are then the same and
+	// may be negative, which gives back a reservation no commit will
+	// settle (the count never goes below 0). A later Round.Spend
+	// settles the reservation: its Tokens are what the requests used
+	// less what was reserved, so they may be negative.
+	Reserve(ctx context.Context, person, day string, need, want, budget int64) (charged, spent int64, err error)
+}
+
+// ErrOverBudget: the person's day has less left than the request needs
+// (Store.Reserve).
+var ErrOverBudget = errors.New("over the daily token budget")
+
+// Reservation is what Reserve grants when a budget leaves room: need, or
+// more up to want. spent is the day's count before.
+func Reservation(need, want, budget, spent int64) (int64, error) {
+	if budget <= 0 {
+		return want, nil
+	}
+	left := budget - spent
+	if left < need {
+		return 0, ErrOverBudget
+	}
+	return min(want, left), nil
 }
 
 // ErrFenced: this process no longer holds the session (its lease is gone,

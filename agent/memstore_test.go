@@ -98,7 +98,8 @@ func (m *memStore) Commit(_ context.Context, r *agent.Round) error {
 		if m.spent == nil {
 			m.spent = map[agent.Spend]int64{}
 		}
-		m.spent[agent.Spend{Person: sp.Person, Day: sp.Day}] += sp.Tokens
+		k := agent.Spend{Person: sp.Person, Day: sp.Day}
+		m.spent[k] = max(m.spent[k]+sp.Tokens, 0)
 	}
 	s.record = record
 	return nil
@@ -108,6 +109,22 @@ func (m *memStore) Spent(_ context.Context, person, day string) (int64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.spent[agent.Spend{Person: person, Day: day}], nil
+}
+
+func (m *memStore) Reserve(_ context.Context, person, day string, need, want, budget int64) (int64, int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := agent.Spend{Person: person, Day: day}
+	spent := m.spent[k]
+	n, err := agent.Reservation(need, want, budget, spent)
+	if err != nil {
+		return 0, spent, err
+	}
+	if m.spent == nil {
+		m.spent = map[agent.Spend]int64{}
+	}
+	m.spent[k] = max(spent+n, 0)
+	return n, spent, nil
 }
 
 func (m *memStore) Inbox(_ context.Context, key string) ([]agent.Inbound, error) {

@@ -77,5 +77,46 @@ func (s *Store) SpentOn(ctx context.Context, day string) ([]agent.Spend, error) 
 
 // spendOps are the compare and the put that add sp in a round's Txn.
 func spendOps(c counter, sp *agent.Spend) (clientv3.Cmp, clientv3.Op) {
-	return c.unchanged(), c.take(int(sp.Tokens))
+	return c.unchanged(), clientv3.OpPut(c.key, strconv.FormatUint(c.plus(sp.Tokens), 10))
+}
+
+// plus is the counter's value after adding n tokens (negative gives a
+// reservation back), never below 0.
+func (c counter) plus(n int64) uint64 {
+	return uint64(max(int64(c.last)+n, 0))
+}
+
+// Reserve implements agent.Store: it reads the person's day and writes
+// the charge in a Txn that compares what it read, reading again when
+// another reservation or round (here or on another replica) counted
+// first.
+func (s *Store) Reserve(ctx context.Context, person, day string, need, want, budget int64) (charged, spent int64, err error) {
+	sp := &agent.Spend{Person: person, Day: day}
+	for attempt := 0; ; attempt++ {
+		c, err := s.spendCounter(ctx, sp, attempt > 0)
+		if err != nil {
+			return 0, 0, fmt.Errorf("etcdstore: reserve tokens of %s on %s: %w", person, day, err)
+		}
+		spent = int64(c.last)
+		charged, err := agent.Reservation(need, want, budget, spent)
+		if err != nil {
+			if attempt == 0 {
+				continue // the cached count may be old: refuse on a fresh read only
+			}
+			return 0, spent, err
+		}
+		if charged == 0 {
+			return 0, spent, nil
+		}
+		sp.Tokens = charged
+		cmp, put := spendOps(c, sp)
+		tr, err := s.txn(ctx, "", []clientv3.Cmp{cmp}, []clientv3.Op{put}, nil)
+		if err != nil {
+			return 0, 0, fmt.Errorf("etcdstore: reserve tokens of %s on %s: %w", person, day, err)
+		}
+		if tr.Succeeded {
+			s.keepSpend(counter{key: c.key, last: c.plus(charged), mod: tr.Header.Revision})
+			return charged, spent, nil
+		}
+	}
 }

@@ -461,7 +461,7 @@ func (s *Store) commit(ctx context.Context, r *agent.Round) error {
 	puts = append(puts, logged...)
 	final := append([]clientv3.Op{clientv3.OpPut(s.rec(key), string(record))}, s.drains(key, r.Drained)...)
 	sp := r.Spend
-	if sp != nil && (sp.Tokens <= 0 || sp.Person == "") {
+	if sp != nil && (sp.Tokens == 0 || sp.Person == "") {
 		sp = nil
 	}
 	if sp != nil {
@@ -522,7 +522,7 @@ func (s *Store) commit(ctx context.Context, r *agent.Round) error {
 		if tr.Succeeded {
 			s.wrote(key, tr.Header.Revision, r.Checkpoint.HistoryLen)
 			if sp != nil {
-				s.keepSpend(counter{key: spent.key, last: spent.last + uint64(sp.Tokens), mod: tr.Header.Revision})
+				s.keepSpend(counter{key: spent.key, last: spent.plus(sp.Tokens), mod: tr.Header.Revision})
 			}
 			return nil
 		}

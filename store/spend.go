@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
@@ -16,9 +17,10 @@ var bSpend = []byte("spend")
 
 // addSpend adds sp to its person's day, in the round's transaction. Batch
 // may run a transaction function twice, but only after the first run was
-// rolled back, so the sum counts each committed round once.
+// rolled back, so the sum counts each committed round once. Negative
+// tokens give back a reservation; the count stops at 0.
 func addSpend(tx *bolt.Tx, sp *agent.Spend) error {
-	if sp == nil || sp.Tokens <= 0 || sp.Person == "" {
+	if sp == nil || sp.Tokens == 0 || sp.Person == "" {
 		return nil
 	}
 	all, err := tx.CreateBucketIfNotExists(bSpend)
@@ -29,8 +31,33 @@ func addSpend(tx *bolt.Tx, sp *agent.Spend) error {
 	if err != nil {
 		return err
 	}
-	n := tokensOf(day.Get([]byte(sp.Person))) + uint64(sp.Tokens)
-	return day.Put([]byte(sp.Person), u64(n))
+	n := max(int64(tokensOf(day.Get([]byte(sp.Person))))+sp.Tokens, 0)
+	return day.Put([]byte(sp.Person), u64(uint64(n)))
+}
+
+// Reserve implements agent.Store: the check and the charge are one bbolt
+// write transaction.
+func (db *DB) Reserve(_ context.Context, person, day string, need, want, budget int64) (charged, spent int64, err error) {
+	err = db.update(func(tx *bolt.Tx) error {
+		charged, spent = 0, 0
+		if all := tx.Bucket(bSpend); all != nil {
+			if b := all.Bucket([]byte(day)); b != nil {
+				spent = int64(tokensOf(b.Get([]byte(person))))
+			}
+		}
+		var err error
+		if charged, err = agent.Reservation(need, want, budget, spent); err != nil {
+			return err
+		}
+		return addSpend(tx, &agent.Spend{Person: person, Day: day, Tokens: charged})
+	})
+	if errors.Is(err, agent.ErrOverBudget) {
+		return 0, spent, err
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("store: reserve tokens of %s on %s: %w", person, day, err)
+	}
+	return charged, spent, nil
 }
 
 func tokensOf(raw []byte) uint64 {

@@ -79,6 +79,7 @@ func Run(t *testing.T, open Open, own func(t *testing.T, s Store, key string)) {
 		{"FollowUpsWaitForTheirSession", testFollowUps},
 		{"FollowUpsExpire", testFollowUpsExpire},
 		{"SpendPerPersonAndDay", testSpend},
+		{"ReserveHoldsTheBudget", testReserve},
 		{"LogWrittenWithTheRound", testLog},
 	}
 	for _, tt := range tests {
@@ -676,6 +677,71 @@ func testSpend(t *testing.T, s Store, own func(string)) {
 	}
 	if got, err := s.SpentOn(ctx, "2026-02-28"); err != nil || len(got) != 0 {
 		t.Errorf("SpentOn a day with nothing = %+v, %v; want none", got, err)
+	}
+}
+
+// testReserve: reservations of one person's day made at once (parallel
+// threads, replicas) never pass the budget together; a reservation is
+// shrunk to what is left, refused below need with the day's count, given
+// back by a negative settlement, and the count never goes below 0
+// (DESIGN §18).
+func testReserve(t *testing.T, s Store, own func(string)) {
+	ctx := context.Background()
+	const person, day, budget = "slack/U9", "2026-03-03", 2000
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var granted []int64
+	refused := 0
+	for range 24 {
+		wg.Go(func() {
+			n, spent, err := s.Reserve(ctx, person, day, 300, 1900, budget)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case errors.Is(err, agent.ErrOverBudget):
+				refused++
+				if spent+300 <= budget {
+					t.Errorf("refused with %d spent: 300 more fit %d", spent, budget)
+				}
+			case err != nil:
+				t.Errorf("Reserve: %v", err)
+			default:
+				granted = append(granted, n)
+			}
+		})
+	}
+	wg.Wait()
+	sum := int64(0)
+	for _, n := range granted {
+		sum += n
+	}
+	// 1900, then the 100 left is less than the 300 needed.
+	if sum > budget || len(granted) != 1 || granted[0] != 1900 || refused != 23 {
+		t.Fatalf("24 reservations at once: granted %v (sum %d of %d), %d refused; want [1900] and 23 refused", granted, sum, budget, refused)
+	}
+	// The request used 700: the round's commit settles with -1200.
+	own("web/reserve")
+	r := Round("web/reserve", 0, "answer")
+	r.Spend = &agent.Spend{Person: person, Day: day, Tokens: 700 - 1900}
+	if err := s.Commit(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.Spent(ctx, person, day); err != nil || n != 700 {
+		t.Fatalf("Spent after settling = %d, %v; want 700", n, err)
+	}
+	// 1300 left: a want of 1900 is shrunk to it.
+	if n, spent, err := s.Reserve(ctx, person, day, 300, 1900, budget); err != nil || n != 1300 || spent != 700 {
+		t.Fatalf("Reserve with 1300 left = %d, %d, %v; want 1300, 700", n, spent, err)
+	}
+	if _, spent, err := s.Reserve(ctx, person, day, 1, 1, budget); !errors.Is(err, agent.ErrOverBudget) || spent != budget {
+		t.Fatalf("Reserve on a full day = %d, %v; want ErrOverBudget with %d", spent, err, budget)
+	}
+	// A reservation no commit settles is given back; never below 0.
+	if _, _, err := s.Reserve(ctx, person, day, -5000, -5000, 0); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.Spent(ctx, person, day); err != nil || n != 0 {
+		t.Fatalf("Spent after giving back more than was charged = %d, %v; want 0", n, err)
 	}
 }
 
