@@ -12,7 +12,8 @@
 // another workspace, as a Slack Connect user), pins and reactions it was
 // asked for, records every call, enforces rate limits when asked (Limit
 // per method, LimitPerChannel per method and channel), and injects
-// faults: error codes (Fail), HTTP statuses (FailHTTP), slow answers
+// faults: error codes (Fail), HTTP statuses (FailHTTP), an egress
+// proxy's refusal with its own HTML page (RefuseAtProxy), slow answers
 // (Delay), deleted messages (Delete) and Socket Mode disconnects
 // (Disconnect).
 //
@@ -179,6 +180,7 @@ type Server struct {
 	chanLimits  map[string]*channelLimit // by method
 	failures    map[string][]string
 	httpFaults  map[string][]*fault
+	proxy       []*proxyRule // RefuseAtProxy, oldest first
 	delays      map[string][]*fault
 	held        map[string]int      // calls held by Delay now, by method
 	late        map[string][]*fault // DelayAnswer
@@ -275,14 +277,15 @@ func (s *Server) FailHTTP(method string, status, n int) {
 	s.httpFaults[method] = append(s.httpFaults[method], &fault{status: status, n: n})
 }
 
-// Heal drops the faults still pending for method (Fail, FailHTTP, Delay,
-// DelayAnswer): its next calls are answered as usual.
+// Heal drops the faults still pending for method (Fail, FailHTTP,
+// RefuseAtProxy, Delay, DelayAnswer): its next calls are answered as usual.
 func (s *Server) Heal(method string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.initLocked()
 	delete(s.failures, method)
 	delete(s.httpFaults, method)
+	s.healProxyLocked(method)
 	delete(s.delays, method)
 	delete(s.late, method)
 }
@@ -486,6 +489,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.initLocked()
 	s.host = r.Host
+	if status := s.proxyRefusesLocked(method, params); status != 0 {
+		// Stopped on the way: Slack never sees the call.
+		s.calls = append(s.calls, Call{Method: method, Params: params, At: time.Now(), Error: fmt.Sprintf("proxy %d", status), Status: status})
+		s.mu.Unlock()
+		writeProxyRefusal(w, status)
+		return
+	}
 	d := takeLocked(s.delays, method)
 	if d != nil {
 		if s.held == nil {
