@@ -188,7 +188,9 @@ func checkNamed(c map[string]any, at string, depth int) *apiError {
 // subcommand and its options, the member in a guild channel, a token for
 // the callback) and returns the interaction's id. It fails with
 // ErrNoCommand when no such command with that subcommand is registered
-// for the channel's guild or globally: the user could not have run it.
+// for the channel's guild or globally, and with ErrNoAccess when the user
+// cannot see the channel: the user could not have run it. The member's
+// and the bot's permissions in the channel come with it.
 func (s *Server) Command(channel, userID, name, sub string, options map[string]string) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -235,7 +237,6 @@ func (s *Server) Command(channel, userID, name, sub string, options map[string]s
 	id := s.idLocked()
 	in := &interaction{id: id, channel: channel, user: userID, guild: guild, created: time.Now(), command: true,
 		token: base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf("interaction:%s:%s%d", id, "fake", time.Now().UnixNano())))}
-	s.interactions[id] = in
 	data := map[string]any{"id": cmd["id"], "name": name, "type": 1}
 	if sub != "" {
 		data["options"] = []any{map[string]any{"name": sub, "type": optSubcommand, "options": subOpts}}
@@ -245,7 +246,7 @@ func (s *Server) Command(channel, userID, name, sub string, options map[string]s
 	}
 	ev := map[string]any{
 		"id": id, "application_id": BotID, "type": interactionCommand, "token": in.token, "version": 1,
-		"data": data, "channel_id": channel, "channel": ch.json(), "app_permissions": "2248473465835073",
+		"data": data, "channel_id": channel, "channel": ch.json(),
 		"locale": "en-US", "entitlements": []any{}, "attachment_size_limit": 10485760,
 		"authorizing_integration_owners": map[string]any{"0": guild},
 	}
@@ -255,6 +256,10 @@ func (s *Server) Command(channel, userID, name, sub string, options map[string]s
 	} else {
 		ev["context"], ev["user"] = 1, interactionUserJSON(userID)
 	}
+	if err := s.interactionPermissionsLocked(ev, channel, userID); err != nil {
+		return "", fmt.Errorf("/%s %s: %w", name, sub, err)
+	}
+	s.interactions[id] = in
 	s.dispatchLocked("INTERACTION_CREATE", ev)
 	return id, nil
 }

@@ -33,6 +33,12 @@
 // the flag is never removed by an edit. RefuseComponentsV2 makes it refuse
 // new V2 messages, as a Discord that does not take them would.
 //
+// Permissions as Discord computes them per channel (SetPermissions,
+// SetOverwrite), private threads and their members (AddThread): an
+// interaction carries the member's and the bot's real permission bits,
+// and the bot's own requests are refused without the permission they
+// need (permissions.go).
+//
 // Only tests import it.
 package fakediscord
 
@@ -95,6 +101,7 @@ type channel struct {
 	recipient                   string // a DM's other user
 	archived, locked            bool
 	archivedAt                  time.Time
+	members                     map[string]time.Time // a thread's members, when each joined
 }
 
 func (c *channel) json() map[string]any {
@@ -161,36 +168,38 @@ type Server struct {
 
 	handlers sync.WaitGroup // gateway connections being served
 
-	mu           sync.Mutex // guards everything below
-	closed       bool
-	calls        []Call
-	messages     map[string]*Message
-	order        []string
-	pins         map[string]bool
-	channels     map[string]*channel
-	typing       map[string]int
-	failures     map[string][]*fault // "PATCH message" etc.
-	httpFaults   map[string][]*fault
-	delays       map[string][]*fault
-	lateAnswers  map[string][]*fault // DelayAnswer
-	heldAnswers  int                 // answers a DelayAnswer holds now
-	limits       map[string]*window  // by route
-	retryUntil   map[string]time.Time
-	violations   []string
-	nextID       int64
-	sessions     []*session
-	sessionByID  map[string]*session
-	conns        map[*conn]bool
-	records      []*record // dispatched events, for Missed
-	identifies   int
-	resumes      int
-	peak         int // the most ready connections at once, for MaxConnected
-	interactions map[string]*interaction
-	commands     map[string]commandSet // application commands, by scope ("global" or a guild id)
-	overwrites   map[string]int        // bulk overwrites, by scope
-	noDMs        map[string]bool       // users who take no direct messages from the bot
-	ephemerals   []*Message            // ephemeral interaction replies, oldest first
-	refuseV2     bool                  // RefuseComponentsV2
+	mu             sync.Mutex // guards everything below
+	closed         bool
+	calls          []Call
+	messages       map[string]*Message
+	order          []string
+	pins           map[string]bool
+	channels       map[string]*channel
+	typing         map[string]int
+	failures       map[string][]*fault // "PATCH message" etc.
+	httpFaults     map[string][]*fault
+	delays         map[string][]*fault
+	lateAnswers    map[string][]*fault // DelayAnswer
+	heldAnswers    int                 // answers a DelayAnswer holds now
+	limits         map[string]*window  // by route
+	retryUntil     map[string]time.Time
+	violations     []string
+	nextID         int64
+	sessions       []*session
+	sessionByID    map[string]*session
+	conns          map[*conn]bool
+	records        []*record // dispatched events, for Missed
+	identifies     int
+	resumes        int
+	peak           int // the most ready connections at once, for MaxConnected
+	interactions   map[string]*interaction
+	commands       map[string]commandSet           // application commands, by scope ("global" or a guild id)
+	overwrites     map[string]int                  // bulk overwrites, by scope
+	noDMs          map[string]bool                 // users who take no direct messages from the bot
+	ephemerals     []*Message                      // ephemeral interaction replies, oldest first
+	refuseV2       bool                            // RefuseComponentsV2
+	guildPerms     map[string]int64                // SetPermissions, by "guild/user"
+	permOverwrites map[string]map[string]overwrite // SetOverwrite, by channel and user or guild
 }
 
 func (s *Server) initLocked() {
@@ -217,12 +226,16 @@ func (s *Server) idLocked() string {
 	return strconv.FormatInt(s.nextID, 10)
 }
 
-// AddChannel registers a channel (type 0 text, 1 DM, 11 public thread).
+// AddChannel registers a channel (type 0 text, 1 DM, 11 public thread,
+// 12 private thread, with the bot as its member); AddThread gives a
+// thread its parent.
 func (s *Server) AddChannel(id string, typ int, guildID string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.initLocked()
-	s.channels[id] = &channel{id: id, typ: typ, guildID: guildID}
+	ch := &channel{id: id, typ: typ, guildID: guildID}
+	s.channels[id] = ch
+	s.joinLocked(ch, BotID)
 }
 
 // ArchiveThread archives a thread, as Discord does after its inactivity
@@ -269,8 +282,8 @@ func (s *Server) Limit(route string, n int, per time.Duration) {
 
 // Fail queues an error for the next request matching route, "METHOD
 // kind", where kind is one of messages (the list and posting), message
-// (one message), pins, typing, threads, channel, member, roles, user,
-// gateway or callback (an interaction callback): "PATCH message",
+// (one message), pins, typing, threads, threadmember, channel, member,
+// roles, user, gateway or callback (an interaction callback): "PATCH message",
 // "GET messages", "POST callback". A code of 0 answers a plain
 // HTTP error.
 func (s *Server) Fail(route string, status, code int) {

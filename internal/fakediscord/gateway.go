@@ -519,6 +519,9 @@ func (s *Server) userMessage(channel, userID, content string, files ...Attachmen
 		m.attachments = append(m.attachments, s.attachmentJSON(channel, s.idLocked(), f))
 	}
 	s.addLocked(m)
+	if ch, ok := s.channels[channel]; ok && ch.typ != 12 {
+		s.joinLocked(ch, userID) // posting in a thread joins it; a private one's members are added
+	}
 	js := s.messageJSONLocked(m)
 	if ch, ok := s.channels[channel]; ok && ch.guildID != "" {
 		js["member"] = map[string]any{"roles": []any{}, "joined_at": "2026-01-01T00:00:00Z", "deaf": false, "mute": false, "flags": 0}

@@ -80,9 +80,10 @@ func (in *interaction) metadataJSON() map[string]any {
 		"authorizing_integration_owners": owners, "interacted_message_id": in.message}
 }
 
-// interactionMemberJSON is the member an interaction in a guild carries.
+// interactionMemberJSON is the member an interaction in a guild carries;
+// interactionPermissionsLocked sets its permissions in the channel.
 func interactionMemberJSON(userID string) map[string]any {
-	return map[string]any{"user": interactionUserJSON(userID), "roles": []any{}, "permissions": "2248473465835073",
+	return map[string]any{"user": interactionUserJSON(userID), "roles": []any{}, "permissions": "0",
 		"joined_at": "2026-01-01T00:00:00Z", "deaf": false, "mute": false, "flags": 0, "pending": false,
 		"nick": nil, "avatar": nil, "premium_since": nil, "communication_disabled_until": nil}
 }
@@ -287,19 +288,16 @@ func (s *Server) Click(channel, messageID, userID, customID string) (string, err
 	id := s.idLocked()
 	in := &interaction{id: id, channel: channel, message: m.ID, user: userID, guild: ch.guildID, created: time.Now(),
 		token: base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf("interaction:%s:%s%d", id, "fake", time.Now().UnixNano())))}
-	s.interactions[id] = in
 
 	chJSON := ch.json()
-	const appPermissions = "2248473465835073"
 	ev := map[string]any{
 		"id": id, "application_id": BotID, "type": interactionComp, "token": in.token, "version": 1,
-		"data":            map[string]any{"custom_id": customID, "component_type": componentButton},
-		"channel_id":      channel,
-		"channel":         chJSON,
-		"message":         s.messageJSONLocked(m),
-		"app_permissions": appPermissions,
-		"locale":          "en-US",
-		"entitlements":    []any{},
+		"data":         map[string]any{"custom_id": customID, "component_type": componentButton},
+		"channel_id":   channel,
+		"channel":      chJSON,
+		"message":      s.messageJSONLocked(m),
+		"locale":       "en-US",
+		"entitlements": []any{},
 		// 10 MiB, the attachment limit without boosts.
 		"attachment_size_limit":          10485760,
 		"authorizing_integration_owners": in.metadataJSON()["authorizing_integration_owners"],
@@ -314,6 +312,10 @@ func (s *Server) Click(channel, messageID, userID, customID string) (string, err
 		ev["context"] = 1 // BOT_DM
 		ev["user"] = interactionUserJSON(userID)
 	}
+	if err := s.interactionPermissionsLocked(ev, channel, userID); err != nil {
+		return "", fmt.Errorf("click %s: %w", customID, err)
+	}
+	s.interactions[id] = in
 	s.dispatchLocked("INTERACTION_CREATE", ev)
 	return id, nil
 }

@@ -82,7 +82,7 @@ func formError(field, code, message string) *apiError {
 
 // route is a parsed REST path.
 type route struct {
-	kind  string // messages, message, pins, typing, threads, channel, member, roles, user, gateway, callback
+	kind  string // messages, message, pins, typing, threads, threadmember, channel, member, roles, user, gateway, callback
 	major string // the channel or guild id rate limits are kept by
 	parts []string
 }
@@ -104,6 +104,8 @@ func parseRoute(path string) (route, bool) {
 		return route{kind: "typing", major: p[1], parts: p}, true
 	case len(p) == 5 && p[0] == "channels" && p[2] == "messages" && p[3] == "pins":
 		return route{kind: "pins", major: p[1], parts: p}, true
+	case len(p) == 4 && p[0] == "channels" && p[2] == "thread-members":
+		return route{kind: "threadmember", major: p[1], parts: p}, true
 	case len(p) == 4 && p[0] == "channels" && p[2] == "messages" && p[3] != "pins":
 		return route{kind: "message", major: p[1], parts: p}, true
 	case len(p) == 5 && p[0] == "channels" && p[2] == "messages" && p[4] == "threads":
@@ -377,10 +379,15 @@ func (s *Server) routeLocked(r *http.Request, rt route, body map[string]any) (in
 	if !ok {
 		return 0, nil, fail(404, codeUnknownChannel, "Unknown Channel")
 	}
+	if err := s.botMayLocked(ch, PermViewChannel); err != nil {
+		return 0, nil, err
+	}
 	archived := fail(400, codeThreadArchived, "Thread is archived")
 	switch name {
 	case "GET channel":
 		return 200, ch.json(), nil
+	case "GET threadmember":
+		return s.threadMemberLocked(ch, p[3])
 	case "GET messages":
 		return s.historyLocked(r, ch)
 	case "POST messages":
@@ -389,6 +396,9 @@ func (s *Server) routeLocked(r *http.Request, rt route, body map[string]any) (in
 		}
 		if ch.typ == 1 && s.noDMs[ch.recipient] {
 			return 0, nil, fail(403, 50007, "Cannot send messages to this user")
+		}
+		if err := s.botMayLocked(ch, sendPermission(ch)); err != nil {
+			return 0, nil, err
 		}
 		nonce, enforce, err := nonceOf(body)
 		if err != nil {
@@ -490,6 +500,9 @@ func (s *Server) routeLocked(r *http.Request, rt route, body map[string]any) (in
 		s.typing[ch.id]++
 		return 204, nil, nil
 	case "POST threads":
+		if err := s.botMayLocked(ch, PermCreatePublicThreads); err != nil {
+			return 0, nil, err
+		}
 		return s.startThreadLocked(ch, p[3], body)
 	}
 	return 0, nil, fail(405, 0, "405: Method Not Allowed")
@@ -545,6 +558,7 @@ func (s *Server) startThreadLocked(ch *channel, msgID string, body map[string]an
 	}
 	th := &channel{id: m.ID, typ: typ, guildID: ch.guildID, parentID: ch.id, name: name}
 	s.channels[th.id] = th
+	s.joinLocked(th, BotID) // who starts a thread is its member
 	m.thread = th.id
 	ev := th.json()
 	ev["newly_created"] = true
