@@ -63,7 +63,7 @@ func (c *Console) takeFiles(in []postFile) ([]agent.File, []FileInfo, error) {
 	var infos []FileInfo
 	kept := 0
 	for i, f := range in {
-		name := strings.TrimSpace(f.Name)
+		name := strings.TrimSpace(agent.ShownName(f.Name))
 		if name == "" || utf8.RuneCountInString(name) > maxFileName || !utf8.ValidString(name) {
 			return nil, nil, fmt.Errorf("file %d: a file needs a name of 1 to %d characters", i+1, maxFileName)
 		}
@@ -71,7 +71,7 @@ func (c *Console) takeFiles(in []postFile) ([]agent.File, []FileInfo, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("file %s: its data is not base64: %v", name, err)
 		}
-		typ := strings.TrimSpace(f.Type)
+		typ := strings.TrimSpace(agent.ShownName(f.Type))
 		file := agent.File{Name: name, Type: typ, Size: int64(len(raw))}
 		if f.Data == "" && f.Size > 0 {
 			file.Size = f.Size // described by its size; no bytes to keep
@@ -120,7 +120,7 @@ func filesOf(content string) []FileInfo {
 	for _, m := range reFileName.FindAllStringSubmatch(content, -1) {
 		var size int64
 		fmt.Sscan(m[3], &size)
-		out = append(out, FileInfo{Name: unescape(m[1]), Type: unescape(m[2]), Size: size})
+		out = append(out, FileInfo{Name: agent.ShownName(unescape(m[1])), Type: agent.ShownName(unescape(m[2])), Size: size})
 	}
 	return out
 }

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/pinplan/pinplan/internal/fakeopenai"
+)
+
+// formatChars are the invisible format characters a file name must not
+// carry into a thread or a prompt: the bidirectional embeddings,
+// overrides, isolates and marks, and other Cf characters.
+const formatChars = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c\u200b\ufeff"
+
+// formatIn returns the format characters of formatChars in s, "" if none.
+func formatIn(s string) string {
+	var found []rune
+	for _, r := range s {
+		if strings.ContainsRune(formatChars, r) {
+			found = append(found, r)
+		}
+	}
+	return string(found)
+}
+
+// consoleFile is a file as the console lists it under a message.
+type consoleFile struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+}
+
+// consoleThread is GET /api/threads/{id} with the files of each message.
+type consoleThread struct {
+	Messages []struct {
+		Role  string        `json:"role"`
+		Text  string        `json:"text"`
+		Files []consoleFile `json:"files"`
+	} `json:"messages"`
+}
+
+// TestConsoleFileNameBidi (issue 40, item 8): a console message with a
+// file named "invoice\u202efdp.exe" (it reads "invoiceexe.pdf"), which
+// the model is not given (not text): the thread's notice, the console's
+// listing of the message's files (in the POST's answer and in the stored
+// thread) and the <file name=…> the model is given carry the name
+// without its format characters.
+func TestConsoleFileNameBidi(t *testing.T) {
+	t.Parallel()
+	script := fakeopenai.Script(func(string) []fakeopenai.Reply {
+		return []fakeopenai.Reply{donePlan(), {Content: "Looked at it."}}
+	})
+	fake := &fakeopenai.Server{Respond: func(req *openai.ChatCompletionRequest) fakeopenai.Reply { return script(req) }}
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	p := startBot(t, map[string]string{"PINPLAN_DB": filepath.Join(t.TempDir(), "p.db"), "PINPLAN_HTTP_ADDR": "127.0.0.1:0",
+		"OPENAI_BASE_URL": srv.URL + "/v1", "OPENAI_API_KEY": "sk-test"}, botBinary)
+	defer p.stop(t)
+	api := apiClient{t, p.URL}
+	name := "invoice\u202efdp.exe\u2066\u200f\u061c\u200b"
+	status, body := api.do("POST", "/api/threads", map[string]any{"text": "what is this file?",
+		"files": []map[string]string{{"name": name, "type": "application/x-msdownload\u202e", "data": base64.StdEncoding.EncodeToString([]byte("MZ\x90\x00"))}}})
+	if status != http.StatusCreated {
+		t.Fatalf("POST /api/threads: %d %s", status, body)
+	}
+	if got := formatIn(string(decodeJSONString(t, body))); got != "" {
+		t.Errorf("the POST's answer holds %+q: %s", got, body)
+	}
+	var created struct {
+		ID string `json:"id"`
+	}
+	json.Unmarshal(body, &created)
+	var th consoleThread
+	waitFor(t, 60*time.Second, "the answer and the notice", func() bool {
+		_, raw := api.do("GET", "/api/threads/"+created.ID, nil)
+		th = consoleThread{}
+		json.Unmarshal(raw, &th)
+		answered, told := false, false
+		for _, m := range th.Messages {
+			answered = answered || strings.Contains(m.Text, "Looked at it.")
+			told = told || (m.Role != "user" && strings.Contains(m.Text, "attached file"))
+		}
+		return answered && told
+	})
+	listed := false
+	for _, m := range th.Messages {
+		if got := formatIn(m.Text); got != "" {
+			t.Errorf("the console's %s message %q holds %+q", m.Role, m.Text, got)
+		}
+		for _, f := range m.Files {
+			listed = true
+			if got := formatIn(f.Name + f.Type); got != "" || f.Name != "invoicefdp.exe" {
+				t.Errorf("the console lists the file as %+q (type %+q), want \"invoicefdp.exe\" without %+q", f.Name, f.Type, got)
+			}
+		}
+		if m.Role != "user" && strings.Contains(m.Text, "attached file") && !strings.Contains(m.Text, "invoicefdp.exe") {
+			t.Errorf("the notice %q does not name the file as invoicefdp.exe", m.Text)
+		}
+	}
+	if !listed {
+		t.Errorf("the console lists no file under the message: %+v", th.Messages)
+	}
+	var q string
+	for _, req := range fake.Requests() {
+		for _, m := range req.Messages {
+			if strings.Contains(m.Content, "Files attached to") {
+				q = m.Content
+			}
+		}
+	}
+	if !strings.Contains(q, `<file name="invoicefdp.exe"`) || formatIn(q) != "" {
+		t.Errorf("the model was given %+q: want the file named invoicefdp.exe, no format characters", q)
+	}
+}
+
+// TestSlackFileNameBidi (issue 40, item 8): the notice in a Slack thread
+// names an attached file without the bidirectional controls in its
+// name, and so does the file element the model is given.
+func TestSlackFileNameBidi(t *testing.T) {
+	t.Parallel()
+	r := newSlackRig(t, 1, 0, true)
+	p := r.start(t)
+	defer p.stop(t)
+	ev := mention("C1", "1700400000.000100", "what is this?")
+	ev["files"] = []any{r.slack.AddFile("invoice\u202efdp.exe", "application/x-msdownload", []byte("MZ\x90\x00"))}
+	if _, err := r.slack.Push("EvB1", ev); err != nil {
+		t.Fatal(err)
+	}
+	waitReply(t, r.slack, "C1", "1700400000.000100", "All done.")
+	told := waitReply(t, r.slack, "C1", "1700400000.000100", "attached file")
+	if got := formatIn(told.Text); got != "" || !strings.Contains(told.Text, "invoicefdp.exe") {
+		t.Errorf("the thread was told %+q: want invoicefdp.exe named without %+q", told.Text, got)
+	}
+	if q := fileRequestContent(r); !strings.Contains(q, `<file name="invoicefdp.exe"`) || formatIn(q) != "" {
+		t.Errorf("the model was given %+q: want the file named invoicefdp.exe, no format characters", q)
+	}
+}
+
+// decodeJSONString returns raw with JSON's \u escapes decoded, so the
+// characters they stand for can be looked for.
+func decodeJSONString(t testing.TB, raw []byte) []byte {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatalf("decode %s: %v", raw, err)
+	}
+	var b strings.Builder
+	var walk func(any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, x := range v {
+				b.WriteString(k + "\n")
+				walk(x)
+			}
+		case []any:
+			for _, x := range v {
+				walk(x)
+			}
+		case string:
+			b.WriteString(v + "\n")
+		}
+	}
+	walk(v)
+	return []byte(b.String())
+}
