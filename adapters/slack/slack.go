@@ -216,7 +216,32 @@ func classifyOp(op string, pin bool, err error) error {
 		// for anything but a pin) will be the same next time.
 		return fmt.Errorf("slack: %s: %s: %w", op, se.Err, chat.ErrUndeliverable)
 	}
+	if refusedHTTP(err) {
+		// A 4xx with no Slack error body: something on the way (an
+		// egress proxy's 403, a gateway's 401 or 413) refused the
+		// request, and refuses it again on every retry, as Discord's
+		// 4xx do.
+		return fmt.Errorf("slack: %s: %w (%w)", op, chat.ErrUndeliverable, err)
+	}
 	return fmt.Errorf("slack: %s: %w", op, err)
+}
+
+// refusedHTTP reports whether err is an HTTP 4xx answer other than 408
+// (Request Timeout) and 429 (Too Many Requests, here without a
+// Retry-After): a refusal that a retry of the same request cannot
+// change. slack-go reads no body from a non-200 answer, so a Slack error
+// sent with a 4xx lands here too; Slack answers its errors with 200.
+func refusedHTTP(err error) bool {
+	var sc slack.StatusCodeError
+	if !errors.As(err, &sc) {
+		return false
+	}
+	switch c := sc.HTTPStatusCode(); {
+	case c == http.StatusRequestTimeout, c == http.StatusTooManyRequests:
+		return false
+	default:
+		return c >= 400 && c < 500
+	}
 }
 
 // appDenied reports whether an error code means this token or app may
