@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"html"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
@@ -46,6 +47,9 @@ const commandHelp = "*pinplan* plans a multi-step task as a pinned checklist in 
 func (a *Adapter) command(ctx context.Context, cmd slack.SlashCommand) {
 	text := strings.TrimSpace(html.UnescapeString(cmd.Text))
 	log := a.log.With("command", cmd.Command, "channel", cmd.ChannelID, "user", cmd.UserID)
+	if !a.firstCommand(ctx, cmd, log) {
+		return
+	}
 	switch strings.ToLower(text) {
 	case "", "help":
 		a.tellCommand(ctx, cmd, commandHelp)
@@ -84,6 +88,34 @@ func (a *Adapter) command(ctx context.Context, cmd slack.SlashCommand) {
 	}
 }
 
+// firstCommand reports whether cmd is seen for the first time, by its
+// trigger_id, in the store (so on every replica at once): a signed
+// request sent again within its signature's 5-minute window, or a Socket
+// Mode envelope delivered twice, is handled once, before anything is
+// posted. A command without a trigger_id is not one Slack sent. When the
+// store cannot say, the command is refused (the person is told to send it
+// again) rather than risk a second task.
+func (a *Adapter) firstCommand(ctx context.Context, cmd slack.SlashCommand, log *slog.Logger) bool {
+	if cmd.TriggerID == "" {
+		log.Warn("slack: a slash command without a trigger_id; ignored")
+		return false
+	}
+	if a.opts.Dedupe == nil {
+		return true
+	}
+	first, err := a.opts.Dedupe.FirstSeen(ctx, "slack/trigger/"+cmp.Or(cmd.TeamID, a.team())+"/"+cmd.TriggerID, dedupeTTL)
+	switch {
+	case err != nil:
+		log.Error("slack: dedupe a slash command", "trigger_id", cmd.TriggerID, "err", err)
+		a.tellCommand(ctx, cmd, "I could not take this command just now (the bot's log has the details); send it again in a moment.")
+		return false
+	case !first:
+		log.Warn("slack slash command replayed; ignored", "trigger_id", cmd.TriggerID)
+		return false
+	}
+	return true
+}
+
 // status lists the channel's sessions that are working or waiting.
 func (a *Adapter) status(ctx context.Context, cmd slack.SlashCommand) string {
 	if a.opts.Sessions == nil {
@@ -120,6 +152,13 @@ func permalink(domain, channel, ts string) string {
 func (a *Adapter) tellCommand(ctx context.Context, cmd slack.SlashCommand, text string) {
 	if cmd.ResponseURL == "" {
 		a.log.Warn("slack: a slash command without a response_url cannot be answered", "user", cmd.UserID)
+		return
+	}
+	if u, err := url.Parse(cmd.ResponseURL); err != nil || !a.hookURL(u) {
+		// Only Slack's hooks take the answer: a body naming another
+		// address (a local server, a plain-http one) gets nothing sent.
+		a.log.Warn("slack: a slash command's response_url is not Slack's; the answer is not sent", "channel", cmd.ChannelID, "user", cmd.UserID,
+			"scheme", schemeOf(u), "host", hostOf(u))
 		return
 	}
 	msg := &slack.WebhookMessage{Text: text, ResponseType: slack.ResponseTypeEphemeral}
