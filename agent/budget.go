@@ -109,7 +109,7 @@ type view struct {
 
 // limit is the token budget for a request's prompt.
 func (r *Runner) limit(harder bool) int {
-	n := int(float64(r.opts.ContextTokens) * (1 - completionReserve))
+	n := r.opts.ContextTokens - r.maxOutput() // room for the answer
 	if harder {
 		n /= 2
 	}
@@ -333,7 +333,7 @@ func (r *Runner) summaryCall(ctx context.Context, prev string, entries []Entry, 
 	req := openai.ChatCompletionRequest{Model: r.opts.ModelName, Messages: []openai.ChatCompletionMessage{
 		{Role: openai.ChatMessageRoleSystem, Content: summaryPrompt},
 		{Role: openai.ChatMessageRoleUser, Content: b.String()},
-	}}
+	}, MaxTokens: min(r.maxOutput(), 1024)} // under 400 words
 	reply, err := r.complete(ctx, req)
 	if err != nil {
 		return "", openai.Usage{}, err

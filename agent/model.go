@@ -33,6 +33,9 @@ type Reply struct {
 	// FinishReason is the server's finish_reason ("stop", "tool_calls",
 	// "length"), "" when the model does not say.
 	FinishReason string
+	// Estimated: the server sent no usage, so Usage is the runner's
+	// estimate of the request and the reply (DESIGN §18).
+	Estimated bool
 }
 
 // ErrModel wraps every error a Model gives up with, after its retries.

@@ -50,6 +50,10 @@ type Options struct {
 	// reports them (spend.go); 0: no budget.
 	TurnTokens int64
 	UserTokens int64
+	// MaxOutputTokens is every request's max_tokens
+	// (PINPLAN_MAX_OUTPUT_TOKENS); 0 means 15% of ContextTokens. With a
+	// daily budget a request asks for no more than the person has left.
+	MaxOutputTokens int
 	// Events takes the turns' events (an *Events, which passes them to
 	// its subscribers); nil drops them.
 	Events Publisher
@@ -109,6 +113,8 @@ type Runner struct {
 	cancel context.CancelCauseFunc
 	queue  serial.Queue // one run at a time per session key
 	tracer trace.Tracer // from Options.Tracer
+	// noUsage: a reply came without usage and the log said so (complete).
+	noUsage atomic.Bool
 
 	mu    sync.Mutex                         // guards stops, timers, paused and closed
 	stops map[string]context.CancelCauseFunc // cancels each session's running turn
@@ -475,6 +481,9 @@ type session struct {
 	// images are the running turn's images, as data: URLs by SHA-256
 	// (files.go); dropped when the turn ends.
 	images map[string]string
+	// reserved is what Store.Reserve charged for the request in flight
+	// and the next commit settles (spend.go); nil when nothing is.
+	reserved *Spend
 }
 
 // turnContext returns a fresh context for one turn, which Stop cancels.
@@ -616,7 +625,7 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 	drained, ids := r.userEntries(ctx, s, inbox)
 	// A budget already spent stops the turn before anything is asked of
 	// the model, a summary included.
-	if over, err := r.overBudget(ctx, s, &Round{Append: drained, Drained: ids}, 1); over || err != nil {
+	if over, err := r.overBudget(ctx, s, &Round{Append: drained, Drained: ids}, 1, 0); over || err != nil {
 		return err
 	}
 	work := s.tracker.Clone()
@@ -628,9 +637,16 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 		}
 		return err
 	}
-	if over, err := r.overBudget(ctx, s, &Round{Append: drained, Drained: ids}, correct(v.estimated, s.cp.TokenRatio)); over || err != nil {
+	// The request's cost is reserved against the day's budget before it
+	// is made; what it may write (max_tokens) is what the day has left.
+	out := r.maxOutput()
+	if over, err := r.overBudget(ctx, s, &Round{Append: drained, Drained: ids}, correct(v.estimated, s.cp.TokenRatio), out); over || err != nil {
 		return err
 	}
+	if s.reserved != nil {
+		out = min(out, int(s.reserved.Tokens)-correct(v.estimated, s.cp.TokenRatio))
+	}
+	v.req.MaxTokens = out
 	streamed, replyID := r.streaming(ctx, s)
 	reply, err := r.complete(streamed, v.req)
 	if errors.Is(err, ErrContextTooLong) && ctx.Err() == nil {
@@ -639,12 +655,14 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 		r.opts.Logger.Warn("request too long for the model; compacting harder", "session", s.key, "estimated", correct(v.estimated, s.cp.TokenRatio))
 		s.cp.TokenRatio = max(s.cp.TokenRatio*1.5, 1.5)
 		if v, err = r.build(ctx, s, drained, remind, true); err == nil {
+			v.req.MaxTokens = out
 			streamed, replyID = r.streaming(ctx, s)
 			reply, err = r.complete(streamed, v.req)
 		}
 	}
 	if err != nil {
 		if r.ctx.Err() != nil {
+			r.release(s)                // no commit settles it: this process is stopping
 			return context.Cause(r.ctx) // shutdown: stay running, resume later
 		}
 		if by, ok := stopped(ctx); ok {
@@ -664,7 +682,9 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 	msg.ReasoningContent = ""
 	next := s.cp.clone()
 	next.Usage.add(reply.Usage)
-	next.TokenRatio = learn(s.cp.TokenRatio, v.estimated, reply.Usage.PromptTokens)
+	if !reply.Estimated {
+		next.TokenRatio = learn(s.cp.TokenRatio, v.estimated, reply.Usage.PromptTokens)
+	}
 	next.TurnRounds++
 	now := r.opts.Now()
 	asst := Entry{Message: msg, At: now}
@@ -1090,6 +1110,7 @@ func (r *Runner) commit(ctx context.Context, s *session, rd *Round, next Checkpo
 	s.hist = append(s.hist, rd.Append...)
 	s.cp = next
 	s.tracker = work
+	s.reserved = nil // settled by rd.Spend
 	for _, id := range rd.Drained {
 		delete(s.files, id) // in the history now
 	}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -15,6 +16,32 @@ import (
 // Options.UserTokens for their UTC day. What each round used is charged
 // to the requester's day in the round's own commit (Round.Spend), so
 // every session and replica sharing the store counts it.
+
+// A request's cost is reserved before it is made: round asks
+// Store.Reserve for its prompt estimate plus its max_tokens, in the one
+// transaction that checks the person's day, so parallel threads (and
+// replicas) of one person cannot pass the budget together; the request
+// asks for no more output than the day has left. The round's commit
+// settles the reservation with what the server's usage says (Round.Spend
+// is usage less the reservation, so it gives back what was not used). A
+// request that fails is settled by the commit that ends the turn; one
+// cut short by a shutdown gives its reservation back (release). A
+// process killed with a request in flight leaves its reservation
+// charged: at most one request's max_tokens more than was used, never
+// less. A server that sends no usage is charged an estimate (complete).
+
+// minOutput is the least max_tokens a request is made with under a daily
+// budget: a request with less room is not worth its prompt.
+const minOutput = 256
+
+// maxOutput is every request's max_tokens (Options.MaxOutputTokens, or
+// the share of the context kept for the answer).
+func (r *Runner) maxOutput() int {
+	if n := r.opts.MaxOutputTokens; n > 0 {
+		return n
+	}
+	return max(int(float64(r.opts.ContextTokens)*completionReserve), 1)
+}
 
 // Person is whom a session's turn is charged to: the platform (the
 // session key's first part) and the requester's user id, as user ids are
@@ -45,6 +72,13 @@ func turnUsed(cp Checkpoint) int64 { return cp.Usage.Tokens() - cp.TurnBase }
 // none, or nobody to charge).
 func (r *Runner) spend(s *session, next Checkpoint) *Spend {
 	n := next.Usage.Tokens() - s.cp.Usage.Tokens()
+	if res := s.reserved; res != nil {
+		// Settled on the day the reservation was made.
+		if n -= res.Tokens; n == 0 {
+			return nil
+		}
+		return &Spend{Person: res.Person, Day: res.Day, Tokens: n}
+	}
 	p := Person(s.key, next.Requester)
 	if n <= 0 || p == "" {
 		return nil
@@ -52,11 +86,28 @@ func (r *Runner) spend(s *session, next Checkpoint) *Spend {
 	return &Spend{Person: p, Day: Day(next.Updated), Tokens: n}
 }
 
+// release gives back a reservation no commit will settle.
+func (r *Runner) release(s *session) {
+	res := s.reserved
+	if res == nil {
+		return
+	}
+	s.reserved = nil
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, _, err := r.opts.Store.Reserve(ctx, res.Person, res.Day, -res.Tokens, -res.Tokens, 0); err != nil {
+		r.opts.Logger.Warn("give back a token reservation; the person's day stays charged with it", "session", s.key, "tokens", res.Tokens, "err", err)
+	}
+}
+
 // overBudget ends the turn, with rd, when its next model request would
 // pass a token budget; next is that request's estimated prompt tokens
-// (1 before it is built: a request costs something). It reports whether
-// it ended the turn.
-func (r *Runner) overBudget(ctx context.Context, s *session, rd *Round, next int) (bool, error) {
+// (1 before it is built: a request costs something). With out > 0 the
+// request is about to be made with up to out tokens of output: its cost
+// is reserved against the person's day (s.reserved), between next +
+// minOutput and next + out, or the turn ends when not even the least
+// fits. It reports whether it ended the turn.
+func (r *Runner) overBudget(ctx context.Context, s *session, rd *Round, next, out int) (bool, error) {
 	if budget := r.opts.TurnTokens; budget > 0 {
 		if used := turnUsed(s.cp); used+int64(next) > budget {
 			text := fmt.Sprintf("This turn reached its budget of %s tokens (PINPLAN_TURN_TOKENS): it used %s", count(budget), count(used))
@@ -73,7 +124,25 @@ func (r *Runner) overBudget(ctx context.Context, s *session, rd *Round, next int
 		return false, nil
 	}
 	now := r.opts.Now()
-	spent, err := r.opts.Store.Spent(ctx, p, Day(now))
+	var spent int64
+	var err error
+	if out > 0 {
+		need := int64(next + min(out, minOutput))
+		var charged int64
+		charged, spent, err = r.opts.Store.Reserve(ctx, p, Day(now), need, int64(next+out), budget)
+		if err == nil {
+			if res := s.reserved; res != nil && res.Person == p && res.Day == Day(now) {
+				charged += res.Tokens // one a failed commit left: settled together
+			}
+			s.reserved = &Spend{Person: p, Day: Day(now), Tokens: charged}
+			return false, nil
+		}
+		if errors.Is(err, ErrOverBudget) {
+			err, next = nil, int(need)
+		}
+	} else {
+		spent, err = r.opts.Store.Spent(ctx, p, Day(now))
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return false, nil // stopped or shutting down: the request says so
@@ -82,7 +151,7 @@ func (r *Runner) overBudget(ctx context.Context, s *session, rd *Round, next int
 		r.opts.Logger.Warn("read the requester's tokens today; going on without the daily budget", "session", s.key, "err", err)
 		return false, nil
 	}
-	if spent+int64(next) <= budget {
+	if out == 0 && spent+int64(next) <= budget {
 		return false, nil
 	}
 	text := fmt.Sprintf("You have used %s of your %s tokens for today (PINPLAN_USER_TOKENS_PER_DAY)", count(spent), count(budget))

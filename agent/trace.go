@@ -166,6 +166,22 @@ func parseTraceparent(v string) trace.SpanContext {
 
 // complete is one model request, in its chat span.
 func (r *Runner) complete(ctx context.Context, req openai.ChatCompletionRequest) (Reply, error) {
+	reply, err := r.completeTraced(ctx, req)
+	if err == nil && reply.Usage.PromptTokens == 0 && reply.Usage.CompletionTokens == 0 {
+		// The server sends no usage: the budgets charge an estimate
+		// (DESIGN §18), said once in the log.
+		if r.noUsage.CompareAndSwap(false, true) {
+			r.opts.Logger.Warn("the model server sends no usage: charging an estimate of each request's tokens to the budgets", "model", req.Model)
+		}
+		reply.Usage.PromptTokens = estimate(req)
+		reply.Usage.CompletionTokens = estimateMessage(reply.Message)
+		reply.Usage.TotalTokens = reply.Usage.PromptTokens + reply.Usage.CompletionTokens
+		reply.Estimated = true
+	}
+	return reply, err
+}
+
+func (r *Runner) completeTraced(ctx context.Context, req openai.ChatCompletionRequest) (Reply, error) {
 	if r.tracer == nil {
 		return r.opts.Model.Complete(ctx, req)
 	}

@@ -31,7 +31,9 @@ func TestTokenBudgets(t *testing.T) {
 	// (about 1,500 more) would not. That leaves its requester 200 short
 	// of their day's 6,200: less than any request's prompt.
 	model := &fakeopenai.Server{Respond: func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
-		usage := &openai.Usage{PromptTokens: 1500, CompletionTokens: 1500, TotalTokens: 3000}
+		// Completions of 1,000 fit each request's max_tokens, which is
+		// what the day has left (the second round's is under 1,500).
+		usage := &openai.Usage{PromptTokens: 2000, CompletionTokens: 1000, TotalTokens: 3000}
 		var asked string
 		tools := 0
 		for _, m := range req.Messages {
@@ -117,8 +119,8 @@ func TestTokenBudgets(t *testing.T) {
 	for _, want := range []string{
 		`pinplan_budget_refusals_total{budget="turn"} 1`,
 		`pinplan_budget_refusals_total{budget="day"} 1`,
-		`pinplan_model_tokens_total{kind="prompt"} 4500`,
-		`pinplan_model_tokens_total{kind="completion"} 4500`,
+		`pinplan_model_tokens_total{kind="prompt"} 6000`,
+		`pinplan_model_tokens_total{kind="completion"} 3000`,
 	} {
 		if !strings.Contains(metrics, want+"\n") {
 			t.Errorf("/metrics lacks %s", want)
@@ -188,5 +190,138 @@ func TestDailyBudgetAcrossReplicas(t *testing.T) {
 	}
 	if n := len(r.model.Requests()); n != asked {
 		t.Errorf("model requests went from %d to %d for a message over the day's budget\n%s", asked, n, other.stderr)
+	}
+}
+
+// budgetRig is a bot on Slack with PINPLAN_USER_TOKENS_PER_DAY set and the
+// model m.
+func budgetRig(t *testing.T, m *fakeopenai.Server, budget string) (*slackRig, *botProc) {
+	slack := &fakeslack.Server{}
+	ss := httptest.NewServer(slack)
+	t.Cleanup(ss.Close)
+	ms := httptest.NewServer(m)
+	t.Cleanup(ms.Close)
+	rig := &slackRig{slack: slack, model: m, slackURL: ss.URL, env: map[string]string{
+		"PINPLAN_DB": filepath.Join(t.TempDir(), "budget.db"), "PINPLAN_HTTP_ADDR": "127.0.0.1:0",
+		"OPENAI_BASE_URL": ms.URL + "/v1", "OPENAI_API_KEY": "sk-test",
+		"SLACK_BOT_TOKEN": "xoxb-test-token", "SLACK_API_URL": ss.URL + "/api/", "SLACK_APP_TOKEN": "xapp-test-token",
+		"PINPLAN_USER_TOKENS_PER_DAY": budget,
+	}}
+	p := rig.start(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("model requests: %d\nslack messages: %+v\nbot stderr:\n%s", len(m.Requests()), slack.Messages("C1"), p.stderr)
+		}
+	})
+	return rig, p
+}
+
+// usageOf is what the console says a person used today.
+func usageOf(t *testing.T, p *botProc, person string) int64 {
+	var usage struct {
+		People []struct {
+			Person string `json:"person"`
+			Tokens int64  `json:"tokens"`
+		} `json:"people"`
+	}
+	getJSON(t, p.URL+"/api/usage", &usage)
+	for _, u := range usage.People {
+		if u.Person == person {
+			return u.Tokens
+		}
+	}
+	return 0
+}
+
+// TestDailyBudgetParallelThreads: one person mentioning the bot in 8
+// threads at once cannot pass PINPLAN_USER_TOKENS_PER_DAY together: each
+// request's cost (its prompt and its max_tokens) is reserved before it is
+// made, so while one request is in flight the others find the day spent
+// and are answered with the budget, with no model request (DESIGN §18).
+// Before reservations, all 8 were answered: 15,200 of 2,000 tokens.
+func TestDailyBudgetParallelThreads(t *testing.T) {
+	t.Parallel()
+	const budget = 2000
+	model := &fakeopenai.Server{Respond: func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
+		time.Sleep(time.Second) // the requests of the 8 threads overlap
+		return fakeopenai.Reply{Content: "Here you are.", Usage: &openai.Usage{PromptTokens: 400, CompletionTokens: 1500, TotalTokens: 1900}}
+	}}
+	rig, p := budgetRig(t, model, fmt.Sprint(budget))
+	defer p.stop(t)
+	var threads []string
+	for i := range 8 {
+		ts := fmt.Sprintf("1700001%03d.000100", i)
+		threads = append(threads, ts)
+		if _, err := rig.slack.Push(fmt.Sprint("EvPar", i), mention("C1", ts, "summarise the incident")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	answered, refused := 0, 0
+	waitFor(t, 60*time.Second, "every thread answered or refused", func() bool {
+		answered, refused = 0, 0
+		for _, ts := range threads {
+			for _, m := range rig.slack.Messages("C1") {
+				if m.ThreadTS != ts || m.BotID == "" || m.Blocks != "" {
+					continue
+				}
+				switch {
+				case strings.Contains(m.Text, "Here you are."):
+					answered++
+				case strings.Contains(m.Text, "tokens for today"):
+					refused++
+				}
+			}
+		}
+		return answered+refused == len(threads)
+	})
+	if answered != 1 || refused != 7 {
+		t.Errorf("8 threads at once on a budget of %d, 1,900 tokens a request: %d answered, %d refused; want 1 and 7", budget, answered, refused)
+	}
+	if n := len(model.Requests()); n != answered {
+		t.Errorf("model requests = %d for %d answers", n, answered)
+	}
+	for i, req := range model.Requests() {
+		if req.MaxTokens <= 0 || req.MaxTokens > budget {
+			t.Errorf("request %d: max_tokens = %d, want within the day's %d", i, req.MaxTokens, budget)
+		}
+	}
+	if used := usageOf(t, p, "slack/U1"); used > budget {
+		t.Errorf("the console says slack/U1 used %d of %d tokens", used, budget)
+	}
+}
+
+// TestDailyBudgetWithoutUsage: a server that reports no usage is charged
+// an estimate of what it was sent and what it wrote, and the log says
+// once that it sends none; before, every long answer went through a
+// 2,000-token budget and the console listed nobody (DESIGN §18).
+func TestDailyBudgetWithoutUsage(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("The incident began when the primary database ran out of disk. ", 300) // about 2,700 words
+	model := &fakeopenai.Server{NoUsage: true, Respond: func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
+		return fakeopenai.Reply{Content: long}
+	}}
+	rig, p := budgetRig(t, model, "2000")
+	defer p.stop(t)
+	answered := 0
+	for i := range 5 {
+		ts := fmt.Sprintf("1700002%03d.000100", i)
+		if _, err := rig.slack.Push(fmt.Sprint("EvNoUsage", i), mention("C1", ts, "write up the incident")); err != nil {
+			t.Fatal(err)
+		}
+		reply := waitReply(t, rig.slack, "C1", ts, "")
+		if strings.Contains(reply.Text, "The incident began") {
+			answered++
+		} else if !strings.Contains(reply.Text, "tokens for today") {
+			t.Errorf("thread %d answered %q, want the answer or the budget", i, reply.Text)
+		}
+	}
+	if answered != 1 {
+		t.Errorf("%d of 5 long answers went through a budget of 2,000 from a server that sends no usage, want 1", answered)
+	}
+	if used := usageOf(t, p, "slack/U1"); used <= 0 || used > 2000 {
+		t.Errorf("the console says slack/U1 used %d tokens, want an estimate above 0 and within the budget", used)
+	}
+	if n := strings.Count(p.stderr.String(), "sends no usage"); n != 1 {
+		t.Errorf("the log says %d times that the server sends no usage, want once", n)
 	}
 }

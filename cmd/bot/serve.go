@@ -123,7 +123,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	runner, err := agent.NewRunner(agent.Options{
 		Model: model, Store: db, Tools: registry, ModelName: modelName,
 		SystemPrompt: systemPrompt, StaleRounds: cfg.StaleRounds, ReminderRole: cfg.ReminderRole, MaxRounds: cfg.MaxRounds,
-		ApprovalTimeout: cfg.ApprovalTimeout, ContextTokens: cfg.ContextTokens, Approvers: cfg.Approvers,
+		ApprovalTimeout: cfg.ApprovalTimeout, ContextTokens: cfg.ContextTokens, MaxOutputTokens: cfg.MaxOutput, Approvers: cfg.Approvers,
 		TurnTokens: int64(cfg.TurnTokens), UserTokens: int64(cfg.UserTokens),
 		Events: events, Logger: log.With("component", "agent"), Owners: owners(rep),
 		Tracer: traces.provider, TraceContent: traces.content,

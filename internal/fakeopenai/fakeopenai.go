@@ -159,6 +159,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", param, msg)
 		return
 	}
+	if req.MaxTokens < 0 {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "max_tokens", fmt.Sprintf("Invalid 'max_tokens': integer below minimum value. Expected a value >= 1, but got %d instead.", req.MaxTokens))
+		return
+	}
 	prompt := CountTokens(&req)
 	if s.ContextWindow > 0 && prompt > s.ContextWindow {
 		s.mu.Lock()
@@ -215,16 +219,27 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			reply.ToolCalls[i].ID = fmt.Sprintf("call_%d_%d", len(req.Messages), i)
 		}
 	}
+	// A model writes no more than max_tokens: a longer answer is cut
+	// there and finishes with "length" (the fake counts a token per 4
+	// bytes of what it writes).
+	cut := req.MaxTokens > 0 && 5+len(reply.Content)/4 > req.MaxTokens
+	if cut {
+		reply.Content = strings.ToValidUTF8(reply.Content[:max(req.MaxTokens-5, 0)*4], "")
+	}
 	usage := openai.Usage{PromptTokens: prompt, CompletionTokens: 5 + len(reply.Content)/4}
 	usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens
 	if reply.Usage != nil {
 		usage = *reply.Usage
+		if req.MaxTokens > 0 && usage.CompletionTokens > req.MaxTokens {
+			usage.CompletionTokens = req.MaxTokens
+			usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens
+		}
 	}
 	if s.NoUsage {
 		usage = openai.Usage{}
 	}
 	if req.Stream {
-		s.stream(r.Context(), w, &req, reply, usage, f)
+		s.stream(r.Context(), w, &req, reply, usage, f, cut)
 		return
 	}
 	msg := openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: reply.Content, ReasoningContent: reply.Reasoning}
@@ -232,6 +247,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for _, c := range reply.ToolCalls {
 		msg.ToolCalls = append(msg.ToolCalls, openai.ToolCall{ID: c.ID, Type: openai.ToolTypeFunction, Function: openai.FunctionCall{Name: c.Name, Arguments: c.Arguments}})
 		finish = openai.FinishReasonToolCalls
+	}
+	if cut {
+		finish = openai.FinishReasonLength
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(openai.ChatCompletionResponse{
@@ -241,7 +259,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func (s *Server) stream(ctx context.Context, w http.ResponseWriter, req *openai.ChatCompletionRequest, reply Reply, usage openai.Usage, f Fault) {
+func (s *Server) stream(ctx context.Context, w http.ResponseWriter, req *openai.ChatCompletionRequest, reply Reply, usage openai.Usage, f Fault, cut bool) {
 	flusher, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
@@ -292,6 +310,9 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, req *openai.
 	finish := openai.FinishReasonStop
 	if len(reply.ToolCalls) > 0 {
 		finish = openai.FinishReasonToolCalls
+	}
+	if cut {
+		finish = openai.FinishReasonLength
 	}
 	send(openai.ChatCompletionStreamChoiceDelta{}, finish)
 	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {

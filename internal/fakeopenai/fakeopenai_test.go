@@ -2,10 +2,12 @@ package fakeopenai
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	openai "github.com/sashabaranov/go-openai"
@@ -126,5 +128,30 @@ func TestRefusalReachesTheClient(t *testing.T) {
 	}
 	if apiErr.HTTPStatusCode != http.StatusBadRequest || apiErr.Type != "invalid_request_error" || apiErr.Message == "" {
 		t.Errorf("got %d %s %q, want 400 invalid_request_error with OpenAI's message", apiErr.HTTPStatusCode, apiErr.Type, apiErr.Message)
+	}
+}
+
+// TestMaxTokensCutsTheAnswer: a model writes no more than max_tokens; the
+// answer is cut there and finishes with "length", and the usage says so.
+func TestMaxTokensCutsTheAnswer(t *testing.T) {
+	s := &Server{Respond: func(*openai.ChatCompletionRequest) Reply {
+		return Reply{Content: strings.Repeat("word ", 400)}
+	}}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	cfg := openai.DefaultConfig("sk-test")
+	cfg.BaseURL = srv.URL + "/v1"
+	c := openai.NewClientWithConfig(cfg)
+	resp, err := c.CreateChatCompletion(context.Background(), openai.ChatCompletionRequest{Model: "m", MaxTokens: 50,
+		Messages: []openai.ChatCompletionMessage{{Role: openai.ChatMessageRoleUser, Content: "write"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.Choices[0]; got.FinishReason != openai.FinishReasonLength || len(got.Message.Content) > 50*4 || resp.Usage.CompletionTokens > 50 {
+		t.Errorf("with max_tokens 50: finish %q, %d bytes, %d completion tokens; want length, at most 200 bytes and 50 tokens", got.FinishReason, len(got.Message.Content), resp.Usage.CompletionTokens)
+	}
+	if _, err := c.CreateChatCompletion(context.Background(), openai.ChatCompletionRequest{Model: "m", MaxTokens: -1,
+		Messages: []openai.ChatCompletionMessage{{Role: openai.ChatMessageRoleUser, Content: "write"}}}); err == nil {
+		t.Error("max_tokens -1 was accepted")
 	}
 }
