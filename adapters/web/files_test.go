@@ -110,3 +110,55 @@ func TestHistoryShowsFilesUnderTheirMessage(t *testing.T) {
 		t.Error("the message's id changed once its files were read")
 	}
 }
+
+// TestMessageStaysOneStoreWrite (issue 40, item 9): five text files of
+// 250 KiB each, under the model's limit, come to more than a message may
+// take as the store keeps it: the first are kept while the message as
+// the router gets it stays within maxStored, the rest are kept by name
+// and size and FetchFile says why. A type over maxFileType refuses the
+// message with 413, naming the limit.
+func TestMessageStaysOneStoreWrite(t *testing.T) {
+	c, srv, h, _ := newConsole(t, "")
+	post := func(body string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/api/threads", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	var files []string
+	for i := range 5 {
+		files = append(files, `{"name":"n`+string(rune('0'+i))+`.txt","type":"text/plain","data":"`+b64(strings.Repeat("x", 250<<10))+`"}`)
+	}
+	status, body := post(`{"text":"read these","files":[` + strings.Join(files, ",") + `]}`)
+	if status != http.StatusCreated {
+		t.Fatalf("%d %s", status, body)
+	}
+	got := h.got[len(h.got)-1]
+	raw, _ := json.Marshal(got)
+	if len(raw) > maxStored {
+		t.Errorf("the message as stored is %d bytes, want at most %d", len(raw), maxStored)
+	}
+	kept := 0
+	for _, f := range got.Files {
+		if strings.HasPrefix(f.URL, "data:") {
+			kept++
+			continue
+		}
+		if _, err := c.FetchFile(context.Background(), f, 1<<20); err == nil || !strings.Contains(err.Error(), "KiB") {
+			t.Errorf("FetchFile of %s (not kept): %v, want the limit said", f.Name, err)
+		}
+	}
+	if kept != 3 {
+		t.Errorf("%d files kept, want 3 (the most that fit in %d bytes)", kept, maxStored)
+	}
+	long := strings.Repeat("a", maxFileType)
+	status, body = post(`{"text":"x","files":[{"name":"a.txt","type":"text/` + long + `","data":""}]}`)
+	if status != http.StatusRequestEntityTooLarge || !strings.Contains(body, "255") {
+		t.Errorf("a type of %d characters: %d %s, want 413 naming the limit", len(long)+5, status, body)
+	}
+}

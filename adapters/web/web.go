@@ -494,18 +494,29 @@ func (c *Console) send(w http.ResponseWriter, r *http.Request, id string, b post
 		writeErr(w, http.StatusUnprocessableEntity, fmt.Sprintf("the author name is %d characters long; the limit is %d", n, chat.MaxAuthorRunes))
 		return
 	}
-	files, infos, ferr := c.takeFiles(b.Files)
-	if ferr != nil {
+	key := "web/" + id
+	th := chat.Thread{Platform: "web", Key: key, Channel: key, ThreadID: id}
+	in := chat.Incoming{Thread: th, Text: b.Text, Author: author, MessageID: randomID(), Sync: true}
+	sized := in
+	if utf8.RuneCountInString(sized.Text) > chat.MaxMessageRunes {
+		sized.Text = "" // refused for its length by the router, which says the limit
+	}
+	files, infos, ferr := c.takeFiles(b.Files, jsonLen(sized))
+	var big tooLarge
+	switch {
+	case errors.As(ferr, &big):
+		writeErr(w, http.StatusRequestEntityTooLarge, ferr.Error())
+		return
+	case ferr != nil:
 		writeErr(w, http.StatusUnprocessableEntity, ferr.Error())
 		return
 	}
-	key := "web/" + id
-	th := chat.Thread{Platform: "web", Key: key, Channel: key, ThreadID: id}
+	in.Files = files
 	m := Message{ID: "m-" + randomID(), Role: "user", Author: author, Text: b.Text, At: c.opts.Now(), Files: infos}
 	if strings.TrimSpace(b.Text) == "" && len(files) > 0 {
 		m.Text = agent.Inbound{Files: files}.Entry().Text() // what the history will say
 	}
-	err := c.handler.Handle(r.Context(), chat.Incoming{Thread: th, Text: b.Text, Author: author, MessageID: randomID(), Sync: true, Files: files})
+	err := c.handler.Handle(r.Context(), in)
 	var rej *chat.Rejection
 	switch {
 	case errors.As(err, &rej) && rej.Refused:

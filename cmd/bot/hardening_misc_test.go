@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/base64"
+	"fmt"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/pinplan/pinplan/internal/etcdtest"
 	"github.com/pinplan/pinplan/internal/fakeopenai"
 )
 
@@ -170,4 +172,59 @@ func decodeJSONString(t testing.TB, raw []byte) []byte {
 	}
 	walk(v)
 	return []byte(b.String())
+}
+
+// TestConsoleMessageOverStoreLimit (issue 40, item 9): on etcd a console
+// message whose files' types are padded to 40 KB was refused as "the
+// bot's database is unavailable" after etcd refused the write
+// ("request is too large"). A file's type is bounded: the message is
+// refused as too large (413), naming the limit, before the store is
+// asked. The same files with their real types go through: what does
+// not fit the message as stored is described, and the thread answered.
+func TestConsoleMessageOverStoreLimit(t *testing.T) {
+	t.Parallel()
+	etcd := etcdtest.Start(t)
+	script := fakeopenai.Script(func(string) []fakeopenai.Reply {
+		return []fakeopenai.Reply{donePlan(), {Content: "Read them."}}
+	})
+	fake := &fakeopenai.Server{Respond: func(req *openai.ChatCompletionRequest) fakeopenai.Reply { return script(req) }}
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	p := startBot(t, map[string]string{"PINPLAN_DB": filepath.Join(t.TempDir(), "unused.db"), "PINPLAN_HTTP_ADDR": "127.0.0.1:0",
+		"PINPLAN_ETCD_ENDPOINTS": etcd.Endpoint, "PINPLAN_ETCD_PREFIX": "/pinplan/", "PINPLAN_REPLICA_ID": "r0",
+		"OPENAI_BASE_URL": srv.URL + "/v1", "OPENAI_API_KEY": "sk-test"}, botBinary)
+	defer p.stop(t)
+	api := apiClient{t, p.URL}
+	files := func(typ string) []map[string]string {
+		var out []map[string]string
+		for i := range 10 {
+			data := strings.Repeat(fmt.Sprintf("line %d of a note\n", i), 90<<10/18)
+			out = append(out, map[string]string{"name": fmt.Sprintf("note%d.txt", i), "type": typ, "data": base64.StdEncoding.EncodeToString([]byte(data))})
+		}
+		return out
+	}
+	padded := "text/plain; x=" + strings.Repeat("a", 40<<10)
+	status, body := api.do("POST", "/api/threads", map[string]any{"text": "read these", "files": files(padded)})
+	var refused struct {
+		Error string `json:"error"`
+	}
+	json.Unmarshal(body, &refused)
+	if status != http.StatusRequestEntityTooLarge || !strings.Contains(refused.Error, "type") || !strings.Contains(refused.Error, "255") {
+		t.Errorf("a message with 40 KB file types: %d %s, want 413 saying a type's limit (255 characters)", status, body)
+	}
+	status, body = api.do("POST", "/api/threads", map[string]any{"text": "read these", "files": files("text/plain")})
+	if status != http.StatusCreated {
+		t.Fatalf("a message with 10 files of 90 KiB: %d %s, want 201", status, body)
+	}
+	var created struct {
+		ID string `json:"id"`
+	}
+	json.Unmarshal(body, &created)
+	waitFor(t, 60*time.Second, "the answer", func() bool {
+		_, raw := api.do("GET", "/api/threads/"+created.ID, nil)
+		return strings.Contains(string(raw), "Read them.")
+	})
+	if log := p.stderr.String(); strings.Contains(log, "request is too large") {
+		t.Errorf("etcd refused a write as too large:\n%s", log)
+	}
 }
