@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,12 +24,28 @@ type damagedStore struct {
 	*store.DB
 	key    string // the damaged session
 	method string // "Load", "Commit" or "Inbox"
+	// skip is how many calls pass before the damage; failures is how
+	// many fail then (0: all).
+	skip, failures int
+	mu             sync.Mutex // guards skip, failed and repaired
+	failed         int
+	repaired       bool
 }
 
 func (d *damagedStore) damage(method, key string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	if method != d.method || key != d.key {
 		return nil
 	}
+	if d.skip > 0 {
+		d.skip--
+		return nil
+	}
+	if d.failures > 0 && d.failed >= d.failures {
+		return nil
+	}
+	d.failed++
 	return fmt.Errorf("store: %s %s: /data/pinplan.db: %w (page 7: unexpected type); to restore it, stop pinplan, copy your latest backup over /data/pinplan.db", method, key, store.ErrCorrupt)
 }
 
@@ -62,9 +80,10 @@ func planThenAnswer(req *openai.ChatCompletionRequest) fakeopenai.Reply {
 
 // TestDamagedSessionStopsAlone: a store error for one session (a damaged
 // page in its part of the file) ends that session's turn with a message
-// for its thread; the other sessions go on.
+// for its thread; the other sessions go on. (A Commit that fails for good
+// is TestUnsavedSessionTriedAgain's.)
 func TestDamagedSessionStopsAlone(t *testing.T) {
-	for _, method := range []string{"Load", "Commit", "Inbox"} {
+	for _, method := range []string{"Load", "Inbox"} {
 		t.Run(method, func(t *testing.T) {
 			db, _ := openDB(t)
 			st := &damagedStore{DB: db, key: "web/bad", method: method}
@@ -98,5 +117,81 @@ func TestDamagedSessionStopsAlone(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestUnsavedRoundEndsInTheLog: a round the store refuses is not shown:
+// the turn ends as failed on the last saved state, and that ending is in
+// the session's log like every event people see (before, a TurnEnded was
+// published that no log entry backed, while the stored turn still said
+// running).
+func TestUnsavedRoundEndsInTheLog(t *testing.T) {
+	db, _ := openDB(t)
+	// The turn's start is saved; its first round is refused.
+	st := &damagedStore{DB: db, key: "web/bad", method: "Commit", skip: 1, failures: 1}
+	fake := &fakeopenai.Server{Respond: planThenAnswer}
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	model := agent.NewOpenAIModel(agent.OpenAIOptions{BaseURL: srv.URL + "/v1", APIKey: "sk-test", Timeout: 5 * time.Second, BaseBackoff: time.Millisecond})
+	h := &harness{fake: fake, db: db, events: map[string]chan agent.Event{}, model: model}
+	var err error
+	h.runner, err = agent.NewRunner(agent.Options{Model: model, Store: st, ModelName: "fake",
+		Events: publishTo(func(e agent.Event) { h.ch(e.Session) <- e })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.runner.Close)
+	h.send(t, "web/bad", "hello")
+	events := h.waitEnd(t, "web/bad")
+	end := events[len(events)-1]
+	if end.Outcome != agent.Failed || !strings.Contains(end.Text, "could not save") || !errors.Is(end.Err, store.ErrCorrupt) {
+		t.Errorf("the ending: outcome %s, text %q, err %v; want failed, said, with the store's error", end.Outcome, end.Text, end.Err)
+	}
+	if end.Seq == 0 {
+		t.Fatalf("the ending was published with no log entry behind it")
+	}
+	logged, err := db.Log(context.Background(), "web/bad", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(logged) == 0 || logged[len(logged)-1].Seq != end.Seq {
+		t.Errorf("the log ends at %+v, want the published ending %d", logged, end.Seq)
+	}
+	cp, _, _, err := db.Load(context.Background(), "web/bad")
+	if err != nil || cp == nil || cp.State != agent.Idle {
+		t.Errorf("the stored turn after the ending: %+v, %v; want idle", cp, err)
+	}
+}
+
+// TestUnsavedSessionTriedAgain: when the store refuses the round and the
+// ending after it, nothing is shown (nothing is in the log), the stored
+// turn stays as last saved, and the session is tried again from there
+// until the store takes it.
+func TestUnsavedSessionTriedAgain(t *testing.T) {
+	db, _ := openDB(t)
+	st := &damagedStore{DB: db, key: "web/bad", method: "Commit"}
+	st.failed = -1  // let the start through
+	st.failures = 3 // the round, its ending, and the first try again
+	fake := &fakeopenai.Server{Respond: planThenAnswer}
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	model := agent.NewOpenAIModel(agent.OpenAIOptions{BaseURL: srv.URL + "/v1", APIKey: "sk-test", Timeout: 5 * time.Second, BaseBackoff: time.Millisecond})
+	h := &harness{fake: fake, db: db, events: map[string]chan agent.Event{}, model: model}
+	var err error
+	h.runner, err = agent.NewRunner(agent.Options{Model: model, Store: st, ModelName: "fake", UnsavedRetry: 50 * time.Millisecond,
+		Events: publishTo(func(e agent.Event) { h.ch(e.Session) <- e })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.runner.Close)
+	h.send(t, "web/bad", "hello")
+	events := h.waitEnd(t, "web/bad")
+	for _, e := range events {
+		if e.Seq == 0 {
+			t.Errorf("%v published with no log entry behind it: %+v", e.Kind, e)
+		}
+	}
+	if end := events[len(events)-1]; end.Outcome != agent.Done {
+		t.Errorf("the turn tried again ended %s (%q), want done", end.Outcome, end.Text)
 	}
 }

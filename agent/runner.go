@@ -54,6 +54,11 @@ type Options struct {
 	// (PINPLAN_MAX_OUTPUT_TOKENS); 0 means 15% of ContextTokens. With a
 	// daily budget a request asks for no more than the person has left.
 	MaxOutputTokens int
+	// UnsavedRetry is how long a session that could save nothing (a
+	// round and the ending after it refused by the store) waits before it
+	// is run again from its last saved state, doubling each time; 0
+	// means 10 seconds.
+	UnsavedRetry time.Duration
 	// Events takes the turns' events (an *Events, which passes them to
 	// its subscribers); nil drops them.
 	Events Publisher
@@ -115,6 +120,9 @@ type Runner struct {
 	tracer trace.Tracer // from Options.Tracer
 	// noUsage: a reply came without usage and the log said so (complete).
 	noUsage atomic.Bool
+	// unsaved is the retry delay of sessions that could save nothing
+	// (retryUnsaved), guarded by mu.
+	unsaved map[string]time.Duration
 
 	mu    sync.Mutex                         // guards stops, timers, paused and closed
 	stops map[string]context.CancelCauseFunc // cancels each session's running turn
@@ -160,6 +168,9 @@ func NewRunner(opts Options) (*Runner, error) {
 	if opts.ContextTokens <= 0 {
 		opts.ContextTokens = defaultContextTokens
 	}
+	if opts.UnsavedRetry <= 0 {
+		opts.UnsavedRetry = 10 * time.Second
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -170,7 +181,7 @@ func NewRunner(opts Options) (*Runner, error) {
 		opts.Events = nopPublisher{}
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Runner{opts: opts, tracer: newTracer(opts.Tracer), ctx: ctx, cancel: cancel, stops: map[string]context.CancelCauseFunc{}, timers: map[string]*time.Timer{}, paused: map[string]bool{}, early: map[string]string{}}, nil
+	return &Runner{opts: opts, tracer: newTracer(opts.Tracer), ctx: ctx, cancel: cancel, stops: map[string]context.CancelCauseFunc{}, timers: map[string]*time.Timer{}, unsaved: map[string]time.Duration{}, paused: map[string]bool{}, early: map[string]string{}}, nil
 }
 
 // Submit persists a user message for the session and makes sure the
@@ -460,9 +471,39 @@ func (r *Runner) work(key string) {
 		delete(r.early, key) // a stop for a turn this run did not start
 		r.mu.Unlock()
 	}()
-	if err := r.run(key, log); err != nil && r.ctx.Err() == nil {
-		log.Error("session failed", "err", err)
+	err := r.run(key, log)
+	if err == nil || r.ctx.Err() != nil {
+		r.retryUnsaved(key, false)
+		return
 	}
+	if _, ok := errors.AsType[*unsavedError](err); ok {
+		after := r.retryUnsaved(key, true)
+		log.Error("session failed and nothing could be saved; trying it again from its last saved state", "after", after, "err", err)
+		return
+	}
+	log.Error("session failed", "err", err)
+}
+
+// retryUnsaved schedules another run of a session that could save
+// nothing (again: true), after a delay that doubles from
+// Options.UnsavedRetry up to 5 minutes, and returns the delay; with
+// again false it forgets the session's delay.
+func (r *Runner) retryUnsaved(key string, again bool) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !again {
+		delete(r.unsaved, key)
+		return 0
+	}
+	d := r.unsaved[key]
+	if d == 0 {
+		d = r.opts.UnsavedRetry
+	} else {
+		d = min(2*d, 5*time.Minute)
+	}
+	r.unsaved[key] = d
+	time.AfterFunc(d, func() { r.kick(key) })
+	return d
 }
 
 // session is a run's working state; it only changes after a commit.
@@ -484,6 +525,8 @@ type session struct {
 	// reserved is what Store.Reserve charged for the request in flight
 	// and the next commit settles (spend.go); nil when nothing is.
 	reserved *Spend
+	// unsaved: the turn is being ended after a failed save (endUnsaved).
+	unsaved bool
 }
 
 // turnContext returns a fresh context for one turn, which Stop cancels.
@@ -1075,6 +1118,26 @@ func (r *Runner) endTurn(ctx context.Context, s *session, rd *Round, outcome Out
 	return r.commit(ctx, s, rd, next, s.tracker.Clone())
 }
 
+// endUnsaved ends the turn as failed on the last saved state after a
+// round could not be committed (cause); nil when that ending is saved.
+func (r *Runner) endUnsaved(ctx context.Context, s *session, cause error) error {
+	r.opts.Logger.Error("save a round; ending the turn on the last saved state", "session", s.key, "err", cause)
+	s.unsaved = true
+	defer func() { s.unsaved = false }()
+	err := r.endTurn(context.WithoutCancel(ctx), s, nil, Failed, "I could not save this session's progress, so I stopped. The last saved state is kept; send a message to try again.", cause)
+	if err != nil {
+		return &unsavedError{err}
+	}
+	return nil
+}
+
+// unsavedError: neither a round nor the ending after it could be saved;
+// the session is tried again later from its last saved state (work).
+type unsavedError struct{ err error }
+
+func (e *unsavedError) Error() string { return "end the turn after a failed save: " + e.err.Error() }
+func (e *unsavedError) Unwrap() error { return e.err }
+
 // endStopped ends a stopped turn; by is who stopped it.
 func (r *Runner) endStopped(ctx context.Context, s *session, rd *Round, by string) error {
 	return r.endTurn(context.WithoutCancel(ctx), s, rd, Stopped, "Stopped. The plan is kept as it was.", nil, by)
@@ -1104,8 +1167,15 @@ func (r *Runner) commit(ctx context.Context, s *session, rd *Round, next Checkpo
 	rd.Checkpoint = next
 	rd.Spend = r.spend(s, next)
 	if err := r.opts.Store.Commit(context.WithoutCancel(ctx), rd); err != nil {
-		r.publish(Event{Session: s.key, Kind: TurnEnded, Outcome: Failed, Text: "I could not save this session's progress, so I stopped. The last saved state is kept.", Err: err, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision()})
-		return fmt.Errorf("commit round: %w", err)
+		// Nothing of the round is shown: what people see is the log, and
+		// the round is not in it. The turn ends, saved, on the last saved
+		// state; or, when even that cannot be written, the session is
+		// tried again later (work), from that state.
+		err = fmt.Errorf("commit round: %w", err)
+		if errors.Is(err, ErrFenced) || r.ctx.Err() != nil || s.unsaved {
+			return err
+		}
+		return errors.Join(err, r.endUnsaved(ctx, s, err))
 	}
 	s.hist = append(s.hist, rd.Append...)
 	s.cp = next
