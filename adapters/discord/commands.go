@@ -25,7 +25,10 @@ import (
 //   - task: a public reply quoting the task, attributed to the person
 //     (nobody pinged); in a text channel that is the channel's session, or
 //     with ThreadPerTask a new thread started on that reply; in a thread,
-//     the thread's session. The person is the requester.
+//     the thread's session. The person is the requester. Refused, to the
+//     person alone, where they or the bot may not send messages (Send
+//     Messages; Send Messages in Threads in a thread); the quote's links
+//     are not unfurled.
 //   - stop and reset: the router's answer, under the same rules as the
 //     words and buttons (DESIGN §12): a refusal only the person sees.
 //   - status: deferred (Discord shows "pinplan is thinking..." to the
@@ -159,6 +162,11 @@ func (a *Adapter) commandTask(ctx context.Context, i *discordgo.Interaction, use
 		a.respond(ctx, i, "Tell me the task, for example `/pinplan task: plan the release checklist for v2`.", true)
 		return
 	}
+	inThread := i.GuildID != "" && isThread(a.channelType(ctx, i.ChannelID))
+	if why := mayPostTask(i, inThread); why != "" {
+		a.respond(ctx, i, why, true)
+		return
+	}
 	quoted := "> " + strings.ReplaceAll(text, "\n", "\n> ")
 	msg, err := a.respondWith(ctx, i, chat.Shorten(fmt.Sprintf("<@%s> asked pinplan:\n%s", userID, quoted), maxContent))
 	if err != nil {
@@ -167,7 +175,7 @@ func (a *Adapter) commandTask(ctx context.Context, i *discordgo.Interaction, use
 	}
 	channel := i.ChannelID
 	trigger := msg
-	if i.GuildID != "" && a.opts.ThreadPerTask && msg != "" && !isThread(a.channelType(ctx, channel)) {
+	if i.GuildID != "" && a.opts.ThreadPerTask && msg != "" && !inThread {
 		th, err := a.s.MessageThreadStartComplex(channel, msg, &discordgo.ThreadStart{
 			Name: chat.Shorten(firstLine(chat.StripBidi(text), "pinplan task"), 90), AutoArchiveDuration: 1440, Type: discordgo.ChannelTypeGuildPublicThread,
 		}, discordgo.WithContext(ctx))
@@ -260,12 +268,15 @@ func (a *Adapter) respond(ctx context.Context, i *discordgo.Interaction, text st
 	}
 }
 
-// respondWith answers an interaction with a public message and returns
-// the message's id (with_response), "" if Discord did not say.
+// respondWith answers an interaction with a public message, its embeds
+// suppressed, and returns the message's id (with_response), "" if
+// Discord did not say.
 func (a *Adapter) respondWith(ctx context.Context, i *discordgo.Interaction, text string) (string, error) {
 	endpoint := discordgo.EndpointInteractionResponse(i.ID, i.Token)
+	// The text is someone's task: its links are not unfurled into embeds
+	// the bot would seem to vouch for.
 	resp := &discordgo.InteractionResponse{Type: discordgo.InteractionResponseChannelMessageWithSource,
-		Data: &discordgo.InteractionResponseData{Content: text, AllowedMentions: noMentions()}}
+		Data: &discordgo.InteractionResponseData{Content: text, AllowedMentions: noMentions(), Flags: discordgo.MessageFlagsSuppressEmbeds}}
 	body, err := a.s.RequestWithBucketID(http.MethodPost, endpoint+"?with_response=true", resp, endpoint, discordgo.WithContext(ctx))
 	if err != nil {
 		return "", err
