@@ -2,8 +2,8 @@ package main
 
 import (
 	"encoding/base64"
-	"fmt"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -226,5 +226,36 @@ func TestConsoleMessageOverStoreLimit(t *testing.T) {
 	})
 	if log := p.stderr.String(); strings.Contains(log, "request is too large") {
 		t.Errorf("etcd refused a write as too large:\n%s", log)
+	}
+}
+
+// TestDemoPlansFromTheMessageNotItsFiles (issue 40, item 12): in the
+// demo, a message with a file attached is planned from what the person
+// wrote, not from the wrapper the files are quoted to the model in.
+func TestDemoPlansFromTheMessageNotItsFiles(t *testing.T) {
+	t.Parallel()
+	p := demoBot(t, "20ms")
+	defer p.stop(t)
+	api := apiClient{t, p.URL}
+	status, body := api.do("POST", "/api/threads", map[string]any{"text": "plan the team offsite",
+		"files": []map[string]string{{"name": "budget.txt", "type": "text/plain", "data": base64.StdEncoding.EncodeToString([]byte("2000 EUR"))}}})
+	if status != http.StatusCreated {
+		t.Fatalf("POST /api/threads: %d %s", status, body)
+	}
+	var created struct {
+		ID string `json:"id"`
+	}
+	json.Unmarshal(body, &created)
+	var first string
+	waitFor(t, 60*time.Second, "the demo's plan", func() bool {
+		th := api.thread(created.ID)
+		if th.Thread.Plan == nil || len(th.Thread.Plan.Items) == 0 {
+			return false
+		}
+		first = th.Thread.Plan.Items[0].Content
+		return true
+	})
+	if first != "Read the request: plan the team offsite" {
+		t.Errorf("the plan's first item is %q, want %q", first, "Read the request: plan the team offsite")
 	}
 }

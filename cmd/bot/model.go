@@ -104,7 +104,7 @@ func (d demoModel) Complete(ctx context.Context, req openai.ChatCompletionReques
 	for _, m := range req.Messages {
 		switch m.Role {
 		case openai.ChatMessageRoleUser:
-			if m.Content != todo.ReminderText && !strings.HasPrefix(m.Content, "Earlier messages in this thread") {
+			if m.Content != todo.ReminderText && !strings.HasPrefix(m.Content, "Earlier messages in this thread") && !agent.IsFilesEntry(m.Content) {
 				task, round, saved = m.Content, 0, ""
 			}
 		case openai.ChatMessageRoleAssistant:
