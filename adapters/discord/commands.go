@@ -34,7 +34,8 @@ import (
 //   - status: deferred (Discord shows "pinplan is thinking..." to the
 //     person alone), then the sessions of this channel and its threads
 //     that are working or waiting for approval, with links: what the
-//     person can see here, never another channel's.
+//     person can see here, never another channel's, and a private thread
+//     only to its members and those with Manage Threads.
 //
 // Commands need no MessageContent intent: without it pinplan still works
 // through mentions, DMs and commands.
@@ -105,7 +106,7 @@ func (a *Adapter) command(ctx context.Context, i *discordgo.Interaction) {
 	case "stop", "reset":
 		a.commandThreadAction(ctx, i, th, sub.Name, user.ID, name)
 	case "status":
-		a.commandStatus(ctx, i)
+		a.commandStatus(ctx, i, user.ID)
 	default:
 		a.respond(ctx, i, "I don't know `/pinplan "+sub.Name+"`: try `/pinplan task`.", true)
 	}
@@ -195,22 +196,28 @@ func (a *Adapter) commandTask(ctx context.Context, i *discordgo.Interaction, use
 	}
 }
 
-// commandStatus answers /pinplan status: deferred, then the list.
-func (a *Adapter) commandStatus(ctx context.Context, i *discordgo.Interaction) {
+// commandStatus answers /pinplan status for user: deferred, then the
+// list.
+func (a *Adapter) commandStatus(ctx context.Context, i *discordgo.Interaction, user string) {
 	defer0 := &discordgo.InteractionResponse{Type: discordgo.InteractionResponseDeferredChannelMessageWithSource, Data: &discordgo.InteractionResponseData{Flags: discordgo.MessageFlagsEphemeral}}
 	if err := a.s.InteractionRespond(i, defer0, discordgo.WithContext(ctx)); err != nil {
 		a.log.Warn("discord: defer /pinplan status", "interaction", i.ID, "err", err)
 		return
 	}
-	text := a.status(ctx, i.GuildID, i.ChannelID)
+	var perms int64
+	if i.Member != nil {
+		perms = i.Member.Permissions
+	}
+	text := a.status(ctx, i.GuildID, i.ChannelID, user, perms)
 	content := text
 	if _, err := a.s.InteractionResponseEdit(i, &discordgo.WebhookEdit{Content: &content, AllowedMentions: noMentions()}, discordgo.WithContext(ctx)); err != nil {
 		a.log.Warn("discord: answer /pinplan status", "interaction", i.ID, "err", err)
 	}
 }
 
-// status lists the sessions of guild that are working or waiting.
-func (a *Adapter) status(ctx context.Context, guild, here string) string {
+// status lists the sessions of here and its threads that are working or
+// waiting, as user (with perms here) sees them.
+func (a *Adapter) status(ctx context.Context, guild, here, user string, perms int64) string {
 	if a.opts.Sessions == nil {
 		return "`/pinplan status` is not available here: each thread's plan message shows its state."
 	}
@@ -221,8 +228,9 @@ func (a *Adapter) status(ctx context.Context, guild, here string) string {
 	}
 	shown := func(s chat.Listed) bool {
 		channel, ok := strings.CutPrefix(s.Key, "discord/")
-		// Only what the person sees here: this channel and its threads.
-		return ok && (channel == here || guild != "" && a.parentOf(ctx, channel) == here)
+		// Only what the person sees here: this channel and its threads,
+		// a private one only if they are in it or manage threads.
+		return ok && (channel == here || guild != "" && a.parentOf(ctx, channel) == here && a.mayView(ctx, channel, user, perms))
 	}
 	return chat.StatusList(all, shown, "here", func(s chat.Listed, state string) string {
 		return fmt.Sprintf("<#%s> %s: %s", strings.TrimPrefix(s.Key, "discord/"), escapeMarkdown(chat.Shorten(cmp.Or(s.Title, "a task"), 80)), state)
@@ -251,6 +259,7 @@ func (a *Adapter) parentOf(ctx context.Context, channel string) string {
 	}
 	a.mu.Lock()
 	a.chanParents[channel] = parent
+	a.chanTypes[channel] = ch.Type
 	a.mu.Unlock()
 	return parent
 }

@@ -1,7 +1,10 @@
 package discord
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"net/http"
 
 	"github.com/bwmarrin/discordgo"
 )
@@ -12,6 +15,10 @@ import (
 // (app_permissions), as decimal strings discordgo reads into int64s. A
 // thread has its parent's permissions, and sending in it takes Send
 // Messages in Threads instead of Send Messages.
+
+// codeUnknownMember answers a thread member lookup for someone who is
+// not one (with a 404).
+const codeUnknownMember = 10007
 
 // has reports whether perms hold every bit of need; ADMINISTRATOR holds
 // them all.
@@ -40,4 +47,24 @@ func mayPostTask(i *discordgo.Interaction, thread bool) string {
 		return fmt.Sprintf("pinplan can't post in this %s: it needs the %s permission here. Ask a moderator to grant it, then try again.", where, name)
 	}
 	return ""
+}
+
+// mayView reports whether the person (user, with perms in the thread's
+// parent channel) sees the thread: everyone there sees a public one; a
+// private one only its members and those with Manage Threads. A lookup
+// that fails leaves the thread out.
+func (a *Adapter) mayView(ctx context.Context, thread, user string, perms int64) bool {
+	if a.channelType(ctx, thread) != discordgo.ChannelTypeGuildPrivateThread || has(perms, discordgo.PermissionManageThreads) {
+		return true
+	}
+	_, err := a.s.ThreadMember(thread, user, false, discordgo.WithContext(ctx))
+	var re *discordgo.RESTError
+	switch {
+	case err == nil:
+		return true
+	case restCode(err) == codeUnknownMember, errors.As(err, &re) && re.Response != nil && re.Response.StatusCode == http.StatusNotFound:
+		return false
+	}
+	a.log.Warn("discord: look up a thread member for /pinplan status; the thread is left out", "thread", thread, "err", err)
+	return false
 }

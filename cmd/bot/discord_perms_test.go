@@ -5,7 +5,10 @@ import (
 	"testing"
 	"time"
 
+	openai "github.com/sashabaranov/go-openai"
+
 	"github.com/pinplan/pinplan/internal/fakediscord"
+	"github.com/pinplan/pinplan/internal/fakeopenai"
 )
 
 // privateAnswer waits for the interaction's one answer and returns its
@@ -105,6 +108,98 @@ func TestDiscordTaskNeedsSendMessages(t *testing.T) {
 					t.Errorf("a refused task reached the model: %q", c.task)
 				}
 			}
+		}
+	}
+	if v := r.dc.Violations(); len(v) > 0 {
+		t.Errorf("Discord would have refused: %v", v)
+	}
+}
+
+// TestDiscordStatusHidesPrivateThreads (issue 40, 4): /pinplan status in
+// a channel lists its private threads' sessions only to the threads'
+// members and to those with Manage Threads; a public thread's session is
+// listed to everyone there.
+func TestDiscordStatusHidesPrivateThreads(t *testing.T) {
+	t.Parallel()
+	r := newDiscordRig(t, 1, 0)
+	r.dc.AddThread("P1", 12, "C1", "U1") // private: U1 and the bot
+	r.dc.AddThread("T1", 11, "C1")
+	r.dc.SetPermissions("G1", "LEAD", fakediscord.DefaultPermissions|fakediscord.PermManageThreads)
+	release := make(chan struct{})
+	answer := r.model.Respond
+	r.model.Respond = func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
+		if last := req.Messages[len(req.Messages)-1].Content; strings.Contains(last, "confidential") || strings.Contains(last, "public notes") {
+			select {
+			case <-release:
+			case <-time.After(60 * time.Second):
+			}
+		}
+		return answer(req)
+	}
+	p := r.start(t)
+	defer p.stop(t)
+	defer close(release) // before the bot stops
+	defer func() {
+		if t.Failed() {
+			t.Logf("calls %+v\nstderr:\n%s", r.dc.Calls(""), p.stderr)
+		}
+	}()
+	waitFor(t, 10*time.Second, "/pinplan registered", func() bool { return r.dc.Commands("global")["pinplan"] != nil })
+
+	for _, c := range []struct{ channel, task string }{
+		{"P1", "draft the layoff list for the Berlin office (confidential)"},
+		{"T1", "collect the public notes"},
+	} {
+		in, err := r.dc.Command(c.channel, "U1", "pinplan", "task", map[string]string{"task": c.task})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitResponses(t, r.dc, in, 1)
+	}
+	waitFor(t, 20*time.Second, "both tasks working", func() bool {
+		seen := 0
+		for _, req := range r.model.Requests() {
+			last := req.Messages[len(req.Messages)-1].Content
+			if strings.Contains(last, "confidential") || strings.Contains(last, "public notes") {
+				seen++
+			}
+		}
+		return seen >= 2
+	})
+
+	status := func(user string) string {
+		t.Helper()
+		in, err := r.dc.Command("C1", user, "pinplan", "status", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitResponses(t, r.dc, in, 1)
+		var listed string
+		waitFor(t, 10*time.Second, "the status list for "+user, func() bool {
+			for _, m := range r.dc.Ephemerals("C1") {
+				if m.Recipient == user && m.Interaction == in && m.Content != "" {
+					listed = m.Content
+					return true
+				}
+			}
+			return false
+		})
+		return listed
+	}
+	for _, tt := range []struct {
+		name, user string
+		private    bool
+	}{
+		{"not a member", "U2", false},
+		{"the private thread's member", "U1", true},
+		{"Manage Threads", "LEAD", true},
+	} {
+		listed := status(tt.user)
+		if !strings.Contains(listed, "<#T1>") {
+			t.Errorf("%s: status lists %q, want the public thread", tt.name, listed)
+		}
+		if shown := strings.Contains(listed, "<#P1>") || strings.Contains(listed, "layoff"); shown != tt.private {
+			t.Errorf("%s: status lists %q: private thread shown %v, want %v", tt.name, listed, shown, tt.private)
 		}
 	}
 	if v := r.dc.Violations(); len(v) > 0 {
