@@ -64,7 +64,7 @@ func newBenchEnv(b *testing.B, withRouter bool) *benchEnv {
 	}
 	if withRouter {
 		console := web.New(web.Options{})
-		env.router = chat.NewRouter(chat.Options{Runner: env.runner, Store: db, Platforms: map[string]chat.Platform{"web": console}})
+		env.router = chat.NewRouter(chat.Options{Runner: env.runner, Store: db, Log: db, Cards: db, Listings: db, FollowUps: db, Platforms: map[string]chat.Platform{"web": console}})
 		events.Subscribe(env.router)
 	}
 	events.Subscribe(agent.SubscriberFunc(func(e agent.Event) {
@@ -185,7 +185,7 @@ func newApprovalEnv(b *testing.B) *approvalEnv {
 		b.Fatal(err)
 	}
 	console := web.New(web.Options{})
-	env.router = chat.NewRouter(chat.Options{Runner: env.runner, Store: db, Outbox: db, Platforms: map[string]chat.Platform{"web": console}})
+	env.router = chat.NewRouter(chat.Options{Runner: env.runner, Store: db, Log: db, Cards: db, Listings: db, FollowUps: db, Outbox: db, Platforms: map[string]chat.Platform{"web": console}})
 	events.Subscribe(env.router)
 	events.Subscribe(agent.SubscriberFunc(func(e agent.Event) {
 		if e.Kind == agent.ApprovalNeeded {

@@ -61,15 +61,13 @@ type Options struct {
 	Runner Runner
 	Store  BoardStore
 	// Log reads the sessions' logs and keeps their delivery cursors
-	// (deliver.go); nil uses Store when it is a LogStore (store.DB is),
-	// else delivers only what it is told, from memory.
+	// (deliver.go); nil delivers only what it is told, from memory.
 	Log LogStore
-	// Cards keeps the sessions' approval cards; nil uses Store when it
-	// is a CardStore (store.DB is), else keeps them in memory only.
+	// Cards keeps the sessions' approval cards; nil keeps them in this
+	// process's memory only.
 	Cards CardStore
 	// Listings keeps how the sessions are listed (title, deleted); nil
-	// uses Store when it is a ListingStore (store.DB is), else keeps it
-	// in memory only.
+	// keeps them in this process's memory only.
 	Listings  ListingStore
 	Platforms map[string]Platform // by Thread.Platform
 	Logger    *slog.Logger
@@ -100,8 +98,8 @@ type Options struct {
 	// nil: commands are not deduplicated.
 	Dedupe Deduper
 	// FollowUps keeps the follow-ups that wait for their thread's session
-	// (Hold); nil uses Store when it is a FollowUpStore (store.DB is),
-	// else keeps them in memory only.
+	// (Hold); nil keeps them in this process's memory only, which does
+	// not hold across replicas.
 	FollowUps FollowUpStore
 	// FollowUpWait is how long a follow-up waits for its thread's
 	// session before it expires (default FollowUpWait, a minute).
@@ -161,29 +159,20 @@ func NewRouter(opts Options) *Router {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Router{opts: opts, runner: opts.Runner, cards: opts.Cards, listings: opts.Listings, ctx: ctx, cancel: cancel, sessions: map[string]*session{}}
-	if r.cards == nil {
-		r.cards, _ = opts.Store.(CardStore)
-	}
+	// What is not given is kept in this process's memory: said by the
+	// caller, never guessed from Store's methods (a store whose
+	// signatures drift would fall back without a word).
 	if r.cards == nil {
 		r.cards = &memRecords{}
-	}
-	if r.listings == nil {
-		r.listings, _ = opts.Store.(ListingStore)
 	}
 	if r.listings == nil {
 		r.listings = &memRecords{}
 	}
 	r.followUps = opts.FollowUps
 	if r.followUps == nil {
-		r.followUps, _ = opts.Store.(FollowUpStore)
-	}
-	if r.followUps == nil {
 		r.followUps = &memFollowUps{boards: opts.Store, now: opts.Now}
 	}
 	r.logs = opts.Log
-	if r.logs == nil {
-		r.logs, _ = opts.Store.(LogStore)
-	}
 	r.outbox = newOutbox(r, opts.Outbox)
 	r.tracer = newTracer(opts.Tracer)
 	return r

@@ -228,7 +228,7 @@ func TestUnhandledEventStaysQueued(t *testing.T) {
 	ctx := context.Background()
 	cli := etcdtest.Start(t).Client(t)
 	rep, es := replicaOn(t, cli, "r0")
-	router := chat.NewRouter(chat.Options{Store: es, Platforms: map[string]chat.Platform{}})
+	router := chat.NewRouter(chat.Options{Store: es, Log: es, Cards: es, Listings: es, FollowUps: es, Platforms: map[string]chat.Platform{}})
 	t.Cleanup(router.Close)
 	x := New(ctx, Options{Replica: rep, Store: es, Router: router, Runner: fakeTurns{}, Takers: 1})
 	const key = "slack/T1/C1/1700000000.000100"

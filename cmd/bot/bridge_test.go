@@ -41,7 +41,7 @@ func TestConsoleListsOldAndNewBoardRecords(t *testing.T) {
 	old("web/gone", "an old deleted one", true)
 	console := web.New(web.Options{})
 	t.Cleanup(console.Close)
-	router := chat.NewRouter(chat.Options{Runner: &chattest.Runner{}, Store: db, Outbox: db, Platforms: map[string]chat.Platform{"web": console}})
+	router := chat.NewRouter(chat.Options{Runner: &chattest.Runner{}, Store: db, Log: db, Cards: db, Listings: db, FollowUps: db, Outbox: db, Platforms: map[string]chat.Platform{"web": console}})
 	t.Cleanup(router.Close)
 	for _, key := range []string{"web/new", "web/del"} {
 		if err := router.Handle(ctx, chat.Incoming{Thread: chat.Thread{Platform: "web", Key: key, Channel: key[len("web/"):]}, Text: "plan " + key}); err != nil {

@@ -136,7 +136,7 @@ func TestRetentionWaitsForDelivery(t *testing.T) {
 	t.Cleanup(func() { db.Close() })
 	console := web.New(web.Options{})
 	t.Cleanup(console.Close)
-	router := chat.NewRouter(chat.Options{Runner: &chattest.Runner{}, Store: db, Outbox: db, Platforms: map[string]chat.Platform{"web": console}})
+	router := chat.NewRouter(chat.Options{Runner: &chattest.Runner{}, Store: db, Log: db, Cards: db, Listings: db, FollowUps: db, Outbox: db, Platforms: map[string]chat.Platform{"web": console}})
 	t.Cleanup(router.Close)
 
 	const key = "web/r1"
@@ -224,7 +224,7 @@ func TestRetentionForgetsWhatPlatformsKeep(t *testing.T) {
 	t.Cleanup(func() { db.Close() })
 	console := &forgetfulConsole{Console: web.New(web.Options{})}
 	t.Cleanup(console.Close)
-	router := chat.NewRouter(chat.Options{Runner: &chattest.Runner{}, Store: db, Outbox: db, Platforms: map[string]chat.Platform{"web": console}})
+	router := chat.NewRouter(chat.Options{Runner: &chattest.Runner{}, Store: db, Log: db, Cards: db, Listings: db, FollowUps: db, Outbox: db, Platforms: map[string]chat.Platform{"web": console}})
 	t.Cleanup(router.Close)
 
 	const key = "web/r2"

@@ -121,6 +121,7 @@ type stateStore interface {
 	chat.MarkStore
 	chat.BoardLister
 	chat.LogStore
+	chat.FollowUpStore
 	Plans(ctx context.Context, key string) ([]agent.PlanRevision, error)
 	SpentOn(ctx context.Context, day string) ([]agent.Spend, error)
 	SessionCount() (int, error)

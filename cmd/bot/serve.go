@@ -137,7 +137,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	if rep != nil {
 		chatRunner, fence = replica.NewRunner(runner, rep, log.With("component", "replica")), rep
 	}
-	router := chat.NewRouter(chat.Options{Runner: chatRunner, Store: db, Log: db, Cards: db, Listings: db, Outbox: db, Platforms: ps.byName, Logger: log.With("component", "chat"), Hooks: hooks,
+	router := chat.NewRouter(chat.Options{Runner: chatRunner, Store: db, Log: db, Cards: db, Listings: db, FollowUps: db, Outbox: db, Platforms: ps.byName, Logger: log.With("component", "chat"), Hooks: hooks,
 		Approvers: cfg.Approvers, ThreadContext: cfg.ThreadContext, Fence: fence, Dedupe: db, Tracer: traces.provider})
 	// The way in: the router, or with replicas the session's queue in
 	// etcd (replica.Handler.Handle).
