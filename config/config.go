@@ -224,20 +224,12 @@ func Load(getenv func(string) string) (*Config, error) {
 		c.SlackAPIURL += "/"
 	}
 	c.DiscordAPIURL = strings.TrimRight(c.DiscordAPIURL, "/")
+	checkTokens(&l, c)
 	if c.SlackBotToken != "" && c.SlackAppToken == "" && c.SlackSigningSecret == "" {
 		l.fail("SLACK_BOT_TOKEN", "is set, but neither SLACK_APP_TOKEN (Socket Mode) nor SLACK_SIGNING_SECRET (Events API) is")
 	}
 	if (c.SlackAppToken != "" || c.SlackSigningSecret != "") && c.SlackBotToken == "" {
 		l.fail("SLACK_BOT_TOKEN", "must be set with SLACK_APP_TOKEN or SLACK_SIGNING_SECRET")
-	}
-	// Slack's tokens say what they are: a bot token starts xoxb-, an
-	// app-level token (Socket Mode) xapp-. Pasted into each other's
-	// place they fail later with a bare "invalid_auth"; say it here.
-	if strings.HasPrefix(string(c.SlackBotToken), "xapp-") {
-		l.fail("SLACK_BOT_TOKEN", "is an app-level token (xapp-); the bot token starts with xoxb- (OAuth & Permissions). Are SLACK_BOT_TOKEN and SLACK_APP_TOKEN swapped?")
-	}
-	if c.SlackAppToken != "" && !strings.HasPrefix(string(c.SlackAppToken), "xapp-") {
-		l.fail("SLACK_APP_TOKEN", "must be an app-level token, which starts with xapp- (Basic Information -> App-Level Tokens, scope connections:write). Are SLACK_BOT_TOKEN and SLACK_APP_TOKEN swapped?")
 	}
 	if c.MaxOutput > c.ContextTokens/2 {
 		l.fail("PINPLAN_MAX_OUTPUT_TOKENS", fmt.Sprintf("is %d, more than half of PINPLAN_CONTEXT_TOKENS (%d): the prompt would have too little room", c.MaxOutput, c.ContextTokens))
@@ -266,6 +258,113 @@ func Load(getenv func(string) string) (*Config, error) {
 		return nil, l.err
 	}
 	return c, nil
+}
+
+// checkTokens refuses a platform token of the wrong shape at load, by the
+// key that holds it and never printing it: found here, it is a sentence
+// naming the key; found by the first call, a bare "invalid_auth" or a
+// 401. A token's ends are trimmed (str); what is left holds no
+// whitespace, no invisible character and no quotes. Slack's tokens say
+// what they are: a bot token starts xoxb-, an app-level token (Socket
+// Mode) xapp-, a user token xoxp-. Discord's token is given alone: the
+// "Bot " of its Authorization header is pinplan's to add.
+func checkTokens(l *loader, c *Config) {
+	if p, _, ok := strings.Cut(string(c.DiscordBotToken), " "); ok && (strings.EqualFold(p, "Bot") || strings.EqualFold(p, "Bearer")) {
+		l.fail("DISCORD_BOT_TOKEN", fmt.Sprintf("starts with %q: give the token alone (Developer Portal -> Bot -> Reset Token); pinplan adds \"Bot \" itself", p+" "))
+	}
+	for _, t := range []struct {
+		key string
+		val Secret
+	}{{"SLACK_BOT_TOKEN", c.SlackBotToken}, {"SLACK_APP_TOKEN", c.SlackAppToken}, {"SLACK_SIGNING_SECRET", c.SlackSigningSecret}, {"DISCORD_BOT_TOKEN", c.DiscordBotToken}} {
+		v := string(t.val)
+		switch {
+		case strings.ContainsFunc(v, unicode.IsSpace):
+			l.fail(t.key, "has a space or a line break inside it: copy it again, whole and alone")
+		case strings.ContainsFunc(v, func(r rune) bool { return unicode.Is(unicode.Cf, r) || unicode.IsControl(r) }):
+			l.fail(t.key, "has an invisible character in it (such as a zero-width space): copy it again, or type it")
+		case strings.ContainsAny(v, "\"'`"):
+			l.fail(t.key, "has quotes in it: give the value without them")
+		}
+	}
+	switch bot := string(c.SlackBotToken); {
+	case bot == "" || strings.HasPrefix(bot, "xoxb-"):
+	case strings.HasPrefix(bot, "xapp-"):
+		l.fail("SLACK_BOT_TOKEN", "is an app-level token (xapp-); the bot token starts with xoxb- (OAuth & Permissions). Are SLACK_BOT_TOKEN and SLACK_APP_TOKEN swapped?")
+	case strings.HasPrefix(bot, "xoxp-"):
+		l.fail("SLACK_BOT_TOKEN", "is a user token (xoxp-); pinplan posts as its bot, whose token starts with xoxb- (OAuth & Permissions -> Bot User OAuth Token)")
+	default:
+		l.fail("SLACK_BOT_TOKEN", "must be a bot token, which starts with xoxb- (OAuth & Permissions -> Bot User OAuth Token)")
+	}
+	if c.SlackAppToken != "" && !strings.HasPrefix(string(c.SlackAppToken), "xapp-") {
+		l.fail("SLACK_APP_TOKEN", "must be an app-level token, which starts with xapp- (Basic Information -> App-Level Tokens, scope connections:write). Are SLACK_BOT_TOKEN and SLACK_APP_TOKEN swapped?")
+	}
+}
+
+// Unknown is a name in the environment that looks like one of pinplan's
+// settings (PINPLAN_...) and is none: a typo the process would otherwise
+// ignore in silence, where the file refuses the same name.
+type Unknown struct {
+	Name    string
+	Suggest string // the nearest setting's name, "" when none is near
+}
+
+func (u Unknown) String() string {
+	if u.Suggest == "" {
+		return u.Name + " is not a setting of pinplan's; it is ignored"
+	}
+	return fmt.Sprintf("%s is not a setting of pinplan's; it is ignored (did you mean %s?)", u.Name, u.Suggest)
+}
+
+// UnknownEnv returns the PINPLAN_ names of environ (os.Environ's
+// KEY=value form) that are no setting, in their order: the caller warns
+// of them; they do not stop the process.
+func UnknownEnv(environ []string) []Unknown {
+	var out []Unknown
+	seen := map[string]bool{}
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "PINPLAN_") || name == "PINPLAN_CONFIG" || slices.Contains(keys, name) || seen[name] {
+			continue
+		}
+		seen[name] = true
+		out = append(out, Unknown{Name: name, Suggest: nearest(name, keys)})
+	}
+	return out
+}
+
+// nearest returns the name of names closest to name by edit distance,
+// when it is near enough to be a typo of it (at most 3 edits, and fewer
+// than half its length); otherwise "".
+func nearest(name string, names []string) string {
+	best, bestD := "", 4
+	for _, n := range names {
+		if d := editDistance(name, n); d < bestD && d*2 < len(n) {
+			best, bestD = n, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b, in bytes (the
+// names compared are ASCII).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // Loopback reports whether addr's host is a loopback address or localhost.
@@ -429,7 +528,11 @@ func readFile(path string) (map[string]string, any, error) {
 	out := map[string]string{}
 	for _, k := range names {
 		if !known[k] {
-			return nil, nil, fmt.Errorf("config: %s: unknown key %q", path, k)
+			hint := ""
+			if n := nearest(strings.ToUpper(k), keys); n != "" {
+				hint = fmt.Sprintf(" (did you mean %s?)", strings.ToLower(n))
+			}
+			return nil, nil, fmt.Errorf("config: %s: unknown key %q%s", path, k, hint)
 		}
 		switch v := raw[k].(type) {
 		case string:

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,7 +18,9 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/pinplan/pinplan/internal/etcdtest"
+	"github.com/pinplan/pinplan/internal/fakediscord"
 	"github.com/pinplan/pinplan/internal/fakeopenai"
+	"github.com/pinplan/pinplan/internal/fakeslack"
 )
 
 // formatChars are the invisible format characters a file name must not
@@ -257,5 +263,74 @@ func TestDemoPlansFromTheMessageNotItsFiles(t *testing.T) {
 	})
 	if first != "Read the request: plan the team offsite" {
 		t.Errorf("the plan's first item is %q, want %q", first, "Read the request: plan the team offsite")
+	}
+}
+
+// runBot runs the binary with env to its end (a command, or a serve
+// that stops at once), within a deadline, and returns its output.
+func runBot(t *testing.T, env map[string]string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, botBinary, args...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err = cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("bot %q did not end within 30 s\nstderr:\n%s", args, errb.String())
+	}
+	return out.String(), errb.String(), err
+}
+
+// TestTokenShapesRefusedBeforeConnecting (issue 40, item 15): a Slack
+// bot token that is no bot token (hello, a user token) or a Discord
+// token given with its "Bot " prefix stops the start with a message
+// naming the key, without the token, before any call to the platform.
+func TestTokenShapesRefusedBeforeConnecting(t *testing.T) {
+	t.Parallel()
+	slack := &fakeslack.Server{}
+	ss := httptest.NewServer(slack)
+	defer ss.Close()
+	ds := httptest.NewServer(&fakediscord.Server{})
+	defer ds.Close()
+	base := func(extra map[string]string) map[string]string {
+		env := map[string]string{"PINPLAN_DB": filepath.Join(t.TempDir(), "p.db"), "PINPLAN_HTTP_ADDR": "127.0.0.1:0", "SLACK_API_URL": ss.URL + "/api/", "DISCORD_API_URL": ds.URL}
+		for k, v := range extra {
+			env[k] = v
+		}
+		return env
+	}
+	for _, tc := range []struct {
+		name, key, token string
+		env              map[string]string
+	}{
+		{"hello", "SLACK_BOT_TOKEN", "hello", map[string]string{"SLACK_BOT_TOKEN": "hello", "SLACK_APP_TOKEN": "xapp-test-token"}},
+		{"user token", "SLACK_BOT_TOKEN", "xoxp-1-2-3-usersecret", map[string]string{"SLACK_BOT_TOKEN": "xoxp-1-2-3-usersecret", "SLACK_APP_TOKEN": "xapp-test-token"}},
+		{"Bot prefix", "DISCORD_BOT_TOKEN", "OTAwMDAwMDAwMDAwMDAwMDAx.fake.token", map[string]string{"DISCORD_BOT_TOKEN": "Bot OTAwMDAwMDAwMDAwMDAwMDAx.fake.token"}},
+	} {
+		_, stderr, err := runBot(t, base(tc.env), "-demo")
+		if err == nil || !strings.Contains(stderr, tc.key) || strings.Contains(stderr, tc.token) {
+			t.Errorf("%s: exit %v, stderr %q: want a refusal naming %s, without the token", tc.name, err, stderr, tc.key)
+		}
+	}
+	if calls := slack.Calls(""); len(calls) > 0 {
+		t.Errorf("Slack was called with a token of the wrong shape: %+v", calls)
+	}
+}
+
+// TestUnknownSettingWarned (issue 40, item 15): a PINPLAN_ name in the
+// environment that is no setting is said in the log, with the setting it
+// is nearest to; the bot still starts.
+func TestUnknownSettingWarned(t *testing.T) {
+	t.Parallel()
+	p := startBot(t, map[string]string{"PINPLAN_DB": filepath.Join(t.TempDir(), "p.db"), "PINPLAN_HTTP_ADDR": "127.0.0.1:0", "PINPLAN_MAX_ROUND": "5"}, botBinary, "-demo")
+	defer p.stop(t)
+	waitFor(t, 10*time.Second, "the warning", func() bool { return strings.Contains(p.stderr.String(), "PINPLAN_MAX_ROUND") })
+	if log := p.stderr.String(); !strings.Contains(log, "did you mean PINPLAN_MAX_ROUNDS?") || !strings.Contains(log, "level=WARN") {
+		t.Errorf("the log says:\n%s\nwant a warning naming PINPLAN_MAX_ROUND with \"did you mean PINPLAN_MAX_ROUNDS?\"", log)
 	}
 }

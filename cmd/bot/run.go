@@ -150,10 +150,13 @@ func version() string {
 	return fmt.Sprintf("pinplan %s %s", v, bi.GoVersion)
 }
 
-// run is the whole program; main calls it with the process's environment.
-// -h and help print to stdout and return nil; a bad command line prints
-// the usage to stderr and returns an error.
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+// run is the whole program; main calls it with the process's environment
+// (os.Environ: its names are needed too, to warn of a PINPLAN_ name that
+// is no setting, which a getenv cannot list). -h and help print to
+// stdout and return nil; a bad command line prints the usage to stderr
+// and returns an error.
+func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
+	getenv := lookup(environ)
 	fs := flag.NewFlagSet("bot", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { usage(stderr) }
@@ -236,6 +239,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	if unknown := config.UnknownEnv(environ); len(unknown) > 0 {
+		log := newLogger(cfg, stderr)
+		for _, u := range unknown {
+			hint := ""
+			if u.Suggest != "" {
+				hint = "did you mean " + u.Suggest + "?"
+			}
+			log.Warn("not a setting of pinplan's; ignored", "env", u.Name, "hint", hint)
+		}
+	}
 	switch cmd {
 	case "backup":
 		return backup(ctx, cfg, sub.Arg(0), stdout)
@@ -247,6 +260,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return invite(cfg, stdout)
 	}
 	return serve(ctx, cfg, *demo, getenv, stdout, stderr)
+}
+
+// lookup is os.Getenv over environ (KEY=value entries; the first of a
+// name wins, as in the process environment).
+func lookup(environ []string) func(string) string {
+	m := make(map[string]string, len(environ))
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			if _, dup := m[k]; !dup {
+				m[k] = v
+			}
+		}
+	}
+	return func(k string) string { return m[k] }
 }
 
 func known(name string) bool {

@@ -16,7 +16,11 @@ import (
 
 func runWith(env map[string]string, args ...string) (string, string, error) {
 	var out, errb bytes.Buffer
-	err := run(context.Background(), args, func(k string) string { return env[k] }, &out, &errb)
+	var environ []string
+	for k, v := range env {
+		environ = append(environ, k+"="+v)
+	}
+	err := run(context.Background(), args, environ, &out, &errb)
 	return out.String(), errb.String(), err
 }
 
