@@ -147,6 +147,12 @@ type Click struct {
 	Button   string // the button's id
 	UserID   string // the platform's user id
 	UserName string
+	// Show: the router shows a decided card itself, through the one
+	// delivery step (paced, classified, retried), for a platform whose
+	// answer to the click cannot carry the edit (Slack). Without it the
+	// adapter shows ClickResult.Card in its answer (Discord's message
+	// update, the console's response).
+	Show bool
 }
 
 // ClickResult is how the adapter answers a click: with the pressed
@@ -322,7 +328,29 @@ func (r *Router) Click(ctx context.Context, c Click) ClickResult {
 			v.Cards[id] = got
 		}
 	})
+	if c.Show {
+		r.showDecided(ctx, s, c.Thread, cr.Ref, card)
+	}
 	return ClickResult{Card: &card}
+}
+
+// showDecided edits a card to show card (a click's decision) through the
+// delivery step, as closeCard does for a decision made elsewhere.
+func (r *Router) showDecided(ctx context.Context, s *session, th Thread, ref MessageRef, card Card) {
+	b := s.board
+	ip, ok := b.platform.(Interactive)
+	if !ok || ref.ID == "" {
+		return
+	}
+	since := time.Now()
+	_, err := r.deliver(ctx, "edit_card", th, r.backoff(cardBackoff), cardAttempts, nil, func(ctx context.Context) error {
+		return r.paceSend(ctx, b.platform, th, MethodEdit, PriorityFinal, since, func(ctx context.Context) error {
+			return ip.EditCard(ctx, th, ref, card)
+		})
+	})
+	if err != nil && !r.leftToNext(err) {
+		b.log.Warn("show a decision on its approval card", "err", err)
+	}
 }
 
 // decided is the card after decision d.

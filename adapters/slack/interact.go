@@ -120,16 +120,13 @@ func (a *Adapter) interact(ctx context.Context, cb slack.InteractionCallback) {
 	if dn := a.displayName(ctx, cb.User.ID); dn != "" {
 		name = dn
 	}
-	res := a.opts.Handler.Click(ctx, chat.Click{Thread: th, Button: act.ActionID, UserID: cb.User.ID, UserName: name})
-	switch {
-	case res.Private != "":
+	// A decided card is shown by the router, through its delivery step
+	// (Click.Show): Slack's answer to a click carries no edit. A Stop
+	// shows on the plan message through the plan board.
+	res := a.opts.Handler.Click(ctx, chat.Click{Thread: th, Button: act.ActionID, UserID: cb.User.ID, UserName: name, Show: true})
+	if res.Private != "" {
 		a.opts.Handler.Tell(ctx, th, cb.User.ID, res.Private) // logged by the router if it fails
-	case res.Card != nil:
-		if err := a.EditCard(ctx, th, chat.MessageRef{Channel: channel, ID: msgTS}, *res.Card); err != nil {
-			a.log.Warn("slack show the decision on the card", "err", err)
-		}
 	}
-	// A Stop shows on the plan message through the plan board.
 }
 
 // InteractionsHandler serves POST /slack/interactions: the signature and

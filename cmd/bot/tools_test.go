@@ -595,3 +595,33 @@ func TestSecondTurnOnlyTheRightPeopleAct(t *testing.T) {
 		t.Errorf("out.txt = %q, want U1's write", got)
 	}
 }
+
+// TestSlackClickCardEditRetried: the card edit a click makes goes through
+// the delivery step, so a chat.update that fails (Slack's 503) is tried
+// again and the card shows the decision; before, the adapter edited the
+// card itself, once, and a failed edit left its buttons for good.
+func TestSlackClickCardEditRetried(t *testing.T) {
+	t.Parallel()
+	r := newToolRig(t, true, nil)
+	p := r.start(t)
+	defer p.stop(t)
+	thread := "1700010900.000100"
+	if _, err := r.slack.Push("EvRetry", mention("C1", thread, "write hello")); err != nil {
+		t.Fatal(err)
+	}
+	card, allow := waitCard(t, r.slack, thread, "fs__write_file", "allow")
+	// The next chat.update calls fail: the plan's and the card's.
+	r.slack.FailHTTP("chat.update", http.StatusServiceUnavailable, 3)
+	r.press(t, "U1", thread, card.TS, allow)
+	waitFor(t, 40*time.Second, "the decided card", func() bool {
+		for _, m := range r.slack.Messages("C1") {
+			if m.TS == card.TS {
+				return strings.Contains(m.Blocks, "Allowed once by ann") && !strings.Contains(m.Blocks, `"actions"`)
+			}
+		}
+		return false
+	})
+	if v := r.slack.Violations(); len(v) > 0 {
+		t.Errorf("Slack would have refused: %v", v)
+	}
+}
