@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 
 	"github.com/pinplan/pinplan/config"
 	"github.com/pinplan/pinplan/store"
@@ -18,6 +20,9 @@ func compact(ctx context.Context, cfg *config.Config, out string, stdout io.Writ
 	if err := ctx.Err(); err != nil {
 		return context.Cause(ctx)
 	}
+	if err := dbExists("compact", cfg); err != nil {
+		return err
+	}
 	before, after, err := store.CompactFile(cfg.DB, out)
 	switch {
 	case errors.Is(err, store.ErrLocked):
@@ -29,5 +34,15 @@ func compact(ctx context.Context, cfg *config.Config, out string, stdout io.Writ
 	}
 	fmt.Fprintf(stdout, "pinplan: compacted %s (%d bytes) into %s (%d bytes)\n", cfg.DB, before, out, after)
 	fmt.Fprintf(stdout, "pinplan: to use it, with the bot stopped, move %s over %s (keep the old file until the bot has started on the new one)\n", out, cfg.DB)
+	return nil
+}
+
+// dbExists refuses a command on a database file that is not there
+// (opening it would create an empty one): a wrong PINPLAN_DB or folder
+// must say so.
+func dbExists(cmd string, cfg *config.Config) error {
+	if _, err := os.Stat(cfg.DB); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s: %s does not exist; set PINPLAN_DB to the bot's database (or run from the folder the bot runs in)", cmd, cfg.DB)
+	}
 	return nil
 }

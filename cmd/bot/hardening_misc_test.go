@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -21,6 +22,7 @@ import (
 	"github.com/pinplan/pinplan/internal/fakediscord"
 	"github.com/pinplan/pinplan/internal/fakeopenai"
 	"github.com/pinplan/pinplan/internal/fakeslack"
+	"github.com/pinplan/pinplan/store"
 )
 
 // formatChars are the invisible format characters a file name must not
@@ -332,5 +334,59 @@ func TestUnknownSettingWarned(t *testing.T) {
 	waitFor(t, 10*time.Second, "the warning", func() bool { return strings.Contains(p.stderr.String(), "PINPLAN_MAX_ROUND") })
 	if log := p.stderr.String(); !strings.Contains(log, "did you mean PINPLAN_MAX_ROUNDS?") || !strings.Contains(log, "level=WARN") {
 		t.Errorf("the log says:\n%s\nwant a warning naming PINPLAN_MAX_ROUND with \"did you mean PINPLAN_MAX_ROUNDS?\"", log)
+	}
+}
+
+// TestCLINits (issue 40, item 17): `help -h` prints help's usage; an
+// extra argument after -demo is named as the unknown command it is;
+// compact and migrate on a DB that does not exist explain as backup
+// does; migrate says "no read marks" rather than "read marks []", and
+// into a prefix that holds pinplan's data says how to clear it.
+func TestCLINits(t *testing.T) {
+	t.Parallel()
+	out, _, err := runWith(nil, "help", "-h")
+	if err != nil || !strings.Contains(out, "help") {
+		t.Errorf("help -h: %v, stdout %q; want help's usage", err, out)
+	}
+	if _, _, err := runWith(nil, "-demo", "extra"); err == nil || !strings.Contains(err.Error(), `unknown command "extra"`) {
+		t.Errorf("-demo extra: %v; want the unknown command named", err)
+	}
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "nothere.db")
+	if _, _, err := runWith(map[string]string{"PINPLAN_DB": missing}, "compact", filepath.Join(dir, "out.db")); err == nil ||
+		!strings.Contains(err.Error(), "does not exist") || !strings.Contains(err.Error(), "PINPLAN_DB") {
+		t.Errorf("compact with no DB: %v; want it to say the DB does not exist and name PINPLAN_DB", err)
+	}
+	etcd := etcdtest.Start(t)
+	env := map[string]string{"PINPLAN_DB": missing, "PINPLAN_ETCD_ENDPOINTS": etcd.Endpoint, "PINPLAN_ETCD_PREFIX": "/cli/"}
+	if _, _, err := runWith(env, "migrate", "-to", "etcd"); err == nil || !strings.Contains(err.Error(), "does not exist") || !strings.Contains(err.Error(), "PINPLAN_DB") {
+		t.Errorf("migrate with no DB: %v; want it to say the DB does not exist and name PINPLAN_DB", err)
+	}
+	if _, err := os.Stat(missing); err == nil {
+		t.Errorf("migrate created %s", missing)
+	}
+	db, err := store.Open(missing, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	out, _, err = runWith(env, "migrate", "-to", "etcd")
+	if err != nil || strings.Contains(out, "[]") || !strings.Contains(out, "no read marks") {
+		t.Errorf("migrate of a file with no read marks: %v, said %q; want \"no read marks\"", err, out)
+	}
+	db, err = store.Open(missing, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(db.SaveMarks(context.Background(), "discord", []byte(`{"channels":{}}`)), db.Close()); err != nil {
+		t.Fatal(err)
+	}
+	env["PINPLAN_ETCD_PREFIX"] = "/cli2/"
+	if out, _, err = runWith(env, "migrate", "-to", "etcd"); err != nil || !strings.Contains(out, "read marks of discord") {
+		t.Errorf("migrate of a file with Discord's read marks: %v, said %q; want \"read marks of discord\"", err, out)
+	}
+	_, _, err = runWith(env, "migrate", "-to", "etcd")
+	if err == nil || !strings.Contains(err.Error(), "etcdctl --endpoints="+etcd.Endpoint+" del --prefix /cli2/") {
+		t.Errorf("migrate into a used prefix: %v; want how to clear it (etcdctl ... del --prefix /cli2/)", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/pinplan/pinplan/agent"
@@ -40,6 +41,9 @@ func migrate(ctx context.Context, cfg *config.Config, to string, stdout io.Write
 	if len(cfg.EtcdEndpoints) == 0 {
 		return errors.New("migrate: set PINPLAN_ETCD_ENDPOINTS (and PINPLAN_ETCD_PREFIX) to the cluster to copy into")
 	}
+	if err := dbExists("migrate", cfg); err != nil {
+		return err
+	}
 	db, err := store.Open(cfg.DB, store.Options{LockTimeout: 500 * time.Millisecond, ReadOnly: true})
 	if errors.Is(err, store.ErrLocked) {
 		return fmt.Errorf("migrate: %s is in use; stop pinplan first: %w", cfg.DB, err)
@@ -59,7 +63,7 @@ func migrate(ctx context.Context, cfg *config.Config, to string, stdout io.Write
 	}
 	restarted, err := es.BeginMigrate(ctx)
 	if errors.Is(err, etcdstore.ErrNotEmpty) {
-		return fmt.Errorf("migrate: %s: %w; name an empty PINPLAN_ETCD_PREFIX", cfg.EtcdPrefix, err)
+		return fmt.Errorf("migrate: %s: %w; name an empty PINPLAN_ETCD_PREFIX, or, if nothing under it is needed (no replica runs on it), clear it with `%s` and run migrate again", cfg.EtcdPrefix, err, clearCommand(cfg))
 	}
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
@@ -114,9 +118,35 @@ func migrate(ctx context.Context, cfg *config.Config, to string, stdout io.Write
 	if err := es.EndMigrate(ctx); err != nil {
 		return fmt.Errorf("migrate: the copy is complete, but: %w; run migrate again", err)
 	}
-	fmt.Fprintf(stdout, "pinplan: copied %s to etcd %s: %d sessions, %d history entries, %d plan revisions, %d queued messages, %d archives, %d replies not delivered yet, read marks %v; checked; the file is unchanged\n",
-		cfg.DB, cfg.EtcdPrefix, c.sessions, c.entries, c.plans, c.queued, c.archives, c.replies, marks)
+	read := "no read marks"
+	if len(marks) > 0 {
+		read = "read marks of " + strings.Join(marks, ", ")
+	}
+	fmt.Fprintf(stdout, "pinplan: copied %s to etcd %s: %d sessions, %d history entries, %d plan revisions, %d queued messages, %d archives, %d replies not delivered yet, %s; checked; the file is unchanged\n",
+		cfg.DB, cfg.EtcdPrefix, c.sessions, c.entries, c.plans, c.queued, c.archives, c.replies, read)
 	return nil
+}
+
+// clearCommand is the etcdctl command that deletes everything under the
+// prefix, with the endpoints (their secrets redacted) and, when the
+// cluster needs them, the TLS and user flags left for the operator to
+// fill in.
+func clearCommand(cfg *config.Config) string {
+	eps := make([]string, len(cfg.EtcdEndpoints))
+	for i, e := range cfg.EtcdEndpoints {
+		eps[i] = config.RedactURL(e)
+	}
+	cmd := "etcdctl --endpoints=" + strings.Join(eps, ",")
+	if cfg.EtcdCA != "" {
+		cmd += " --cacert=" + cfg.EtcdCA
+	}
+	if cfg.EtcdCert != "" {
+		cmd += " --cert=" + cfg.EtcdCert + " --key=" + cfg.EtcdKey
+	}
+	if cfg.EtcdUsername != "" {
+		cmd += " --user=" + cfg.EtcdUsername
+	}
+	return cmd + " del --prefix " + cfg.EtcdPrefix
 }
 
 type copied struct{ entries, plans, queued, archives int }
