@@ -99,6 +99,9 @@ type Inbox interface {
 	// set (a click's refusal, ClickResult.Private), through the one
 	// delivery step (Router.Tell): adapters send nothing of their own.
 	Tell(ctx context.Context, th Thread, user, text string) error
+	// Post makes an adapter's post that starts a session's thread (a
+	// command's task) through the same step (Router.Post).
+	Post(ctx context.Context, th Thread, send func(ctx context.Context) error) error
 }
 
 // CardSource lists a session's approval cards from its records

@@ -512,3 +512,31 @@ func (r *Router) Tell(ctx context.Context, th Thread, user, text string) error {
 	}
 	return err
 }
+
+// Post makes a post of the platform's own that belongs to no session yet
+// (the task a Slack /pinplan command quotes in the channel, whose thread
+// becomes the session) through the one delivery step: paced as a
+// thread's first post in th's channel, classified, retried a few times
+// by the one backoff and traced. send makes the post; a send that may
+// have landed is not known as such here, so a platform call that can be
+// repeated safely is the caller's to make.
+func (r *Router) Post(ctx context.Context, th Thread, send func(ctx context.Context) error) error {
+	p := r.opts.Platforms[th.Platform]
+	if p == nil {
+		return fmt.Errorf("chat: post in %s: no platform %q: %w", th.Channel, th.Platform, ErrUndeliverable)
+	}
+	pacer, _ := p.(Paced)
+	now := r.opts.Now()
+	_, err := r.deliver(ctx, "post", th, r.backoff(10*time.Second), tellAttempts, nil, func(ctx context.Context) error {
+		if pacer != nil {
+			first := func() Priority { return PriorityFirstPost }
+			if err := pacer.Pace(ctx, Request{Thread: th, Method: MethodPost, Priority: first, Since: now}); err != nil {
+				return err
+			}
+		}
+		ctx, cancel := context.WithTimeout(ctx, replyTimeout)
+		defer cancel()
+		return send(ctx)
+	})
+	return err
+}

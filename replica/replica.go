@@ -302,6 +302,11 @@ func (x *Handler) Tell(ctx context.Context, th chat.Thread, user, text string) e
 	return x.router.Tell(ctx, th, user, text)
 }
 
+// Post implements chat.Inbox: posted from here, as Tell.
+func (x *Handler) Post(ctx context.Context, th chat.Thread, send func(context.Context) error) error {
+	return x.router.Post(ctx, th, send)
+}
+
 // pump handles the session's handed-over events in order, on its queue.
 func (x *Handler) pump(key string) {
 	x.pumps.Kick(key, func() { x.drain(key) })

@@ -61,6 +61,10 @@ func (*fakeRouter) StopSession(context.Context, chat.Click) chat.ClickResult {
 	return chat.ClickResult{}
 }
 func (*fakeRouter) Forget(string) {}
+func (*fakeRouter) Post(ctx context.Context, _ chat.Thread, send func(context.Context) error) error {
+	return send(ctx)
+}
+
 func (*fakeRouter) Tell(context.Context, chat.Thread, string, string) error {
 	return nil
 }

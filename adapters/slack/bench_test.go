@@ -30,6 +30,9 @@ func (nopHandler) Click(context.Context, chat.Click) chat.ClickResult {
 	return chat.ClickResult{Private: "no"}
 }
 func (nopHandler) Tell(context.Context, chat.Thread, string, string) error { return nil }
+func (nopHandler) Post(ctx context.Context, _ chat.Thread, send func(context.Context) error) error {
+	return send(ctx)
+}
 
 // rig is the real adapter and plan board against the fake Slack.
 func rig(b *testing.B, editsPerMinute float64) (*fakeslack.Server, *chat.Router) {

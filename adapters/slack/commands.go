@@ -65,14 +65,19 @@ func (a *Adapter) command(ctx context.Context, cmd slack.SlashCommand) {
 	team := cmp.Or(cmd.TeamID, a.team())
 	author := cmp.Or(a.displayName(ctx, cmd.UserID), "<@"+cmd.UserID+">")
 	quoted := "> " + strings.ReplaceAll(escape(text), "\n", "\n> ")
-	// A post in the channel: paced by the channel's chat.postMessage
-	// budget, as every post is, first posts first.
-	first := func() chat.Priority { return chat.PriorityFirstPost }
-	if err := a.Pace(ctx, chat.Request{Thread: chat.Thread{Platform: "slack", Channel: cmd.ChannelID}, Method: chat.MethodPost, Priority: first, Since: a.opts.Now()}); err != nil {
+	// A post in the channel, through the router's delivery step: paced
+	// by the channel's chat.postMessage budget as a first post,
+	// classified and retried.
+	var ts string
+	err := a.opts.Handler.Post(ctx, chat.Thread{Platform: "slack", Channel: cmd.ChannelID}, func(ctx context.Context) error {
+		var err error
+		_, ts, err = a.api.PostMessageContext(ctx, cmd.ChannelID, slack.MsgOptionText(fmt.Sprintf("<@%s> asked pinplan:\n%s", cmd.UserID, quoted), false),
+			slack.MsgOptionDisableLinkUnfurl())
+		return err
+	})
+	if ctx.Err() != nil {
 		return // shutting down: Slack shows the command failed
 	}
-	_, ts, err := a.api.PostMessageContext(ctx, cmd.ChannelID, slack.MsgOptionText(fmt.Sprintf("<@%s> asked pinplan:\n%s", cmd.UserID, quoted), false),
-		slack.MsgOptionDisableLinkUnfurl())
 	if err != nil {
 		log.Warn("slack: the task of a slash command could not be posted", "err", err)
 		a.tellCommand(ctx, cmd, "I could not post the task in this channel ("+cmp.Or(slackCode(err), "error")+"): invite @pinplan to the channel, or mention it in a thread.")

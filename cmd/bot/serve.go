@@ -408,6 +408,7 @@ type inbox interface {
 	Known(key string) bool
 	StopSession(ctx context.Context, c chat.Click) chat.ClickResult
 	Tell(ctx context.Context, th chat.Thread, user, text string) error
+	Post(ctx context.Context, th chat.Thread, send func(context.Context) error) error
 }
 
 var (
@@ -444,6 +445,9 @@ func (i *intake) StopSession(ctx context.Context, c chat.Click) chat.ClickResult
 }
 func (i *intake) Tell(ctx context.Context, th chat.Thread, user, text string) error {
 	return i.to.Tell(ctx, th, user, text)
+}
+func (i *intake) Post(ctx context.Context, th chat.Thread, send func(context.Context) error) error {
+	return i.to.Post(ctx, th, send)
 }
 func (i *intake) Visible(key string) bool                          { return i.to.Visible(key) }
 func (i *intake) Rename(key, title string) (chat.Thread, bool)     { return i.to.Rename(key, title) }

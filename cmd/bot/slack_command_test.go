@@ -238,3 +238,25 @@ func TestSlackShortcutGivesAMessage(t *testing.T) {
 		t.Errorf("Slack would have refused: %v", v)
 	}
 }
+
+// TestSlackCommandTaskPostRetried: the task a /pinplan command posts goes
+// through the delivery step, so a chat.postMessage that fails (Slack's
+// 503) is tried again and the task starts; before, the adapter posted it
+// itself, once, and told the person it could not.
+func TestSlackCommandTaskPostRetried(t *testing.T) {
+	t.Parallel()
+	r := newSlackRig(t, 2, 0, true)
+	p := r.start(t)
+	defer p.stop(t)
+	r.slack.FailHTTP("chat.postMessage", http.StatusServiceUnavailable, 1)
+	if _, err := r.slack.PushCommand(map[string]any{"text": "plan the offsite", "user_id": "U1", "channel_id": "C1"}); err != nil {
+		t.Fatal(err)
+	}
+	task := taskMessage(t, r.slack, "C1", "plan the offsite")
+	waitReply(t, r.slack, "C1", task.TS, "All done.")
+	for _, m := range r.slack.Ephemerals("C1") {
+		if strings.Contains(m.Text, "could not post") {
+			t.Errorf("the person was told %q", m.Text)
+		}
+	}
+}

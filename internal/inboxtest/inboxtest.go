@@ -127,6 +127,11 @@ func (r *Inbox) Tell(_ context.Context, th chat.Thread, user, text string) error
 	return nil
 }
 
+// Post implements chat.Inbox: it makes the post at once.
+func (r *Inbox) Post(ctx context.Context, _ chat.Thread, send func(context.Context) error) error {
+	return send(ctx)
+}
+
 // Notes returns the notes told so far, in order.
 func (r *Inbox) Notes() []Told {
 	r.mu.Lock()
