@@ -8,14 +8,19 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/chat/chattest"
 )
 
 // TestCommandTaskIsPaced: the task a /pinplan command posts in a channel
-// goes through the channel's chat.postMessage budget like every post:
-// with the budget spent by plan posts, it waits for the next slot
-// instead of meeting Slack's limit.
+// goes through the router's delivery step (Router.Post) and so through
+// the channel's chat.postMessage budget like every post: with the budget
+// spent by plan posts, it waits for the next slot instead of meeting
+// Slack's limit.
 func TestCommandTaskIsPaced(t *testing.T) {
 	a, fake, _ := tagAdapter(t)
+	r := chat.NewRouter(chat.Options{Runner: &chattest.Runner{}, Store: &chattest.Boards{}, Platforms: map[string]chat.Platform{"slack": a}})
+	t.Cleanup(r.Close)
+	a.opts.Handler = r
 	ctx := context.Background()
 	first := func() chat.Priority { return chat.PriorityFirstPost }
 	for range postBurst {
