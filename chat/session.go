@@ -3,9 +3,12 @@ package chat
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
+
+	"github.com/pinplan/pinplan/agent"
 )
 
 // session is what the router keeps in memory of one thread's session: its
@@ -37,6 +40,8 @@ type record[T any] struct {
 
 	mu sync.Mutex // guards v
 	v  T
+
+	fenced atomic.Bool // a fenced save was logged (update)
 }
 
 // read calls f with the record, mu held. f must not keep what it reads
@@ -49,8 +54,19 @@ func (r *record[T]) read(f func(v *T)) {
 
 // update changes the record with f and stores it. A failed save is
 // logged; the change stays in memory and is stored with the next one.
+//
+// A save refused because another replica holds the session now
+// (agent.ErrFenced) is a normal failover, not a failure: said once, at
+// INFO.
 func (r *record[T]) update(f func(v *T)) {
-	if err := r.put(f); err != nil {
+	err := r.put(f)
+	switch {
+	case err == nil:
+	case errors.Is(err, agent.ErrFenced):
+		if r.fenced.CompareAndSwap(false, true) {
+			r.log.Info("session record not saved: another replica holds the session now", "record", r.what)
+		}
+	default:
 		r.log.Error("save session record", "record", r.what, "err", err)
 	}
 }

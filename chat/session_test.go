@@ -1,9 +1,13 @@
 package chat
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -198,5 +202,29 @@ func TestDecodeListing(t *testing.T) {
 				t.Errorf("got %q, hidden %t; want %q, %t", title, hidden, tt.title, tt.hidden)
 			}
 		})
+	}
+}
+
+// TestFencedRecordSaveSaidOnce: a record save refused because another
+// replica holds the session now is a normal failover: said once at INFO,
+// never as an error; any other failed save is an error each time.
+func TestFencedRecordSaveSaidOnce(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	fenced := fmt.Errorf("etcdstore: save cards: %w", agent.ErrFenced)
+	fail := fenced
+	rec := &record[cardsRecord]{what: "approval cards", log: log, ctx: context.Background(), save: func(context.Context, []byte) error { return fail }}
+	for range 3 {
+		rec.update(func(*cardsRecord) {})
+	}
+	out := buf.String()
+	if n := strings.Count(out, "level=INFO"); n != 1 || strings.Contains(out, "level=ERROR") {
+		t.Errorf("three fenced saves logged:\n%s\nwant one INFO line and no error", out)
+	}
+	buf.Reset()
+	fail = errors.New("etcdserver: request timed out")
+	rec.update(func(*cardsRecord) {})
+	if !strings.Contains(buf.String(), "level=ERROR") {
+		t.Errorf("a failed save logged %q, want an error", buf.String())
 	}
 }
