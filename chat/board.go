@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pinplan/pinplan/agent"
@@ -103,6 +104,7 @@ type Board struct {
 	log       *slog.Logger
 	hooks     *Hooks
 	owner     *Router
+	fenced    atomic.Bool // a fenced save was logged (save)
 
 	// saveMu orders record saves: held from taking a record's copy until it
 	// is stored, so an older copy never overwrites a newer one. Taken
@@ -411,7 +413,14 @@ func (b *Board) change(f func()) {
 	if err == nil {
 		err = b.store.SaveBoard(context.WithoutCancel(b.owner.ctx), b.key, raw)
 	}
-	if err != nil {
+	switch {
+	case err == nil:
+	case errors.Is(err, agent.ErrFenced):
+		// Another replica holds the session now: a normal failover.
+		if b.fenced.CompareAndSwap(false, true) {
+			b.log.Info("plan board not saved: another replica holds the session now")
+		}
+	default:
 		b.log.Error("save plan board", "err", err)
 	}
 }
