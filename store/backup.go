@@ -10,6 +10,33 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
+// FileID names the file at path by its identity on this machine (device
+// and inode, else its absolute path with links resolved): two paths give
+// the same FileID exactly when they name the same file. `bot backup`
+// compares it with the running bot's (DB.FileID) before it writes what
+// that bot sends.
+func FileID(path string) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	if id := fileID(fi); id != "" {
+		return id, nil
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = real
+	}
+	return "path=" + abs, nil
+}
+
+// FileID is the FileID of the file the database was opened from, read
+// when it was opened.
+func (db *DB) FileID() string { return db.fileID }
+
 // WriteTo writes a consistent copy of the database to w while it stays in
 // use (a hot backup). The copy is written to a temporary file beside the
 // database and checked there first: a backup of a damaged file would

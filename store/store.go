@@ -85,7 +85,10 @@ type Options struct {
 type DB struct {
 	bolt *bolt.DB
 	path string
-	now  func() time.Time
+	// fileID is FileID(path) when the file was opened: the identity of
+	// the file bbolt holds, which a backup checks it asked the right bot for.
+	fileID string
+	now    func() time.Time
 	// writes counts the calls of write in flight (running or waiting in
 	// a batch); a write that finds none runs at once.
 	writes atomic.Int64
@@ -140,7 +143,12 @@ func Open(path string, opts Options) (*DB, error) {
 	if opts.BatchDelay > 0 {
 		b.MaxBatchDelay = opts.BatchDelay
 	}
-	db := &DB{bolt: b, path: path, now: opts.Now}
+	id, err := FileID(path)
+	if err != nil {
+		b.Close()
+		return nil, fmt.Errorf("store: %s: %w", path, err)
+	}
+	db := &DB{bolt: b, path: path, fileID: id, now: opts.Now}
 	migrate := db.migrate
 	if opts.ReadOnly {
 		migrate = db.checkSchema
