@@ -391,9 +391,22 @@ func backup(ctx context.Context, cfg *config.Config, file string, stdout io.Writ
 	return nil
 }
 
-// backupHandler streams a hot backup; the console's token guards it.
+// dbIDHeader carries a database's store.FileID: `bot backup` sends its
+// PINPLAN_DB's, the running bot answers with its own, so a backup is
+// never written from another pinplan that happens to answer at
+// PINPLAN_HTTP_ADDR with the same console token.
+const dbIDHeader = "Pinplan-Db-Id"
+
+// backupHandler streams a hot backup; the console's token guards it. A
+// request naming another database (dbIDHeader) is refused before the copy
+// is made.
 func backupHandler(db *store.DB) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(dbIDHeader, db.FileID())
+		if want := r.Header.Get(dbIDHeader); want != "" && want != db.FileID() {
+			http.Error(w, "this pinplan runs with another database", http.StatusConflict)
+			return
+		}
 		// A large DB may take longer than the server's write timeout.
 		http.NewResponseController(w).SetWriteDeadline(time.Time{})
 		w.Header().Set("Content-Type", "application/octet-stream")
@@ -405,31 +418,47 @@ func backupHandler(db *store.DB) http.Handler {
 	})
 }
 
+// backupFromServer asks the bot at PINPLAN_HTTP_ADDR for the backup of
+// cfg.DB, which a running pinplan holds locked. What it sends is written
+// only if it says it runs with that very file (dbIDHeader); every error
+// names the address asked.
 func backupFromServer(ctx context.Context, cfg *config.Config, file string, stdout io.Writer) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+cfg.HTTPAddr+"/api/backup", nil)
+	addr := cfg.HTTPAddr
+	id, err := store.FileID(cfg.DB)
 	if err != nil {
-		return err
+		return fmt.Errorf("backup: %s: %w", cfg.DB, err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/api/backup", nil)
+	if err != nil {
+		return fmt.Errorf("backup: %s is locked by a running pinplan, and PINPLAN_HTTP_ADDR %s is no address to ask it at: %w", cfg.DB, addr, err)
 	}
 	tok := cfg.WebToken.Reveal()
 	if tok == "" {
 		if tok, err = readToken(tokenFile(cfg)); err != nil {
-			return fmt.Errorf("backup: %s is locked by a running pinplan, and its console token could not be read (set PINPLAN_WEB_TOKEN): %w", cfg.DB, err)
+			return fmt.Errorf("backup: %s is locked by a running pinplan; to ask it at %s (PINPLAN_HTTP_ADDR) its console token is needed, and it could not be read (set PINPLAN_WEB_TOKEN): %w", cfg.DB, addr, err)
 		}
 	}
 	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set(dbIDHeader, id)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("backup: %s is locked by a running pinplan, and it did not answer at %s: %w", cfg.DB, cfg.HTTPAddr, err)
+		return fmt.Errorf("backup: %s is locked by a running pinplan, and it did not answer at %s (PINPLAN_HTTP_ADDR): %w", cfg.DB, addr, err)
 	}
 	defer resp.Body.Close()
+	switch got := resp.Header.Get(dbIDHeader); {
+	case got == "" && resp.StatusCode == http.StatusOK:
+		return fmt.Errorf("backup: the pinplan at %s (PINPLAN_HTTP_ADDR) did not say which database it runs with (an older version?), so its backup may not be of %s: nothing was written; stop the bot that holds %s and run the backup again, or upgrade it", addr, cfg.DB, cfg.DB)
+	case got != "" && got != id:
+		return fmt.Errorf("backup: the pinplan at %s (PINPLAN_HTTP_ADDR) runs with another database, not %s: nothing was written; set PINPLAN_HTTP_ADDR to the address of the bot that runs with %s", addr, cfg.DB, cfg.DB)
+	}
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		return fmt.Errorf("backup: running pinplan answered %s: %s", resp.Status, strings.TrimSpace(string(msg)))
+		return fmt.Errorf("backup: the pinplan at %s answered %s: %s", addr, resp.Status, strings.TrimSpace(string(msg)))
 	}
 	tmp := file + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600) // a backup holds every thread's history
 	if err != nil {
-		return err
+		return fmt.Errorf("backup to %s (from the pinplan at %s): %w", file, addr, err)
 	}
 	n, err := io.Copy(f, resp.Body)
 	if err == nil {
@@ -443,9 +472,9 @@ func backupFromServer(ctx context.Context, cfg *config.Config, file string, stdo
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("backup to %s: %w", file, err)
+		return fmt.Errorf("backup to %s (from the pinplan at %s): %w", file, addr, err)
 	}
-	fmt.Fprintf(stdout, "pinplan: wrote %d bytes to %s (from the running bot)\n", n, file)
+	fmt.Fprintf(stdout, "pinplan: wrote %d bytes to %s (from the running bot at %s)\n", n, file, addr)
 	return nil
 }
 
