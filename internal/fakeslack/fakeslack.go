@@ -55,7 +55,10 @@ import (
 type Call struct {
 	Method string
 	Params map[string]string
-	At     time.Time
+	// Began is when the request reached the fake; At is when it was
+	// carried out (later by a Delay).
+	Began time.Time
+	At    time.Time
 	// Error is the error code answered, "" for ok; an injected HTTP
 	// failure reads "http 500" and the like.
 	Error  string
@@ -110,6 +113,14 @@ func (w *window) full(now time.Time) (retryAfter int) {
 		wait -= now.Sub(w.times[0])
 	}
 	return max(int(math.Ceil(wait.Seconds())), 1)
+}
+
+// hold is one 429's Retry-After: until its end, from the moment the 429
+// was answered (sent: decided and then written at once, before a client
+// can read it). A call that reached the fake before sent was on its way,
+// not sent against it.
+type hold struct {
+	until, sent time.Time
 }
 
 // channelLimit is a LimitPerChannel: one window per channel.
@@ -185,8 +196,9 @@ type Server struct {
 	held        map[string]int      // calls held by Delay now, by method
 	late        map[string][]*fault // DelayAnswer
 	heldAnswers int                 // answers DelayAnswer holds now
-	retryUntil  map[string]time.Time
+	holds       map[string][]*hold  // by method, or "method in channel" for a per-channel limit
 	violations  []string
+	inFlight    []string // calls in a Retry-After that began before its 429 was answered
 	seq         int
 	socks       []*sock              // open Socket Mode connections, oldest first
 	next        int                  // round-robin position in socks
@@ -216,7 +228,7 @@ func (s *Server) initLocked() {
 		s.httpFaults = map[string][]*fault{}
 		s.delays = map[string][]*fault{}
 		s.late = map[string][]*fault{}
-		s.retryUntil = map[string]time.Time{}
+		s.holds = map[string][]*hold{}
 		s.inflight = map[string]*envelope{}
 		s.tickets = map[string]bool{}
 		s.members = map[string]map[string]bool{}
@@ -440,15 +452,66 @@ func (s *Server) Reactions(channel, ts string) []string {
 	return out
 }
 
-// Violations lists what Slack would hold against the client: calls made
-// before a 429's Retry-After had passed, messages Slack refused as invalid
-// (invalid_blocks, msg_too_long, no_text) with the reason, envelopes
-// never acknowledged, and interactive envelopes acknowledged after
-// AckTimeout (the user who clicked saw an error).
+// Violations lists what Slack would hold against the client: calls that
+// reached it after a 429 was answered and before its Retry-After had
+// passed (not those already on their way: InFlightAtRetryAfter),
+// messages Slack refused as invalid (invalid_blocks, msg_too_long,
+// no_text) with the reason, envelopes never acknowledged, and
+// interactive envelopes acknowledged after AckTimeout (the user who
+// clicked saw an error).
 func (s *Server) Violations() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.violations...)
+}
+
+// InFlightAtRetryAfter lists the calls made inside a 429's Retry-After
+// that reached the fake before that 429 was answered: the client could
+// not have known of the 429 when it sent them (several calls in flight
+// at once, each on a connection of its own), so Slack would not hold
+// them against it, and they are not Violations.
+func (s *Server) InFlightAtRetryAfter() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.inFlight...)
+}
+
+// holdLocked starts a Retry-After of secs for key, counted from now, the
+// time the call answered 429 was carried out; the caller writes the 429
+// next. A call that reaches the fake from here until the hold ends was
+// sent against it: the answer was on its way, the client can have read
+// it only after this moment.
+func (s *Server) holdLocked(key string, now time.Time, secs int) {
+	s.holds[key] = append(s.holds[key], &hold{until: now.Add(time.Duration(secs) * time.Second), sent: time.Now()})
+}
+
+// checkHoldsLocked records a call that began at began (and was carried
+// out at now) inside a Retry-After of key: a violation if that 429 had
+// been answered when the call began, else a call in flight.
+func (s *Server) checkHoldsLocked(key string, began, now time.Time) {
+	kept := s.holds[key][:0]
+	var against, before *hold
+	for _, h := range s.holds[key] {
+		if now.Sub(h.until) > time.Minute {
+			continue // over long ago: no call still held began inside it
+		}
+		kept = append(kept, h)
+		if !began.Before(h.until) {
+			continue
+		}
+		if h.sent.Before(began) {
+			against = h
+		} else {
+			before = h
+		}
+	}
+	s.holds[key] = kept
+	switch {
+	case against != nil:
+		s.violations = append(s.violations, fmt.Sprintf("%s at %s, %s before Retry-After ended", key, now.Format(time.StampMilli), against.until.Sub(began)))
+	case before != nil:
+		s.inFlight = append(s.inFlight, fmt.Sprintf("%s at %s, began %s before its 429 was answered", key, now.Format(time.StampMilli), before.sent.Sub(began)))
+	}
 }
 
 // Acks lists the envelope ids acknowledged over Socket Mode.
@@ -460,6 +523,7 @@ func (s *Server) Acks() []string {
 
 // ServeHTTP implements http.Handler: /api/<method> and the /socket websocket.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	began := time.Now()
 	if r.URL.Path == "/socket" {
 		s.socket(w, r)
 		return
@@ -491,7 +555,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.host = r.Host
 	if status := s.proxyRefusesLocked(method, params); status != 0 {
 		// Stopped on the way: Slack never sees the call.
-		s.calls = append(s.calls, Call{Method: method, Params: params, At: time.Now(), Error: fmt.Sprintf("proxy %d", status), Status: status})
+		s.calls = append(s.calls, Call{Method: method, Params: params, Began: began, At: time.Now(), Error: fmt.Sprintf("proxy %d", status), Status: status})
 		s.mu.Unlock()
 		writeProxyRefusal(w, status)
 		return
@@ -512,12 +576,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	now := time.Now()
 	s.mu.Lock()
-	call := Call{Method: method, Params: params, At: now, Status: http.StatusOK}
+	call := Call{Method: method, Params: params, Began: began, At: now, Status: http.StatusOK}
 	chanKey := method + " in " + params["channel"] // a per-channel Retry-After
 	for _, k := range []string{method, chanKey} {
-		if until, ok := s.retryUntil[k]; ok && now.Before(until) {
-			s.violations = append(s.violations, fmt.Sprintf("%s at %s, %s before Retry-After ended", k, now.Format(time.StampMilli), until.Sub(now)))
-		}
+		s.checkHoldsLocked(k, began, now)
 	}
 	// A call is counted in every window it passes; one answered 429 in
 	// none.
@@ -541,7 +603,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if limited != "" {
-		s.retryUntil[limited] = now.Add(time.Duration(secs) * time.Second)
+		s.holdLocked(limited, now, secs)
 		call.Error, call.Status = "ratelimited", http.StatusTooManyRequests
 		s.calls = append(s.calls, call)
 		s.mu.Unlock()
@@ -558,7 +620,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		call.Error, call.Status = fmt.Sprintf("http %d", f.status), f.status
 		s.calls = append(s.calls, call)
 		if f.status == http.StatusTooManyRequests {
-			s.retryUntil[method] = now.Add(time.Second)
+			s.holdLocked(method, now, 1)
 			w.Header().Set("Retry-After", "1")
 		}
 		s.mu.Unlock()

@@ -487,3 +487,59 @@ func TestDelayAnswer(t *testing.T) {
 		t.Errorf("%d messages, want 2", n)
 	}
 }
+
+// TestRetryAfterInFlight: a call that reached the fake before a 429 was
+// answered (held by a Delay while the 429 went out) was on its way, not
+// sent against the Retry-After: it is recorded as in flight, not as a
+// violation. A call that reached it after the 429 was answered, inside
+// the Retry-After, is a violation.
+func TestRetryAfterInFlight(t *testing.T) {
+	s := &Server{}
+	base := serve(t, s)
+	s.Limit("auth.test", 1, time.Minute)
+	if _, status := call(t, base, "xoxb-1", "auth.test", nil); status != http.StatusOK {
+		t.Fatalf("first call: HTTP %d, want 200", status)
+	}
+	// Call 2 reaches the fake and is held there while call 3 is answered 429.
+	s.Delay("auth.test", 500*time.Millisecond, 1)
+	held := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, base+"/api/auth.test", strings.NewReader("token=xoxb-1"))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			held <- 0
+			return
+		}
+		resp.Body.Close()
+		held <- resp.StatusCode
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Held("auth.test") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the second call was never held")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, status := call(t, base, "xoxb-1", "auth.test", nil); status != http.StatusTooManyRequests {
+		t.Fatalf("third call: HTTP %d, want 429", status)
+	}
+	if status := <-held; status != http.StatusTooManyRequests {
+		t.Errorf("the held call: HTTP %d, want 429 (the window is still full)", status)
+	}
+	if v := s.Violations(); len(v) != 0 {
+		t.Errorf("violations %q, want none: the held call began before the 429 was answered", v)
+	}
+	if f := s.InFlightAtRetryAfter(); len(f) != 1 || !strings.Contains(f[0], "auth.test") {
+		t.Errorf("in flight at a 429: %q, want the held call", f)
+	}
+
+	// Call 4 is made after call 3's 429 came back: sent against it.
+	call(t, base, "xoxb-1", "auth.test", nil)
+	if v := s.Violations(); len(v) != 1 || !strings.Contains(v[0], "auth.test") || !strings.Contains(v[0], "before Retry-After ended") {
+		t.Errorf("violations %q, want the one call made after the 429 was answered", v)
+	}
+	if f := s.InFlightAtRetryAfter(); len(f) != 1 {
+		t.Errorf("in flight at a 429: %q, want still the one", f)
+	}
+}
