@@ -336,12 +336,30 @@ func (o *outbox) send(ctx context.Context, q queued) {
 		if hooks := o.r.opts.Hooks; hooks != nil && hooks.Undelivered != nil {
 			hooks.Undelivered(th, it.Text, err)
 		}
+		if it.To == "" && s == nil {
+			s = o.r.session(th.Key, nil)
+		}
+		if it.To == "" && s != nil && s.undelivered.CompareAndSwap(false, true) {
+			// Said once a session, in this process, if anything can
+			// still reach the thread (Tell logs it when nothing can).
+			o.r.Tell(context.WithoutCancel(ctx), th, "", undeliveredNote(err))
+		}
 	}
 	if q.id != 0 {
 		if err := o.store.DeleteOutbox(context.WithoutCancel(ctx), th.Key, q.id); err != nil {
 			log.Warn("remove delivered reply from outbox", "err", err)
 		}
 	}
+}
+
+// undeliveredNote tells a thread that an answer did not reach it: the
+// platform's reason in a few words, never the answer itself.
+func undeliveredNote(err error) string {
+	why := "it still failed after retrying for a while"
+	if o, _ := Classify(err); o == Permanent {
+		why = "the platform refused it"
+	}
+	return "An answer here could not be delivered (" + why + "); the bot's log has the details. Send a message to ask again."
 }
 
 // replyParts sends text as the platform's Splitter cuts it.

@@ -23,6 +23,9 @@ type session struct {
 	// eviction, off the delivery queue.
 	unsettled atomic.Bool
 	live      live // the answer as the model writes it (live.go)
+	// undelivered: the thread was told that an answer could not be
+	// delivered (outbox), which it is only once.
+	undelivered atomic.Bool
 }
 
 // record is a session's record of one kind (its cards, its listing), kept

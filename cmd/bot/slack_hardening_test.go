@@ -309,6 +309,14 @@ func TestSlackProxyRefusalIsNotRetried(t *testing.T) {
 	if log := p.stderr.String(); !strings.Contains(log, "reply undeliverable") || !strings.Contains(log, "403") {
 		t.Errorf("the refused reply is not logged as undeliverable, with its 403")
 	}
+	// The thread is told, once, that an answer did not reach it.
+	note := waitReply(t, r.slack, "C1", thread, "could not be delivered")
+	if strings.Contains(note.Text, "PROXY-BLOCKED") {
+		t.Errorf("the note %q repeats the refused answer", note.Text)
+	}
+	if n := len(botMessages(r.slack, "C1", thread, "could not be delivered")); n != 1 {
+		t.Errorf("%d notes of an undelivered answer, want 1", n)
+	}
 }
 
 // blocked counts the chat.postMessage calls the proxy refused.
