@@ -15,6 +15,9 @@ import (
 // is in progress waits for the next snapshot and belongs to the items that
 // snapshot moves from not completed to in progress or completed. Items are
 // known by their text: an item whose text changes starts with none.
+// Evidence is per turn: a turn starts with none (turn.start), so a
+// follow-up's item with an earlier item's text shows only the follow-up's
+// calls, and a pending item shows none.
 
 // Call outcomes.
 const (
@@ -80,11 +83,12 @@ func (e Evidence) add(item string, c Call) {
 	e[item] = ie
 }
 
-// keep drops the evidence of items no longer in the plan.
+// keep drops the evidence of items no longer in the plan, and of items
+// it has pending: a pending item shows none.
 func (e Evidence) keep(items []todo.Item) {
 	in := make(map[string]bool, len(items))
 	for _, it := range items {
-		in[it.Content] = true
+		in[it.Content] = it.Status != todo.Pending
 	}
 	maps.DeleteFunc(e, func(k string, _ ItemEvidence) bool { return !in[k] })
 }
@@ -124,7 +128,7 @@ func (a *attribution) called(plan []todo.Item, c Call) {
 
 // revised moves the plan from before to after: calls waiting for a
 // snapshot go to the items it moves forward, and items that left the plan
-// lose their evidence.
+// or went back to pending lose their evidence.
 func (a *attribution) revised(before, after []todo.Item) {
 	was := make(map[string]todo.Status, len(before))
 	for _, it := range before {

@@ -66,6 +66,12 @@ func TestAttribution(t *testing.T) {
 			{call: &read, plan: items("a", prog, "b", pend), want: map[string]int{"a": 1}},
 			{plan: items("a", prog, "b", pend), next: items("a", done, "b", prog), want: map[string]int{"a": 1}},
 		}},
+		{"an item moved back to pending shows none", []step{
+			{call: &read, plan: items("a", prog, "b", pend), want: map[string]int{"a": 1}},
+			{plan: items("a", prog, "b", pend), next: items("a", pend, "b", prog), want: map[string]int{}},
+			{call: &read, plan: items("a", pend, "b", prog), want: map[string]int{"b": 1}},
+			{plan: items("a", pend, "b", prog), next: items("a", prog, "b", done), want: map[string]int{"b": 1}},
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -139,5 +145,55 @@ func TestEvidenceClone(t *testing.T) {
 	c["b"] = ItemEvidence{}
 	if len(ev["a"].Calls) != 1 || len(ev) != 1 {
 		t.Errorf("the clone shares with the original: %+v", ev)
+	}
+}
+
+// TestEvidenceIsPerTurn: a turn starts with no evidence (DESIGN §15): the
+// calls of an earlier turn, attributed or still waiting for a snapshot,
+// never show under a follow-up's items that have the same text.
+func TestEvidenceIsPerTurn(t *testing.T) {
+	lookup := Call{Tool: "lookup", Outcome: OutcomeOK}
+	// The first turn: a call for each item, then one after both were
+	// ticked, which waits for a snapshot that moves an item forward.
+	cp := Checkpoint{Key: "web/t", State: Idle}
+	if err := (turn{&cp}).start(Inbound{Text: "first"}); err != nil {
+		t.Fatal(err)
+	}
+	att := newAttribution(cp)
+	att.revised(nil, items("Search", prog, "Draft the result", pend))
+	att.called(items("Search", prog, "Draft the result", pend), lookup)
+	att.revised(items("Search", prog, "Draft the result", pend), items("Search", done, "Draft the result", prog))
+	att.called(items("Search", done, "Draft the result", prog), lookup)
+	att.revised(items("Search", done, "Draft the result", prog), items("Search", done, "Draft the result", done))
+	att.called(items("Search", done, "Draft the result", done), lookup)
+	cp.Evidence, cp.Unattributed = att.ev, att.pending
+	if cp.Evidence["Draft the result"].Count() != 1 || len(cp.Unattributed) != 1 {
+		t.Fatalf("the first turn: evidence %+v, %d waiting", cp.Evidence, len(cp.Unattributed))
+	}
+	if err := (turn{&cp}).end(Ending{Outcome: Done}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The follow-up: the same texts, "Draft the result" still pending.
+	if err := (turn{&cp}).start(Inbound{Text: "follow-up"}); err != nil {
+		t.Fatal(err)
+	}
+	att = newAttribution(cp)
+	before := items("Search", done, "Draft the result", done)
+	next := items("Search", prog, "Draft the result", pend)
+	att.revised(before, next)
+	if n := att.ev["Draft the result"].Count(); n != 0 {
+		t.Errorf("the pending item has %d calls of the first turn, want none", n)
+	}
+	att.called(next, lookup)
+	att.revised(next, items("Search", done, "Draft the result", pend))
+	if n := att.ev["Search"].Count(); n != 1 {
+		t.Errorf("Search counts %d calls, want 1: only the follow-up's", n)
+	}
+	if n := att.ev["Draft the result"].Count(); n != 0 {
+		t.Errorf("the pending item has %d calls, want none", n)
+	}
+	if len(att.pending) != 0 {
+		t.Errorf("%d calls of the first turn still wait for a snapshot", len(att.pending))
 	}
 }

@@ -55,6 +55,10 @@ func (t turn) start(in Inbound) error {
 	}
 	t.cp.State, t.cp.TurnRounds = Running, 0
 	t.cp.TurnCalls, t.cp.TurnApprovals = 0, 0
+	// Evidence is per turn (DESIGN §15): an earlier turn's calls, shown
+	// or still waiting for a snapshot, never go under this turn's items
+	// by their text.
+	t.cp.Evidence, t.cp.Unattributed = nil, nil
 	t.cp.TurnBase = t.cp.Usage.Tokens()
 	t.cp.Requester, t.cp.RequesterName = in.AuthorID, in.Author
 	t.cp.Turns++
