@@ -104,7 +104,8 @@ type cardJSON struct {
 type cardView struct {
 	Title  string `json:"title"`  // chat.Card.Title
 	Status string `json:"status"` // chat.Card.Status
-	// Class is open, decided or denied.
+	// Class is open, decided (allowed), denied, or stopped: closed by
+	// Stop, its call never ran.
 	Class   string       `json:"class"`
 	Buttons []buttonView `json:"buttons"` // while open; in the order every platform shows them
 }
@@ -128,6 +129,8 @@ func viewCard(c *chat.Card) *cardJSON {
 		}
 	case strings.HasPrefix(c.Outcome, "Denied"):
 		v.View.Class = "denied"
+	case strings.HasPrefix(c.Outcome, "Not run"):
+		v.View.Class = "stopped"
 	}
 	return &v
 }
