@@ -797,9 +797,17 @@ function onEvent(e) {
     case "plan":
       touchList(e, (t) => { t.plan = e.plan; if (e.plan && e.plan.updated) t.updated = later(t.updated, e.plan.updated); });
       break;
-    case "state":
+    case "state": {
+      // The token counter is the store's (the list's usage_text): read
+      // again when the open thread's run state changes (a turn starts,
+      // waits, ends), whichever replica ran it, so it never stays at
+      // the figures the page loaded with.
+      const t = app.threads.get(e.thread);
+      const changed = !!t && t.status !== e.status;
       touchList(e, (t) => { t.state = e.state; t.status = e.status; t.status_class = e.status_class; });
+      if (changed && app.view && app.view.key === e.thread) scheduleListFetch();
       break;
+    }
     case "message":
       touchList(e, (t) => {
         if (e.message && e.message.at) t.updated = later(t.updated, e.message.at);
