@@ -199,6 +199,21 @@ func (c *cardsRecord) open() []cardRecord {
 	return open
 }
 
+// DecodeCards reads a stored cards record (CardStore): the session's
+// approval cards, in no order. ok is false for an unreadable record; an
+// empty one holds none. The console of a replica that does not hold the
+// session shows them from its watch of the records (DESIGN §14).
+func DecodeCards(raw []byte) (cards []Card, ok bool) {
+	var v cardsRecord
+	if len(raw) > 0 && json.Unmarshal(raw, &v) != nil {
+		return nil, false
+	}
+	for _, cr := range v.Cards {
+		cards = append(cards, cr.Card)
+	}
+	return cards, true
+}
+
 // cardRecord is one card as the cards record keeps it.
 type cardRecord struct {
 	CallID string     `json:"call_id"`

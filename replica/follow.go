@@ -52,10 +52,12 @@ type Console interface {
 	Mirror(th chat.Thread, p chat.Plan)
 	SetState(th chat.Thread, state, status string)
 	Reply(ctx context.Context, th chat.Thread, replyTo, text string) error
+	MirrorCards(th chat.Thread, cards []chat.Card)
 }
 
 // Follow keeps the console live for the threads other replicas run
-// (DESIGN §14): their plan boards' shown content and run state, and the
+// (DESIGN §14): their plan boards' shown content and run state, their
+// approval cards (which the console decides from any replica), and the
 // answers they commit, from etcd watches.
 func Follow(ctx context.Context, rep *etcdstore.Replica, console Console) {
 	rep.Follow(ctx, "board", func(_ string, v []byte) {
@@ -76,6 +78,14 @@ func Follow(ctx context.Context, rep *etcdstore.Replica, console Console) {
 			state = "waiting"
 		}
 		console.SetState(th, state, string(shown.State))
+	})
+	rep.Follow(ctx, "cards", func(key string, v []byte) {
+		cards, ok := chat.DecodeCards(v)
+		if !ok {
+			return
+		}
+		platform, _, _ := strings.Cut(key, "/")
+		console.MirrorCards(chat.Thread{Platform: platform, Key: key}, cards)
 	})
 	rep.Follow(ctx, "hist", func(key string, v []byte) {
 		var e agent.Entry

@@ -280,3 +280,80 @@ func TestRevisionEvidence(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestCardClass: a card's class says how it was closed; a card closed by
+// Stop (its call never ran) is neither allowed nor denied.
+func TestCardClass(t *testing.T) {
+	tests := []struct {
+		name, outcome, want string
+	}{
+		{"open", "", "open"},
+		{"allowed once", "Allowed once", "decided"},
+		{"always allowed", "Always allowed here", "decided"},
+		{"denied", "Denied", "denied"},
+		{"timed out", "Denied: no decision in time", "denied"},
+		{"stopped", "Not run: the turn was stopped", "stopped"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := viewCard(&chat.Card{ID: "c1", Tool: "t", Outcome: tt.outcome}).View.Class; got != tt.want {
+				t.Errorf("class of a card %q: got %q, want %q", tt.outcome, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestMirrorCards: the cards of a session held by another replica show
+// live as its records change (each card new or changed once), and a
+// fetch of the thread lists what the records hold.
+func TestMirrorCards(t *testing.T) {
+	c, srv, _, _ := newConsole(t, "")
+	events := openEvents(t, srv.URL)
+	th := chat.Thread{Platform: "web", Key: "web/abc"}
+	open := chat.Card{ID: "c1", Tool: "fs__write", Deadline: time.Date(2026, 9, 1, 12, 30, 0, 0, time.UTC)}
+	c.MirrorCards(th, []chat.Card{open})
+	if card := events.next("card")["card"].(map[string]any); card["id"] != "c1" || card["view"].(map[string]any)["class"] != "open" {
+		t.Errorf("card event %v, want the open card c1", card)
+	}
+	decided := open
+	decided.Outcome, decided.By = "Allowed once", "ann"
+	other := chat.Card{ID: "c2", Tool: "fs__read", Deadline: open.Deadline.Add(time.Minute)}
+	c.MirrorCards(th, []chat.Card{decided, other}) // c1 changed, c2 new
+	got := map[string]string{}
+	for range 2 {
+		card := events.next("card")["card"].(map[string]any)
+		got[card["id"].(string)] = card["view"].(map[string]any)["class"].(string)
+	}
+	if got["c1"] != "decided" || got["c2"] != "open" {
+		t.Errorf("card events %v, want c1 decided and c2 open", got)
+	}
+	c.MirrorCards(th, []chat.Card{decided, other}) // nothing changed: no event
+	c.SetState(th, "running", string(chat.StateWorking))
+	if ev := events.nextAny(); ev["type"] != "state" {
+		t.Errorf("after the same cards again: %v, want no card event before the state", ev)
+	}
+	c.mu.Lock()
+	n := len(c.cards[th.Key])
+	c.mu.Unlock()
+	if n != 2 {
+		t.Errorf("the console holds %d cards of the thread, want the records' 2", n)
+	}
+}
+
+// nextAny is the next event, of any type.
+func (s *eventStream) nextAny() map[string]any {
+	s.t.Helper()
+	timer := time.AfterFunc(5*time.Second, func() { s.body.Close() })
+	defer timer.Stop()
+	for s.sc.Scan() {
+		if data, ok := strings.CutPrefix(s.sc.Text(), "data: "); ok {
+			var e map[string]any
+			if err := json.Unmarshal([]byte(data), &e); err != nil {
+				s.t.Fatalf("event %s: %v", data, err)
+			}
+			return e
+		}
+	}
+	s.t.Fatalf("no event within 5 s")
+	return nil
+}

@@ -345,6 +345,41 @@ func (c *Console) setCard(th chat.Thread, card chat.Card) {
 	c.broadcast(event{Type: "card", Thread: th.Key, Card: viewCard(&card)})
 }
 
+// MirrorCards shows the approval cards of a session held by another
+// replica live, as its records now have them (replica.Follow): each card
+// that is new or changed goes out as a "card" event, and the thread's
+// cards are these, so a reload shows the same and the buttons decide
+// through the handler from any replica.
+func (c *Console) MirrorCards(th chat.Thread, cards []chat.Card) {
+	sort.Slice(cards, func(i, j int) bool { return cards[i].Deadline.Before(cards[j].Deadline) })
+	c.mu.Lock()
+	old := c.cards[th.Key]
+	now := make(map[string]chat.Card, len(cards))
+	var changed []chat.Card
+	for _, card := range cards {
+		now[card.ID] = card
+		if o, ok := old[card.ID]; !ok || !sameCard(o, card) {
+			changed = append(changed, card)
+		}
+	}
+	if len(now) == 0 {
+		delete(c.cards, th.Key)
+	} else {
+		c.cards[th.Key] = now
+		c.touched[th.Key] = c.opts.Now()
+	}
+	c.mu.Unlock()
+	for _, card := range changed {
+		c.broadcast(event{Type: "card", Thread: th.Key, Card: viewCard(&card)})
+	}
+}
+
+// sameCard reports whether a and b show the same.
+func sameCard(a, b chat.Card) bool {
+	return a.ID == b.ID && a.Tool == b.Tool && a.Server == b.Server && a.Arguments == b.Arguments && a.Requester == b.Requester &&
+		a.Deadline.Equal(b.Deadline) && a.Outcome == b.Outcome && a.By == b.By && a.At.Equal(b.At)
+}
+
 // Working implements chat.Platform. The run state is shown through
 // SetState, which cmd/bot calls for every session.
 func (c *Console) Working(context.Context, chat.Thread, string, bool) error { return nil }
