@@ -117,10 +117,11 @@ func (w *window) full(now time.Time) (retryAfter int) {
 
 // hold is one 429's Retry-After: until its end, from the moment the 429
 // was answered (sent: decided and then written at once, before a client
-// can read it). A call that reached the fake before sent was on its way,
-// not sent against it.
+// can read it) on the connection conn (the client's address). A call that
+// reached the fake before sent was on its way, not sent against it.
 type hold struct {
 	until, sent time.Time
+	conn        string
 }
 
 // channelLimit is a LimitPerChannel: one window per channel.
@@ -172,6 +173,14 @@ type Server struct {
 	// NoFilesRead: the app lacks the files:read scope, so files are
 	// answered with Slack's sign-in page even with the bot token.
 	NoFilesRead bool
+	// InFlightGrace is how long after a 429 was answered a call on
+	// another connection still counts as on its way rather than sent
+	// against the Retry-After (InFlightAtRetryAfter, not Violations): the
+	// answer's trip back and the client's scheduling, which a loaded
+	// machine stretches, separate the fake's clock from what the client
+	// knew. A call on the connection that carried the 429 came after the
+	// client read it, whatever the grace. Default 0: strict.
+	InFlightGrace time.Duration
 
 	handlers sync.WaitGroup // Socket Mode connections being served
 	files    files          // AddFile
@@ -466,10 +475,11 @@ func (s *Server) Violations() []string {
 }
 
 // InFlightAtRetryAfter lists the calls made inside a 429's Retry-After
-// that reached the fake before that 429 was answered: the client could
-// not have known of the 429 when it sent them (several calls in flight
-// at once, each on a connection of its own), so Slack would not hold
-// them against it, and they are not Violations.
+// that reached the fake before that 429 was answered (or, on another
+// connection, within InFlightGrace after it): the client could not have
+// known of the 429 when it sent them (several calls in flight at once,
+// each on a connection of its own), so Slack would not hold them against
+// it, and they are not Violations.
 func (s *Server) InFlightAtRetryAfter() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -477,18 +487,20 @@ func (s *Server) InFlightAtRetryAfter() []string {
 }
 
 // holdLocked starts a Retry-After of secs for key, counted from now, the
-// time the call answered 429 was carried out; the caller writes the 429
-// next. A call that reaches the fake from here until the hold ends was
-// sent against it: the answer was on its way, the client can have read
-// it only after this moment.
-func (s *Server) holdLocked(key string, now time.Time, secs int) {
-	s.holds[key] = append(s.holds[key], &hold{until: now.Add(time.Duration(secs) * time.Second), sent: time.Now()})
+// time the call answered 429 on conn was carried out; the caller writes
+// the 429 next. A call that reaches the fake from here (past
+// InFlightGrace on another connection) until the hold ends was sent
+// against it: the answer was on its way, the client can have read it
+// only after this moment.
+func (s *Server) holdLocked(key, conn string, now time.Time, secs int) {
+	s.holds[key] = append(s.holds[key], &hold{until: now.Add(time.Duration(secs) * time.Second), sent: time.Now(), conn: conn})
 }
 
-// checkHoldsLocked records a call that began at began (and was carried
-// out at now) inside a Retry-After of key: a violation if that 429 had
-// been answered when the call began, else a call in flight.
-func (s *Server) checkHoldsLocked(key string, began, now time.Time) {
+// checkHoldsLocked records a call on conn that began at began (and was
+// carried out at now) inside a Retry-After of key: a violation if that
+// 429 had been answered when the call began (on another connection, by
+// more than InFlightGrace), else a call in flight.
+func (s *Server) checkHoldsLocked(key, conn string, began, now time.Time) {
 	kept := s.holds[key][:0]
 	var against, before *hold
 	for _, h := range s.holds[key] {
@@ -499,7 +511,7 @@ func (s *Server) checkHoldsLocked(key string, began, now time.Time) {
 		if !began.Before(h.until) {
 			continue
 		}
-		if h.sent.Before(began) {
+		if h.sent.Before(began) && (conn == h.conn || h.sent.Add(s.InFlightGrace).Before(began)) {
 			against = h
 		} else {
 			before = h
@@ -509,6 +521,8 @@ func (s *Server) checkHoldsLocked(key string, began, now time.Time) {
 	switch {
 	case against != nil:
 		s.violations = append(s.violations, fmt.Sprintf("%s at %s, %s before Retry-After ended", key, now.Format(time.StampMilli), against.until.Sub(began)))
+	case before != nil && before.sent.Before(began):
+		s.inFlight = append(s.inFlight, fmt.Sprintf("%s at %s, began %s after its 429 was answered, on another connection", key, now.Format(time.StampMilli), began.Sub(before.sent)))
 	case before != nil:
 		s.inFlight = append(s.inFlight, fmt.Sprintf("%s at %s, began %s before its 429 was answered", key, now.Format(time.StampMilli), before.sent.Sub(began)))
 	}
@@ -579,7 +593,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	call := Call{Method: method, Params: params, Began: began, At: now, Status: http.StatusOK}
 	chanKey := method + " in " + params["channel"] // a per-channel Retry-After
 	for _, k := range []string{method, chanKey} {
-		s.checkHoldsLocked(k, began, now)
+		s.checkHoldsLocked(k, r.RemoteAddr, began, now)
 	}
 	// A call is counted in every window it passes; one answered 429 in
 	// none.
@@ -603,7 +617,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if limited != "" {
-		s.holdLocked(limited, now, secs)
+		s.holdLocked(limited, r.RemoteAddr, now, secs)
 		call.Error, call.Status = "ratelimited", http.StatusTooManyRequests
 		s.calls = append(s.calls, call)
 		s.mu.Unlock()
@@ -620,7 +634,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		call.Error, call.Status = fmt.Sprintf("http %d", f.status), f.status
 		s.calls = append(s.calls, call)
 		if f.status == http.StatusTooManyRequests {
-			s.holdLocked(method, now, 1)
+			s.holdLocked(method, r.RemoteAddr, now, 1)
 			w.Header().Set("Retry-After", "1")
 		}
 		s.mu.Unlock()

@@ -3,6 +3,7 @@ package fakeslack
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -541,5 +542,47 @@ func TestRetryAfterInFlight(t *testing.T) {
 	}
 	if f := s.InFlightAtRetryAfter(); len(f) != 1 {
 		t.Errorf("in flight at a 429: %q, want still the one", f)
+	}
+}
+
+// TestRetryAfterGrace: with InFlightGrace, a call on another connection
+// just after a 429 was answered is counted in flight (the client may not
+// have read the 429 yet), while a call on the connection that carried
+// the 429 came after the client read it: a violation.
+func TestRetryAfterGrace(t *testing.T) {
+	s := &Server{InFlightGrace: time.Minute}
+	base := serve(t, s)
+	s.Limit("auth.test", 1, time.Minute)
+	// Two clients, each with a connection of its own (kept alive).
+	a := &http.Client{Transport: &http.Transport{}}
+	b := &http.Client{Transport: &http.Transport{}}
+	defer a.CloseIdleConnections()
+	defer b.CloseIdleConnections()
+	do := func(c *http.Client) int {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, base+"/api/auth.test", strings.NewReader("token=xoxb-1"))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	do(b) // b's connection is open before the 429
+	if status := do(a); status != http.StatusTooManyRequests {
+		t.Fatalf("a: HTTP %d, want 429", status)
+	}
+	do(b)
+	if v := s.Violations(); len(v) != 0 {
+		t.Errorf("violations %q after a call on another connection within the grace, want none", v)
+	}
+	if f := s.InFlightAtRetryAfter(); len(f) != 1 || !strings.Contains(f[0], "another connection") {
+		t.Errorf("in flight at a 429: %q, want b's call", f)
+	}
+	do(a)
+	if v := s.Violations(); len(v) != 1 || !strings.Contains(v[0], "before Retry-After ended") {
+		t.Errorf("violations %q, want a's call on the connection that carried the 429", v)
 	}
 }
