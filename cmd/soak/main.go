@@ -9,7 +9,8 @@
 // and a kill -9 every -kill-every. Then it reports whether every answer
 // arrived exactly once and every plan ended on its last revision, with
 // RSS, goroutines, latencies and CPU, as JSON and a PNG plot. It exits 1
-// when anything was lost or duplicated.
+// when anything was lost or duplicated, or a Slack call was sent inside
+// a 429's Retry-After.
 //
 //	go run ./cmd/soak -threads 100 -duration 2m   # the short form CI runs
 //	go run ./cmd/soak -replicas 3                 # an hour, three replicas
@@ -46,8 +47,9 @@ func main() {
 	}
 }
 
-// errVerdict is the run's failure: something lost or duplicated.
-var errVerdict = errors.New("lost or duplicated")
+// errVerdict is the run's failure: something lost or duplicated, or a
+// call sent against a Retry-After.
+var errVerdict = errors.New("the run failed")
 
 // config is the run's flags.
 type config struct {
@@ -145,9 +147,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 const usageText = `Runs the bot against loopback fakes of Slack, Discord and the model, with
 the reference MCP filesystem server, plays -threads conversations under
 faults and a kill -9 every -kill-every, and reports: answers delivered
-exactly once, plans on their last revision, lost and duplicated (exit 1
-unless both are 0), RSS and goroutines over time (report.json and a PNG),
-p50/p99 of revision->edit and reply delivery, CPU per 1,000 model rounds.
+exactly once, plans on their last revision, lost and duplicated, Slack
+calls sent inside a 429's Retry-After (exit 1 unless all three are 0),
+RSS and goroutines over time (report.json and a PNG), p50/p99 of
+revision->edit and reply delivery, CPU per 1,000 model rounds.
 
   go run ./cmd/soak -threads 100 -duration 2m -kill-every 40s   # CI's short form
   go run ./cmd/soak                                             # one process, an hour

@@ -137,10 +137,17 @@ type report struct {
 		Max        int           `json:"max"`
 	} `json:"goroutines"`
 	Violations struct {
-		Slack    int            `json:"slack"`
-		Discord  int            `json:"discord"`
-		ByKind   map[string]int `json:"by_kind"`
-		Examples []string       `json:"examples"`
+		Slack   int `json:"slack"`
+		Discord int `json:"discord"`
+		// SlackRetryAfter counts the Slack calls sent after a 429 was
+		// answered and before its Retry-After ended: they fail the run.
+		SlackRetryAfter int `json:"slack_retry_after"`
+		// SlackInFlightAt429 counts the calls inside a Retry-After that
+		// were on their way before its 429 was answered: not violations.
+		SlackInFlightAt429 int            `json:"slack_in_flight_at_429"`
+		InFlightExamples   []string       `json:"in_flight_examples"`
+		ByKind             map[string]int `json:"by_kind"`
+		Examples           []string       `json:"examples"`
 	} `json:"violations"`
 	SoakCPUSeconds float64 `json:"soak_cpu_s"` // the soak's own, fakes included, for a shared machine
 	DiscordMissed  int     `json:"discord_events_missed"`
@@ -271,19 +278,44 @@ func buildReport(cfg config, mode string, start time.Time, wall time.Duration, t
 
 	r.RetentionDeleted = retentionDeletes(sup.logDir)
 
-	sv, dv := slack.Violations(), dc.Violations()
-	r.Violations.Slack, r.Violations.Discord = len(sv), len(dv)
-	r.Violations.ByKind = classifyViolations(slack, sv, dv)
+	r.countViolations(slack, dc)
 	if ticks, err := readCPUTicks(os.Getpid()); err == nil {
 		r.SoakCPUSeconds = float64(ticks) / clockTicks
 	}
+	r.DiscordMissed = dc.Missed()
+	return r
+}
+
+// countViolations reads what the fakes hold against the bot.
+func (r *report) countViolations(slack *fakeslack.Server, dc *fakediscord.Server) {
+	sv, dv := slack.Violations(), dc.Violations()
+	r.Violations.Slack, r.Violations.Discord = len(sv), len(dv)
+	r.Violations.ByKind = classifyViolations(slack, sv, dv)
+	for _, v := range sv {
+		if strings.Contains(v, "before Retry-After ended") {
+			r.Violations.SlackRetryAfter++
+		}
+	}
+	inFlight := slack.InFlightAtRetryAfter()
+	r.Violations.SlackInFlightAt429 = len(inFlight)
+	r.Violations.InFlightExamples = inFlight[:min(len(inFlight), 10)]
 	for _, v := range append(sv, dv...) {
 		if len(r.Violations.Examples) < 10 {
 			r.Violations.Examples = append(r.Violations.Examples, v)
 		}
 	}
-	r.DiscordMissed = dc.Missed()
-	return r
+}
+
+// verdict is the run's failure (wrapping errVerdict), nil if it passed:
+// an answer lost or duplicated, or a Slack call sent against a 429's
+// Retry-After (README: a Retry-After is always waited out). path is the
+// report's file, named in the error.
+func (r *report) verdict(path string) error {
+	if r.Tally.Lost > 0 || r.Tally.Duplicated > 0 || r.Violations.SlackRetryAfter > 0 {
+		return fmt.Errorf("%w: %d lost, %d duplicated, %d Slack calls sent inside a 429's Retry-After (report %s)",
+			errVerdict, r.Tally.Lost, r.Tally.Duplicated, r.Violations.SlackRetryAfter, path)
+	}
+	return nil
 }
 
 func appendCapped(list []string, s string) []string {
@@ -461,6 +493,8 @@ func (r *report) print(w io.Writer) {
 	p("goroutines (%s): idle before %v, idle after %v, max %d", r.Goroutines.Source, readings(r.Goroutines.IdleBefore), readings(r.Goroutines.IdleAfter), r.Goroutines.Max)
 	p("protocol violations: Slack %d, Discord %d %v; Discord events missed %d; undelivered replies (metric) %.0f; model requests past a script %d",
 		r.Violations.Slack, r.Violations.Discord, r.Violations.ByKind, r.DiscordMissed, r.Undelivered, r.ModelOverruns)
+	p("  Slack calls sent inside a 429's Retry-After %d (the run fails on any); on their way when the 429 was answered %d (not violations)",
+		r.Violations.SlackRetryAfter, r.Violations.SlackInFlightAt429)
 	for _, v := range r.Violations.Examples {
 		p("  violation: %s", v)
 	}

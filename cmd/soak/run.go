@@ -272,10 +272,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	rep.print(stdout)
-	if rep.Tally.Lost > 0 || rep.Tally.Duplicated > 0 {
-		return fmt.Errorf("%w: %d lost, %d duplicated (report %s)", errVerdict, rep.Tally.Lost, rep.Tally.Duplicated, filepath.Join(cfg.out, "report.json"))
-	}
-	return nil
+	return rep.verdict(filepath.Join(cfg.out, "report.json"))
 }
 
 // killer kills a slot every cfg.killEvery until load ends: the one
@@ -410,6 +407,14 @@ func needSchedtrace(ctx context.Context, binary, work string, client *http.Clien
 
 // fakes are the loopback fakes of the run, each served behind the front
 // that injects its faults.
+// inFlightGrace is the fake Slack's InFlightGrace: the bot edits several
+// plans at once, each on a connection of its own, and the calls that
+// reach the fake just after a 429 went out on another connection were
+// sent before the bot read it (the soak and the bot share two loaded
+// cores, so that trip takes milliseconds). A call on the 429's own
+// connection, or later than this, is sent against it and fails the run.
+const inFlightGrace = 25 * time.Millisecond
+
 type fakes struct {
 	slack      *fakeslack.Server
 	dc         *fakediscord.Server
@@ -417,7 +422,7 @@ type fakes struct {
 }
 
 func startFakes(threads []*thread, flt *faults, park time.Duration) *fakes {
-	f := &fakes{slack: &fakeslack.Server{}, dc: &fakediscord.Server{HeartbeatInterval: 5 * time.Second}}
+	f := &fakes{slack: &fakeslack.Server{InFlightGrace: inFlightGrace}, dc: &fakediscord.Server{HeartbeatInterval: 5 * time.Second}}
 	f.slack.AddUser(slackUser, "ann")
 	byName := map[string]*thread{}
 	for _, th := range threads {

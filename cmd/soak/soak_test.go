@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"image/png"
 	"math"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -409,5 +411,62 @@ func TestScanFromTheFakes(t *testing.T) {
 	}
 	if len(plans) != 2 || !plans[0].OK || plans[1].OK || plans[1].Revision != 1 {
 		t.Errorf("plans %+v: want t0001 on its last revision and t0002 not", plans)
+	}
+}
+
+// TestVerdictOnRetryAfter: a Slack call sent after a 429 was answered,
+// inside its Retry-After, fails the run (README: a Retry-After is always
+// waited out); one already on its way when the 429 was answered does not.
+func TestVerdictOnRetryAfter(t *testing.T) {
+	slack := &fakeslack.Server{}
+	ss := httptest.NewServer(slack)
+	defer ss.Close()
+	dc := &fakediscord.Server{}
+	slack.Limit("chat.update", 1, time.Minute)
+	update := func() int {
+		t.Helper()
+		resp, err := http.PostForm(ss.URL+"/api/chat.update", url.Values{"token": {"xoxb-test"}, "channel": {"C1"}, "ts": {"1.000001"}, "text": {"x"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	update()
+	// One on its way: held by the fake while another call is answered 429.
+	slack.Delay("chat.update", 300*time.Millisecond, 1)
+	held := make(chan int, 1)
+	go func() {
+		resp, err := http.PostForm(ss.URL+"/api/chat.update", url.Values{"token": {"xoxb-test"}, "channel": {"C1"}, "ts": {"1.000001"}, "text": {"x"}})
+		if err != nil {
+			held <- 0
+			return
+		}
+		resp.Body.Close()
+		held <- resp.StatusCode
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for slack.Held("chat.update") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the call on its way was never held")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if status := update(); status != http.StatusTooManyRequests {
+		t.Fatalf("chat.update past the limit: HTTP %d, want 429", status)
+	}
+	<-held
+	r := &report{}
+	r.countViolations(slack, dc)
+	if err := r.verdict("report.json"); err != nil {
+		t.Errorf("verdict with only a call in flight at the 429: %v, want a pass", err)
+	}
+
+	update() // sent after the 429 came back
+	r = &report{}
+	r.countViolations(slack, dc)
+	err := r.verdict("report.json")
+	if !errors.Is(err, errVerdict) || !strings.Contains(err.Error(), "Retry-After") {
+		t.Errorf("verdict with a call sent against a Retry-After: %v, want a failure that says so", err)
 	}
 }
