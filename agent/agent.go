@@ -236,8 +236,8 @@ type Checkpoint struct {
 	// Evidence is the calls attributed to the current plan's items;
 	// Unattributed the calls made while no item was in progress, waiting
 	// for the next snapshot (DESIGN §15). TurnCalls and TurnApprovals
-	// count the turn's tool calls that ran (not one denied or stopped
-	// before it ran) and decided cards, for the footer.
+	// count the turn's tool calls (not one a stop kept from running)
+	// and decided cards, for the footer.
 	Evidence      Evidence `json:"evidence,omitempty"`
 	Unattributed  []Call   `json:"unattributed,omitempty"`
 	TurnCalls     int      `json:"turn_calls,omitempty"`

@@ -955,7 +955,7 @@ func (r *Runner) runTools(ctx context.Context, s *session, drained []Entry, ids 
 	// A stop decided while the turn waited answers every call: none runs.
 	stopper := stoppedIn(decisions)
 	att := newAttribution(next)
-	ran := 0 // calls other than todo_write that ran (or may have): the footer counts these
+	calls := 0 // calls other than todo_write, bar those a stop kept from running: the footer counts these
 	for _, tc := range msg.ToolCalls {
 		names = append(names, tc.Function.Name)
 		before := work.Revision()
@@ -965,27 +965,27 @@ func (r *Runner) runTools(ctx context.Context, s *session, drained []Entry, ids 
 		d, decided := decisions[tc.ID]
 		tctx, span := r.traceTool(ctx, tc, d, decided)
 		_, stop := stopped(ctx)
-		didRun := false
+		stoppedFirst := false
 		switch {
 		case interrupted[tc.ID]:
-			didRun = true // it may have run before the restart
 			out = errorResult(&ToolError{Code: "interrupted", Message: "pinplan restarted while this tool was running; it may or may not have taken effect. Check before calling it again."})
 		case stopper != "":
+			stoppedFirst = true
 			out = errorResult(&ToolError{Code: "stopped", Message: "The turn was stopped before this call ran; it did not run."})
 		case decided && !d.Allow:
 			out = errorResult(&ToolError{Code: "denied", Message: denial(d)})
 		case stop:
+			stoppedFirst = true
 			out = errorResult(&ToolError{Code: "stopped", Message: "The turn was stopped; this call did not run."})
 		default:
-			didRun = true
 			out = r.runTool(tctx, s.key, env, tc)
 			if _, stop := stopped(ctx); stop {
 				out = errorResult(&ToolError{Code: "stopped", Message: "The turn was stopped while this call ran; it was cancelled and may or may not have taken effect."})
 			}
 		}
 		r.traceToolEnd(span, tc, out, work, before)
-		if didRun && tc.Function.Name != todo.ToolName {
-			ran++
+		if !stoppedFirst && tc.Function.Name != todo.ToolName {
+			calls++
 		}
 		if tc.Function.Name == todo.ToolName {
 			if work.Revision() != before {
@@ -1017,7 +1017,7 @@ func (r *Runner) runTools(ctx context.Context, s *session, drained []Entry, ids 
 		return err
 	}
 	next.Evidence, next.Unattributed = att.ev, att.pending
-	next.TurnCalls += ran // a call denied or stopped before it ran is evidence, not a call made
+	next.TurnCalls += calls // a call stopped before it ran is evidence, not a call made
 	for _, tc := range msg.ToolCalls {
 		if d, ok := decisions[tc.ID]; ok && d.Reason == "" {
 			next.TurnApprovals++ // a card a person decided
