@@ -50,11 +50,13 @@ type Replica struct {
 	Fenced    atomic.Int64
 	replicas  atomic.Int64 // live replicas, from the watch on P replicas/
 
-	mu       sync.Mutex       // guards owned, deadline, lost and lostErr
-	owned    map[string]int64 // session key -> owner key's CreateRevision
-	deadline time.Time        // the lease's end as this replica last heard
-	lost     chan struct{}
-	lostErr  error
+	closeOnce sync.Once        // Close
+	closeErr  error            // what the first Close returned
+	mu        sync.Mutex       // guards owned, deadline, lost and lostErr
+	owned     map[string]int64 // session key -> owner key's CreateRevision
+	deadline  time.Time        // the lease's end as this replica last heard
+	lost      chan struct{}
+	lostErr   error
 
 	ctx    context.Context // ends with Close
 	cancel context.CancelFunc
@@ -660,15 +662,18 @@ func (r *Replica) watchReplicas(ctx context.Context) {
 
 // Close stops the watches and revokes the lease, so that the sessions
 // this replica held are taken over at once rather than after the TTL.
+// Only the first call does it; later ones return its error.
 func (r *Replica) Close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	_, err := r.cli.Revoke(ctx, r.lease)
-	r.cancel()
-	r.markLost(errors.New("the replica stopped"))
-	r.wg.Wait()
-	if err != nil {
-		return fmt.Errorf("etcdstore: revoke the replica's lease: %w", err)
-	}
-	return nil
+	r.closeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_, err := r.cli.Revoke(ctx, r.lease)
+		r.cancel()
+		r.markLost(errors.New("the replica stopped"))
+		r.wg.Wait()
+		if err != nil {
+			r.closeErr = fmt.Errorf("etcdstore: revoke the replica's lease: %w", err)
+		}
+	})
+	return r.closeErr
 }

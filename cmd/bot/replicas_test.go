@@ -343,6 +343,52 @@ func TestGracefulStopHandsOver(t *testing.T) {
 	}
 }
 
+// TestGracefulStopHandsOverBeforeToolsClose: a replica stopping on
+// SIGTERM releases its lease as soon as its sessions are at rest, before
+// it closes its MCP servers, so a tool server slow to exit (here one that
+// lingers after its stdin closes and ignores SIGTERM: about 4 s until
+// pinplan kills it) does not hold its threads back. Before, the lease was
+// revoked last, and the threads waited for the tool servers; on a loaded
+// machine, for as long as the lease's TTL.
+func TestGracefulStopHandsOverBeforeToolsClose(t *testing.T) {
+	t.Parallel()
+	const ttl = 30 * time.Second
+	r := newReplicaRigTTL(t, 2, ttl)
+	cfg := fmt.Sprintf("[mcp.ev]\ncommand = [\"sh\", \"-c\", \"trap '' TERM; %s; sleep 20\"]\n", mcpServerPath(t, "everything"))
+	path := filepath.Join(t.TempDir(), "pinplan.toml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r.env["PINPLAN_CONFIG"] = path
+	ps := []*botProc{r.start(t, 0), r.start(t, 1)}
+	for _, p := range ps {
+		waitMCPReady(t, p, "ev")
+	}
+	key := "slack/T1/C1/1700000000.000100"
+	if _, err := r.slack.Push("Ev1", mention("C1", "1700000000.000100", "task C1")); err != nil {
+		t.Fatal(err)
+	}
+	owner := -1
+	waitFor(t, 30*time.Second, "an owner", func() bool { owner = ownerOf(ps, key); return owner >= 0 })
+	waitFor(t, 30*time.Second, "the plan message", func() bool { return len(planMessages(r.slack, "C1")) == 1 })
+	other := ps[1-owner]
+	if err := syscall.Kill(-ps[owner].cmd.Process.Pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var takenFirst bool
+	select {
+	case <-ps[owner].done:
+		// Taken before the stopping replica was done closing its tools?
+		takenFirst = ownerOf([]*botProc{other}, key) == 0
+	case <-time.After(30 * time.Second):
+		t.Fatal("the replica did not stop on SIGTERM")
+	}
+	if !takenFirst {
+		t.Errorf("the thread was not taken over while the stopping replica closed its tool servers: its lease was released after them\n%s", ps[owner].stderr)
+	}
+	waitFor(t, 60*time.Second, "the answer", func() bool { return len(answers(r.slack, "C1")) >= 1 })
+}
+
 // TestMigrateToEtcd: a thread answered on the bbolt file, then `bot
 // migrate --to etcd`, then a follow-up in that thread answered by a
 // replica on etcd with the thread's history; the file is unchanged, and a

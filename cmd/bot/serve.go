@@ -145,6 +145,15 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	if rep != nil {
 		shared = replica.New(ctx, replica.Options{Replica: rep, Store: st.es, Router: router, Runner: runner, Logger: log.With("component", "replica")})
 		in.set(shared, shared.Taken)
+		// Once the runner, the router and the hand-over queues are at
+		// rest, the lease goes: the other replicas take this one's
+		// threads at once, not after whatever else the stop waits for
+		// (tool servers slow to exit, the HTTP server's last requests).
+		later(func() {
+			if err := rep.Close(); err != nil {
+				log.Warn("release the replica's lease", "err", err)
+			}
+		})
 		later(shared.Wait)
 	} else {
 		in.set(router, nil)
@@ -294,8 +303,10 @@ func openStores(ctx context.Context, cfg *config.Config, onTake func(key string)
 	if err != nil {
 		return st, err
 	}
-	// Revoked after the runner and the router stopped (teardown runs
-	// in reverse): the others take over at once, not after the TTL.
+	// Revoked after the runner and the router stopped (serve closes it
+	// earlier, as soon as they have; teardown runs in reverse, and a
+	// second Close does nothing): the others take over at once, not
+	// after the TTL.
 	later(func() {
 		if err := rep.Close(); err != nil {
 			log.Warn("release the replica's lease", "err", err)
