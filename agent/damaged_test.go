@@ -107,6 +107,9 @@ func TestDamagedSessionStopsAlone(t *testing.T) {
 			if end.Outcome != agent.Failed || end.Text == "" || !errors.Is(end.Err, store.ErrCorrupt) {
 				t.Errorf("damaged session: got outcome %s, text %q, err %v; want failed, a message for the thread and the store's error", end.Outcome, end.Text, end.Err)
 			}
+			if method == "Inbox" && end.Seq == 0 {
+				t.Errorf("the ending after an unreadable inbox was published with no log entry behind it")
+			}
 			for i, text := range []string{"first", "second"} {
 				if i > 0 {
 					h.send(t, "web/good", text)

@@ -638,13 +638,23 @@ func (r *Runner) run(key string, log *slog.Logger) error {
 			return err
 		}
 		if inbox, err = store.Inbox(r.ctx, key); err != nil {
-			if r.ctx.Err() == nil {
-				// As for Load: the last commit stands, the queued messages
-				// stay where they are, and the thread hears why it stopped.
-				r.publish(Event{Session: key, Kind: TurnEnded, Outcome: Failed, Err: err, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision(),
-					Text: "I couldn't read this thread's queued messages from the database, so I stopped. The last saved state is kept; an operator can restore the database from a backup (the bot's log has the details)."})
+			err = fmt.Errorf("read inbox: %w", err)
+			if r.ctx.Err() != nil {
+				return err
 			}
-			return fmt.Errorf("read inbox: %w", err)
+			if s.cp.State == Idle {
+				// Nothing runs: the queued messages stay where they are,
+				// and the session is tried again later.
+				return &unsavedError{err}
+			}
+			// The last commit stands, the queued messages stay where they
+			// are, and the thread hears why the turn stopped, from the
+			// log like everything it sees.
+			text := "I couldn't read this thread's queued messages from the database, so I stopped. The last saved state is kept; an operator can restore the database from a backup (the bot's log has the details)."
+			if end := r.endTurn(context.WithoutCancel(ctx), s, nil, Failed, text, err); end != nil {
+				return &unsavedError{errors.Join(err, end)}
+			}
+			return err
 		}
 	}
 }
