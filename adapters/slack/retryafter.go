@@ -64,10 +64,16 @@ func budgetKey(req *http.Request) string {
 
 func (t *heldTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	method := budgetKey(req)
-	t.mu.Lock()
-	end := t.until[method]
-	t.mu.Unlock()
-	if wait := end.Sub(t.now()); wait > 0 {
+	// Read the end again after each wait: a 429 answered meanwhile (to
+	// another call of the same budget) may have moved it later.
+	for {
+		t.mu.Lock()
+		end := t.until[method]
+		t.mu.Unlock()
+		wait := end.Sub(t.now())
+		if wait <= 0 {
+			break
+		}
 		timer := time.NewTimer(wait)
 		select {
 		case <-timer.C:

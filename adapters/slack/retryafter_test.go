@@ -3,6 +3,7 @@ package slack
 import (
 	"context"
 	"errors"
+	"net/http"
 	"testing"
 	"time"
 
@@ -84,5 +85,46 @@ func TestPostRetryAfterHoldsTheChannel(t *testing.T) {
 	}
 	if v := fake.Violations(); len(v) > 0 {
 		t.Errorf("violations: %v", v)
+	}
+}
+
+// roundTripFunc is an http.RoundTripper of a function.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestRetryAfterLengthenedWhileWaiting: a call waiting out a Retry-After
+// whose end another 429 moved later meanwhile waits for the new end, not
+// the one it read first. Found by the soak: a chat.update sent 24 µs
+// before a lengthened Retry-After ended.
+func TestRetryAfterLengthenedWhileWaiting(t *testing.T) {
+	sent := make(chan time.Time, 1)
+	ht := &heldTransport{now: time.Now, until: map[string]time.Time{}, base: roundTripFunc(func(*http.Request) (*http.Response, error) {
+		sent <- time.Now()
+		return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody}, nil
+	})}
+	req, err := http.NewRequest(http.MethodPost, "https://slack.com/api/chat.update", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := budgetKey(req)
+	ht.mu.Lock()
+	ht.until[key] = time.Now().Add(50 * time.Millisecond)
+	ht.mu.Unlock()
+	done := make(chan error, 1)
+	go func() {
+		_, err := ht.RoundTrip(req)
+		done <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // the call waits for the first end
+	later := time.Now().Add(300 * time.Millisecond)
+	ht.mu.Lock()
+	ht.until[key] = later // another call's 429
+	ht.mu.Unlock()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if at := <-sent; at.Before(later) {
+		t.Errorf("sent %s before the lengthened Retry-After ended", later.Sub(at))
 	}
 }
