@@ -116,3 +116,14 @@ func BenchmarkRounds100(b *testing.B) {
 	b.ReportMetric(float64(s.Requests.Load())/rounds, "requests/round")
 	b.ReportMetric(float64(s.Bytes.Load())/rounds, "bytes/round")
 }
+
+// BenchmarkBudget: a request's budget check before reservations against
+// the reservation now, on the embedded etcd (storetest.BenchBudget).
+func BenchmarkBudget(b *testing.B) {
+	server := etcdtest.Start(b)
+	s, err := New(context.Background(), server.Client(b), Options{Prefix: "/bench/"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	storetest.BenchBudget(b, s)
+}

@@ -14,6 +14,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/internal/storetest"
 	"github.com/pinplan/pinplan/todo"
 )
 
@@ -241,4 +242,11 @@ func BenchmarkSessionCount(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkBudget: a request's budget check before reservations (a read
+// of the person's day) against the reservation now, on the bbolt file
+// (storetest.BenchBudget).
+func BenchmarkBudget(b *testing.B) {
+	storetest.BenchBudget(b, openBench(b, 0))
 }

@@ -832,3 +832,29 @@ func testLog(t *testing.T, s Store, own func(string)) {
 		t.Errorf("after a reset Delivered = %d, %v; want 2", n, err)
 	}
 }
+
+// BenchBudget measures what the daily budget's check costs a model
+// request (DESIGN §18): "spent" reads the person's day, as the check did
+// before reservations; "reserve" is the reservation made now, one
+// transaction that reads the day and charges it (its settlement rides in
+// the round's commit, which wrote a Spend before as well). Compare the
+// two in one run: the difference is the latency a reservation adds to
+// each request.
+func BenchBudget(b *testing.B, s Store) {
+	ctx := context.Background()
+	const day = "2026-03-04"
+	b.Run("spent", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			if _, err := s.Spent(ctx, fmt.Sprint("slack/U", i%24), day); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("reserve", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			if _, _, err := s.Reserve(ctx, fmt.Sprint("slack/U", i%24), day, 300, 1900, 1<<40); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
