@@ -328,3 +328,73 @@ func TestDailyBudgetWithoutUsage(t *testing.T) {
 		t.Errorf("the log says %d times that the server sends no usage, want once", n)
 	}
 }
+
+// TestDailyBudgetParallelAcrossReplicas: the reservation holds across
+// replicas: one person's 8 threads at once, spread over two replicas on
+// etcd, make one model request between them, and the day's count stays
+// within the budget (DESIGN §18).
+func TestDailyBudgetParallelAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	const budget = 2000
+	r := newReplicaRig(t, 1)
+	respond := r.model.Respond
+	r.model.Respond = func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
+		time.Sleep(time.Second) // the threads' requests overlap
+		reply := respond(req)
+		reply.Usage = &openai.Usage{PromptTokens: 400, CompletionTokens: 1500, TotalTokens: 1900}
+		return reply
+	}
+	r.env["PINPLAN_USER_TOKENS_PER_DAY"] = fmt.Sprint(budget)
+	ps := []*botProc{r.start(t, 0), r.start(t, 1)}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("messages: %+v\n%s", r.slack.Messages("C1"), stderrs(ps...))
+		}
+	})
+	var threads []string
+	for i := range 8 {
+		ts := fmt.Sprintf("1700003%03d.000100", i)
+		threads = append(threads, ts)
+		if _, err := r.slack.Push(fmt.Sprint("EvRepPar", i), mention("C1", ts, "plan the week")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refused := 0
+	waitFor(t, 60*time.Second, "seven threads refused with the budget", func() bool {
+		refused = 0
+		for _, ts := range threads {
+			for _, m := range r.slack.Messages("C1") {
+				if m.ThreadTS == ts && m.BotID != "" && m.Blocks == "" && strings.Contains(m.Text, "tokens for today") {
+					refused++
+					break
+				}
+			}
+		}
+		return refused >= 7
+	})
+	took := map[int]bool{}
+	for _, ts := range threads {
+		if o := ownerOf(ps, "slack/T1/C1/"+ts); o >= 0 {
+			took[o] = true
+		}
+	}
+	time.Sleep(2 * time.Second) // a second request would have come by now
+	if n := len(r.model.Requests()); n != 1 {
+		t.Errorf("%d model requests for one person's 8 threads on a budget of %d, want 1", n, budget)
+	}
+	if len(took) != 2 {
+		t.Logf("the threads ran on %d replica(s) only", len(took))
+	}
+	var usage struct {
+		People []struct {
+			Person string `json:"person"`
+			Tokens int64  `json:"tokens"`
+		} `json:"people"`
+	}
+	getJSON(t, ps[0].URL+"/api/usage", &usage)
+	for _, u := range usage.People {
+		if u.Person == "slack/U1" && u.Tokens > budget {
+			t.Errorf("slack/U1 charged %d of %d tokens", u.Tokens, budget)
+		}
+	}
+}
