@@ -333,7 +333,9 @@ func (r *Runner) summaryCall(ctx context.Context, prev string, entries []Entry, 
 	req := openai.ChatCompletionRequest{Model: r.opts.ModelName, Messages: []openai.ChatCompletionMessage{
 		{Role: openai.ChatMessageRoleSystem, Content: summaryPrompt},
 		{Role: openai.ChatMessageRoleUser, Content: b.String()},
-	}, MaxTokens: min(r.maxOutput(), 1024)} // under 400 words
+	}}
+	//lint:ignore SA1019 max_tokens is what DESIGN §8 sends (max_completion_tokens is OpenAI's newer name)
+	req.MaxTokens = min(r.maxOutput(), 1024) // under 400 words
 	reply, err := r.complete(ctx, req)
 	if err != nil {
 		return "", openai.Usage{}, err

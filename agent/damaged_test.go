@@ -27,9 +27,8 @@ type damagedStore struct {
 	// skip is how many calls pass before the damage; failures is how
 	// many fail then (0: all).
 	skip, failures int
-	mu             sync.Mutex // guards skip, failed and repaired
+	mu             sync.Mutex // guards skip and failed
 	failed         int
-	repaired       bool
 }
 
 func (d *damagedStore) damage(method, key string) error {

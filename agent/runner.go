@@ -699,6 +699,7 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 	if s.reserved != nil {
 		out = min(out, int(s.reserved.Tokens)-correct(v.estimated, s.cp.TokenRatio))
 	}
+	//lint:ignore SA1019 max_tokens is what DESIGN §8 sends and what the servers people run read (max_completion_tokens is OpenAI's newer name)
 	v.req.MaxTokens = out
 	streamed, replyID := r.streaming(ctx, s)
 	reply, err := r.complete(streamed, v.req)
@@ -708,6 +709,7 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 		r.opts.Logger.Warn("request too long for the model; compacting harder", "session", s.key, "estimated", correct(v.estimated, s.cp.TokenRatio))
 		s.cp.TokenRatio = max(s.cp.TokenRatio*1.5, 1.5)
 		if v, err = r.build(ctx, s, drained, remind, true); err == nil {
+			//lint:ignore SA1019 max_tokens is what DESIGN §8 sends and what the servers people run read (max_completion_tokens is OpenAI's newer name)
 			v.req.MaxTokens = out
 			streamed, replyID = r.streaming(ctx, s)
 			reply, err = r.complete(streamed, v.req)

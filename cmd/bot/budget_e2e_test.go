@@ -1,5 +1,7 @@
 package main
 
+//lint:file-ignore SA1019 max_tokens is what DESIGN §8 sends and what the servers people run (Ollama, vLLM, llama.cpp) read; max_completion_tokens is OpenAI's newer name for it.
+
 import (
 	"fmt"
 	"net/http/httptest"

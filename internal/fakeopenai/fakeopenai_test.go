@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 max_tokens is what DESIGN §8 sends and what the servers people run (Ollama, vLLM, llama.cpp) read; max_completion_tokens is OpenAI's newer name for it.
+
 package fakeopenai
 
 import (
