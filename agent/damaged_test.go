@@ -77,6 +77,25 @@ func planThenAnswer(req *openai.ChatCompletionRequest) fakeopenai.Reply {
 	return fakeopenai.Reply{ToolCalls: []fakeopenai.Call{{Name: todo.ToolName, Arguments: todo.Encode([]todo.Item{{Content: "answer", Status: todo.InProgress}})}}}
 }
 
+// damagedHarness runs a runner on st, with opts besides, against a fake
+// model that plans, then answers.
+func damagedHarness(t *testing.T, st *damagedStore, opts agent.Options) *harness {
+	t.Helper()
+	fake := &fakeopenai.Server{Respond: planThenAnswer}
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	model := agent.NewOpenAIModel(agent.OpenAIOptions{BaseURL: srv.URL + "/v1", APIKey: "sk-test", Timeout: 5 * time.Second, BaseBackoff: time.Millisecond})
+	h := &harness{fake: fake, db: st.DB, events: map[string]chan agent.Event{}, model: model}
+	opts.Model, opts.Store, opts.ModelName = model, st, "fake"
+	opts.Events = publishTo(func(e agent.Event) { h.ch(e.Session) <- e })
+	var err error
+	if h.runner, err = agent.NewRunner(opts); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.runner.Close)
+	return h
+}
+
 // TestDamagedSessionStopsAlone: a store error for one session (a damaged
 // page in its part of the file) ends that session's turn with a message
 // for its thread; the other sessions go on. (A Commit that fails for good
@@ -86,18 +105,7 @@ func TestDamagedSessionStopsAlone(t *testing.T) {
 		t.Run(method, func(t *testing.T) {
 			db, _ := openDB(t)
 			st := &damagedStore{DB: db, key: "web/bad", method: method}
-			fake := &fakeopenai.Server{Respond: planThenAnswer}
-			srv := httptest.NewServer(fake)
-			t.Cleanup(srv.Close)
-			model := agent.NewOpenAIModel(agent.OpenAIOptions{BaseURL: srv.URL + "/v1", APIKey: "sk-test", Timeout: 5 * time.Second, BaseBackoff: time.Millisecond})
-			h := &harness{fake: fake, db: db, events: map[string]chan agent.Event{}, model: model}
-			var err error
-			h.runner, err = agent.NewRunner(agent.Options{Model: model, Store: st, ModelName: "fake",
-				Events: publishTo(func(e agent.Event) { h.ch(e.Session) <- e })})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(h.runner.Close)
+			h := damagedHarness(t, st, agent.Options{})
 
 			h.send(t, "web/bad", "hello")
 			h.send(t, "web/good", "hello")
@@ -131,18 +139,7 @@ func TestUnsavedRoundEndsInTheLog(t *testing.T) {
 	db, _ := openDB(t)
 	// The turn's start is saved; its first round is refused.
 	st := &damagedStore{DB: db, key: "web/bad", method: "Commit", skip: 1, failures: 1}
-	fake := &fakeopenai.Server{Respond: planThenAnswer}
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
-	model := agent.NewOpenAIModel(agent.OpenAIOptions{BaseURL: srv.URL + "/v1", APIKey: "sk-test", Timeout: 5 * time.Second, BaseBackoff: time.Millisecond})
-	h := &harness{fake: fake, db: db, events: map[string]chan agent.Event{}, model: model}
-	var err error
-	h.runner, err = agent.NewRunner(agent.Options{Model: model, Store: st, ModelName: "fake",
-		Events: publishTo(func(e agent.Event) { h.ch(e.Session) <- e })})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.runner.Close)
+	h := damagedHarness(t, st, agent.Options{})
 	h.send(t, "web/bad", "hello")
 	events := h.waitEnd(t, "web/bad")
 	end := events[len(events)-1]
@@ -171,25 +168,15 @@ func TestUnsavedRoundEndsInTheLog(t *testing.T) {
 // until the store takes it.
 func TestUnsavedSessionTriedAgain(t *testing.T) {
 	db, _ := openDB(t)
-	st := &damagedStore{DB: db, key: "web/bad", method: "Commit"}
-	st.failed = -1  // let the start through
-	st.failures = 3 // the round, its ending, and the first try again
-	fake := &fakeopenai.Server{Respond: planThenAnswer}
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
-	model := agent.NewOpenAIModel(agent.OpenAIOptions{BaseURL: srv.URL + "/v1", APIKey: "sk-test", Timeout: 5 * time.Second, BaseBackoff: time.Millisecond})
-	h := &harness{fake: fake, db: db, events: map[string]chan agent.Event{}, model: model}
-	var err error
-	h.runner, err = agent.NewRunner(agent.Options{Model: model, Store: st, ModelName: "fake", UnsavedRetry: 50 * time.Millisecond,
-		Events: publishTo(func(e agent.Event) { h.ch(e.Session) <- e })})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.runner.Close)
+	// The start is saved; then the round and its ending are refused.
+	st := &damagedStore{DB: db, key: "web/bad", method: "Commit", skip: 1, failures: 2}
+	h := damagedHarness(t, st, agent.Options{UnsavedRetry: 50 * time.Millisecond})
 	h.send(t, "web/bad", "hello")
 	events := h.waitEnd(t, "web/bad")
 	for _, e := range events {
-		if e.Seq == 0 {
+		// (A resumed turn's start is said without one: it records
+		// nothing new.)
+		if e.Seq == 0 && !e.Resumed {
 			t.Errorf("%v published with no log entry behind it: %+v", e.Kind, e)
 		}
 	}

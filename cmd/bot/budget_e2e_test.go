@@ -4,6 +4,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
@@ -54,24 +55,11 @@ func TestTokenBudgets(t *testing.T) {
 		}
 		return fakeopenai.Reply{ToolCalls: []fakeopenai.Call{{Name: "current_time", Arguments: "{}"}}, Usage: usage}
 	}}
-	slack := &fakeslack.Server{}
-	ss := httptest.NewServer(slack)
-	t.Cleanup(ss.Close)
-	ms := httptest.NewServer(model)
-	t.Cleanup(ms.Close)
-	rig := &slackRig{slack: slack, model: model, slackURL: ss.URL, env: map[string]string{
-		"PINPLAN_DB": filepath.Join(t.TempDir(), "budget.db"), "PINPLAN_HTTP_ADDR": "127.0.0.1:0",
-		"OPENAI_BASE_URL": ms.URL + "/v1", "OPENAI_API_KEY": "sk-test",
-		"SLACK_BOT_TOKEN": "xoxb-test-token", "SLACK_API_URL": ss.URL + "/api/", "SLACK_APP_TOKEN": "xapp-test-token",
+	rig, p := budgetRig(t, model, map[string]string{
 		"PINPLAN_TURN_TOKENS": "7000", "PINPLAN_USER_TOKENS_PER_DAY": "6200", "PINPLAN_APPROVERS": "U1",
-	}}
-	p := rig.start(t)
-	defer p.stop(t)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("model requests: %d\nslack messages: %+v\nbot stderr:\n%s", len(model.Requests()), slack.Messages("C1"), p.stderr)
-		}
 	})
+	defer p.stop(t)
+	slack := rig.slack
 
 	const first, second, other = "1700000100.000100", "1700000200.000200", "1700000300.000300"
 	if _, err := slack.Push("Ev1", mention("C1", first, "find the bug")); err != nil {
@@ -195,9 +183,9 @@ func TestDailyBudgetAcrossReplicas(t *testing.T) {
 	}
 }
 
-// budgetRig is a bot on Slack with PINPLAN_USER_TOKENS_PER_DAY set and the
-// model m.
-func budgetRig(t *testing.T, m *fakeopenai.Server, budget string) (*slackRig, *botProc) {
+// budgetRig is a bot on Slack with the model m and the budgets' settings
+// in env.
+func budgetRig(t *testing.T, m *fakeopenai.Server, env map[string]string) (*slackRig, *botProc) {
 	slack := &fakeslack.Server{}
 	ss := httptest.NewServer(slack)
 	t.Cleanup(ss.Close)
@@ -207,8 +195,8 @@ func budgetRig(t *testing.T, m *fakeopenai.Server, budget string) (*slackRig, *b
 		"PINPLAN_DB": filepath.Join(t.TempDir(), "budget.db"), "PINPLAN_HTTP_ADDR": "127.0.0.1:0",
 		"OPENAI_BASE_URL": ms.URL + "/v1", "OPENAI_API_KEY": "sk-test",
 		"SLACK_BOT_TOKEN": "xoxb-test-token", "SLACK_API_URL": ss.URL + "/api/", "SLACK_APP_TOKEN": "xapp-test-token",
-		"PINPLAN_USER_TOKENS_PER_DAY": budget,
 	}}
+	maps.Copy(rig.env, env)
 	p := rig.start(t)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -249,22 +237,25 @@ func TestDailyBudgetParallelThreads(t *testing.T) {
 		time.Sleep(time.Second) // the requests of the threads overlap
 		return fakeopenai.Reply{Content: "Here you are.", Usage: &openai.Usage{PromptTokens: 400, CompletionTokens: 1500, TotalTokens: 1900}}
 	}}
-	rig, p := budgetRig(t, model, fmt.Sprint(budget))
+	rig, p := budgetRig(t, model, map[string]string{"PINPLAN_USER_TOKENS_PER_DAY": fmt.Sprint(budget)})
 	defer p.stop(t)
-	var threads []string
+	// Three threads in each of 8 channels: the refusals are posts, and
+	// Slack paces posts per channel.
+	type thread struct{ channel, ts string }
+	var threads []thread
 	for i := range 24 {
-		ts := fmt.Sprintf("1700001%03d.000100", i)
-		threads = append(threads, ts)
-		if _, err := rig.slack.Push(fmt.Sprint("EvPar", i), mention("C1", ts, "summarise the incident")); err != nil {
+		th := thread{fmt.Sprint("C", i%8+1), fmt.Sprintf("1700001%03d.000100", i)}
+		threads = append(threads, th)
+		if _, err := rig.slack.Push(fmt.Sprint("EvPar", i), mention(th.channel, th.ts, "summarise the incident")); err != nil {
 			t.Fatal(err)
 		}
 	}
 	answered, refused := 0, 0
 	waitFor(t, 60*time.Second, "every thread answered or refused", func() bool {
 		answered, refused = 0, 0
-		for _, ts := range threads {
-			for _, m := range rig.slack.Messages("C1") {
-				if m.ThreadTS != ts || m.BotID == "" || m.Blocks != "" {
+		for _, th := range threads {
+			for _, m := range rig.slack.Messages(th.channel) {
+				if m.ThreadTS != th.ts || m.BotID == "" || m.Blocks != "" {
 					continue
 				}
 				switch {
@@ -305,7 +296,7 @@ func TestDailyBudgetWithoutUsage(t *testing.T) {
 	model := &fakeopenai.Server{NoUsage: true, Respond: func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
 		return fakeopenai.Reply{Content: long}
 	}}
-	rig, p := budgetRig(t, model, "2000")
+	rig, p := budgetRig(t, model, map[string]string{"PINPLAN_USER_TOKENS_PER_DAY": "2000"})
 	defer p.stop(t)
 	answered := 0
 	for i := range 5 {
