@@ -18,11 +18,15 @@ import (
 // takeover it resumes from that cursor.
 //
 // What is not durable is not logged: a tool call in progress (ToolStarted,
-// ToolEnded), a resumed turn's start, a failure to read or write the
-// session, a reset (its effect is the archive itself). Those are
-// published as events with Seq 0 and mean nothing after a restart.
+// ToolEnded), a resumed turn's start, a session that cannot be read at
+// all, a reset (its effect is the archive itself). Those are published as
+// events with Seq 0 and mean nothing after a restart. A turn that ends
+// because its round could not be saved ends with a saved entry like any
+// other, or, when nothing can be saved, shows nothing and is tried again.
 //
-// The store keeps entries as they are and interprets none of them.
+// The store keeps entries as they are and interprets none of them, but
+// for Compactable, which says which entries the delivery cursor has
+// passed for good.
 type LogEntry struct {
 	Seq       int64       `json:"seq"`
 	Kind      EventKind   `json:"kind"`
@@ -74,4 +78,46 @@ func copyOf[T any](p *T) *T {
 	}
 	v := *p
 	return &v
+}
+
+// Compactable returns the numbers of the entries of entries (a session's
+// log from its start up to its delivery cursor, in order) that nothing
+// needs any more (DESIGN §1: entries the cursor has passed are
+// compacted): all but the last one that carries a plan revision and the
+// last request of each approval still open (ApprovalNeeded with no
+// ApprovalDecided after it). The stores delete them when the cursor is
+// saved, so a session's log stays small however many turns it had.
+func Compactable(entries []LogEntry) []int64 {
+	type approval struct {
+		call string
+		turn int64
+	}
+	plan := int64(-1)
+	open := map[approval]int64{}
+	for _, e := range entries {
+		if len(e.Plan) > 0 || e.Revision > 0 {
+			plan = e.Seq
+		}
+		if e.Approval == nil {
+			continue
+		}
+		id := approval{e.Approval.CallID, e.Approval.Turn}
+		switch e.Kind {
+		case ApprovalNeeded:
+			open[id] = e.Seq
+		case ApprovalDecided:
+			delete(open, id)
+		}
+	}
+	var drop []int64
+	for _, e := range entries {
+		if e.Seq == plan {
+			continue
+		}
+		if e.Approval != nil && e.Kind == ApprovalNeeded && open[approval{e.Approval.CallID, e.Approval.Turn}] == e.Seq {
+			continue
+		}
+		drop = append(drop, e.Seq)
+	}
+	return drop
 }

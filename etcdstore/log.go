@@ -92,11 +92,63 @@ func (s *Store) Delivered(ctx context.Context, key string) (int64, error) {
 
 // SaveDelivered stores the delivery cursor of session key's log, under
 // the session's fence: only its holder delivers.
+//
+// The entries the cursor has passed that nothing needs any more
+// (agent.Compactable) are deleted with it: in its Txn, or, past what one
+// Txn takes, in Txns of their own after it (a later save deletes what a
+// failed one left).
 func (s *Store) SaveDelivered(ctx context.Context, key string, seq int64) error {
-	if err := s.fencedTxn(ctx, key, clientv3.OpPut(s.dlv(key), strconv.FormatInt(seq, 10))); err != nil {
+	drop, err := s.compactable(ctx, key, seq)
+	if err != nil {
 		return fmt.Errorf("etcdstore: save delivered of %s: %w", key, err)
 	}
+	ops := []clientv3.Op{clientv3.OpPut(s.dlv(key), strconv.FormatInt(seq, 10))}
+	for len(drop) > 0 {
+		n := min(len(drop), maxOps-len(ops))
+		for _, seq := range drop[:n] {
+			ops = append(ops, clientv3.OpDelete(s.logKey(key)+num(uint64(seq))))
+		}
+		drop = drop[n:]
+		if err := s.fencedTxn(ctx, key, ops...); err != nil {
+			return fmt.Errorf("etcdstore: save delivered of %s: %w", key, err)
+		}
+		ops = ops[:0]
+	}
+	if len(ops) > 0 {
+		if err := s.fencedTxn(ctx, key, ops...); err != nil {
+			return fmt.Errorf("etcdstore: save delivered of %s: %w", key, err)
+		}
+	}
 	return nil
+}
+
+// compactable reads the session's log up to seq and returns the numbers
+// of its entries that nothing needs any more (agent.Compactable). An
+// entry that cannot be read is left as it is.
+func (s *Store) compactable(ctx context.Context, key string, seq int64) ([]int64, error) {
+	prefix := s.logKey(key)
+	var passed []agent.LogEntry
+	from, end := prefix+num(1), prefix+num(uint64(seq+1))
+	for {
+		resp, err := s.get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(500),
+			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+		if err != nil {
+			return nil, err
+		}
+		for _, kv := range resp.Kvs {
+			var e agent.LogEntry
+			n, err := strconv.ParseUint(string(kv.Key[len(prefix):]), 16, 64)
+			if err != nil || json.Unmarshal(kv.Value, &e) != nil {
+				continue
+			}
+			e.Seq = int64(n)
+			passed = append(passed, e)
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return agent.Compactable(passed), nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
 }
 
 // Undelivered lists the sessions whose log goes past its delivery

@@ -67,6 +67,9 @@ func (db *DB) SaveDelivered(_ context.Context, key string, seq int64) error {
 		if err != nil {
 			return err
 		}
+		if err := compactLog(sb, seq); err != nil {
+			return err
+		}
 		return sb.Put(kDelivered, u64(uint64(seq)))
 	})
 	if err != nil {
@@ -127,4 +130,31 @@ func (db *DB) Undelivered(_ context.Context) ([]string, error) {
 		return nil, fmt.Errorf("store: list undelivered sessions: %w", err)
 	}
 	return keys, nil
+}
+
+// compactLog deletes the entries of the session's log up to seq that
+// nothing needs any more (agent.Compactable), in the cursor's write: the
+// log keeps the last plan revision and open approvals behind the cursor,
+// not every turn's entries.
+func compactLog(sb *bolt.Bucket, seq int64) error {
+	lb := sb.Bucket(bLog)
+	if lb == nil {
+		return nil
+	}
+	var passed []agent.LogEntry
+	c := lb.Cursor()
+	for k, v := c.First(); k != nil && int64(binary.BigEndian.Uint64(k)) <= seq; k, v = c.Next() {
+		var e agent.LogEntry
+		if json.Unmarshal(v, &e) != nil {
+			continue // left as it is: the cursor is what this write is for
+		}
+		e.Seq = int64(binary.BigEndian.Uint64(k))
+		passed = append(passed, e)
+	}
+	for _, n := range agent.Compactable(passed) {
+		if err := lb.Delete(u64(uint64(n))); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ package storetest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -81,6 +82,7 @@ func Run(t *testing.T, open Open, own func(t *testing.T, s Store, key string)) {
 		{"SpendPerPersonAndDay", testSpend},
 		{"ReserveHoldsTheBudget", testReserve},
 		{"LogWrittenWithTheRound", testLog},
+		{"LogCompactedBehindTheCursor", testLogCompacted},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -807,14 +809,10 @@ func testLog(t *testing.T, s Store, own func(string)) {
 	if keys, err := s.Undelivered(ctx); err != nil || !slices.Equal(keys, []string{"web/log"}) {
 		t.Errorf("Undelivered with the cursor at 2 of 3 = %q, %v; want web/log", keys, err)
 	}
-	if err := s.SaveDelivered(ctx, "web/log", 3); err != nil {
-		t.Fatal(err)
-	}
-	if keys, err := s.Undelivered(ctx); err != nil || len(keys) != 0 {
-		t.Errorf("Undelivered with everything delivered = %q, %v; want none", keys, err)
-	}
-	if err := s.SaveDelivered(ctx, "web/log", 2); err != nil { // set back for what follows
-		t.Fatal(err)
+	// Entries the cursor passed are compacted: of 1 and 2, both with a
+	// plan, only the last stays; 3 is past the cursor.
+	if got, err := s.Log(ctx, "web/log", 0); err != nil || len(got) != 2 || got[0].Seq != 2 || got[1].Seq != 3 {
+		t.Errorf("Log with the cursor at 2 = %+v, %v; want entries 2 and 3", got, err)
 	}
 
 	// A reset keeps the log and its numbering.
@@ -825,11 +823,100 @@ func testLog(t *testing.T, s Store, own func(string)) {
 	if err != nil || cp == nil || cp.LogSeq != 3 {
 		t.Fatalf("after a reset the record's LogSeq = %+v, %v; want 3", cp, err)
 	}
-	if got, err := s.Log(ctx, "web/log", 0); err != nil || len(got) != 3 {
-		t.Errorf("after a reset Log = %d entries, %v; want 3", len(got), err)
+	if got, err := s.Log(ctx, "web/log", 0); err != nil || len(got) != 2 {
+		t.Errorf("after a reset Log = %d entries, %v; want 2", len(got), err)
 	}
 	if n, err := s.Delivered(ctx, "web/log"); err != nil || n != 2 {
 		t.Errorf("after a reset Delivered = %d, %v; want 2", n, err)
+	}
+	if err := s.SaveDelivered(ctx, "web/log", 3); err != nil {
+		t.Fatal(err)
+	}
+	if keys, err := s.Undelivered(ctx); err != nil || len(keys) != 0 {
+		t.Errorf("Undelivered with everything delivered = %q, %v; want none", keys, err)
+	}
+}
+
+// testLogCompacted: a session's log does not grow with its turns once
+// delivered (DESIGN §1): five turns of 40 revisions of a 20-item plan,
+// each with an approval, keep behind the cursor only the last plan
+// revision and the approval still open, at most 32 KB; what is past the
+// cursor is all still there.
+func testLogCompacted(t *testing.T, s Store, own func(string)) {
+	ctx := context.Background()
+	const key = "web/long"
+	own(key)
+	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	var items []todo.Item
+	for i := range 20 {
+		items = append(items, todo.Item{Content: fmt.Sprintf("step %02d of a long plan, written out as a model writes it", i), Status: todo.Pending})
+	}
+	var seq int64
+	next := func(kind agent.EventKind, turn int64) agent.LogEntry {
+		seq++
+		return agent.LogEntry{Seq: seq, Kind: kind, Turn: turn, Plan: items, Revision: seq, At: at}
+	}
+	base := 0
+	for turn := int64(1); turn <= 5; turn++ {
+		r := Round(key, base, fmt.Sprint("turn ", turn))
+		base++
+		r.Log = append(r.Log, next(agent.TurnStarted, turn))
+		for range 40 {
+			r.Log = append(r.Log, next(agent.PlanChanged, turn))
+		}
+		need := next(agent.ApprovalNeeded, turn)
+		need.Approval = &agent.Approval{CallID: "call_1", Turn: turn, Tool: "fs__write_file"}
+		r.Log = append(r.Log, need)
+		if turn < 5 {
+			done := next(agent.ApprovalDecided, turn)
+			done.Approval, done.Decision = need.Approval, &agent.Decision{Allow: true}
+			r.Log = append(r.Log, done, next(agent.TurnEnded, turn))
+		}
+		r.Checkpoint.LogSeq = seq
+		if err := s.Commit(ctx, r); err != nil {
+			t.Fatalf("turn %d: %v", turn, err)
+		}
+	}
+	all, err := s.Log(ctx, key, 0)
+	if err != nil || int64(len(all)) != seq {
+		t.Fatalf("Log before delivery = %d entries, %v; want %d", len(all), err, seq)
+	}
+	before := 0
+	for _, e := range all {
+		raw, _ := json.Marshal(e)
+		before += len(raw)
+	}
+	// Delivered up to the last turn's open approval, the last entry but
+	// one plan revision more, written now.
+	r := Round(key, base, "late revision")
+	r.Log = []agent.LogEntry{next(agent.PlanChanged, 5)}
+	r.Checkpoint.LogSeq = seq
+	if err := s.Commit(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SaveDelivered(ctx, key, seq-1); err != nil {
+		t.Fatal(err)
+	}
+	kept, err := s.Log(ctx, key, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []agent.EventKind
+	size := 0
+	for _, e := range kept {
+		kinds = append(kinds, e.Kind)
+		raw, _ := json.Marshal(e)
+		size += len(raw)
+	}
+	if want := []agent.EventKind{agent.ApprovalNeeded, agent.PlanChanged}; !slices.Equal(kinds, want) || kept[1].Seq != seq {
+		t.Errorf("the log after delivery keeps %v (%d entries), want the open approval (the last entry with a plan behind the cursor) and the undelivered revision", kinds, len(kept))
+	}
+	t.Logf("the log of 5 turns x 40 revisions of a 20-item plan: %d entries, %d bytes before delivery; %d entries, %d bytes kept once delivered", len(all), before, len(kept), size)
+	if size > 32<<10 {
+		t.Errorf("the delivered log of 5 turns x 40 revisions keeps %d bytes, want at most 32 KB", size)
+	}
+	if got, err := s.Log(ctx, key, seq-1); err != nil || len(got) != 1 || got[0].Seq != seq {
+		t.Errorf("Log past the cursor = %+v, %v; want the undelivered revision", got, err)
 	}
 }
 
