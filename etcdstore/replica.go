@@ -660,6 +660,15 @@ func (r *Replica) watchReplicas(ctx context.Context) {
 	}
 }
 
+// Say puts value at key in area for the other replicas to follow
+// (Follow), on this replica's lease: what it says goes with it.
+func (r *Replica) Say(ctx context.Context, area, key string, value []byte) error {
+	if _, err := r.cli.Put(ctx, r.p+area+"/"+esc(key), string(value), clientv3.WithLease(r.lease)); err != nil {
+		return fmt.Errorf("etcdstore: say %s/%s: %w", area, key, err)
+	}
+	return nil
+}
+
 // Close stops the watches and revokes the lease, so that the sessions
 // this replica held are taken over at once rather than after the TTL.
 // Only the first call does it; later ones return its error.

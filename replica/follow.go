@@ -45,6 +45,39 @@ func ShareBudgets(ctx context.Context, rep *etcdstore.Replica, log *slog.Logger,
 	}
 }
 
+// Holder is a platform that keeps to its Retry-Afters (the Slack
+// adapter): a hold one replica meets holds every replica's calls of that
+// budget (DESIGN §14).
+type Holder interface {
+	HoldRetryAfter(key string, until time.Time)
+	OnRetryAfter(say func(key string, until time.Time))
+}
+
+// ShareHolds tells the other replicas of each Retry-After h meets, and
+// holds h's calls for each one another replica met, through etcd
+// ("hold/<budget>", on the lease of the replica that met it), until ctx
+// ends. A hold reaches the others within a watch's delay: a call already
+// on its way then is not held.
+func ShareHolds(ctx context.Context, rep *etcdstore.Replica, log *slog.Logger, h Holder) {
+	h.OnRetryAfter(func(key string, until time.Time) {
+		go func() {
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			if err := rep.Say(sctx, "hold", key, []byte(until.UTC().Format(time.RFC3339Nano))); err != nil && ctx.Err() == nil {
+				log.Warn("tell the other replicas of a Retry-After", "budget", key, "err", err)
+			}
+		}()
+	})
+	rep.Follow(ctx, "hold", func(key string, v []byte) {
+		until, err := time.Parse(time.RFC3339Nano, string(v))
+		if err != nil {
+			log.Warn("unreadable Retry-After from another replica", "budget", key, "err", err)
+			return
+		}
+		h.HoldRetryAfter(key, until)
+	})
+}
+
 // Console is what Follow shows a thread held elsewhere on (the web
 // console).
 type Console interface {

@@ -19,12 +19,34 @@ import (
 // is per channel, so there only the channel's calls are held) until the wait
 // ends, so that another thread's edit or a card does not meet the limit
 // again (Slack may then lengthen it). Calls of other methods go on.
+//
+// With replicas the holds are shared (DESIGN §14: a budget is the bot's,
+// not each replica's): say tells the others of a hold this one met, and
+// hold applies one another met.
 type heldTransport struct {
 	base http.RoundTripper
 	now  func() time.Time
 
-	mu    sync.Mutex           // guards until
+	mu    sync.Mutex           // guards until and say
 	until map[string]time.Time // method -> end of its Retry-After
+	say   func(key string, until time.Time)
+}
+
+// hold keeps the calls of budget key until until, unless they are held
+// longer already: a Retry-After another replica met.
+func (t *heldTransport) hold(key string, until time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if until.After(t.until[key]) {
+		t.until[key] = until
+	}
+}
+
+// sayHolds sets whom a hold this process meets is told to (nil: nobody).
+func (t *heldTransport) sayHolds(say func(key string, until time.Time)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.say = say
 }
 
 // perChannel lists the methods Slack limits per channel rather than per
@@ -85,23 +107,40 @@ func (t *heldTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(req)
 	if err == nil && resp.StatusCode == http.StatusTooManyRequests {
 		if secs, perr := strconv.Atoi(resp.Header.Get("Retry-After")); perr == nil && secs > 0 {
+			until := t.now().Add(time.Duration(secs) * time.Second)
 			t.mu.Lock()
-			if until := t.now().Add(time.Duration(secs) * time.Second); until.After(t.until[method]) {
+			later := until.After(t.until[method])
+			if later {
 				t.until[method] = until
 			}
+			say := t.say
 			t.mu.Unlock()
+			if later && say != nil {
+				say(method, until)
+			}
 		}
 	}
 	return resp, err
 }
 
 // holdRetryAfter returns a copy of c whose requests keep to Retry-After.
-func holdRetryAfter(c *http.Client, now func() time.Time) *http.Client {
+func holdRetryAfter(c *http.Client, now func() time.Time) (*http.Client, *heldTransport) {
 	held := *c
 	base := c.Transport
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	held.Transport = &heldTransport{base: base, now: now, until: map[string]time.Time{}}
-	return &held
+	t := &heldTransport{base: base, now: now, until: map[string]time.Time{}}
+	held.Transport = t
+	return &held, t
 }
+
+// HoldRetryAfter holds this process's calls of a Slack budget (a Web API
+// method, or "chat.postMessage/<channel>") until until: a Retry-After
+// another replica met (replica.ShareHolds).
+func (a *Adapter) HoldRetryAfter(key string, until time.Time) { a.held.hold(key, until) }
+
+// OnRetryAfter sets whom a Retry-After this process meets is told to,
+// with the budget's key and its end (the other replicas, through etcd);
+// say must not block for long.
+func (a *Adapter) OnRetryAfter(say func(key string, until time.Time)) { a.held.sayHolds(say) }

@@ -59,8 +59,9 @@ type Options struct {
 type Adapter struct {
 	opts    Options
 	api     *slack.Client
-	budgets *budgets      // posts, edits and pins (pace.go)
-	appends *rate.Limiter // chat.appendStream, for the workspace
+	budgets *budgets       // posts, edits and pins (pace.go)
+	held    *heldTransport // the Retry-After holds of its HTTP client (retryafter.go)
+	appends *rate.Limiter  // chat.appendStream, for the workspace
 	log     *slog.Logger
 	wg      sync.WaitGroup
 
@@ -121,9 +122,10 @@ func New(opts Options) *Adapter {
 	if opts.HTTPClient == nil {
 		opts.HTTPClient = &http.Client{Timeout: 30 * time.Second}
 	}
-	opts.HTTPClient = holdRetryAfter(opts.HTTPClient, opts.Now)
+	var held *heldTransport
+	opts.HTTPClient, held = holdRetryAfter(opts.HTTPClient, opts.Now)
 	api := slack.New(opts.BotToken, slack.OptionAPIURL(opts.APIURL), slack.OptionHTTPClient(opts.HTTPClient), slack.OptionAppLevelToken(opts.AppToken))
-	return &Adapter{opts: opts, api: api, log: opts.Logger,
+	return &Adapter{opts: opts, api: api, log: opts.Logger, held: held,
 		budgets: newBudgets(opts.EditsPerMinute),
 		appends: rate.NewLimiter(rate.Limit(opts.AppendsPerMinute/60), 5),
 		parts:   map[string]*partStream{}, lives: map[string]*liveReply{}, authors: map[string]map[string]person{}, askers: map[string]person{},

@@ -389,6 +389,7 @@ func startReplica(ctx context.Context, cancel context.CancelFunc, shared *replic
 	var sharers []replica.Sharer
 	if ps.slack != nil {
 		sharers = append(sharers, ps.slack)
+		replica.ShareHolds(ctx, rep, log.With("component", "replica"), ps.slack)
 	}
 	if ps.discord != nil {
 		sharers = append(sharers, ps.discord)
