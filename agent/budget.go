@@ -139,8 +139,8 @@ func (r *Runner) build(ctx context.Context, s *session, drained []Entry, remind,
 	}
 	// Summarise the oldest entries into the checkpointed summary.
 	if err := r.summarise(ctx, s, budget); err != nil {
-		if errors.Is(err, errShutdown) || r.ctx.Err() != nil {
-			return view{}, err
+		if errors.Is(err, errShutdown) || errors.Is(err, errSummaryUnsaved) || r.ctx.Err() != nil {
+			return view{}, err // the turn ended (or was left to a later try) with the failed save
 		}
 		// Keep the unsummarised view; the next round tries again.
 		r.opts.Logger.Warn("summarise older history; sending it masked", "session", s.key, "err", err)
@@ -281,7 +281,7 @@ func (r *Runner) summarise(ctx context.Context, s *session, budget int) error {
 	if cut <= from {
 		return errors.New("nothing older to summarise")
 	}
-	text, usage, err := r.summaryCall(ctx, prev, s.hist[from:cut], budget)
+	text, usage, err := r.summaryCall(ctx, s, prev, s.hist[from:cut], budget)
 	if err != nil {
 		return fmt.Errorf("summary call: %w", err)
 	}
@@ -290,7 +290,7 @@ func (r *Runner) summarise(ctx context.Context, s *session, budget int) error {
 	// The call's tokens count like a round's (spend.go).
 	next.Usage.add(usage)
 	if err := r.commit(ctx, s, &Round{}, next, s.tracker.Clone()); err != nil {
-		return err
+		return fmt.Errorf("%w: %w", errSummaryUnsaved, err)
 	}
 	r.opts.Logger.Info("summarised older history", "session", s.key, "through", cut, "summary_chars", len(text))
 	return nil
@@ -304,7 +304,7 @@ func safeCut(hist []Entry, i int) bool {
 
 // summaryCall asks the model to extend prev with entries, as material,
 // and returns the summary and the usage the server reported.
-func (r *Runner) summaryCall(ctx context.Context, prev string, entries []Entry, budget int) (string, openai.Usage, error) {
+func (r *Runner) summaryCall(ctx context.Context, s *session, prev string, entries []Entry, budget int) (string, openai.Usage, error) {
 	var b strings.Builder
 	if prev != "" {
 		b.WriteString("<summary_so_far>\n" + prev + "\n</summary_so_far>\n")
@@ -334,8 +334,14 @@ func (r *Runner) summaryCall(ctx context.Context, prev string, entries []Entry, 
 		{Role: openai.ChatMessageRoleSystem, Content: summaryPrompt},
 		{Role: openai.ChatMessageRoleUser, Content: b.String()},
 	}}
+	out := min(r.maxOutput(), 1024) // under 400 words
 	//lint:ignore SA1019 max_tokens is what DESIGN §8 sends (max_completion_tokens is OpenAI's newer name)
-	req.MaxTokens = min(r.maxOutput(), 1024) // under 400 words
+	req.MaxTokens = out
+	// Reserved like any request (DESIGN §18); over the day's budget the
+	// summary is not made, and the round's own reservation says why.
+	if err := r.reserve(ctx, s, int64(correct(estimate(req), s.cp.TokenRatio)+out)); err != nil {
+		return "", openai.Usage{}, err
+	}
 	reply, err := r.complete(ctx, req)
 	if err != nil {
 		return "", openai.Usage{}, err
@@ -346,6 +352,10 @@ func (r *Runner) summaryCall(ctx context.Context, prev string, entries []Entry, 
 	}
 	return text, reply.Usage, nil
 }
+
+// errSummaryUnsaved: a summary was made and could not be saved; the
+// turn ended on its last saved state (or is tried again later).
+var errSummaryUnsaved = errors.New("save the summary")
 
 // summaryPrompt asks for the running summary. The conversation is material,
 // so instructions inside it are not followed.

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -354,5 +355,123 @@ func TestSummaryCallFitsTheWindowWithCJK(t *testing.T) {
 	}
 	if n := fake.Rejected(); n != 0 {
 		t.Errorf("%d requests (summary calls included) exceeded the window", n)
+	}
+}
+
+// summaryRefusing is the bbolt store refusing the first commit that
+// saves a summary, as a store that fails for a moment does.
+type summaryRefusing struct {
+	*store.DB
+	refused atomic.Bool
+}
+
+func (s *summaryRefusing) Commit(ctx context.Context, r *agent.Round) error {
+	if r.Checkpoint.Summary != nil && s.refused.CompareAndSwap(false, true) {
+		return errors.New("store: commit: write failed")
+	}
+	return s.DB.Commit(ctx, r)
+}
+
+// TestUnsavedSummaryEndsTheTurn: a summary the store refuses to save
+// ends the turn on its last saved state, with nothing more asked of the
+// model; before, the round went on over the ended turn (a model request,
+// its text in the thread after the ending, tools run).
+func TestUnsavedSummaryEndsTheTurn(t *testing.T) {
+	var summaries atomic.Int32
+	fake := &fakeopenai.Server{ContextWindow: 8000}
+	fake.Respond = chatty(&summaries)
+	db, _ := openDB(t)
+	st := &summaryRefusing{DB: db}
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	model := agent.NewOpenAIModel(agent.OpenAIOptions{BaseURL: srv.URL + "/v1", APIKey: "sk-test", Timeout: 5 * time.Second, BaseBackoff: time.Millisecond})
+	h := &harness{fake: fake, db: db, events: map[string]chan agent.Event{}, model: model}
+	var err error
+	h.runner, err = agent.NewRunner(agent.Options{Model: model, Store: st, ModelName: "fake", ContextTokens: 8000, MaxRounds: 200,
+		Events: publishTo(func(e agent.Event) { h.ch(e.Session) <- e })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.runner.Close)
+	for i := 1; i < 27 && summaries.Load() == 0; i++ {
+		before := len(fake.Requests())
+		h.send(t, "web/sum", longMessage(i))
+		events := h.waitEnd(t, "web/sum")
+		if summaries.Load() == 0 {
+			continue
+		}
+		end := events[len(events)-1]
+		if end.Outcome != agent.Failed || !strings.Contains(end.Text, "could not save") || end.Seq == 0 {
+			t.Errorf("the turn whose summary was not saved ended %s (%q, seq %d), want failed, said, in the log", end.Outcome, end.Text, end.Seq)
+		}
+		time.Sleep(500 * time.Millisecond) // a round going on over the ended turn would ask the model by now
+		if n := len(fake.Requests()) - before; n != 1 {
+			t.Errorf("%d model requests in the turn whose summary was not saved, want the summary's alone", n)
+		}
+	}
+	if summaries.Load() == 0 {
+		t.Fatal("no summary was made")
+	}
+}
+
+// reserveCounting is the bbolt store counting reservations.
+type reserveCounting struct {
+	*store.DB
+	reserves atomic.Int32
+}
+
+func (s *reserveCounting) Reserve(ctx context.Context, person, day string, need, want, budget int64) (int64, int64, error) {
+	if need > 0 {
+		s.reserves.Add(1)
+	}
+	return s.DB.Reserve(ctx, person, day, need, want, budget)
+}
+
+// TestSummaryIsReserved: a summary request is reserved against the
+// requester's day like the round's own (DESIGN §18: every request's cost
+// is reserved before it is made), and the day is charged what the two
+// used, no more and no less.
+func TestSummaryIsReserved(t *testing.T) {
+	var summaries atomic.Int32
+	fake := &fakeopenai.Server{ContextWindow: 8000}
+	fake.Respond = chatty(&summaries)
+	db, _ := openDB(t)
+	st := &reserveCounting{DB: db}
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	model := agent.NewOpenAIModel(agent.OpenAIOptions{BaseURL: srv.URL + "/v1", APIKey: "sk-test", Timeout: 5 * time.Second, BaseBackoff: time.Millisecond})
+	h := &harness{fake: fake, db: db, events: map[string]chan agent.Event{}, model: model}
+	var err error
+	h.runner, err = agent.NewRunner(agent.Options{Model: model, Store: st, ModelName: "fake", ContextTokens: 8000, MaxRounds: 200, UserTokens: 10_000_000,
+		Events: publishTo(func(e agent.Event) { h.ch(e.Session) <- e })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.runner.Close)
+	const key = "slack/T1/C1/1.1"
+	for i := 1; i < 27 && summaries.Load() == 0; i++ {
+		before := st.reserves.Load()
+		if err := h.runner.Submit(context.Background(), key, agent.Inbound{Text: longMessage(i), AuthorID: "U1"}); err != nil {
+			t.Fatal(err)
+		}
+		events := h.waitEnd(t, key)
+		if end := events[len(events)-1]; end.Outcome != agent.Done {
+			t.Fatalf("turn %d ended %s: %q", i, end.Outcome, end.Text)
+		}
+		if summaries.Load() > 0 {
+			if n := st.reserves.Load() - before; n != 2 {
+				t.Errorf("%d reservations in the turn that summarised, want 2 (the summary's and the round's)", n)
+			}
+		}
+	}
+	if summaries.Load() == 0 {
+		t.Fatal("no summary was made")
+	}
+	cp, _, _, err := db.Load(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := db.Spent(context.Background(), "slack/U1", agent.Day(time.Now())); err != nil || n != cp.Usage.Tokens() {
+		t.Errorf("the day's count = %d, %v; want the %d tokens the session's requests used", n, err, cp.Usage.Tokens())
 	}
 }

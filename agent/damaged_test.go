@@ -78,10 +78,13 @@ func planThenAnswer(req *openai.ChatCompletionRequest) fakeopenai.Reply {
 }
 
 // damagedHarness runs a runner on st, with opts besides, against a fake
-// model that plans, then answers.
-func damagedHarness(t *testing.T, st *damagedStore, opts agent.Options) *harness {
+// model that plans, then answers (or answers with respond).
+func damagedHarness(t *testing.T, st *damagedStore, opts agent.Options, respond ...func(*openai.ChatCompletionRequest) fakeopenai.Reply) *harness {
 	t.Helper()
 	fake := &fakeopenai.Server{Respond: planThenAnswer}
+	if len(respond) > 0 {
+		fake.Respond = respond[0]
+	}
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
 	model := agent.NewOpenAIModel(agent.OpenAIOptions{BaseURL: srv.URL + "/v1", APIKey: "sk-test", Timeout: 5 * time.Second, BaseBackoff: time.Millisecond})
@@ -182,5 +185,29 @@ func TestUnsavedSessionTriedAgain(t *testing.T) {
 	}
 	if end := events[len(events)-1]; end.Outcome != agent.Done {
 		t.Errorf("the turn tried again ended %s (%q), want done", end.Outcome, end.Text)
+	}
+}
+
+// TestUnsavedRoundStaysCharged: the tokens of a request whose round the
+// store refused stay charged to the requester's day once the turn ends
+// on its last saved state: the ending gives back only what was reserved
+// and not used (DESIGN §18). Before, it gave back the whole reservation,
+// so a flaky store let a person pass the budget.
+func TestUnsavedRoundStaysCharged(t *testing.T) {
+	db, _ := openDB(t)
+	// The turn's start is saved; its first round is refused.
+	st := &damagedStore{DB: db, key: "slack/T1/C1/1.1", method: "Commit", skip: 1, failures: 1}
+	h := damagedHarness(t, st, agent.Options{UserTokens: 1_000_000}, func(*openai.ChatCompletionRequest) fakeopenai.Reply {
+		return fakeopenai.Reply{Content: "done", Usage: &openai.Usage{PromptTokens: 600, CompletionTokens: 400, TotalTokens: 1000}}
+	})
+	if err := h.runner.Submit(context.Background(), "slack/T1/C1/1.1", agent.Inbound{Text: "hello", AuthorID: "U1"}); err != nil {
+		t.Fatal(err)
+	}
+	events := h.waitEnd(t, "slack/T1/C1/1.1")
+	if end := events[len(events)-1]; end.Outcome != agent.Failed {
+		t.Fatalf("the turn ended %s (%q), want failed on the refused save", end.Outcome, end.Text)
+	}
+	if n, err := db.Spent(context.Background(), "slack/U1", agent.Day(time.Now())); err != nil || n != 1000 {
+		t.Errorf("the day's count after the unsaved round = %d, %v; want the 1,000 tokens the request used", n, err)
 	}
 }

@@ -525,6 +525,9 @@ type session struct {
 	// reserved is what Store.Reserve charged for the request in flight
 	// and the next commit settles (spend.go); nil when nothing is.
 	reserved *Spend
+	// grant is what the last reservation for a round's request charged
+	// (its prompt and max_tokens; overBudget), 0 without a daily budget.
+	grant int64
 	// unsaved: the turn is being ended after a failed save (endUnsaved).
 	unsaved bool
 }
@@ -692,12 +695,10 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 	}
 	// The request's cost is reserved against the day's budget before it
 	// is made; what it may write (max_tokens) is what the day has left.
-	out := r.maxOutput()
-	if over, err := r.overBudget(ctx, s, &Round{Append: drained, Drained: ids}, correct(v.estimated, s.cp.TokenRatio), out); over || err != nil {
+	maxOut := r.maxOutput()
+	out, over, err := r.reserveRound(ctx, s, drained, ids, v, maxOut)
+	if over || err != nil {
 		return err
-	}
-	if s.reserved != nil {
-		out = min(out, int(s.reserved.Tokens)-correct(v.estimated, s.cp.TokenRatio))
 	}
 	//lint:ignore SA1019 max_tokens is what DESIGN §8 sends and what the servers people run read (max_completion_tokens is OpenAI's newer name)
 	v.req.MaxTokens = out
@@ -708,7 +709,19 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 		// configured: compact harder and try once more.
 		r.opts.Logger.Warn("request too long for the model; compacting harder", "session", s.key, "estimated", correct(v.estimated, s.cp.TokenRatio))
 		s.cp.TokenRatio = max(s.cp.TokenRatio*1.5, 1.5)
-		if v, err = r.build(ctx, s, drained, remind, true); err == nil {
+		v, err = r.build(ctx, s, drained, remind, true)
+		if errors.Is(err, errSummaryUnsaved) {
+			return err // the turn ended with the failed save
+		}
+		if err == nil && s.reserved == nil {
+			// A summary's commit settled the reservation: this request
+			// is reserved again, as its own.
+			var over bool
+			if out, over, err = r.reserveRound(ctx, s, drained, ids, v, maxOut); over {
+				return err
+			}
+		}
+		if err == nil {
 			//lint:ignore SA1019 max_tokens is what DESIGN §8 sends and what the servers people run read (max_completion_tokens is OpenAI's newer name)
 			v.req.MaxTokens = out
 			streamed, replyID = r.streaming(ctx, s)
@@ -792,6 +805,21 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 		drained, ids = nil, nil
 	}
 	return r.runTools(ctx, s, drained, ids, msg, work, next, nil, nil)
+}
+
+// reserveRound reserves the round's request (its corrected estimate and
+// up to maxOut tokens of answer) and returns the max_tokens it may ask
+// for; over reports that the turn ended on the budget instead.
+func (r *Runner) reserveRound(ctx context.Context, s *session, drained []Entry, ids []uint64, v view, maxOut int) (out int, over bool, err error) {
+	est := correct(v.estimated, s.cp.TokenRatio)
+	s.grant = 0
+	if over, err := r.overBudget(ctx, s, &Round{Append: drained, Drained: ids}, est, maxOut); over || err != nil {
+		return 0, true, err
+	}
+	if s.grant > 0 {
+		return min(maxOut, int(s.grant)-est), false, nil
+	}
+	return maxOut, false, nil
 }
 
 // uniqueCallIDs gives every call of msg an id that no other call in the
@@ -1193,6 +1221,11 @@ func (r *Runner) commit(ctx context.Context, s *session, rd *Round, next Checkpo
 		err = fmt.Errorf("commit round: %w", err)
 		if errors.Is(err, ErrFenced) || r.ctx.Err() != nil || s.unsaved {
 			return err
+		}
+		if res := s.reserved; res != nil {
+			// What the unsaved requests used stays charged: the ending
+			// below settles the reservation from the last saved usage.
+			res.Tokens -= next.Usage.Tokens() - s.cp.Usage.Tokens()
 		}
 		return errors.Join(err, r.endUnsaved(ctx, s, err))
 	}

@@ -86,6 +86,38 @@ func (r *Runner) spend(s *session, next Checkpoint) *Spend {
 	return &Spend{Person: p, Day: Day(next.Updated), Tokens: n}
 }
 
+// reserve charges tokens for a request that is not a round's own (a
+// summary) to the requester's day, up to the budget: ErrOverBudget when
+// they do not fit. The next commit settles it with the round's.
+func (r *Runner) reserve(ctx context.Context, s *session, tokens int64) error {
+	budget, p := r.opts.UserTokens, Person(s.key, s.cp.Requester)
+	if budget <= 0 || p == "" {
+		return nil
+	}
+	day := Day(r.opts.Now())
+	charged, _, err := r.opts.Store.Reserve(ctx, p, day, tokens, tokens, budget)
+	switch {
+	case errors.Is(err, ErrOverBudget):
+		return err
+	case err != nil:
+		r.opts.Logger.Warn("reserve the requester's tokens; going on without the daily budget", "session", s.key, "err", err)
+		return nil
+	}
+	r.held(s, p, day, charged)
+	return nil
+}
+
+// held adds a reservation of charged tokens to what the session's next
+// commit settles.
+func (r *Runner) held(s *session, person, day string, charged int64) {
+	if res := s.reserved; res != nil && res.Person == person && res.Day == day {
+		charged += res.Tokens
+	} else if res != nil {
+		r.release(s) // another day's: given back, its request settled already or never made
+	}
+	s.reserved = &Spend{Person: person, Day: day, Tokens: charged}
+}
+
 // release gives back a reservation no commit will settle.
 func (r *Runner) release(s *session) {
 	res := s.reserved
@@ -131,10 +163,8 @@ func (r *Runner) overBudget(ctx context.Context, s *session, rd *Round, next, ou
 		var charged int64
 		charged, spent, err = r.opts.Store.Reserve(ctx, p, Day(now), need, int64(next+out), budget)
 		if err == nil {
-			if res := s.reserved; res != nil && res.Person == p && res.Day == Day(now) {
-				charged += res.Tokens // one a failed commit left: settled together
-			}
-			s.reserved = &Spend{Person: p, Day: Day(now), Tokens: charged}
+			r.held(s, p, Day(now), charged)
+			s.grant = charged
 			return false, nil
 		}
 		if errors.Is(err, ErrOverBudget) {
