@@ -669,6 +669,19 @@ func (r *Replica) Say(ctx context.Context, area, key string, value []byte) error
 	return nil
 }
 
+// Said returns what the live replicas say in area (Say), by key.
+func (r *Replica) Said(ctx context.Context, area string) (map[string][]byte, error) {
+	resp, err := r.cli.Get(ctx, r.p+area+"/", clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("etcdstore: read %s: %w", area, err)
+	}
+	out := map[string][]byte{}
+	for _, kv := range resp.Kvs {
+		out[unesc(strings.TrimPrefix(string(kv.Key), r.p+area+"/"))] = kv.Value
+	}
+	return out, nil
+}
+
 // Close stops the watches and revokes the lease, so that the sessions
 // this replica held are taken over at once rather than after the TTL.
 // Only the first call does it; later ones return its error.

@@ -68,14 +68,24 @@ func ShareHolds(ctx context.Context, rep *etcdstore.Replica, log *slog.Logger, h
 			}
 		}()
 	})
-	rep.Follow(ctx, "hold", func(key string, v []byte) {
+	hold := func(key string, v []byte) {
 		until, err := time.Parse(time.RFC3339Nano, string(v))
 		if err != nil {
 			log.Warn("unreadable Retry-After from another replica", "budget", key, "err", err)
 			return
 		}
 		h.HoldRetryAfter(key, until)
-	})
+	}
+	rep.Follow(ctx, "hold", hold)
+	// The holds said before this replica watched (a start during a long
+	// one); a past one holds nothing.
+	said, err := rep.Said(ctx, "hold")
+	if err != nil {
+		log.Warn("read the other replicas' Retry-Afters", "err", err)
+	}
+	for key, v := range said {
+		hold(key, v)
+	}
 }
 
 // Console is what Follow shows a thread held elsewhere on (the web

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,4 +63,47 @@ func TestRetryAfterHoldsEveryReplica(t *testing.T) {
 	if v := fake.Violations(); len(v) > 0 {
 		t.Errorf("Slack would have refused: %v", v)
 	}
+}
+
+// TestRetryAfterHeldByALaterReplica: a replica that starts during a
+// Retry-After another one met learns of it at its start, not only of
+// those said after it began to watch.
+func TestRetryAfterHeldByALaterReplica(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	cli := etcdtest.Start(t).Client(t)
+	r1, _ := replicaOn(t, cli, "r1", "slack")
+	until := time.Now().Add(time.Hour).Round(0)
+	if err := r1.Say(ctx, "hold", "chat.update", []byte(until.UTC().Format(time.RFC3339Nano))); err != nil {
+		t.Fatal(err)
+	}
+	r2, _ := replicaOn(t, cli, "r2", "slack")
+	h := &holds{}
+	ShareHolds(ctx, r2, slog.New(slog.DiscardHandler), h)
+	if got := h.get("chat.update"); !got.Equal(until) {
+		t.Errorf("r2's hold of chat.update = %v, want %v", got, until)
+	}
+}
+
+// holds records the holds a replica is told of.
+type holds struct {
+	mu sync.Mutex
+	m  map[string]time.Time
+}
+
+func (h *holds) HoldRetryAfter(key string, until time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil {
+		h.m = map[string]time.Time{}
+	}
+	h.m[key] = until
+}
+
+func (h *holds) OnRetryAfter(func(string, time.Time)) {}
+
+func (h *holds) get(key string) time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.m[key]
 }
