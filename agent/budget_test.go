@@ -358,6 +358,24 @@ func TestSummaryCallFitsTheWindowWithCJK(t *testing.T) {
 	}
 }
 
+// storeHarness runs a runner with an 8,000-token context on st, a store
+// over db, with opts besides.
+func storeHarness(t *testing.T, fake *fakeopenai.Server, db *store.DB, st agent.Store, opts agent.Options) *harness {
+	t.Helper()
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	model := agent.NewOpenAIModel(agent.OpenAIOptions{BaseURL: srv.URL + "/v1", APIKey: "sk-test", Timeout: 5 * time.Second, BaseBackoff: time.Millisecond})
+	h := &harness{fake: fake, db: db, events: map[string]chan agent.Event{}, model: model}
+	opts.Model, opts.Store, opts.ModelName, opts.ContextTokens, opts.MaxRounds = model, st, "fake", 8000, 200
+	opts.Events = publishTo(func(e agent.Event) { h.ch(e.Session) <- e })
+	var err error
+	if h.runner, err = agent.NewRunner(opts); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.runner.Close)
+	return h
+}
+
 // summaryRefusing is the bbolt store refusing the first commit that
 // saves a summary, as a store that fails for a moment does.
 type summaryRefusing struct {
@@ -382,17 +400,7 @@ func TestUnsavedSummaryEndsTheTurn(t *testing.T) {
 	fake.Respond = chatty(&summaries)
 	db, _ := openDB(t)
 	st := &summaryRefusing{DB: db}
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
-	model := agent.NewOpenAIModel(agent.OpenAIOptions{BaseURL: srv.URL + "/v1", APIKey: "sk-test", Timeout: 5 * time.Second, BaseBackoff: time.Millisecond})
-	h := &harness{fake: fake, db: db, events: map[string]chan agent.Event{}, model: model}
-	var err error
-	h.runner, err = agent.NewRunner(agent.Options{Model: model, Store: st, ModelName: "fake", ContextTokens: 8000, MaxRounds: 200,
-		Events: publishTo(func(e agent.Event) { h.ch(e.Session) <- e })})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.runner.Close)
+	h := storeHarness(t, fake, db, st, agent.Options{})
 	for i := 1; i < 27 && summaries.Load() == 0; i++ {
 		before := len(fake.Requests())
 		h.send(t, "web/sum", longMessage(i))
@@ -437,17 +445,7 @@ func TestSummaryIsReserved(t *testing.T) {
 	fake.Respond = chatty(&summaries)
 	db, _ := openDB(t)
 	st := &reserveCounting{DB: db}
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
-	model := agent.NewOpenAIModel(agent.OpenAIOptions{BaseURL: srv.URL + "/v1", APIKey: "sk-test", Timeout: 5 * time.Second, BaseBackoff: time.Millisecond})
-	h := &harness{fake: fake, db: db, events: map[string]chan agent.Event{}, model: model}
-	var err error
-	h.runner, err = agent.NewRunner(agent.Options{Model: model, Store: st, ModelName: "fake", ContextTokens: 8000, MaxRounds: 200, UserTokens: 10_000_000,
-		Events: publishTo(func(e agent.Event) { h.ch(e.Session) <- e })})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.runner.Close)
+	h := storeHarness(t, fake, db, st, agent.Options{UserTokens: 10_000_000})
 	const key = "slack/T1/C1/1.1"
 	for i := 1; i < 27 && summaries.Load() == 0; i++ {
 		before := st.reserves.Load()
