@@ -337,35 +337,20 @@ func (r *Router) Click(ctx context.Context, c Click) ClickResult {
 	}
 	log.Info("approval decided", "tool", cr.Card.Tool, "allow", d.Allow, "always", d.Always)
 	card := decided(cr.Card, d)
+	if c.Show {
+		// Edited as the deliverer closes a card decided elsewhere, and
+		// recorded once shown: one left to the next deliverer stays open
+		// in the record, and that deliverer closes it.
+		r.closeCardID(ctx, s, c.Thread, id, d)
+		return ClickResult{Card: &card}
+	}
 	s.cards.update(func(v *cardsRecord) {
 		if got, ok := v.Cards[id]; ok {
 			got.Card = card
 			v.Cards[id] = got
 		}
 	})
-	if c.Show {
-		r.showDecided(ctx, s, c.Thread, cr.Ref, card)
-	}
 	return ClickResult{Card: &card}
-}
-
-// showDecided edits a card to show card (a click's decision) through the
-// delivery step, as closeCard does for a decision made elsewhere.
-func (r *Router) showDecided(ctx context.Context, s *session, th Thread, ref MessageRef, card Card) {
-	b := s.board
-	ip, ok := b.platform.(Interactive)
-	if !ok || ref.ID == "" {
-		return
-	}
-	since := time.Now()
-	_, err := r.deliver(ctx, "edit_card", th, r.backoff(cardBackoff), cardAttempts, nil, func(ctx context.Context) error {
-		return r.paceSend(ctx, b.platform, th, MethodEdit, PriorityFinal, since, func(ctx context.Context) error {
-			return ip.EditCard(ctx, th, ref, card)
-		})
-	})
-	if err != nil && !r.leftToNext(err) {
-		b.log.Warn("show a decision on its approval card", "err", err)
-	}
 }
 
 // decided is the card after decision d.

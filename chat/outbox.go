@@ -502,24 +502,16 @@ func (r *Router) Tell(ctx context.Context, th Thread, user, text string) error {
 	if user != "" {
 		op = "tell_privately"
 	}
-	pacer, _ := p.(Paced)
 	now := r.opts.Now()
 	key := fmt.Sprintf("tell/%s/%d.%d", th.Key, now.UnixNano(), r.outbox.added.Add(1))
 	unsure := false
-	_, err := r.deliver(ctx, op, th, r.backoff(10*time.Second), tellAttempts, nil, func(ctx context.Context) error {
-		if user == "" && pacer != nil {
-			final := func() Priority { return PriorityFinal }
-			if err := pacer.Pace(ctx, Request{Thread: th, Method: MethodPost, Priority: final, Since: now}); err != nil {
-				return err
-			}
-		}
-		actx, cancel := context.WithTimeout(withSend(ctx, key, now, unsure), replyTimeout)
-		defer cancel()
+	err := r.sendOnce(ctx, op, th, p, PriorityFinal, user == "", func(ctx context.Context) error {
+		ctx = withSend(ctx, key, now, unsure)
 		var err error
 		if user != "" {
-			err = pr.ReplyPrivately(actx, th, user, text)
+			err = pr.ReplyPrivately(ctx, th, user, text)
 		} else {
-			err = p.Reply(actx, th, "", text)
+			err = p.Reply(ctx, th, "", text)
 		}
 		var rl *RateLimitError
 		unsure = unsure || (err != nil && !errors.As(err, &rl))
@@ -535,20 +527,28 @@ func (r *Router) Tell(ctx context.Context, th Thread, user, text string) error {
 // (the task a Slack /pinplan command quotes in the channel, whose thread
 // becomes the session) through the one delivery step: paced as a
 // thread's first post in th's channel, classified, retried a few times
-// by the one backoff and traced. send makes the post; a send that may
-// have landed is not known as such here, so a platform call that can be
-// repeated safely is the caller's to make.
+// by the one backoff and traced. send makes the post. A post that failed
+// after it may have landed (a 5xx) is made again, so the channel may show
+// the task twice; a post that did not reach the channel would lose the
+// task, which is worse.
 func (r *Router) Post(ctx context.Context, th Thread, send func(ctx context.Context) error) error {
 	p := r.opts.Platforms[th.Platform]
 	if p == nil {
 		return fmt.Errorf("chat: post in %s: no platform %q: %w", th.Channel, th.Platform, ErrUndeliverable)
 	}
+	return r.sendOnce(ctx, "post", th, p, PriorityFirstPost, true, send)
+}
+
+// sendOnce is the delivery step of a send that is no part of a session's
+// log (Tell, Post): paced as a post of prio in th's channel when paced is
+// set, classified, retried tellAttempts times by the one backoff, each
+// attempt within replyTimeout, traced as op.
+func (r *Router) sendOnce(ctx context.Context, op string, th Thread, p Platform, prio Priority, paced bool, send func(ctx context.Context) error) error {
 	pacer, _ := p.(Paced)
 	now := r.opts.Now()
-	_, err := r.deliver(ctx, "post", th, r.backoff(10*time.Second), tellAttempts, nil, func(ctx context.Context) error {
-		if pacer != nil {
-			first := func() Priority { return PriorityFirstPost }
-			if err := pacer.Pace(ctx, Request{Thread: th, Method: MethodPost, Priority: first, Since: now}); err != nil {
+	_, err := r.deliver(ctx, op, th, r.backoff(10*time.Second), tellAttempts, nil, func(ctx context.Context) error {
+		if paced && pacer != nil {
+			if err := pacer.Pace(ctx, Request{Thread: th, Method: MethodPost, Priority: func() Priority { return prio }, Since: now}); err != nil {
 				return err
 			}
 		}
