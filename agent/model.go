@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
@@ -69,6 +70,37 @@ type OpenAIModel struct {
 	opts   OpenAIOptions
 	sem    chan struct{}
 	server []attribute.KeyValue // server.address and .port, for the chat span
+	// completionTokens: the server refused max_tokens and asked for
+	// max_completion_tokens (OpenAI's reasoning models), which every
+	// request sends from then on (outputLimit).
+	completionTokens atomic.Bool
+}
+
+// outputLimit sends req's output limit the way the server takes it:
+// max_tokens (DESIGN §8; what Ollama, vLLM, llama.cpp and most servers
+// read), or max_completion_tokens once the server refused max_tokens.
+func (m *OpenAIModel) outputLimit(req openai.ChatCompletionRequest) openai.ChatCompletionRequest {
+	//lint:ignore SA1019 max_tokens is what DESIGN §8 sends; max_completion_tokens is OpenAI's newer name, for the models that refuse the old one
+	limit := &req.MaxTokens
+	if m.completionTokens.Load() && *limit > 0 {
+		req.MaxCompletionTokens, *limit = *limit, 0
+	}
+	return req
+}
+
+// refusesMaxTokens reports whether err is a server refusing max_tokens for
+// max_completion_tokens: OpenAI answers 400, param "max_tokens", code
+// "unsupported_parameter", "Use 'max_completion_tokens' instead."
+func refusesMaxTokens(err error) bool {
+	var apiErr *openai.APIError
+	if !errors.As(err, &apiErr) || apiErr.HTTPStatusCode != http.StatusBadRequest {
+		return false
+	}
+	param := ""
+	if apiErr.Param != nil {
+		param = *apiErr.Param
+	}
+	return param == "max_tokens" && strings.Contains(apiErr.Message, "max_completion_tokens")
 }
 
 // NewOpenAIModel returns a model client for opts.
@@ -110,12 +142,16 @@ func (m *OpenAIModel) Complete(ctx context.Context, req openai.ChatCompletionReq
 		if sink != nil {
 			text = func(delta string) { sink(attempt, delta) }
 		}
-		reply, err := m.once(context.WithValue(ctx, retryHintKey{}, hint), req, text)
+		reply, err := m.once(context.WithValue(ctx, retryHintKey{}, hint), m.outputLimit(req), text)
 		if err == nil {
 			return reply, nil
 		}
 		if ctx.Err() != nil {
 			return Reply{}, fmt.Errorf("%w: %w", ErrModel, context.Cause(ctx))
+		}
+		if refusesMaxTokens(err) && !m.completionTokens.Swap(true) {
+			attempt--
+			continue // the same request, its limit under the name the server takes
 		}
 		if errors.Is(err, ErrResponseTooLarge) {
 			me := m.fail(req, fmt.Errorf("%w: %w", ErrModel, err))

@@ -85,6 +85,11 @@ type Server struct {
 	// Vision: the model takes image parts (images.go); without it a
 	// request with one is refused, as a text-only model refuses it.
 	Vision bool
+	// ReasoningModel answers as OpenAI's reasoning models (o-series) do: a
+	// request with max_tokens is refused with 400 unsupported_parameter,
+	// "Use 'max_completion_tokens' instead."; max_completion_tokens bounds
+	// the answer as max_tokens does elsewhere.
+	ReasoningModel bool
 
 	mu       sync.Mutex // guards requests, faults and rejected
 	requests []openai.ChatCompletionRequest
@@ -161,6 +166,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", param, msg)
 		return
 	}
+	if s.ReasoningModel && req.MaxTokens != 0 {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{
+			"message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
+			"type":    "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter",
+		}})
+		return
+	}
+	limit := req.MaxTokens // what bounds the answer
+	if s.ReasoningModel {
+		limit = req.MaxCompletionTokens
+	}
 	if req.MaxTokens < 0 {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "max_tokens", fmt.Sprintf("Invalid 'max_tokens': integer below minimum value. Expected a value >= 1, but got %d instead.", req.MaxTokens))
 		return
@@ -224,16 +242,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// A model writes no more than max_tokens: a longer answer is cut
 	// there and finishes with "length" (the fake counts a token per 4
 	// bytes of what it writes).
-	cut := req.MaxTokens > 0 && 5+len(reply.Content)/4 > req.MaxTokens
+	cut := limit > 0 && 5+len(reply.Content)/4 > limit
 	if cut {
-		reply.Content = strings.ToValidUTF8(reply.Content[:max(req.MaxTokens-5, 0)*4], "")
+		reply.Content = strings.ToValidUTF8(reply.Content[:max(limit-5, 0)*4], "")
 	}
 	usage := openai.Usage{PromptTokens: prompt, CompletionTokens: 5 + len(reply.Content)/4}
 	usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens
 	if reply.Usage != nil {
 		usage = *reply.Usage
-		if req.MaxTokens > 0 && usage.CompletionTokens > req.MaxTokens {
-			usage.CompletionTokens = req.MaxTokens
+		if limit > 0 && usage.CompletionTokens > limit {
+			usage.CompletionTokens = limit
 			usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens
 		}
 	}
