@@ -4,7 +4,10 @@ package agent_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
+
+	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/internal/fakeopenai"
@@ -37,5 +40,22 @@ func TestReasoningModelTakesMaxCompletionTokens(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCutAnswerSaysSo: an answer the server cut at the request's
+// max_tokens (finish_reason "length") is shown with a note that says so
+// and why, not as if it ended there.
+func TestCutAnswerSaysSo(t *testing.T) {
+	fake := &fakeopenai.Server{Respond: func(*openai.ChatCompletionRequest) fakeopenai.Reply {
+		return fakeopenai.Reply{Content: strings.Repeat("The migration plan has many steps. ", 200)}
+	}}
+	db, _ := openDB(t)
+	h := storeHarness(t, fake, db, db, agent.Options{MaxOutputTokens: 100})
+	h.send(t, "web/cut", "write it all out")
+	events := h.waitEnd(t, "web/cut")
+	end := events[len(events)-1]
+	if end.Outcome != agent.Done || !strings.Contains(end.Text, "The answer was cut at its limit of 100 tokens") {
+		t.Errorf("the cut answer ended %s with %q…; want it shown with a note of the cut", end.Outcome, end.Text[max(0, len(end.Text)-200):])
 	}
 }

@@ -769,7 +769,14 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 		if err := (turn{&next}).end(Ending{Outcome: Done, At: now}); err != nil {
 			return err
 		}
-		r.record(s, Event{Kind: TurnEnded, Outcome: Done, Text: msg.Content, Turn: next.Turns, Plan: work.Snapshot(), Revision: work.Revision(), At: now})
+		text := msg.Content
+		if reply.FinishReason == string(openai.FinishReasonLength) {
+			// Cut at the request's max_tokens: said, so nobody takes the
+			// end of the text for the end of the answer. (The history
+			// keeps what the model wrote.)
+			text += fmt.Sprintf("\n\n_(The answer was cut at its limit of %s tokens: PINPLAN_MAX_OUTPUT_TOKENS, or what your daily budget had left. Ask me to go on.)_", count(int64(out)))
+		}
+		r.record(s, Event{Kind: TurnEnded, Outcome: Done, Text: text, Turn: next.Turns, Plan: work.Snapshot(), Revision: work.Revision(), At: now})
 		return r.commit(ctx, s, rd, next, work)
 	}
 	if id := replyID(); id != "" && strings.TrimSpace(msg.Content) != "" {
