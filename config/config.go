@@ -116,34 +116,15 @@ type Config struct {
 // DefaultModel is the model used when OPENAI_MODEL is not set.
 const DefaultModel = "gpt-4.1-mini"
 
-// keys lists every setting by its environment name; the file takes the same
-// names in lower case. It is the one list for both sources: the file refuses
-// a name not in it, and Load cannot read one not in it (the loader panics),
-// so no key is accepted by one source and refused by the other.
-// TestREADMESettings checks the README's settings table against it.
-var keys = []string{
-	"PINPLAN_DB", "PINPLAN_HTTP_ADDR", "PINPLAN_WEB_TOKEN", "PINPLAN_WEB",
-	"OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL", "PINPLAN_STREAM",
-	"PINPLAN_MODEL_TIMEOUT", "PINPLAN_MODEL_RETRIES", "PINPLAN_MODEL_CONCURRENCY",
-	"PINPLAN_MAX_ROUNDS", "PINPLAN_STALE_ROUNDS", "PINPLAN_REMINDER_ROLE",
-	"SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET", "SLACK_API_URL",
-	"PINPLAN_SLACK_PLAN_BLOCKS", "PINPLAN_SLACK_EDITS_PER_MINUTE",
-	"DISCORD_BOT_TOKEN", "DISCORD_API_URL", "PINPLAN_DISCORD_THREAD_PER_TASK",
-	"PINPLAN_LOG_LEVEL", "PINPLAN_DEMO_DELAY",
-	"PINPLAN_TOOL_RESULT_BYTES", "PINPLAN_TOOL_TIMEOUT", "PINPLAN_APPROVERS",
-	"PINPLAN_APPROVAL_TIMEOUT", "PINPLAN_THREAD_CONTEXT",
-	"PINPLAN_CONTEXT_TOKENS", "PINPLAN_MAX_OUTPUT_TOKENS", "PINPLAN_RETENTION", "PINPLAN_FILE_BYTES", "PINPLAN_MODEL_VISION",
-	"PINPLAN_DISCORD_COMPONENTS_V2", "DISCORD_APPLICATION_ID", "PINPLAN_DISCORD_GUILD",
-	"PINPLAN_MCP_STARTUP_TIMEOUT", "PINPLAN_MODEL_RESPONSE_BYTES",
-	"PINPLAN_TURN_TOKENS", "PINPLAN_USER_TOKENS_PER_DAY",
-	"PINPLAN_ETCD_ENDPOINTS", "PINPLAN_ETCD_PREFIX", "PINPLAN_LEASE_TTL",
-	"PINPLAN_ETCD_CA", "PINPLAN_ETCD_CERT", "PINPLAN_ETCD_KEY",
-	"PINPLAN_ETCD_USERNAME", "PINPLAN_ETCD_PASSWORD", "PINPLAN_REPLICA_ID",
-}
-
 // Load reads the settings through getenv (os.Getenv in main), applies
 // defaults and validates them. The error names the offending key.
 func Load(getenv func(string) string) (*Config, error) {
+	return load(getenv, nil)
+}
+
+// load is Load; with notes non-nil it also records, for each key read,
+// the default it applied and what it accepts (the settings reference).
+func load(getenv func(string) string, notes map[string]note) (*Config, error) {
 	file := map[string]string{}
 	var servers []MCPServer
 	if path := getenv("PINPLAN_CONFIG"); path != "" {
@@ -156,14 +137,14 @@ func Load(getenv func(string) string) (*Config, error) {
 			return nil, err
 		}
 	}
-	l := loader{getenv: getenv, file: file}
+	l := loader{getenv: getenv, file: file, notes: notes}
 	c := &Config{
 		DB:       l.str("PINPLAN_DB", "./data/pinplan.db"),
 		HTTPAddr: l.str("PINPLAN_HTTP_ADDR", "127.0.0.1:8080"),
-		WebToken: Secret(l.str("PINPLAN_WEB_TOKEN", "")),
+		WebToken: l.secret("PINPLAN_WEB_TOKEN"),
 		WebOff:   !l.onOff("PINPLAN_WEB", true),
 
-		OpenAIKey:        Secret(l.str("OPENAI_API_KEY", "")),
+		OpenAIKey:        l.secret("OPENAI_API_KEY"),
 		OpenAIBaseURL:    l.url("OPENAI_BASE_URL", "https://api.openai.com/v1"),
 		OpenAIModel:      l.str("OPENAI_MODEL", DefaultModel),
 		Stream:           l.boolean("PINPLAN_STREAM", false),
@@ -175,14 +156,14 @@ func Load(getenv func(string) string) (*Config, error) {
 		ReminderRole:     l.oneOf("PINPLAN_REMINDER_ROLE", "system", "system", "user"),
 		ResponseBytes:    l.integer("PINPLAN_MODEL_RESPONSE_BYTES", 4<<20, 4096, 1<<30),
 
-		SlackBotToken:      Secret(l.str("SLACK_BOT_TOKEN", "")),
-		SlackAppToken:      Secret(l.str("SLACK_APP_TOKEN", "")),
-		SlackSigningSecret: Secret(l.str("SLACK_SIGNING_SECRET", "")),
+		SlackBotToken:      l.secret("SLACK_BOT_TOKEN"),
+		SlackAppToken:      l.secret("SLACK_APP_TOKEN"),
+		SlackSigningSecret: l.secret("SLACK_SIGNING_SECRET"),
 		SlackAPIURL:        l.url("SLACK_API_URL", "https://slack.com/api/"),
 		SlackPlanBlocks:    l.boolean("PINPLAN_SLACK_PLAN_BLOCKS", false),
 		SlackEditsPerMin:   l.integer("PINPLAN_SLACK_EDITS_PER_MINUTE", 45, 1, 600),
 
-		DiscordBotToken:      Secret(l.str("DISCORD_BOT_TOKEN", "")),
+		DiscordBotToken:      l.secret("DISCORD_BOT_TOKEN"),
 		DiscordAPIURL:        l.url("DISCORD_API_URL", "https://discord.com"),
 		DiscordThreadPerTask: l.boolean("PINPLAN_DISCORD_THREAD_PER_TASK", false),
 		DiscordComponentsV2:  l.boolean("PINPLAN_DISCORD_COMPONENTS_V2", true),
@@ -214,7 +195,7 @@ func Load(getenv func(string) string) (*Config, error) {
 		EtcdCert:      l.str("PINPLAN_ETCD_CERT", ""),
 		EtcdKey:       l.str("PINPLAN_ETCD_KEY", ""),
 		EtcdUsername:  l.str("PINPLAN_ETCD_USERNAME", ""),
-		EtcdPassword:  Secret(l.str("PINPLAN_ETCD_PASSWORD", "")),
+		EtcdPassword:  l.secret("PINPLAN_ETCD_PASSWORD"),
 		ReplicaID:     l.str("PINPLAN_REPLICA_ID", ""),
 
 		MCP: servers,
@@ -560,7 +541,30 @@ func readFile(path string) (map[string]string, any, error) {
 type loader struct {
 	getenv func(string) string
 	file   map[string]string
+	notes  map[string]note // nil but for the settings reference
 	err    error
+}
+
+// note is what the loader applies to one key: its default as the
+// reference shows it ("" when there is none) and the values it accepts.
+type note struct{ def, accepts string }
+
+func (l *loader) note(key, def, accepts string) {
+	if l.notes != nil {
+		l.notes[key] = note{def, accepts}
+	}
+}
+
+// showDuration writes d as a person would (2m, not 2m0s).
+func showDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 func (l *loader) fail(key, msg string) {
@@ -573,6 +577,9 @@ func (l *loader) str(key, def string) string {
 	if !slices.Contains(keys, key) {
 		panic("config: " + key + " is read but missing from keys, so the file would refuse it")
 	}
+	if _, ok := l.notes[key]; !ok {
+		l.note(key, def, "text") // a typed reader notes its own after
+	}
 	if v := strings.TrimSpace(l.getenv(key)); v != "" {
 		return v
 	}
@@ -582,8 +589,16 @@ func (l *loader) str(key, def string) string {
 	return def
 }
 
+// secret reads a token, key or password: never printed.
+func (l *loader) secret(key string) Secret {
+	v := l.str(key, "")
+	l.note(key, "", "a secret (never printed)")
+	return Secret(v)
+}
+
 func (l *loader) url(key, def string) string {
 	v := l.str(key, def)
+	l.note(key, def, "an http or https URL")
 	u, err := url.Parse(v)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		hint := ""
@@ -597,6 +612,7 @@ func (l *loader) url(key, def string) string {
 
 func (l *loader) boolean(key string, def bool) bool {
 	v := l.str(key, "")
+	l.note(key, strconv.FormatBool(def), "`true` or `false`")
 	if v == "" {
 		return def
 	}
@@ -610,6 +626,7 @@ func (l *loader) boolean(key string, def bool) bool {
 // onOff reads a switch: on or off (true and false are taken too).
 func (l *loader) onOff(key string, def bool) bool {
 	v := l.str(key, "")
+	l.note(key, map[bool]string{true: "on", false: "off"}[def], "`on` or `off`")
 	switch strings.ToLower(v) {
 	case "":
 		return def
@@ -625,6 +642,7 @@ func (l *loader) onOff(key string, def bool) bool {
 
 func (l *loader) integer(key string, def, min, max int) int {
 	v := l.str(key, "")
+	l.note(key, strconv.Itoa(def), fmt.Sprintf("a whole number, %d to %d", min, max))
 	if v == "" {
 		return def
 	}
@@ -637,6 +655,7 @@ func (l *loader) integer(key string, def, min, max int) int {
 
 func (l *loader) duration(key string, def time.Duration) time.Duration {
 	v := l.str(key, "")
+	l.note(key, showDuration(def), "a duration (`90s`, `10m`)")
 	if v == "" {
 		return def
 	}
@@ -650,6 +669,7 @@ func (l *loader) duration(key string, def time.Duration) time.Duration {
 // durationOrZero reads a duration where 0 (the default) means "never".
 func (l *loader) durationOrZero(key string) time.Duration {
 	v := l.str(key, "")
+	l.note(key, "0", "`0` or a duration of at least `1m` (`720h`)")
 	if v == "" || v == "0" {
 		return 0
 	}
@@ -663,11 +683,11 @@ func (l *loader) durationOrZero(key string) time.Duration {
 	return d
 }
 
-// ids reads a comma-separated list of platform user ids.
 // endpoints reads a comma-separated list of etcd endpoints: http:// or
 // https:// URLs, or host:port.
 func (l *loader) endpoints(key string) []string {
 	v := l.str(key, "")
+	l.note(key, "", "comma-separated `host:port` or URLs")
 	if v == "" {
 		return nil
 	}
@@ -687,8 +707,10 @@ func (l *loader) endpoints(key string) []string {
 	return out
 }
 
+// ids reads a comma-separated list of platform user ids.
 func (l *loader) ids(key string) []string {
 	v := l.str(key, "")
+	l.note(key, "", "comma-separated user ids")
 	if v == "" {
 		return nil
 	}
@@ -708,6 +730,7 @@ func (l *loader) ids(key string) []string {
 
 func (l *loader) oneOf(key, def string, allowed ...string) string {
 	v := l.str(key, def)
+	l.note(key, def, "`"+strings.Join(allowed, "`, `")+"`")
 	for _, a := range allowed {
 		if v == a {
 			return v

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -396,63 +395,10 @@ var settingSamples = map[string]struct {
 	"PINPLAN_RETENTION":               {value: "720h"},
 }
 
-// readmeKeys returns the setting names in the first column of the table
-// under "## Settings" in ../README.md.
-func readmeKeys(t testing.TB) []string {
-	t.Helper()
-	b, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(b), "\n## Settings\n")
-	if !ok {
-		t.Fatal(`README.md has no "## Settings" section`)
-	}
-	section, _, _ = strings.Cut(section, "\n## ")
-	_, table, ok := strings.Cut(section, "\n| key | default | meaning |\n")
-	if !ok {
-		t.Fatal(`README.md: no "| key | default | meaning |" table under "## Settings"`)
-	}
-	name := regexp.MustCompile("`((?:PINPLAN|OPENAI|SLACK|DISCORD)_[A-Z0-9_]+)`")
-	var out []string
-	for _, line := range strings.Split(table, "\n") {
-		if !strings.HasPrefix(line, "|") {
-			break
-		}
-		if strings.HasPrefix(line, "|---") {
-			continue
-		}
-		first := strings.Split(line, "|")[1]
-		found := name.FindAllStringSubmatch(first, -1)
-		if len(found) == 0 {
-			t.Errorf("README.md settings row names no setting: %s", line)
-		}
-		for _, m := range found {
-			out = append(out, m[1])
-		}
-	}
-	if len(out) == 0 {
-		t.Fatal("README.md: the settings table is empty")
-	}
-	return out
-}
-
-// TestREADMESettings keeps the README's settings table, the key list and
-// both sources in step: every key in the table is in the list, every key in
-// the list is in the table, and each one takes effect from the environment
-// and, in lower case, from the file.
-func TestREADMESettings(t *testing.T) {
-	documented := readmeKeys(t)
-	for _, k := range documented {
-		if !slices.Contains(keys, k) {
-			t.Errorf("README.md documents %s, but config does not accept it", k)
-		}
-	}
-	for _, k := range keys {
-		if !slices.Contains(documented, k) {
-			t.Errorf("config accepts %s, but README.md's settings table does not list it", k)
-		}
-	}
+// TestEverySettingTakesEffect: each key of the list takes effect from the
+// environment and, in lower case, from the file (docs/settings.md is
+// generated from the same list: TestSettingsReference).
+func TestEverySettingTakesEffect(t *testing.T) {
 	for _, k := range keys {
 		t.Run(k, func(t *testing.T) {
 			s, ok := settingSamples[k]
