@@ -5,7 +5,9 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -59,6 +61,42 @@ func dialEtcd(ctx context.Context, cfg *config.Config) (*clientv3.Client, error)
 		return nil, fmt.Errorf("etcd at %v does not answer: %w", cfg.EtcdEndpoints, err)
 	}
 	return cli, nil
+}
+
+// warnOldEtcd warns when the cluster runs etcd older than 3.5: Debian 12
+// ships 3.4, which answers every call pinplan makes, but the tests run
+// the etcd of go.mod (3.7), and 3.4 is out of support. The first member
+// that answers speaks for the cluster.
+func warnOldEtcd(ctx context.Context, cli *clientv3.Client, log *slog.Logger) {
+	for _, ep := range cli.Endpoints() {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err := cli.Status(sctx, ep)
+		cancel()
+		if err != nil {
+			continue
+		}
+		if etcdBefore35(st.Version) {
+			log.Warn("etcd is older than 3.5: it serves pinplan, but pinplan is tested on 3.5 and later; upgrade when you can", "etcd_version", st.Version, "endpoint", config.RedactURL(ep))
+		} else {
+			log.Debug("etcd version", "etcd_version", st.Version)
+		}
+		return
+	}
+}
+
+// etcdBefore35 reports whether an etcd version ("3.4.23") is before 3.5.
+// A version it cannot read is not.
+func etcdBefore35(v string) bool {
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	major, err1 := strconv.Atoi(parts[0])
+	minor, err2 := strconv.Atoi(parts[1])
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return major < 3 || major == 3 && minor < 5
 }
 
 // replicaID is PINPLAN_REPLICA_ID, or the host name and pid.

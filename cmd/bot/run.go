@@ -122,31 +122,34 @@ func flagSet(name string, stderr io.Writer) *flag.FlagSet {
 }
 
 // version is pinplan's version as the Go toolchain stamped it: the module
-// version for `go install`, else the VCS revision of a build in a checkout.
+// version (a tag, or a pseudo-version naming the commit) and the VCS
+// revision of a build in a checkout (deploy/release.sh builds with
+// -buildvcs=true). go run stamps no revision, and says so.
 func version() string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "pinplan (unknown version)"
 	}
-	v := bi.Main.Version
-	var rev, modified string
+	return versionOf(bi)
+}
+
+func versionOf(bi *debug.BuildInfo) string {
+	v := strings.Trim(bi.Main.Version, "()")
+	if v == "" {
+		v = "devel"
+	}
+	commit, modified := "unknown", ""
 	for _, s := range bi.Settings {
 		switch s.Key {
 		case "vcs.revision":
-			rev = s.Value
+			commit = s.Value[:min(len(s.Value), 12)]
 		case "vcs.modified":
 			if s.Value == "true" {
-				modified = "+modified"
+				modified = " with local changes"
 			}
 		}
 	}
-	if rev != "" {
-		if len(rev) > 12 {
-			rev = rev[:12]
-		}
-		v += " " + rev + modified
-	}
-	return fmt.Sprintf("pinplan %s %s", v, bi.GoVersion)
+	return fmt.Sprintf("pinplan %s (commit %s%s, %s)", v, commit, modified, bi.GoVersion)
 }
 
 // run is the whole program; main calls it with the process's environment

@@ -297,6 +297,7 @@ func openStores(ctx context.Context, cfg *config.Config, onTake func(key string)
 		return st, err
 	}
 	later(func() { cli.Close() })
+	warnOldEtcd(ctx, cli, log)
 	st.etcd = cli
 	rep, err := etcdstore.NewReplica(ctx, cli, etcdstore.ReplicaOptions{Prefix: cfg.EtcdPrefix, ID: replicaID(cfg), TTL: cfg.LeaseTTL, Logger: log.With("component", "replica"),
 		Platforms: replicaPlatforms(cfg), OnTake: onTake})
