@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -96,7 +97,8 @@ const installHint = "run .ci/run, or from the repository root: npm install --pre
 	"@modelcontextprotocol/server-filesystem@2026.8.31 @modelcontextprotocol/server-everything@2026.8.31"
 
 // nodeServer returns the command of a reference MCP server (filesystem or
-// everything) installed by .ci/run, failing the test when it is missing.
+// everything) installed by .ci/run. When it or Node is missing the test
+// is skipped with how to get them, or fails under CI=true.
 func nodeServer(tb testing.TB, name string) string {
 	tb.Helper()
 	path, err := filepath.Abs(filepath.Join("..", ".ci", "node", "node_modules", ".bin", "mcp-server-"+name))
@@ -104,9 +106,22 @@ func nodeServer(tb testing.TB, name string) string {
 		tb.Fatal(err)
 	}
 	if _, err := os.Stat(path); err != nil {
-		tb.Fatalf("the reference server %s is not installed (%v); %s", name, err, installHint)
+		missing(tb, os.Getenv("CI") == "true", "the reference server "+name+" is not installed: "+installHint)
+	} else if _, err := exec.LookPath("node"); err != nil {
+		missing(tb, os.Getenv("CI") == "true", "no node on PATH for the reference servers: install it with `apt-get install -y nodejs npm` (as root), or run .ci/run")
 	}
 	return path
+}
+
+// missing ends a test whose tool is not installed: a skip that says how to
+// get it, or under CI=true (where .ci/run installs every one) a failure.
+func missing(tb testing.TB, ci bool, how string) {
+	tb.Helper()
+	if ci {
+		tb.Fatal(how)
+	} else {
+		tb.Skip(how)
+	}
 }
 
 // logBuffer collects a Manager's log output for assertions.
@@ -272,4 +287,36 @@ func toolError(tb testing.TB, err error) *agent.ToolError {
 		tb.Fatalf("got error %v (%T), want an *agent.ToolError", err, err)
 	}
 	return te
+}
+
+// endRecorder records how a helper ended a test instead of ending it.
+type endRecorder struct {
+	testing.TB
+	skipped, failed string
+}
+
+func (r *endRecorder) Helper()           {}
+func (r *endRecorder) Skip(args ...any)  { r.skipped = fmt.Sprint(args...) }
+func (r *endRecorder) Fatal(args ...any) { r.failed = fmt.Sprint(args...) }
+
+// TestMissingServerSkipsOutsideCI: a reference server that is not
+// installed skips the test with how to install it, and fails it under
+// CI=true, where .ci/run installed every one.
+func TestMissingServerSkipsOutsideCI(t *testing.T) {
+	r := &endRecorder{TB: t}
+	nodeServer(r, "not-a-reference-server")
+	ended := r.skipped
+	if os.Getenv("CI") == "true" {
+		ended = r.failed
+	}
+	if !strings.Contains(ended, "npm install --prefix .ci/node") || r.skipped != "" && r.failed != "" {
+		t.Errorf("CI=%q: skipped %q, failed %q; want one of them, saying how to install the servers", os.Getenv("CI"), r.skipped, r.failed)
+	}
+	for _, ci := range []bool{false, true} {
+		r := &endRecorder{TB: t}
+		missing(r, ci, "install it")
+		if got, want := [2]string{r.skipped, r.failed}, map[bool][2]string{false: {"install it", ""}, true: {"", "install it"}}[ci]; got != want {
+			t.Errorf("ci=%t: got skipped, failed = %q, want %q", ci, got, want)
+		}
+	}
 }

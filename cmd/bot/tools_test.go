@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -27,7 +28,9 @@ func mcpServerPath(t *testing.T, name string) string {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("the reference MCP server %s is not installed (%v): run .ci/run", name, err)
+		missing(t, os.Getenv("CI") == "true", "the reference MCP server "+name+" is not in .ci/node: run `bash .ci/run`, or install Node and `npm install --prefix .ci/node` the servers .ci/run names")
+	} else if _, err := exec.LookPath("node"); err != nil {
+		missing(t, os.Getenv("CI") == "true", "no node on PATH for the reference MCP servers: install it with `apt-get install -y nodejs npm` (as root), or run `bash .ci/run`")
 	}
 	return path
 }
