@@ -135,6 +135,16 @@ type report struct {
 		IdleBefore []slotReading `json:"idle_before"`
 		IdleAfter  []slotReading `json:"idle_after"`
 		Max        int           `json:"max"`
+		// Dumps are slot 0's goroutines, grouped by stack, idle before
+		// the load and after the drain: what stayed.
+		Dumps []string `json:"dumps,omitempty"`
+		// SlackPlans and SlackPlansUnpinned: the Slack threads with a
+		// plan message, and those whose newest plan message is not
+		// pinned at the end. pins.add is Slack's Tier 2 (18 a minute for
+		// the workspace, shared by the replicas); a pin still waiting
+		// for it holds its plan board's goroutine (issue #41).
+		SlackPlans         int `json:"slack_plans"`
+		SlackPlansUnpinned int `json:"slack_plans_unpinned"`
 	} `json:"goroutines"`
 	Violations struct {
 		Slack   int `json:"slack"`
@@ -272,6 +282,12 @@ func buildReport(cfg config, mode string, start time.Time, wall time.Duration, t
 		r.Goroutines.Source = "GODEBUG=schedtrace=10000,scheddetail=1 (the bot's /metrics has no go_goroutines): live goroutines, runtime ones included"
 	}
 	r.Goroutines.IdleBefore, r.Goroutines.IdleAfter = before, after
+	r.Goroutines.SlackPlans, r.Goroutines.SlackPlansUnpinned = unpinnedPlans(threads, slack)
+	for _, name := range []string{"goroutines-0-before.txt", "goroutines-0-after.txt"} {
+		if path := filepath.Join(cfg.out, name); fileExists(path) {
+			r.Goroutines.Dumps = append(r.Goroutines.Dumps, path)
+		}
+	}
 	for _, s := range r.Samples {
 		r.Goroutines.Max = max(r.Goroutines.Max, s.Goroutines)
 	}
@@ -491,6 +507,8 @@ func (r *report) print(w io.Writer) {
 			float64(m.RSSFirstKB)/1024, float64(m.RSSLastKB)/1024, float64(m.RSSMaxKB)/1024, m.GoroutinesMax)
 	}
 	p("goroutines (%s): idle before %v, idle after %v, max %d", r.Goroutines.Source, readings(r.Goroutines.IdleBefore), readings(r.Goroutines.IdleAfter), r.Goroutines.Max)
+	p("  Slack plans whose newest message is not pinned at the end: %d of %d (pins.add, Tier 2, is 18 a minute for the workspace; a pin still waiting holds its board's goroutine); dumps %v",
+		r.Goroutines.SlackPlansUnpinned, r.Goroutines.SlackPlans, r.Goroutines.Dumps)
 	p("protocol violations: Slack %d, Discord %d %v; Discord events missed %d; undelivered replies (metric) %.0f; model requests past a script %d",
 		r.Violations.Slack, r.Violations.Discord, r.Violations.ByKind, r.DiscordMissed, r.Undelivered, r.ModelOverruns)
 	p("  Slack calls sent inside a 429's Retry-After %d (the run fails on any); on their way when the 429 was answered %d (not violations)",
@@ -590,4 +608,44 @@ func retentionDeletes(dir string) int {
 		}
 	}
 	return n
+}
+
+// unpinnedPlans counts the Slack threads with a plan message and, of
+// them, those whose newest plan message is not pinned.
+func unpinnedPlans(threads []*thread, slack *fakeslack.Server) (plans, unpinned int) {
+	sp := &slackPlatform{s: slack}
+	pinned := map[string]map[string]bool{} // by channel
+	for _, th := range threads {
+		th.mu.Lock()
+		started := th.started
+		th.mu.Unlock()
+		if !started || th.Platform != "slack" {
+			continue
+		}
+		newest := ""
+		for _, m := range sp.messages(th) {
+			if m.Plan {
+				newest = m.ID
+			}
+		}
+		if newest == "" {
+			continue
+		}
+		if pinned[th.Channel] == nil {
+			pinned[th.Channel] = map[string]bool{}
+			for _, ts := range slack.Pinned(th.Channel) {
+				pinned[th.Channel][ts] = true
+			}
+		}
+		plans++
+		if !pinned[th.Channel][newest] {
+			unpinned++
+		}
+	}
+	return plans, unpinned
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

@@ -166,6 +166,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("no goroutine count from the bots: %w", err)
 	}
 	baseline := sup.snapshot(ctx)
+	if err := sup.goroutineDump(ctx, 0, filepath.Join(cfg.out, "goroutines-0-before.txt")); err != nil {
+		say("no goroutine dump: %v", err)
+	}
 	sup.mu.Lock()
 	sup.origin = time.Now()
 	sup.mu.Unlock()
@@ -262,6 +265,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	idleAt := time.Now()
 	waitUntil(ctx, 30*time.Second, func() bool { return sup.goroutinesSince(ctx, idleAt) })
 	after := sup.snapshot(ctx)
+	if err := sup.goroutineDump(ctx, 0, filepath.Join(cfg.out, "goroutines-0-after.txt")); err != nil {
+		say("no goroutine dump: %v", err)
+	}
 	endSamples()
 	wg.Wait()
 

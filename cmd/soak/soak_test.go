@@ -412,6 +412,26 @@ func TestScanFromTheFakes(t *testing.T) {
 	if len(plans) != 2 || !plans[0].OK || plans[1].OK || plans[1].Revision != 1 {
 		t.Errorf("plans %+v: want t0001 on its last revision and t0002 not", plans)
 	}
+
+	// The Slack plan is not pinned yet, then it is (the Discord one is
+	// not counted).
+	if n, unpinned := unpinnedPlans([]*thread{one, two}, slack); n != 1 || unpinned != 1 {
+		t.Errorf("%d Slack plans, %d unpinned; want 1 and 1", n, unpinned)
+	}
+	var planTS string
+	for _, m := range slack.Messages("C01") {
+		if strings.HasPrefix(m.Text, "Plan ·") {
+			planTS = m.TS
+		}
+	}
+	resp, err := http.PostForm(ss.URL+"/api/pins.add", url.Values{"token": {"xoxb-test"}, "channel": {"C01"}, "timestamp": {planTS}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if n, unpinned := unpinnedPlans([]*thread{one, two}, slack); n != 1 || unpinned != 0 {
+		t.Errorf("after pins.add: %d Slack plans, %d unpinned; want 1 and 0", n, unpinned)
+	}
 }
 
 // TestVerdictOnRetryAfter: a Slack call sent after a 429 was answered,

@@ -337,13 +337,26 @@ type slotReading struct {
 // run's memory window opens and closes with one (heap-<slot>-from.pb.gz,
 // heap-<slot>-to.pb.gz), so `go tool pprof -base` shows what grew.
 func (s *supervisor) heapProfile(ctx context.Context, slot int, path string) error {
+	return s.profile(ctx, slot, "heap?gc=1", path)
+}
+
+// goroutineDump saves slot's goroutines, grouped by stack with a count
+// each (pprof's debug=1), to path: the idle ones before the load and
+// after the drain (goroutines-<slot>-before.txt, -after.txt) show what
+// stayed.
+func (s *supervisor) goroutineDump(ctx context.Context, slot int, path string) error {
+	return s.profile(ctx, slot, "goroutine?debug=1", path)
+}
+
+// profile saves slot's /debug/pprof/<what> to path.
+func (s *supervisor) profile(ctx context.Context, slot int, what, path string) error {
 	p := s.proc(slot)
 	if p == nil {
 		return fmt.Errorf("slot %d is down", slot)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url+"/debug/pprof/heap?gc=1", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url+"/debug/pprof/"+what, nil)
 	if err != nil {
 		return err
 	}
@@ -354,7 +367,7 @@ func (s *supervisor) heapProfile(ctx context.Context, slot int, path string) err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("heap profile: %s", resp.Status)
+		return fmt.Errorf("%s: %s", what, resp.Status)
 	}
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {

@@ -1,0 +1,170 @@
+// The test in this file fails on purpose until a plan board waiting for
+// its pin's budget no longer holds a goroutine (issue #41; the deliverer
+// rewrite of board.go). Run it with:
+//
+//	go test -tags leak41 ./chat -run TestPendingPinCostsNoGoroutine
+//
+// and drop the build tag when it passes.
+
+//go:build leak41
+
+package chat
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/chat/chattest"
+	"github.com/pinplan/pinplan/todo"
+)
+
+// pinStarvedPlatform is fakePlatform under Slack's budgets as a busy
+// workspace meets them: posts and edits have room, pins (Tier 2, about
+// 20 a minute for the whole workspace, shared by the replicas) have none
+// for the next hour, as when hundreds of other threads' pins are ahead.
+type pinStarvedPlatform struct {
+	*fakePlatform
+	pins *Budget
+
+	mu     sync.Mutex
+	pinsAt map[string]bool // threads whose pin asked for a slot
+}
+
+func newPinStarvedPlatform() *pinStarvedPlatform {
+	p := &pinStarvedPlatform{fakePlatform: &fakePlatform{}, pins: NewBudget(18, 1), pinsAt: map[string]bool{}}
+	p.pins.Hold(time.Hour)
+	return p
+}
+
+func (p *pinStarvedPlatform) Pace(ctx context.Context, req Request) error {
+	if req.Method != MethodPin {
+		return nil
+	}
+	p.mu.Lock()
+	p.pinsAt[req.Thread.Key] = true
+	p.mu.Unlock()
+	return p.pins.Wait(ctx, req.Priority, req.Since)
+}
+
+func (p *pinStarvedPlatform) pinsAsked() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.pinsAt)
+}
+
+// TestPendingPinCostsNoGoroutine: sessions whose turn is over and whose
+// plan shows its final state, with only their pin left to send behind a
+// budget that has no slot for a long time, cost no goroutine each (issue
+// #41: "An idle session must cost no goroutine"). The soak at 5,000
+// threads an hour asks about 80 pins a minute of a budget of 18, so such
+// sessions pile up by the hundred, on the replica that takes the others'
+// sessions most of all; each parked a board loop in Budget.Wait:
+//
+//	chat.(*Budget).Wait pace.go
+//	slack.(*Adapter).Pace
+//	chat.(*Board).pace board.go
+//	chat.(*Board).pin board.go
+//	chat.(*Board).apply board.go
+//	chat.(*Board).loop board.go
+//
+// A constant few (the budget's one dispatcher) are allowed; a goroutine
+// per session is not.
+func TestPendingPinCostsNoGoroutine(t *testing.T) {
+	const n = 40
+	const allowed = 4 // goroutines, whatever n
+
+	t.Run("turns ended", func(t *testing.T) {
+		p := newPinStarvedPlatform()
+		r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
+		t.Cleanup(r.Close)
+		base := runtime.NumGoroutine()
+		for i := range n {
+			key := fmt.Sprintf("test/%d", i)
+			r.board(key, &Thread{Platform: "test", Key: key, Channel: fmt.Sprintf("C%d", i)})
+			observe(r, chattest.Revision(key, 1))
+			observe(r, agent.Event{Session: key, Kind: agent.TurnEnded, Outcome: agent.Done, Text: "the answer " + key})
+		}
+		// Every answer delivered, every plan on its final state, every
+		// pin asked for: the threads are idle but for their pins.
+		waitUntil(t, func() bool { return p.count("reply") == n && p.allShow(StateDone, n) && p.pinsAsked() == n })
+		expectFewGoroutines(t, base, allowed, n)
+	})
+
+	t.Run("taken over", func(t *testing.T) {
+		// The records another replica left: each plan posted and showing
+		// its final state, the pin not made yet (it was waiting for the
+		// budget when that replica died).
+		boards := &chattest.Boards{}
+		want := Plan{Items: plan(2, todo.Completed, todo.Completed).Items(), Revision: 2, State: StateDone}
+		for i := range n {
+			key := fmt.Sprintf("test/%d", i)
+			th := Thread{Platform: "test", Key: key, Channel: fmt.Sprintf("C%d", i)}
+			raw, _ := json.Marshal(boardRecord{Thread: th, Ref: MessageRef{Channel: th.Channel, ID: fmt.Sprintf("old%d", i)}, Shown: want, Want: &want})
+			if err := boards.SaveBoard(context.Background(), key, raw); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p := newPinStarvedPlatform()
+		r := NewRouter(Options{Store: boards, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
+		t.Cleanup(r.Close)
+		base := runtime.NumGoroutine()
+		for i := range n {
+			r.ResumeSession(context.Background(), fmt.Sprintf("test/%d", i))
+		}
+		waitUntil(t, func() bool { return p.pinsAsked() == n })
+		if posts, edits := p.count("post"), p.count("edit"); posts != 0 || edits != 0 {
+			t.Fatalf("%d posts and %d edits; want none: every plan shows its final state already", posts, edits)
+		}
+		expectFewGoroutines(t, base, allowed, n)
+	})
+}
+
+// allShow reports whether n plan messages are shown and every one shows
+// state.
+func (f *fakePlatform) allShow(state PlanState, n int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.shown) != n {
+		return false
+	}
+	for _, p := range f.shown {
+		if p.State != state {
+			return false
+		}
+	}
+	return true
+}
+
+// expectFewGoroutines fails unless, within a few seconds, at most allowed
+// goroutines more than base are left; it lists the chat goroutines that
+// stayed, grouped by stack.
+func expectFewGoroutines(t *testing.T, base, allowed, sessions int) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for runtime.NumGoroutine()-base > allowed && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	extra := runtime.NumGoroutine() - base
+	if extra <= allowed {
+		return
+	}
+	var buf bytes.Buffer
+	_ = pprof.Lookup("goroutine").WriteTo(&buf, 1)
+	var stayed []string
+	for _, group := range strings.Split(buf.String(), "\n\n") {
+		if strings.Contains(group, "pinplan/chat.") && !strings.Contains(group, "testing.tRunner") {
+			stayed = append(stayed, group)
+		}
+	}
+	t.Fatalf("%d goroutines more than before for %d idle sessions (at most %d allowed, whatever the sessions); chat's, by stack:\n%s",
+		extra, sessions, allowed, strings.Join(stayed, "\n\n"))
+}
