@@ -126,6 +126,16 @@ type Board struct {
 	newer   context.CancelCauseFunc
 	running bool
 	idle    *sync.Cond // signalled when running goes false
+	// shownVer is the newest wanted version the message shows, or that
+	// the board gave up on: what a thread's answer waits for (await).
+	shownVer uint64
+	awaiting []awaiter
+}
+
+// awaiter is a send waiting for the plan message (await).
+type awaiter struct {
+	ver   uint64 // 0: for the plan's first post only
+	ready chan struct{}
 }
 
 // errNewerWanted ends a pin's wait for its budget: the board wants newer
@@ -408,6 +418,7 @@ func (b *Board) change(f func()) {
 	b.mu.Lock()
 	b.used = time.Now()
 	f()
+	b.notifyLocked()
 	raw, err := json.Marshal(b.rec)
 	b.mu.Unlock()
 	if err == nil {
@@ -475,6 +486,7 @@ func (b *Board) loop() {
 		if b.doneVer == b.wantVer || ctx.Err() != nil {
 			b.running = false
 			b.idle.Broadcast()
+			b.notifyLocked()
 			b.mu.Unlock()
 			return
 		}
@@ -487,7 +499,7 @@ func (b *Board) loop() {
 		var ref MessageRef
 		_, err := b.owner.traced(ctx, "plan", rec.Thread, func(ctx context.Context) (int, error) {
 			var err error
-			ref, err = b.apply(ctx, rec, want)
+			ref, err = b.apply(ctx, rec, want, ver)
 			return 1, err
 		})
 		if errors.Is(err, agent.ErrFenced) {
@@ -495,6 +507,7 @@ func (b *Board) loop() {
 			b.mu.Lock()
 			b.running = false
 			b.idle.Broadcast()
+			b.notifyLocked()
 			b.mu.Unlock()
 			return
 		}
@@ -531,6 +544,7 @@ func (b *Board) loop() {
 			if ver > b.doneVer {
 				b.doneVer = ver
 			}
+			b.settleLocked(ver)
 			said := b.rec.FailureSaid
 			b.mu.Unlock()
 			if said {
@@ -560,6 +574,7 @@ func (b *Board) loop() {
 				failures = 0
 				b.mu.Lock()
 				b.doneVer = ver
+				b.settleLocked(ver)
 				said := b.rec.FailureSaid
 				b.mu.Unlock()
 				if !said {
@@ -578,7 +593,11 @@ func (b *Board) loop() {
 // still holds the session (Router.held): after waiting for the pace, a
 // replica may not any more, and then it sends nothing. It persists the record after every change of the message ref
 // and returns the ref it worked on.
-func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) (MessageRef, error) {
+//
+// ver is the version of want; once the message shows it (or a newer one
+// the board took while it waited for the budget), the board settles it,
+// before the pin and the tidying up: the answer waiting for it goes on.
+func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan, ver uint64) (MessageRef, error) {
 	th := rec.Thread
 	for _, re := range rec.Restore {
 		if err := b.pace(ctx, MethodEdit, func() Priority { return PriorityFinal }); err != nil {
@@ -607,7 +626,7 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) (MessageR
 		if err := b.pace(ctx, MethodPost, b.priority); err != nil {
 			return rec.Ref, err
 		}
-		want = b.newest(rec.Ref, want) // the wait may have been long: post what is wanted now
+		want, ver = b.newest(rec.Ref, want, ver) // the wait may have been long: post what is wanted now
 		if err := b.owner.held(ctx, th.Key); err != nil {
 			return rec.Ref, err
 		}
@@ -648,7 +667,7 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) (MessageR
 		if err := b.pace(ctx, MethodEdit, b.priority); err != nil {
 			return rec.Ref, err
 		}
-		want = b.newest(rec.Ref, want)
+		want, ver = b.newest(rec.Ref, want, ver)
 		if err := b.owner.held(ctx, th.Key); err != nil {
 			return rec.Ref, err
 		}
@@ -667,6 +686,7 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan) (MessageR
 		})
 		b.shown(th, want)
 	}
+	b.settle(ver)
 	// The pin's budget is the shortest (Slack's Tier 2): content that
 	// moved on while the message was posted, or while the pin waits, is
 	// edited first and the pin comes after, so that a final state is not
@@ -800,24 +820,27 @@ func (b *Board) pace(ctx context.Context, m Method, prio func() Priority) error 
 // want. A request that waited for its budget sends the newest content,
 // not the one it had when it began to wait: the loop then finds nothing
 // left to do for the versions in between.
-func (b *Board) newest(ref MessageRef, want Plan) Plan {
+func (b *Board) newest(ref MessageRef, want Plan, ver uint64) (Plan, uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.rec.Ref != ref || len(b.want.Items) == 0 {
-		return want
+		return want, ver
 	}
-	return b.want
+	return b.want, b.wantVer
 }
 
 // priority is how urgent the board's next request is: the first post of
-// a plan before anything, a final state (the run ended or waits for an
-// approval) before an intermediate revision.
+// a plan before anything, then content an answer waits for (the turn's
+// final state), then any other final state (the run ended or waits for an
+// approval), then an intermediate revision.
 func (b *Board) priority() Priority {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
 	case b.rec.Ref.IsZero():
 		return PriorityFirstPost
+	case len(b.awaiting) > 0:
+		return PriorityAwaited
 	case b.want.State == StateDone || b.want.State == StateStopped || b.want.State == StateFailed ||
 		b.want.State == StateLimited || b.want.State == StateTurnBudget || b.want.State == StateDayBudget || b.want.State == StateWaiting:
 		return PriorityFinal
@@ -825,12 +848,69 @@ func (b *Board) priority() Priority {
 	return PriorityIntermediate
 }
 
-// posted reports whether the plan is in the thread, or will not be for
-// now: the board has a message, has nothing to show, or stopped trying.
-func (b *Board) posted() bool {
+// wanted is the version of the content the board wants now: an answer
+// waits until the message shows it (await).
+func (b *Board) wanted() uint64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return !b.rec.Ref.IsZero() || len(b.want.Items) == 0 || !b.running
+	return b.wantVer
+}
+
+// await returns a channel closed once the plan message shows version ver
+// of the wanted content or a newer one (ver 0: once the message is
+// posted), or the board will not show it: it has nothing to show, gave
+// up on that content, or stopped sending (shutdown, or another replica
+// holds the session now). A thread's answer waits for its turn's final
+// state this way (DESIGN §6); nothing polls.
+func (b *Board) await(ver uint64) <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	w := awaiter{ver: ver, ready: make(chan struct{})}
+	if b.readyLocked(ver) {
+		close(w.ready)
+		return w.ready
+	}
+	b.awaiting = append(b.awaiting, w)
+	return w.ready
+}
+
+func (b *Board) readyLocked(ver uint64) bool {
+	switch {
+	case !b.running, len(b.want.Items) == 0 && b.rec.Ref.IsZero():
+		return true
+	case ver == 0:
+		return !b.rec.Ref.IsZero() || len(b.want.Items) == 0
+	}
+	return ver <= b.shownVer
+}
+
+// notifyLocked ends the waits of the sends await let go now.
+func (b *Board) notifyLocked() {
+	kept := b.awaiting[:0]
+	for _, w := range b.awaiting {
+		if b.readyLocked(w.ver) {
+			close(w.ready)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	clear(b.awaiting[len(kept):])
+	b.awaiting = kept
+}
+
+// settle notes that the message shows version ver (or the board gave up
+// on it).
+func (b *Board) settle(ver uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.settleLocked(ver)
+}
+
+func (b *Board) settleLocked(ver uint64) {
+	if ver > b.shownVer {
+		b.shownVer = ver
+	}
+	b.notifyLocked()
 }
 
 func (b *Board) shown(th Thread, p Plan) {

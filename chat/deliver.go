@@ -45,9 +45,9 @@ import (
 // Board.loop -> Board.pace (the platform's budget, by priority) ->
 // Board.apply -> Platform.EditPlan. The turn's answer: Router.apply
 // (TurnEnded) stores it (outbox.hold) -> Router.release, once the cursor
-// is saved past its entry -> outbox.send, after the plan's first post
-// (Router.planFirst) and the channel's post budget -> Platform.Reply. A
-// click on an approval card: adapter -> Router.Click -> Runner.Decide
+// is saved past its entry -> outbox.send, once the plan message shows
+// the turn's final state (Router.planShown, Board.await), within the
+// channel's post budget -> Platform.Reply. A click on an approval card: adapter -> Router.Click -> Runner.Decide
 // (the agent logs the decision and starts the tool) -> the entry comes
 // back through Router.apply -> Router.closeCard -> Interactive.EditCard.
 // Across replicas the adapter's events go through replica.Handler first,
@@ -437,7 +437,7 @@ func (r *Router) apply(s *session, e agent.Event, have map[int64]bool) []queued 
 		r.liveText(s, th, trigger, e)
 	case agent.Notice:
 		if e.Text != "" && !have[e.Seq] {
-			return r.outbox.hold(th, trigger, e.Text, 0, e.Seq)
+			return awaitPlan(r.outbox.hold(th, trigger, e.Text, 0, e.Seq), b.wanted())
 		}
 	case agent.ApprovalNeeded:
 		b.waiting(e)
@@ -471,9 +471,18 @@ func (r *Router) apply(s *session, e agent.Event, have map[int64]bool) []queued 
 		}
 		b.turnEnded(e)
 		r.turnOver(ctx, s, th, indicated, e)
-		return reply
+		return awaitPlan(reply, b.wanted()) // the final state, first
 	}
 	return nil
+}
+
+// awaitPlan makes the items wait for version ver of the plan board's
+// content: what it wanted when they were written.
+func awaitPlan(qs []queued, ver uint64) []queued {
+	for i := range qs {
+		qs[i].plan = ver
+	}
+	return qs
 }
 
 // working queues showing (on) or clearing the working indicator on
@@ -578,8 +587,8 @@ func (r *Router) Resume(ctx context.Context) (int, error) {
 		}
 		keys = append(keys, undelivered...)
 	}
-	// Boards first: a stored reply waits for its plan's first post
-	// (planFirst), which needs the board running again.
+	// Boards first: a stored reply waits for its plan (planShown), which
+	// needs the board running again.
 	for _, key := range pending {
 		if b := r.Board(key); b != nil && b.platform != nil {
 			b.set(func(*boardRecord, *Plan) {})

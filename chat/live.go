@@ -312,7 +312,7 @@ func (r *Router) appendLive(s *session, th Thread, replyTo, id, words string, ep
 		if l.open != "" {
 			r.finishLive(s, th, replyTo, l.open, "", noteInterrupted)
 		}
-		r.planFirst(ctx, th.Key)
+		r.planShown(ctx, th.Key, 0)
 	}
 	first, since := l.open != id, r.opts.Now()
 	text := words
@@ -394,7 +394,7 @@ func (r *Router) finishLive(s *session, th Thread, replyTo, id, text, note strin
 		r.finishLive(s, th, replyTo, l.open, "", noteInterrupted)
 	}
 	if fresh {
-		r.planFirst(r.ctx, th.Key)
+		r.planShown(r.ctx, th.Key, 0)
 	}
 	since := r.opts.Now()
 	_, err := r.deliver(r.ctx, "finish_live", th, r.backoff(maxReplyBackoff), liveAppendAttempts, nil, func(ctx context.Context) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -326,5 +327,46 @@ func TestPostInDoubtEditedBeforeItsPin(t *testing.T) {
 		if got.Revision != 2 || got.State != StateDone {
 			t.Errorf("the message shows revision %d %s, want 2 done", got.Revision, got.State)
 		}
+	}
+}
+
+// TestAnswerAfterItsFinalState: with the edit budget spent (a card and
+// the revisions used it up) and posts free, the turn's answer waits for
+// the edit that shows the plan's final state: no one reads the answer
+// under a plan that still says working (DESIGN §6). The final edit goes
+// first among the edits waiting, and the answer follows it at once.
+func TestAnswerAfterItsFinalState(t *testing.T) {
+	p := &pacedPlatform{fakePlatform: &fakePlatform{}, edit: NewBudget(120, 1), posts: NewBudget(60000, 100)}
+	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
+	t.Cleanup(r.Close)
+	for _, key := range []string{"test/1", "test/2"} {
+		r.board(key, &Thread{Platform: "test", Key: key, Channel: "C1"})
+		observe(r, chattest.Revision(key, 1))
+		settle(t, r, key)
+	}
+	p.edit.Wait(context.Background(), nil, time.Time{}) // the burst is spent
+	observe(r, chattest.Revision("test/2", 2))          // another thread's revision waits first
+	waitUntil(t, func() bool { return p.edit.Waiting() == 1 })
+	observe(r, chattest.Revision("test/1", 2))
+	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "the answer"})
+	settle(t, r, "test/1")
+	settle(t, r, "test/2")
+
+	p.mu.Lock()
+	var order []string
+	for _, c := range p.calls {
+		switch c.Op {
+		case "edit", "reply":
+			order = append(order, fmt.Sprintf("%s:%s:%d:%s", c.Op, c.Ref, c.Rev, c.Text))
+		}
+	}
+	p.mu.Unlock()
+	final := slices.IndexFunc(order, func(o string) bool { return o == "edit:m1:2:done" })
+	answer := slices.IndexFunc(order, func(o string) bool { return strings.HasPrefix(o, "reply:") })
+	if final < 0 || answer < 0 || answer < final {
+		t.Fatalf("calls %v; want the final state's edit before the answer", order)
+	}
+	if other := slices.IndexFunc(order, func(o string) bool { return o == "edit:m2:2:working" }); other >= 0 && other < final {
+		t.Errorf("calls %v; want the final state an answer waits for before another thread's revision", order)
 	}
 }

@@ -84,6 +84,10 @@ type outboxItem struct {
 type queued struct {
 	id   uint64
 	item outboxItem
+	// plan is the version of the plan board's content the item waits
+	// for (Board.await): its turn's final state, for an answer; 0 for
+	// the plan's first post only.
+	plan uint64
 	// stored: read back from the store (a restart, or a session taken
 	// over from another replica), so an earlier attempt may have landed.
 	stored bool
@@ -272,9 +276,18 @@ func (o *outbox) send(ctx context.Context, q queued) {
 	}
 	live = live && it.Live && s != nil
 	if it.To == "" {
-		// A thread's plan message is above its answer (DESIGN §6): wait
-		// for the board's first post, which goes first in the budgets.
-		o.r.planFirst(ctx, th.Key)
+		// A thread's plan message is above its answer, and shows the
+		// plan state the log had when the answer was written (DESIGN
+		// §6): the answer waits for that edit, which goes first in the
+		// edit budget while it does. An answer read back from the store
+		// waits for what the board wants now.
+		ver := q.plan
+		if ver == 0 && q.stored && (it.Turn > 0 || it.Seq > 0) {
+			if s := o.r.session(th.Key, nil); s != nil {
+				ver = s.board.wanted()
+			}
+		}
+		o.r.planShown(ctx, th.Key, ver)
 	}
 	pacer, _ := p.(Paced)
 	op := "reply"
@@ -412,26 +425,17 @@ func (o *outbox) closeLive(ctx context.Context, q queued, p Platform) {
 	}
 }
 
-// planFirstPoll is how often a reply waiting for its plan's first post
-// looks again.
-const planFirstPoll = 25 * time.Millisecond
-
-// planFirst waits until the session's plan message is in the thread, if
-// its board has a plan to show and is still trying to post it, or until
-// ctx ends.
-func (r *Router) planFirst(ctx context.Context, key string) {
+// planShown waits until the session's plan message shows version ver of
+// what its board wants (0: until it is posted), or will not (Board.await),
+// or ctx ends.
+func (r *Router) planShown(ctx context.Context, key string, ver uint64) {
 	s := r.session(key, nil)
-	if s == nil || s.board.posted() {
+	if s == nil {
 		return
 	}
-	t := time.NewTicker(planFirstPoll)
-	defer t.Stop()
-	for !s.board.posted() {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	select {
+	case <-s.board.await(ver):
+	case <-ctx.Done():
 	}
 }
 

@@ -18,6 +18,9 @@ type Priority int
 // Priorities, most urgent first.
 const (
 	PriorityFirstPost Priority = iota
+	// PriorityAwaited: content an answer waits for, its turn's final
+	// state; first among the final states under a burst.
+	PriorityAwaited
 	PriorityFinal
 	PriorityIntermediate
 )
