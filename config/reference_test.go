@@ -137,7 +137,7 @@ func TestDocsNameOnlySettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	pages = append(pages, "../README.md")
-	name := regexp.MustCompile("\\b((?:PINPLAN|OPENAI|SLACK|DISCORD)_[A-Z0-9_]*[A-Z0-9])\\b")
+	name := regexp.MustCompile(`\b((?:PINPLAN|OPENAI|SLACK|DISCORD)_[A-Z0-9_]*[A-Z0-9])\b`)
 	for _, p := range pages {
 		b, err := os.ReadFile(p)
 		if err != nil {
