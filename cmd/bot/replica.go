@@ -76,7 +76,7 @@ func warnOldEtcd(ctx context.Context, cli *clientv3.Client, log *slog.Logger) {
 			continue
 		}
 		if etcdBefore35(st.Version) {
-			log.Warn("etcd is older than 3.5: it serves pinplan, but pinplan is tested on 3.5 and later; upgrade when you can", "etcd_version", st.Version, "endpoint", config.RedactURL(ep))
+			log.Warn("etcd is older than 3.5: it answers pinplan's calls, but only 3.5 and later are supported and tested; upgrade when you can", "etcd_version", st.Version, "endpoint", config.RedactURL(ep))
 		} else {
 			log.Debug("etcd version", "etcd_version", st.Version)
 		}
