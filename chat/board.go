@@ -105,6 +105,10 @@ type Board struct {
 	hooks     *Hooks
 	owner     *Router
 	fenced    atomic.Bool // a fenced save was logged (save)
+	// ctx ends when the session leaves the router's memory (stop): a
+	// budget's slot the board asked for is not given to it then.
+	ctx  context.Context
+	stop context.CancelFunc
 
 	// saveMu orders record saves: held from taking a record's copy until it
 	// is stored, so an older copy never overwrites a newer one. Taken
@@ -121,11 +125,12 @@ type Board struct {
 	// wanting more: how long it has waited, for the budgets' "oldest
 	// first".
 	pending time.Time
-	// newer, while a pin waits for its budget, ends that wait when the
-	// wanted content changes (set), so that the edit goes first.
-	newer   context.CancelCauseFunc
-	running bool
-	idle    *sync.Cond // signalled when running goes false
+	// asking names the methods (pin, unpin) whose budget the board asked
+	// for a slot without waiting (slot); granted, those it was given a
+	// slot of and has not used yet.
+	asking, granted map[Method]bool
+	running         bool
+	idle            *sync.Cond // signalled when running goes false
 	// shownVer is the newest wanted version the message shows, or that
 	// the board gave up on: what a thread's answer waits for (await).
 	shownVer uint64
@@ -138,10 +143,10 @@ type awaiter struct {
 	ready chan struct{}
 }
 
-// errNewerWanted ends a pin's wait for its budget: the board wants newer
-// content than its message shows, and the edit is not held behind the
-// pin.
-var errNewerWanted = errors.New("chat: newer plan content wanted")
+// errSlotLater ends an apply that needs a slot of a budget that has none
+// now (a pin, an unpin): the board asked to be told when it has one
+// (slot), and its loop ends until then.
+var errSlotLater = errors.New("chat: waiting for the budget's slot")
 
 // Hooks observe what the router sends to the platforms: plan renders and
 // rate-limit waits (metrics), what each plan message shows (the console's
@@ -172,16 +177,17 @@ func (b *Board) set(f func(rec *boardRecord, want *Plan)) {
 			b.pending = time.Now()
 		}
 		b.wantVer++
-		if b.newer != nil {
-			b.newer(errNewerWanted)
-			b.newer = nil
-		}
-		if !b.running {
-			b.running = true
-			b.owner.wg.Add(1)
-			go b.loop()
-		}
+		b.runLocked()
 	})
+}
+
+// runLocked starts the render loop if it is not running. b.mu is held.
+func (b *Board) runLocked() {
+	if !b.running {
+		b.running = true
+		b.owner.wg.Add(1)
+		go b.loop()
+	}
 }
 
 // What the board does for each thing that happens to its session: each
@@ -438,13 +444,13 @@ func (b *Board) change(f func()) {
 
 // Wait blocks until the session's deliverer has applied the events
 // queued so far (Router.Flush) and the board has applied everything
-// wanted then (or given up on it). Tests use it; Router.Close drains
+// wanted then (or given up on it), pins and unpins included. Tests use it; Router.Close drains
 // every board itself. It must not be called on the delivery queue.
 func (b *Board) Wait() {
 	b.owner.Flush(b.key)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for b.running {
+	for b.running || b.owesSlotLocked() {
 		b.idle.Wait()
 	}
 }
@@ -510,6 +516,9 @@ func (b *Board) loop() {
 			b.notifyLocked()
 			b.mu.Unlock()
 			return
+		}
+		if errors.Is(err, errSlotLater) {
+			err = nil // shown; the pin or unpin goes when its slot comes
 		}
 		outcome, retryAfter := Classify(err)
 		if err != nil && outcome == EditLater {
@@ -688,14 +697,11 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan, ver uint6
 	}
 	b.settle(ver)
 	// The pin's budget is the shortest (Slack's Tier 2): content that
-	// moved on while the message was posted, or while the pin waits, is
-	// edited first and the pin comes after, so that a final state is not
-	// held behind other threads' pins (DESIGN §6). The ref is persisted
-	// before any edit all the same.
-	if err := b.pin(ctx, &rec, &want); err != nil {
-		if errors.Is(err, errNewerWanted) && ctx.Err() == nil {
-			return rec.Ref, nil // the loop edits, then pins
-		}
+	// moved on while the message was posted, or while the pin waits for
+	// its slot, is edited first and the pin comes after, so that a final
+	// state is not held behind other threads' pins (DESIGN §6). The ref
+	// is persisted before any edit all the same.
+	if err := b.pin(ctx, &rec); err != nil {
 		return rec.Ref, err
 	}
 	return rec.Ref, b.unpinOld(ctx, &rec, &want)
@@ -712,13 +718,7 @@ func (b *Board) unpinOld(ctx context.Context, rec *boardRecord, shown *Plan) err
 	th := rec.Thread
 	for len(rec.Unpin) > 0 {
 		old := rec.Unpin[0]
-		pctx, stop := b.untilNewer(ctx, *shown)
-		err := b.pace(pctx, MethodUnpin, func() Priority { return PriorityIntermediate })
-		stop()
-		if errors.Is(err, errNewerWanted) && ctx.Err() == nil {
-			return nil
-		}
-		if err != nil {
+		if err := b.slot(MethodUnpin, PriorityIntermediate); err != nil {
 			return err
 		}
 		if err := b.owner.held(ctx, th.Key); err != nil {
@@ -742,21 +742,14 @@ func (b *Board) unpinOld(ctx context.Context, rec *boardRecord, shown *Plan) err
 }
 
 // pin pins rec's message unless it is pinned or cannot be, and notes it
-// in rec and in the record. With shown, what the message shows, it
-// returns errNewerWanted instead when the board wants other content
-// before the pin's budget has a slot.
-func (b *Board) pin(ctx context.Context, rec *boardRecord, shown *Plan) error {
+// in rec and in the record. When the pin's budget has no slot now it
+// returns errSlotLater, and the board pins once it has one.
+func (b *Board) pin(ctx context.Context, rec *boardRecord) error {
 	if rec.Pinned || rec.PinUnavailable {
 		return nil
 	}
 	th := rec.Thread
-	pctx := ctx
-	if shown != nil {
-		var stop func()
-		pctx, stop = b.untilNewer(ctx, *shown)
-		defer stop()
-	}
-	if err := b.pace(pctx, MethodPin, func() Priority { return PriorityFirstPost }); err != nil {
+	if err := b.slot(MethodPin, PriorityFirstPost); err != nil {
 		return err
 	}
 	if err := b.owner.held(ctx, th.Key); err != nil {
@@ -783,25 +776,53 @@ func (b *Board) pin(ctx context.Context, rec *boardRecord, shown *Plan) error {
 	return nil
 }
 
-// untilNewer returns ctx, ended with errNewerWanted once the board wants
-// other content than shown (at once if it does already), and the func
-// that releases it.
-func (b *Board) untilNewer(ctx context.Context, shown Plan) (context.Context, func()) {
-	nctx, cancel := context.WithCancelCause(ctx)
+// slot takes a slot of method m's budget for the board's next request
+// of it without holding the board's goroutine: a slot the budget gave
+// earlier, or one free now. When there is none, it asks the budget to
+// tell it when there is (Budget.Notify) and returns errSlotLater: the
+// render loop ends, and runs again with the slot. A board that owes a
+// pin costs no goroutine while it waits (an idle session costs none).
+func (b *Board) slot(m Method, prio Priority) error {
+	if b.pacer == nil {
+		return nil
+	}
 	b.mu.Lock()
-	if sameContent(b.want, shown) {
-		b.newer = cancel
-	} else {
-		cancel(errNewerWanted)
+	th, since := b.rec.Thread, b.pending
+	switch {
+	case b.granted[m]:
+		delete(b.granted, m)
+		b.mu.Unlock()
+		return nil
+	case b.asking[m]:
+		b.mu.Unlock()
+		return errSlotLater
 	}
 	b.mu.Unlock()
-	return nctx, func() {
-		b.mu.Lock()
-		b.newer = nil
-		b.mu.Unlock()
-		cancel(nil)
+	req := Request{Thread: th, Method: m, Priority: func() Priority { return prio }, Since: since}
+	bud := b.pacer.Budget(req)
+	if bud == nil || bud.TryNow(0) {
+		return nil
 	}
+	b.mu.Lock()
+	if b.asking == nil {
+		b.asking, b.granted = map[Method]bool{}, map[Method]bool{}
+	}
+	b.asking[m] = true
+	b.mu.Unlock()
+	bud.Notify(b.ctx, req.Priority, since, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		delete(b.asking, m)
+		b.granted[m] = true
+		b.wantVer++ // the loop has this slot to use
+		b.runLocked()
+	})
+	return errSlotLater
 }
+
+// owesSlot reports whether the board waits for a budget's slot (slot).
+// b.mu is held.
+func (b *Board) owesSlotLocked() bool { return len(b.asking) > 0 || len(b.granted) > 0 }
 
 // pace waits for the platform's budget of method m (DESIGN §6); prio is
 // read when a slot is handed out.
@@ -812,7 +833,7 @@ func (b *Board) pace(ctx context.Context, m Method, prio func() Priority) error 
 	b.mu.Lock()
 	th, since := b.rec.Thread, b.pending
 	b.mu.Unlock()
-	return b.pacer.Pace(ctx, Request{Thread: th, Method: m, Priority: prio, Since: since})
+	return Pace(ctx, b.pacer, Request{Thread: th, Method: m, Priority: prio, Since: since})
 }
 
 // newest is the content wanted now, if the board still works on the

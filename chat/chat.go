@@ -158,12 +158,25 @@ type PrivateReplier interface {
 
 // Paced is implemented by platforms that pace their requests against the
 // budgets the platform counts them in (DESIGN §6): Slack per method and
-// workspace (a channel's posts on their own), Discord per route. The plan
-// board and the outbox call Pace before each post, edit and pin, and
-// send only when it returns nil; a platform paces nothing it is not
-// asked for.
+// workspace (a channel's posts on their own), Discord per route. Budget
+// returns the budget req counts against, nil for a request the platform
+// does not pace. Chat takes a slot before each post, edit and pin: it
+// waits for one (Pace), or, for a send that can wait without holding a
+// goroutine (a pin), is told when it has one (Budget.Notify).
 type Paced interface {
-	Pace(ctx context.Context, req Request) error
+	Budget(req Request) *Budget
+}
+
+// Pace waits until p's budget for req gives it a slot, or ctx ends; it
+// returns nil at once when p paces nothing, or not req.
+func Pace(ctx context.Context, p Paced, req Request) error {
+	if p == nil {
+		return nil
+	}
+	if b := p.Budget(req); b != nil {
+		return b.Wait(ctx, req.Priority, req.Since)
+	}
+	return nil
 }
 
 var (

@@ -539,7 +539,7 @@ const sendTimeout = 30 * time.Second
 // sendTimeout.
 func (r *Router) paceSend(ctx context.Context, p Platform, th Thread, m Method, prio Priority, since time.Time, send func(ctx context.Context) error) error {
 	if pacer, ok := p.(Paced); ok {
-		if err := pacer.Pace(ctx, Request{Thread: th, Method: m, Priority: func() Priority { return prio }, Since: since}); err != nil {
+		if err := Pace(ctx, pacer, Request{Thread: th, Method: m, Priority: func() Priority { return prio }, Since: since}); err != nil {
 			return err
 		}
 	}

@@ -1,7 +1,6 @@
 package chat
 
 import (
-	"context"
 	"slices"
 	"sync"
 	"testing"
@@ -15,26 +14,21 @@ import (
 // in gated wait for gate, which the test opens (or never does), as when
 // that budget is short. Everything else has room.
 type gatedPacer struct {
-	gate  chan struct{}
+	gate  *Budget // newGate
 	gated []Method
 
 	amu   sync.Mutex
 	asked []Request
 }
 
-func (g *gatedPacer) Pace(ctx context.Context, req Request) error {
+func (g *gatedPacer) Budget(req Request) *Budget {
 	g.amu.Lock()
 	g.asked = append(g.asked, req)
 	g.amu.Unlock()
 	if !slices.Contains(g.gated, req.Method) {
 		return nil
 	}
-	select {
-	case <-g.gate:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return g.gate
 }
 
 func (g *gatedPacer) methods() []Method {
@@ -61,7 +55,7 @@ type gatedReactions struct {
 }
 
 func newGatedReactions() *gatedReactions {
-	return &gatedReactions{fakePlatform: &fakePlatform{}, gatedPacer: gatedPacer{gate: make(chan struct{}), gated: []Method{MethodReaction, MethodUnreaction}}}
+	return &gatedReactions{fakePlatform: &fakePlatform{}, gatedPacer: gatedPacer{gate: newGate(), gated: []Method{MethodReaction, MethodUnreaction}}}
 }
 
 func (p *gatedReactions) ops(prefix string) []string {
@@ -97,7 +91,7 @@ func TestIndicatorWaitsForItsBudgetAlone(t *testing.T) {
 	if got := p.ops("working"); len(got) != 0 {
 		t.Fatalf("indicator calls %v before its budget had a slot", got)
 	}
-	close(p.gate)
+	openGate(p.gate)
 	settleStatuses(t, r, "test/1")
 	if got, want := p.ops("working"), []string{"working-true:msg-1", "working-false:msg-1"}; !slices.Equal(got, want) {
 		t.Errorf("indicator calls %v, want %v", got, want)
@@ -125,7 +119,7 @@ func TestIndicatorNotShownAfterItsTurn(t *testing.T) {
 		observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done})
 	}
 	settle(t, r, "test/1")
-	close(p.gate)
+	openGate(p.gate)
 	settleStatuses(t, r, "test/1")
 	if got, want := p.ops("working"), []string{"working-true:msg-1", "working-false:msg-1", "working-false:msg-2"}; !slices.Equal(got, want) {
 		t.Errorf("indicator calls %v, want %v (msg-2's turn was over before its indicator's turn)", got, want)
@@ -137,7 +131,7 @@ func TestIndicatorNotShownAfterItsTurn(t *testing.T) {
 // reported in the thread as a card that could not be posted, the cursor
 // kept before its entry, and posted by the next router.
 func TestCardLeftToTheNextDelivererAtShutdown(t *testing.T) {
-	p := &pacedCards{gatedPacer: gatedPacer{gate: make(chan struct{}), gated: []Method{MethodPost}}} // never opened
+	p := &pacedCards{gatedPacer: gatedPacer{gate: newGate(), gated: []Method{MethodPost}}} // never opened
 	boards, ob, logs := &chattest.Boards{}, &chattest.Outbox{}, &chattest.Log{}
 	r := NewRouter(Options{Runner: &decider{}, Store: boards, Log: logs, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: ob})
 	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}

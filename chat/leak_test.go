@@ -1,13 +1,3 @@
-// The test in this file fails on purpose until a plan board waiting for
-// its pin's budget no longer holds a goroutine (issue #41; the deliverer
-// rewrite of board.go). Run it with:
-//
-//	go test -tags leak41 ./chat -run TestPendingPinCostsNoGoroutine
-//
-// and drop the build tag when it passes.
-
-//go:build leak41
-
 package chat
 
 import (
@@ -45,14 +35,14 @@ func newPinStarvedPlatform() *pinStarvedPlatform {
 	return p
 }
 
-func (p *pinStarvedPlatform) Pace(ctx context.Context, req Request) error {
+func (p *pinStarvedPlatform) Budget(req Request) *Budget {
 	if req.Method != MethodPin {
 		return nil
 	}
 	p.mu.Lock()
 	p.pinsAt[req.Thread.Key] = true
 	p.mu.Unlock()
-	return p.pins.Wait(ctx, req.Priority, req.Since)
+	return p.pins
 }
 
 func (p *pinStarvedPlatform) pinsAsked() int {

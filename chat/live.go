@@ -320,7 +320,7 @@ func (r *Router) appendLive(s *session, th Thread, replyTo, id, words string, ep
 	later := false
 	_, err := r.deliver(ctx, "reply_live", th, r.backoff(2*time.Second), liveAppendAttempts, nil, func(ctx context.Context) error {
 		if pacer, ok := s.board.platform.(Paced); ok && first {
-			if err := pacer.Pace(ctx, Request{Thread: th, Method: MethodPost, Priority: func() Priority { return PriorityFinal }, Since: since}); err != nil {
+			if err := Pace(ctx, pacer, Request{Thread: th, Method: MethodPost, Priority: func() Priority { return PriorityFinal }, Since: since}); err != nil {
 				return err
 			}
 		}
@@ -399,7 +399,7 @@ func (r *Router) finishLive(s *session, th Thread, replyTo, id, text, note strin
 	since := r.opts.Now()
 	_, err := r.deliver(r.ctx, "finish_live", th, r.backoff(maxReplyBackoff), liveAppendAttempts, nil, func(ctx context.Context) error {
 		if pacer, ok := s.board.platform.(Paced); ok && fresh {
-			if err := pacer.Pace(ctx, Request{Thread: th, Method: MethodPost, Priority: func() Priority { return PriorityFinal }, Since: since}); err != nil {
+			if err := Pace(ctx, pacer, Request{Thread: th, Method: MethodPost, Priority: func() Priority { return PriorityFinal }, Since: since}); err != nil {
 				return err
 			}
 		}

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,19 +25,17 @@ type pacedPlatform struct {
 	asked []Request
 }
 
-func (p *pacedPlatform) Pace(ctx context.Context, req Request) error {
+func (p *pacedPlatform) Budget(req Request) *Budget {
 	p.mu.Lock()
 	p.asked = append(p.asked, req)
 	p.mu.Unlock()
 	switch req.Method {
 	case MethodEdit:
-		return p.edit.Wait(ctx, req.Priority, req.Since)
+		return p.edit
 	case MethodPost:
-		return p.posts.Wait(ctx, req.Priority, req.Since)
+		return p.posts
 	case MethodPin, MethodUnpin:
-		if p.pins != nil {
-			return p.pins.Wait(ctx, req.Priority, req.Since)
-		}
+		return p.pins
 	}
 	return nil
 }
@@ -134,22 +131,14 @@ func TestFinalStatesGoBeforeRevisions(t *testing.T) {
 // pins are ahead; posts and edits have room.
 type pinHeldPlatform struct {
 	*fakePlatform
-	gate    chan struct{}
-	waiting atomic.Int32 // pins waiting for the gate now
+	gate *Budget // newGate
 }
 
-func (p *pinHeldPlatform) Pace(ctx context.Context, req Request) error {
+func (p *pinHeldPlatform) Budget(req Request) *Budget {
 	if req.Method != MethodPin {
 		return nil
 	}
-	p.waiting.Add(1)
-	defer p.waiting.Add(-1)
-	select {
-	case <-p.gate:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
+	return p.gate
 }
 
 // TestFinalEditNotHeldBehindPin: a plan whose content moves on while its
@@ -169,7 +158,7 @@ func TestFinalEditNotHeldBehindPin(t *testing.T) {
 			name: "the turn ends while the pin waits",
 			moveOn: func(r *Router, p *pinHeldPlatform, posted <-chan struct{}, release chan<- struct{}) {
 				close(release)
-				waitUntil(t, func() bool { return p.waiting.Load() == 1 })
+				waitUntil(t, func() bool { return p.gate.Waiting() == 1 })
 				observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done})
 			},
 			want: []string{"post:1:working", "edit:1:done", "pin"},
@@ -188,7 +177,7 @@ func TestFinalEditNotHeldBehindPin(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			posted, release := make(chan struct{}), make(chan struct{})
 			var once sync.Once
-			p := &pinHeldPlatform{gate: make(chan struct{}), fakePlatform: &fakePlatform{hold: func(op string) {
+			p := &pinHeldPlatform{gate: newGate(), fakePlatform: &fakePlatform{hold: func(op string) {
 				if op == "post" {
 					once.Do(func() { close(posted) })
 					<-release
@@ -208,7 +197,7 @@ func TestFinalEditNotHeldBehindPin(t *testing.T) {
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
-			close(p.gate)
+			openGate(p.gate)
 			settle(t, r, "test/1")
 			var got []string
 			p.mu.Lock()

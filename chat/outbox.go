@@ -299,7 +299,7 @@ func (o *outbox) send(ctx context.Context, q queued) {
 	attempts, err := o.r.deliver(ctx, op, th, o.r.backoff(maxReplyBackoff), 0, tooOld, func(ctx context.Context) error {
 		if pacer != nil && it.To == "" && post {
 			final := func() Priority { return PriorityFinal }
-			if err := pacer.Pace(ctx, Request{Thread: th, Method: MethodPost, Priority: final, Since: it.Created}); err != nil {
+			if err := Pace(ctx, pacer, Request{Thread: th, Method: MethodPost, Priority: final, Since: it.Created}); err != nil {
 				return err
 			}
 		}
@@ -552,7 +552,7 @@ func (r *Router) sendOnce(ctx context.Context, op string, th Thread, p Platform,
 	now := r.opts.Now()
 	_, err := r.deliver(ctx, op, th, r.backoff(10*time.Second), tellAttempts, nil, func(ctx context.Context) error {
 		if paced && pacer != nil {
-			if err := pacer.Pace(ctx, Request{Thread: th, Method: MethodPost, Priority: func() Priority { return prio }, Since: now}); err != nil {
+			if err := Pace(ctx, pacer, Request{Thread: th, Method: MethodPost, Priority: func() Priority { return prio }, Since: now}); err != nil {
 				return err
 			}
 		}

@@ -69,6 +69,7 @@ type Budget struct {
 	running bool
 	hold    time.Time     // no slot before this (a 429's Retry-After)
 	gone    chan struct{} // a waiter left: the dispatcher looks again
+	wake    chan struct{} // the pace or the hold changed: the dispatcher reckons again
 }
 
 type budgetWaiter struct {
@@ -76,6 +77,10 @@ type budgetWaiter struct {
 	since time.Time
 	seq   uint64
 	ready chan struct{}
+	// notify, when set, is called with the slot instead (Notify); stop
+	// ends its watch of the asker's context.
+	notify func()
+	stop   func() bool
 }
 
 // NewBudget returns a budget of perMinute requests a minute with bursts
@@ -84,15 +89,29 @@ func NewBudget(perMinute float64, burst int) *Budget {
 	if burst < 1 {
 		burst = 1
 	}
-	return &Budget{lim: rate.NewLimiter(rate.Limit(perMinute/60), burst), gone: make(chan struct{}, 1)}
+	return &Budget{lim: rate.NewLimiter(rate.Limit(perMinute/60), burst), gone: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
 }
 
 // SetPerMinute changes the pace (replicas sharing the platform's budget
 // each take their part).
-func (b *Budget) SetPerMinute(perMinute float64) { b.lim.SetLimit(rate.Limit(perMinute / 60)) }
+func (b *Budget) SetPerMinute(perMinute float64) {
+	b.lim.SetLimit(rate.Limit(perMinute / 60))
+	b.kick()
+}
 
 // SetBurst changes how many requests may go at once after a quiet time.
-func (b *Budget) SetBurst(burst int) { b.lim.SetBurst(max(burst, 1)) }
+func (b *Budget) SetBurst(burst int) {
+	b.lim.SetBurst(max(burst, 1))
+	b.kick()
+}
+
+// kick makes the dispatcher reckon its next slot again.
+func (b *Budget) kick() {
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
 
 // Idle reports whether no one waits and the whole burst is back: a new
 // budget in its place would pace the same, so it may be dropped.
@@ -110,6 +129,7 @@ func (b *Budget) Hold(d time.Duration) {
 	defer b.mu.Unlock()
 	if until := time.Now().Add(d); until.After(b.hold) {
 		b.hold = until
+		b.kick()
 	}
 }
 
@@ -174,6 +194,48 @@ func (b *Budget) Wait(ctx context.Context, prio func() Priority, since time.Time
 	}
 }
 
+// Notify asks for a slot without waiting for it: f is called when the
+// budget gives this request its slot, unless ctx ended first (then f is
+// never called). prio and since are Wait's. f runs on the budget's
+// dispatcher and must not block: it hands the slot to whoever sends (a
+// plan board waiting for its pin holds no goroutine meanwhile).
+func (b *Budget) Notify(ctx context.Context, prio func() Priority, since time.Time, f func()) {
+	if prio == nil {
+		prio = func() Priority { return PriorityIntermediate }
+	}
+	if since.IsZero() {
+		since = time.Now()
+	}
+	b.mu.Lock()
+	b.seq++
+	w := &budgetWaiter{prio: prio, since: since, seq: b.seq, notify: f}
+	b.waiters = append(b.waiters, w)
+	w.stop = context.AfterFunc(ctx, func() {
+		b.mu.Lock()
+		b.remove(w)
+		b.mu.Unlock()
+		select {
+		case b.gone <- struct{}{}:
+		default:
+		}
+	})
+	if !b.running {
+		b.running = true
+		go b.dispatch()
+	}
+	b.mu.Unlock()
+}
+
+// remove takes w off the waiters, if it is one. b.mu is held.
+func (b *Budget) remove(w *budgetWaiter) {
+	for i, o := range b.waiters {
+		if o == w {
+			b.waiters = append(b.waiters[:i], b.waiters[i+1:]...)
+			return
+		}
+	}
+}
+
 // dispatch hands out slots while anyone waits: it takes a token first,
 // then gives it to the most urgent waiter of that moment.
 func (b *Budget) dispatch() {
@@ -197,7 +259,9 @@ func (b *Budget) dispatch() {
 			r.Cancel() // everyone left: give the token back
 			continue
 		}
-		b.give(r)
+		if notify := b.give(r); notify != nil {
+			notify()
+		}
 	}
 }
 
@@ -219,19 +283,26 @@ func (b *Budget) sleep(timer *time.Timer, d time.Duration) bool {
 				}
 				return false
 			}
+		case <-b.wake:
+			if !timer.Stop() {
+				<-timer.C
+			}
+			return false
 		}
 	}
 }
 
 // give hands the slot r reserved to the most urgent waiter: the lowest
-// Priority, then the oldest Since, then the first to ask.
-func (b *Budget) give(r *rate.Reservation) {
+// Priority, then the oldest Since, then the first to ask. It returns the
+// waiter's notify func, for the caller to call without the lock, if the
+// waiter asked with Notify.
+func (b *Budget) give(r *rate.Reservation) func() {
 	b.mu.Lock()
 	ws := append([]*budgetWaiter(nil), b.waiters...)
 	b.mu.Unlock()
 	if len(ws) == 0 {
 		r.Cancel()
-		return
+		return nil
 	}
 	// Priorities are read without the budget's lock: they take their
 	// owner's.
@@ -254,15 +325,17 @@ func (b *Budget) give(r *rate.Reservation) {
 	}
 	if best == nil {
 		r.Cancel()
-		return
+		return nil
 	}
-	for i, o := range b.waiters {
-		if o == best {
-			b.waiters = append(b.waiters[:i], b.waiters[i+1:]...)
-			break
-		}
+	b.remove(best)
+	if best.notify == nil {
+		close(best.ready)
+		return nil
 	}
-	close(best.ready)
+	if !best.stop() {
+		return nil // its context ended as the slot came: the slot is spent
+	}
+	return best.notify
 }
 
 func (b *Budget) present(w *budgetWaiter) bool {

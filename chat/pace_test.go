@@ -137,3 +137,20 @@ func waitUntil(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// newGate returns a budget with no slot until the test opens it
+// (openGate), as when a platform's budget is spent for a long time.
+func newGate() *Budget {
+	b := NewBudget(60000, 1000)
+	b.Hold(24 * time.Hour)
+	return b
+}
+
+// openGate gives the gate's slots to every request waiting, and to every
+// one after.
+func openGate(b *Budget) {
+	b.mu.Lock()
+	b.hold = time.Time{}
+	b.mu.Unlock()
+	b.kick()
+}

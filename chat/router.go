@@ -491,6 +491,7 @@ func (r *Router) Evict(idle time.Duration) int {
 	r.mu.Lock()
 	for key, s := range r.sessions {
 		if th, idle := s.idleSince(cutoff); idle {
+			s.board.stop()
 			delete(r.sessions, key)
 			gone = append(gone, th)
 		}
@@ -533,7 +534,10 @@ type Forgetter interface {
 func (r *Router) Forget(key string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.sessions, key)
+	if s, ok := r.sessions[key]; ok {
+		s.board.stop()
+		delete(r.sessions, key)
+	}
 }
 
 // Deleted drops a session that retention deleted from the store (a
@@ -563,6 +567,7 @@ func (r *Router) Deleted(key string, since time.Time) {
 		})
 		return
 	}
+	s.board.stop()
 	delete(r.sessions, key)
 	r.tellForgotten([]Thread{th})
 }
@@ -573,7 +578,7 @@ func (r *Router) Deleted(key string, since time.Time) {
 func (s *session) idleSince(cutoff time.Time) (Thread, bool) {
 	b := s.board
 	b.mu.Lock()
-	busy := b.running || b.want.Stoppable || b.used.After(cutoff)
+	busy := b.running || b.owesSlotLocked() || b.want.Stoppable || b.used.After(cutoff)
 	th := b.rec.Thread
 	b.mu.Unlock()
 	s.cards.read(func(v *cardsRecord) { busy = busy || len(v.open()) > 0 })

@@ -195,6 +195,7 @@ func (r *Router) newBoard(key string, rec boardRecord) *Board {
 		b.want = *rec.Want
 	}
 	b.idle = sync.NewCond(&b.mu)
+	b.ctx, b.stop = context.WithCancel(r.ctx)
 	if paced, ok := b.platform.(Paced); ok {
 		b.pacer = paced
 	}

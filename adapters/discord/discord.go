@@ -430,14 +430,14 @@ func (a *Adapter) setConnected(v bool) {
 	a.mu.Unlock()
 }
 
-// Pace implements chat.Paced: a plan's posts and edits are paced per
+// Budget implements chat.Paced: a plan's posts and edits are paced per
 // channel, as Discord buckets them, the board's priorities deciding who
 // goes next; pins and replies keep to discordgo's buckets.
-func (a *Adapter) Pace(ctx context.Context, req chat.Request) error {
+func (a *Adapter) Budget(req chat.Request) *chat.Budget {
 	if req.Method != chat.MethodEdit && (req.Method != chat.MethodPost || req.Priority == nil || req.Priority() != chat.PriorityFirstPost) {
 		return nil
 	}
-	return a.budget(req.Thread.Channel).Wait(ctx, req.Priority, req.Since)
+	return a.budget(req.Thread.Channel)
 }
 
 // budget is the channel's budget for plan posts and edits.

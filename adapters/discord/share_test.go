@@ -34,7 +34,7 @@ func TestForgetDropsAnIdleChannelsPace(t *testing.T) {
 	busy := chat.Thread{Platform: "discord", Key: Key("C2"), Channel: "C2"}
 	a.budget(th.Channel)
 	for range 3 { // the whole burst spent: an hour to get one back
-		if err := a.Pace(context.Background(), chat.Request{Thread: busy, Method: chat.MethodEdit}); err != nil {
+		if err := chat.Pace(context.Background(), a, chat.Request{Thread: busy, Method: chat.MethodEdit}); err != nil {
 			t.Fatal(err)
 		}
 	}

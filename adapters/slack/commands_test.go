@@ -24,7 +24,7 @@ func TestCommandTaskIsPaced(t *testing.T) {
 	ctx := context.Background()
 	first := func() chat.Priority { return chat.PriorityFirstPost }
 	for range postBurst {
-		if err := a.Pace(ctx, chat.Request{Thread: chat.Thread{Channel: "C1"}, Method: chat.MethodPost, Priority: first}); err != nil {
+		if err := chat.Pace(ctx, a, chat.Request{Thread: chat.Thread{Channel: "C1"}, Method: chat.MethodPost, Priority: first}); err != nil {
 			t.Fatal(err)
 		}
 	}

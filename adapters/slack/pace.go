@@ -1,7 +1,6 @@
 package slack
 
 import (
-	"context"
 	"sync"
 
 	"github.com/pinplan/pinplan/chat"
@@ -110,10 +109,5 @@ func (b *budgets) setShare(n int) {
 	}
 }
 
-// Pace implements chat.Paced.
-func (a *Adapter) Pace(ctx context.Context, req chat.Request) error {
-	if bud := a.budgets.of(req); bud != nil {
-		return bud.Wait(ctx, req.Priority, req.Since)
-	}
-	return nil
-}
+// Budget implements chat.Paced.
+func (a *Adapter) Budget(req chat.Request) *chat.Budget { return a.budgets.of(req) }

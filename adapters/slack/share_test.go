@@ -50,23 +50,23 @@ func TestPostsDoNotWaitBehindEdits(t *testing.T) {
 	ctx := context.Background()
 	edit := chat.Request{Method: chat.MethodEdit, Thread: chat.Thread{Channel: "C1"}}
 	for range editBurst {
-		if err := a.Pace(ctx, edit); err != nil {
+		if err := chat.Pace(ctx, a, edit); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// The edit budget is spent for a minute now.
 	tctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
-	if err := a.Pace(tctx, edit); err == nil {
+	if err := chat.Pace(tctx, a, edit); err == nil {
 		t.Fatal("an edit went with the budget spent")
 	}
 	tctx2, cancel2 := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel2()
 	first := func() chat.Priority { return chat.PriorityFirstPost }
-	if err := a.Pace(tctx2, chat.Request{Method: chat.MethodPost, Thread: chat.Thread{Channel: "C2"}, Priority: first}); err != nil {
+	if err := chat.Pace(tctx2, a, chat.Request{Method: chat.MethodPost, Thread: chat.Thread{Channel: "C2"}, Priority: first}); err != nil {
 		t.Errorf("a first post waited behind the edits: %v", err)
 	}
-	if err := a.Pace(tctx2, chat.Request{Method: chat.MethodPin, Thread: chat.Thread{Channel: "C2"}, Priority: first}); err != nil {
+	if err := chat.Pace(tctx2, a, chat.Request{Method: chat.MethodPin, Thread: chat.Thread{Channel: "C2"}, Priority: first}); err != nil {
 		t.Errorf("a pin waited behind the edits: %v", err)
 	}
 }
@@ -78,18 +78,18 @@ func TestUnpinsHaveTheirOwnBudget(t *testing.T) {
 	ctx := context.Background()
 	th := chat.Thread{Channel: "C1"}
 	for range pinBurst {
-		if err := a.Pace(ctx, chat.Request{Method: chat.MethodPin, Thread: th}); err != nil {
+		if err := chat.Pace(ctx, a, chat.Request{Method: chat.MethodPin, Thread: th}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	tctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
-	if err := a.Pace(tctx, chat.Request{Method: chat.MethodPin, Thread: th}); err == nil {
+	if err := chat.Pace(tctx, a, chat.Request{Method: chat.MethodPin, Thread: th}); err == nil {
 		t.Fatal("a pin went with the pin budget spent")
 	}
 	tctx2, cancel2 := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel2()
-	if err := a.Pace(tctx2, chat.Request{Method: chat.MethodUnpin, Thread: th}); err != nil {
+	if err := chat.Pace(tctx2, a, chat.Request{Method: chat.MethodUnpin, Thread: th}); err != nil {
 		t.Errorf("an unpin waited behind the pins: %v", err)
 	}
 }
@@ -107,14 +107,14 @@ func TestReactionsHaveTheirOwnBudgets(t *testing.T) {
 	}{{chat.MethodEdit, editBurst}, {chat.MethodReaction, reactBurst}, {chat.MethodUnreaction, unreactBurst}} {
 		for range c.burst {
 			tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			err := a.Pace(tctx, chat.Request{Method: c.method, Thread: th})
+			err := chat.Pace(tctx, a, chat.Request{Method: c.method, Thread: th})
 			cancel()
 			if err != nil {
 				t.Fatalf("%s within its burst, with the budgets before it spent: %v", c.method, err)
 			}
 		}
 		tctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		err := a.Pace(tctx, chat.Request{Method: c.method, Thread: th})
+		err := chat.Pace(tctx, a, chat.Request{Method: c.method, Thread: th})
 		cancel()
 		if err == nil {
 			t.Errorf("%s went past its burst at once", c.method)
