@@ -97,6 +97,7 @@ type BoardLister interface {
 type Board struct {
 	key      string
 	platform Platform
+	caps     Caps  // the platform's (Platform.Caps)
 	pacer    Paced // nil: the platform paces nothing
 	// indicator is what the working indicator should show (status.go).
 	indicator indicator

@@ -47,6 +47,8 @@ type fakePlatform struct {
 	postErr  func(n int) error
 }
 
+func (p *fakePlatform) Caps() Caps { return testCaps(p) }
+
 func (f *fakePlatform) enter(op string) {
 	if f.hold != nil {
 		f.hold(op)
@@ -524,4 +526,22 @@ func observe(r *Router, e agent.Event) {
 	}
 	r.Observe(e)
 	r.Flush(e.Session)
+}
+
+// testCaps declares what a test's platform offers: the optional
+// interfaces its type implements. Every test platform type declares its
+// own Caps with it, so that a type embedding another declares what it
+// adds (the router itself never looks for an interface).
+func testCaps(p Platform) Caps {
+	var c Caps
+	c.Paced, _ = p.(Paced)
+	c.Sessions, _ = p.(SessionStatus)
+	c.Live, _ = p.(LiveReplier)
+	c.Private, _ = p.(PrivateReplier)
+	c.Split, _ = p.(Splitter)
+	c.Cards, _ = p.(Interactive)
+	c.History, _ = p.(History)
+	c.Forget, _ = p.(Forgetter)
+	c.Files, _ = p.(FileFetcher)
+	return c
 }

@@ -224,21 +224,13 @@ type cardRecord struct {
 	Posting *time.Time `json:"posting,omitempty"`
 }
 
-// Anonymous is implemented by platforms that do not tell people apart
-// (the local console: whoever holds its token is its one user). There a
-// turn has no requester and a session no starter, and whoever reaches the
-// thread may decide, stop and reset.
-type Anonymous interface {
-	// Anonymous reports whether the platform has no users of its own.
-	Anonymous() bool
-}
-
 // mayDecide reports whether user may decide for requester's turn on
-// platform. On an Anonymous platform the requester is always empty. A
+// platform. On an anonymous platform (Caps.Anonymous: the local console,
+// whoever holds its token is its one user) the requester is always empty. A
 // turn elsewhere whose requester is unknown (started before requesters
 // were recorded) is left to the approvers.
 func (r *Router) mayDecide(platform, requester, user string) bool {
-	if a, ok := r.opts.Platforms[platform].(Anonymous); ok && requester == "" && a.Anonymous() {
+	if r.capsOf(platform).Anonymous && requester == "" {
 		return true
 	}
 	return (requester != "" && user == requester) || slices.Contains(r.opts.Approvers, user)
@@ -388,8 +380,8 @@ func (r *Router) showCard(ctx context.Context, s *session, th Thread, a agent.Ap
 	s.cards.read(func(v *cardsRecord) { cr, have = v.Cards[id] })
 	rec, _ := b.state()
 	requester := cmp.Or(a.Requester, rec.Requester)
-	ip, ok := b.platform.(Interactive)
-	if !ok {
+	ip := b.caps.Cards
+	if ip == nil {
 		b.log.Error("platform shows no approval cards", "platform", th.Platform)
 		return
 	}
@@ -483,7 +475,7 @@ func (r *Router) closeCardID(ctx context.Context, s *session, th Thread, id stri
 		return
 	}
 	card := decided(cr.Card, d)
-	if ip, ok := b.platform.(Interactive); ok {
+	if ip := b.caps.Cards; ip != nil {
 		since := time.Now()
 		_, err := r.deliver(ctx, "edit_card", th, r.backoff(cardBackoff), cardAttempts, nil, func(ctx context.Context) error {
 			return r.paceSend(ctx, b.platform, th, MethodEdit, PriorityFinal, since, func(ctx context.Context) error {

@@ -23,6 +23,8 @@ type cardPlatform struct {
 	posts int
 }
 
+func (p *cardPlatform) Caps() Caps { return testCaps(p) }
+
 func (c *cardPlatform) PostCard(_ context.Context, th Thread, card Card) (MessageRef, error) {
 	c.cmu.Lock()
 	defer c.cmu.Unlock()
@@ -234,6 +236,8 @@ func TestReusedCallIDsGetTheirOwnCards(t *testing.T) {
 // refusingCards cannot post cards: the channel refuses them for good.
 type refusingCards struct{ cardPlatform }
 
+func (p *refusingCards) Caps() Caps { return testCaps(p) }
+
 func (*refusingCards) PostCard(context.Context, Thread, Card) (MessageRef, error) {
 	return MessageRef{}, fmt.Errorf("slack: post approval card: channel_not_found: %w", ErrUndeliverable)
 }
@@ -264,6 +268,8 @@ type landingCards struct {
 	keys  []string
 	maybe []bool
 }
+
+func (p *landingCards) Caps() Caps { return testCaps(p) }
 
 func (l *landingCards) PostCard(ctx context.Context, th Thread, card Card) (MessageRef, error) {
 	_, maybe := SentMaybe(ctx)

@@ -143,6 +143,25 @@ type Platform interface {
 	// message trigger started. A platform that shows sessions
 	// (SessionStatus) is asked only where it cannot show them.
 	Working(ctx context.Context, th Thread, trigger string, on bool) error
+	// Caps declares what the platform offers beyond these methods. The
+	// router reads it once, when it is built.
+	Caps() Caps
+}
+
+// Caps are the capabilities a platform declares (Platform.Caps): each
+// is nil, or false, where the platform does not offer it. The router
+// never looks for them any other way.
+type Caps struct {
+	Paced     Paced          // it paces its requests by its budgets
+	Sessions  SessionStatus  // it shows each thread's session with a status
+	Live      LiveReplier    // it can show answers as they are written
+	Private   PrivateReplier // it can show a message to one person
+	Split     Splitter       // it cuts long replies into parts
+	Cards     Interactive    // it shows approval cards and buttons
+	History   History        // it can read a thread's earlier messages
+	Forget    Forgetter      // it keeps state per thread in memory
+	Files     FileFetcher    // it serves the files people attach
+	Anonymous bool           // it does not tell people apart (the console)
 }
 
 // PrivateReplier is implemented by platforms that can show a message in a

@@ -454,7 +454,7 @@ func (r *Router) apply(s *session, e agent.Event, have map[int64]bool) []queued 
 		// sent after the cursor passed it: an answer in the thread means
 		// both are durable.
 		var reply []queued
-		_, live := liveReplier(b.platform)
+		_, live := liveReplier(b.caps)
 		switch id := ""; {
 		case live:
 			var interim []liveSeg
@@ -538,7 +538,7 @@ const sendTimeout = 30 * time.Second
 // this process still holds the session, then calls send within
 // sendTimeout.
 func (r *Router) paceSend(ctx context.Context, p Platform, th Thread, m Method, prio Priority, since time.Time, send func(ctx context.Context) error) error {
-	if pacer, ok := p.(Paced); ok {
+	if pacer := r.capsOf(th.Platform).Paced; pacer != nil {
 		if err := Pace(ctx, pacer, Request{Thread: th, Method: m, Priority: func() Priority { return prio }, Since: since}); err != nil {
 			return err
 		}

@@ -293,6 +293,8 @@ func TestWorkingIndicatorClearedWhereItWasSet(t *testing.T) {
 // failingEdits refuses every edit, as a platform outage would.
 type failingEdits struct{ fakePlatform }
 
+func (p *failingEdits) Caps() Caps { return testCaps(p) }
+
 func (f *failingEdits) EditPlan(context.Context, Thread, MessageRef, Plan) error {
 	return errTransient
 }
@@ -467,6 +469,8 @@ type forgetful struct {
 	fakePlatform
 	forgot []string
 }
+
+func (p *forgetful) Caps() Caps { return testCaps(p) }
 
 func (f *forgetful) Forget(th Thread) { f.forgot = append(f.forgot, th.Key) }
 

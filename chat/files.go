@@ -74,7 +74,10 @@ func (fs *Files) ReadFiles(ctx context.Context, session string, files []agent.Fi
 		log = slog.Default()
 	}
 	platform, _, _ := strings.Cut(session, "/")
-	fetcher, _ := fs.Platforms[platform].(FileFetcher)
+	var fetcher FileFetcher
+	if p := fs.Platforms[platform]; p != nil {
+		fetcher = p.Caps().Files
+	}
 	out := make([]agent.FileText, len(files))
 	for i, f := range files {
 		out[i] = agent.FileText{File: f}

@@ -17,6 +17,8 @@ type filePlatform struct {
 	slow  time.Duration
 }
 
+func (p *filePlatform) Caps() Caps { return testCaps(p) }
+
 func (p *filePlatform) FetchFile(ctx context.Context, f agent.File, max int64) ([]byte, error) {
 	if p.slow > 0 {
 		select {

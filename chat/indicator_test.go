@@ -54,6 +54,8 @@ type gatedReactions struct {
 	gatedPacer
 }
 
+func (p *gatedReactions) Caps() Caps { return testCaps(p) }
+
 func newGatedReactions() *gatedReactions {
 	return &gatedReactions{fakePlatform: &fakePlatform{}, gatedPacer: gatedPacer{gate: newGate(), gated: []Method{MethodReaction, MethodUnreaction}}}
 }
@@ -170,6 +172,8 @@ type pacedCards struct {
 	cardPlatform
 	gatedPacer
 }
+
+func (p *pacedCards) Caps() Caps { return testCaps(p) }
 
 // TestCardsKeepToTheBudgets: a card's post counts in its channel's posts
 // and its edits in the edits, each a final state (a card waits for

@@ -29,6 +29,8 @@ type pinStarvedPlatform struct {
 	pinsAt map[string]bool // threads whose pin asked for a slot
 }
 
+func (p *pinStarvedPlatform) Caps() Caps { return testCaps(p) }
+
 func newPinStarvedPlatform() *pinStarvedPlatform {
 	p := &pinStarvedPlatform{fakePlatform: &fakePlatform{}, pins: NewBudget(18, 1), pinsAt: map[string]bool{}}
 	p.pins.Hold(time.Hour)

@@ -166,15 +166,14 @@ type liveSeg struct {
 
 // liveReplier returns the session's platform as a LiveReplier, if it
 // shows answers as written.
-func liveReplier(p Platform) (LiveReplier, bool) {
-	lr, ok := p.(LiveReplier)
-	return lr, ok && lr.Live()
+func liveReplier(c Caps) (LiveReplier, bool) {
+	return c.Live, c.Live != nil && c.Live.Live()
 }
 
 // liveText buffers a TextDelta or TextDone on the session's deliverer,
 // and queues a flush if none is queued.
 func (r *Router) liveText(s *session, th Thread, replyTo string, e agent.Event) {
-	if _, ok := liveReplier(s.board.platform); !ok || r.ctx.Err() != nil {
+	if _, ok := liveReplier(s.board.caps); !ok || r.ctx.Err() != nil {
 		return
 	}
 	l := &s.live
@@ -305,7 +304,7 @@ func wholeWords(text string) (words, rest string) {
 // delivery step: paced as a post, after the plan's first post, when it
 // starts the reply's message.
 func (r *Router) appendLive(s *session, th Thread, replyTo, id, words string, epoch int) {
-	lr, _ := liveReplier(s.board.platform)
+	lr, _ := liveReplier(s.board.caps)
 	l := &s.live
 	ctx := r.ctx
 	if l.open != id {
@@ -319,8 +318,8 @@ func (r *Router) appendLive(s *session, th Thread, replyTo, id, words string, ep
 	var ref MessageRef
 	later := false
 	_, err := r.deliver(ctx, "reply_live", th, r.backoff(2*time.Second), liveAppendAttempts, nil, func(ctx context.Context) error {
-		if pacer, ok := s.board.platform.(Paced); ok && first {
-			if err := Pace(ctx, pacer, Request{Thread: th, Method: MethodPost, Priority: func() Priority { return PriorityFinal }, Since: since}); err != nil {
+		if first {
+			if err := Pace(ctx, s.board.caps.Paced, Request{Thread: th, Method: MethodPost, Priority: func() Priority { return PriorityFinal }, Since: since}); err != nil {
 				return err
 			}
 		}
@@ -384,7 +383,7 @@ func (r *Router) dropCloser(s *session) {
 // open), in one step with retries; the answer of a turn goes through the
 // outbox's send instead, which retries it as any answer.
 func (r *Router) finishLive(s *session, th Thread, replyTo, id, text, note string) {
-	lr, _ := liveReplier(s.board.platform)
+	lr, _ := liveReplier(s.board.caps)
 	l := &s.live
 	if text == "" && (id == "" || l.open != id) {
 		return // nothing shown, nothing to end
@@ -398,8 +397,8 @@ func (r *Router) finishLive(s *session, th Thread, replyTo, id, text, note strin
 	}
 	since := r.opts.Now()
 	_, err := r.deliver(r.ctx, "finish_live", th, r.backoff(maxReplyBackoff), liveAppendAttempts, nil, func(ctx context.Context) error {
-		if pacer, ok := s.board.platform.(Paced); ok && fresh {
-			if err := Pace(ctx, pacer, Request{Thread: th, Method: MethodPost, Priority: func() Priority { return PriorityFinal }, Since: since}); err != nil {
+		if fresh {
+			if err := Pace(ctx, s.board.caps.Paced, Request{Thread: th, Method: MethodPost, Priority: func() Priority { return PriorityFinal }, Since: since}); err != nil {
 				return err
 			}
 		}
@@ -473,7 +472,7 @@ func (r *Router) finishInterim(s *session, th Thread, replyTo string, interim []
 // answer was streamed as ("" for the one shown). A reply still open that
 // is not id is ended first, with a note.
 func (r *Router) finishAnswer(ctx context.Context, s *session, th Thread, replyTo, id, text, note string) error {
-	lr, _ := liveReplier(s.board.platform)
+	lr, _ := liveReplier(s.board.caps)
 	l := &s.live
 	if id == "" {
 		id = l.open

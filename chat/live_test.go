@@ -24,6 +24,8 @@ type livePlatform struct {
 	gate  chan struct{} // if not nil, the first append waits for it to close
 }
 
+func (p *livePlatform) Caps() Caps { return testCaps(p) }
+
 func (p *livePlatform) Live() bool { return true }
 
 func (p *livePlatform) record(s string) {
@@ -397,6 +399,8 @@ func waitCalls(t *testing.T, p *livePlatform, want string) {
 // hangingFinish starts a fresh message in FinishLive, says so, and never
 // returns until the router stops: a kill in the middle of the call.
 type hangingFinish struct{ livePlatform }
+
+func (p *hangingFinish) Caps() Caps { return testCaps(p) }
 
 func (p *hangingFinish) FinishLive(ctx context.Context, th Thread, _, id, text, note string) error {
 	p.record("finish " + id + " " + text + "|" + note)

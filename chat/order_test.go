@@ -25,6 +25,8 @@ type pacedPlatform struct {
 	asked []Request
 }
 
+func (p *pacedPlatform) Caps() Caps { return testCaps(p) }
+
 func (p *pacedPlatform) Budget(req Request) *Budget {
 	p.mu.Lock()
 	p.asked = append(p.asked, req)
@@ -133,6 +135,8 @@ type pinHeldPlatform struct {
 	*fakePlatform
 	gate *Budget // newGate
 }
+
+func (p *pinHeldPlatform) Caps() Caps { return testCaps(p) }
 
 func (p *pinHeldPlatform) Budget(req Request) *Budget {
 	if req.Method != MethodPin {

@@ -153,7 +153,7 @@ func (o *outbox) holdLive(th Thread, replyTo, text string, turn, seq int64, id, 
 
 func (o *outbox) holdItems(th Thread, replyTo, text string, turn, seq int64, live func(*outboxItem)) []queued {
 	parts := []string{text}
-	if sp, ok := o.r.opts.Platforms[th.Platform].(Splitter); ok && live == nil {
+	if sp := o.r.capsOf(th.Platform).Split; sp != nil && live == nil {
 		parts = sp.SplitReply(text)
 	}
 	now := o.r.opts.Now()
@@ -270,7 +270,8 @@ func (o *outbox) send(ctx context.Context, q queued) {
 		return
 	}
 	var s *session
-	_, live := liveReplier(p)
+	caps := o.r.capsOf(th.Platform)
+	_, live := liveReplier(caps)
 	if live && it.Live {
 		s = o.r.session(th.Key, nil)
 	}
@@ -289,7 +290,7 @@ func (o *outbox) send(ctx context.Context, q queued) {
 		}
 		o.r.planShown(ctx, th.Key, ver)
 	}
-	pacer, _ := p.(Paced)
+	pacer := caps.Paced
 	op := "reply"
 	if it.To != "" {
 		op = "reply_privately"
@@ -312,15 +313,15 @@ func (o *outbox) send(ctx context.Context, q queued) {
 			actx = withSend(actx, key, it.Created, unsure)
 		}
 		var err error
-		switch pr, ok := p.(PrivateReplier); {
-		case ok && it.To != "":
+		switch pr := caps.Private; {
+		case pr != nil && it.To != "":
 			err = pr.ReplyPrivately(actx, th, it.To, it.Text)
 		case live:
 			err = o.r.finishAnswer(actx, s, th, it.ReplyTo, it.LiveID, it.Text, it.Note)
 		case it.Live:
 			// Stored as a live answer, but the platform does not show
 			// answers as written (any more): its parts, in this attempt.
-			err = o.replyParts(actx, p, th, it.ReplyTo, it.Text)
+			err = o.replyParts(actx, p, caps.Split, th, it.ReplyTo, it.Text)
 		default:
 			err = p.Reply(actx, th, it.ReplyTo, it.Text)
 		}
@@ -376,9 +377,9 @@ func undeliveredNote(err error) string {
 }
 
 // replyParts sends text as the platform's Splitter cuts it.
-func (o *outbox) replyParts(ctx context.Context, p Platform, th Thread, replyTo, text string) error {
+func (o *outbox) replyParts(ctx context.Context, p Platform, sp Splitter, th Thread, replyTo, text string) error {
 	parts := []string{text}
-	if sp, ok := p.(Splitter); ok {
+	if sp != nil {
 		parts = sp.SplitReply(text)
 	}
 	for i, part := range parts {
@@ -399,7 +400,7 @@ func (o *outbox) replyParts(ctx context.Context, p Platform, th Thread, replyTo,
 func (o *outbox) closeLive(ctx context.Context, q queued, p Platform) {
 	th, it := q.item.Thread, q.item
 	log := o.r.opts.Logger.With("session", th.Key, "outbox_id", q.id)
-	if lr, ok := p.(LiveReplier); ok {
+	if lr := o.r.capsOf(th.Platform).Live; lr != nil {
 		tooOld := func() bool { return o.r.opts.Now().Sub(it.Created) > maxReplyAge }
 		_, err := o.r.deliver(ctx, "close_live", th, o.r.backoff(maxReplyBackoff), liveAppendAttempts, tooOld, func(ctx context.Context) error {
 			if err := o.r.held(ctx, th.Key); err != nil {
@@ -498,8 +499,8 @@ func (r *Router) Tell(ctx context.Context, th Thread, user, text string) error {
 	if p == nil {
 		return fmt.Errorf("chat: tell %s: no platform %q: %w", th.Key, th.Platform, ErrUndeliverable)
 	}
-	pr, private := p.(PrivateReplier)
-	if user != "" && !private {
+	pr := r.capsOf(th.Platform).Private
+	if user != "" && pr == nil {
 		return fmt.Errorf("chat: tell %s: %s shows no private messages: %w", th.Key, th.Platform, ErrUndeliverable)
 	}
 	op := "tell"
@@ -548,7 +549,7 @@ func (r *Router) Post(ctx context.Context, th Thread, send func(ctx context.Cont
 // set, classified, retried tellAttempts times by the one backoff, each
 // attempt within replyTimeout, traced as op.
 func (r *Router) sendOnce(ctx context.Context, op string, th Thread, p Platform, prio Priority, paced bool, send func(ctx context.Context) error) error {
-	pacer, _ := p.(Paced)
+	pacer := r.capsOf(th.Platform).Paced
 	now := r.opts.Now()
 	_, err := r.deliver(ctx, op, th, r.backoff(10*time.Second), tellAttempts, nil, func(ctx context.Context) error {
 		if paced && pacer != nil {

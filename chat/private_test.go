@@ -23,6 +23,8 @@ type privatePlatform struct {
 	privates []privateReply
 }
 
+func (p *privatePlatform) Caps() Caps { return testCaps(p) }
+
 type privateReply struct{ user, text string }
 
 func (p *privatePlatform) ReplyPrivately(_ context.Context, _ Thread, user, text string) error {

@@ -115,6 +115,7 @@ type Options struct {
 // cards.
 type Router struct {
 	opts      Options
+	caps      map[string]Caps // each platform's, by name (Platform.Caps)
 	runner    Runner
 	cards     CardStore
 	listings  ListingStore
@@ -171,6 +172,10 @@ func NewRouter(opts Options) *Router {
 	r.followUps = opts.FollowUps
 	if r.followUps == nil {
 		r.followUps = &memFollowUps{boards: opts.Store, now: opts.Now}
+	}
+	r.caps = make(map[string]Caps, len(opts.Platforms))
+	for name, p := range opts.Platforms {
+		r.caps[name] = p.Caps()
 	}
 	r.logs = opts.Log
 	r.outbox = newOutbox(r, opts.Outbox)
@@ -332,7 +337,7 @@ func (r *Router) Handle(ctx context.Context, in Incoming) error {
 	}
 	inb := agent.Inbound{Text: text, Author: in.Author, AuthorID: in.AuthorID, Event: in.Event, Files: in.Files, Handed: in.Handed}
 	if isNew {
-		inb.Context = r.threadContext(ctx, p, th, in.MessageID)
+		inb.Context = r.threadContext(ctx, th, in.MessageID)
 	}
 	err := r.runner.Submit(ctx, th.Key, inb)
 	if errors.Is(err, agent.ErrDuplicate) {
@@ -442,9 +447,9 @@ type History interface {
 
 // threadContext returns up to Options.ThreadContext messages of the thread
 // before the one that starts its session, when the platform can list them.
-func (r *Router) threadContext(ctx context.Context, p Platform, th Thread, before string) []agent.Quoted {
-	h, ok := p.(History)
-	if !ok || r.opts.ThreadContext <= 0 || before == "" {
+func (r *Router) threadContext(ctx context.Context, th Thread, before string) []agent.Quoted {
+	h := r.capsOf(th.Platform).History
+	if h == nil || r.opts.ThreadContext <= 0 || before == "" {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -509,10 +514,10 @@ func (r *Router) Evict(idle time.Duration) int {
 // tellForgotten tells every Forgetter platform that the sessions of
 // threads left memory. The caller holds r.mu.
 func (r *Router) tellForgotten(threads []Thread) {
-	for _, p := range r.opts.Platforms {
-		if f, ok := p.(Forgetter); ok {
+	for _, c := range r.caps {
+		if c.Forget != nil {
 			for _, th := range threads {
-				f.Forget(th)
+				c.Forget.Forget(th)
 			}
 		}
 	}
@@ -528,6 +533,9 @@ func (r *Router) tellForgotten(threads []Thread) {
 type Forgetter interface {
 	Forget(th Thread)
 }
+
+// capsOf returns what the platform named declares it offers.
+func (r *Router) capsOf(platform string) Caps { return r.caps[platform] }
 
 // Forget drops a session's records from memory, to be read again from
 // the store on the next use.

@@ -196,9 +196,8 @@ func (r *Router) newBoard(key string, rec boardRecord) *Board {
 	}
 	b.idle = sync.NewCond(&b.mu)
 	b.ctx, b.stop = context.WithCancel(r.ctx)
-	if paced, ok := b.platform.(Paced); ok {
-		b.pacer = paced
-	}
+	b.caps = r.capsOf(rec.Thread.Platform)
+	b.pacer = b.caps.Paced
 	return b
 }
 

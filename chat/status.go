@@ -80,17 +80,14 @@ type statusChange struct {
 
 // showsSessions reports whether the board's platform shows sessions;
 // then the working indicator is left to the status moves.
-func (b *Board) showsSessions() bool {
-	_, ok := b.platform.(SessionStatus)
-	return ok
-}
+func (b *Board) showsSessions() bool { return b.caps.Sessions != nil }
 
 // moveSession queues the move of the session's status in thread th
 // behind its earlier moves. It does nothing on a platform that does not
 // show sessions.
 func (b *Board) moveSession(th Thread, c statusChange) {
-	ss, ok := b.platform.(SessionStatus)
-	if !ok {
+	ss := b.caps.Sessions
+	if ss == nil {
 		return
 	}
 	if c.working != nil {
@@ -192,8 +189,8 @@ func (r *Router) sendStatus(ss SessionStatus, p Platform, th Thread, c statusCha
 func (r *Router) StopSession(ctx context.Context, c Click) ClickResult {
 	c.Button = ButtonID(ActionStop, "session")
 	p := r.opts.Platforms[c.Thread.Platform]
-	ss, ok := p.(SessionStatus)
-	if !ok {
+	ss := r.capsOf(c.Thread.Platform).Sessions
+	if ss == nil {
 		return r.Click(ctx, c)
 	}
 	decided := make(chan ClickResult, 1)

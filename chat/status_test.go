@@ -27,6 +27,8 @@ type sessionPlatform struct {
 	transient int
 }
 
+func (p *sessionPlatform) Caps() Caps { return testCaps(p) }
+
 func (s *sessionPlatform) SetSessionStatus(_ context.Context, _ Thread, st SessionState, title string) error {
 	s.smu.Lock()
 	defer s.smu.Unlock()

@@ -118,7 +118,22 @@ var (
 	_ chat.Platform       = (*Adapter)(nil)
 	_ chat.Paced          = (*Adapter)(nil)
 	_ chat.PrivateReplier = (*Adapter)(nil)
+	_ chat.LiveReplier    = (*Adapter)(nil)
+	_ chat.Splitter       = (*Adapter)(nil)
+	_ chat.Interactive    = (*Adapter)(nil)
+	_ chat.History        = (*Adapter)(nil)
+	_ chat.Forgetter      = (*Adapter)(nil)
 )
+
+// Caps implements chat.Platform: Discord paces a plan's posts and edits
+// per channel, streams answers (when Options.Stream), answers privately
+// where it can, cuts long replies, shows approval cards, reads a
+// channel's earlier messages, keeps per-thread state in memory and
+// serves attachments. It
+// shows no sessions: the working indicator stands for them.
+func (a *Adapter) Caps() chat.Caps {
+	return chat.Caps{Paced: a, Live: a, Private: a, Split: a, Cards: a, History: a, Forget: a, Files: a}
+}
 
 // rewrite sends requests for discord.com to the configured API URL.
 type rewrite struct {

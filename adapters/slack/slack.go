@@ -100,10 +100,25 @@ type Adapter struct {
 }
 
 var (
-	_ chat.Platform      = (*Adapter)(nil)
-	_ chat.Paced         = (*Adapter)(nil)
-	_ chat.SessionStatus = (*Adapter)(nil)
+	_ chat.Platform       = (*Adapter)(nil)
+	_ chat.Paced          = (*Adapter)(nil)
+	_ chat.SessionStatus  = (*Adapter)(nil)
+	_ chat.LiveReplier    = (*Adapter)(nil)
+	_ chat.PrivateReplier = (*Adapter)(nil)
+	_ chat.Splitter       = (*Adapter)(nil)
+	_ chat.Interactive    = (*Adapter)(nil)
+	_ chat.History        = (*Adapter)(nil)
+	_ chat.Forgetter      = (*Adapter)(nil)
 )
+
+// Caps implements chat.Platform: Slack paces by its budgets, shows
+// agent sessions, streams answers (when Options.Stream), shows ephemeral
+// messages, cuts long replies, shows approval cards, reads a thread's
+// earlier messages, keeps per-thread state in memory and serves the
+// files people attach.
+func (a *Adapter) Caps() chat.Caps {
+	return chat.Caps{Paced: a, Sessions: a, Live: a, Private: a, Split: a, Cards: a, History: a, Forget: a, Files: a}
+}
 
 // New returns an adapter; Start connects it.
 func New(opts Options) *Adapter {

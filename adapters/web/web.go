@@ -130,8 +130,19 @@ const maxStreamsPerClient = 16
 var (
 	_ chat.Platform    = (*Console)(nil)
 	_ chat.Interactive = (*Console)(nil)
-	_ chat.Anonymous   = (*Console)(nil)
+	_ chat.LiveReplier = (*Console)(nil)
+	_ chat.Forgetter   = (*Console)(nil)
 )
+
+// Caps implements chat.Platform: the console streams answers (when
+// Options.Stream), shows approval cards, keeps a live view per thread,
+// serves the files uploaded with a message,
+// and has no users of its own: whoever holds the token is its one
+// person, so its turns have no requester and anyone at the console may
+// decide, stop and reset.
+func (c *Console) Caps() chat.Caps {
+	return chat.Caps{Live: c, Cards: c, Forget: c, Files: c, Anonymous: true}
+}
 
 // New returns a console.
 func New(opts Options) *Console {
@@ -280,11 +291,6 @@ func (c *Console) Expire(idle time.Duration) int {
 // Pin implements chat.Platform. The console always shows the current plan
 // on top of its thread, so there is nothing to pin.
 func (c *Console) Pin(context.Context, chat.Thread, chat.MessageRef, bool) error { return nil }
-
-// Anonymous implements chat.Anonymous: the console has no users of its
-// own (whoever holds the token is its one person), so its turns have no
-// requester and anyone at the console may decide, stop and reset.
-func (c *Console) Anonymous() bool { return true }
 
 // Reply implements chat.Platform.
 // The model's answer is in the session history (committed before it is
