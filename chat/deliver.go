@@ -209,16 +209,14 @@ func (r *Router) retryLater(s *session) {
 	c.retrying = true
 	c.failures++
 	wait := r.backoff(maxDeliveryBackoff).Wait(c.failures, nil)
-	time.AfterFunc(wait, func() {
+	r.delivery.Later(s.board.key, wait, func() {
 		if r.ctx.Err() != nil {
 			return // the next start goes on from the stored cursor
 		}
-		r.delivery.Add(s.board.key, func() {
-			c.retrying = false
-			if r.current(s) { // else the session loads afresh from the store
-				r.catchUpNow(s)
-			}
-		})
+		c.retrying = false
+		if r.current(s) { // else the session loads afresh from the store
+			r.catchUpNow(s)
+		}
 	})
 }
 
@@ -342,18 +340,16 @@ func (r *Router) saveCursorLater(s *session, c *cursor) {
 		return
 	}
 	c.saving = true
-	time.AfterFunc(cursorSaveDelay, func() {
+	r.delivery.Later(s.board.key, cursorSaveDelay, func() {
 		if r.ctx.Err() != nil {
 			return // Close stores it
 		}
-		r.delivery.Add(s.board.key, func() {
-			c.saving = false
-			// A session forgotten since would store a stale cursor.
-			if r.current(s) && !r.settleCursor(s, c) {
-				r.retryLater(s)
-			}
-			r.noteCursor(s)
-		})
+		c.saving = false
+		// A session forgotten since would store a stale cursor.
+		if r.current(s) && !r.settleCursor(s, c) {
+			r.retryLater(s)
+		}
+		r.noteCursor(s)
 	})
 }
 

@@ -259,7 +259,7 @@ func (r *Router) nudgeLive(s *session, th Thread, replyTo, id string, epoch int)
 		return
 	}
 	l.nudging = true
-	time.AfterFunc(livePaceRetry, func() {
+	r.outbox.queue.Later(th.Key, livePaceRetry, func() {
 		l.mu.Lock()
 		l.nudging = false
 		if l.epoch != epoch || r.ctx.Err() != nil {

@@ -11,6 +11,7 @@ package serial
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // Queue runs functions one at a time per key. The zero value is ready; a
@@ -55,6 +56,14 @@ func (q *Queue) Add(key string, f func()) {
 	k := q.fifoLocked(key)
 	k.fs = append(k.fs, f)
 	k.kicked = false
+}
+
+// Later queues f on key d from now, behind what is queued for key then:
+// a retry after a backoff, or a save that covers a busy second. The
+// queue holds no goroutine for it meanwhile. Wait does not wait for f
+// before it is queued; f checks for itself whether it still has work.
+func (q *Queue) Later(key string, d time.Duration, f func()) {
+	time.AfterFunc(d, func() { q.Add(key, f) })
 }
 
 // Kick makes sure f runs on key after everything queued for key so far:

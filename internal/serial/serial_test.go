@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -327,5 +328,34 @@ func TestNoGoroutineAfterWork(t *testing.T) {
 	q.mu.Unlock()
 	if n != 0 {
 		t.Errorf("%d keys held after Wait, want 0", n)
+	}
+}
+
+// TestLater: a function queued for later runs once its delay is over,
+// behind what its key had queued by then, and holds no goroutine while
+// it waits.
+func TestLater(t *testing.T) {
+	var q Queue
+	var mu sync.Mutex
+	var got []string
+	record := func(s string) func() {
+		return func() {
+			mu.Lock()
+			got = append(got, s)
+			mu.Unlock()
+		}
+	}
+	release := make(chan struct{})
+	q.Later("a", 20*time.Millisecond, record("later"))
+	if q.Busy("a") {
+		t.Fatal("key busy while its only function waits for its time")
+	}
+	q.Add("a", func() { <-release })
+	q.Add("a", record("first"))
+	time.Sleep(40 * time.Millisecond) // the delay is over; the key is still held
+	close(release)
+	wait(t, &q)
+	if want := []string{"first", "later"}; !slices.Equal(got, want) {
+		t.Errorf("ran %q, want %q", got, want)
 	}
 }
