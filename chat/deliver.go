@@ -94,6 +94,10 @@ type cursor struct {
 	// a row).
 	retrying bool
 	failures int
+	// ended is the newest turn whose end was applied: a resumed turn's
+	// start (not logged) that comes off the queue after a catch-up read
+	// that turn's end from the log is stale, and is dropped.
+	ended int64
 }
 
 // maxDeliveryBackoff bounds the wait before a failed read of a session's
@@ -143,6 +147,10 @@ func (r *Router) deliverEvent(e agent.Event) {
 		return
 	}
 	if e.Seq == 0 {
+		if e.Kind == agent.TurnStarted && e.Resumed && e.Turn > 0 && e.Turn <= s.cursor.ended {
+			s.board.log.Info("resumed turn's start dropped: its end is applied already", "turn", e.Turn)
+			return
+		}
 		r.outbox.enqueue(e.Session, r.apply(s, e, nil)...)
 		return
 	}
@@ -446,6 +454,7 @@ func (r *Router) apply(s *session, e agent.Event, have map[int64]bool) []queued 
 		}
 		b.approvalDecided(e)
 	case agent.TurnEnded:
+		s.cursor.ended = max(s.cursor.ended, e.Turn)
 		// The answer is stored before the board records the end, and
 		// sent after the cursor passed it: an answer in the thread means
 		// both are durable.

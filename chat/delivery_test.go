@@ -1122,3 +1122,37 @@ func TestAnswerWaitsForItsCursor(t *testing.T) {
 		t.Error("the answer was sent before the delivery cursor passed its entry")
 	}
 }
+
+// TestResumedStartAfterItsEndIsIgnored: a replica that takes a session
+// over resumes its turn (the runner publishes the resumed start, which
+// is not logged) while its deliverer catches the log up; the turn ends
+// quickly, and the catch-up reads its end from the log before the
+// resumed start comes off the queue. The plan must end on "done", not
+// on "resumed after restart" (the soak's plans stuck on "resumed").
+func TestResumedStartAfterItsEndIsIgnored(t *testing.T) {
+	logs, p := &chattest.Log{}, &fakePlatform{}
+	r := NewRouter(Options{Runner: &chattest.Runner{}, Store: &chattest.Boards{}, Log: logs, Platforms: map[string]Platform{"test": p}})
+	t.Cleanup(r.Close)
+	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
+	r.board(th.Key, &th)
+	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 3}))
+	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress)}))
+	settle(t, r, th.Key)
+
+	// The log goes on past what this process was told: the resumed turn
+	// revised its plan and ended, and the catch-up reads that first.
+	logs.Append(th.Key, agent.Event{Kind: agent.PlanChanged, Revision: 2, Plan: plan(1, todo.Completed)})
+	end := logs.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 3, Outcome: agent.Done, Text: "the answer"})
+	r.ResumeSession(t.Context(), th.Key)
+	observe(r, agent.Event{Session: th.Key, Kind: agent.TurnStarted, Resumed: true, Turn: 3, Revision: 1, Plan: plan(1, todo.InProgress)})
+	observe(r, end)
+	settle(t, r, th.Key)
+
+	shown, _ := r.Board(th.Key).Shown()
+	if shown.State != StateDone {
+		t.Errorf("the plan shows %q, want %q", shown.State, StateDone)
+	}
+	if n := p.count("reply"); n != 1 {
+		t.Errorf("%d replies, want the answer once", n)
+	}
+}
