@@ -1,7 +1,6 @@
 package chat
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -49,10 +48,6 @@ type boardRecord struct {
 	// they may stop any of its turns and reset it (DESIGN §12). It is the
 	// session's, recorded when its first message arrives, before any turn.
 	Starter string `json:"starter,omitempty"`
-	// Requester is read only from records written before the agent was
-	// asked who requested a turn: such a session's starter is its last
-	// requester.
-	Requester string `json:"requester,omitempty"`
 	// Final is what a finished plan's message showed when a later turn
 	// put its Stop button on it. If that turn moves on to a new plan
 	// message, the old one gets this content back (Restore).
@@ -213,9 +208,8 @@ func (b *Board) received(th Thread, in Incoming) (r receipt) {
 		}
 		if rec.Starter == "" {
 			// The session's first message (a new thread, or the first
-			// after a reset). A session recorded before starters were
-			// kept takes its last requester.
-			rec.Starter = cmp.Or(rec.Requester, in.AuthorID)
+			// after a reset).
+			rec.Starter = in.AuthorID
 			r.starter = true
 		}
 	})
@@ -237,7 +231,7 @@ type receipt struct {
 func (b *Board) unreceive(in Incoming, r receipt) {
 	b.mu.Lock()
 	trigger := in.MessageID != "" && in.MessageID != r.trigger && b.rec.Trigger == in.MessageID
-	starter := r.starter && b.rec.Starter != "" && b.rec.Starter == cmp.Or(b.rec.Requester, in.AuthorID)
+	starter := r.starter && b.rec.Starter != "" && b.rec.Starter == in.AuthorID
 	b.mu.Unlock()
 	if !trigger && !starter {
 		return

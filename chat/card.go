@@ -267,7 +267,7 @@ func startedBy(rec boardRecord, t agent.TurnInfo) string { return cmp.Or(starter
 
 // starter is who started rec's session; a session recorded before
 // starters were kept falls back to its last requester.
-func starter(rec boardRecord) string { return cmp.Or(rec.Starter, rec.Requester) }
+func starter(rec boardRecord) string { return rec.Starter }
 
 func stopRefusal(rec boardRecord, t agent.TurnInfo) string {
 	who := mention(t.Requester)
@@ -378,8 +378,7 @@ func (r *Router) showCard(ctx context.Context, s *session, th Thread, a agent.Ap
 	var cr cardRecord
 	var have bool
 	s.cards.read(func(v *cardsRecord) { cr, have = v.Cards[id] })
-	rec, _ := b.state()
-	requester := cmp.Or(a.Requester, rec.Requester)
+	requester := a.Requester
 	ip := b.caps.Cards
 	if ip == nil {
 		b.log.Error("platform shows no approval cards", "platform", th.Platform)

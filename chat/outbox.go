@@ -1,7 +1,6 @@
 package chat
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -309,8 +308,8 @@ func (o *outbox) send(ctx context.Context, q queued) {
 		}
 		actx, cancel := context.WithTimeout(ctx, replyTimeout)
 		defer cancel()
-		if key := cmp.Or(it.Key, idKey(th, q.id)); key != "" {
-			actx = withSend(actx, key, it.Created, unsure)
+		if it.Key != "" {
+			actx = withSend(actx, it.Key, it.Created, unsure)
 		}
 		var err error
 		switch pr := caps.Private; {
@@ -438,15 +437,6 @@ func (r *Router) planShown(ctx context.Context, key string, ver uint64) {
 	case <-s.board.await(ver):
 	case <-ctx.Done():
 	}
-}
-
-// idKey is the send key of an item stored before items kept their own:
-// by its id, as such items were sent then.
-func idKey(th Thread, id uint64) string {
-	if id == 0 {
-		return ""
-	}
-	return fmt.Sprintf("outbox/%s/%d", th.Key, id)
 }
 
 // idle reports whether no reply is waiting for delivery.
