@@ -89,10 +89,10 @@ func newHarness(t *testing.T, fake *fakeopenai.Server, o harnessOpts) *harness {
 	return h
 }
 
-// publishTo is an Events service with f as its one subscriber.
-func publishTo(f func(agent.Event)) *agent.Events {
-	ev := &agent.Events{}
-	ev.Subscribe(agent.SubscriberFunc(f))
+// publishTo is an event service with f as its one subscriber.
+func publishTo(f func(agent.Event)) *agent.EventService {
+	ev := &agent.EventService{}
+	ev.Follow(agent.SubscriberFunc(f))
 	return ev
 }
 

@@ -55,7 +55,7 @@ func newBenchEnv(b *testing.B, withRouter bool) *benchEnv {
 	b.Cleanup(func() { db.Close() })
 	reg, _ := agent.NewRegistry(readTool())
 	env := &benchEnv{db: db, done: make(chan string, 100000)}
-	events := &agent.Events{}
+	events := &agent.EventService{}
 	env.runner, err = agent.NewRunner(agent.Options{
 		Model: agent.NewOpenAIModel(agent.OpenAIOptions{BaseURL: srv.URL + "/v1", Concurrency: 64}), Store: db, Tools: reg,
 		Events: events})
@@ -65,9 +65,9 @@ func newBenchEnv(b *testing.B, withRouter bool) *benchEnv {
 	if withRouter {
 		console := web.New(web.Options{})
 		env.router = chat.NewRouter(chat.Options{Runner: env.runner, Store: db, Log: db, Cards: db, Listings: db, FollowUps: db, Platforms: map[string]chat.Platform{"web": console}})
-		events.Subscribe(env.router)
+		events.Follow(env.router)
 	}
-	events.Subscribe(agent.SubscriberFunc(func(e agent.Event) {
+	events.Follow(agent.SubscriberFunc(func(e agent.Event) {
 		if e.Kind == agent.TurnEnded {
 			env.done <- e.Session
 		}
@@ -177,7 +177,7 @@ func newApprovalEnv(b *testing.B) *approvalEnv {
 	if err != nil {
 		b.Fatal(err)
 	}
-	events := &agent.Events{}
+	events := &agent.EventService{}
 	env.runner, err = agent.NewRunner(agent.Options{
 		Model: agent.NewOpenAIModel(agent.OpenAIOptions{BaseURL: srv.URL + "/v1", Concurrency: 64}), Store: db, Tools: reg,
 		Events: events})
@@ -186,8 +186,8 @@ func newApprovalEnv(b *testing.B) *approvalEnv {
 	}
 	console := web.New(web.Options{})
 	env.router = chat.NewRouter(chat.Options{Runner: env.runner, Store: db, Log: db, Cards: db, Listings: db, FollowUps: db, Outbox: db, Platforms: map[string]chat.Platform{"web": console}})
-	events.Subscribe(env.router)
-	events.Subscribe(agent.SubscriberFunc(func(e agent.Event) {
+	events.Follow(env.router)
+	events.Follow(agent.SubscriberFunc(func(e agent.Event) {
 		if e.Kind == agent.ApprovalNeeded {
 			env.needed <- e
 		}

@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pinplan/pinplan/todo"
@@ -105,10 +107,10 @@ type Event struct {
 	At        time.Time
 }
 
-// Subscriber is told of a turn's events. Observe is called from the
-// session's goroutine (ToolStarted from a timer, ordered before its
-// ToolEnded), for different sessions at once, and must not block for long:
-// the chat plan board coalesces.
+// Subscriber is told of a turn's events in line (EventService.Follow).
+// Observe is called from the session's goroutine (ToolStarted from a
+// timer, ordered before its ToolEnded), for different sessions at once,
+// and must only queue: the chat router's deliverers follow this way.
 type Subscriber interface {
 	Observe(Event)
 }
@@ -119,39 +121,118 @@ type SubscriberFunc func(Event)
 // Observe implements Subscriber.
 func (f SubscriberFunc) Observe(e Event) { f(e) }
 
-// Publisher takes the events a Runner publishes (Options.Events). Events
-// implements it.
+// Publisher takes the events a Runner publishes (Options.Events).
+// EventService implements it.
 type Publisher interface {
 	Publish(Event)
 }
 
-// Events passes each published event to its subscribers: synchronously,
-// one after the other in the order they subscribed, so a subscriber sees
-// a session's events in the order they happened. cmd/bot subscribes the
-// metrics, the chat router (plan boards and cards) and the console's read
-// model. The zero value is ready and has no subscribers.
-type Events struct {
-	mu   sync.Mutex // guards subs
-	subs []Subscriber
+// EventService passes each published event on, as wtf's EventService
+// does: to the subscribers that follow in line (Follow: the chat router,
+// whose Observe only queues, so it sees every event in the order
+// published, before Publish returns), then to each Subscription's
+// buffered channel, which its subscriber drains on its own goroutine
+// (the console's read model, the metrics). A subscription whose buffer
+// is full misses the event: it is counted (Subscription.Dropped) and
+// logged once until the subscriber catches up, and Publish never waits,
+// so a slow watcher never holds up the agent. The zero value is ready
+// and logs nothing.
+type EventService struct {
+	Logger *slog.Logger // where dropped events are reported; nil: nowhere
+
+	mu     sync.RWMutex // guards follow and subs; held for reading while sending
+	follow []Subscriber
+	subs   map[*Subscription]struct{}
 }
 
-var _ Publisher = (*Events)(nil)
+var _ Publisher = (*EventService)(nil)
 
-// Subscribe adds s; it sees the events published from then on.
-func (ev *Events) Subscribe(s Subscriber) {
-	ev.mu.Lock()
-	defer ev.mu.Unlock()
+// Follow adds f, which sees the events published from then on, in line
+// and in order. f's Observe must not block: it queues.
+func (s *EventService) Follow(f Subscriber) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	// A new slice: a Publish in progress keeps the one it read.
-	ev.subs = append(ev.subs[:len(ev.subs):len(ev.subs)], s)
+	s.follow = append(s.follow[:len(s.follow):len(s.follow)], f)
+}
+
+// Subscribe returns a subscription to the events published from then on,
+// whose channel holds up to buffer of them (at least 1). name says whose
+// it is in the log. The subscriber drains it (Subscription.C, or Drain)
+// on its own goroutine, and closes it when done.
+func (s *EventService) Subscribe(name string, buffer int) *Subscription {
+	sub := &Subscription{svc: s, name: name, c: make(chan Event, max(1, buffer))}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.subs == nil {
+		s.subs = map[*Subscription]struct{}{}
+	}
+	s.subs[sub] = struct{}{}
+	return sub
 }
 
 // Publish implements Publisher.
-func (ev *Events) Publish(e Event) {
-	ev.mu.Lock()
-	subs := ev.subs
-	ev.mu.Unlock()
-	for _, s := range subs {
-		s.Observe(e)
+func (s *EventService) Publish(e Event) {
+	s.mu.RLock()
+	follow := s.follow
+	s.mu.RUnlock()
+	for _, f := range follow {
+		f.Observe(e)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock() // a Close waits for the sends below
+	for sub := range s.subs {
+		sub.send(e, s.Logger)
+	}
+}
+
+// Subscription is one subscriber's events (EventService.Subscribe).
+type Subscription struct {
+	svc     *EventService
+	name    string
+	c       chan Event
+	dropped atomic.Int64
+	behind  atomic.Bool // dropped since the last event it took
+	once    sync.Once
+}
+
+// C is the events, in the order published; closed by Close.
+func (sub *Subscription) C() <-chan Event { return sub.c }
+
+// Dropped is how many events the subscription missed with its buffer full.
+func (sub *Subscription) Dropped() int64 { return sub.dropped.Load() }
+
+// Name is the name it was subscribed with.
+func (sub *Subscription) Name() string { return sub.name }
+
+// Close ends the subscription: no event is sent after it returns, and C
+// is closed once the events still buffered are read.
+func (sub *Subscription) Close() {
+	sub.once.Do(func() {
+		sub.svc.mu.Lock()
+		defer sub.svc.mu.Unlock()
+		delete(sub.svc.subs, sub)
+		close(sub.c)
+	})
+}
+
+// Drain passes each event to to.Observe, on the calling goroutine, until
+// the subscription is closed and its buffer read.
+func (sub *Subscription) Drain(to Subscriber) {
+	for e := range sub.c {
+		to.Observe(e)
+	}
+}
+
+func (sub *Subscription) send(e Event, log *slog.Logger) {
+	select {
+	case sub.c <- e:
+		sub.behind.Store(false)
+	default:
+		n := sub.dropped.Add(1)
+		if !sub.behind.Swap(true) && log != nil {
+			log.Warn("an event subscriber is behind; its events are dropped until it catches up", "subscriber", sub.name, "dropped", n, "buffer", cap(sub.c))
+		}
 	}
 }
 

@@ -119,7 +119,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 		m.undelivered.WithLabelValues(th.Platform).Inc()
 		console.Undelivered(th, text, err)
 	}
-	events := &agent.Events{}
+	events := &agent.EventService{Logger: log.With("component", "events")}
 	runner, err := agent.NewRunner(agent.Options{
 		Model: model, Store: db, Tools: registry, ModelName: modelName,
 		SystemPrompt: systemPrompt, StaleRounds: cfg.StaleRounds, ReminderRole: cfg.ReminderRole, MaxRounds: cfg.MaxRounds,
@@ -161,12 +161,20 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	// Torn down in reverse: the runner stops publishing, then the router
 	// finishes its plan edits and replies.
 	later(router.Close)
-	later(runner.Close)
-	// In this order for every event: metrics, the plan boards and cards,
-	// the console's run state.
-	events.Subscribe(m)
-	events.Subscribe(router)
-	events.Subscribe(consoleState{router: router, console: console})
+	// The plan boards and cards in line (the router only queues); the
+	// metrics and the console's run state each drain their own
+	// subscription, closed once the runner publishes no more.
+	events.Follow(router)
+	for name, s := range map[string]agent.Subscriber{"metrics": m, "console": consoleState{router: router, console: console}} {
+		sub := events.Subscribe(name, 1024)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sub.Drain(s)
+		}()
+		later(sub.Close)
+	}
+	later(runner.Close) // first: then the subscriptions close, then the router
 
 	host := httphost.New(httphost.Options{Token: token, Logger: log.With("component", "http"),
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
