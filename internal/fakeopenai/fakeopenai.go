@@ -60,6 +60,10 @@ type Fault struct {
 	// StreamIndexZero: streamed tool calls all carry index 0 (as some
 	// servers send), so only their ids tell them apart.
 	StreamIndexZero bool
+	// MidStreamError, streamed: after the first piece of content, an
+	// error event with finish_reason "error" ends the 200 stream, as
+	// OpenRouter reports a provider failing mid-generation (dialects.go).
+	MidStreamError bool
 	// HugeContent answers with this many bytes of content ("x" repeated),
 	// plain or streamed, generated as they are sent: the fake holds none
 	// of it, so a test can send far more than it could keep. It stops when
@@ -90,6 +94,13 @@ type Server struct {
 	// "Use 'max_completion_tokens' instead."; max_completion_tokens bounds
 	// the answer as max_tokens does elsewhere.
 	ReasoningModel bool
+	// Dialect answers as that server family does (dialects.go).
+	Dialect Dialect
+	// NoTools: the server cannot call tools (vLLM without
+	// --enable-auto-tool-choice, llama.cpp without --jinja, an Ollama
+	// model without tool support) and refuses a request that offers
+	// them, as its dialect does.
+	NoTools bool
 
 	mu       sync.Mutex // guards requests, faults and rejected
 	requests []openai.ChatCompletionRequest
@@ -166,6 +177,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", param, msg)
 		return
 	}
+	if status, body := s.Dialect.refuse(body, &req, s.NoTools); status != 0 {
+		writeRaw(w, status, body)
+		return
+	}
 	if s.ReasoningModel && req.MaxTokens != 0 {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusBadRequest)
@@ -236,7 +251,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	for i := range reply.ToolCalls {
 		if reply.ToolCalls[i].ID == "" {
-			reply.ToolCalls[i].ID = fmt.Sprintf("call_%d_%d", len(req.Messages), i)
+			reply.ToolCalls[i].ID = s.Dialect.callID(len(req.Messages), i)
 		}
 	}
 	// A model writes no more than max_tokens: a longer answer is cut
@@ -257,6 +272,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.NoUsage {
 		usage = openai.Usage{}
+	}
+	if s.Dialect != OpenAI {
+		s.answerDialect(r.Context(), w, &req, reply, usage, f, cut)
+		return
 	}
 	if req.Stream {
 		s.stream(r.Context(), w, &req, reply, usage, f, cut)
@@ -486,7 +505,7 @@ func invalidMessages(msgs []openai.ChatCompletionMessage) (msg, param string) {
 			}
 			open = slices.DeleteFunc(open, func(id string) bool { return id == m.ToolCallID })
 		}
-		if m.ReasoningContent != "" {
+		if m.ReasoningContent != "" && len(m.ToolCalls) == 0 {
 			return fmt.Sprintf("messages[%d]: reasoning_content must not be sent back in a request", i), fmt.Sprintf("messages.[%d].reasoning_content", i)
 		}
 	}
