@@ -166,29 +166,23 @@ type stateStore interface {
 	Ping() error
 }
 
-// sessionInfo is a session as the console lists it, from either store.
-type sessionInfo struct {
-	Checkpoint     agent.Checkpoint
-	Board, Listing []byte
-}
-
 // sessionsOf returns the listing function of whichever store is open.
-func sessionsOf(bolt *store.DB, es *etcdstore.Store) func(context.Context) ([]sessionInfo, error) {
+func sessionsOf(bolt *store.DB, es *etcdstore.Store) func(context.Context) ([]web.Session, error) {
 	if es != nil {
-		return func(ctx context.Context) ([]sessionInfo, error) {
+		return func(ctx context.Context) ([]web.Session, error) {
 			infos, err := es.Sessions(ctx)
-			out := make([]sessionInfo, len(infos))
+			out := make([]web.Session, len(infos))
 			for i, in := range infos {
-				out[i] = sessionInfo{in.Checkpoint, in.Board, in.Listing}
+				out[i] = web.Session{Checkpoint: in.Checkpoint, Board: in.Board, Listing: in.Listing}
 			}
 			return out, err
 		}
 	}
-	return func(ctx context.Context) ([]sessionInfo, error) {
+	return func(ctx context.Context) ([]web.Session, error) {
 		infos, err := bolt.Sessions(ctx)
-		out := make([]sessionInfo, len(infos))
+		out := make([]web.Session, len(infos))
 		for i, in := range infos {
-			out[i] = sessionInfo{in.Checkpoint, in.Board, in.Listing}
+			out[i] = web.Session{Checkpoint: in.Checkpoint, Board: in.Board, Listing: in.Listing}
 		}
 		return out, err
 	}

@@ -18,7 +18,6 @@ import (
 
 	discordadapter "github.com/pinplan/pinplan/adapters/discord"
 	"github.com/pinplan/pinplan/adapters/web"
-	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/config"
 	"github.com/pinplan/pinplan/mcp"
@@ -519,24 +518,6 @@ func mcpStatus(m *mcp.Manager) string {
 		fmt.Fprintf(&b, "mcp %s: %s\n", name, st[name])
 	}
 	return b.String()
-}
-
-// runState is the console's run state and status pill after an event.
-func runState(e agent.Event) (state, status string, ok bool) {
-	switch e.Kind {
-	case agent.TurnStarted:
-		if e.Resumed {
-			return "running", string(chat.StateResumed), true
-		}
-		return "running", string(chat.StateWorking), true
-	case agent.ApprovalNeeded:
-		return "waiting", string(chat.StateWaiting), true
-	case agent.ApprovalDecided:
-		return "running", string(chat.StateWorking), true
-	case agent.TurnEnded:
-		return "idle", string(chat.StateOf(e.Outcome)), true
-	}
-	return "", "", false
 }
 
 // consoleURL is an address a person can open: an unspecified host (":8080",

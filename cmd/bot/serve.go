@@ -165,7 +165,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	// metrics and the console's run state each drain their own
 	// subscription, closed once the runner publishes no more.
 	events.Follow(router)
-	for name, s := range map[string]agent.Subscriber{"metrics": m, "console": consoleState{router: router, console: console}} {
+	for name, s := range map[string]agent.Subscriber{"metrics": m, "console": web.NewRunStates(console, router)} {
 		sub := events.Subscribe(name, 1024)
 		wg.Add(1)
 		go func() {
@@ -361,21 +361,21 @@ type platforms struct {
 // newPlatforms makes the console, and Slack and Discord when their
 // tokens are set, each handing its events to in.
 func newPlatforms(cfg *config.Config, in *intake, st stores, demo bool, modelName string, log *slog.Logger) (platforms, error) {
-	ws := webStore{db: st.db, sessions: sessionsOf(st.bolt, st.es)}
+	ws := web.NewReadModel(st.db, sessionsOf(st.bolt, st.es))
 	console := web.New(web.Options{Store: ws, Handler: in, Usage: ws, DailyBudget: int64(cfg.UserTokens), Demo: demo, Model: modelName, Stream: cfg.Stream, FileBytes: int64(cfg.FileBytes), Logger: log.With("adapter", "web")})
 	ps := platforms{console: console, byName: map[string]chat.Platform{"web": console}}
 	if cfg.SlackBotToken != "" {
 		ps.slack = slackadapter.New(slackadapter.Options{
 			BotToken: cfg.SlackBotToken.Reveal(), AppToken: cfg.SlackAppToken.Reveal(), SigningSecret: cfg.SlackSigningSecret.Reveal(),
 			APIURL: cfg.SlackAPIURL, NativePlan: cfg.SlackPlanBlocks, EditsPerMinute: float64(cfg.SlackEditsPerMin), Stream: cfg.Stream,
-			Handler: in, Dedupe: st.db, Sessions: ws.platformSessions, Logger: log.With("adapter", "slack"),
+			Handler: in, Dedupe: st.db, Sessions: ws.Listed, Logger: log.With("adapter", "slack"),
 		})
 		ps.byName["slack"] = ps.slack
 	}
 	if cfg.DiscordBotToken != "" {
 		dsc, err := discordadapter.New(discordadapter.Options{Token: cfg.DiscordBotToken.Reveal(), APIURL: cfg.DiscordAPIURL,
 			ThreadPerTask: cfg.DiscordThreadPerTask, ComponentsV2: cfg.DiscordComponentsV2, Stream: cfg.Stream, Handler: in, Marks: st.db, Logger: log.With("adapter", "discord"),
-			Commands: true, Guild: cfg.DiscordGuild, ApplicationID: cfg.DiscordAppID, Sessions: ws.platformSessions})
+			Commands: true, Guild: cfg.DiscordGuild, ApplicationID: cfg.DiscordAppID, Sessions: ws.Listed})
 		if err != nil {
 			return ps, err
 		}

@@ -1,4 +1,4 @@
-package main
+package web
 
 import (
 	"context"
@@ -6,13 +6,13 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/pinplan/pinplan/adapters/web"
+	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/chat/chattest"
 	"github.com/pinplan/pinplan/store"
 )
 
-// TestConsoleListsOldAndNewBoardRecords: the console lists sessions by
+// TestConsoleListsOldAndNewBoardRecords: the console's read model lists sessions by
 // their listing record, and a session whose board record was written
 // before the listing had a record of its own (its title and "deleted" in
 // the board record) is listed as before, whether or not a router has
@@ -39,7 +39,7 @@ func TestConsoleListsOldAndNewBoardRecords(t *testing.T) {
 	}
 	old("web/old", "an old title", false)
 	old("web/gone", "an old deleted one", true)
-	console := web.New(web.Options{})
+	console := New(Options{})
 	t.Cleanup(console.Close)
 	router := chat.NewRouter(chat.Options{Runner: &chattest.Runner{}, Store: db, Log: db, Cards: db, Listings: db, FollowUps: db, Outbox: db, Platforms: map[string]chat.Platform{"web": console}})
 	t.Cleanup(router.Close)
@@ -52,9 +52,17 @@ func TestConsoleListsOldAndNewBoardRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	sessions := func(ctx context.Context) ([]Session, error) {
+		infos, err := db.Sessions(ctx)
+		out := make([]Session, len(infos))
+		for i, in := range infos {
+			out[i] = Session{Checkpoint: in.Checkpoint, Board: in.Board, Listing: in.Listing}
+		}
+		return out, err
+	}
 	listed := func(when string, want map[string]string) {
 		t.Helper()
-		sums, err := webStore{db: db, sessions: sessionsOf(db, nil)}.Threads(ctx)
+		sums, err := NewReadModel(db, sessions).Threads(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,4 +97,57 @@ func TestConsoleListsOldAndNewBoardRecords(t *testing.T) {
 	if title, hidden := chat.DecodeListing(nil, board); title != "" || hidden {
 		t.Errorf("board record of web/old still says title %q, hidden %t: %s", title, hidden, board)
 	}
+}
+
+// TestRunStatesShowTurns: the run-state subscriber shows each turn's
+// state and pill, for the threads the router knows, and nothing for an
+// event that does not change them or a session it does not know.
+func TestRunStatesShowTurns(t *testing.T) {
+	t.Parallel()
+	console := New(Options{})
+	t.Cleanup(console.Close)
+	shown := make(chan []byte, 16)
+	console.mu.Lock()
+	console.clients[shown] = struct{}{}
+	console.mu.Unlock()
+	th := chat.Thread{Platform: "slack", Key: "slack/T1/C1/1.1", Channel: "C1"}
+	rs := NewRunStates(console, knownThreads{th.Key: th})
+	for _, tt := range []struct {
+		e    agent.Event
+		want string // state/status, "" for nothing shown
+	}{
+		{agent.Event{Session: th.Key, Kind: agent.TurnStarted}, "running/working"},
+		{agent.Event{Session: th.Key, Kind: agent.ApprovalNeeded}, "waiting/waiting for approval"},
+		{agent.Event{Session: th.Key, Kind: agent.PlanChanged}, ""},
+		{agent.Event{Session: th.Key, Kind: agent.ApprovalDecided}, "running/working"},
+		{agent.Event{Session: th.Key, Kind: agent.TurnEnded, Outcome: agent.Done}, "idle/done"},
+		{agent.Event{Session: th.Key, Kind: agent.TurnEnded, Outcome: agent.Stopped}, "idle/stopped"},
+		{agent.Event{Session: th.Key, Kind: agent.TurnStarted, Resumed: true}, "running/resumed after restart"},
+		{agent.Event{Session: "web/unknown", Kind: agent.TurnStarted}, ""},
+	} {
+		rs.Observe(tt.e)
+		got := ""
+		select {
+		case raw := <-shown:
+			var e event
+			if err := json.Unmarshal(raw, &e); err != nil {
+				t.Fatal(err)
+			}
+			if e.Type != "state" || e.Thread != th.Key {
+				t.Errorf("after %+v: shown %s", tt.e, raw)
+			}
+			got = e.State + "/" + e.Status
+		default:
+		}
+		if got != tt.want {
+			t.Errorf("after kind %v of %s: shown %q, want %q", tt.e.Kind, tt.e.Session, got, tt.want)
+		}
+	}
+}
+
+type knownThreads map[string]chat.Thread
+
+func (k knownThreads) Thread(key string) (chat.Thread, bool) {
+	th, ok := k[key]
+	return th, ok
 }
