@@ -1,18 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
-	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/config"
 	"github.com/pinplan/pinplan/etcdstore"
+	migration "github.com/pinplan/pinplan/migrate"
 	"github.com/pinplan/pinplan/store"
 )
 
@@ -71,48 +69,16 @@ func migrate(ctx context.Context, cfg *config.Config, to string, stdout io.Write
 	if restarted {
 		fmt.Fprintf(stdout, "pinplan: %s held the partial copy of an interrupted migrate; cleared it, copying again\n", cfg.EtcdPrefix)
 	}
-	infos, err := db.Sessions(ctx)
+	c, err := migration.Sessions(ctx, db, es)
 	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
+		return fmt.Errorf("migrate: %w (%s holds part of the copy, marked so that replicas refuse it: run migrate again to start over)", err, cfg.EtcdPrefix)
 	}
-	var c struct{ sessions, entries, plans, queued, archives, replies int }
-	for _, in := range infos {
-		key := in.Checkpoint.Key
-		n, err := copySession(ctx, db, es, key)
-		if err != nil {
-			return fmt.Errorf("migrate: session %s: %w (%s holds part of the copy, marked so that replicas refuse it: run migrate again to start over)", key, err, cfg.EtcdPrefix)
-		}
-		c.sessions++
-		c.entries += n.entries
-		c.plans += n.plans
-		c.queued += n.queued
-		c.archives += n.archives
-	}
-	var outErr error
-	err = db.Outbox(ctx, func(_ uint64, data []byte) {
-		var it struct {
-			Thread struct {
-				Key string `json:"key"`
-			} `json:"thread"`
-		}
-		if outErr != nil || json.Unmarshal(data, &it) != nil || it.Thread.Key == "" {
-			return // unreadable items are dropped by delivery too
-		}
-		if _, outErr = es.AddOutbox(ctx, it.Thread.Key, [][]byte{data}); outErr == nil {
-			c.replies++
-		}
-	})
-	if err = errors.Join(err, outErr); err != nil {
+	replies, err := migration.Outbox(ctx, db, es)
+	if err != nil {
 		return fmt.Errorf("migrate: replies not delivered yet: %w", err)
 	}
-	var marks []string
-	err = db.EachMarks(ctx, func(name string, data []byte) {
-		if outErr == nil {
-			outErr = es.SaveMarks(ctx, name, data)
-			marks = append(marks, name)
-		}
-	})
-	if err = errors.Join(err, outErr); err != nil {
+	marks, err := migration.Marks(ctx, db, es)
+	if err != nil {
 		return fmt.Errorf("migrate: read marks: %w", err)
 	}
 	if err := es.EndMigrate(ctx); err != nil {
@@ -123,7 +89,7 @@ func migrate(ctx context.Context, cfg *config.Config, to string, stdout io.Write
 		read = "read marks of " + strings.Join(marks, ", ")
 	}
 	fmt.Fprintf(stdout, "pinplan: copied %s to etcd %s: %d sessions, %d history entries, %d plan revisions, %d queued messages, %d archives, %d replies not delivered yet, %s; checked; the file is unchanged\n",
-		cfg.DB, cfg.EtcdPrefix, c.sessions, c.entries, c.plans, c.queued, c.archives, c.replies, read)
+		cfg.DB, cfg.EtcdPrefix, c.Sessions, c.Entries, c.Plans, c.Queued, c.Archives, replies, read)
 	return nil
 }
 
@@ -147,175 +113,4 @@ func clearCommand(cfg *config.Config) string {
 		cmd += " --user=" + cfg.EtcdUsername
 	}
 	return cmd + " del --prefix " + cfg.EtcdPrefix
-}
-
-type copied struct{ entries, plans, queued, archives int }
-
-// copySession copies one session and reads it back.
-func copySession(ctx context.Context, db *store.DB, es *etcdstore.Store, key string) (copied, error) {
-	cp, hist, inbox, err := db.Load(ctx, key)
-	if err != nil {
-		return copied{}, err
-	}
-	plans, err := db.Plans(ctx, key)
-	if err != nil {
-		return copied{}, err
-	}
-	// The session's log past its delivery cursor goes with the record,
-	// and the cursor after it: the first replica to take the session
-	// shows what the bot had not shown yet, and nothing again.
-	delivered, err := db.Delivered(ctx, key)
-	if err != nil {
-		return copied{}, err
-	}
-	tail, err := db.Log(ctx, key, delivered)
-	if err != nil {
-		return copied{}, err
-	}
-	if cp != nil {
-		if err := es.Commit(ctx, &agent.Round{Base: 0, Append: hist, Plans: plans, Log: tail, Checkpoint: *cp}); err != nil {
-			return copied{}, err
-		}
-	}
-	if delivered > 0 {
-		if err := es.SaveDelivered(ctx, key, delivered); err != nil {
-			return copied{}, err
-		}
-	}
-	for _, in := range inbox {
-		if _, err := es.Enqueue(ctx, key, in); err != nil {
-			return copied{}, err
-		}
-	}
-	for _, rec := range []struct {
-		load func(context.Context, string) ([]byte, error)
-		save func(context.Context, string, []byte) error
-	}{{db.Board, es.SaveBoard}, {db.Cards, es.SaveCards}, {db.Listing, es.SaveListing}} {
-		data, err := rec.load(ctx, key)
-		if err != nil {
-			return copied{}, err
-		}
-		if data != nil {
-			if err := rec.save(ctx, key, data); err != nil {
-				return copied{}, err
-			}
-		}
-	}
-	archives, _, err := db.Archived(ctx, key, 0)
-	if err != nil {
-		return copied{}, err
-	}
-	for n := 1; n <= archives; n++ {
-		_, old, err := db.Archived(ctx, key, uint64(n))
-		if err != nil {
-			return copied{}, err
-		}
-		rec, oldPlans, err := db.ArchivedState(ctx, key, uint64(n))
-		if err != nil {
-			return copied{}, err
-		}
-		if err := es.PutArchive(ctx, key, uint64(n), rec, old, oldPlans); err != nil {
-			return copied{}, err
-		}
-	}
-	if err := readBack(ctx, db, es, key, archives); err != nil {
-		return copied{}, fmt.Errorf("read back: %w", err)
-	}
-	return copied{entries: len(hist), plans: len(plans), queued: len(inbox), archives: archives}, nil
-}
-
-// check is one comparison of readBack: what the file has (a) and what
-// etcd has (b).
-type check struct {
-	what string
-	a, b any
-}
-
-// readBack reads the session from both stores and compares everything,
-// as JSON, byte for byte: the record, every history entry, plan revision
-// and queued message (their text: the ids are the new store's), the
-// chat records, and each archive's record, history and plans.
-func readBack(ctx context.Context, db *store.DB, es *etcdstore.Store, key string, archives int) error {
-	same := func(what string, a, b any) error {
-		ja, err := json.Marshal(a)
-		if err != nil {
-			return err
-		}
-		jb, err := json.Marshal(b)
-		if err != nil {
-			return err
-		}
-		if !bytes.Equal(ja, jb) {
-			return fmt.Errorf("%s differs: the file has %.200s, etcd %.200s", what, ja, jb)
-		}
-		return nil
-	}
-	cp, hist, inbox, err := db.Load(ctx, key)
-	if err != nil {
-		return err
-	}
-	gotCP, gotHist, gotInbox, err := es.Load(ctx, key)
-	if err != nil {
-		return err
-	}
-	for i := range inbox {
-		inbox[i].ID = 0
-	}
-	for i := range gotInbox {
-		gotInbox[i].ID = 0
-	}
-	plans, err := db.Plans(ctx, key)
-	if err != nil {
-		return err
-	}
-	gotPlans, err := es.Plans(ctx, key)
-	if err != nil {
-		return err
-	}
-	checks := []check{{"the record", cp, gotCP}, {"the history", hist, gotHist}, {"the queued messages", inbox, gotInbox}, {"the plan revisions", plans, gotPlans}}
-	for _, rec := range []struct {
-		what string
-		a, b func(context.Context, string) ([]byte, error)
-	}{{"the plan board", db.Board, es.Board}, {"the cards", db.Cards, es.Cards}, {"the listing", db.Listing, es.Listing}} {
-		a, err := rec.a(ctx, key)
-		if err != nil {
-			return err
-		}
-		b, err := rec.b(ctx, key)
-		if err != nil {
-			return err
-		}
-		checks = append(checks, check{rec.what, string(a), string(b)})
-	}
-	gotArchives, _, err := es.Archived(ctx, key, 0)
-	if err != nil {
-		return err
-	}
-	checks = append(checks, check{"the number of archives", archives, gotArchives})
-	for n := uint64(1); n <= uint64(archives); n++ {
-		_, a, err := db.Archived(ctx, key, n)
-		if err != nil {
-			return err
-		}
-		_, b, err := es.Archived(ctx, key, n)
-		if err != nil {
-			return err
-		}
-		ra, pa, err := db.ArchivedState(ctx, key, n)
-		if err != nil {
-			return err
-		}
-		rb, pb, err := es.ArchivedState(ctx, key, n)
-		if err != nil {
-			return err
-		}
-		what := fmt.Sprintf("archive %d", n)
-		checks = append(checks, check{what + "'s history", a, b}, check{what + "'s record", string(ra), string(rb)}, check{what + "'s plans", pa, pb})
-	}
-	for _, c := range checks {
-		if err := same(c.what, c.a, c.b); err != nil {
-			return err
-		}
-	}
-	return nil
 }

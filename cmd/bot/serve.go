@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"github.com/pinplan/pinplan/mcp"
 	"github.com/pinplan/pinplan/replica"
 	"github.com/pinplan/pinplan/store"
+	"github.com/pinplan/pinplan/tracing"
 )
 
 // serve runs until ctx is done, then shuts down in order: stop taking
@@ -55,7 +57,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	}()
 	later := func(f func()) { teardown = append(teardown, f) }
 	lost := make(chan error, 1) // a replica's lease ended under it
-	traces, err := newTracing(ctx, cfg, getenv, log.With("component", "traces"))
+	traces, err := tracing.New(ctx, tracing.Options{Version: strings.TrimPrefix(version(), "pinplan "), InstanceID: replicaID(cfg), Redact: cfg.Redact}, getenv, log.With("component", "traces"))
 	if err != nil {
 		return err
 	}
@@ -63,7 +65,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	later(func() {
 		shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if err := traces.shutdown(shutCtx); err != nil {
+		if err := traces.Shutdown(shutCtx); err != nil {
 			log.Warn("flush traces", "err", err)
 		}
 	})
@@ -126,7 +128,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 		ApprovalTimeout: cfg.ApprovalTimeout, ContextTokens: cfg.ContextTokens, MaxOutputTokens: cfg.MaxOutput, Approvers: cfg.Approvers,
 		TurnTokens: int64(cfg.TurnTokens), UserTokens: int64(cfg.UserTokens),
 		Events: events, Logger: log.With("component", "agent"), Owners: owners(rep),
-		Tracer: traces.provider, TraceContent: traces.content,
+		Tracer: traces.Provider, TraceContent: traces.Content,
 		Files: &chat.Files{Platforms: ps.byName, MaxBytes: int64(cfg.FileBytes), Vision: cfg.Vision, Logger: log.With("component", "files")},
 	})
 	if err != nil {
@@ -138,7 +140,7 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 		chatRunner, fence = replica.NewRunner(runner, rep, log.With("component", "replica")), rep
 	}
 	router := chat.NewRouter(chat.Options{Runner: chatRunner, Store: db, Log: db, Cards: db, Listings: db, FollowUps: db, Outbox: db, Platforms: ps.byName, Logger: log.With("component", "chat"), Hooks: hooks,
-		Approvers: cfg.Approvers, ThreadContext: cfg.ThreadContext, Fence: fence, Dedupe: db, Tracer: traces.provider})
+		Approvers: cfg.Approvers, ThreadContext: cfg.ThreadContext, Fence: fence, Dedupe: db, Tracer: traces.Provider})
 	// The way in: the router, or with replicas the session's queue in
 	// etcd (replica.Handler.Handle).
 	var shared *replica.Handler

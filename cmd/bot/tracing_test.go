@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -20,13 +19,11 @@ import (
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
-	"go.opentelemetry.io/otel/trace/noop"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/pinplan/pinplan/config"
 	"github.com/pinplan/pinplan/internal/fakeopenai"
 )
 
@@ -446,42 +443,4 @@ func TestTracesOverGRPC(t *testing.T) {
 		return len(find(recv.spans, "invoke_agent", map[string]string{"gen_ai.conversation.id": key, "pinplan.turn.state": "idle"})) == 1 &&
 			len(find(recv.spans, "execute_tool current_time", map[string]string{"gen_ai.conversation.id": key})) == 1
 	})
-}
-
-// TestTracingSwitches: what turns traces off, and what is refused with
-// the variable named.
-func TestTracingSwitches(t *testing.T) {
-	tests := []struct {
-		name    string
-		env     map[string]string
-		wantErr string
-	}{
-		{"no endpoint", map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "http://127.0.0.1:1"}, ""},
-		{"SDK disabled", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1", "OTEL_SDK_DISABLED": "true"}, ""},
-		{"exporter none", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1", "OTEL_TRACES_EXPORTER": "none"}, ""},
-		{"exporter unknown", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1", "OTEL_TRACES_EXPORTER": "zipkin"}, "OTEL_TRACES_EXPORTER"},
-		{"http/json", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, "OTEL_EXPORTER_OTLP_PROTOCOL"},
-		{"per-signal protocol", map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:1", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "thrift"}, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			cfg, err := config.Load(func(string) string { return "" })
-			if err != nil {
-				t.Fatal(err)
-			}
-			tr, err := newTracing(context.Background(), cfg, func(k string) string { return tt.env[k] }, slog.New(slog.DiscardHandler))
-			if tt.wantErr != "" {
-				if err == nil || !strings.HasPrefix(err.Error(), tt.wantErr+":") {
-					t.Fatalf("got error %v, want one naming %s", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, ok := tr.provider.(noop.TracerProvider); !ok || tr.content != nil {
-				t.Errorf("got provider %T, content %v; want the no-op one and no content", tr.provider, tr.content != nil)
-			}
-		})
-	}
 }

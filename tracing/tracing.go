@@ -1,4 +1,7 @@
-package main
+// Package tracing sets up the process's OpenTelemetry traces (DESIGN
+// §17) from the SDK's own environment variables; the agent and chat start
+// spans on the provider it returns. It imports nothing of pinplan's.
+package tracing
 
 import (
 	"cmp"
@@ -17,30 +20,35 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
-
-	"github.com/pinplan/pinplan/config"
 )
 
-// tracing is the process's OpenTelemetry traces (DESIGN §17), set up only
+// Tracing is the process's OpenTelemetry traces, set up only
 // through the SDK's own environment variables, never the TOML file: with
 // neither OTEL_EXPORTER_OTLP_TRACES_ENDPOINT nor OTEL_EXPORTER_OTLP_ENDPOINT
 // there is no exporter, no batch processor and no goroutine, and the spans
 // the agent and chat start are no-ops.
-type tracing struct {
-	provider trace.TracerProvider
+type Tracing struct {
+	Provider trace.TracerProvider
 	// content passes message text, tool arguments and results to the
 	// spans (OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true)
 	// with the configured secrets taken out; nil records none.
-	content  func(string) string
-	shutdown func(context.Context) error
+	Content  func(string) string
+	Shutdown func(context.Context) error
 }
 
-// newTracing reads the switches with getenv (the process environment);
+// Options are what the traces say of the process.
+type Options struct {
+	Version    string              // service.version
+	InstanceID string              // service.instance.id: the replica's id
+	Redact     func(string) string // takes the configured secrets out of captured content
+}
+
+// New reads the switches with getenv (the process environment);
 // the exporter and the SDK read the rest of their variables (headers,
 // timeouts, TLS, sampling, batching, resource attributes) from the
 // process environment themselves, as the SDK documents them.
-func newTracing(ctx context.Context, cfg *config.Config, getenv func(string) string, log *slog.Logger) (*tracing, error) {
-	off := &tracing{provider: noop.NewTracerProvider(), shutdown: func(context.Context) error { return nil }}
+func New(ctx context.Context, opts Options, getenv func(string) string, log *slog.Logger) (*Tracing, error) {
+	off := &Tracing{Provider: noop.NewTracerProvider(), Shutdown: func(context.Context) error { return nil }}
 	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") {
 		return off, nil
 	}
@@ -75,8 +83,8 @@ func newTracing(ctx context.Context, cfg *config.Config, getenv func(string) str
 		return nil, fmt.Errorf("traces: OTLP exporter: %w", err)
 	}
 	res, err := resource.New(ctx, resource.WithTelemetrySDK(),
-		resource.WithAttributes(semconv.ServiceName("pinplan"), semconv.ServiceVersion(strings.TrimPrefix(version(), "pinplan ")),
-			semconv.ServiceInstanceID(replicaID(cfg))),
+		resource.WithAttributes(semconv.ServiceName("pinplan"), semconv.ServiceVersion(opts.Version),
+			semconv.ServiceInstanceID(opts.InstanceID)),
 		resource.WithFromEnv()) // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win
 	if err != nil {
 		exp.Shutdown(ctx)
@@ -86,10 +94,10 @@ func newTracing(ctx context.Context, cfg *config.Config, getenv func(string) str
 	// batching from OTEL_BSP_*: NewTracerProvider reads them.
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(&loggedExporter{SpanExporter: exp, log: log}), sdktrace.WithResource(res))
 	log.Info("exporting traces", "endpoint", redactEndpoint(endpoint), "protocol", protocol)
-	t := &tracing{provider: tp, shutdown: tp.Shutdown}
+	t := &Tracing{Provider: tp, Shutdown: tp.Shutdown}
 	if strings.EqualFold(getenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"), "true") {
 		log.Warn("traces carry message text, tool arguments and results (OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true)")
-		t.content = cfg.Redact
+		t.Content = opts.Redact
 	}
 	return t, nil
 }
