@@ -74,6 +74,9 @@ type OpenAIModel struct {
 	// max_completion_tokens (OpenAI's reasoning models), which every
 	// request sends from then on (outputLimit).
 	completionTokens atomic.Bool
+	// wire carries what servers need back and learns what they refuse
+	// (wire.go).
+	wire *wire
 }
 
 // outputLimit sends req's output limit the way the server takes it:
@@ -126,8 +129,9 @@ func NewOpenAIModel(opts OpenAIOptions) *OpenAIModel {
 	}
 	cfg := openai.DefaultConfig(opts.APIKey)
 	cfg.BaseURL = strings.TrimRight(opts.BaseURL, "/")
-	cfg.HTTPClient = &http.Client{Transport: retryAfterTransport{capTransport{base: base, limit: int64(opts.ResponseBytes)}}}
-	return &OpenAIModel{client: openai.NewClientWithConfig(cfg), opts: opts, sem: make(chan struct{}, opts.Concurrency), server: serverAttributes(cfg.BaseURL)}
+	w := &wire{}
+	cfg.HTTPClient = &http.Client{Transport: wireTransport{base: retryAfterTransport{capTransport{base: base, limit: int64(opts.ResponseBytes)}}, wire: w}}
+	return &OpenAIModel{client: openai.NewClientWithConfig(cfg), opts: opts, sem: make(chan struct{}, opts.Concurrency), server: serverAttributes(cfg.BaseURL), wire: w}
 }
 
 // Complete implements Model.
@@ -144,6 +148,9 @@ func (m *OpenAIModel) Complete(ctx context.Context, req openai.ChatCompletionReq
 		}
 		reply, err := m.once(context.WithValue(ctx, retryHintKey{}, hint), m.outputLimit(req), text)
 		if err == nil {
+			if call, ok := textToolCall(reply.Message, req.Tools); ok {
+				return Reply{}, &toolsUnsupported{ModelError: m.fail(req, fmt.Errorf("%w: the model wrote a call to %s as text", ErrModel, call)), asText: call}
+			}
 			return reply, nil
 		}
 		if ctx.Err() != nil {
@@ -153,6 +160,13 @@ func (m *OpenAIModel) Complete(ctx context.Context, req openai.ChatCompletionReq
 			attempt--
 			continue // the same request, its limit under the name the server takes
 		}
+		if m.wire.adapt(err) {
+			attempt--
+			continue // the same request, in the form the server said it takes
+		}
+		if said, ok := refusesTools(err); ok {
+			return Reply{}, &toolsUnsupported{ModelError: m.fail(req, fmt.Errorf("%w: %w", ErrModel, err)), said: said}
+		}
 		if errors.Is(err, ErrResponseTooLarge) {
 			me := m.fail(req, fmt.Errorf("%w: %w", ErrModel, err))
 			return Reply{}, &oversizeError{ModelError: me, limit: int64(m.opts.ResponseBytes)}
@@ -161,7 +175,12 @@ func (m *OpenAIModel) Complete(ctx context.Context, req openai.ChatCompletionReq
 			return Reply{}, m.fail(req, fmt.Errorf("%w: %w: %w", ErrModel, ErrContextTooLong, err))
 		}
 		if !retryable(err) || attempt >= m.opts.Retries {
-			return Reply{}, m.fail(req, fmt.Errorf("%w after %d attempt(s): %w", ErrModel, attempt+1, err))
+			me := m.fail(req, fmt.Errorf("%w after %d attempt(s): %w", ErrModel, attempt+1, err))
+			var mid *errMidStream
+			if errors.As(err, &mid) {
+				return Reply{}, &midStreamFailure{ModelError: me, said: mid.msg}
+			}
+			return Reply{}, me
 		}
 		retryAfter := hint.get()
 		if retryAfter > m.opts.MaxBackoff {
@@ -240,7 +259,7 @@ func (m *OpenAIModel) once(ctx context.Context, req openai.ChatCompletionRequest
 		if len(resp.Choices) == 0 {
 			return Reply{}, errNoChoices
 		}
-		return Reply{Message: resp.Choices[0].Message, Usage: resp.Usage, FinishReason: string(resp.Choices[0].FinishReason)}, nil
+		return settle(Reply{Message: resp.Choices[0].Message, Usage: resp.Usage, FinishReason: string(resp.Choices[0].FinishReason)})
 	}
 	req.Stream = true
 	req.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
@@ -253,6 +272,7 @@ func (m *OpenAIModel) once(ctx context.Context, req openai.ChatCompletionRequest
 	}
 	defer stream.Close()
 	var acc streamAccumulator
+	var think thinkFilter
 	for {
 		chunk, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -275,7 +295,9 @@ func (m *OpenAIModel) once(ctx context.Context, req openai.ChatCompletionRequest
 		if text != nil {
 			for _, ch := range chunk.Choices {
 				if ch.Index == 0 && ch.Delta.Content != "" {
-					text(ch.Delta.Content)
+					if shown := think.feed(ch.Delta.Content); shown != "" {
+						text(shown)
+					}
 				}
 			}
 		}
@@ -283,7 +305,7 @@ func (m *OpenAIModel) once(ctx context.Context, req openai.ChatCompletionRequest
 	if !acc.finished {
 		return Reply{}, fmt.Errorf("%w: stream ended without a finish_reason", errBrokenStream)
 	}
-	return acc.reply(), nil
+	return settle(acc.reply())
 }
 
 var (
@@ -301,7 +323,7 @@ func retryable(err error) bool {
 		return apiErr.HTTPStatusCode == http.StatusTooManyRequests || apiErr.HTTPStatusCode >= 500 || apiErr.HTTPStatusCode == 0
 	case errors.As(err, &reqErr):
 		return reqErr.HTTPStatusCode == http.StatusTooManyRequests || reqErr.HTTPStatusCode >= 500 || reqErr.HTTPStatusCode == 0
-	case errors.Is(err, errAttemptTimeout), errors.Is(err, errBrokenStream), errors.Is(err, errNoChoices),
+	case errors.Is(err, errAttemptTimeout), errors.Is(err, errBrokenStream), errors.Is(err, errNoChoices), errors.As(err, new(*errMidStream)),
 		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF), errors.As(err, &netErr):
 		return true
 	}
@@ -375,7 +397,10 @@ func (a *streamAccumulator) addCall(tc openai.ToolCall) {
 			a.calls = append(a.calls, openai.ToolCall{Type: openai.ToolTypeFunction})
 		}
 	default:
-		if len(a.calls) == 0 {
+		// Neither index nor id (Gemini, older Ollama): each call comes
+		// whole, so a delta that names a function after the last call
+		// was named starts a new one.
+		if len(a.calls) == 0 || (tc.Function.Name != "" && a.calls[len(a.calls)-1].Function.Name != "") {
 			a.calls = append(a.calls, openai.ToolCall{Type: openai.ToolTypeFunction})
 		}
 		pos = len(a.calls) - 1
