@@ -40,8 +40,11 @@ var allowed = map[string][]string{
 	// migrate copies the bbolt store into etcd (bot migrate -to etcd):
 	// the one package that holds both stores. tracing wraps the
 	// OpenTelemetry SDK and imports nothing of ours.
-	"migrate":              {"store", "etcdstore", "agent", "todo", "internal/serial"},
-	"tracing":              {},
+	"migrate": {"store", "etcdstore", "agent", "todo", "internal/serial"},
+	"tracing": {},
+	// metrics is the Prometheus series: it measures the agent, chat's
+	// deliveries, the MCP servers and the replica; cmd/bot wires it.
+	"metrics":              {"agent", "chat", "mcp", "etcdstore", "todo", "internal/serial", "config"},
 	"internal/plantest":    {"chat", "agent", "todo", "internal/serial"},
 	"internal/inboxtest":   {"chat", "agent", "todo", "internal/serial"},
 	"internal/fakeopenai":  {},

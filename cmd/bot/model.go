@@ -14,26 +14,27 @@ import (
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/config"
+	"github.com/pinplan/pinplan/metrics"
 	"github.com/pinplan/pinplan/todo"
 )
 
 // buildModel picks the model: the demo, a real OpenAI-compatible server, or
 // (with neither) one that tells the user what to set.
-func buildModel(cfg *config.Config, demo bool, m *metrics, log *slog.Logger) (agent.Model, []agent.Tool, string) {
+func buildModel(cfg *config.Config, demo bool, met *metrics.Metrics, log *slog.Logger) (agent.Model, []agent.Tool, string) {
 	tools := []agent.Tool{clockTool()}
 	switch {
 	case demo:
-		return m.timed(demoModel{delay: cfg.DemoDelay}), append(tools, demoTools()...), "pinplan-demo"
+		return met.Timed(demoModel{delay: cfg.DemoDelay}), append(tools, demoTools()...), "pinplan-demo"
 	case cfg.ModelConfigured:
 		model := agent.NewOpenAIModel(agent.OpenAIOptions{
 			BaseURL: cfg.OpenAIBaseURL, APIKey: cfg.OpenAIKey.Reveal(), Stream: cfg.Stream,
 			Timeout: cfg.ModelTimeout, Retries: cfg.ModelRetries, Concurrency: cfg.ModelConcurrency, ResponseBytes: cfg.ResponseBytes,
 			OnRetry: func(attempt int, wait time.Duration, err error) {
-				m.modelRetries.Inc()
+				met.ModelRetry()
 				log.Warn("model request retry", "attempt", attempt, "wait", wait, "err", err)
 			},
 		})
-		return m.timed(model), tools, cfg.OpenAIModel
+		return met.Timed(model), tools, cfg.OpenAIModel
 	default:
 		return noModel{}, tools, ""
 	}

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -21,7 +20,6 @@ import (
 	"github.com/pinplan/pinplan/config"
 	"github.com/pinplan/pinplan/etcdstore"
 	"github.com/pinplan/pinplan/replica"
-	"github.com/pinplan/pinplan/store"
 )
 
 // dialEtcd connects to the cluster of PINPLAN_ETCD_ENDPOINTS with the TLS
@@ -129,63 +127,12 @@ var (
 	_ web.Handler = (*replica.Handler)(nil)
 )
 
-// replicaMetrics registers the replica's gauges and counters.
-func replicaMetrics(reg *prometheus.Registry, rep *etcdstore.Replica) {
-	reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pinplan_replica_sessions_owned", Help: "Sessions this replica holds."}, func() float64 { return float64(rep.Owned()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "pinplan_replica_takeovers_total", Help: "Sessions this replica took (first messages and failovers)."}, func() float64 { return float64(rep.Takeovers.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "pinplan_replica_fenced_writes_total", Help: "Writes and sends refused because another replica holds the session now."}, func() float64 { return float64(rep.Fenced.Load()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pinplan_replicas", Help: "Live replicas sharing the etcd prefix."}, func() float64 { return float64(rep.Replicas()) }),
-	)
-}
-
 // owners is the runner's Owners: the replica, or none without etcd.
 func owners(rep *etcdstore.Replica) agent.Owners {
 	if rep == nil {
 		return nil
 	}
 	return rep
-}
-
-// stateStore is what serve needs of the store: a *store.DB, or an
-// *etcdstore.Store for replicas.
-type stateStore interface {
-	agent.Store
-	chat.BoardStore
-	chat.CardStore
-	chat.ListingStore
-	chat.OutboxStore
-	chat.Deduper
-	chat.MarkStore
-	chat.BoardLister
-	chat.LogStore
-	chat.FollowUpStore
-	Plans(ctx context.Context, key string) ([]agent.PlanRevision, error)
-	SpentOn(ctx context.Context, day string) ([]agent.Spend, error)
-	SessionCount() (int, error)
-	Ping() error
-}
-
-// sessionsOf returns the listing function of whichever store is open.
-func sessionsOf(bolt *store.DB, es *etcdstore.Store) func(context.Context) ([]web.Session, error) {
-	if es != nil {
-		return func(ctx context.Context) ([]web.Session, error) {
-			infos, err := es.Sessions(ctx)
-			out := make([]web.Session, len(infos))
-			for i, in := range infos {
-				out[i] = web.Session{Checkpoint: in.Checkpoint, Board: in.Board, Listing: in.Listing}
-			}
-			return out, err
-		}
-	}
-	return func(ctx context.Context) ([]web.Session, error) {
-		infos, err := bolt.Sessions(ctx)
-		out := make([]web.Session, len(infos))
-		for i, in := range infos {
-			out[i] = web.Session{Checkpoint: in.Checkpoint, Board: in.Board, Listing: in.Listing}
-		}
-		return out, err
-	}
 }
 
 // replicaStatus is the replica's lines for /readyz: the platforms it
@@ -209,14 +156,35 @@ func replicaStatus(rep *etcdstore.Replica) string {
 		rep.ID(), platforms, rep.ID(), int64(rep.Lease()), state, rep.TTL(), rep.Owned(), rep.Replicas())
 }
 
-// gatewayMetrics registers pinplan_discord_gateway_leader.
-func gatewayMetrics(reg *prometheus.Registry, gw *replica.Election) {
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pinplan_discord_gateway_leader",
-		Help: "1 while this process holds the Discord gateway: the elected replica, or the only process without etcd."},
-		func() float64 {
-			if gw.Held() {
-				return 1
-			}
-			return 0
-		}))
+// startReplica starts the replica's part once the platforms are up: the
+// watches and the first scan (it returns how many sessions that took),
+// the console's view of threads held elsewhere, the shared pace, and a
+// stop (an error on lost) when the lease ends under the replica.
+func (m *Main) startReplica(ctx context.Context) (int, error) {
+	rep, ps, log := m.st.rep, m.ps, m.log
+	n, err := m.shared.Start(ctx)
+	if err != nil {
+		return 0, err
+	}
+	replica.Follow(ctx, rep, ps.console)
+	var sharers []replica.Sharer
+	if ps.slack != nil {
+		sharers = append(sharers, ps.slack)
+		replica.ShareHolds(ctx, rep, log.With("component", "replica"), ps.slack)
+	}
+	if ps.discord != nil {
+		sharers = append(sharers, ps.discord)
+	}
+	m.wg.Go(func() { replica.ShareBudgets(ctx, rep, log, sharers...) }) // the platforms' pace, shared by the live replicas
+	go func() {
+		select {
+		case <-rep.Lost():
+			err := fmt.Errorf("replica %s: %w; stopping so that a supervisor starts it afresh (its sessions are another replica's now)", rep.ID(), rep.LostErr())
+			log.Error("lease lost", "err", err)
+			m.lost <- err
+			m.cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return n, nil
 }

@@ -8,9 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/url"
-	"os"
 	"runtime/debug"
 	"sort"
 	"strings"
@@ -20,6 +18,7 @@ import (
 	"github.com/pinplan/pinplan/adapters/web"
 	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/config"
+	"github.com/pinplan/pinplan/httphost"
 	"github.com/pinplan/pinplan/mcp"
 	"github.com/pinplan/pinplan/store"
 )
@@ -393,90 +392,24 @@ func backup(ctx context.Context, cfg *config.Config, file string, stdout io.Writ
 	return nil
 }
 
-// dbIDHeader carries a database's store.FileID: `bot backup` sends its
-// PINPLAN_DB's, the running bot answers with its own, so a backup is
-// never written from another pinplan that happens to answer at
-// PINPLAN_HTTP_ADDR with the same console token.
-const dbIDHeader = "Pinplan-Db-Id"
-
-// backupHandler streams a hot backup; the console's token guards it. A
-// request naming another database (dbIDHeader) is refused before the copy
-// is made.
-func backupHandler(db *store.DB) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set(dbIDHeader, db.FileID())
-		if want := r.Header.Get(dbIDHeader); want != "" && want != db.FileID() {
-			http.Error(w, "this pinplan runs with another database", http.StatusConflict)
-			return
-		}
-		// A large DB may take longer than the server's write timeout.
-		http.NewResponseController(w).SetWriteDeadline(time.Time{})
-		w.Header().Set("Content-Type", "application/octet-stream")
-		if _, err := db.WriteTo(w); err != nil {
-			// Refused before a byte is sent when the file is damaged.
-			w.Header().Del("Content-Type")
-			http.Error(w, "backup failed: "+err.Error(), http.StatusInternalServerError)
-		}
-	})
-}
-
 // backupFromServer asks the bot at PINPLAN_HTTP_ADDR for the backup of
-// cfg.DB, which a running pinplan holds locked. What it sends is written
-// only if it says it runs with that very file (dbIDHeader); every error
-// names the address asked.
+// cfg.DB, which a running pinplan holds locked (httphost.FetchBackup).
 func backupFromServer(ctx context.Context, cfg *config.Config, file string, stdout io.Writer) error {
-	addr := cfg.HTTPAddr
 	id, err := store.FileID(cfg.DB)
 	if err != nil {
 		return fmt.Errorf("backup: %s: %w", cfg.DB, err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/api/backup", nil)
-	if err != nil {
-		return fmt.Errorf("backup: %s is locked by a running pinplan, and PINPLAN_HTTP_ADDR %s is no address to ask it at: %w", cfg.DB, addr, err)
-	}
 	tok := cfg.WebToken.Reveal()
 	if tok == "" {
 		if tok, err = readToken(tokenFile(cfg)); err != nil {
-			return fmt.Errorf("backup: %s is locked by a running pinplan; to ask it at %s (PINPLAN_HTTP_ADDR) its console token is needed, and it could not be read (set PINPLAN_WEB_TOKEN): %w", cfg.DB, addr, err)
+			return fmt.Errorf("backup: %s is locked by a running pinplan; to ask it at %s (PINPLAN_HTTP_ADDR) its console token is needed, and it could not be read (set PINPLAN_WEB_TOKEN): %w", cfg.DB, cfg.HTTPAddr, err)
 		}
 	}
-	req.Header.Set("Authorization", "Bearer "+tok)
-	req.Header.Set(dbIDHeader, id)
-	resp, err := http.DefaultClient.Do(req)
+	n, err := httphost.FetchBackup(ctx, httphost.BackupRequest{Addr: cfg.HTTPAddr, Token: tok, DBID: id, DB: cfg.DB, File: file})
 	if err != nil {
-		return fmt.Errorf("backup: %s is locked by a running pinplan, and it did not answer at %s (PINPLAN_HTTP_ADDR): %w", cfg.DB, addr, err)
+		return err
 	}
-	defer resp.Body.Close()
-	switch got := resp.Header.Get(dbIDHeader); {
-	case got == "" && resp.StatusCode == http.StatusOK:
-		return fmt.Errorf("backup: the pinplan at %s (PINPLAN_HTTP_ADDR) did not say which database it runs with (an older version?), so its backup may not be of %s: nothing was written; stop the bot that holds %s and run the backup again, or upgrade it", addr, cfg.DB, cfg.DB)
-	case got != "" && got != id:
-		return fmt.Errorf("backup: the pinplan at %s (PINPLAN_HTTP_ADDR) runs with another database, not %s: nothing was written; set PINPLAN_HTTP_ADDR to the address of the bot that runs with %s", addr, cfg.DB, cfg.DB)
-	}
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		return fmt.Errorf("backup: the pinplan at %s answered %s: %s", addr, resp.Status, strings.TrimSpace(string(msg)))
-	}
-	tmp := file + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600) // a backup holds every thread's history
-	if err != nil {
-		return fmt.Errorf("backup to %s (from the pinplan at %s): %w", file, addr, err)
-	}
-	n, err := io.Copy(f, resp.Body)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, file)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("backup to %s (from the pinplan at %s): %w", file, addr, err)
-	}
-	fmt.Fprintf(stdout, "pinplan: wrote %d bytes to %s (from the running bot at %s)\n", n, file, addr)
+	fmt.Fprintf(stdout, "pinplan: wrote %d bytes to %s (from the running bot at %s)\n", n, file, cfg.HTTPAddr)
 	return nil
 }
 

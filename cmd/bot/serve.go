@@ -13,466 +13,323 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
-	discordadapter "github.com/pinplan/pinplan/adapters/discord"
-	slackadapter "github.com/pinplan/pinplan/adapters/slack"
 	"github.com/pinplan/pinplan/adapters/web"
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/config"
-	"github.com/pinplan/pinplan/etcdstore"
 	"github.com/pinplan/pinplan/httphost"
 	"github.com/pinplan/pinplan/mcp"
+	"github.com/pinplan/pinplan/metrics"
 	"github.com/pinplan/pinplan/replica"
-	"github.com/pinplan/pinplan/store"
 	"github.com/pinplan/pinplan/tracing"
 )
 
+// Main is the bot that serve runs, as wtf's cmd/wtfd has it: build makes
+// every part once, each after the parts it needs (the traces, the
+// stores, the metrics, the model and tools, the platforms, the runner,
+// the router with every platform, the hand-over handler with replicas,
+// the HTTP host); Start starts them; Close tears down, in reverse, what
+// was built, on a clean stop and on an early error alike.
+type Main struct {
+	cfg    *config.Config
+	demo   bool
+	getenv func(string) string
+	stdout io.Writer
+	log    *slog.Logger
+	cancel context.CancelFunc
+	lost   chan error // a replica's lease ended under it
+
+	teardown []func()
+	wg       sync.WaitGroup // the HTTP server, housekeeping, the event drains
+
+	traces         *tracing.Tracing
+	in             *intake
+	st             stores
+	token          string
+	tokenGenerated bool
+	ready          *httphost.Readiness
+	reg            *prometheus.Registry
+	metrics        *metrics.Metrics
+	servers        *mcp.Manager
+	ps             platforms
+	gw             *replica.Election // with Discord
+	runner         *agent.Runner
+	router         *chat.Router
+	shared         *replica.Handler // with replicas
+	host           *httphost.Host
+}
+
 // serve runs until ctx is done, then shuts down in order: stop taking
 // events, let sessions reach a checkpoint, finish plan renders, close the
-// DB. Every part registers its teardown as it is made; they run in
-// reverse, on a clean stop and on an early error alike.
-//
-// The wiring is built in one pass, every part once: the stores, the
-// model and tools, the platforms (the console, Slack, Discord), the
-// runner, the router with every platform, and with replicas the
-// hand-over handler. The platforms need the way in before the router
-// exists, so they are given the intake (a forwarder); it is pointed at
-// the router (or the hand-over handler) before the listener, the
-// platforms or the replica's watches start, so no event can arrive
-// before it is.
+// DB.
 func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(string) string, stdout, stderr io.Writer) (err error) {
-	log := newLogger(cfg, stderr)
 	ctx, cancel := context.WithCancel(ctx)
-	var teardown []func()
+	m := &Main{cfg: cfg, demo: demo, getenv: getenv, stdout: stdout, log: newLogger(cfg, stderr), cancel: cancel, lost: make(chan error, 1), in: &intake{}}
 	defer func() {
 		cancel()
-		for i := len(teardown) - 1; i >= 0; i-- {
-			teardown[i]()
-		}
+		m.Close()
 		if err == nil {
-			log.Info("stopped")
+			m.log.Info("stopped")
 		}
 	}()
-	later := func(f func()) { teardown = append(teardown, f) }
-	lost := make(chan error, 1) // a replica's lease ended under it
-	traces, err := tracing.New(ctx, tracing.Options{Version: strings.TrimPrefix(version(), "pinplan "), InstanceID: replicaID(cfg), Redact: cfg.Redact}, getenv, log.With("component", "traces"))
-	if err != nil {
+	if err := m.build(ctx); err != nil {
 		return err
 	}
-	// Flushed last, once the runner and the router made their last spans.
-	later(func() {
-		shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := traces.Shutdown(shutCtx); err != nil {
-			log.Warn("flush traces", "err", err)
-		}
-	})
-
-	in := &intake{}
-	st, err := openStores(ctx, cfg, in.take, later, log)
-	if err != nil {
+	if err := m.Start(ctx); err != nil {
 		return err
 	}
-	db, rep := st.db, st.rep
-	token, generated, err := consoleToken(cfg)
-	if err != nil {
-		return err
-	}
-	if generated && len(cfg.EtcdEndpoints) > 0 && !cfg.WebOff {
-		log.Warn("the console's token was generated for this replica alone (in " + tokenFile(cfg) + "); set one PINPLAN_WEB_TOKEN on every replica, or behind a load balancer each refuses the others' cookies")
-	}
-	cfg.WebToken = config.Secret(token) // redacted from every log line from here on
-
-	reg := prometheus.NewRegistry()
-	m := newMetrics(reg, db)
-	m.addCheck(db.Ping)
-	if rep != nil {
-		replicaMetrics(reg, rep)
-	}
-
-	model, tools, modelName := buildModel(cfg, demo, m, log)
-	registry, err := agent.NewRegistry(tools...)
-	if err != nil {
-		return err
-	}
-	servers, err := startMCP(cfg, registry, m, getenv, later, log)
-	if err != nil {
-		return err
-	}
-	var wg sync.WaitGroup // the HTTP server and housekeeping
-	later(wg.Wait)
-
-	ps, err := newPlatforms(cfg, in, st, demo, modelName, log)
-	if err != nil {
-		return err
-	}
-	console, slk, dsc := ps.console, ps.slack, ps.discord
-	var gw *replica.Election // with dsc, before the listener serves
-	if dsc != nil {
-		gw = replica.NewElection(dsc, st.etcd, rep, cfg.EtcdPrefix, log.With("adapter", "discord"))
-		gatewayMetrics(reg, gw)
-	}
-
-	hooks := m.boardHooks()
-	hooks.Shown = func(th chat.Thread, p chat.Plan) { console.Mirror(th, p) }
-	hooks.Undelivered = func(th chat.Thread, text string, err error) {
-		m.undelivered.WithLabelValues(th.Platform).Inc()
-		console.Undelivered(th, text, err)
-	}
-	events := &agent.EventService{Logger: log.With("component", "events")}
-	runner, err := agent.NewRunner(agent.Options{
-		Model: model, Store: db, Tools: registry, ModelName: modelName,
-		SystemPrompt: systemPrompt, StaleRounds: cfg.StaleRounds, ReminderRole: cfg.ReminderRole, MaxRounds: cfg.MaxRounds,
-		ApprovalTimeout: cfg.ApprovalTimeout, ContextTokens: cfg.ContextTokens, MaxOutputTokens: cfg.MaxOutput, Approvers: cfg.Approvers,
-		TurnTokens: int64(cfg.TurnTokens), UserTokens: int64(cfg.UserTokens),
-		Events: events, Logger: log.With("component", "agent"), Owners: owners(rep),
-		Tracer: traces.Provider, TraceContent: traces.Content,
-		Files: &chat.Files{Platforms: ps.byName, MaxBytes: int64(cfg.FileBytes), Vision: cfg.Vision, Logger: log.With("component", "files")},
-	})
-	if err != nil {
-		return err
-	}
-	var chatRunner chat.Runner = runner
-	var fence chat.Fence
-	if rep != nil {
-		chatRunner, fence = replica.NewRunner(runner, rep, log.With("component", "replica")), rep
-	}
-	router := chat.NewRouter(chat.Options{Runner: chatRunner, Store: db, Log: db, Cards: db, Listings: db, FollowUps: db, Outbox: db, Platforms: ps.byName, Logger: log.With("component", "chat"), Hooks: hooks,
-		Approvers: cfg.Approvers, ThreadContext: cfg.ThreadContext, Fence: fence, Dedupe: db, Tracer: traces.Provider})
-	// The way in: the router, or with replicas the session's queue in
-	// etcd (replica.Handler.Handle).
-	var shared *replica.Handler
-	if rep != nil {
-		shared = replica.New(ctx, replica.Options{Replica: rep, Store: st.es, Router: router, Runner: runner, Logger: log.With("component", "replica")})
-		in.set(shared, shared.Taken)
-		// Once the runner, the router and the hand-over queues are at
-		// rest, the lease goes: the other replicas take this one's
-		// threads at once, not after whatever else the stop waits for
-		// (tool servers slow to exit, the HTTP server's last requests).
-		later(func() {
-			if err := rep.Close(); err != nil {
-				log.Warn("release the replica's lease", "err", err)
-			}
-		})
-		later(shared.Wait)
-	} else {
-		in.set(router, nil)
-	}
-	// Torn down in reverse: the runner stops publishing, then the router
-	// finishes its plan edits and replies.
-	later(router.Close)
-	// The plan boards and cards in line (the router only queues); the
-	// metrics and the console's run state each drain their own
-	// subscription, closed once the runner publishes no more.
-	events.Follow(router)
-	for name, s := range map[string]agent.Subscriber{"metrics": m, "console": web.NewRunStates(console, router)} {
-		sub := events.Subscribe(name, 1024)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sub.Drain(s)
-		}()
-		later(sub.Close)
-	}
-	later(runner.Close) // first: then the subscriptions close, then the router
-
-	host := httphost.New(httphost.Options{Token: token, Logger: log.With("component", "http"),
-		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
-		Ready:   func() error { return m.ready() }, ReadyDetail: func() string { return mcpStatus(servers) + replicaStatus(rep) + gw.Status() }})
-	if !cfg.WebOff {
-		console.Register(host)
-	}
-	if st.bolt != nil {
-		host.Handle("GET /api/backup", backupHandler(st.bolt))
-	}
-	if slk != nil {
-		later(slk.Wait) // after the HTTP server stops: no more events
-		if cfg.SlackAppToken == "" {
-			// Signed by Slack: neither the console's guard nor its token.
-			host.HandlePublic("POST /slack/events", slk.HTTPHandler(ctx))
-			host.HandlePublic("POST /slack/interactions", slk.InteractionsHandler(ctx))
-			host.HandlePublic("POST /slack/commands", slk.CommandsHandler(ctx))
-		}
-	}
-	ln, err := host.Listen(cfg.HTTPAddr)
-	if err != nil {
-		return fmt.Errorf("listen on PINPLAN_HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := host.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("http server", "err", err)
-		}
-	}()
-	later(func() {
-		shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		if err := host.Shutdown(shutCtx); err != nil {
-			log.Warn("http shutdown", "err", err)
-		}
-	})
-	later(console.Close) // end the event streams first, so the shutdown does not wait on them
-	if !cfg.ModelConfigured && !demo {
-		fmt.Fprintln(stdout, "pinplan: no model configured; set OPENAI_API_KEY or OPENAI_BASE_URL, or run with -demo")
-	}
-	if cfg.WebOff {
-		fmt.Fprintf(stdout, "pinplan: listening on %s (PINPLAN_WEB=off: no console)\n", ln.Addr())
-	} else {
-		fmt.Fprintf(stdout, "pinplan: web console at %s\n", consoleURL(ln.Addr().String(), token, generated))
-	}
-	if slk != nil {
-		if err := slk.Start(ctx); err != nil {
-			return err
-		}
-		m.addCheck(slk.Ready)
-	}
-	if gw != nil {
-		if err := gw.Start(ctx); err != nil { // here, or on the elected replica
-			return err
-		}
-		later(gw.Stop) // no new messages while sessions wind down
-		m.addCheck(gw.Ready)
-	}
-	m.setReady(nil)
-	later(func() { m.setReady(errors.New("shutting down")) })
-
-	var pending int
-	if rep == nil {
-		if pending, err = router.Resume(ctx); err != nil {
-			log.Error("resume undelivered replies", "err", err)
-		}
-	}
-	// A resumed turn may be waiting on an MCP tool (an approval card left
-	// open by a crash): give the servers their first try before it looks
-	// the tool up. The listener and the platforms are up already.
-	mcpCtx, mcpCancel := context.WithTimeout(ctx, cfg.MCPStartup)
-	if err := servers.WaitStarted(mcpCtx); err != nil {
-		log.Warn("resuming sessions before every MCP server has started", "err", err)
-	}
-	mcpCancel()
-	var n int
-	if rep == nil {
-		if n, err = runner.Resume(ctx); err != nil {
-			log.Error("resume sessions", "err", err)
-		}
-	} else if n, err = startReplica(ctx, cancel, shared, rep, ps, &wg, lost, log); err != nil {
-		return err
-	}
-	log.Info("pinplan started", "config", cfg.Describe(demo), "resumed", n, "replies_pending", pending, "demo", demo)
-
-	wg.Add(1)
-	go func() { // housekeeping: expired dedupe keys, idle boards, retention
-		defer wg.Done()
-		housekeep(ctx, cfg, st.bolt, router, console, log)
-	}()
-
 	<-ctx.Done()
-	log.Info("shutting down")
+	m.log.Info("shutting down")
 	select {
-	case err := <-lost:
+	case err := <-m.lost:
 		return err
 	default:
 		return nil
 	}
 }
 
-// stores are the open store: the bbolt file, or etcd with this replica.
-type stores struct {
-	db   stateStore
-	bolt *store.DB          // the file, when there is no etcd
-	rep  *etcdstore.Replica // with etcd
-	es   *etcdstore.Store
-	etcd *clientv3.Client // for the Discord gateway's election
+// later registers a part's teardown; Close runs them in reverse.
+func (m *Main) later(f func()) { m.teardown = append(m.teardown, f) }
+
+// Close tears down every part built, in reverse.
+func (m *Main) Close() {
+	for i := len(m.teardown) - 1; i >= 0; i-- {
+		m.teardown[i]()
+	}
+	m.teardown = nil
 }
 
-// openStores opens etcd (PINPLAN_ETCD_ENDPOINTS) with this replica's
-// lease, or else the bbolt file. onTake runs when the replica takes a
-// session.
-func openStores(ctx context.Context, cfg *config.Config, onTake func(key string), later func(func()), log *slog.Logger) (stores, error) {
-	var st stores
-	if len(cfg.EtcdEndpoints) == 0 {
-		bolt, err := store.Open(cfg.DB, store.Options{LockTimeout: 2 * time.Second, BatchDelay: 2 * time.Millisecond})
-		if err != nil {
-			return st, err
-		}
-		later(func() { bolt.Close() })
-		st.bolt, st.db = bolt, bolt
-		return st, nil
-	}
-	cli, err := dialEtcd(ctx, cfg)
+// build makes every part; nothing is started.
+func (m *Main) build(ctx context.Context) error {
+	cfg, log := m.cfg, m.log
+	var err error
+	m.traces, err = tracing.New(ctx, tracing.Options{Version: strings.TrimPrefix(version(), "pinplan "), InstanceID: replicaID(cfg), Redact: cfg.Redact},
+		m.getenv, log.With("component", "traces"))
 	if err != nil {
-		return st, err
+		return err
 	}
-	later(func() { cli.Close() })
-	warnOldEtcd(ctx, cli, log)
-	st.etcd = cli
-	rep, err := etcdstore.NewReplica(ctx, cli, etcdstore.ReplicaOptions{Prefix: cfg.EtcdPrefix, ID: replicaID(cfg), TTL: cfg.LeaseTTL, Logger: log.With("component", "replica"),
-		Platforms: replicaPlatforms(cfg), OnTake: onTake})
-	if err != nil {
-		return st, err
-	}
-	// Revoked after the runner and the router stopped (serve closes it
-	// earlier, as soon as they have; teardown runs in reverse, and a
-	// second Close does nothing): the others take over at once, not
-	// after the TTL.
-	later(func() {
-		if err := rep.Close(); err != nil {
-			log.Warn("release the replica's lease", "err", err)
+	m.later(func() { // flushed last, once the runner and the router made their last spans
+		shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := m.traces.Shutdown(shutCtx); err != nil {
+			log.Warn("flush traces", "err", err)
 		}
 	})
-	st.rep = rep
-	if st.es, err = etcdstore.New(ctx, cli, etcdstore.Options{Prefix: cfg.EtcdPrefix, Replica: rep}); err != nil {
-		return st, err
+	if m.st, err = openStores(ctx, cfg, m.in.take, m.later, log); err != nil {
+		return err
 	}
-	st.db = st.es
-	return st, nil
-}
-
-// startMCP makes the MCP servers' manager and starts connecting them.
-func startMCP(cfg *config.Config, registry *agent.Registry, m *metrics, getenv func(string) string, later func(func()), log *slog.Logger) (*mcp.Manager, error) {
-	// The Manager adds component=mcp to its lines itself.
-	servers := mcp.New(mcp.Options{Servers: mcpServers(cfg), ResultBytes: cfg.ToolResultBytes, Timeout: cfg.ToolTimeout,
-		StartupTimeout: cfg.MCPStartup, Logger: log, Hooks: m.mcpHooks(), Env: getenv})
-	later(func() { servers.Close() })
-	if len(cfg.MCP) > 0 {
-		// The servers connect in the background: one slow to start must
-		// not hold up the listener or the platforms. A turn that starts
-		// meanwhile waits for them up to PINPLAN_MCP_STARTUP_TIMEOUT (the
-		// registry asks the Manager). One that fails is logged, reported
-		// at /readyz and retried.
-		if err := servers.Start(); err != nil {
-			return nil, err
-		}
-		registry.AddSource(servers)
+	if m.token, m.tokenGenerated, err = consoleToken(cfg); err != nil {
+		return err
 	}
-	return servers, nil
-}
-
-// platforms are the platforms this process runs, made before the router
-// and handed to it whole (byName); none is started yet.
-type platforms struct {
-	console *web.Console
-	slack   *slackadapter.Adapter   // nil without SLACK_BOT_TOKEN
-	discord *discordadapter.Adapter // nil without DISCORD_BOT_TOKEN
-	byName  map[string]chat.Platform
-}
-
-// newPlatforms makes the console, and Slack and Discord when their
-// tokens are set, each handing its events to in.
-func newPlatforms(cfg *config.Config, in *intake, st stores, demo bool, modelName string, log *slog.Logger) (platforms, error) {
-	ws := web.NewReadModel(st.db, sessionsOf(st.bolt, st.es))
-	console := web.New(web.Options{Store: ws, Handler: in, Usage: ws, DailyBudget: int64(cfg.UserTokens), Demo: demo, Model: modelName, Stream: cfg.Stream, FileBytes: int64(cfg.FileBytes), Logger: log.With("adapter", "web")})
-	ps := platforms{console: console, byName: map[string]chat.Platform{"web": console}}
-	if cfg.SlackBotToken != "" {
-		ps.slack = slackadapter.New(slackadapter.Options{
-			BotToken: cfg.SlackBotToken.Reveal(), AppToken: cfg.SlackAppToken.Reveal(), SigningSecret: cfg.SlackSigningSecret.Reveal(),
-			APIURL: cfg.SlackAPIURL, NativePlan: cfg.SlackPlanBlocks, EditsPerMinute: float64(cfg.SlackEditsPerMin), Stream: cfg.Stream,
-			Handler: in, Dedupe: st.db, Sessions: ws.Listed, Logger: log.With("adapter", "slack"),
-		})
-		ps.byName["slack"] = ps.slack
+	if m.tokenGenerated && len(cfg.EtcdEndpoints) > 0 && !cfg.WebOff {
+		log.Warn("the console's token was generated for this replica alone (in " + tokenFile(cfg) + "); set one PINPLAN_WEB_TOKEN on every replica, or behind a load balancer each refuses the others' cookies")
 	}
-	if cfg.DiscordBotToken != "" {
-		dsc, err := discordadapter.New(discordadapter.Options{Token: cfg.DiscordBotToken.Reveal(), APIURL: cfg.DiscordAPIURL,
-			ThreadPerTask: cfg.DiscordThreadPerTask, ComponentsV2: cfg.DiscordComponentsV2, Stream: cfg.Stream, Handler: in, Marks: st.db, Logger: log.With("adapter", "discord"),
-			Commands: true, Guild: cfg.DiscordGuild, ApplicationID: cfg.DiscordAppID, Sessions: ws.Listed})
-		if err != nil {
-			return ps, err
-		}
-		ps.discord = dsc
-		ps.byName["discord"] = dsc
+	cfg.WebToken = config.Secret(m.token) // redacted from every log line from here on
+	m.ready = httphost.NewReadiness()
+	m.ready.Add(m.st.ping)
+	m.reg = prometheus.NewRegistry()
+	m.metrics = metrics.New(m.reg, m.st.count)
+	if m.st.rep != nil {
+		metrics.Replica(m.reg, m.st.rep)
 	}
-	return ps, nil
-}
-
-// startReplica starts the replica's part once the platforms are up: the
-// watches and the first scan (it returns how many sessions that took),
-// the console's view of threads held elsewhere, the shared pace, and a
-// stop (an error on lost) when the lease ends under the replica.
-func startReplica(ctx context.Context, cancel context.CancelFunc, shared *replica.Handler, rep *etcdstore.Replica, ps platforms, wg *sync.WaitGroup, lost chan<- error, log *slog.Logger) (int, error) {
-	n, err := shared.Start(ctx)
+	model, tools, modelName := buildModel(cfg, m.demo, m.metrics, log)
+	registry, err := agent.NewRegistry(tools...)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	replica.Follow(ctx, rep, ps.console)
-	var sharers []replica.Sharer
-	if ps.slack != nil {
-		sharers = append(sharers, ps.slack)
-		replica.ShareHolds(ctx, rep, log.With("component", "replica"), ps.slack)
+	if m.servers, err = startMCP(cfg, registry, m.metrics, m.getenv, m.later, log); err != nil {
+		return err
 	}
-	if ps.discord != nil {
-		sharers = append(sharers, ps.discord)
+	m.later(m.wg.Wait)
+	if m.ps, err = newPlatforms(cfg, m.in, m.st, m.demo, modelName, log); err != nil {
+		return err
 	}
-	wg.Add(1)
-	go func() { // the platforms' pace, shared by the live replicas
-		defer wg.Done()
-		replica.ShareBudgets(ctx, rep, log, sharers...)
-	}()
-	go func() {
-		select {
-		case <-rep.Lost():
-			err := fmt.Errorf("replica %s: %w; stopping so that a supervisor starts it afresh (its sessions are another replica's now)", rep.ID(), rep.LostErr())
-			log.Error("lease lost", "err", err)
-			lost <- err
-			cancel()
-		case <-ctx.Done():
+	if m.ps.discord != nil { // before the listener serves
+		m.gw = replica.NewElection(m.ps.discord, m.st.etcd, m.st.rep, cfg.EtcdPrefix, log.With("adapter", "discord"))
+		metrics.Gateway(m.reg, m.gw)
+	}
+	if err := m.buildTurns(ctx, model, registry, modelName); err != nil {
+		return err
+	}
+	m.buildHost(ctx)
+	return nil
+}
+
+// buildTurns makes the runner, the router with every
+// platform, and with replicas the hand-over handler; the router follows
+// the runner's events, the metrics and the console's run states
+// subscribe to them.
+func (m *Main) buildTurns(ctx context.Context, model agent.Model, registry *agent.Registry, modelName string) error {
+	cfg, log := m.cfg, m.log
+	events := &agent.EventService{Logger: log.With("component", "events")}
+	var err error
+	m.runner, err = agent.NewRunner(agent.Options{
+		Model: model, Store: m.st.agent, Tools: registry, ModelName: modelName,
+		SystemPrompt: systemPrompt, StaleRounds: cfg.StaleRounds, ReminderRole: cfg.ReminderRole, MaxRounds: cfg.MaxRounds,
+		ApprovalTimeout: cfg.ApprovalTimeout, ContextTokens: cfg.ContextTokens, MaxOutputTokens: cfg.MaxOutput, Approvers: cfg.Approvers,
+		TurnTokens: int64(cfg.TurnTokens), UserTokens: int64(cfg.UserTokens),
+		Events: events, Logger: log.With("component", "agent"), Owners: owners(m.st.rep),
+		Tracer: m.traces.Provider, TraceContent: m.traces.Content,
+		Files: &chat.Files{Platforms: m.ps.byName, MaxBytes: int64(cfg.FileBytes), Vision: cfg.Vision, Logger: log.With("component", "files")},
+	})
+	if err != nil {
+		return err
+	}
+	opts := m.st.chat // the store's parts
+	opts.Runner, opts.Platforms, opts.Logger, opts.Tracer = m.runner, m.ps.byName, log.With("component", "chat"), m.traces.Provider
+	opts.Hooks, opts.Approvers, opts.ThreadContext = m.boardHooks(), cfg.Approvers, cfg.ThreadContext
+	if m.st.rep != nil {
+		opts.Runner, opts.Fence = replica.NewRunner(m.runner, m.st.rep, log.With("component", "replica")), m.st.rep
+	}
+	m.router = chat.NewRouter(opts)
+	if m.st.rep != nil { // the way in: the session's queue in etcd
+		m.shared = replica.New(ctx, replica.Options{Replica: m.st.rep, Store: m.st.es, Router: m.router, Runner: m.runner, Logger: log.With("component", "replica")})
+		m.in.set(m.shared, m.shared.Taken)
+		// Once the runner, the router and the hand-over queues are at
+		// rest, the lease goes: the other replicas take this one's
+		// threads at once, not after whatever else the stop waits for.
+		m.later(m.releaseLease)
+		m.later(m.shared.Wait)
+	} else {
+		m.in.set(m.router, nil)
+	}
+	m.later(m.router.Close)
+	events.Follow(m.router) // in line: it only queues, and sees every event in order
+	watchers := []*agent.Subscription{events.Subscribe("metrics", 1024), events.Subscribe("console", 1024)}
+	metrics.Dropped(m.reg, watchers...)
+	for i, s := range []agent.Subscriber{m.metrics, web.NewRunStates(m.ps.console, m.router)} {
+		m.wg.Go(func() { watchers[i].Drain(s) })
+		m.later(watchers[i].Close)
+	}
+	m.later(m.runner.Close) // first: then the subscriptions end, then the router
+	return nil
+}
+
+// boardHooks count the plan boards' and replies' deliveries, and show on
+// the console the plans and failed replies of every platform.
+func (m *Main) boardHooks() *chat.Hooks {
+	hooks := m.metrics.BoardHooks()
+	hooks.Shown = m.ps.console.Mirror
+	hooks.Undelivered = func(th chat.Thread, text string, err error) {
+		m.metrics.Undelivered(th.Platform)
+		m.ps.console.Undelivered(th, text, err)
+	}
+	return hooks
+}
+
+func (m *Main) releaseLease() {
+	if err := m.st.rep.Close(); err != nil {
+		m.log.Warn("release the replica's lease", "err", err)
+	}
+}
+
+// buildHost makes the HTTP host and mounts the console, the backup and
+// Slack's signed endpoints on it.
+func (m *Main) buildHost(ctx context.Context) {
+	cfg := m.cfg
+	m.host = httphost.New(httphost.Options{Token: m.token, Logger: m.log.With("component", "http"),
+		Metrics: promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}),
+		Ready:   m.ready.Check, ReadyDetail: func() string { return mcpStatus(m.servers) + replicaStatus(m.st.rep) + m.gw.Status() }})
+	if !cfg.WebOff {
+		m.ps.console.Register(m.host)
+	}
+	if m.st.bolt != nil {
+		m.host.Handle("GET /api/backup", httphost.BackupHandler(m.st.bolt))
+	}
+	if slk := m.ps.slack; slk != nil {
+		m.later(slk.Wait) // after the HTTP server stops: no more events
+		if cfg.SlackAppToken == "" {
+			// Signed by Slack: neither the console's guard nor its token.
+			m.host.HandlePublic("POST /slack/events", slk.HTTPHandler(ctx))
+			m.host.HandlePublic("POST /slack/interactions", slk.InteractionsHandler(ctx))
+			m.host.HandlePublic("POST /slack/commands", slk.CommandsHandler(ctx))
 		}
-	}()
-	return n, nil
-}
-
-// inbox is every platform's way in: the router, or with replicas the
-// hand-over handler (the console's Handler, Slack's and Discord's
-// chat.Inbox, and Slack's own Stop).
-type inbox interface {
-	web.Handler
-	Known(key string) bool
-	StopSession(ctx context.Context, c chat.Click) chat.ClickResult
-	Tell(ctx context.Context, th chat.Thread, user, text string) error
-	Post(ctx context.Context, th chat.Thread, send func(context.Context) error) error
-}
-
-var (
-	_ inbox = (*chat.Router)(nil)
-	_ inbox = (*replica.Handler)(nil)
-	_ inbox = (*intake)(nil)
-)
-
-// intake is the platforms' way in while they are made before the router
-// (serve): it forwards to the inbox, and the replica's takes to the
-// hand-over handler, once set. serve sets it before the listener, the
-// platforms and the replica's watches start, so every event finds it
-// set; it does not change after.
-type intake struct {
-	to    inbox
-	taken func(key string) // with replicas: replica.Handler.Taken
-}
-
-func (i *intake) set(to inbox, taken func(key string)) { i.to, i.taken = to, taken }
-
-func (i *intake) take(key string) {
-	if i.taken != nil {
-		i.taken(key)
 	}
 }
 
-func (i *intake) Handle(ctx context.Context, in chat.Incoming) error { return i.to.Handle(ctx, in) }
-func (i *intake) Known(key string) bool                              { return i.to.Known(key) }
-func (i *intake) Click(ctx context.Context, c chat.Click) chat.ClickResult {
-	return i.to.Click(ctx, c)
+// Start starts what build made: the listener, the platforms, the
+// sessions left running (resumed), the replica's watches and the
+// housekeeping.
+func (m *Main) Start(ctx context.Context) error {
+	cfg, log := m.cfg, m.log
+	ln, err := m.host.Listen(cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen on PINPLAN_HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
+	}
+	m.wg.Go(func() {
+		if err := m.host.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server", "err", err)
+		}
+	})
+	m.later(func() {
+		shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := m.host.Shutdown(shutCtx); err != nil {
+			log.Warn("http shutdown", "err", err)
+		}
+	})
+	m.later(m.ps.console.Close) // end the event streams first, so the shutdown does not wait on them
+	m.greet(ln.Addr().String())
+	if slk := m.ps.slack; slk != nil {
+		if err := slk.Start(ctx); err != nil {
+			return err
+		}
+		m.ready.Add(slk.Ready)
+	}
+	if m.gw != nil {
+		if err := m.gw.Start(ctx); err != nil { // here, or on the elected replica
+			return err
+		}
+		m.later(m.gw.Stop) // no new messages while sessions wind down
+		m.ready.Add(m.gw.Ready)
+	}
+	m.ready.Set(nil)
+	m.later(func() { m.ready.Set(errors.New("shutting down")) })
+	n, pending, err := m.resume(ctx)
+	if err != nil {
+		return err
+	}
+	log.Info("pinplan started", "config", cfg.Describe(m.demo), "resumed", n, "replies_pending", pending, "demo", m.demo)
+	m.wg.Go(func() { housekeep(ctx, cfg, m.st.bolt, m.router, m.ps.console, log) })
+	return nil
 }
-func (i *intake) StopSession(ctx context.Context, c chat.Click) chat.ClickResult {
-	return i.to.StopSession(ctx, c)
+
+// greet prints where the console is, and what to set when no model is.
+func (m *Main) greet(addr string) {
+	if !m.cfg.ModelConfigured && !m.demo {
+		fmt.Fprintln(m.stdout, "pinplan: no model configured; set OPENAI_API_KEY or OPENAI_BASE_URL, or run with -demo")
+	}
+	if m.cfg.WebOff {
+		fmt.Fprintf(m.stdout, "pinplan: listening on %s (PINPLAN_WEB=off: no console)\n", addr)
+	} else {
+		fmt.Fprintf(m.stdout, "pinplan: web console at %s\n", consoleURL(addr, m.token, m.tokenGenerated))
+	}
 }
-func (i *intake) Tell(ctx context.Context, th chat.Thread, user, text string) error {
-	return i.to.Tell(ctx, th, user, text)
+
+// resume delivers the replies left undelivered and resumes the sessions
+// left running, or with replicas starts the replica's part, which takes
+// them. It returns the sessions resumed and the replies pending.
+func (m *Main) resume(ctx context.Context) (n, pending int, err error) {
+	if m.st.rep == nil {
+		if pending, err = m.router.Resume(ctx); err != nil {
+			m.log.Error("resume undelivered replies", "err", err)
+		}
+	}
+	// A resumed turn may be waiting on an MCP tool (an approval card left
+	// open by a crash): give the servers their first try before it looks
+	// the tool up. The listener and the platforms are up already.
+	mcpCtx, mcpCancel := context.WithTimeout(ctx, m.cfg.MCPStartup)
+	if err := m.servers.WaitStarted(mcpCtx); err != nil {
+		m.log.Warn("resuming sessions before every MCP server has started", "err", err)
+	}
+	mcpCancel()
+	if m.st.rep != nil {
+		n, err = m.startReplica(ctx)
+		return n, pending, err
+	}
+	if n, err = m.runner.Resume(ctx); err != nil {
+		m.log.Error("resume sessions", "err", err)
+	}
+	return n, pending, nil
 }
-func (i *intake) Post(ctx context.Context, th chat.Thread, send func(context.Context) error) error {
-	return i.to.Post(ctx, th, send)
-}
-func (i *intake) Visible(key string) bool                          { return i.to.Visible(key) }
-func (i *intake) Rename(key, title string) (chat.Thread, bool)     { return i.to.Rename(key, title) }
-func (i *intake) Delete(ctx context.Context, key, by string) error { return i.to.Delete(ctx, key, by) }
-func (i *intake) Cards(key string) []chat.CardInfo                 { return i.to.Cards(key) }

@@ -1,4 +1,4 @@
-package main
+package metrics
 
 import (
 	"context"
@@ -37,8 +37,8 @@ func TestStoppedRequestIsNotAModelError(t *testing.T) {
 	fake := &fakeopenai.Server{}
 	srv := httptest.NewServer(fake)
 	defer srv.Close()
-	m := newMetrics(prometheus.NewRegistry(), noSessions{})
-	model := m.timed(agent.NewOpenAIModel(agent.OpenAIOptions{BaseURL: srv.URL + "/v1", APIKey: "sk-test", Timeout: 10 * time.Second, BaseBackoff: time.Millisecond}))
+	m := New(prometheus.NewRegistry(), noSessions{})
+	model := m.Timed(agent.NewOpenAIModel(agent.OpenAIOptions{BaseURL: srv.URL + "/v1", APIKey: "sk-test", Timeout: 10 * time.Second, BaseBackoff: time.Millisecond}))
 	req := openai.ChatCompletionRequest{Model: "m", Messages: []openai.ChatCompletionMessage{{Role: openai.ChatMessageRoleUser, Content: "hi"}}}
 
 	fake.Fail(fakeopenai.Fault{Delay: 5 * time.Second})

@@ -1,9 +1,12 @@
-package main
+// Package metrics is pinplan's Prometheus series, served at /metrics: the
+// turns (a subscriber to the agent's events), the model's requests, the
+// plan boards' and replies' delivery (chat.Hooks), the MCP servers'
+// calls, the replica's ownership and the event subscriptions' drops.
+// cmd/bot registers them and hands each hook to what it measures.
+package metrics
 
 import (
 	"context"
-	"errors"
-	"sync"
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
@@ -13,11 +16,12 @@ import (
 
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/etcdstore"
 	"github.com/pinplan/pinplan/mcp"
 )
 
-// metrics are pinplan's Prometheus series, served at /metrics.
-type metrics struct {
+// Metrics are pinplan's Prometheus series.
+type Metrics struct {
 	turns          *prometheus.CounterVec
 	rounds         prometheus.Counter
 	modelLatency   prometheus.Histogram
@@ -35,21 +39,16 @@ type metrics struct {
 	mcpTools       *prometheus.GaugeVec
 	tokens         *prometheus.CounterVec
 	budgetStops    *prometheus.CounterVec
-
-	mu       sync.Mutex // guards notReady and checks
-	notReady error
-	checks   []func() error
 }
 
-// addCheck adds a readiness check (a platform's connection).
-func (m *metrics) addCheck(f func() error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.checks = append(m.checks, f)
+// SessionCounter counts the stored sessions (pinplan_sessions).
+type SessionCounter interface {
+	SessionCount() (int, error)
 }
 
-func newMetrics(reg *prometheus.Registry, db interface{ SessionCount() (int, error) }) *metrics {
-	m := &metrics{
+// New registers the series on reg, with the Go and process collectors.
+func New(reg *prometheus.Registry, db SessionCounter) *Metrics {
+	m := &Metrics{
 		turns:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pinplan_turns_total", Help: "Turns ended, by outcome."}, []string{"outcome"}),
 		rounds:       prometheus.NewCounter(prometheus.CounterOpts{Name: "pinplan_model_rounds_total", Help: "Model requests answered."}),
 		modelLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pinplan_model_request_seconds", Help: "Model request latency, retries included.", Buckets: prometheus.ExponentialBuckets(0.05, 2, 12)}),
@@ -72,7 +71,6 @@ func newMetrics(reg *prometheus.Registry, db interface{ SessionCount() (int, err
 			Help: "Tokens the model server reported in its usage, by kind (prompt, completion); summary calls included. Not per person: the console lists today's."}, []string{"kind"}),
 		budgetStops: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pinplan_budget_refusals_total",
 			Help: "Turns stopped before a model request by a token budget: turn (PINPLAN_TURN_TOKENS) or day (PINPLAN_USER_TOKENS_PER_DAY, messages refused included)."}, []string{"budget"}),
-		notReady: errors.New("starting"),
 	}
 	// Shown at 0 before the first: an alert on them needs the series.
 	for _, kind := range []string{"prompt", "completion"} {
@@ -94,31 +92,11 @@ func newMetrics(reg *prometheus.Registry, db interface{ SessionCount() (int, err
 	return m
 }
 
-func (m *metrics) setReady(err error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.notReady = err
-}
-
-func (m *metrics) ready() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.notReady != nil {
-		return m.notReady
-	}
-	for _, f := range m.checks {
-		if err := f(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-var _ agent.Subscriber = (*metrics)(nil)
+var _ agent.Subscriber = (*Metrics)(nil)
 
 // Observe implements agent.Subscriber: it counts ended turns by outcome,
 // and those a token budget stopped.
-func (m *metrics) Observe(e agent.Event) {
+func (m *Metrics) Observe(e agent.Event) {
 	if e.Kind == agent.TurnEnded {
 		m.turns.WithLabelValues(string(e.Outcome)).Inc()
 		switch e.Outcome {
@@ -130,7 +108,9 @@ func (m *metrics) Observe(e agent.Event) {
 	}
 }
 
-func (m *metrics) boardHooks() *chat.Hooks {
+// BoardHooks counts the plan boards' renders, the 429s waited out, and
+// times revisions to their edits and replies to their delivery.
+func (m *Metrics) BoardHooks() *chat.Hooks {
 	return &chat.Hooks{
 		Rendered: func(platform string, err error) {
 			m.renders.WithLabelValues(platform).Inc()
@@ -148,12 +128,19 @@ func (m *metrics) boardHooks() *chat.Hooks {
 	}
 }
 
-// timed wraps a model with latency and error metrics.
-func (m *metrics) timed(model agent.Model) agent.Model { return timedModel{model, m} }
+// Undelivered counts a reply the platform refused for good or that could
+// not be delivered within a day (chat.Hooks.Undelivered).
+func (m *Metrics) Undelivered(platform string) { m.undelivered.WithLabelValues(platform).Inc() }
+
+// ModelRetry counts a model request retried (agent.OpenAIOptions.OnRetry).
+func (m *Metrics) ModelRetry() { m.modelRetries.Inc() }
+
+// Timed wraps a model with latency, error and token metrics.
+func (m *Metrics) Timed(model agent.Model) agent.Model { return timedModel{model, m} }
 
 type timedModel struct {
 	agent.Model
-	m *metrics
+	m *Metrics
 }
 
 // Complete implements agent.Model. A request that ends because its turn
@@ -175,8 +162,8 @@ func (t timedModel) Complete(ctx context.Context, req openai.ChatCompletionReque
 	return r, err
 }
 
-// mcpHooks feeds the MCP servers' calls and states into the metrics.
-func (m *metrics) mcpHooks() mcp.Hooks {
+// MCPHooks feeds the MCP servers' calls and states into the metrics.
+func (m *Metrics) MCPHooks() mcp.Hooks {
 	return mcp.Hooks{
 		Call: func(server, tool, outcome string, took time.Duration) {
 			m.toolCalls.WithLabelValues(server, tool, outcome).Inc()
@@ -190,5 +177,38 @@ func (m *metrics) mcpHooks() mcp.Hooks {
 			m.mcpUp.WithLabelValues(server).Set(up)
 		},
 		Tools: func(server string, offered int) { m.mcpTools.WithLabelValues(server).Set(float64(offered)) },
+	}
+}
+
+// Replica registers the replica's gauges and counters.
+func Replica(reg *prometheus.Registry, rep *etcdstore.Replica) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pinplan_replica_sessions_owned", Help: "Sessions this replica holds."}, func() float64 { return float64(rep.Owned()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "pinplan_replica_takeovers_total", Help: "Sessions this replica took (first messages and failovers)."}, func() float64 { return float64(rep.Takeovers.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "pinplan_replica_fenced_writes_total", Help: "Writes and sends refused because another replica holds the session now."}, func() float64 { return float64(rep.Fenced.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pinplan_replicas", Help: "Live replicas sharing the etcd prefix."}, func() float64 { return float64(rep.Replicas()) }),
+	)
+}
+
+// Gateway registers pinplan_discord_gateway_leader: whether gw, the
+// Discord gateway's election, is held here.
+func Gateway(reg *prometheus.Registry, gw interface{ Held() bool }) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pinplan_discord_gateway_leader",
+		Help: "1 while this process holds the Discord gateway: the elected replica, or the only process without etcd."},
+		func() float64 {
+			if gw.Held() {
+				return 1
+			}
+			return 0
+		}))
+}
+
+// Dropped registers pinplan_events_dropped_total: the agent's events each
+// subscription missed because its buffer was full.
+func Dropped(reg *prometheus.Registry, subs ...*agent.Subscription) {
+	for _, sub := range subs {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "pinplan_events_dropped_total",
+			Help: "Agent events a watcher (the console's run states, the metrics) missed because it fell behind.", ConstLabels: prometheus.Labels{"subscriber": sub.Name()}},
+			func() float64 { return float64(sub.Dropped()) }))
 	}
 }
