@@ -42,6 +42,8 @@ var allowed = map[string][]string{
 	// OpenTelemetry SDK and imports nothing of ours.
 	"migrate": {"store", "etcdstore", "agent", "todo", "internal/serial"},
 	"tracing": {},
+	// demo is the scripted model of bot -demo.
+	"demo": {"agent", "todo", "internal/serial"},
 	// metrics is the Prometheus series: it measures the agent, chat's
 	// deliveries, the MCP servers and the replica; cmd/bot wires it.
 	"metrics":              {"agent", "chat", "mcp", "etcdstore", "todo", "internal/serial", "config"},
