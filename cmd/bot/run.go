@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/url"
 	"runtime/debug"
 	"sort"
 	"strings"
@@ -401,7 +399,7 @@ func backupFromServer(ctx context.Context, cfg *config.Config, file string, stdo
 	}
 	tok := cfg.WebToken.Reveal()
 	if tok == "" {
-		if tok, err = readToken(tokenFile(cfg)); err != nil {
+		if tok, err = httphost.ReadToken(tokenFile(cfg)); err != nil {
 			return fmt.Errorf("backup: %s is locked by a running pinplan; to ask it at %s (PINPLAN_HTTP_ADDR) its console token is needed, and it could not be read (set PINPLAN_WEB_TOKEN): %w", cfg.DB, cfg.HTTPAddr, err)
 		}
 	}
@@ -451,27 +449,4 @@ func mcpStatus(m *mcp.Manager) string {
 		fmt.Fprintf(&b, "mcp %s: %s\n", name, st[name])
 	}
 	return b.String()
-}
-
-// consoleURL is an address a person can open: an unspecified host (":8080",
-// "0.0.0.0") becomes localhost. A generated token is in the URL, as
-// Jupyter prints its own: the operator has no other way to learn it, and
-// the link signs the browser in. A configured PINPLAN_WEB_TOKEN is never
-// printed; the line says to sign in with it.
-func consoleURL(addr, token string, generated bool) string {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		host, port = addr, ""
-	}
-	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-		host = "localhost"
-	}
-	u := "http://" + host + "/"
-	if port != "" {
-		u = "http://" + net.JoinHostPort(host, port) + "/"
-	}
-	if generated {
-		return u + "?token=" + url.QueryEscape(token)
-	}
-	return u + " (sign in with PINPLAN_WEB_TOKEN)"
 }

@@ -303,7 +303,7 @@ func (m *Main) greet(addr string) {
 	if m.cfg.WebOff {
 		fmt.Fprintf(m.stdout, "pinplan: listening on %s (PINPLAN_WEB=off: no console)\n", addr)
 	} else {
-		fmt.Fprintf(m.stdout, "pinplan: web console at %s\n", consoleURL(addr, m.token, m.tokenGenerated))
+		fmt.Fprintf(m.stdout, "pinplan: web console at %s\n", httphost.ConsoleURL(addr, m.token, m.tokenGenerated))
 	}
 }
 
