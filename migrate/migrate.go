@@ -216,35 +216,45 @@ func readBack(ctx context.Context, db *store.DB, es *etcdstore.Store, key string
 		}
 		checks = append(checks, check{rec.what, string(a), string(b)})
 	}
-	gotArchives, _, err := es.Archived(ctx, key, 0)
+	archived, err := archiveChecks(ctx, db, es, key, archives)
 	if err != nil {
 		return err
 	}
-	checks = append(checks, check{"the number of archives", archives, gotArchives})
-	for n := uint64(1); n <= uint64(archives); n++ {
-		_, a, err := db.Archived(ctx, key, n)
-		if err != nil {
-			return err
-		}
-		_, b, err := es.Archived(ctx, key, n)
-		if err != nil {
-			return err
-		}
-		ra, pa, err := db.ArchivedState(ctx, key, n)
-		if err != nil {
-			return err
-		}
-		rb, pb, err := es.ArchivedState(ctx, key, n)
-		if err != nil {
-			return err
-		}
-		what := fmt.Sprintf("archive %d", n)
-		checks = append(checks, check{what + "'s history", a, b}, check{what + "'s record", string(ra), string(rb)}, check{what + "'s plans", pa, pb})
-	}
+	checks = append(checks, archived...)
 	for _, c := range checks {
 		if err := same(c.what, c.a, c.b); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// archiveChecks are readBack's comparisons of a session's archives.
+func archiveChecks(ctx context.Context, db *store.DB, es *etcdstore.Store, key string, archives int) ([]check, error) {
+	gotArchives, _, err := es.Archived(ctx, key, 0)
+	if err != nil {
+		return nil, err
+	}
+	checks := []check{{"the number of archives", archives, gotArchives}}
+	for n := uint64(1); n <= uint64(archives); n++ {
+		_, a, err := db.Archived(ctx, key, n)
+		if err != nil {
+			return nil, err
+		}
+		_, b, err := es.Archived(ctx, key, n)
+		if err != nil {
+			return nil, err
+		}
+		ra, pa, err := db.ArchivedState(ctx, key, n)
+		if err != nil {
+			return nil, err
+		}
+		rb, pb, err := es.ArchivedState(ctx, key, n)
+		if err != nil {
+			return nil, err
+		}
+		what := fmt.Sprintf("archive %d", n)
+		checks = append(checks, check{what + "'s history", a, b}, check{what + "'s record", string(ra), string(rb)}, check{what + "'s plans", pa, pb})
+	}
+	return checks, nil
 }

@@ -184,52 +184,10 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	if *demo && cmd != "serve" {
 		return fmt.Errorf("-demo is for serving (bot -demo, or bot serve -demo), not for %s", cmd)
 	}
-	sub := flagSet(cmd, stderr)
-	var err error
-	switch cmd {
-	case "serve":
-		sub.BoolVar(demo, "demo", *demo, "serve with the built-in scripted demo model instead of a real one")
-		err = parse(sub, rest, 0, stderr)
-	case "backup", "compact":
-		err = parse(sub, rest, 1, stderr)
-	case "migrate":
-		to := sub.String("to", "", "where to copy the bbolt file: etcd (the one target)")
-		if err = parse(sub, rest, 0, stderr); err == nil && *to == "" {
-			sub.Usage()
-			err = errors.New("migrate: -to is required: bot migrate -to etcd")
-		}
-		if err == nil {
-			rest = []string{*to}
-		}
-	case "invite", "version":
-		err = parse(sub, rest, 0, stderr)
-	case "help":
-		if len(rest) == 1 && (rest[0] == "-h" || rest[0] == "-help" || rest[0] == "--help") {
-			rest = []string{"help"} // help's own usage
-		}
-		if len(rest) > 1 {
-			return fmt.Errorf("help: unexpected argument %q", rest[1])
-		}
-		if len(rest) == 1 {
-			if !known(rest[0]) {
-				return fmt.Errorf("help: unknown command %q", rest[0])
-			}
-			h := flagSet(rest[0], stdout)
-			if rest[0] == "serve" {
-				h.Bool("demo", false, "serve with the built-in scripted demo model instead of a real one")
-			}
-			if rest[0] == "migrate" {
-				h.String("to", "", "where to copy the bbolt file: etcd (the one target)")
-			}
-			h.Usage()
-			return nil
-		}
-		usage(stdout)
-		return nil
-	default:
-		usage(stderr)
-		return fmt.Errorf("unknown command %q; run `bot help`", cmd)
+	if cmd == "help" {
+		return help(rest, stdout)
 	}
+	pos, err := parseCommand(cmd, rest, demo, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}
@@ -244,27 +202,89 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	if unknown := config.UnknownEnv(environ); len(unknown) > 0 {
-		log := newLogger(cfg, stderr)
-		for _, u := range unknown {
-			hint := ""
-			if u.Suggest != "" {
-				hint = "did you mean " + u.Suggest + "?"
-			}
-			log.Warn("not a setting of pinplan's; ignored", "env", u.Name, "hint", hint)
-		}
-	}
+	warnUnknown(cfg, environ, stderr)
 	switch cmd {
 	case "backup":
-		return backup(ctx, cfg, sub.Arg(0), stdout)
+		return backup(ctx, cfg, pos[0], stdout)
 	case "compact":
-		return compact(ctx, cfg, sub.Arg(0), stdout)
+		return compact(ctx, cfg, pos[0], stdout)
 	case "migrate":
-		return migrate(ctx, cfg, rest[0], stdout)
+		return migrate(ctx, cfg, pos[0], stdout)
 	case "invite":
 		return invite(cfg, stdout)
 	}
 	return serve(ctx, cfg, *demo, getenv, stdout, stderr)
+}
+
+// parseCommand parses a subcommand's flags (demo is serve's -demo) and
+// returns its positional arguments: backup's and compact's file,
+// migrate's -to.
+func parseCommand(cmd string, rest []string, demo *bool, stderr io.Writer) ([]string, error) {
+	sub := flagSet(cmd, stderr)
+	switch cmd {
+	case "serve":
+		sub.BoolVar(demo, "demo", *demo, "serve with the built-in scripted demo model instead of a real one")
+		return nil, parse(sub, rest, 0, stderr)
+	case "backup", "compact":
+		err := parse(sub, rest, 1, stderr)
+		return sub.Args(), err
+	case "migrate":
+		to := sub.String("to", "", "where to copy the bbolt file: etcd (the one target)")
+		if err := parse(sub, rest, 0, stderr); err != nil {
+			return nil, err
+		}
+		if *to == "" {
+			sub.Usage()
+			return nil, errors.New("migrate: -to is required: bot migrate -to etcd")
+		}
+		return []string{*to}, nil
+	case "invite", "version":
+		return nil, parse(sub, rest, 0, stderr)
+	}
+	usage(stderr)
+	return nil, fmt.Errorf("unknown command %q; run `bot help`", cmd)
+}
+
+// help prints the usage, or a command's (bot help COMMAND).
+func help(rest []string, stdout io.Writer) error {
+	if len(rest) == 1 && (rest[0] == "-h" || rest[0] == "-help" || rest[0] == "--help") {
+		rest = []string{"help"} // help's own usage
+	}
+	if len(rest) > 1 {
+		return fmt.Errorf("help: unexpected argument %q", rest[1])
+	}
+	if len(rest) == 0 {
+		usage(stdout)
+		return nil
+	}
+	if !known(rest[0]) {
+		return fmt.Errorf("help: unknown command %q", rest[0])
+	}
+	h := flagSet(rest[0], stdout)
+	if rest[0] == "serve" {
+		h.Bool("demo", false, "serve with the built-in scripted demo model instead of a real one")
+	}
+	if rest[0] == "migrate" {
+		h.String("to", "", "where to copy the bbolt file: etcd (the one target)")
+	}
+	h.Usage()
+	return nil
+}
+
+// warnUnknown warns of each PINPLAN_ name in environ that is no setting.
+func warnUnknown(cfg *config.Config, environ []string, stderr io.Writer) {
+	unknown := config.UnknownEnv(environ)
+	if len(unknown) == 0 {
+		return
+	}
+	log := newLogger(cfg, stderr)
+	for _, u := range unknown {
+		hint := ""
+		if u.Suggest != "" {
+			hint = "did you mean " + u.Suggest + "?"
+		}
+		log.Warn("not a setting of pinplan's; ignored", "env", u.Name, "hint", hint)
+	}
 }
 
 // lookup is os.Getenv over environ (KEY=value entries; the first of a
