@@ -14,10 +14,17 @@ import (
 	"github.com/pinplan/pinplan/todo"
 )
 
-// BoardStore keeps each session's board record. store.DB implements it.
+// BoardStore keeps each session's board record. store.DB and
+// etcdstore.Store implement it.
 type BoardStore interface {
 	Board(ctx context.Context, key string) ([]byte, error)
-	SaveBoard(ctx context.Context, key string, data []byte) error
+	// SaveBoard stores the record; pending says whether the board has
+	// work left (BoardPending), which the store indexes for a start.
+	SaveBoard(ctx context.Context, key string, data []byte, pending bool) error
+	// PendingBoards lists the sessions whose board was last saved with
+	// work left, from that index: a start visits those, not every
+	// stored board.
+	PendingBoards(ctx context.Context) ([]string, error)
 }
 
 // boardRecord is what survives a restart of a plan board: the thread, the
@@ -76,12 +83,6 @@ type boardRecord struct {
 type restoreEdit struct {
 	Ref  MessageRef `json:"ref"`
 	Plan Plan       `json:"plan"`
-}
-
-// BoardLister is implemented by stores that can list every board record,
-// so that a starting router finishes the edits a previous process left.
-type BoardLister interface {
-	Boards(ctx context.Context, f func(key string, data []byte)) error
 }
 
 // Board is one session's plan message. Updates only record the wanted
@@ -421,9 +422,10 @@ func (b *Board) change(f func()) {
 	f()
 	b.notifyLocked()
 	raw, err := json.Marshal(b.rec)
+	pending := b.rec.pending()
 	b.mu.Unlock()
 	if err == nil {
-		err = b.store.SaveBoard(context.WithoutCancel(b.owner.ctx), b.key, raw)
+		err = b.store.SaveBoard(context.WithoutCancel(b.owner.ctx), b.key, raw, pending)
 	}
 	switch {
 	case err == nil:

@@ -65,12 +65,9 @@ type LogStore interface {
 	// SaveDelivered stores the session's cursor; a store shared by
 	// replicas fences it by the session's owner.
 	SaveDelivered(ctx context.Context, key string, seq int64) error
-}
-
-// UndeliveredLister is implemented by log stores that can list the
-// sessions whose log goes past its cursor, so that a starting router
-// reads only those logs (store.DB and etcdstore.Store do).
-type UndeliveredLister interface {
+	// Undelivered lists the sessions whose log goes past its cursor,
+	// from an index the store keeps as it writes both: a start reads
+	// only those logs.
 	Undelivered(ctx context.Context) ([]string, error)
 }
 
@@ -570,23 +567,16 @@ func (r *Router) paceSend(ctx context.Context, p Platform, th Thread, m Method, 
 // edited; the first copy stays in the thread, unpinned (pins follow the
 // stored ref). TestPostWithoutStoredRefIsRepeated pins that down.
 func (r *Router) Resume(ctx context.Context) (int, error) {
-	var pending, keys []string
-	ul, listsUndelivered := r.logs.(UndeliveredLister)
-	if bl, ok := r.opts.Store.(BoardLister); ok {
-		err := bl.Boards(ctx, func(key string, data []byte) {
-			if BoardPending(data) {
-				pending = append(pending, key)
-			}
-			if !listsUndelivered {
-				keys = append(keys, key) // every session's log is read
-			}
-		})
-		if err != nil {
-			r.opts.Logger.Error("list plan boards", "err", err)
-		}
+	// Only the sessions with work left are visited, from the stores'
+	// indexes: the start's cost grows with them, not with the stored
+	// sessions.
+	var keys []string
+	pending, err := r.opts.Store.PendingBoards(ctx)
+	if err != nil {
+		r.opts.Logger.Error("list plan boards with work left", "err", err)
 	}
-	if listsUndelivered {
-		undelivered, err := ul.Undelivered(ctx)
+	if r.logs != nil {
+		undelivered, err := r.logs.Undelivered(ctx)
 		if err != nil {
 			r.opts.Logger.Error("list sessions with undelivered log entries", "err", err)
 		}

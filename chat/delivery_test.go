@@ -524,7 +524,7 @@ func TestUnpostedPlanPostedAfterRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := boards.SaveBoard(context.Background(), "test/1", raw); err != nil {
+	if err := boards.SaveBoard(context.Background(), "test/1", raw, BoardPending(raw)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -568,7 +568,7 @@ func TestPostWithoutStoredRefIsRepeated(t *testing.T) {
 	want := Plan{Items: plan(1, todo.InProgress).Items(), Revision: 1, State: StateWorking}
 	began := time.Date(2026, 12, 1, 9, 0, 0, 123, time.UTC) // the killed process's attempt
 	raw, _ := json.Marshal(boardRecord{Thread: Thread{Platform: "test", Key: "test/1", Channel: "C1"}, Want: &want, Posting: &began})
-	if err := boards.SaveBoard(context.Background(), "test/1", raw); err != nil {
+	if err := boards.SaveBoard(context.Background(), "test/1", raw, BoardPending(raw)); err != nil {
 		t.Fatal(err)
 	}
 	up := &fakePlatform{}
@@ -618,7 +618,7 @@ func TestPostedUnpinnedPlanPinnedAfterRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := boards.SaveBoard(context.Background(), "test/1", raw); err != nil {
+	if err := boards.SaveBoard(context.Background(), "test/1", raw, BoardPending(raw)); err != nil {
 		t.Fatal(err)
 	}
 	up := &fakePlatform{}
@@ -662,7 +662,7 @@ func TestFencedBoardSendsNothingMore(t *testing.T) {
 	rec := boardRecord{Thread: Thread{Platform: "test", Key: "test/1", Channel: "C1"}, Want: &want,
 		Restore: []restoreEdit{{Ref: MessageRef{Channel: "C1", ID: "m0"}, Plan: old}}, Unpin: []MessageRef{{Channel: "C1", ID: "m0"}}}
 	raw, _ := json.Marshal(rec)
-	if err := boards.SaveBoard(context.Background(), "test/1", raw); err != nil {
+	if err := boards.SaveBoard(context.Background(), "test/1", raw, BoardPending(raw)); err != nil {
 		t.Fatal(err)
 	}
 	up := &fakePlatform{}
@@ -700,7 +700,7 @@ func TestResetThenNewPlanPostsItsOwnMessage(t *testing.T) {
 	shown := Plan{Items: plan(1, todo.Completed).Items(), Revision: 1, State: StateDone}
 	began := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	raw, _ := json.Marshal(boardRecord{Thread: Thread{Platform: "test", Key: "test/1", Channel: "C1"}, Want: &shown, Posting: &began})
-	if err := boards.SaveBoard(context.Background(), "test/1", raw); err != nil {
+	if err := boards.SaveBoard(context.Background(), "test/1", raw, BoardPending(raw)); err != nil {
 		t.Fatal(err)
 	}
 	p := &fakePlatform{next: 1, shown: map[string]Plan{"m1": shown}}
@@ -917,12 +917,12 @@ type holdingBoards struct {
 	release chan struct{}
 }
 
-func (h *holdingBoards) SaveBoard(ctx context.Context, key string, data []byte) error {
+func (h *holdingBoards) SaveBoard(ctx context.Context, key string, data []byte, pending bool) error {
 	if h.armed.CompareAndSwap(true, false) {
 		close(h.held)
 		<-h.release
 	}
-	return h.Boards.SaveBoard(ctx, key, data)
+	return h.Boards.SaveBoard(ctx, key, data, pending)
 }
 
 // TestReplyWaitsForTheTurnsEndToBeSaved: a turn's answer is stored before
@@ -971,6 +971,8 @@ type flakyLog struct {
 	l                                *chattest.Log
 	failLogs, failSaves, failCursors atomic.Int32
 }
+
+func (f *flakyLog) Undelivered(ctx context.Context) ([]string, error) { return f.l.Undelivered(ctx) }
 
 func (f *flakyLog) Log(ctx context.Context, key string, after int64) ([]agent.LogEntry, error) {
 	if f.failLogs.Add(-1) >= 0 {

@@ -101,7 +101,7 @@ func TestPendingPinCostsNoGoroutine(t *testing.T) {
 			key := fmt.Sprintf("test/%d", i)
 			th := Thread{Platform: "test", Key: key, Channel: fmt.Sprintf("C%d", i)}
 			raw, _ := json.Marshal(boardRecord{Thread: th, Ref: MessageRef{Channel: th.Channel, ID: fmt.Sprintf("old%d", i)}, Shown: want, Want: &want})
-			if err := boards.SaveBoard(context.Background(), key, raw); err != nil {
+			if err := boards.SaveBoard(context.Background(), key, raw, BoardPending(raw)); err != nil {
 				t.Fatal(err)
 			}
 		}

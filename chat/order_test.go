@@ -295,7 +295,7 @@ func TestPostInDoubtEditedBeforeItsPin(t *testing.T) {
 	want := Plan{Items: plan(2, todo.Completed).Items(), Revision: 2, State: StateDone}
 	began := time.Now().Add(-time.Minute)
 	raw, _ := json.Marshal(boardRecord{Thread: Thread{Platform: "test", Key: "test/1", Channel: "C1"}, Want: &want, Posting: &began})
-	if err := boards.SaveBoard(context.Background(), "test/1", raw); err != nil {
+	if err := boards.SaveBoard(context.Background(), "test/1", raw, BoardPending(raw)); err != nil {
 		t.Fatal(err)
 	}
 	p := &pacedPlatform{fakePlatform: &fakePlatform{}, edit: NewBudget(60000, 100), posts: NewBudget(60000, 100), pins: NewBudget(60000, 100)}

@@ -192,6 +192,10 @@ func BoardPending(data []byte) bool {
 	if json.Unmarshal(data, &rec) != nil {
 		return false
 	}
+	return rec.pending()
+}
+
+func (rec *boardRecord) pending() bool {
 	if len(rec.Restore) > 0 || len(rec.Unpin) > 0 || (!rec.Ref.IsZero() && !rec.Pinned && !rec.PinUnavailable) {
 		return true
 	}

@@ -33,7 +33,7 @@ func migrationRig(t *testing.T, old string, cardsRec string) (*Router, *cardPlat
 	t.Helper()
 	ctx := context.Background()
 	boards, cards, listings := &chattest.Boards{}, &chattest.Cards{}, &chattest.Listings{}
-	if err := boards.SaveBoard(ctx, "test/1", []byte(old)); err != nil {
+	if err := boards.SaveBoard(ctx, "test/1", []byte(old), BoardPending([]byte(old))); err != nil {
 		t.Fatal(err)
 	}
 	if cardsRec != "" {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/pinplan/pinplan/agent"
@@ -102,7 +101,7 @@ func (s *Store) SaveDelivered(ctx context.Context, key string, seq int64) error 
 	if err != nil {
 		return fmt.Errorf("etcdstore: save delivered of %s: %w", key, err)
 	}
-	ops := []clientv3.Op{clientv3.OpPut(s.dlv(key), strconv.FormatInt(seq, 10))}
+	ops := []clientv3.Op{clientv3.OpPut(s.dlv(key), strconv.FormatInt(seq, 10)), s.undeliveredOp(key, seq)}
 	for len(drop) > 0 {
 		n := min(len(drop), maxOps-len(ops))
 		for _, seq := range drop[:n] {
@@ -154,25 +153,7 @@ func (s *Store) compactable(ctx context.Context, key string, seq int64) ([]int64
 // Undelivered lists the sessions whose log goes past its delivery
 // cursor: what a replica that died left to show.
 func (s *Store) Undelivered(ctx context.Context) ([]string, error) {
-	cursors := map[string]int64{}
-	err := s.rangeAll(ctx, s.p+"dlv/", func(kv *mvccpb.KeyValue) error {
-		n, _ := strconv.ParseInt(string(kv.Value), 10, 64)
-		cursors[s.sessionOf("dlv", kv.Key)] = n
-		return nil
-	})
-	var keys []string
-	if err == nil {
-		err = s.rangeAll(ctx, s.p+"rec/", func(kv *mvccpb.KeyValue) error {
-			var cp struct {
-				LogSeq int64 `json:"log_seq"`
-			}
-			key := s.sessionOf("rec", kv.Key)
-			if json.Unmarshal(kv.Value, &cp) == nil && cp.LogSeq > cursors[key] {
-				keys = append(keys, key)
-			}
-			return nil
-		})
-	}
+	keys, err := s.indexed(ctx, idxUndelivered)
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: list undelivered sessions: %w", err)
 	}

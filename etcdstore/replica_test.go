@@ -38,7 +38,7 @@ func TestWriteAfterLeaseGoneIsFenced(t *testing.T) {
 	}
 	writes := map[string]func() error{
 		"Commit":      func() error { return s1.Commit(ctx, storetest.Round(key, 1, "late answer")) },
-		"SaveBoard":   func() error { return s1.SaveBoard(ctx, key, []byte("stale")) },
+		"SaveBoard":   func() error { return s1.SaveBoard(ctx, key, []byte("stale"), false) },
 		"SaveCards":   func() error { return s1.SaveCards(ctx, key, []byte("stale")) },
 		"SaveListing": func() error { return s1.SaveListing(ctx, key, []byte("stale")) },
 		"AddOutbox": func() error {
@@ -95,7 +95,7 @@ func TestPausedPastTTLIsFencedAtOnce(t *testing.T) {
 	r.deadline = time.Now().Add(-time.Second) // as after a SIGSTOP past the TTL
 	r.mu.Unlock()
 	before := s.Requests.Load()
-	if err := s.SaveBoard(ctx, key, []byte("x")); !errors.Is(err, agent.ErrFenced) {
+	if err := s.SaveBoard(ctx, key, []byte("x"), false); !errors.Is(err, agent.ErrFenced) {
 		t.Fatalf("SaveBoard = %v, want agent.ErrFenced", err)
 	}
 	if got := s.Requests.Load() - before; got != 0 {

@@ -11,7 +11,8 @@
 // Layout under the prefix P (each session key K path-escaped, numbers as
 // 16 hex digits so that keys sort in order):
 //
-//	P meta/schema               "1": a prefix is pinplan's if empty or holding it
+//	P meta/schema               "2": a prefix is pinplan's if empty or holding it
+//	P idx/{undelivered,running,boards}/K  the sessions with work left (index.go)
 //	P meta/migrating            while migrate copies (prefix.go)
 //	P rec/K                     agent.Checkpoint as JSON
 //	P board/K, cards/K, listing/K  chat's opaque records
@@ -54,7 +55,7 @@ import (
 )
 
 // SchemaVersion is the layout version this code reads and writes.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // Limits of one Txn. etcd's defaults are 128 operations (--max-txn-ops)
 // and a 1.5 MiB request (--max-request-bytes); pinplan stays below both
@@ -128,7 +129,32 @@ func New(ctx context.Context, cli *clientv3.Client, opts Options) (*Store, error
 	if err := claim(ctx, cli, s.p, opts.Migrate); err != nil {
 		return nil, err
 	}
+	if err := s.upgrade(ctx); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// upgrade brings a prefix of schema 1 to this one: it builds the indexes
+// of the sessions with work left, then moves the schema on (replicas that
+// start together may both build them: the same keys).
+func (s *Store) upgrade(ctx context.Context) error {
+	resp, err := s.cli.Get(ctx, schemaKey(s.p))
+	if err != nil {
+		return fmt.Errorf("etcdstore: open %s: %w", s.p, err)
+	}
+	if len(resp.Kvs) == 0 || string(resp.Kvs[0].Value) != "1" {
+		return nil
+	}
+	if err := s.buildIndexes(ctx); err != nil {
+		return fmt.Errorf("etcdstore: build the indexes of sessions with work left in %s: %w", s.p, err)
+	}
+	_, err = s.cli.Txn(ctx).If(clientv3.Compare(clientv3.Value(schemaKey(s.p)), "=", "1")).
+		Then(clientv3.OpPut(schemaKey(s.p), strconv.Itoa(SchemaVersion))).Commit()
+	if err != nil {
+		return fmt.Errorf("etcdstore: open %s: %w", s.p, err)
+	}
+	return nil
 }
 
 // Prefix returns the prefix the store lives under.
@@ -459,7 +485,10 @@ func (s *Store) commit(ctx context.Context, r *agent.Round) error {
 		return err
 	}
 	puts = append(puts, logged...)
-	final := append([]clientv3.Op{clientv3.OpPut(s.rec(key), string(record))}, s.drains(key, r.Drained)...)
+	final := append([]clientv3.Op{clientv3.OpPut(s.rec(key), string(record)), s.runningOp(key, r.Checkpoint.State)}, s.drains(key, r.Drained)...)
+	if len(r.Log) > 0 {
+		final = append(final, s.indexOp(idxUndelivered, key, true))
+	}
 	sp := r.Spend
 	if sp != nil && (sp.Tokens == 0 || sp.Person == "") {
 		sp = nil
@@ -631,18 +660,11 @@ func (s *Store) Resumable(ctx context.Context) ([]string, error) {
 		return nil
 	}, clientv3.WithKeysOnly())
 	if err == nil {
-		err = s.rangeAll(ctx, s.p+"rec/", func(kv *mvccpb.KeyValue) error {
-			var cp struct {
-				State agent.RunState `json:"state"`
-			}
-			if err := json.Unmarshal(kv.Value, &cp); err != nil {
-				return fmt.Errorf("record of %s: %w", s.sessionOf("rec", kv.Key), err)
-			}
-			if cp.State == agent.Running || cp.State == agent.Waiting {
-				add(s.sessionOf("rec", kv.Key))
-			}
-			return nil
-		})
+		var running []string
+		running, err = s.indexed(ctx, idxRunning)
+		for _, k := range running {
+			add(k)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: list resumable sessions: %w", err)
@@ -684,7 +706,7 @@ func (s *Store) UpdateCheckpoint(ctx context.Context, key string, fn func(*agent
 			return fmt.Errorf("etcdstore: update checkpoint of %s: %w", key, err)
 		}
 		tr, err := s.txn(ctx, "", []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(s.rec(key)), "=", kv.ModRevision)},
-			[]clientv3.Op{clientv3.OpPut(s.rec(key), string(out))}, nil)
+			[]clientv3.Op{clientv3.OpPut(s.rec(key), string(out)), s.runningOp(key, cp.State)}, nil)
 		if err != nil {
 			return fmt.Errorf("etcdstore: update checkpoint of %s: %w", key, err)
 		}
@@ -761,7 +783,8 @@ func (s *Store) archive(ctx context.Context, key string) error {
 		copies = copies[i:]
 	}
 	old.Key = key
-	fresh, err := json.Marshal(old.Reset(s.now()))
+	reset := old.Reset(s.now())
+	fresh, err := json.Marshal(reset)
 	if err != nil {
 		return err
 	}
@@ -778,6 +801,7 @@ func (s *Store) archive(ctx context.Context, key string) error {
 		clientv3.OpDelete(s.hist(key), clientv3.WithPrefix()),
 		clientv3.OpDelete(s.plans(key), clientv3.WithPrefix()),
 		clientv3.OpPut(s.rec(key), string(fresh)),
+		s.runningOp(key, reset.State),
 	}, nil)
 	if err != nil {
 		return err
@@ -853,9 +877,14 @@ func (s *Store) Board(ctx context.Context, key string) ([]byte, error) {
 	return s.chatRecord(ctx, "board", key)
 }
 
-// SaveBoard implements chat.BoardStore, under the session's fence.
-func (s *Store) SaveBoard(ctx context.Context, key string, data []byte) error {
-	return s.saveChatRecord(ctx, "board", key, data)
+// SaveBoard implements chat.BoardStore, under the session's fence: the
+// record, and whether it has work left in the index of such boards.
+func (s *Store) SaveBoard(ctx context.Context, key string, data []byte, pending bool) error {
+	err := s.fencedTxn(ctx, key, clientv3.OpPut(s.chatKey("board", key), string(data)), s.indexOp(idxBoards, key, pending))
+	if err != nil {
+		return fmt.Errorf("etcdstore: save board of %s: %w", key, err)
+	}
+	return nil
 }
 
 // Cards implements chat.CardStore.
@@ -892,18 +921,6 @@ func (s *Store) chatRecord(ctx context.Context, name, key string) ([]byte, error
 func (s *Store) saveChatRecord(ctx context.Context, name, key string, data []byte) error {
 	if err := s.fencedTxn(ctx, key, clientv3.OpPut(s.chatKey(name, key), string(data))); err != nil {
 		return fmt.Errorf("etcdstore: save %s of %s: %w", name, key, err)
-	}
-	return nil
-}
-
-// Boards implements chat.BoardLister.
-func (s *Store) Boards(ctx context.Context, f func(key string, data []byte)) error {
-	err := s.rangeAll(ctx, s.p+"board/", func(kv *mvccpb.KeyValue) error {
-		f(s.sessionOf("board", kv.Key), kv.Value)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("etcdstore: list plan boards: %w", err)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/etcdstore"
@@ -119,7 +120,14 @@ func Session(ctx context.Context, db *store.DB, es *etcdstore.Store, key string)
 	for _, rec := range []struct {
 		load func(context.Context, string) ([]byte, error)
 		save func(context.Context, string, []byte) error
-	}{{db.Board, es.SaveBoard}, {db.Cards, es.SaveCards}, {db.Listing, es.SaveListing}} {
+	}{{db.Board, func(ctx context.Context, key string, data []byte) error {
+		// With work left as the file's index says (a migrate runs once).
+		pending, err := db.PendingBoards(ctx)
+		if err != nil {
+			return err
+		}
+		return es.SaveBoard(ctx, key, data, slices.Contains(pending, key))
+	}}, {db.Cards, es.SaveCards}, {db.Listing, es.SaveListing}} {
 		data, err := rec.load(ctx, key)
 		if err != nil {
 			return Counts{}, err

@@ -426,14 +426,8 @@ func (x *Handler) scan() int {
 	add(x.st.Resumable(ctx))
 	add(x.rep.QueuedKeys(ctx))
 	add(x.st.OutboxKeys(ctx))
-	add(x.st.Undelivered(ctx)) // a log its last holder did not finish showing
-	var boards []string
-	err := x.st.Boards(ctx, func(key string, data []byte) {
-		if chat.BoardPending(data) {
-			boards = append(boards, key)
-		}
-	})
-	add(boards, err)
+	add(x.st.Undelivered(ctx))   // a log its last holder did not finish showing
+	add(x.st.PendingBoards(ctx)) // a plan not shown or pinned yet
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
 	n := 0

@@ -58,6 +58,9 @@ func (db *DB) Archive(_ context.Context, key string) error {
 		if err != nil {
 			return err
 		}
+		if err := mark(tx, bResumable, key, resumable(sb, fresh.State)); err != nil {
+			return err
+		}
 		return sb.Put(kRecord, raw)
 	})
 	if err != nil {

@@ -43,7 +43,7 @@ func TestBackupUnderWriteLoad(t *testing.T) {
 				base += 2
 				// Boards rewritten in place free their old pages at every commit.
 				board := bytes.Repeat([]byte{byte('a' + i%26)}, 200+(i*37)%3000)
-				if err := db.SaveBoard(ctx, key, board); err != nil {
+				if err := db.SaveBoard(ctx, key, board, false); err != nil {
 					writeErrs[w] = err
 					return
 				}

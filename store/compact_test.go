@@ -44,7 +44,7 @@ func TestCompactFile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := db.SaveBoard(ctx, "web/c007", []byte(`{"ref":"m7"}`)); err != nil {
+	if err := db.SaveBoard(ctx, "web/c007", []byte(`{"ref":"m7"}`), false); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.SaveCards(ctx, "web/c007", []byte(`{"cards":{}}`)); err != nil {

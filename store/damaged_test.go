@@ -47,7 +47,7 @@ func seedDamageDB(t testing.TB) string {
 		if _, err := db.Enqueue(ctx, key, agent.Inbound{Text: "and then?"}); err != nil {
 			t.Fatal(err)
 		}
-		if err := db.SaveBoard(ctx, key, []byte(`{"state":"working"}`)); err != nil {
+		if err := db.SaveBoard(ctx, key, []byte(`{"state":"working"}`), false); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := db.FirstSeen(ctx, fmt.Sprintf("event-%d", i), time.Hour); err != nil {
@@ -137,8 +137,8 @@ func storeCalls(db *DB, dir string) []storeCall {
 		{name: "Sessions", call: func() error { _, err := db.Sessions(ctx); return err }},
 		{name: "Plans", call: everyKey(func(key string) error { _, err := db.Plans(ctx, key); return err })},
 		{name: "Board", call: everyKey(func(key string) error { _, err := db.Board(ctx, key); return err })},
-		{name: "SaveBoard", call: func() error { return db.SaveBoard(ctx, key, []byte("{}")) }},
-		{name: "Boards", call: func() error { return db.Boards(ctx, func(string, []byte) {}) }},
+		{name: "SaveBoard", call: func() error { return db.SaveBoard(ctx, key, []byte("{}"), false) }},
+		{name: "PendingBoards", call: func() error { _, err := db.PendingBoards(ctx); return err }},
 		{name: "Cards", call: everyKey(func(key string) error { _, err := db.Cards(ctx, key); return err })},
 		{name: "SaveCards", call: func() error { return db.SaveCards(ctx, key, []byte("{}")) }},
 		{name: "Listing", call: everyKey(func(key string) error { _, err := db.Listing(ctx, key); return err })},
@@ -340,7 +340,7 @@ func TestDamagedConcurrentWrites(t *testing.T) {
 					errs[i] = fmt.Errorf("panic: %v", p)
 				}
 			}()
-			errs[i] = db.SaveBoard(context.Background(), fmt.Sprintf("web/%d", i), []byte("{}"))
+			errs[i] = db.SaveBoard(context.Background(), fmt.Sprintf("web/%d", i), []byte("{}"), false)
 		}()
 	}
 	wg.Wait()
@@ -360,7 +360,7 @@ func TestStuckWriterFailsFast(t *testing.T) {
 	}
 	commitPanics := func(fn func(*bolt.Tx) error) error { panic("page 9: unexpected type") }
 	wantDamaged(t, "the panicking write", db.writeWith(commitPanics, func(*bolt.Tx) error { return nil }), path)
-	wantDamaged(t, "a later write", db.SaveBoard(context.Background(), "web/1", []byte("{}")), path)
+	wantDamaged(t, "a later write", db.SaveBoard(context.Background(), "web/1", []byte("{}"), false), path)
 	wantDamaged(t, "Close", db.Close(), path)
 	if err := db.Ping(); err != nil {
 		t.Errorf("reads go on: Ping = %v", err)

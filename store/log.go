@@ -70,7 +70,10 @@ func (db *DB) SaveDelivered(_ context.Context, key string, seq int64) error {
 		if err := compactLog(sb, seq); err != nil {
 			return err
 		}
-		return sb.Put(kDelivered, u64(uint64(seq)))
+		if err := sb.Put(kDelivered, u64(uint64(seq))); err != nil {
+			return err
+		}
+		return mark(tx, bUndelivered, key, undelivered(sb))
 	})
 	if err != nil {
 		return fmt.Errorf("store: save delivered of %s: %w", key, err)
@@ -114,17 +117,13 @@ func putLog(sb *bolt.Bucket, entries []agent.LogEntry, raw [][]byte) error {
 }
 
 // Undelivered lists the sessions whose log goes past its delivery
-// cursor, in key order: what a process that stopped left to show.
+// cursor, in key order, from their index: what a process that stopped
+// left to show.
 func (db *DB) Undelivered(_ context.Context) ([]string, error) {
 	var keys []string
 	err := db.view(func(tx *bolt.Tx) error {
-		sessions := tx.Bucket(bSessions)
-		return sessions.ForEachBucket(func(k []byte) error {
-			if undelivered(sessions.Bucket(k)) {
-				keys = append(keys, string(k))
-			}
-			return nil
-		})
+		keys = listIndex(tx, bUndelivered)
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("store: list undelivered sessions: %w", err)

@@ -83,6 +83,9 @@ func (db *DB) DeleteIdle(ctx context.Context, olderThan time.Time) ([]string, er
 				if err := sessions.DeleteBucket([]byte(key)); err != nil {
 					return fmt.Errorf("session %s: %w", key, err)
 				}
+				if err := unmark(tx, key); err != nil {
+					return fmt.Errorf("session %s: %w", key, err)
+				}
 				done = append(done, key)
 			}
 			return nil

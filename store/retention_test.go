@@ -84,7 +84,7 @@ func seedSession(t testing.TB, db *DB, clock *time.Time, key string, s sessionSp
 		}
 	}
 	if s.board != "" {
-		if err := db.SaveBoard(ctx, key, []byte(s.board)); err != nil {
+		if err := db.SaveBoard(ctx, key, []byte(s.board), false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -339,7 +339,7 @@ func TestSessionCount(t *testing.T) {
 				}
 			}
 			for i := range tt.boards {
-				if err := db.SaveBoard(ctx, fmt.Sprintf("web/b%d", i), []byte(`{}`)); err != nil {
+				if err := db.SaveBoard(ctx, fmt.Sprintf("web/b%d", i), []byte(`{}`), false); err != nil {
 					t.Fatal(err)
 				}
 			}

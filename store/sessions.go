@@ -74,9 +74,37 @@ func (db *DB) Board(_ context.Context, key string) ([]byte, error) {
 	return db.chatRecord(key, kBoard, "plan board")
 }
 
-// SaveBoard implements chat.BoardStore.
-func (db *DB) SaveBoard(_ context.Context, key string, data []byte) error {
-	return db.saveChatRecord(key, kBoard, "plan board", data)
+// SaveBoard implements chat.BoardStore: the record, and whether it has
+// work left in the index of such boards.
+func (db *DB) SaveBoard(_ context.Context, key string, data []byte, pending bool) error {
+	err := db.write(func(tx *bolt.Tx) error {
+		sb, err := createSession(tx, key)
+		if err != nil {
+			return err
+		}
+		if err := mark(tx, bPendingBoards, key, pending); err != nil {
+			return err
+		}
+		return sb.Put(kBoard, data)
+	})
+	if err != nil {
+		return fmt.Errorf("store: save plan board of %s: %w", key, err)
+	}
+	return nil
+}
+
+// PendingBoards implements chat.BoardStore, from the index of boards
+// saved with work left.
+func (db *DB) PendingBoards(_ context.Context) ([]string, error) {
+	var keys []string
+	err := db.view(func(tx *bolt.Tx) error {
+		keys = listIndex(tx, bPendingBoards)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: list plan boards with work left: %w", err)
+	}
+	return keys, nil
 }
 
 // Cards implements chat.CardStore: the approval cards record of a session
@@ -130,23 +158,6 @@ func (db *DB) saveChatRecord(key string, name []byte, what string, data []byte) 
 	})
 	if err != nil {
 		return fmt.Errorf("store: save %s of %s: %w", what, key, err)
-	}
-	return nil
-}
-
-// Boards implements chat.BoardLister: it calls f with every session's
-// plan board record.
-func (db *DB) Boards(_ context.Context, f func(key string, data []byte)) error {
-	err := db.view(func(tx *bolt.Tx) error {
-		return tx.Bucket(bSessions).ForEachBucket(func(k []byte) error {
-			if raw := tx.Bucket(bSessions).Bucket(k).Get(kBoard); raw != nil {
-				callback(func() { f(string(k), append([]byte(nil), raw...)) })
-			}
-			return nil
-		})
-	})
-	if err != nil {
-		return fmt.Errorf("store: list plan boards: %w", err)
 	}
 	return nil
 }

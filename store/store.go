@@ -44,7 +44,7 @@ import (
 )
 
 // SchemaVersion is the layout version this code reads and writes.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // ErrLocked means another process holds the database file.
 var ErrLocked = errors.New("database file is locked by another process")
@@ -189,10 +189,15 @@ func (db *DB) migrate() error {
 		if v > SchemaVersion {
 			return fmt.Errorf("schema version %d is newer than this pinplan understands (%d); upgrade pinplan", v, SchemaVersion)
 		}
-		// Migrations from older versions go here, one step per version.
-		for _, name := range [][]byte{bSessions, bDedupe, bOutbox, bMarks} {
+		for _, name := range append([][]byte{bSessions, bDedupe, bOutbox, bMarks}, indexes...) {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
+			}
+		}
+		// Migrations from older versions, one step per version.
+		if v < 2 && meta.Get(kSchema) != nil {
+			if err := buildIndexes(tx); err != nil {
+				return fmt.Errorf("build the indexes of sessions with work left: %w", err)
 			}
 		}
 		return meta.Put(kSchema, []byte(strconv.Itoa(SchemaVersion)))
@@ -332,6 +337,9 @@ func (db *DB) Enqueue(_ context.Context, key string, in agent.Inbound) (agent.In
 		if err != nil {
 			return err
 		}
+		if err := mark(tx, bResumable, key, true); err != nil {
+			return err
+		}
 		return ib.Put(u64(in.ID), raw)
 	})
 	if err != nil {
@@ -425,6 +433,12 @@ func commitTx(r *agent.Round) (func(*bolt.Tx) error, error) {
 		if err := addSpend(tx, r.Spend); err != nil {
 			return err
 		}
+		if err := mark(tx, bUndelivered, key, undelivered(sb)); err != nil {
+			return err
+		}
+		if err := mark(tx, bResumable, key, resumable(sb, r.Checkpoint.State)); err != nil {
+			return err
+		}
 		return sb.Put(kRecord, record)
 	}, nil
 }
@@ -444,29 +458,13 @@ func (db *DB) write(fn func(*bolt.Tx) error) error {
 	return db.writeWith(db.bolt.Batch, fn)
 }
 
-// Resumable implements agent.Store.
+// Resumable implements agent.Store, from the index of resumable
+// sessions.
 func (db *DB) Resumable(_ context.Context) ([]string, error) {
 	var keys []string
 	err := db.view(func(tx *bolt.Tx) error {
-		return tx.Bucket(bSessions).ForEachBucket(func(k []byte) error {
-			sb := tx.Bucket(bSessions).Bucket(k)
-			if first, _ := sb.Bucket(bInbox).Cursor().First(); first != nil {
-				keys = append(keys, string(k))
-				return nil
-			}
-			raw := sb.Get(kRecord)
-			if raw == nil {
-				return nil
-			}
-			var cp agent.Checkpoint
-			if err := json.Unmarshal(raw, &cp); err != nil {
-				return fmt.Errorf("record of %s: %w", k, err)
-			}
-			if cp.State == agent.Running || cp.State == agent.Waiting {
-				keys = append(keys, string(k))
-			}
-			return nil
-		})
+		keys = listIndex(tx, bResumable)
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("store: list resumable sessions: %w", err)
@@ -501,6 +499,9 @@ func (db *DB) UpdateCheckpoint(_ context.Context, key string, fn func(*agent.Che
 		}
 		out, err := json.Marshal(cp)
 		if err != nil {
+			return err
+		}
+		if err := mark(tx, bResumable, key, resumable(sb, cp.State)); err != nil {
 			return err
 		}
 		return sb.Put(kRecord, out)

@@ -183,7 +183,7 @@ func TestBackupAndBoard(t *testing.T) {
 	if err := db.Commit(ctx, round("web/b", 0, "kept")); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.SaveBoard(ctx, "web/b", []byte(`{"ref":"m1"}`)); err != nil {
+	if err := db.SaveBoard(ctx, "web/b", []byte(`{"ref":"m1"}`), false); err != nil {
 		t.Fatal(err)
 	}
 	dst := filepath.Join(t.TempDir(), "backup.db")

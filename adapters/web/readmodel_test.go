@@ -33,7 +33,7 @@ func TestConsoleListsOldAndNewBoardRecords(t *testing.T) {
 			"shown":  map[string]any{"items": nil, "revision": 0, "state": "", "updated": "0001-01-01T00:00:00Z"},
 			"hidden": hidden,
 		})
-		if err := db.SaveBoard(ctx, key, rec); err != nil {
+		if err := db.SaveBoard(ctx, key, rec, false); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -16,8 +16,9 @@ import (
 
 // Boards is an in-memory chat.BoardStore. The zero value is ready.
 type Boards struct {
-	mu sync.Mutex // guards m
-	m  map[string][]byte
+	mu      sync.Mutex // guards m and pending
+	m       map[string][]byte
+	pending map[string]bool
 }
 
 // Board implements chat.BoardStore.
@@ -28,25 +29,26 @@ func (s *Boards) Board(_ context.Context, key string) ([]byte, error) {
 }
 
 // SaveBoard implements chat.BoardStore.
-func (s *Boards) SaveBoard(_ context.Context, key string, data []byte) error {
+func (s *Boards) SaveBoard(_ context.Context, key string, data []byte, pending bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m == nil {
-		s.m = map[string][]byte{}
+		s.m, s.pending = map[string][]byte{}, map[string]bool{}
 	}
 	s.m[key] = append([]byte(nil), data...)
+	if pending {
+		s.pending[key] = true
+	} else {
+		delete(s.pending, key)
+	}
 	return nil
 }
 
-// Boards implements chat.BoardLister.
-func (s *Boards) Boards(_ context.Context, f func(string, []byte)) error {
+// PendingBoards implements chat.BoardStore.
+func (s *Boards) PendingBoards(context.Context) ([]string, error) {
 	s.mu.Lock()
-	m := maps.Clone(s.m)
-	s.mu.Unlock()
-	for k, v := range m {
-		f(k, v)
-	}
-	return nil
+	defer s.mu.Unlock()
+	return slices.Sorted(maps.Keys(s.pending)), nil
 }
 
 // Cards is an in-memory chat.CardStore. The zero value is ready.
@@ -274,4 +276,18 @@ func (l *Log) Delete(key string) {
 	defer l.mu.Unlock()
 	delete(l.entries, key)
 	delete(l.delivered, key)
+}
+
+// Undelivered implements chat.LogStore.
+func (l *Log) Undelivered(context.Context) ([]string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var keys []string
+	for key, es := range l.entries {
+		if len(es) > 0 && es[len(es)-1].Seq > l.delivered[key] {
+			keys = append(keys, key)
+		}
+	}
+	slices.Sort(keys)
+	return keys, nil
 }

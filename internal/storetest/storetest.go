@@ -28,12 +28,12 @@ type Store interface {
 	Plans(ctx context.Context, key string) ([]agent.PlanRevision, error)
 	Archived(ctx context.Context, key string, n uint64) (int, []agent.Entry, error)
 	Board(ctx context.Context, key string) ([]byte, error)
-	SaveBoard(ctx context.Context, key string, data []byte) error
+	SaveBoard(ctx context.Context, key string, data []byte, pending bool) error
 	Cards(ctx context.Context, key string) ([]byte, error)
 	SaveCards(ctx context.Context, key string, data []byte) error
 	Listing(ctx context.Context, key string) ([]byte, error)
 	SaveListing(ctx context.Context, key string, data []byte) error
-	Boards(ctx context.Context, f func(key string, data []byte)) error
+	PendingBoards(ctx context.Context) ([]string, error)
 	AddOutbox(ctx context.Context, key string, items [][]byte) ([]uint64, error)
 	DeleteOutbox(ctx context.Context, key string, id uint64) error
 	Outbox(ctx context.Context, f func(id uint64, data []byte)) error
@@ -83,6 +83,7 @@ func Run(t *testing.T, open Open, own func(t *testing.T, s Store, key string)) {
 		{"ReserveHoldsTheBudget", testReserve},
 		{"LogWrittenWithTheRound", testLog},
 		{"LogCompactedBehindTheCursor", testLogCompacted},
+		{"IndexesOfWorkLeft", testIndexes},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -389,7 +390,8 @@ func testChatRecords(t *testing.T, s Store, own func(string)) {
 		name string
 		save func(context.Context, string, []byte) error
 		load func(context.Context, string) ([]byte, error)
-	}{{"board", s.SaveBoard, s.Board}, {"cards", s.SaveCards, s.Cards}, {"listing", s.SaveListing, s.Listing}} {
+	}{{"board", func(ctx context.Context, key string, data []byte) error { return s.SaveBoard(ctx, key, data, false) }, s.Board},
+		{"cards", s.SaveCards, s.Cards}, {"listing", s.SaveListing, s.Listing}} {
 		if got, err := f.load(ctx, "web/r1"); err != nil || got != nil {
 			t.Fatalf("%s of a new session = %q, %v; want nil", f.name, got, err)
 		}
@@ -403,16 +405,87 @@ func testChatRecords(t *testing.T, s Store, own func(string)) {
 			t.Fatalf("%s = %q, %v", f.name, got, err)
 		}
 	}
-	if err := s.SaveBoard(ctx, "web/r2", []byte("b2")); err != nil {
+	if err := s.SaveBoard(ctx, "web/r2", []byte("b2"), true); err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]string{}
-	if err := s.Boards(ctx, func(k string, d []byte) { got[k] = string(d) }); err != nil {
+	if got, err := s.Board(ctx, "web/r2"); err != nil || string(got) != "b2" {
+		t.Fatalf("board of web/r2 = %q, %v", got, err)
+	}
+	if keys, err := s.PendingBoards(ctx); err != nil || !slices.Equal(keys, []string{"web/r2"}) {
+		t.Fatalf("PendingBoards = %q, %v; want web/r2 alone", keys, err)
+	}
+}
+
+// testIndexes: what a start lists (Resumable, Undelivered,
+// PendingBoards) follows the writes that change it, in the same write:
+// a message queued, a turn running and ending, log entries past the
+// cursor and the cursor reaching them, a board saved with work left and
+// then without.
+func testIndexes(t *testing.T, s Store, own func(string)) {
+	ctx := context.Background()
+	const key = "web/idx"
+	own(key)
+	want := func(what string, list func(context.Context) ([]string, error), in bool) {
+		t.Helper()
+		keys, err := list(ctx)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if got := slices.Contains(keys, key); got != in {
+			t.Fatalf("%s = %q; want %s in it: %t", what, keys, key, in)
+		}
+	}
+	want("Resumable of a new session", s.Resumable, false)
+	in, err := s.Enqueue(ctx, key, agent.Inbound{Text: "hello"})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 || got["web/r1"] != "board 2" || got["web/r2"] != "b2" {
-		t.Fatalf("Boards = %v", got)
+	want("Resumable with a message queued", s.Resumable, true)
+
+	r := Round(key, 0, "hello")
+	r.Drained = []uint64{in.ID}
+	r.Log = []agent.LogEntry{{Seq: 1, Kind: agent.TurnStarted, Turn: 1}}
+	r.Checkpoint.LogSeq = 1
+	if err := s.Commit(ctx, r); err != nil {
+		t.Fatal(err)
 	}
+	want("Resumable while the turn runs", s.Resumable, true)
+	want("Undelivered with an entry past the cursor", s.Undelivered, true)
+
+	r = Round(key, 1, "done")
+	r.Checkpoint.State = agent.Idle
+	r.Log = []agent.LogEntry{{Seq: 2, Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done}}
+	r.Checkpoint.LogSeq = 2
+	if err := s.Commit(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	want("Resumable once the turn ended, nothing queued", s.Resumable, false)
+	if err := s.SaveDelivered(ctx, key, 1); err != nil {
+		t.Fatal(err)
+	}
+	want("Undelivered with the cursor one short", s.Undelivered, true)
+	if err := s.SaveDelivered(ctx, key, 2); err != nil {
+		t.Fatal(err)
+	}
+	want("Undelivered with the cursor at the end", s.Undelivered, false)
+
+	if err := s.UpdateCheckpoint(ctx, key, func(cp *agent.Checkpoint) error { cp.State = agent.Waiting; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	want("Resumable while it waits for an approval", s.Resumable, true)
+	if err := s.UpdateCheckpoint(ctx, key, func(cp *agent.Checkpoint) error { cp.State = agent.Idle; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	want("Resumable once the wait is over", s.Resumable, false)
+
+	if err := s.SaveBoard(ctx, key, []byte("{}"), true); err != nil {
+		t.Fatal(err)
+	}
+	want("PendingBoards with work left", s.PendingBoards, true)
+	if err := s.SaveBoard(ctx, key, []byte("{}"), false); err != nil {
+		t.Fatal(err)
+	}
+	want("PendingBoards once it is done", s.PendingBoards, false)
 }
 
 func testOutbox(t *testing.T, s Store, own func(string)) {
@@ -573,7 +646,7 @@ func testFollowUps(t *testing.T, s Store, own func(string)) {
 		t.Errorf("taken again = %q, %v; want nothing", again, err)
 	}
 	own(other)
-	if err := s.SaveBoard(ctx, other, []byte("board")); err != nil {
+	if err := s.SaveBoard(ctx, other, []byte("board"), false); err != nil {
 		t.Fatal(err)
 	}
 	if held, err := s.HoldFollowUp(ctx, other, "2", []byte("for the session"), time.Hour); err != nil || held {
