@@ -147,7 +147,7 @@ func textToolCall(msg openai.ChatCompletionMessage, tools []openai.Tool) (string
 }
 
 // toolSettings is what to try when a server cannot call tools.
-const toolSettings = "Point OPENAI_MODEL at a model that calls tools, or turn tool calls on in its server: vLLM `--enable-auto-tool-choice --tool-call-parser <parser>`, llama.cpp `llama-server --jinja`, Ollama a model listed with the `tools` capability, LM Studio a model with tool use. `pinplan doctor` checks a model's abilities."
+const toolSettings = "Point OPENAI_MODEL at a model that calls tools, or turn tool calls on in its server: vLLM `--enable-auto-tool-choice --tool-call-parser <parser>`, llama.cpp `llama-server --jinja`, Ollama a model listed with the `tools` capability, LM Studio a model with tool use."
 
 // toolsUnsupported is a server that cannot call tools, or a model that
 // wrote its call as text: the turn ends with what to change, not with a
