@@ -507,7 +507,9 @@ func (b *Board) loop() {
 		})
 		if errors.Is(err, agent.ErrFenced) {
 			b.log.Warn("plan board stopped: this replica no longer holds the session", "err", err)
+			b.stop() // a slot it asked for is the new holder's to use
 			b.mu.Lock()
+			b.asking, b.granted = nil, nil // nothing owed here: eviction may drop it
 			b.running = false
 			b.idle.Broadcast()
 			b.notifyLocked()

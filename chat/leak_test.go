@@ -160,3 +160,40 @@ func expectFewGoroutines(t *testing.T, base, allowed, sessions int) {
 	t.Fatalf("%d goroutines more than before for %d idle sessions (at most %d allowed, whatever the sessions); chat's, by stack:\n%s",
 		extra, sessions, allowed, strings.Join(stayed, "\n\n"))
 }
+
+// TestFencedBoardOwesNoPin: a board whose pin waits for its budget while
+// another replica takes the session over stops at its fence (here on an
+// edit), and owes nothing here after: the pin is the new holder's, and
+// eviction drops the session (a stale board kept as busy would stay in
+// memory for good).
+func TestFencedBoardOwesNoPin(t *testing.T) {
+	gate := newGate()
+	p := &pinHeldPlatform{fakePlatform: &fakePlatform{}, gate: gate}
+	fence := &fenceAfter{n: 1000}
+	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond,
+		Outbox: &chattest.Outbox{}, Fence: fence})
+	t.Cleanup(r.Close)
+	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	observe(r, chattest.Revision("test/1", 1))
+	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done})
+	waitUntil(t, func() bool { return gate.Waiting() == 1 })
+
+	fence.mu.Lock()
+	fence.n = 0 // another replica holds it now
+	fence.mu.Unlock()
+	observe(r, agent.Event{Session: "test/1", Kind: agent.EvidenceChanged, Revision: 1, Calls: 1}) // an edit, fenced
+	waitUntil(t, func() bool {
+		b := r.Board("test/1")
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return !b.running && !b.owesSlotLocked()
+	})
+	if n := r.Evict(0); n != 1 {
+		t.Errorf("Evict dropped %d sessions; want the fenced one", n)
+	}
+	openGate(gate) // the slot it asked for comes after all
+	time.Sleep(50 * time.Millisecond)
+	if n := p.count("pin"); n != 0 {
+		t.Errorf("%d pins after the fence; want none", n)
+	}
+}
