@@ -661,8 +661,8 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan, ver uint6
 			// that one sent: what it shows is not known, so it is edited
 			// below like any message behind, then pinned. Not pinned
 			// first: after a restart every board in doubt would wait for
-			// the pin budget (the shortest) before its edit, and the soak
-			// saw plans left on their first revision.
+			// the pin budget (the shortest) before its edit, and plans
+			// would be left on their first revision meanwhile.
 			b.update(func(r *boardRecord) { r.Ref, r.Pinned, r.Shown, r.Posting = ref, false, Plan{}, nil })
 			rec.Ref, rec.Shown = ref, Plan{}
 		default:

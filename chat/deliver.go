@@ -558,14 +558,14 @@ func (r *Router) paceSend(ctx context.Context, p Platform, th Thread, m Method, 
 // entries past each session's cursor, and the stored answers. Call it once
 // the platforms are connected, before the runner resumes its sessions.
 //
-// Every board whose wanted plan differs from what its message shows is
-// resumed, whether or not the message exists yet: a first post still
-// waiting for the platform's pace at the kill is posted and pinned now.
-// The one case that can show a plan twice is a post the platform accepted
-// just before the kill whose ref was not stored yet: the record has no
-// ref, so it is posted again and the new message is the one pinned and
-// edited; the first copy stays in the thread, unpinned (pins follow the
-// stored ref). TestPostWithoutStoredRefIsRepeated pins that down.
+// Every board saved with work left is resumed (a plan not shown, posted
+// or pinned yet), whether or not the message exists yet: a first post
+// still waiting for the platform's pace at the kill is posted and pinned
+// now. The one case that can show a plan twice is a post the platform
+// accepted just before the kill whose ref was not stored yet: the record
+// has no ref, so it is posted again and the new message is the one
+// pinned and edited; the first copy stays in the thread, unpinned (pins
+// follow the stored ref).
 func (r *Router) Resume(ctx context.Context) (int, error) {
 	// Only the sessions with work left are visited, from the stores'
 	// indexes: the start's cost grows with them, not with the stored
