@@ -9,7 +9,6 @@
 package config
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -122,19 +121,49 @@ func Load(getenv func(string) string) (*Config, error) {
 	return load(getenv, nil)
 }
 
+// Problem is one invalid setting: its key and what is wrong with it,
+// never a secret's value.
+type Problem struct {
+	Key, Message string
+}
+
+func (p Problem) Error() string { return "config: " + p.Key + " " + p.Message }
+
+// Diagnose reads the settings as Load does but goes on past invalid
+// values, for `pinplan doctor`, which reports them all at once: it
+// returns the settings as read (an invalid value as given, or its
+// default) with every problem found, in the order Load meets them; Load
+// fails with the first. err is a PINPLAN_CONFIG file that could not be
+// read or parsed, after which nothing else is read.
+func Diagnose(getenv func(string) string) (*Config, []Problem, error) {
+	return loadAll(getenv, nil)
+}
+
 // load is Load; with notes non-nil it also records, for each key read,
 // the default it applied and what it accepts (the settings reference).
 func load(getenv func(string) string, notes map[string]note) (*Config, error) {
+	c, problems, err := loadAll(getenv, notes)
+	if err != nil {
+		return nil, err
+	}
+	if len(problems) > 0 {
+		return nil, problems[0]
+	}
+	return c, nil
+}
+
+// loadAll is Diagnose, with load's notes.
+func loadAll(getenv func(string) string, notes map[string]note) (*Config, []Problem, error) {
 	file := map[string]string{}
 	var servers []MCPServer
 	if path := getenv("PINPLAN_CONFIG"); path != "" {
 		var mcp any
 		var err error
 		if file, mcp, err = readFile(path); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if servers, err = parseMCP(mcp, getenv); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	l := loader{getenv: getenv, file: file, notes: notes}
@@ -235,10 +264,7 @@ func load(getenv func(string) string, notes map[string]note) (*Config, error) {
 	if err := checkAddr(c.HTTPAddr, c.WebToken); err != nil {
 		l.fail("PINPLAN_HTTP_ADDR", err.Error())
 	}
-	if l.err != nil {
-		return nil, l.err
-	}
-	return c, nil
+	return c, l.problems, nil
 }
 
 // checkTokens refuses a platform token of the wrong shape at load, by the
@@ -374,7 +400,7 @@ func checkAddr(addr string, token Secret) error {
 // Secrets returns every non-empty secret value, for redacting text.
 func (c *Config) Secrets() []string {
 	var out []string
-	secrets := []Secret{c.WebToken, c.OpenAIKey, c.SlackBotToken, c.SlackAppToken, c.SlackSigningSecret, c.DiscordBotToken}
+	secrets := []Secret{c.WebToken, c.OpenAIKey, c.SlackBotToken, c.SlackAppToken, c.SlackSigningSecret, c.DiscordBotToken, c.EtcdPassword}
 	for _, srv := range c.MCP {
 		secrets = append(secrets, srv.secretValues()...)
 	}
@@ -542,7 +568,8 @@ type loader struct {
 	getenv func(string) string
 	file   map[string]string
 	notes  map[string]note // nil but for the settings reference
-	err    error
+	// problems are the invalid settings found, in order.
+	problems []Problem
 }
 
 // note is what the loader applies to one key: its default as the
@@ -568,9 +595,7 @@ func showDuration(d time.Duration) string {
 }
 
 func (l *loader) fail(key, msg string) {
-	if l.err == nil {
-		l.err = errors.New("config: " + key + " " + msg)
-	}
+	l.problems = append(l.problems, Problem{Key: key, Message: msg})
 }
 
 func (l *loader) str(key, def string) string {
