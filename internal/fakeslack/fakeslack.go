@@ -6,8 +6,9 @@
 //
 // A zero Server is ready. It is as strict as Slack where pinplan touches
 // it: Block Kit limits, message text length, token types, pin limits and
-// errors, editing only the bot's own messages. It keeps the messages
-// (the bot's and the users' pushed as events, readable with
+// errors, editing only the bot's own messages; an answer to a token it
+// accepts names the token's scopes in X-OAuth-Scopes (Scopes). It
+// keeps the messages (the bot's and the users' pushed as events, readable with
 // conversations.replies), users (users.info; SetUserTeam puts one in
 // another workspace, as a Slack Connect user), pins and reactions it was
 // asked for, records every call, enforces rate limits when asked (Limit
@@ -173,6 +174,11 @@ type Server struct {
 	// NoFilesRead: the app lacks the files:read scope, so files are
 	// answered with Slack's sign-in page even with the bot token.
 	NoFilesRead bool
+	// Scopes are the bot token's scopes, which every Web API answer to a
+	// call with it names in its X-OAuth-Scopes header, as Slack's do;
+	// nil means BotScopes (less files:read with NoFilesRead). An
+	// app-level token's are connections:write.
+	Scopes []string
 	// InFlightGrace is how long after a 429 was answered a call on
 	// another connection still counts as on its way rather than sent
 	// against the Retry-After (InFlightAtRetryAfter, not Violations): the
@@ -642,6 +648,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	code := authCode(method, token)
+	if code == "" {
+		w.Header().Set("X-OAuth-Scopes", s.scopesLocked(token))
+	}
 	var resp map[string]any
 	if code == "" {
 		if q := s.failures[method]; len(q) > 0 {
@@ -669,6 +678,27 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		resp["ok"] = true
 	}
 	writeJSON(w, resp)
+}
+
+// BotScopes are the bot scopes slack-app-manifest.yaml asks for: what an
+// app installed from it is granted.
+var BotScopes = []string{"app_mentions:read", "channels:history", "groups:history", "im:history", "mpim:history",
+	"chat:write", "assistant:write", "pins:write", "reactions:write", "users:read", "files:read", "commands"}
+
+// scopesLocked is the X-OAuth-Scopes header of an answer to token.
+func (s *Server) scopesLocked(token string) string {
+	if strings.HasPrefix(token, "xapp-") {
+		return "connections:write"
+	}
+	scopes := s.Scopes
+	if scopes == nil {
+		for _, sc := range BotScopes {
+			if sc != "files:read" || !s.NoFilesRead {
+				scopes = append(scopes, sc)
+			}
+		}
+	}
+	return strings.Join(scopes, ",")
 }
 
 // pause waits d, or until the client gives up.
