@@ -1,6 +1,8 @@
 // Package fakediscord is a loopback fake of Discord for tests: the REST API
 // under /api/v9 (messages and their history, edits, the current pins route,
-// threads, typing, channels, the bot's guild member and roles, 429s with a
+// threads, typing, channels, the bot's user and application (its flags
+// say whether the Message Content intent is enabled, as DenyIntents has
+// it), the bot's guild member and roles, 429s with a
 // JSON retry_after body, and X-RateLimit headers on every answer) and the
 // gateway websocket (GET /api/v9/gateway, op 10 HELLO, op 2 IDENTIFY,
 // READY and GUILD_CREATE, op 0 dispatches in order with per-session
@@ -529,6 +531,29 @@ func rolesJSON(guildID string) []any {
 
 func botMemberJSON() map[string]any {
 	return map[string]any{"user": userJSON(BotID), "roles": []any{ManagedRoleID}, "joined_at": "2026-01-01T00:00:00Z", "deaf": false, "mute": false, "flags": 0}
+}
+
+// Application flags of GET /applications/@me (Application resource,
+// application flags): the Message Content intent is enabled when either
+// is set, GATEWAY_MESSAGE_CONTENT for an app in 100 or more servers (it
+// needs Discord's approval), _LIMITED for one in fewer, toggled on the
+// Bot page of the Developer Portal.
+const (
+	AppFlagGatewayMessageContent        = 1 << 18
+	AppFlagGatewayMessageContentLimited = 1 << 19
+)
+
+// applicationLocked is the bot's application as GET /applications/@me
+// answers: its id is the bot user's, and its flags say whether the
+// Message Content intent is enabled, as DenyIntents has it.
+func (s *Server) applicationLocked() map[string]any {
+	flags := 0
+	if s.DenyIntents&IntentMessageContent == 0 {
+		flags |= AppFlagGatewayMessageContentLimited
+	}
+	return map[string]any{"id": BotID, "name": "pinplan", "description": "", "bot_public": true, "bot_require_code_grant": false,
+		"verify_key": "0000000000000000000000000000000000000000000000000000000000000000", "flags": flags,
+		"approximate_guild_count": len(s.guildsLocked()), "bot": userJSON(BotID)}
 }
 
 func userJSON(id string) map[string]any {

@@ -82,7 +82,7 @@ func formError(field, code, message string) *apiError {
 
 // route is a parsed REST path.
 type route struct {
-	kind  string // messages, message, pins, typing, threads, threadmember, channel, member, roles, user, gateway, callback
+	kind  string // messages, message, pins, typing, threads, threadmember, channel, member, roles, user, application, gateway, callback
 	major string // the channel or guild id rate limits are kept by
 	parts []string
 }
@@ -96,6 +96,8 @@ func parseRoute(path string) (route, bool) {
 		return route{kind: "user", parts: p}, true
 	case path == "users/@me/channels":
 		return route{kind: "dm", parts: p}, true
+	case path == "applications/@me":
+		return route{kind: "application", parts: p}, true
 	case len(p) == 2 && p[0] == "channels":
 		return route{kind: "channel", major: p[1], parts: p}, true
 	case len(p) == 3 && p[0] == "channels" && p[2] == "messages":
@@ -337,6 +339,8 @@ func (s *Server) routeLocked(r *http.Request, rt route, body map[string]any) (in
 		return 200, out, nil
 	case "GET user":
 		return 200, userJSON(BotID), nil
+	case "GET application":
+		return 200, s.applicationLocked(), nil
 	case "POST dm":
 		// Create DM: one DM channel per recipient, created on first use
 		// and the same after (as Discord answers). A recipient who
