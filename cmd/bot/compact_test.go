@@ -211,6 +211,13 @@ func (c *forgetfulConsole) Forget(th chat.Thread) {
 	c.Console.Forget(th)
 }
 
+// Caps declares the console's capabilities with this Forget in its place.
+func (c *forgetfulConsole) Caps() chat.Caps {
+	caps := c.Console.Caps()
+	caps.Forget = c
+	return caps
+}
+
 // TestRetentionForgetsWhatPlatformsKeep checks housekeeping's retention
 // step end to end: a session idle past the retention leaves the store,
 // and the platforms are told to forget it, though the router still had
