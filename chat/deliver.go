@@ -39,7 +39,7 @@ import (
 //
 // Following one event from a mention to the plan edit and back:
 // adapter -> Router.Handle -> agent.Runner.Submit -> a round commits its
-// entries -> agent.Events.Publish -> Router.Observe (queued) ->
+// entries -> agent.EventService.Publish -> Router.Observe (queued) ->
 // Router.deliverEvent -> Router.catchUp (the entries past the cursor)
 // -> Router.apply -> Board.planChanged (wanted content recorded) ->
 // Board.loop -> Board.pace (the platform's budget, by priority) ->
@@ -47,9 +47,10 @@ import (
 // (TurnEnded) stores it (outbox.hold) -> Router.release, once the cursor
 // is saved past its entry -> outbox.send, once the plan message shows
 // the turn's final state (Router.planShown, Board.await), within the
-// channel's post budget -> Platform.Reply. A click on an approval card: adapter -> Router.Click -> Runner.Decide
-// (the agent logs the decision and starts the tool) -> the entry comes
-// back through Router.apply -> Router.closeCard -> Interactive.EditCard.
+// channel's post budget -> Platform.Reply. A click on an approval card:
+// adapter -> Router.Click -> Runner.Decide (the agent logs the decision
+// and starts the tool) -> the entry comes back through Router.apply ->
+// Router.closeCard -> Caps.Cards.EditCard.
 // Across replicas the adapter's events go through replica.Handler first,
 // which hands each to the session's owner; the rest is the same.
 
