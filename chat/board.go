@@ -31,8 +31,7 @@ type BoardStore interface {
 // plan message and what it last showed. Whether a turn runs, which one and
 // who asked for it are the agent's (Runner.Turn), never kept here. The
 // session's approval cards (cardsRecord) and how it is listed
-// (listingRecord) have records of their own; a record written before they
-// did still holds them, and the router moves them when it loads it.
+// (listingRecord) have records of their own.
 type boardRecord struct {
 	Thread Thread     `json:"thread"` // without Title: that is the listing's
 	Ref    MessageRef `json:"ref"`

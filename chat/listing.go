@@ -32,21 +32,13 @@ type listingRecord struct {
 }
 
 // DecodeListing reads how a session is listed from its stored listing
-// record, or, for a session no router has loaded since the listing left
-// the plan board record, from the old fields of its board record.
-func DecodeListing(listing, board []byte) (title string, hidden bool) {
-	if len(listing) > 0 {
-		var l listingRecord
-		if json.Unmarshal(listing, &l) != nil {
-			return "", false
-		}
-		return l.Title, l.Hidden
-	}
-	var old legacyBoard
-	if len(board) == 0 || json.Unmarshal(board, &old) != nil {
+// record.
+func DecodeListing(listing []byte) (title string, hidden bool) {
+	var l listingRecord
+	if len(listing) == 0 || json.Unmarshal(listing, &l) != nil {
 		return "", false
 	}
-	return old.Thread.Title, old.Hidden
+	return l.Title, l.Hidden
 }
 
 // Visible reports whether a session exists and was not deleted.

@@ -88,17 +88,6 @@ func (r *record[T]) put(f func(v *T)) error {
 	return r.save(context.WithoutCancel(r.ctx), raw)
 }
 
-// legacyBoard is what a board record written before the cards and the
-// listing had records of their own holds of them (DecodeListing and the
-// migration in loadSession read it).
-type legacyBoard struct {
-	Thread struct {
-		Title string `json:"title"`
-	} `json:"thread"`
-	Cards  map[string]cardRecord `json:"cards"`
-	Hidden bool                  `json:"hidden"`
-}
-
 // session returns the session's records, loading them; nil if the session
 // has no board record and th is nil.
 func (r *Router) session(key string, th *Thread) *session {
@@ -114,17 +103,11 @@ func (r *Router) session(key string, th *Thread) *session {
 	return s
 }
 
-// loadSession reads a session's board, cards and listing records. A board
-// record written before the cards and the listing had records of their
-// own still holds them: they move to their records, which are saved, and
-// the board record is saved without them. A cards or listing record that
-// exists already wins over what the board record still says (a move cut
-// short by a crash after the new records were saved). Called with r.mu
-// held.
+// loadSession reads a session's board, cards and listing records. Called
+// with r.mu held.
 func (r *Router) loadSession(key string, th *Thread) *session {
 	log := r.opts.Logger.With("session", key)
 	var rec boardRecord
-	var old legacyBoard
 	raw, err := r.opts.Store.Board(r.ctx, key)
 	if err != nil {
 		log.Error("load plan board", "err", err)
@@ -133,7 +116,6 @@ func (r *Router) loadSession(key string, th *Thread) *session {
 		if err := json.Unmarshal(raw, &rec); err != nil {
 			log.Error("decode plan board", "err", err)
 		}
-		_ = json.Unmarshal(raw, &old) // as far as it reads; the error was logged
 	}
 	if rec.Thread.Key == "" {
 		if th == nil {
@@ -150,39 +132,19 @@ func (r *Router) loadSession(key string, th *Thread) *session {
 		listing: &record[listingRecord]{what: "listing", log: b.log, ctx: r.ctx,
 			save: func(ctx context.Context, data []byte) error { return r.listings.SaveListing(ctx, key, data) }},
 	}
-
-	legacy := listingRecord{Title: old.Thread.Title, Hidden: old.Hidden}
-	failed := false // a record could not be read or moved: the board record is not saved without its copy here
-	switch raw, err := r.cards.Cards(r.ctx, key); {
-	case err != nil:
+	if raw, err := r.cards.Cards(r.ctx, key); err != nil {
 		log.Error("load approval cards", "err", err)
-		s.cards.v.Cards, failed = old.Cards, true // at best what the board record had
-	case len(raw) > 0:
+	} else if len(raw) > 0 {
 		if err := json.Unmarshal(raw, &s.cards.v); err != nil {
 			log.Error("decode approval cards", "err", err)
 		}
-	case len(old.Cards) > 0:
-		if err := s.cards.put(func(v *cardsRecord) { v.Cards = old.Cards }); err != nil {
-			log.Error("move approval cards out of the plan board record", "err", err)
-			failed = true
-		}
 	}
-	switch raw, err := r.listings.Listing(r.ctx, key); {
-	case err != nil:
+	if raw, err := r.listings.Listing(r.ctx, key); err != nil {
 		log.Error("load listing", "err", err)
-		s.listing.v, failed = legacy, true
-	case len(raw) > 0:
+	} else if len(raw) > 0 {
 		if err := json.Unmarshal(raw, &s.listing.v); err != nil {
 			log.Error("decode listing", "err", err)
 		}
-	case legacy != listingRecord{}:
-		if err := s.listing.put(func(v *listingRecord) { *v = legacy }); err != nil {
-			log.Error("move the listing out of the plan board record", "err", err)
-			failed = true
-		}
-	}
-	if (len(old.Cards) > 0 || legacy != listingRecord{}) && !failed {
-		b.update(func(*boardRecord) {}) // saved without the fields that moved
 	}
 	return s
 }

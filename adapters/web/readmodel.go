@@ -54,7 +54,7 @@ func (s *ReadModel) Threads(ctx context.Context) ([]Summary, error) {
 	}
 	out := make([]Summary, 0, len(infos))
 	for _, in := range infos {
-		title, hidden := chat.DecodeListing(in.Listing, in.Board)
+		title, hidden := chat.DecodeListing(in.Listing)
 		if hidden {
 			continue // deleted from the console
 		}
@@ -128,7 +128,7 @@ func (s *ReadModel) Listed(ctx context.Context) ([]chat.Listed, error) {
 	}
 	out := make([]chat.Listed, 0, len(infos))
 	for _, in := range infos {
-		title, _ := chat.DecodeListing(in.Listing, in.Board)
+		title, _ := chat.DecodeListing(in.Listing)
 		out = append(out, chat.Listed{Key: in.Checkpoint.Key, Title: title, State: in.Checkpoint.State, Updated: in.Checkpoint.Updated})
 	}
 	return out, nil
