@@ -2,6 +2,7 @@ package agent
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -182,3 +183,18 @@ var (
 	_ interface{ UserMessage() string } = (*toolsUnsupported)(nil)
 	_ interface{ UserMessage() string } = (*midStreamFailure)(nil)
 )
+
+// ToolsRefused reports whether err is a model server that cannot call
+// tools, or a model that wrote its call as text, and says so with the
+// settings to try: what `pinplan doctor` shows where a turn shows
+// UserMessage.
+func ToolsRefused(err error) (string, bool) {
+	var tu *toolsUnsupported
+	if !errors.As(err, &tu) {
+		return "", false
+	}
+	if tu.asText != "" {
+		return fmt.Sprintf("the model wrote its call to %s as text instead of calling the tool, so its server does not pass tool calls through. %s", tu.asText, toolSettings), true
+	}
+	return fmt.Sprintf("the model server refuses tool calls (%q). %s", tu.said, toolSettings), true
+}
