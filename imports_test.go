@@ -42,6 +42,9 @@ var allowed = map[string][]string{
 	// OpenTelemetry SDK and imports nothing of ours.
 	"migrate": {"store", "etcdstore", "agent", "todo", "internal/serial"},
 	"tracing": {},
+	// doctor is `bot doctor`, the settings' checks without serving: it
+	// asks the platforms over plain HTTP, so it knows no adapter.
+	"doctor": {"config", "agent", "todo", "internal/serial", "mcp", "store", "etcdstore"},
 	// demo is the scripted model of bot -demo.
 	"demo": {"agent", "todo", "internal/serial"},
 	// metrics is the Prometheus series: it measures the agent, chat's
