@@ -7,6 +7,7 @@
 //	bot compact OUT        write a compacted copy of the database to OUT (offline)
 //	bot migrate -to etcd   copy the bbolt file into an empty etcd prefix (offline)
 //	bot invite             print the Discord invite URL
+//	bot doctor             check every setting without serving; exit 1 when something needed fails
 //	bot help [COMMAND]     the usage, or a command's
 //	bot version, bot -version
 //

@@ -16,6 +16,7 @@ import (
 	"github.com/pinplan/pinplan/adapters/web"
 	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/config"
+	"github.com/pinplan/pinplan/doctor"
 	"github.com/pinplan/pinplan/httphost"
 	"github.com/pinplan/pinplan/mcp"
 	"github.com/pinplan/pinplan/store"
@@ -55,6 +56,7 @@ var commands = []command{
 	{name: "compact", args: "OUT", short: "write a compacted copy of the database (PINPLAN_DB) to OUT; stop the bot first"},
 	{name: "migrate", args: "-to etcd", short: "copy the database (PINPLAN_DB) into the empty etcd prefix of PINPLAN_ETCD_ENDPOINTS and PINPLAN_ETCD_PREFIX; stop the bot first"},
 	{name: "invite", short: "print the Discord OAuth2 invite URL (from DISCORD_BOT_TOKEN or DISCORD_APPLICATION_ID)"},
+	{name: "doctor", short: "check every setting without serving (tokens, Slack, Discord, the model, MCP servers, the store); exit 1 when something needed fails"},
 	{name: "help", args: "[COMMAND]", short: "print this help, or a command's"},
 	{name: "version", short: "print pinplan's version (also: bot -version)"},
 }
@@ -198,9 +200,12 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 		fmt.Fprintln(stdout, version())
 		return nil
 	}
+	if cmd == "doctor" {
+		return checkSettings(ctx, environ, stdout)
+	}
 	cfg, err := config.Load(getenv)
 	if err != nil {
-		return err
+		return suggestDoctor(cmd, err)
 	}
 	warnUnknown(cfg, environ, stderr)
 	switch cmd {
@@ -213,7 +218,28 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 	case "invite":
 		return invite(cfg, stdout)
 	}
-	return serve(ctx, cfg, *demo, getenv, stdout, stderr)
+	return suggestDoctor(cmd, serve(ctx, cfg, *demo, getenv, stdout, stderr))
+}
+
+// checkSettings is `bot doctor`: its table on stdout, and an error when
+// something needed failed.
+func checkSettings(ctx context.Context, environ []string, stdout io.Writer) error {
+	rep := doctor.Run(ctx, environ, doctor.Options{})
+	if err := rep.Write(stdout); err != nil {
+		return err
+	}
+	if n := rep.Failed(); n > 0 {
+		return fmt.Errorf("doctor: %d needed check(s) failed", n)
+	}
+	return nil
+}
+
+// suggestDoctor adds to a failed start where to look next.
+func suggestDoctor(cmd string, err error) error {
+	if err == nil || cmd != "serve" || errors.Is(err, context.Canceled) {
+		return err
+	}
+	return fmt.Errorf("%w\n(run `pinplan doctor` to check every setting at once)", err)
 }
 
 // parseCommand parses a subcommand's flags (demo is serve's -demo) and
@@ -238,7 +264,7 @@ func parseCommand(cmd string, rest []string, demo *bool, stderr io.Writer) ([]st
 			return nil, errors.New("migrate: -to is required: bot migrate -to etcd")
 		}
 		return []string{*to}, nil
-	case "invite", "version":
+	case "invite", "version", "doctor":
 		return nil, parse(sub, rest, 0, stderr)
 	}
 	usage(stderr)
