@@ -147,6 +147,9 @@ func textToolCall(msg openai.ChatCompletionMessage, tools []openai.Tool) (string
 	return "", false
 }
 
+// doctorHint points the thread at the command that checks a server.
+const doctorHint = "`pinplan doctor` checks what a model server can do."
+
 // toolSettings is what to try when a server cannot call tools.
 const toolSettings = "Point OPENAI_MODEL at a model that calls tools, or turn tool calls on in its server: vLLM `--enable-auto-tool-choice --tool-call-parser <parser>`, llama.cpp `llama-server --jinja`, Ollama a model listed with the `tools` capability, LM Studio a model with tool use."
 
@@ -162,9 +165,9 @@ type toolsUnsupported struct {
 // UserMessage says which model settings to try.
 func (e *toolsUnsupported) UserMessage() string {
 	if e.asText != "" {
-		return fmt.Sprintf("The model wrote its call to `%s` as text instead of calling the tool, so its server is not passing tool calls through and I can't keep a plan. %s", e.asText, toolSettings)
+		return fmt.Sprintf("The model wrote its call to `%s` as text instead of calling the tool, so its server is not passing tool calls through and I can't keep a plan. %s %s", e.asText, toolSettings, doctorHint)
 	}
-	return fmt.Sprintf("The model server refused tool calls (%q), and I keep the plan with a tool, so this turn ended. %s", e.said, toolSettings)
+	return fmt.Sprintf("The model server refused tool calls (%q), and I keep the plan with a tool, so this turn ended. %s %s", e.said, toolSettings, doctorHint)
 }
 
 // midStreamFailure is a model that failed while it answered, on every
