@@ -507,7 +507,7 @@ func (r *report) print(w io.Writer) {
 			float64(m.RSSFirstKB)/1024, float64(m.RSSLastKB)/1024, float64(m.RSSMaxKB)/1024, m.GoroutinesMax)
 	}
 	p("goroutines (%s): idle before %v, idle after %v, max %d", r.Goroutines.Source, readings(r.Goroutines.IdleBefore), readings(r.Goroutines.IdleAfter), r.Goroutines.Max)
-	p("  Slack plans whose newest message is not pinned at the end: %d of %d (pins.add, Tier 2, is 18 a minute for the workspace; a pin still waiting holds its board's goroutine); dumps %v",
+	p("  Slack plans whose newest message is not pinned at the end: %d of %d (pins.add, Tier 2, is 18 a minute for the workspace; a pin still waiting for it costs no goroutine); dumps %v",
 		r.Goroutines.SlackPlansUnpinned, r.Goroutines.SlackPlans, r.Goroutines.Dumps)
 	p("protocol violations: Slack %d, Discord %d %v; Discord events missed %d; undelivered replies (metric) %.0f; model requests past a script %d",
 		r.Violations.Slack, r.Violations.Discord, r.Violations.ByKind, r.DiscordMissed, r.Undelivered, r.ModelOverruns)
