@@ -16,8 +16,8 @@ import (
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	bolt "go.etcd.io/bbolt"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/etcdstore"
