@@ -155,37 +155,15 @@ func (b *Budget) Waiting() int {
 
 // Wait blocks until the budget gives this request a slot, or ctx ends.
 func (b *Budget) Wait(ctx context.Context, prio func() Priority, since time.Time) error {
-	if prio == nil {
-		prio = func() Priority { return PriorityIntermediate }
-	}
-	if since.IsZero() {
-		since = time.Now()
-	}
+	w := &budgetWaiter{prio: prio, since: since, ready: make(chan struct{})}
 	b.mu.Lock()
-	b.seq++
-	w := &budgetWaiter{prio: prio, since: since, seq: b.seq, ready: make(chan struct{})}
-	b.waiters = append(b.waiters, w)
-	if !b.running {
-		b.running = true
-		go b.dispatch()
-	}
+	b.addLocked(w)
 	b.mu.Unlock()
 	select {
 	case <-w.ready:
 		return nil
 	case <-ctx.Done():
-		b.mu.Lock()
-		for i, o := range b.waiters {
-			if o == w {
-				b.waiters = append(b.waiters[:i], b.waiters[i+1:]...)
-				break
-			}
-		}
-		b.mu.Unlock()
-		select {
-		case b.gone <- struct{}{}:
-		default:
-		}
+		b.leave(w)
 		select {
 		case <-w.ready: // given a slot as it left: the slot is spent
 		default:
@@ -200,30 +178,43 @@ func (b *Budget) Wait(ctx context.Context, prio func() Priority, since time.Time
 // dispatcher and must not block: it hands the slot to whoever sends (a
 // plan board waiting for its pin holds no goroutine meanwhile).
 func (b *Budget) Notify(ctx context.Context, prio func() Priority, since time.Time, f func()) {
-	if prio == nil {
-		prio = func() Priority { return PriorityIntermediate }
-	}
-	if since.IsZero() {
-		since = time.Now()
-	}
+	w := &budgetWaiter{prio: prio, since: since, notify: f}
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.addLocked(w)
+	// Its callback takes b.mu: it runs after this returns, even for a
+	// ctx that has ended already.
+	w.stop = context.AfterFunc(ctx, func() { b.leave(w) })
+}
+
+// addLocked adds w to the waiters, with defaults for what it leaves out,
+// and starts the dispatcher if it is not running. b.mu is held.
+func (b *Budget) addLocked(w *budgetWaiter) {
+	if w.prio == nil {
+		w.prio = func() Priority { return PriorityIntermediate }
+	}
+	if w.since.IsZero() {
+		w.since = time.Now()
+	}
 	b.seq++
-	w := &budgetWaiter{prio: prio, since: since, seq: b.seq, notify: f}
+	w.seq = b.seq
 	b.waiters = append(b.waiters, w)
-	w.stop = context.AfterFunc(ctx, func() {
-		b.mu.Lock()
-		b.remove(w)
-		b.mu.Unlock()
-		select {
-		case b.gone <- struct{}{}:
-		default:
-		}
-	})
 	if !b.running {
 		b.running = true
 		go b.dispatch()
 	}
+}
+
+// leave takes w off the waiters (its asker gave up) and lets the
+// dispatcher look again.
+func (b *Budget) leave(w *budgetWaiter) {
+	b.mu.Lock()
+	b.remove(w)
 	b.mu.Unlock()
+	select {
+	case b.gone <- struct{}{}:
+	default:
+	}
 }
 
 // remove takes w off the waiters, if it is one. b.mu is held.
