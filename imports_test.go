@@ -25,8 +25,9 @@ var allowed = map[string][]string{
 	"httphost":           {},
 	"internal/serial":    {},
 	"agent":              {"todo", "internal/serial"},
-	"store":              {"agent", "todo", "internal/serial"},
-	"etcdstore":          {"agent", "todo", "internal/serial"},
+	"store":              {"agent", "todo", "internal/serial", "internal/boardrec"},
+	"etcdstore":          {"agent", "todo", "internal/serial", "internal/boardrec"},
+	"internal/boardrec":  {},
 	"internal/storetest": {"agent", "todo", "internal/serial"},
 	"internal/etcdtest":  {},
 	"mcp":                {"agent", "todo", "internal/serial", "config"},
@@ -35,21 +36,21 @@ var allowed = map[string][]string{
 	"adapters/web":       {"chat", "agent", "todo", "internal/serial"},
 	"adapters/slack":     {"chat", "agent", "todo", "internal/serial"},
 	"adapters/discord":   {"chat", "agent", "todo", "internal/serial"},
-	"replica":            {"chat", "agent", "todo", "internal/serial", "etcdstore"},
+	"replica":            {"chat", "agent", "todo", "internal/serial", "etcdstore", "internal/boardrec"},
 	"internal/golden":    {},
 	// migrate copies the bbolt store into etcd (bot migrate -to etcd):
 	// the one package that holds both stores. tracing wraps the
 	// OpenTelemetry SDK and imports nothing of ours.
-	"migrate": {"store", "etcdstore", "agent", "todo", "internal/serial"},
+	"migrate": {"store", "etcdstore", "agent", "todo", "internal/serial", "internal/boardrec"},
 	"tracing": {},
 	// doctor is `bot doctor`, the settings' checks without serving: it
 	// asks the platforms over plain HTTP, so it knows no adapter.
-	"doctor": {"config", "agent", "todo", "internal/serial", "mcp", "store", "etcdstore"},
+	"doctor": {"config", "agent", "todo", "internal/serial", "mcp", "store", "etcdstore", "internal/boardrec"},
 	// demo is the scripted model of bot -demo.
 	"demo": {"agent", "todo", "internal/serial"},
 	// metrics is the Prometheus series: it measures the agent, chat's
 	// deliveries, the MCP servers and the replica; cmd/bot wires it.
-	"metrics":              {"agent", "chat", "mcp", "etcdstore", "todo", "internal/serial", "config"},
+	"metrics":              {"agent", "chat", "mcp", "etcdstore", "todo", "internal/serial", "config", "internal/boardrec"},
 	"internal/plantest":    {"chat", "agent", "todo", "internal/serial"},
 	"internal/inboxtest":   {"chat", "agent", "todo", "internal/serial"},
 	"internal/fakeopenai":  {},

@@ -152,7 +152,7 @@ func Run(ctx context.Context, environ []string, opts Options) *Report {
 		opts.Env = os.Getenv
 	}
 	r := &Report{}
-	cfg, problems, err := config.Diagnose(lookup(environ))
+	cfg, problems, err := config.Diagnose(config.Lookup(environ))
 	if err != nil {
 		r.add("settings", "PINPLAN_CONFIG", Failed, "PINPLAN_CONFIG", err.Error()+"; nothing else was checked")
 		return r
@@ -248,17 +248,4 @@ func dropKeys(problems []config.Problem, keys ...string) []config.Problem {
 		}
 	}
 	return out
-}
-
-// lookup is os.Getenv over environ: the first entry of a name wins.
-func lookup(environ []string) func(string) string {
-	m := make(map[string]string, len(environ))
-	for _, kv := range environ {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			if _, dup := m[k]; !dup {
-				m[k] = v
-			}
-		}
-	}
-	return func(k string) string { return m[k] }
 }

@@ -2,8 +2,6 @@ package doctor
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -65,7 +63,7 @@ func (d *doctor) etcd(ctx context.Context) {
 	cc := clientv3.Config{Endpoints: cfg.EtcdEndpoints, DialTimeout: d.opts.EtcdTimeout, Logger: zap.NewNop(),
 		Username: cfg.EtcdUsername, Password: cfg.EtcdPassword.Reveal()}
 	if cfg.EtcdCA != "" || cfg.EtcdCert != "" {
-		tc, setting, err := etcdTLS(cfg)
+		tc, setting, err := etcdstore.ClientTLS(cfg.EtcdCA, cfg.EtcdCert, cfg.EtcdKey)
 		if err != nil {
 			d.r.add("store", "etcd", Failed, setting, err.Error())
 			return
@@ -90,7 +88,7 @@ func (d *doctor) etcd(ctx context.Context) {
 	for _, ep := range cli.Endpoints() {
 		if st, err := cli.Status(gctx, ep); err == nil {
 			version = "etcd " + st.Version
-			if etcdBefore35(st.Version) {
+			if etcdstore.Before35(st.Version) {
 				d.r.add("store", "etcd", Warning, "", fmt.Sprintf("reachable at %s, but %s is older than 3.5: it answers pinplan's calls, but only 3.5 and later are supported and tested", at, version))
 				version = ""
 			}
@@ -134,40 +132,4 @@ func (d *doctor) prefix(ctx context.Context, cli *clientv3.Client, schema *clien
 		return
 	}
 	d.r.add("store", "etcd prefix", OK, setting, fmt.Sprintf("%s is pinplan's (schema %d)", p, v))
-}
-
-// etcdTLS is the client's TLS from PINPLAN_ETCD_CA, _CERT and _KEY, and
-// the setting to change when one cannot be read.
-func etcdTLS(cfg *config.Config) (*tls.Config, string, error) {
-	tc := &tls.Config{MinVersion: tls.VersionTLS12}
-	if cfg.EtcdCA != "" {
-		pem, err := os.ReadFile(cfg.EtcdCA)
-		if err != nil {
-			return nil, "PINPLAN_ETCD_CA", err
-		}
-		tc.RootCAs = x509.NewCertPool()
-		if !tc.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, "PINPLAN_ETCD_CA", fmt.Errorf("%s holds no PEM certificate", cfg.EtcdCA)
-		}
-	}
-	if cfg.EtcdCert != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.EtcdCert, cfg.EtcdKey)
-		if err != nil {
-			return nil, "PINPLAN_ETCD_CERT, PINPLAN_ETCD_KEY", err
-		}
-		tc.Certificates = []tls.Certificate{cert}
-	}
-	return tc, "", nil
-}
-
-// etcdBefore35 reports whether an etcd version ("3.4.23") is before 3.5;
-// a version it cannot read is not.
-func etcdBefore35(v string) bool {
-	parts := strings.SplitN(v, ".", 3)
-	if len(parts) < 2 {
-		return false
-	}
-	major, err1 := strconv.Atoi(parts[0])
-	minor, err2 := strconv.Atoi(parts[1])
-	return err1 == nil && err2 == nil && (major < 3 || major == 3 && minor < 5)
 }

@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/internal/boardrec"
 )
 
 // The indexes of the sessions with work left, a key each, written in the
@@ -127,7 +128,7 @@ func (s *Store) buildIndexes(ctx context.Context) error {
 		return err
 	}
 	err = s.rangeAll(ctx, s.p+"board/", func(kv *mvccpb.KeyValue) error {
-		if boardPending(kv.Value) {
+		if boardrec.Pending(kv.Value) {
 			return add(s.indexOp(idxBoards, s.sessionOf("board", kv.Key), true))
 		}
 		return nil
@@ -136,27 +137,4 @@ func (s *Store) buildIndexes(ctx context.Context) error {
 		return err
 	}
 	return flush()
-}
-
-// boardPending is chat.BoardPending as far as the store can tell without
-// chat: content wanted that differs from what is shown (as stored), a
-// message not pinned, or earlier messages to restore or unpin. An
-// unreadable record has work left.
-func boardPending(raw []byte) bool {
-	var rec struct {
-		Ref struct {
-			ID string `json:"id"`
-		} `json:"ref"`
-		Pinned         bool              `json:"pinned"`
-		PinUnavailable bool              `json:"pin_unavailable"`
-		Shown          json.RawMessage   `json:"shown"`
-		Want           json.RawMessage   `json:"want"`
-		Unpin          []json.RawMessage `json:"unpin"`
-		Restore        []json.RawMessage `json:"restore"`
-	}
-	if json.Unmarshal(raw, &rec) != nil {
-		return true
-	}
-	return len(rec.Unpin) > 0 || len(rec.Restore) > 0 || (rec.Ref.ID != "" && !rec.Pinned && !rec.PinUnavailable) ||
-		(len(rec.Want) > 0 && string(rec.Want) != "null" && string(rec.Want) != string(rec.Shown))
 }

@@ -1,12 +1,12 @@
 package store
 
 import (
-	"bytes"
 	"encoding/json"
 
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/internal/boardrec"
 )
 
 // The indexes of the sessions with work left, one bucket each, keyed by
@@ -94,29 +94,6 @@ func buildIndexes(tx *bolt.Tx) error {
 			return err
 		}
 		raw := sb.Get(kBoard)
-		return mark(tx, bPendingBoards, key, raw != nil && boardPending(raw))
+		return mark(tx, bPendingBoards, key, raw != nil && boardrec.Pending(raw))
 	})
-}
-
-// boardPending is chat.BoardPending as far as the store can tell without
-// chat: content wanted that differs from what is shown (as stored), a
-// message not pinned, or earlier messages to restore or unpin. An
-// unreadable record has work left.
-func boardPending(raw []byte) bool {
-	var rec struct {
-		Ref struct {
-			ID string `json:"id"`
-		} `json:"ref"`
-		Pinned         bool              `json:"pinned"`
-		PinUnavailable bool              `json:"pin_unavailable"`
-		Shown          json.RawMessage   `json:"shown"`
-		Want           json.RawMessage   `json:"want"`
-		Unpin          []json.RawMessage `json:"unpin"`
-		Restore        []json.RawMessage `json:"restore"`
-	}
-	if json.Unmarshal(raw, &rec) != nil {
-		return true
-	}
-	return len(rec.Unpin) > 0 || len(rec.Restore) > 0 || (rec.Ref.ID != "" && !rec.Pinned && !rec.PinUnavailable) ||
-		(len(rec.Want) > 0 && !bytes.Equal(rec.Want, []byte("null")) && !bytes.Equal(rec.Want, rec.Shown))
 }

@@ -18,7 +18,7 @@ import (
 // startMCP makes the MCP servers' manager and starts connecting them.
 func startMCP(cfg *config.Config, registry *agent.Registry, met *metrics.Metrics, getenv func(string) string, later func(func()), log *slog.Logger) (*mcp.Manager, error) {
 	// The Manager adds component=mcp to its lines itself.
-	servers := mcp.New(mcp.Options{Servers: mcpServers(cfg), ResultBytes: cfg.ToolResultBytes, Timeout: cfg.ToolTimeout,
+	servers := mcp.New(mcp.Options{Servers: mcp.FromConfig(cfg.MCP), ResultBytes: cfg.ToolResultBytes, Timeout: cfg.ToolTimeout,
 		StartupTimeout: cfg.MCPStartup, Logger: log, Hooks: met.MCPHooks(), Env: getenv})
 	later(func() { servers.Close() })
 	if len(cfg.MCP) > 0 {

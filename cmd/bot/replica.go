@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -28,23 +25,9 @@ func dialEtcd(ctx context.Context, cfg *config.Config) (*clientv3.Client, error)
 	cc := clientv3.Config{Endpoints: cfg.EtcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 		Username: cfg.EtcdUsername, Password: cfg.EtcdPassword.Reveal(), DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 3 * time.Second}
 	if cfg.EtcdCA != "" || cfg.EtcdCert != "" {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12}
-		if cfg.EtcdCA != "" {
-			pem, err := os.ReadFile(cfg.EtcdCA)
-			if err != nil {
-				return nil, fmt.Errorf("PINPLAN_ETCD_CA: %w", err)
-			}
-			tc.RootCAs = x509.NewCertPool()
-			if !tc.RootCAs.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("PINPLAN_ETCD_CA: %s holds no PEM certificate", cfg.EtcdCA)
-			}
-		}
-		if cfg.EtcdCert != "" {
-			cert, err := tls.LoadX509KeyPair(cfg.EtcdCert, cfg.EtcdKey)
-			if err != nil {
-				return nil, fmt.Errorf("PINPLAN_ETCD_CERT, PINPLAN_ETCD_KEY: %w", err)
-			}
-			tc.Certificates = []tls.Certificate{cert}
+		tc, setting, err := etcdstore.ClientTLS(cfg.EtcdCA, cfg.EtcdCert, cfg.EtcdKey)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", setting, err)
 		}
 		cc.TLS = tc
 	}
@@ -73,28 +56,13 @@ func warnOldEtcd(ctx context.Context, cli *clientv3.Client, log *slog.Logger) {
 		if err != nil {
 			continue
 		}
-		if etcdBefore35(st.Version) {
+		if etcdstore.Before35(st.Version) {
 			log.Warn("etcd is older than 3.5: it answers pinplan's calls, but only 3.5 and later are supported and tested; upgrade when you can", "etcd_version", st.Version, "endpoint", config.RedactURL(ep))
 		} else {
 			log.Debug("etcd version", "etcd_version", st.Version)
 		}
 		return
 	}
-}
-
-// etcdBefore35 reports whether an etcd version ("3.4.23") is before 3.5.
-// A version it cannot read is not.
-func etcdBefore35(v string) bool {
-	parts := strings.SplitN(v, ".", 3)
-	if len(parts) < 2 {
-		return false
-	}
-	major, err1 := strconv.Atoi(parts[0])
-	minor, err2 := strconv.Atoi(parts[1])
-	if err1 != nil || err2 != nil {
-		return false
-	}
-	return major < 3 || major == 3 && minor < 5
 }
 
 // replicaID is PINPLAN_REPLICA_ID, or the host name and pid.

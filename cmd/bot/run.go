@@ -22,31 +22,6 @@ import (
 	"github.com/pinplan/pinplan/store"
 )
 
-// mcpServers turns the [mcp.<name>] tables into the mcp package's servers.
-func mcpServers(cfg *config.Config) []mcp.Server {
-	var out []mcp.Server
-	for _, c := range cfg.MCP {
-		s := mcp.Server{Name: c.Name, Command: c.Command, URL: c.URL, Policy: c.Policy, Tools: c.Tools}
-		if c.Env != nil {
-			s.Env = map[string]string{}
-			for k, v := range c.Env {
-				s.Env[k] = v.Reveal()
-			}
-		}
-		if c.Headers != nil {
-			s.Headers = map[string]string{}
-			for k, v := range c.Headers {
-				s.Headers[k] = v.Reveal()
-			}
-		}
-		for _, v := range c.Secrets {
-			s.Secrets = append(s.Secrets, v.Reveal())
-		}
-		out = append(out, s)
-	}
-	return out
-}
-
 // commands are bot's subcommands, in the order the usage lists them. Each
 // parses its own flags: -h prints its usage (exit 0), an unknown flag or
 // an extra argument is an error (exit 1) that names it.
@@ -156,7 +131,7 @@ func versionOf(bi *debug.BuildInfo) string {
 // stdout and return nil; a bad command line prints the usage to stderr
 // and returns an error.
 func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
-	getenv := lookup(environ)
+	getenv := config.Lookup(environ)
 	fs := flag.NewFlagSet("bot", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { usage(stderr) }
@@ -311,20 +286,6 @@ func warnUnknown(cfg *config.Config, environ []string, stderr io.Writer) {
 		}
 		log.Warn("not a setting of pinplan's; ignored", "env", u.Name, "hint", hint)
 	}
-}
-
-// lookup is os.Getenv over environ (KEY=value entries; the first of a
-// name wins, as in the process environment).
-func lookup(environ []string) func(string) string {
-	m := make(map[string]string, len(environ))
-	for _, kv := range environ {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			if _, dup := m[k]; !dup {
-				m[k] = v
-			}
-		}
-	}
-	return func(k string) string { return m[k] }
 }
 
 func known(name string) bool {

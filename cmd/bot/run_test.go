@@ -79,7 +79,7 @@ url = "http://127.0.0.1:9/mcp"
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := mcpServers(cfg)
+	got := mcp.FromConfig(cfg.MCP)
 	want := []mcp.Server{ // config sorts the servers by name
 		{Name: "fs", Command: []string{"npx", "-y", "@modelcontextprotocol/server-filesystem", "/srv/docs"},
 			Env: map[string]string{"FS_KEY": key, "MODE": "ro"}, Tools: map[string]string{"read_text_file": "allow", "write_file": "deny"},
@@ -90,7 +90,7 @@ url = "http://127.0.0.1:9/mcp"
 	}
 	if !reflect.DeepEqual(got, want) {
 		// %#v of an mcp.Server hides its values; print the fields.
-		t.Errorf("mcpServers =\n%s\nwant\n%s", describeServers(got), describeServers(want))
+		t.Errorf("mcp.FromConfig =\n%s\nwant\n%s", describeServers(got), describeServers(want))
 	}
 }
 

@@ -36,14 +36,6 @@ func TestVersionOf(t *testing.T) {
 	}
 }
 
-func TestEtcdBefore35(t *testing.T) {
-	for v, want := range map[string]bool{"3.4.23": true, "3.3.0": true, "2.3.8": true, "3.5.0": false, "3.6.4": false, "3.7.3": false, "4.0.0": false, "": false, "x.y": false} {
-		if got := etcdBefore35(v); got != want {
-			t.Errorf("etcdBefore35(%q) = %t, want %t", v, got, want)
-		}
-	}
-}
-
 // TestWarnOldEtcdAsksTheCluster: the start reads the version of a real
 // etcd (the embedded one of go.mod, 3.7) and does not warn of it.
 func TestWarnOldEtcdAsksTheCluster(t *testing.T) {
