@@ -810,6 +810,9 @@ func (b *Board) slot(m Method, prio Priority) error {
 	bud.Notify(b.ctx, req.Priority, since, func() {
 		b.mu.Lock()
 		defer b.mu.Unlock()
+		if b.ctx.Err() != nil || !b.asking[m] {
+			return // stopped (fenced, forgotten, shut down) as the slot came
+		}
 		delete(b.asking, m)
 		b.granted[m] = true
 		b.wantVer++ // the loop has this slot to use
