@@ -12,7 +12,7 @@
 // when anything was lost or duplicated, or a Slack call was sent inside
 // a 429's Retry-After.
 //
-//	go run ./cmd/soak -threads 100 -duration 2m   # the short form CI runs
+//	go run ./cmd/soak -threads 100 -duration 100s -kill-every 40s -drop-every 60s   # the short form CI runs
 //	go run ./cmd/soak -replicas 3                 # an hour, three replicas
 //
 // Everything is on loopback and ends by itself. It is a command, not a
@@ -152,6 +152,6 @@ calls sent inside a 429's Retry-After (exit 1 unless all three are 0),
 RSS and goroutines over time (report.json and a PNG), p50/p99 of
 revision->edit and reply delivery, CPU per 1,000 model rounds.
 
-  go run ./cmd/soak -threads 100 -duration 2m -kill-every 40s   # CI's short form
+  go run ./cmd/soak -threads 100 -duration 100s -kill-every 40s -drop-every 60s   # CI's short form
   go run ./cmd/soak                                             # one process, an hour
   go run ./cmd/soak -replicas 3                                 # three replicas, an hour`
