@@ -487,6 +487,7 @@ func (b *Board) loop() {
 		b.mu.Lock()
 		if b.doneVer == b.wantVer || ctx.Err() != nil {
 			b.running = false
+			clear(b.granted) // a slot this run did not use was not needed (the message moved on, or none to pin)
 			b.idle.Broadcast()
 			b.notifyLocked()
 			b.mu.Unlock()
@@ -525,7 +526,7 @@ func (b *Board) loop() {
 			later++
 			if later <= maxEditLater {
 				b.log.Info("plan message edits refused for now; backing off", "attempt", later, "err", err)
-				sleep(ctx, b.owner.opts.EditLaterDelay<<(later-1))
+				b.backOff(ctx, b.owner.opts.EditLaterDelay<<(later-1))
 				continue
 			}
 			later = 0
@@ -562,7 +563,7 @@ func (b *Board) loop() {
 				b.hooks.RateLimitWait(rec.Thread.Platform, retryAfter)
 			}
 			b.log.Info("plan board rate limited", "retry_after", retryAfter)
-			sleep(ctx, b.owner.backoff(maxBoardBackoff).Wait(failures, err))
+			b.backOff(ctx, b.owner.backoff(maxBoardBackoff).Wait(failures, err))
 		case outcome == MessageGone:
 			reposts++
 			b.log.Warn("plan message gone; posting a new one", "ref", ref.ID, "repost", reposts, "err", err)
@@ -590,7 +591,7 @@ func (b *Board) loop() {
 				}
 				continue
 			}
-			sleep(ctx, b.owner.backoff(maxBoardBackoff).Wait(failures, err))
+			b.backOff(ctx, b.owner.backoff(maxBoardBackoff).Wait(failures, err))
 		}
 	}
 }
@@ -784,6 +785,9 @@ func (b *Board) slot(m Method, prio Priority) error {
 	if b.pacer == nil {
 		return nil
 	}
+	if b.ctx.Err() != nil {
+		return errSlotLater // a stopped board asks for nothing: nothing is owed here
+	}
 	b.mu.Lock()
 	th, since := b.rec.Thread, b.pending
 	switch {
@@ -814,6 +818,11 @@ func (b *Board) slot(m Method, prio Priority) error {
 			return // stopped (fenced, forgotten, shut down) as the slot came
 		}
 		delete(b.asking, m)
+		b.owner.closeMu.RLock()
+		defer b.owner.closeMu.RUnlock()
+		if b.owner.closing {
+			return // Close waits for the loops running now, not new ones; the next start pins it
+		}
 		b.granted[m] = true
 		b.wantVer++ // the loop has this slot to use
 		b.runLocked()
@@ -964,6 +973,21 @@ func sameContent(a, b Plan) bool {
 		}
 	}
 	return true
+}
+
+// backOff waits d before the loop tries again. The sends waiting for the
+// message to show their turn's state (await) go on meanwhile: the
+// platform refuses or fails the board's requests for now, and an answer
+// is not held for a plan it will not show soon.
+func (b *Board) backOff(ctx context.Context, d time.Duration) {
+	b.mu.Lock()
+	for _, w := range b.awaiting {
+		close(w.ready)
+	}
+	clear(b.awaiting)
+	b.awaiting = b.awaiting[:0]
+	b.mu.Unlock()
+	sleep(ctx, d)
 }
 
 func sleep(ctx context.Context, d time.Duration) {

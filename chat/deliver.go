@@ -439,7 +439,7 @@ func (r *Router) apply(s *session, e agent.Event, have map[int64]bool) []queued 
 		r.liveText(s, th, trigger, e)
 	case agent.Notice:
 		if e.Text != "" && !have[e.Seq] {
-			return awaitPlan(r.outbox.hold(th, trigger, e.Text, 0, e.Seq), b.wanted())
+			return awaitPlan(r.outbox.hold(th, trigger, e.Text, 0, e.Seq), b)
 		}
 	case agent.ApprovalNeeded:
 		b.waiting(e)
@@ -474,16 +474,17 @@ func (r *Router) apply(s *session, e agent.Event, have map[int64]bool) []queued 
 		}
 		b.turnEnded(e)
 		r.turnOver(ctx, s, th, indicated, e)
-		return awaitPlan(reply, b.wanted()) // the final state, first
+		return awaitPlan(reply, b) // the final state, first
 	}
 	return nil
 }
 
-// awaitPlan makes the items wait for version ver of the plan board's
-// content: what it wanted when they were written.
-func awaitPlan(qs []queued, ver uint64) []queued {
+// awaitPlan makes the items wait for what board b wants now: the plan
+// state the log had when they were written.
+func awaitPlan(qs []queued, b *Board) []queued {
+	ver := b.wanted()
 	for i := range qs {
-		qs[i].plan = ver
+		qs[i].plan, qs[i].board = ver, b
 	}
 	return qs
 }

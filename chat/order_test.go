@@ -3,6 +3,7 @@ package chat
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -362,4 +363,19 @@ func TestAnswerAfterItsFinalState(t *testing.T) {
 	if other := slices.IndexFunc(order, func(o string) bool { return o == "edit:m2:2:working" }); other >= 0 && other < final {
 		t.Errorf("calls %v; want the final state an answer waits for before another thread's revision", order)
 	}
+}
+
+// TestAnswerNotHeldByABoardBackingOff: when the platform fails the edit
+// of the final state and the board backs off before it tries again, the
+// answer waiting for that edit goes on: it is not held for a plan the
+// platform will not show soon.
+func TestAnswerNotHeldByABoardBackingOff(t *testing.T) {
+	p := &fakePlatform{editErr: func(int) error { return errors.New("503 from the platform") }}
+	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Minute, Outbox: &chattest.Outbox{}})
+	t.Cleanup(r.Close)
+	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	observe(r, chattest.Revision("test/1", 1))
+	waitUntil(t, func() bool { return p.count("post") == 1 })
+	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "the answer"})
+	waitUntil(t, func() bool { return p.count("reply") == 1 })
 }

@@ -83,10 +83,11 @@ type outboxItem struct {
 type queued struct {
 	id   uint64
 	item outboxItem
-	// plan is the version of the plan board's content the item waits
-	// for (Board.await): its turn's final state, for an answer; 0 for
-	// the plan's first post only.
-	plan uint64
+	// plan is the version of board's content the item waits for
+	// (Board.await): its turn's final state, for an answer; 0 for the
+	// plan's first post only.
+	plan  uint64
+	board *Board
 	// stored: read back from the store (a restart, or a session taken
 	// over from another replica), so an earlier attempt may have landed.
 	stored bool
@@ -281,13 +282,7 @@ func (o *outbox) send(ctx context.Context, q queued) {
 		// §6): the answer waits for that edit, which goes first in the
 		// edit budget while it does. An answer read back from the store
 		// waits for what the board wants now.
-		ver := q.plan
-		if ver == 0 && q.stored && (it.Turn > 0 || it.Seq > 0) {
-			if s := o.r.session(th.Key, nil); s != nil {
-				ver = s.board.wanted()
-			}
-		}
-		o.r.planShown(ctx, th.Key, ver)
+		o.r.planShown(ctx, th.Key, o.planVersion(q))
 	}
 	pacer := caps.Paced
 	op := "reply"
@@ -423,6 +418,22 @@ func (o *outbox) closeLive(ctx context.Context, q queued, p Platform) {
 			log.Warn("remove a live reply's close item", "err", err)
 		}
 	}
+}
+
+// planVersion is the version of the session's board content q waits
+// for: the one recorded with it, or, for an answer read back from the
+// store or held by a board that has been replaced since (a takeover, an
+// eviction: versions count afresh on each board), what the board wants
+// now.
+func (o *outbox) planVersion(q queued) uint64 {
+	s := o.r.session(q.item.Thread.Key, nil)
+	if s == nil || q.board == s.board {
+		return q.plan
+	}
+	if q.item.Turn > 0 || q.item.Seq > 0 {
+		return s.board.wanted()
+	}
+	return 0
 }
 
 // planShown waits until the session's plan message shows version ver of

@@ -123,6 +123,10 @@ type Router struct {
 	ctx       context.Context
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup // board loops
+	// closing: Close has begun, and a budget's slot that comes now
+	// starts no board loop (Board.slot); closeMu orders the two.
+	closeMu sync.RWMutex
+	closing bool
 
 	logs LogStore // nil: no log to read, cursors in memory
 	// delivery is the sessions' deliverers (deliver.go), by session key;
@@ -210,6 +214,9 @@ const drainTimeout = 5 * time.Second
 // not delivered by then stay stored for the next start), then stops them
 // and waits. Call it after the runner has stopped publishing.
 func (r *Router) Close() {
+	r.closeMu.Lock()
+	r.closing = true
+	r.closeMu.Unlock()
 	done := make(chan struct{})
 	go func() {
 		r.delivery.Wait(context.Background())
