@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -67,6 +68,38 @@ func TestIndexesBuiltForAnOlderPrefix(t *testing.T) {
 		}
 	}
 	if resp, err := cli.Get(ctx, schemaKey(p)); err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "2" {
+		t.Errorf("schema after the upgrade = %v, %v; want 2", resp, err)
+	}
+}
+
+// TestUpgradeWaitsForOlderReplicas: a prefix of schema 1 that a replica
+// of an older pinplan still serves is not upgraded (that replica would
+// not keep the indexes): the store says so and which replica; once it is
+// gone, the upgrade goes through.
+func TestUpgradeWaitsForOlderReplicas(t *testing.T) {
+	ctx := context.Background()
+	cli := shared(t)
+	p := prefix(t)
+	if _, err := New(ctx, cli, Options{Prefix: p}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, schemaKey(p), "1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, p+"replicas/old-one", "2026-12-01T00:00:00Z"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := New(ctx, cli, Options{Prefix: p})
+	if err == nil || !strings.Contains(err.Error(), "old-one") || !strings.Contains(err.Error(), "rolling deploy") {
+		t.Fatalf("New with an older replica serving = %v; want an error naming it", err)
+	}
+	if _, err := cli.Delete(ctx, p+"replicas/old-one"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(ctx, cli, Options{Prefix: p}); err != nil {
+		t.Fatalf("New once it stopped: %v", err)
+	}
+	if resp, err := cli.Get(ctx, schemaKey(p)); err != nil || string(resp.Kvs[0].Value) != "2" {
 		t.Errorf("schema after the upgrade = %v, %v; want 2", resp, err)
 	}
 }

@@ -137,7 +137,10 @@ func New(ctx context.Context, cli *clientv3.Client, opts Options) (*Store, error
 
 // upgrade brings a prefix of schema 1 to this one: it builds the indexes
 // of the sessions with work left, then moves the schema on (replicas that
-// start together may both build them: the same keys).
+// start together may both build them: the same keys). A replica of an
+// older pinplan still serving the prefix would not keep the indexes, so
+// the upgrade waits for every one of them to stop: a rolling deploy
+// cannot cross it.
 func (s *Store) upgrade(ctx context.Context) error {
 	resp, err := s.cli.Get(ctx, schemaKey(s.p))
 	if err != nil {
@@ -145,6 +148,19 @@ func (s *Store) upgrade(ctx context.Context) error {
 	}
 	if len(resp.Kvs) == 0 || string(resp.Kvs[0].Value) != "1" {
 		return nil
+	}
+	live, err := s.cli.Get(ctx, s.p+"replicas/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return fmt.Errorf("etcdstore: open %s: %w", s.p, err)
+	}
+	var others []string
+	for _, kv := range live.Kvs {
+		if id := s.sessionOf("replicas", kv.Key); s.rep == nil || id != s.rep.id {
+			others = append(others, id)
+		}
+	}
+	if len(others) > 0 {
+		return fmt.Errorf("etcdstore: %s is at schema 1 and replicas %v still serve it with an older pinplan, which would not keep the indexes this one reads: stop them, then start this version (it builds the indexes once); a rolling deploy cannot cross this upgrade", s.p, others)
 	}
 	if err := s.buildIndexes(ctx); err != nil {
 		return fmt.Errorf("etcdstore: build the indexes of sessions with work left in %s: %w", s.p, err)
