@@ -122,9 +122,10 @@ type Board struct {
 	// first".
 	pending time.Time
 	// asking names the methods (pin, unpin) whose budget the board asked
-	// for a slot without waiting (slot); granted, those it was given a
+	// for a slot without waiting (slot); granted, when it was given a
 	// slot of and has not used yet.
-	asking, granted map[Method]bool
+	asking  map[Method]bool
+	granted map[Method]time.Time
 	running         bool
 	idle            *sync.Cond // signalled when running goes false
 	// shownVer is the newest wanted version the message shows, or that
@@ -138,6 +139,11 @@ type awaiter struct {
 	ver   uint64 // 0: for the plan's first post only
 	ready chan struct{}
 }
+
+// slotFresh is how long a slot a budget gave may wait for its call: one
+// made later would land in a later window of the platform's count beside
+// the slots given then, and pass its limit.
+const slotFresh = time.Second
 
 // errSlotLater ends an apply that needs a slot of a budget that has none
 // now (a pin, an unpin): the board asked to be told when it has one
@@ -671,6 +677,15 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan, ver uint6
 			rec.Ref, rec.Shown = ref, want
 		}
 	}
+	if b.holdsSlot(MethodPin) {
+		// A pin slot the budget gave is used now, not after an edit
+		// that may wait for its own budget: a slot used late would land
+		// in a later window of the platform's count (Slack's Tier 2)
+		// beside the slots given then.
+		if err := b.pin(ctx, &rec); err != nil {
+			return rec.Ref, err
+		}
+	}
 	if !sameContent(rec.Shown, want) {
 		if err := b.pace(ctx, MethodEdit, b.priority); err != nil {
 			return rec.Ref, err
@@ -790,24 +805,31 @@ func (b *Board) slot(m Method, prio Priority) error {
 	}
 	b.mu.Lock()
 	th, since := b.rec.Thread, b.pending
+	req := Request{Thread: th, Method: m, Priority: func() Priority { return prio }, Since: since}
 	switch {
-	case b.granted[m]:
+	case !b.granted[m].IsZero():
+		given := b.granted[m]
 		delete(b.granted, m)
 		b.mu.Unlock()
-		return nil
+		if bud := b.pacer.Budget(req); bud == nil || !bud.Held() && time.Since(given) < slotFresh {
+			return nil
+		}
+		// A 429 came for this budget since the slot was given (the
+		// slot is not used inside its Retry-After), or the slot waited
+		// too long for the call (an edit went first): ask again.
+		b.mu.Lock()
 	case b.asking[m]:
 		b.mu.Unlock()
 		return errSlotLater
 	}
 	b.mu.Unlock()
-	req := Request{Thread: th, Method: m, Priority: func() Priority { return prio }, Since: since}
 	bud := b.pacer.Budget(req)
 	if bud == nil || bud.TryNow(0) {
 		return nil
 	}
 	b.mu.Lock()
 	if b.asking == nil {
-		b.asking, b.granted = map[Method]bool{}, map[Method]bool{}
+		b.asking, b.granted = map[Method]bool{}, map[Method]time.Time{}
 	}
 	b.asking[m] = true
 	b.mu.Unlock()
@@ -823,11 +845,19 @@ func (b *Board) slot(m Method, prio Priority) error {
 		if b.owner.closing {
 			return // Close waits for the loops running now, not new ones; the next start pins it
 		}
-		b.granted[m] = true
+		b.granted[m] = time.Now()
 		b.wantVer++ // the loop has this slot to use
 		b.runLocked()
 	})
 	return errSlotLater
+}
+
+// holdsSlot reports whether the budget gave the board a slot of method
+// m that it has not used yet.
+func (b *Board) holdsSlot(m Method) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return !b.granted[m].IsZero()
 }
 
 // owesSlot reports whether the board waits for a budget's slot (slot).

@@ -133,6 +133,14 @@ func (b *Budget) Hold(d time.Duration) {
 	}
 }
 
+// Held reports whether the budget gives no slot now: a 429's
+// Retry-After holds it.
+func (b *Budget) Held() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return time.Now().Before(b.hold)
+}
+
 // TryNow takes a slot if one is free now, with reserve more left for
 // the requests that wait for theirs, and no one is waiting: for a request
 // that would rather go later with more (a live reply's next edit) than

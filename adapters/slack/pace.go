@@ -13,6 +13,10 @@ import (
 // each), reactions.add in Tier 3 (45) and reactions.remove in Tier 2
 // (18), and chat.postMessage at about one a second per channel with
 // short bursts.
+// Pins go one at a time (a burst of 1): a board that owes a pin is given
+// its slot ahead of the call (chat.Budget.Notify), and the call may come
+// a little after the slot; the burst left unused keeps those calls
+// inside Slack's window of about 20 a minute.
 // A plan's first post and a reply wait on their channel's posts only,
 // never behind other threads' edits. Within a budget the board's
 // priorities decide who goes next (chat.Budget). A 429 holds its method
@@ -20,7 +24,7 @@ import (
 const (
 	editBurst         = 5
 	pinsPerMinute     = 18
-	pinBurst          = 2
+	pinBurst          = 1
 	reactsPerMinute   = 45 // reactions.add, Tier 3
 	reactBurst        = 5
 	unreactsPerMinute = 18 // reactions.remove, Tier 2
