@@ -126,8 +126,8 @@ type Board struct {
 	// slot of and has not used yet.
 	asking  map[Method]bool
 	granted map[Method]time.Time
-	running         bool
-	idle            *sync.Cond // signalled when running goes false
+	running bool
+	idle    *sync.Cond // signalled when running goes false
 	// shownVer is the newest wanted version the message shows, or that
 	// the board gave up on: what a thread's answer waits for (await).
 	shownVer uint64
