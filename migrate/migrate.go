@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/etcdstore"
@@ -62,10 +61,18 @@ func Sessions(ctx context.Context, db *store.DB, es *etcdstore.Store) (Counts, e
 	if err != nil {
 		return Counts{}, err
 	}
+	keys, err := db.PendingBoards(ctx)
+	if err != nil {
+		return Counts{}, err
+	}
+	pending := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		pending[k] = true
+	}
 	var c Counts
 	for _, in := range infos {
 		key := in.Checkpoint.Key
-		n, err := Session(ctx, db, es, key)
+		n, err := Session(ctx, db, es, key, pending[key])
 		if err != nil {
 			return c, fmt.Errorf("session %s: %w", key, err)
 		}
@@ -80,9 +87,10 @@ func Sessions(ctx context.Context, db *store.DB, es *etcdstore.Store) (Counts, e
 
 // Session copies one session and reads it back: its record, history,
 // plan revisions, the log past its delivery cursor and the cursor,
-// queued messages, plan board, cards and listing, and the archived
-// histories a reset kept.
-func Session(ctx context.Context, db *store.DB, es *etcdstore.Store, key string) (Counts, error) {
+// queued messages, plan board (with work left if pendingBoard, as the
+// file's index says), cards and listing, and the archived histories a
+// reset kept.
+func Session(ctx context.Context, db *store.DB, es *etcdstore.Store, key string, pendingBoard bool) (Counts, error) {
 	cp, hist, inbox, err := db.Load(ctx, key)
 	if err != nil {
 		return Counts{}, err
@@ -121,12 +129,7 @@ func Session(ctx context.Context, db *store.DB, es *etcdstore.Store, key string)
 		load func(context.Context, string) ([]byte, error)
 		save func(context.Context, string, []byte) error
 	}{{db.Board, func(ctx context.Context, key string, data []byte) error {
-		// With work left as the file's index says (a migrate runs once).
-		pending, err := db.PendingBoards(ctx)
-		if err != nil {
-			return err
-		}
-		return es.SaveBoard(ctx, key, data, slices.Contains(pending, key))
+		return es.SaveBoard(ctx, key, data, pendingBoard)
 	}}, {db.Cards, es.SaveCards}, {db.Listing, es.SaveListing}} {
 		data, err := rec.load(ctx, key)
 		if err != nil {
