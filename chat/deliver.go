@@ -542,7 +542,7 @@ const sendTimeout = 30 * time.Second
 // this process still holds the session, then calls send within
 // sendTimeout.
 func (r *Router) paceSend(ctx context.Context, p Platform, th Thread, m Method, prio Priority, since time.Time, send func(ctx context.Context) error) error {
-	if pacer := r.capsOf(th.Platform).Paced; pacer != nil {
+	if pacer := r.caps[th.Platform].Paced; pacer != nil {
 		if err := Pace(ctx, pacer, Request{Thread: th, Method: m, Priority: func() Priority { return prio }, Since: since}); err != nil {
 			return err
 		}

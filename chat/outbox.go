@@ -153,7 +153,7 @@ func (o *outbox) holdLive(th Thread, replyTo, text string, turn, seq int64, id, 
 
 func (o *outbox) holdItems(th Thread, replyTo, text string, turn, seq int64, live func(*outboxItem)) []queued {
 	parts := []string{text}
-	if sp := o.r.capsOf(th.Platform).Split; sp != nil && live == nil {
+	if sp := o.r.caps[th.Platform].Split; sp != nil && live == nil {
 		parts = sp.SplitReply(text)
 	}
 	now := o.r.opts.Now()
@@ -270,7 +270,7 @@ func (o *outbox) send(ctx context.Context, q queued) {
 		return
 	}
 	var s *session
-	caps := o.r.capsOf(th.Platform)
+	caps := o.r.caps[th.Platform]
 	_, live := liveReplier(caps)
 	if live && it.Live {
 		s = o.r.session(th.Key, nil)
@@ -394,7 +394,7 @@ func (o *outbox) replyParts(ctx context.Context, p Platform, sp Splitter, th Thr
 func (o *outbox) closeLive(ctx context.Context, q queued, p Platform) {
 	th, it := q.item.Thread, q.item
 	log := o.r.opts.Logger.With("session", th.Key, "outbox_id", q.id)
-	if lr := o.r.capsOf(th.Platform).Live; lr != nil {
+	if lr := o.r.caps[th.Platform].Live; lr != nil {
 		tooOld := func() bool { return o.r.opts.Now().Sub(it.Created) > maxReplyAge }
 		_, err := o.r.deliver(ctx, "close_live", th, o.r.backoff(maxReplyBackoff), liveAppendAttempts, tooOld, func(ctx context.Context) error {
 			if err := o.r.held(ctx, th.Key); err != nil {
@@ -500,7 +500,7 @@ func (r *Router) Tell(ctx context.Context, th Thread, user, text string) error {
 	if p == nil {
 		return fmt.Errorf("chat: tell %s: no platform %q: %w", th.Key, th.Platform, ErrUndeliverable)
 	}
-	pr := r.capsOf(th.Platform).Private
+	pr := r.caps[th.Platform].Private
 	if user != "" && pr == nil {
 		return fmt.Errorf("chat: tell %s: %s shows no private messages: %w", th.Key, th.Platform, ErrUndeliverable)
 	}
@@ -550,7 +550,7 @@ func (r *Router) Post(ctx context.Context, th Thread, send func(ctx context.Cont
 // set, classified, retried tellAttempts times by the one backoff, each
 // attempt within replyTimeout, traced as op.
 func (r *Router) sendOnce(ctx context.Context, op string, th Thread, p Platform, prio Priority, paced bool, send func(ctx context.Context) error) error {
-	pacer := r.capsOf(th.Platform).Paced
+	pacer := r.caps[th.Platform].Paced
 	now := r.opts.Now()
 	_, err := r.deliver(ctx, op, th, r.backoff(10*time.Second), tellAttempts, nil, func(ctx context.Context) error {
 		if paced && pacer != nil {

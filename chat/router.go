@@ -459,7 +459,7 @@ type History interface {
 // threadContext returns up to Options.ThreadContext messages of the thread
 // before the one that starts its session, when the platform can list them.
 func (r *Router) threadContext(ctx context.Context, th Thread, before string) []agent.Quoted {
-	h := r.capsOf(th.Platform).History
+	h := r.caps[th.Platform].History
 	if h == nil || r.opts.ThreadContext <= 0 || before == "" {
 		return nil
 	}
@@ -544,9 +544,6 @@ func (r *Router) tellForgotten(threads []Thread) {
 type Forgetter interface {
 	Forget(th Thread)
 }
-
-// capsOf returns what the platform named declares it offers.
-func (r *Router) capsOf(platform string) Caps { return r.caps[platform] }
 
 // Forget drops a session's records from memory, to be read again from
 // the store on the next use.

@@ -158,7 +158,7 @@ func (r *Router) newBoard(key string, rec boardRecord) *Board {
 	}
 	b.idle = sync.NewCond(&b.mu)
 	b.ctx, b.stop = context.WithCancel(r.ctx)
-	b.caps = r.capsOf(rec.Thread.Platform)
+	b.caps = r.caps[rec.Thread.Platform]
 	b.pacer = b.caps.Paced
 	return b
 }

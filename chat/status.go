@@ -189,7 +189,7 @@ func (r *Router) sendStatus(ss SessionStatus, p Platform, th Thread, c statusCha
 func (r *Router) StopSession(ctx context.Context, c Click) ClickResult {
 	c.Button = ButtonID(ActionStop, "session")
 	p := r.opts.Platforms[c.Thread.Platform]
-	ss := r.capsOf(c.Thread.Platform).Sessions
+	ss := r.caps[c.Thread.Platform].Sessions
 	if ss == nil {
 		return r.Click(ctx, c)
 	}
