@@ -154,20 +154,54 @@ func load(getenv func(string) string, notes map[string]note) (*Config, error) {
 
 // loadAll is Diagnose, with load's notes.
 func loadAll(getenv func(string) string, notes map[string]note) (*Config, []Problem, error) {
-	file := map[string]string{}
-	var servers []MCPServer
-	if path := getenv("PINPLAN_CONFIG"); path != "" {
-		var mcp any
-		var err error
-		if file, mcp, err = readFile(path); err != nil {
-			return nil, nil, err
-		}
-		if servers, err = parseMCP(mcp, getenv); err != nil {
-			return nil, nil, err
-		}
+	file, servers, err := readConfigFile(getenv)
+	if err != nil {
+		return nil, nil, err
 	}
 	l := loader{getenv: getenv, file: file, notes: notes}
-	c := &Config{
+	c := l.read()
+	c.MCP = servers
+	c.ModelConfigured = l.str("OPENAI_API_KEY", "") != "" || l.str("OPENAI_BASE_URL", "") != ""
+	if !strings.HasSuffix(c.SlackAPIURL, "/") {
+		c.SlackAPIURL += "/"
+	}
+	c.DiscordAPIURL = strings.TrimRight(c.DiscordAPIURL, "/")
+	checkTokens(&l, c)
+	checkSlack(&l, c)
+	if c.MaxOutput > c.ContextTokens/2 {
+		l.fail("PINPLAN_MAX_OUTPUT_TOKENS", fmt.Sprintf("is %d, more than half of PINPLAN_CONTEXT_TOKENS (%d): the prompt would have too little room", c.MaxOutput, c.ContextTokens))
+	}
+	if len(c.EtcdEndpoints) > 0 {
+		checkEtcd(&l, c)
+	}
+	if err := checkAddr(c.HTTPAddr, c.WebToken); err != nil {
+		l.fail("PINPLAN_HTTP_ADDR", err.Error())
+	}
+	return c, l.problems, nil
+}
+
+// readConfigFile reads the PINPLAN_CONFIG file, when one is named: its
+// settings by key and its [mcp.<name>] tables.
+func readConfigFile(getenv func(string) string) (map[string]string, []MCPServer, error) {
+	path := getenv("PINPLAN_CONFIG")
+	if path == "" {
+		return map[string]string{}, nil, nil
+	}
+	file, mcp, err := readFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	servers, err := parseMCP(mcp, getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	return file, servers, nil
+}
+
+// read reads every setting with its default, each checked alone; what
+// must hold between settings is checked after.
+func (l *loader) read() *Config {
+	return &Config{
 		DB:       l.str("PINPLAN_DB", "./data/pinplan.db"),
 		HTTPAddr: l.str("PINPLAN_HTTP_ADDR", "127.0.0.1:8080"),
 		WebToken: l.secret("PINPLAN_WEB_TOKEN"),
@@ -226,45 +260,39 @@ func loadAll(getenv func(string) string, notes map[string]note) (*Config, []Prob
 		EtcdUsername:  l.str("PINPLAN_ETCD_USERNAME", ""),
 		EtcdPassword:  l.secret("PINPLAN_ETCD_PASSWORD"),
 		ReplicaID:     l.str("PINPLAN_REPLICA_ID", ""),
+	}
+}
 
-		MCP: servers,
-	}
-	c.ModelConfigured = l.str("OPENAI_API_KEY", "") != "" || l.str("OPENAI_BASE_URL", "") != ""
-	if !strings.HasSuffix(c.SlackAPIURL, "/") {
-		c.SlackAPIURL += "/"
-	}
-	c.DiscordAPIURL = strings.TrimRight(c.DiscordAPIURL, "/")
-	checkTokens(&l, c)
+// checkSlack refuses a Slack bot token without a way to receive events,
+// and a way to receive them without the bot token.
+func checkSlack(l *loader, c *Config) {
 	if c.SlackBotToken != "" && c.SlackAppToken == "" && c.SlackSigningSecret == "" {
 		l.fail("SLACK_BOT_TOKEN", "is set, but neither SLACK_APP_TOKEN (Socket Mode) nor SLACK_SIGNING_SECRET (Events API) is")
 	}
 	if (c.SlackAppToken != "" || c.SlackSigningSecret != "") && c.SlackBotToken == "" {
 		l.fail("SLACK_BOT_TOKEN", "must be set with SLACK_APP_TOKEN or SLACK_SIGNING_SECRET")
 	}
-	if c.MaxOutput > c.ContextTokens/2 {
-		l.fail("PINPLAN_MAX_OUTPUT_TOKENS", fmt.Sprintf("is %d, more than half of PINPLAN_CONTEXT_TOKENS (%d): the prompt would have too little room", c.MaxOutput, c.ContextTokens))
+}
+
+// checkEtcd settles the etcd settings when PINPLAN_ETCD_ENDPOINTS is set:
+// the prefix ends in a slash, the lease is whole seconds, and what only
+// the bbolt file or only a full set of credentials means is refused.
+func checkEtcd(l *loader, c *Config) {
+	if !strings.HasSuffix(c.EtcdPrefix, "/") {
+		c.EtcdPrefix += "/"
 	}
-	if len(c.EtcdEndpoints) > 0 {
-		if !strings.HasSuffix(c.EtcdPrefix, "/") {
-			c.EtcdPrefix += "/"
-		}
-		if c.LeaseTTL < 2*time.Second || c.LeaseTTL%time.Second != 0 {
-			l.fail("PINPLAN_LEASE_TTL", "must be whole seconds, at least 2s (etcd leases count in seconds)")
-		}
-		if (c.EtcdCert == "") != (c.EtcdKey == "") {
-			l.fail("PINPLAN_ETCD_CERT", "and PINPLAN_ETCD_KEY must be set together")
-		}
-		if c.Retention > 0 {
-			l.fail("PINPLAN_RETENTION", "is for the bbolt file; with PINPLAN_ETCD_ENDPOINTS leave it unset (retention on etcd is not built yet)")
-		}
-		if c.EtcdPassword != "" && c.EtcdUsername == "" {
-			l.fail("PINPLAN_ETCD_USERNAME", "must be set with PINPLAN_ETCD_PASSWORD")
-		}
+	if c.LeaseTTL < 2*time.Second || c.LeaseTTL%time.Second != 0 {
+		l.fail("PINPLAN_LEASE_TTL", "must be whole seconds, at least 2s (etcd leases count in seconds)")
 	}
-	if err := checkAddr(c.HTTPAddr, c.WebToken); err != nil {
-		l.fail("PINPLAN_HTTP_ADDR", err.Error())
+	if (c.EtcdCert == "") != (c.EtcdKey == "") {
+		l.fail("PINPLAN_ETCD_CERT", "and PINPLAN_ETCD_KEY must be set together")
 	}
-	return c, l.problems, nil
+	if c.Retention > 0 {
+		l.fail("PINPLAN_RETENTION", "is for the bbolt file; with PINPLAN_ETCD_ENDPOINTS leave it unset (retention on etcd is not built yet)")
+	}
+	if c.EtcdPassword != "" && c.EtcdUsername == "" {
+		l.fail("PINPLAN_ETCD_USERNAME", "must be set with PINPLAN_ETCD_PASSWORD")
+	}
 }
 
 // checkTokens refuses a platform token of the wrong shape at load, by the
