@@ -95,80 +95,100 @@ func (s *Schema) Validate(v any, path string) (any, error) {
 		if !ok {
 			return nil, invalidf("%s: expected an object, got %s", at, kind(v))
 		}
-		for _, name := range s.Required {
-			if _, ok := obj[name]; !ok {
-				return nil, invalidf("%s: missing required field %q", at, join(path, name))
-			}
-		}
-		if s.AdditionalProperties != nil && !*s.AdditionalProperties {
-			var extra []string
-			for name := range obj {
-				if _, ok := s.Properties[name]; !ok {
-					extra = append(extra, name)
-				}
-			}
-			if len(extra) > 0 {
-				sort.Strings(extra)
-				return nil, invalidf("%s: unexpected field %q; allowed fields are %s", at, extra[0], s.fieldList())
-			}
-		}
-		out := make(map[string]any, len(obj))
-		for _, name := range s.fieldOrder() {
-			fv, ok := obj[name]
-			if !ok {
-				continue
-			}
-			nv, err := s.Properties[name].Validate(fv, join(path, name))
-			if err != nil {
-				return nil, err
-			}
-			out[name] = nv
-		}
-		return out, nil
+		return s.validateObject(obj, path)
 	case "array":
 		arr, ok := v.([]any)
 		if !ok {
 			return nil, invalidf("%s: expected an array, got %s", at, kind(v))
 		}
-		if s.MaxItems != nil && len(arr) > *s.MaxItems {
-			return nil, invalidf("%s: expected at most %d items, got %d", at, *s.MaxItems, len(arr))
-		}
-		out := make([]any, len(arr))
-		for i, ev := range arr {
-			nv, err := s.Items.Validate(ev, path+"["+itoa(i)+"]")
-			if err != nil {
-				return nil, err
-			}
-			out[i] = nv
-		}
-		return out, nil
+		return s.validateArray(arr, path)
 	case "string":
 		str, ok := v.(string)
 		if !ok {
 			return nil, invalidf("%s: expected a string, got %s", at, kind(v))
 		}
-		if s.Trim {
-			str = TrimSpace(str)
-		}
-		n := utf8.RuneCountInString(str)
-		if s.MinLength != nil && n < *s.MinLength {
-			if s.Trim {
-				return nil, invalidf("%s: expected a non-empty string after trimming white space", at)
-			}
-			return nil, invalidf("%s: expected at least %d characters", at, *s.MinLength)
-		}
-		if s.MaxLength != nil && n > *s.MaxLength {
-			if s.Trim {
-				return nil, invalidf("%s: expected at most %d characters after trimming white space, got %d", at, *s.MaxLength, n)
-			}
-			return nil, invalidf("%s: expected at most %d characters, got %d", at, *s.MaxLength, n)
-		}
-		if len(s.Enum) > 0 && !contains(s.Enum, str) {
-			return nil, invalidf("%s: expected one of %s, got %q", at, quoteList(s.Enum), str)
-		}
-		return str, nil
+		return s.validateString(str, path)
 	}
 	return nil, invalidf("%s: schema type %q is not supported", at, s.Type)
+}
+
+// validateObject checks an object's required and unexpected fields, then
+// each known field in the schema's order; the copy it returns holds only
+// those fields.
+func (s *Schema) validateObject(obj map[string]any, path string) (any, error) {
+	at := where(path)
+	for _, name := range s.Required {
+		if _, ok := obj[name]; !ok {
+			return nil, invalidf("%s: missing required field %q", at, join(path, name))
+		}
+	}
+	if s.AdditionalProperties != nil && !*s.AdditionalProperties {
+		var extra []string
+		for name := range obj {
+			if _, ok := s.Properties[name]; !ok {
+				extra = append(extra, name)
+			}
+		}
+		if len(extra) > 0 {
+			sort.Strings(extra)
+			return nil, invalidf("%s: unexpected field %q; allowed fields are %s", at, extra[0], s.fieldList())
+		}
+	}
+	out := make(map[string]any, len(obj))
+	for _, name := range s.fieldOrder() {
+		fv, ok := obj[name]
+		if !ok {
+			continue
+		}
+		nv, err := s.Properties[name].Validate(fv, join(path, name))
+		if err != nil {
+			return nil, err
+		}
+		out[name] = nv
+	}
+	return out, nil
+}
+
+// validateArray checks an array's length, then each item.
+func (s *Schema) validateArray(arr []any, path string) (any, error) {
+	if s.MaxItems != nil && len(arr) > *s.MaxItems {
+		return nil, invalidf("%s: expected at most %d items, got %d", where(path), *s.MaxItems, len(arr))
+	}
+	out := make([]any, len(arr))
+	for i, ev := range arr {
+		nv, err := s.Items.Validate(ev, path+"["+itoa(i)+"]")
+		if err != nil {
+			return nil, err
+		}
+		out[i] = nv
+	}
+	return out, nil
+}
+
+// validateString trims a string if the schema says so, then checks its
+// length in characters and its enum.
+func (s *Schema) validateString(str, path string) (any, error) {
+	at := where(path)
+	if s.Trim {
+		str = TrimSpace(str)
+	}
+	n := utf8.RuneCountInString(str)
+	if s.MinLength != nil && n < *s.MinLength {
+		if s.Trim {
+			return nil, invalidf("%s: expected a non-empty string after trimming white space", at)
+		}
+		return nil, invalidf("%s: expected at least %d characters", at, *s.MinLength)
+	}
+	if s.MaxLength != nil && n > *s.MaxLength {
+		if s.Trim {
+			return nil, invalidf("%s: expected at most %d characters after trimming white space, got %d", at, *s.MaxLength, n)
+		}
+		return nil, invalidf("%s: expected at most %d characters, got %d", at, *s.MaxLength, n)
+	}
+	if len(s.Enum) > 0 && !contains(s.Enum, str) {
+		return nil, invalidf("%s: expected one of %s, got %q", at, quoteList(s.Enum), str)
+	}
+	return str, nil
 }
 
 // fieldOrder is Required first, then any optional properties sorted.
