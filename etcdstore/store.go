@@ -481,100 +481,138 @@ func (s *Store) commit(ctx context.Context, r *agent.Round) error {
 	if err != nil {
 		return fmt.Errorf("encode checkpoint: %w", err)
 	}
+	puts, err := s.roundPuts(r)
+	if err != nil {
+		return err
+	}
+	sp := r.Spend
+	if sp != nil && (sp.Tokens == 0 || sp.Person == "") {
+		sp = nil
+	}
+	final := s.finalOps(r, string(record), sp)
+	if len(final) > maxOps || opSize(final) > maxBytes {
+		return fmt.Errorf("a round that drains %d messages with a %d-byte record does not fit one etcd transaction", len(r.Drained), len(record))
+	}
+	for attempt := 0; ; attempt++ {
+		done, err := s.commitAttempt(ctx, r, puts, final, sp, attempt)
+		if err != nil || done {
+			return err
+		}
+		s.forget(key)
+		// The record moved between the read and the write (a decision
+		// recorded on another replica): read it again.
+	}
+}
+
+// roundPuts are the round's writes that may go ahead of its record: its
+// history entries, plan revisions and log entries.
+func (s *Store) roundPuts(r *agent.Round) ([]clientv3.Op, error) {
+	key := r.Checkpoint.Key
 	var puts []clientv3.Op
 	for i, e := range r.Append {
 		raw, err := json.Marshal(e)
 		if err != nil {
-			return fmt.Errorf("encode history: %w", err)
+			return nil, fmt.Errorf("encode history: %w", err)
 		}
 		puts = append(puts, clientv3.OpPut(s.hist(key)+num(uint64(r.Base+i)), string(raw)))
 	}
 	for _, p := range r.Plans {
 		raw, err := json.Marshal(p)
 		if err != nil {
-			return fmt.Errorf("encode plan: %w", err)
+			return nil, fmt.Errorf("encode plan: %w", err)
 		}
 		puts = append(puts, clientv3.OpPut(s.plans(key)+num(uint64(p.Revision)), string(raw)))
 	}
 	logged, err := s.logPuts(key, r.Log)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	puts = append(puts, logged...)
-	final := append([]clientv3.Op{clientv3.OpPut(s.rec(key), string(record)), s.runningOp(key, r.Checkpoint.State)}, s.drains(key, r.Drained)...)
+	return append(puts, logged...), nil
+}
+
+// finalOps are the writes of the round's last Txn: the record, the
+// running index, the drained inbox messages, the undelivered index when
+// the round logged anything, and, with sp, room for the spend counter's
+// put (made in each attempt).
+func (s *Store) finalOps(r *agent.Round, record string, sp *agent.Spend) []clientv3.Op {
+	key := r.Checkpoint.Key
+	final := append([]clientv3.Op{clientv3.OpPut(s.rec(key), record), s.runningOp(key, r.Checkpoint.State)}, s.drains(key, r.Drained)...)
 	if len(r.Log) > 0 {
 		final = append(final, s.indexOp(idxUndelivered, key, true))
 	}
-	sp := r.Spend
-	if sp != nil && (sp.Tokens == 0 || sp.Person == "") {
-		sp = nil
-	}
 	if sp != nil {
-		// Room for the spend counter's put, made in each attempt.
 		final = append(final, clientv3.OpPut(s.spendKey(sp.Day, sp.Person), strconv.FormatUint(1<<63, 10)))
 	}
-	if len(final) > maxOps || opSize(final) > maxBytes {
-		return fmt.Errorf("a round that drains %d messages with a %d-byte record does not fit one etcd transaction", len(r.Drained), len(record))
+	return final
+}
+
+// commitAttempt writes the round once: done is false when the record
+// moved since it was read, and the round must be tried again.
+func (s *Store) commitAttempt(ctx context.Context, r *agent.Round, puts, final []clientv3.Op, sp *agent.Spend, attempt int) (done bool, err error) {
+	key := r.Checkpoint.Key
+	mod, err := s.recordMod(ctx, r, attempt)
+	if err != nil {
+		return false, err
 	}
-	for attempt := 0; ; attempt++ {
-		// The record as this store last wrote it, if it did: no read is
-		// needed when nobody wrote it since (the compare below says).
-		mod, histLen, known := s.written(key)
-		if known && attempt == 0 {
-			if histLen != r.Base && histLen != r.Checkpoint.HistoryLen {
-				known = false // read it: the round may follow a newer record
-			}
+	// What does not fit beside the record goes first, in Txns of its
+	// own, under the fence; the last Txn moves the record.
+	ops := puts
+	for len(ops)+len(final) > maxOps || opSize(ops)+opSize(final) > maxBytes {
+		n := fits(ops)
+		if err := s.fencedTxn(ctx, key, ops[:n]...); err != nil {
+			return false, err
 		}
-		if !known || attempt > 0 {
-			var err error
-			if mod, err = s.readRecord(ctx, r); err != nil {
-				return err
-			}
-		}
-		// What does not fit beside the record goes first, in Txns of its
-		// own, under the fence; the last Txn moves the record.
-		ops := puts
-		for len(ops)+len(final) > maxOps || opSize(ops)+opSize(final) > maxBytes {
-			n := fits(ops)
-			if err := s.fencedTxn(ctx, key, ops[:n]...); err != nil {
-				return err
-			}
-			ops = ops[n:]
-		}
-		cmps, err := s.fence(key)
-		if err != nil {
-			return err
-		}
-		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.rec(key)), "=", mod))
-		last := append(append([]clientv3.Op(nil), ops...), final...)
-		var spent counter
-		if sp != nil {
-			// The person's day is counted in the round's Txn, by
-			// compare-and-set: another session of theirs (here or on
-			// another replica) that counted first makes this attempt
-			// fail, and the next reads the counter again.
-			if spent, err = s.spendCounter(ctx, sp, attempt > 0); err != nil {
-				return err
-			}
-			cmp, put := spendOps(spent, sp)
-			cmps = append(cmps, cmp)
-			last[len(last)-1] = put
-		}
-		tr, err := s.txn(ctx, key, cmps, last, nil)
-		if err != nil {
-			return err
-		}
-		if tr.Succeeded {
-			s.wrote(key, tr.Header.Revision, r.Checkpoint.HistoryLen)
-			if sp != nil {
-				s.keepSpend(counter{key: spent.key, last: spent.plus(sp.Tokens), mod: tr.Header.Revision})
-			}
-			return nil
-		}
-		s.forget(key)
-		// The record moved between the read and the write (a decision
-		// recorded on another replica): read it again.
+		ops = ops[n:]
 	}
+	cmps, err := s.fence(key)
+	if err != nil {
+		return false, err
+	}
+	cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.rec(key)), "=", mod))
+	last := append(append([]clientv3.Op(nil), ops...), final...)
+	var spent counter
+	if sp != nil {
+		// The person's day is counted in the round's Txn, by
+		// compare-and-set: another session of theirs (here or on
+		// another replica) that counted first makes this attempt
+		// fail, and the next reads the counter again.
+		if spent, err = s.spendCounter(ctx, sp, attempt > 0); err != nil {
+			return false, err
+		}
+		cmp, put := spendOps(spent, sp)
+		cmps = append(cmps, cmp)
+		last[len(last)-1] = put
+	}
+	tr, err := s.txn(ctx, key, cmps, last, nil)
+	if err != nil {
+		return false, err
+	}
+	if !tr.Succeeded {
+		return false, nil
+	}
+	s.wrote(key, tr.Header.Revision, r.Checkpoint.HistoryLen)
+	if sp != nil {
+		s.keepSpend(counter{key: spent.key, last: spent.plus(sp.Tokens), mod: tr.Header.Revision})
+	}
+	return true, nil
+}
+
+// recordMod is the mod revision of the session's record the round's Txn
+// compares: the one this store last wrote, if it did and the round
+// follows it, on the first attempt; read from etcd otherwise.
+func (s *Store) recordMod(ctx context.Context, r *agent.Round, attempt int) (int64, error) {
+	// The record as this store last wrote it, if it did: no read is
+	// needed when nobody wrote it since (the compare says).
+	mod, histLen, known := s.written(r.Checkpoint.Key)
+	if known && attempt == 0 {
+		if histLen != r.Base && histLen != r.Checkpoint.HistoryLen {
+			known = false // read it: the round may follow a newer record
+		}
+	}
+	if !known || attempt > 0 {
+		return s.readRecord(ctx, r)
+	}
+	return mod, nil
 }
 
 // drains returns the deletes of a round's drained inbox entries: one
@@ -771,32 +809,8 @@ func (s *Store) archive(ctx context.Context, key string) error {
 	if err := json.Unmarshal(recKVs[0].Value, &old); err != nil {
 		old = agent.Checkpoint{} // an unreadable record is archived as it was
 	}
-	// What the record counts, no more: entries and plans a split round
-	// wrote before it failed are not the session's.
-	var copies []clientv3.Op
-	for _, src := range []struct {
-		from, to string
-		counts   func(n uint64) bool
-	}{
-		{s.hist(key), dst + "hist/", func(n uint64) bool { return n < uint64(old.HistoryLen) }},
-		{s.plans(key), dst + "plan/", func(n uint64) bool { return int64(n) <= old.Revision }},
-	} {
-		err := s.rangeAll(ctx, src.from, func(kv *mvccpb.KeyValue) error {
-			if src.counts(seqOf(kv.Key)) {
-				copies = append(copies, clientv3.OpPut(src.to+strings.TrimPrefix(string(kv.Key), src.from), string(kv.Value)))
-			}
-			return nil
-		}, clientv3.WithRev(rev))
-		if err != nil {
-			return err
-		}
-	}
-	for len(copies) > 0 {
-		i := fits(copies)
-		if err := s.fencedTxn(ctx, key, copies[:i]...); err != nil {
-			return err
-		}
-		copies = copies[i:]
+	if err := s.copyArchived(ctx, key, dst, old, rev); err != nil {
+		return err
 	}
 	old.Key = key
 	reset := old.Reset(s.now())
@@ -824,6 +838,39 @@ func (s *Store) archive(ctx context.Context, key string) error {
 	}
 	if !tr.Succeeded {
 		return fmt.Errorf("%w: the session changed while it was archived", ErrConflict)
+	}
+	return nil
+}
+
+// copyArchived copies the session's history entries and plan revisions,
+// as read at rev, under dst, in fenced Txns within etcd's limits.
+func (s *Store) copyArchived(ctx context.Context, key, dst string, old agent.Checkpoint, rev int64) error {
+	// What the record counts, no more: entries and plans a split round
+	// wrote before it failed are not the session's.
+	var copies []clientv3.Op
+	for _, src := range []struct {
+		from, to string
+		counts   func(n uint64) bool
+	}{
+		{s.hist(key), dst + "hist/", func(n uint64) bool { return n < uint64(old.HistoryLen) }},
+		{s.plans(key), dst + "plan/", func(n uint64) bool { return int64(n) <= old.Revision }},
+	} {
+		err := s.rangeAll(ctx, src.from, func(kv *mvccpb.KeyValue) error {
+			if src.counts(seqOf(kv.Key)) {
+				copies = append(copies, clientv3.OpPut(src.to+strings.TrimPrefix(string(kv.Key), src.from), string(kv.Value)))
+			}
+			return nil
+		}, clientv3.WithRev(rev))
+		if err != nil {
+			return err
+		}
+	}
+	for len(copies) > 0 {
+		i := fits(copies)
+		if err := s.fencedTxn(ctx, key, copies[:i]...); err != nil {
+			return err
+		}
+		copies = copies[i:]
 	}
 	return nil
 }
