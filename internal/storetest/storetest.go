@@ -824,9 +824,18 @@ func testReserve(t *testing.T, s Store, own func(string)) {
 // order from any point, kept as they were across a repeated commit and
 // a reset, and the delivery cursor is the session's own.
 func testLog(t *testing.T, s Store, own func(string)) {
-	ctx := context.Background()
 	own("web/log")
 	own("web/other")
+	logWritten(t, s)
+	logCursor(t, s)
+	logAfterReset(t, s)
+}
+
+// logWritten commits three entries to web/log in two rounds (the first
+// twice) and reads them back, whole and after a sequence number.
+func logWritten(t *testing.T, s Store) {
+	t.Helper()
+	ctx := context.Background()
 	if got, err := s.Log(ctx, "web/log", 0); err != nil || len(got) != 0 {
 		t.Fatalf("Log of a new session = %v, %v; want none", got, err)
 	}
@@ -866,7 +875,13 @@ func testLog(t *testing.T, s Store, own func(string)) {
 	if got, err := s.Log(ctx, "web/other", 0); err != nil || len(got) != 0 {
 		t.Errorf("another session's log = %+v, %v; want none", got, err)
 	}
+}
 
+// logCursor moves web/log's cursor to 2 of its 3 entries: the session is
+// left undelivered, and the entries behind the cursor are compacted.
+func logCursor(t *testing.T, s Store) {
+	t.Helper()
+	ctx := context.Background()
 	if n, err := s.Delivered(ctx, "web/log"); err != nil || n != 0 {
 		t.Errorf("Delivered before any = %d, %v; want 0", n, err)
 	}
@@ -887,8 +902,13 @@ func testLog(t *testing.T, s Store, own func(string)) {
 	if got, err := s.Log(ctx, "web/log", 0); err != nil || len(got) != 2 || got[0].Seq != 2 || got[1].Seq != 3 {
 		t.Errorf("Log with the cursor at 2 = %+v, %v; want entries 2 and 3", got, err)
 	}
+}
 
-	// A reset keeps the log and its numbering.
+// logAfterReset archives web/log: a reset keeps the log, its numbering
+// and its cursor.
+func logAfterReset(t *testing.T, s Store) {
+	t.Helper()
+	ctx := context.Background()
 	if err := s.Archive(ctx, "web/log"); err != nil {
 		t.Fatal(err)
 	}
