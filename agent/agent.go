@@ -120,6 +120,11 @@ type Entry struct {
 	// Quote: a user entry that quotes messages as material (the thread's
 	// earlier messages, a message handed over), not what a person wrote.
 	Quote bool `json:"quote,omitempty"`
+	// Extra is what the server sent with an assistant message's tool
+	// calls beyond OpenAI's fields (Reply.Extra), sent back with the
+	// message in every request: Gemini refuses a turn's calls without
+	// their thought signature, DeepSeek without reasoning_content.
+	Extra *Extra `json:"extra,omitempty"`
 }
 
 // Inbound is a user message waiting in a session's inbox. The inbox is
@@ -212,6 +217,8 @@ type Checkpoint struct {
 	// before their results were committed; while Waiting, it waits for
 	// the approval in Waiting.
 	Pending *openai.ChatCompletionMessage `json:"pending,omitempty"`
+	// PendingExtra is Pending's Entry.Extra.
+	PendingExtra *Extra `json:"pending_extra,omitempty"`
 	// Requester is the platform user id whose message started the turn;
 	// RequesterName their display name.
 	Requester     string `json:"requester,omitempty"`

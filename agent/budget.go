@@ -102,7 +102,10 @@ func learn(ratio float64, estimated, reported int) float64 {
 // view is what one request carries of a session: the fixed parts and
 // the history as budgeted.
 type view struct {
-	req       openai.ChatCompletionRequest
+	req openai.ChatCompletionRequest
+	// extra is the Entry.Extra of each of req's messages, in order (nil
+	// when none has one): what goes back with them (withExtras).
+	extra     []*Extra
 	estimated int // uncorrected estimate of req
 	compacted bool
 }
@@ -223,7 +226,12 @@ func (r *Runner) assemble(s *session, drained []Entry, remind bool, masked map[i
 			msgs = append(msgs, s.hist[u].Message)
 		}
 	}
+	var extra []*Extra
 	for i := from; i < len(s.hist); i++ {
+		if x := s.hist[i].Extra; x != nil {
+			extra = append(extra, make([]*Extra, len(msgs)-len(extra))...)
+			extra = append(extra, x)
+		}
 		m := s.withImages(s.hist[i])
 		switch {
 		case masked[i] && s.hist[i].Material:
@@ -241,7 +249,14 @@ func (r *Runner) assemble(s *session, drained []Entry, remind bool, masked map[i
 		msgs = append(msgs, openai.ChatCompletionMessage{Role: r.opts.ReminderRole, Content: todo.ReminderText})
 	}
 	req := openai.ChatCompletionRequest{Model: r.opts.ModelName, Messages: msgs, Tools: r.opts.Tools.Definitions()}
-	return view{req: req, estimated: estimate(req), compacted: compacted}
+	n := estimate(req)
+	if extra != nil {
+		extra = append(extra, make([]*Extra, len(msgs)-len(extra))...)
+		for _, x := range extra {
+			n += x.tokens()
+		}
+	}
+	return view{req: req, extra: extra, estimated: n, compacted: compacted}
 }
 
 // summarise extends the session's summary over the oldest entries so that

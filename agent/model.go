@@ -37,6 +37,10 @@ type Reply struct {
 	// Estimated: the server sent no usage, so Usage is the runner's
 	// estimate of the request and the reply (DESIGN §18).
 	Estimated bool
+	// Extra is what the server sent with the message's tool calls
+	// beyond OpenAI's fields and needs back with them (wire.go); nil
+	// when nothing.
+	Extra *Extra
 }
 
 // ErrModel wraps every error a Model gives up with, after its retries.
@@ -248,6 +252,18 @@ func (m *OpenAIModel) once(ctx context.Context, req openai.ChatCompletionRequest
 	defer func() { <-m.sem }()
 	ctx, cancel := context.WithTimeoutCause(ctx, m.opts.Timeout, errAttemptTimeout)
 	defer cancel()
+	h := &heard{}
+	ctx = context.WithValue(ctx, heardKey{}, h)
+	reply, err := m.attempt(ctx, req, text)
+	if err != nil {
+		return Reply{}, err
+	}
+	reply.Extra = h.extra(reply.Message)
+	return reply, nil
+}
+
+// attempt sends req once, plain or streamed.
+func (m *OpenAIModel) attempt(ctx context.Context, req openai.ChatCompletionRequest, text func(string)) (Reply, error) {
 	if !m.opts.Stream {
 		resp, err := m.client.CreateChatCompletion(ctx, req)
 		if err != nil {

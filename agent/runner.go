@@ -703,7 +703,7 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 	//lint:ignore SA1019 max_tokens is what DESIGN §8 sends and what the servers people run read (max_completion_tokens is OpenAI's newer name)
 	v.req.MaxTokens = out
 	streamed, replyID := r.streaming(ctx, s)
-	reply, err := r.complete(streamed, v.req)
+	reply, err := r.complete(withExtras(streamed, v.extra), v.req)
 	if errors.Is(err, ErrContextTooLong) && ctx.Err() == nil {
 		// The server counts differently or its window is smaller than
 		// configured: compact harder and try once more.
@@ -725,7 +725,7 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 			//lint:ignore SA1019 max_tokens is what DESIGN §8 sends and what the servers people run read (max_completion_tokens is OpenAI's newer name)
 			v.req.MaxTokens = out
 			streamed, replyID = r.streaming(ctx, s)
-			reply, err = r.complete(streamed, v.req)
+			reply, err = r.complete(withExtras(streamed, v.extra), v.req)
 		}
 	}
 	if err != nil {
@@ -745,8 +745,10 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 	}
 	msg := reply.Message
 	msg.Role = openai.ChatMessageRoleAssistant
-	// Reasoning is the model's own scratch text: it is neither stored nor
-	// sent back (servers reject or mis-handle it in a request).
+	// Reasoning is the model's own scratch text: it is neither shown,
+	// nor stored, nor sent back (servers reject or mis-handle it in a
+	// request), but where a server needs it back with its message's
+	// tool calls (DeepSeek), and then it is the message's Extra.
 	msg.ReasoningContent = ""
 	next := s.cp.clone()
 	next.Usage.add(reply.Usage)
@@ -785,12 +787,12 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 		r.publish(Event{Session: s.key, Kind: TextDone, Reply: id, Text: msg.Content, Interim: true, Turn: s.cp.Turns})
 	}
 	uniqueCallIDs(s.hist, &msg, next.Turns, next.TurnRounds)
-	asst.Message = msg
+	asst.Message, asst.Extra = msg, reply.Extra
 	if r.needsApproval(s, msg) {
 		// Pause the turn durably: the call, the state and (by the chat
 		// layer) the card survive a restart. The tools run once decided.
 		pend := s.cp.clone()
-		if err := (turn{&pend}).wait(msg); err != nil {
+		if err := (turn{&pend}).wait(asst); err != nil {
 			return err
 		}
 		pend.Usage = next.Usage
@@ -802,7 +804,7 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 		// The record keeps the plan as it was and the counter as this
 		// request left it (the reminder, if any, was taken).
 		pend := s.cp.clone()
-		if err := (turn{&pend}).intend(msg); err != nil {
+		if err := (turn{&pend}).intend(asst); err != nil {
 			return err
 		}
 		pend.Usage = next.Usage
@@ -811,7 +813,7 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 		}
 		drained, ids = nil, nil
 	}
-	return r.runTools(ctx, s, drained, ids, msg, work, next, nil, nil)
+	return r.runTools(ctx, s, drained, ids, asst, work, next, nil, nil)
 }
 
 // reserveRound reserves the round's request (its corrected estimate and
@@ -979,7 +981,7 @@ func (r *Runner) reload(s *session) error {
 // kept), so after a crash an approved non-idempotent call is answered
 // "interrupted" instead of running twice.
 func (r *Runner) runDecided(ctx context.Context, s *session) error {
-	msg := *s.cp.Pending
+	asst := turn{&s.cp}.pendingEntry()
 	next := s.cp.clone()
 	if err := (turn{&next}).proceed(); err != nil {
 		return err
@@ -989,15 +991,18 @@ func (r *Runner) runDecided(ctx context.Context, s *session) error {
 	}
 	next = s.cp.clone()
 	next.TurnRounds++
-	return r.runTools(ctx, s, nil, nil, msg, s.tracker.Clone(), next, nil, s.cp.Decisions)
+	return r.runTools(ctx, s, nil, nil, asst, s.tracker.Clone(), next, nil, s.cp.Decisions)
 }
 
-// runTools executes msg's tool calls in order and commits the round.
-// interrupted names calls that must not run again; decisions holds what
-// people decided for calls that asked.
-func (r *Runner) runTools(ctx context.Context, s *session, drained []Entry, ids []uint64, msg openai.ChatCompletionMessage, work *todo.Tracker, next Checkpoint, interrupted map[string]bool, decisions map[string]Decision) error {
+// runTools executes the tool calls of asst, the round's assistant
+// message, in order and commits the round. interrupted names calls that
+// must not run again; decisions holds what people decided for calls that
+// asked.
+func (r *Runner) runTools(ctx context.Context, s *session, drained []Entry, ids []uint64, asst Entry, work *todo.Tracker, next Checkpoint, interrupted map[string]bool, decisions map[string]Decision) error {
+	msg := asst.Message
+	asst.At = r.opts.Now()
 	env := &ToolEnv{Session: s.key, Plan: work}
-	rd := &Round{Append: append(drained, Entry{Message: msg, At: r.opts.Now()}), Drained: ids}
+	rd := &Round{Append: append(drained, asst), Drained: ids}
 	names := make([]string, 0, len(msg.ToolCalls))
 	// A stop decided while the turn waited answers every call: none runs.
 	stopper := stoppedIn(decisions)
@@ -1138,9 +1143,9 @@ func denial(d Decision) string {
 // pending before a restart: idempotent tools run, the others are answered
 // "interrupted".
 func (r *Runner) recoverPending(ctx context.Context, s *session) error {
-	msg := *s.cp.Pending
+	asst := turn{&s.cp}.pendingEntry()
 	interrupted := map[string]bool{}
-	for _, tc := range msg.ToolCalls {
+	for _, tc := range asst.Message.ToolCalls {
 		if d, ok := s.cp.Decisions[tc.ID]; ok && !d.Allow {
 			continue // denied: it never ran
 		}
@@ -1150,7 +1155,7 @@ func (r *Runner) recoverPending(ctx context.Context, s *session) error {
 	}
 	next := s.cp.clone()
 	next.TurnRounds++
-	return r.runTools(ctx, s, nil, nil, msg, s.tracker.Clone(), next, interrupted, s.cp.Decisions)
+	return r.runTools(ctx, s, nil, nil, asst, s.tracker.Clone(), next, interrupted, s.cp.Decisions)
 }
 
 // endTurn commits the turn's end (with rd's messages, if any) and reports

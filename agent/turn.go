@@ -66,28 +66,33 @@ func (t turn) start(in Inbound) error {
 	return nil
 }
 
-// intend records msg, a round whose calls are about to run, before they
+// intend records asst, a round whose calls are about to run, before they
 // run: after a crash its non-idempotent calls are answered "interrupted"
 // instead of running again.
-func (t turn) intend(msg openai.ChatCompletionMessage) error {
+func (t turn) intend(asst Entry) error {
 	if t.cp.State != Running || t.cp.Pending != nil {
 		return t.refuse("intend")
 	}
-	m := cloneMessage(msg)
-	t.cp.Pending = &m
+	m := cloneMessage(asst.Message)
+	t.cp.Pending, t.cp.PendingExtra = &m, asst.Extra
 	return nil
 }
 
-// wait pauses the turn on msg, a round whose calls need decisions:
+// wait pauses the turn on asst, a round whose calls need decisions:
 // running -> waiting, nothing decided yet.
-func (t turn) wait(msg openai.ChatCompletionMessage) error {
+func (t turn) wait(asst Entry) error {
 	if t.cp.State != Running || t.cp.Pending != nil {
 		return t.refuse("wait")
 	}
-	m := cloneMessage(msg)
-	t.cp.State, t.cp.Pending = Waiting, &m
+	m := cloneMessage(asst.Message)
+	t.cp.State, t.cp.Pending, t.cp.PendingExtra = Waiting, &m, asst.Extra
 	t.cp.Waiting, t.cp.Decisions = nil, nil
 	return nil
+}
+
+// pendingEntry is the pending round's assistant message as an entry.
+func (t turn) pendingEntry() Entry {
+	return Entry{Message: *t.cp.Pending, Extra: t.cp.PendingExtra}
 }
 
 // ask makes a, one of the pending calls with no decision yet, the
@@ -185,7 +190,7 @@ func (t turn) answer() error {
 	if t.cp.State != Running {
 		return t.refuse("answer")
 	}
-	t.cp.Pending, t.cp.Waiting, t.cp.Decisions = nil, nil, nil
+	t.cp.Pending, t.cp.PendingExtra, t.cp.Waiting, t.cp.Decisions = nil, nil, nil, nil
 	return nil
 }
 
@@ -196,7 +201,7 @@ func (t turn) end(e Ending) error {
 		return t.refuse("end")
 	}
 	t.cp.State = Idle
-	t.cp.Pending, t.cp.Waiting, t.cp.Decisions = nil, nil, nil
+	t.cp.Pending, t.cp.PendingExtra, t.cp.Waiting, t.cp.Decisions = nil, nil, nil, nil
 	e.Turn = t.cp.Turns
 	if e.Outcome == Done {
 		e.Text = "" // the answer is the last history entry
@@ -230,6 +235,7 @@ func (cp Checkpoint) clone() Checkpoint {
 		m := cloneMessage(*cp.Pending)
 		c.Pending = &m
 	}
+	// PendingExtra is shared: an Extra is never changed once made.
 	if cp.Waiting != nil {
 		w := *cp.Waiting
 		c.Waiting = &w

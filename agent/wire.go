@@ -3,6 +3,7 @@ package agent
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -20,11 +21,18 @@ import (
 // wire is the codec between go-openai and the servers' dialects of the
 // chat-completions API (DESIGN §8). go-openai's structs know OpenAI's
 // fields only, so what a server sends beyond them, and needs back on the
-// next request, is kept here and put back into the request's JSON; and
-// what a server refuses (a tool-call id's form, a message order,
-// stream_options) is learnt from its refusal and sent its way from then
-// on. It is not a second client: it rewrites bodies on their way through
-// go-openai's HTTP client.
+// next request, is read here into the reply (Reply.Extra) and put back
+// into the request's JSON; and what a server refuses (a tool-call id's
+// form, a message order, stream_options) is learnt from its refusal and
+// sent its way from then on. It is not a second client: it rewrites
+// bodies on their way through go-openai's HTTP client.
+//
+// What a request carries back comes from the messages it sends: the
+// runner stores each message's Extra with it and hands them to the
+// request (withExtras), so a turn another process resumes sends them as
+// the process that heard them would. A caller that keeps no history of
+// its own (pinplan doctor) is served from what the wire remembers of the
+// calls it heard lately.
 type wire struct {
 	// Learnt from refusals, for the rest of the process.
 	shortIDs        atomic.Bool // tool-call ids of nine letters and digits (Mistral)
@@ -39,6 +47,109 @@ type wire struct {
 // maxExtras bounds what the wire remembers: the calls of the turns in
 // flight, with room to spare.
 const maxExtras = 4096
+
+// Extra is what a server sent with an assistant message beyond OpenAI's
+// fields and needs back with it on the next request (DESIGN §8):
+// Gemini's thought signature in a tool call's extra_content, DeepSeek's
+// reasoning_content on a message with tool calls. Only a message with
+// tool calls has one. It is not changed once made.
+type Extra struct {
+	// Message holds fields of the message (reasoning_content).
+	Message map[string]json.RawMessage `json:"message,omitempty"`
+	// Calls holds each tool call's fields (extra_content), in the order
+	// of the message's ToolCalls; nil for a call that had none.
+	Calls []map[string]json.RawMessage `json:"calls,omitempty"`
+}
+
+// tokens is an estimate of what x adds to a request (estimateText).
+func (x *Extra) tokens() int {
+	if x == nil {
+		return 0
+	}
+	n := 0
+	for _, v := range x.Message {
+		n += estimateText(string(v))
+	}
+	for _, c := range x.Calls {
+		for _, v := range c {
+			n += estimateText(string(v))
+		}
+	}
+	return n
+}
+
+type extrasKey struct{}
+
+// withExtras returns ctx for a request whose messages carry extras, one
+// per message of the request, in order (nil for a message with none).
+func withExtras(ctx context.Context, extras []*Extra) context.Context {
+	if extras == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, extrasKey{}, extras)
+}
+
+// heard is what one response carried beyond OpenAI's fields, filled in
+// by the wire as the response is read, for its Reply.
+type heard struct {
+	mu    sync.Mutex // guards msg and calls
+	msg   map[string]json.RawMessage
+	calls []heardCall
+}
+
+// heardCall is one tool call's fields, with the call's key (callKey).
+type heardCall struct {
+	key    string
+	fields map[string]json.RawMessage
+}
+
+type heardKey struct{}
+
+func (h *heard) set(msg map[string]json.RawMessage, calls []heardCall) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.msg, h.calls = msg, calls
+}
+
+// extra is what was heard with msg, nil for nothing. Calls are matched
+// by name and arguments, in order: go-openai rebuilds them in its own
+// order, and the server may have sent no ids.
+func (h *heard) extra(msg openai.ChatCompletionMessage) *Extra {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(msg.ToolCalls) == 0 || (len(h.msg) == 0 && len(h.calls) == 0) {
+		return nil
+	}
+	x := &Extra{}
+	if len(h.msg) > 0 {
+		x.Message = h.msg
+	}
+	used := make([]bool, len(h.calls))
+	found := false
+	calls := make([]map[string]json.RawMessage, len(msg.ToolCalls))
+	for i, tc := range msg.ToolCalls {
+		key := callKey(tc.Function.Name, tc.Function.Arguments)
+		for j, c := range h.calls {
+			if !used[j] && c.key == key {
+				used[j] = true
+				if len(c.fields) > 0 {
+					calls[i], found = c.fields, true
+				}
+				break
+			}
+		}
+	}
+	if found {
+		x.Calls = calls
+	}
+	if x.Message == nil && x.Calls == nil {
+		return nil
+	}
+	return x
+}
 
 // callExtras is what a server sent with one tool call beyond OpenAI's
 // fields, to send back with it.
@@ -113,8 +224,9 @@ func errText(err error) (int, string) {
 	return 0, ""
 }
 
-// request rewrites a chat-completions request body for the server.
-func (w *wire) request(body []byte) []byte {
+// request rewrites a chat-completions request body for the server;
+// extras are its messages' (withExtras), or nil.
+func (w *wire) request(body []byte, extras []*Extra) []byte {
 	var req map[string]json.RawMessage
 	if json.Unmarshal(body, &req) != nil {
 		return body
@@ -123,8 +235,15 @@ func (w *wire) request(body []byte) []byte {
 	if json.Unmarshal(req["messages"], &msgs) != nil {
 		return body
 	}
-	for _, m := range msgs {
-		w.putBack(m)
+	if len(extras) != len(msgs) {
+		extras = nil // not this request's
+	}
+	for i, m := range msgs {
+		if extras != nil && extras[i] != nil {
+			putExtra(m, extras[i])
+		} else {
+			w.putBack(m)
+		}
 	}
 	if w.shortIDs.Load() {
 		for _, m := range msgs {
@@ -145,8 +264,43 @@ func (w *wire) request(body []byte) []byte {
 	return out
 }
 
+// putExtra adds x, what the server sent with the message, to an
+// assistant message and its tool calls; a field the message already
+// has is left as it is.
+func putExtra(m map[string]json.RawMessage, x *Extra) {
+	if str(m["role"]) != openai.ChatMessageRoleAssistant {
+		return
+	}
+	for k, v := range x.Message {
+		if _, has := m[k]; !has {
+			m[k] = v
+		}
+	}
+	if len(x.Calls) == 0 {
+		return
+	}
+	var calls []map[string]json.RawMessage
+	if json.Unmarshal(m["tool_calls"], &calls) != nil {
+		return
+	}
+	changed := false
+	for i, c := range calls {
+		if i >= len(x.Calls) {
+			break
+		}
+		for k, v := range x.Calls[i] {
+			if _, has := c[k]; !has {
+				c[k], changed = v, true
+			}
+		}
+	}
+	if changed {
+		m["tool_calls"], _ = json.Marshal(calls)
+	}
+}
+
 // putBack adds to an assistant message's tool calls what the server sent
-// with them.
+// with them, as the wire remembers it.
 func (w *wire) putBack(m map[string]json.RawMessage) {
 	if str(m["role"]) != openai.ChatMessageRoleAssistant {
 		return
@@ -274,8 +428,8 @@ func appendText(m map[string]json.RawMessage, text string) bool {
 var knownCallFields = map[string]bool{"id": true, "type": true, "function": true, "index": true}
 
 // response keeps what a plain response's tool calls carry beyond
-// OpenAI's fields.
-func (w *wire) response(body []byte) {
+// OpenAI's fields, and tells h.
+func (w *wire) response(h *heard, body []byte) {
 	var resp struct {
 		Choices []struct {
 			Message map[string]json.RawMessage `json:"message"`
@@ -295,6 +449,7 @@ func (w *wire) response(body []byte) {
 			msg[k] = v
 		}
 	}
+	var got []heardCall
 	for _, c := range calls {
 		var fn struct{ Name, Arguments string }
 		json.Unmarshal(c["function"], &fn)
@@ -304,10 +459,13 @@ func (w *wire) response(body []byte) {
 				x.call[k] = v
 			}
 		}
+		key := callKey(fn.Name, fn.Arguments)
+		got = append(got, heardCall{key: key, fields: x.call})
 		if len(x.call) > 0 || len(x.msg) > 0 {
-			w.remember(callKey(fn.Name, fn.Arguments), x)
+			w.remember(key, x)
 		}
 	}
+	h.set(msg, got)
 }
 
 // streamedCall is one tool call being rebuilt from a stream's deltas, for
@@ -383,16 +541,22 @@ func (s *streamState) chunk(data []byte) {
 	}
 }
 
-func (s *streamState) done(w *wire) {
+// done keeps what the stream's tool calls carried beyond OpenAI's
+// fields, and tells h.
+func (s *streamState) done(w *wire, h *heard) {
 	msg := map[string]json.RawMessage{}
 	for k, b := range s.msg {
 		msg[k], _ = json.Marshal(b.String())
 	}
+	got := make([]heardCall, 0, len(s.calls))
 	for _, c := range s.calls {
+		key := callKey(c.name.String(), c.args.String())
+		got = append(got, heardCall{key: key, fields: c.extra})
 		if len(c.extra) > 0 || len(msg) > 0 {
-			w.remember(callKey(c.name.String(), c.args.String()), callExtras{call: c.extra, msg: msg})
+			w.remember(key, callExtras{call: c.extra, msg: msg})
 		}
 	}
+	h.set(msg, got)
 }
 
 // errMidStream is an error object a server sent in a 200 stream
@@ -448,6 +612,7 @@ type sseBody struct {
 	err   error
 	state streamState
 	wire  *wire
+	heard *heard
 }
 
 func (b *sseBody) Read(p []byte) (int, error) {
@@ -459,7 +624,7 @@ func (b *sseBody) Read(p []byte) (int, error) {
 		if err != nil {
 			b.err = err
 			if errors.Is(err, io.EOF) {
-				b.state.done(b.wire)
+				b.state.done(b.wire, b.heard)
 			}
 		}
 		trimmed := bytes.TrimSpace(line)
@@ -473,7 +638,7 @@ func (b *sseBody) Read(p []byte) (int, error) {
 				return 0, e
 			}
 			if string(data) == "[DONE]" {
-				b.state.done(b.wire)
+				b.state.done(b.wire, b.heard)
 			} else {
 				b.state.chunk(data)
 			}
@@ -503,7 +668,9 @@ func (t wireTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	body = t.wire.request(body)
+	extras, _ := req.Context().Value(extrasKey{}).([]*Extra)
+	h, _ := req.Context().Value(heardKey{}).(*heard)
+	body = t.wire.request(body, extras)
 	req = req.Clone(req.Context())
 	req.Body = io.NopCloser(bytes.NewReader(body))
 	req.ContentLength = int64(len(body))
@@ -513,7 +680,7 @@ func (t wireTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return resp, err
 	}
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		resp.Body = &sseBody{rc: resp.Body, r: bufio.NewReader(resp.Body), wire: t.wire}
+		resp.Body = &sseBody{rc: resp.Body, r: bufio.NewReader(resp.Body), wire: t.wire, heard: h}
 		return resp, nil
 	}
 	raw, err := io.ReadAll(resp.Body)
@@ -523,7 +690,7 @@ func (t wireTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp.Body = io.NopCloser(io.MultiReader(bytes.NewReader(raw), errReader{err}))
 		return resp, nil
 	}
-	t.wire.response(raw)
+	t.wire.response(h, raw)
 	return resp, nil
 }
 

@@ -49,3 +49,35 @@ func TestShortIDs(t *testing.T) {
 		t.Error("two ids became one")
 	}
 }
+
+// TestExtraStoredForm: an entry's Extra is stored as the JSON the server
+// sent and read back the same; an entry or a checkpoint written before
+// there was one reads with none.
+func TestExtraStoredForm(t *testing.T) {
+	x := &Extra{
+		Message: map[string]json.RawMessage{"reasoning_content": json.RawMessage(`"first read the notes"`)},
+		Calls:   []map[string]json.RawMessage{{"extra_content": json.RawMessage(`{"google":{"thought_signature":"c2ln"}}`)}, nil},
+	}
+	raw, err := json.Marshal(Entry{Extra: x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `"extra":{"message":{"reasoning_content":"first read the notes"},"calls":[{"extra_content":{"google":{"thought_signature":"c2ln"}}},null]}`; !strings.Contains(string(raw), want) {
+		t.Errorf("stored entry %s, want it to hold %s", raw, want)
+	}
+	var back Entry
+	if err := json.Unmarshal(raw, &back); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := json.Marshal(back); string(again) != string(raw) {
+		t.Errorf("read back as %s, want %s", again, raw)
+	}
+	var old Entry
+	var cp Checkpoint
+	if err := json.Unmarshal([]byte(`{"message":{"role":"assistant","tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"{}"}}]},"at":"2025-01-01T00:00:00Z"}`), &old); err != nil || old.Extra != nil {
+		t.Errorf("an entry stored without extra reads with %+v (%v), want none", old.Extra, err)
+	}
+	if err := json.Unmarshal([]byte(`{"key":"web/x","state":"running","pending":{"role":"assistant","tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"{}"}}]}}`), &cp); err != nil || cp.PendingExtra != nil || cp.Pending == nil {
+		t.Errorf("a checkpoint stored without pending_extra reads with %+v, pending %v (%v), want the message and no extra", cp.PendingExtra, cp.Pending, err)
+	}
+}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	openai "github.com/sashabaranov/go-openai"
 
@@ -227,5 +229,65 @@ func TestServerWithoutTools(t *testing.T) {
 				t.Fatalf("the turn ended %s: %q; want Failed, saying %q and what to change", end.Outcome, end.Text, tc.want)
 			}
 		})
+	}
+}
+
+// TestProviderFieldsSurviveARestart: what a server needs back with a
+// call (Gemini's thought signature, DeepSeek's reasoning_content) is kept
+// with the stored message, so the process that resumes the turn (after a
+// kill -9, a deploy or a takeover) sends it too; the server refuses the
+// turn's next request without it. The restart is a second runner, with
+// a model client of its own, on the first one's store.
+func TestProviderFieldsSurviveARestart(t *testing.T) {
+	for _, d := range []fakeopenai.Dialect{fakeopenai.Gemini, fakeopenai.DeepSeek} {
+		for _, stream := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/stream=%v/request in flight", d, stream), func(t *testing.T) {
+				fake := &fakeopenai.Server{Dialect: d, Respond: toolThenAnswer(false)}
+				// The request after the tool result hangs until the first
+				// process is gone.
+				fake.Fail(fakeopenai.Fault{}, fakeopenai.Fault{Delay: time.Minute})
+				db, _ := openDB(t)
+				opts := harnessOpts{db: db, stream: stream, tools: []agent.Tool{readTool()}}
+				first := newHarness(t, fake, opts)
+				first.send(t, "web/p", "read the notes")
+				waitRequests(t, fake, 2)
+				first.runner.Close()
+
+				second := newHarness(t, fake, opts)
+				if n, err := second.runner.Resume(context.Background()); err != nil || n != 1 {
+					t.Fatalf("Resume = %d, %v; want the running session", n, err)
+				}
+				events := second.waitEnd(t, "web/p")
+				if end := events[len(events)-1]; end.Outcome != agent.Done || end.Text != "The notes say to release on friday." {
+					t.Fatalf("the resumed turn ended %s: %q (%v)", end.Outcome, end.Text, end.Err)
+				}
+			})
+			t.Run(fmt.Sprintf("%s/stream=%v/waiting for approval", d, stream), func(t *testing.T) {
+				var runs atomic.Int32
+				fake := &fakeopenai.Server{Dialect: d, Respond: writeOnce}
+				db, _ := openDB(t)
+				opts := harnessOpts{db: db, stream: stream, tools: []agent.Tool{writeTool(&runs)}}
+				first := newHarness(t, fake, opts)
+				first.send(t, "web/a", "write")
+				a := first.waitKind(t, "web/a", agent.ApprovalNeeded).Approval
+				first.runner.Close()
+
+				second := newHarness(t, fake, opts)
+				if n, err := second.runner.Resume(context.Background()); err != nil || n != 1 {
+					t.Fatalf("Resume = %d, %v; want the waiting session", n, err)
+				}
+				second.waitKind(t, "web/a", agent.ApprovalNeeded)
+				if _, err := second.runner.Decide(context.Background(), "web/a", a.CallID, agent.Decision{Allow: true, ByName: "ann"}); err != nil {
+					t.Fatal(err)
+				}
+				events := second.waitEnd(t, "web/a")
+				if end := events[len(events)-1]; end.Outcome != agent.Done || end.Text != "result: written" {
+					t.Fatalf("the turn decided after the restart ended %s: %q (%v)", end.Outcome, end.Text, end.Err)
+				}
+				if runs.Load() != 1 {
+					t.Errorf("the approved call ran %d times, want 1", runs.Load())
+				}
+			})
+		}
 	}
 }
