@@ -32,13 +32,25 @@ const (
 	maxMarkdownTotal = 12000 // all markdown blocks of a message together
 )
 
-// blockTypes are the block types a message may carry. plan and task_card
-// are Slack's native agent blocks, which a workspace may refuse
+// blockTypes are the block types a message may carry, each with the
+// check of its own fields, which returns why Slack would refuse them
+// ("" if it would not; nil: a divider has none). plan and task_card are
+// Slack's native agent blocks, which a workspace may refuse
 // (Server.RejectNativePlan).
-var blockTypes = map[string]bool{
-	"section": true, "header": true, "context": true, "divider": true, "actions": true,
-	"rich_text": true, "image": true, "input": true, "file": true, "video": true,
-	"markdown": true, "plan": true, "task_card": true,
+var blockTypes = map[string]func(b map[string]any) string{
+	"section":   checkSection,
+	"header":    func(b map[string]any) string { return checkTextObject(b["text"], "text", maxHeaderText, true) },
+	"context":   checkContext,
+	"divider":   nil,
+	"actions":   checkActions,
+	"rich_text": func(b map[string]any) string { return checkRichText(b, "rich_text") },
+	"image":     func(b map[string]any) string { return checkImage(b, "image") },
+	"input":     checkInput,
+	"file":      checkFile,
+	"video":     checkVideo,
+	"markdown":  checkMarkdown,
+	"plan":      checkPlan,
+	"task_card": checkTaskCard,
 }
 
 // actionsElements are the interactive elements an actions block may hold.
@@ -99,7 +111,8 @@ func checkBlocks(list []any, rejectNative bool) string {
 			return fmt.Sprintf("block %d is not an object", i)
 		}
 		typ, _ := b["type"].(string)
-		if !blockTypes[typ] {
+		check, known := blockTypes[typ]
+		if !known {
 			return fmt.Sprintf("block %d: unknown block type %q", i, typ)
 		}
 		if rejectNative && (typ == "plan" || typ == "task_card") {
@@ -118,7 +131,10 @@ func checkBlocks(list []any, rejectNative bool) string {
 			t, _ := b["text"].(string)
 			markdown += utf8.RuneCountInString(t)
 		}
-		if d := checkBlock(typ, b); d != "" {
+		if check == nil {
+			continue
+		}
+		if d := check(b); d != "" {
 			return fmt.Sprintf("block %d (%s): %s", i, typ, d)
 		}
 	}
@@ -128,131 +144,146 @@ func checkBlocks(list []any, rejectNative bool) string {
 	return ""
 }
 
-func checkBlock(typ string, b map[string]any) string {
-	switch typ {
-	case "section":
-		text, hasText := b["text"]
-		fields, hasFields := b["fields"]
-		if !hasText && !hasFields {
-			return "needs text or fields"
-		}
-		if hasText {
-			if d := checkTextObject(text, "text", maxSectionText, false); d != "" {
-				return d
-			}
-		}
-		if hasFields {
-			list, ok := fields.([]any)
-			if !ok || len(list) == 0 {
-				return "fields must be a non-empty array"
-			}
-			if len(list) > maxSectionFields {
-				return fmt.Sprintf("%d fields, limit %d", len(list), maxSectionFields)
-			}
-			for j, f := range list {
-				if d := checkTextObject(f, fmt.Sprintf("fields[%d]", j), maxFieldText, false); d != "" {
-					return d
-				}
-			}
-		}
-		if acc, ok := b["accessory"]; ok {
-			return checkElement(acc, "accessory")
-		}
-	case "header":
-		return checkTextObject(b["text"], "text", maxHeaderText, true)
-	case "context":
-		list, ok := b["elements"].([]any)
-		if !ok || len(list) == 0 {
-			return "elements must be a non-empty array"
-		}
-		if len(list) > maxContextElems {
-			return fmt.Sprintf("%d elements, limit %d", len(list), maxContextElems)
-		}
-		for j, e := range list {
-			name := fmt.Sprintf("elements[%d]", j)
-			if m, ok := e.(map[string]any); ok && m["type"] == "image" {
-				if d := checkImage(m, name); d != "" {
-					return d
-				}
-				continue
-			}
-			if d := checkTextObject(e, name, maxSectionText, false); d != "" {
-				return d
-			}
-		}
-	case "actions":
-		list, ok := b["elements"].([]any)
-		if !ok || len(list) == 0 {
-			return "elements must be a non-empty array"
-		}
-		if len(list) > maxActionsElems {
-			return fmt.Sprintf("%d elements, limit %d", len(list), maxActionsElems)
-		}
-		// An action_id names one element of its block: a click reports
-		// the block_id and the action_id.
-		actionIDs := map[string]bool{}
-		for j, e := range list {
-			name := fmt.Sprintf("elements[%d]", j)
-			if d := checkElement(e, name); d != "" {
-				return d
-			}
-			m := e.(map[string]any)
-			if typ, _ := m["type"].(string); !actionsElements[typ] {
-				return fmt.Sprintf("%s: element type %q is not allowed in an actions block", name, typ)
-			}
-			if id, ok := m["action_id"].(string); ok {
-				if actionIDs[id] {
-					return fmt.Sprintf("%s: duplicate action_id %q", name, id)
-				}
-				actionIDs[id] = true
-			}
-		}
-	case "image":
-		return checkImage(b, "image")
-	case "markdown":
-		if t, _ := b["text"].(string); t == "" {
-			return "text is required"
-		}
-	case "rich_text":
-		return checkRichText(b, "rich_text")
-	case "input":
-		if d := checkTextObject(b["label"], "label", maxInputLabel, true); d != "" {
+// checkSection: text or fields, or both, and an optional accessory.
+func checkSection(b map[string]any) string {
+	text, hasText := b["text"]
+	fields, hasFields := b["fields"]
+	if !hasText && !hasFields {
+		return "needs text or fields"
+	}
+	if hasText {
+		if d := checkTextObject(text, "text", maxSectionText, false); d != "" {
 			return d
 		}
-		if _, ok := b["element"].(map[string]any); !ok {
-			return "element is required"
+	}
+	if hasFields {
+		list, ok := fields.([]any)
+		if !ok || len(list) == 0 {
+			return "fields must be a non-empty array"
 		}
-	case "file":
-		if id, _ := b["external_id"].(string); id == "" {
-			return "external_id is required"
+		if len(list) > maxSectionFields {
+			return fmt.Sprintf("%d fields, limit %d", len(list), maxSectionFields)
 		}
-	case "video":
-		for _, k := range []string{"alt_text", "title", "video_url", "thumbnail_url"} {
-			if _, ok := b[k]; !ok {
-				return k + " is required"
+		for j, f := range list {
+			if d := checkTextObject(f, fmt.Sprintf("fields[%d]", j), maxFieldText, false); d != "" {
+				return d
 			}
 		}
-	case "plan":
-		if t, _ := b["title"].(string); t == "" {
-			return "title is required"
-		}
-		if tasks, ok := b["tasks"]; ok {
-			list, ok := tasks.([]any)
-			if !ok {
-				return "tasks must be an array"
+	}
+	if acc, ok := b["accessory"]; ok {
+		return checkElement(acc, "accessory")
+	}
+	return ""
+}
+
+// checkContext: up to maxContextElems images and text objects.
+func checkContext(b map[string]any) string {
+	list, ok := b["elements"].([]any)
+	if !ok || len(list) == 0 {
+		return "elements must be a non-empty array"
+	}
+	if len(list) > maxContextElems {
+		return fmt.Sprintf("%d elements, limit %d", len(list), maxContextElems)
+	}
+	for j, e := range list {
+		name := fmt.Sprintf("elements[%d]", j)
+		if m, ok := e.(map[string]any); ok && m["type"] == "image" {
+			if d := checkImage(m, name); d != "" {
+				return d
 			}
-			for j, t := range list {
-				m, ok := t.(map[string]any)
-				if !ok || m["type"] != "task_card" {
-					return fmt.Sprintf("tasks[%d] is not a task_card", j)
-				}
-				if d := checkTaskCard(m); d != "" {
-					return fmt.Sprintf("tasks[%d]: %s", j, d)
-				}
+			continue
+		}
+		if d := checkTextObject(e, name, maxSectionText, false); d != "" {
+			return d
+		}
+	}
+	return ""
+}
+
+// checkActions: up to maxActionsElems interactive elements, each action_id
+// once.
+func checkActions(b map[string]any) string {
+	list, ok := b["elements"].([]any)
+	if !ok || len(list) == 0 {
+		return "elements must be a non-empty array"
+	}
+	if len(list) > maxActionsElems {
+		return fmt.Sprintf("%d elements, limit %d", len(list), maxActionsElems)
+	}
+	// An action_id names one element of its block: a click reports
+	// the block_id and the action_id.
+	actionIDs := map[string]bool{}
+	for j, e := range list {
+		name := fmt.Sprintf("elements[%d]", j)
+		if d := checkElement(e, name); d != "" {
+			return d
+		}
+		m := e.(map[string]any)
+		if typ, _ := m["type"].(string); !actionsElements[typ] {
+			return fmt.Sprintf("%s: element type %q is not allowed in an actions block", name, typ)
+		}
+		if id, ok := m["action_id"].(string); ok {
+			if actionIDs[id] {
+				return fmt.Sprintf("%s: duplicate action_id %q", name, id)
+			}
+			actionIDs[id] = true
+		}
+	}
+	return ""
+}
+
+func checkMarkdown(b map[string]any) string {
+	if t, _ := b["text"].(string); t == "" {
+		return "text is required"
+	}
+	return ""
+}
+
+func checkInput(b map[string]any) string {
+	if d := checkTextObject(b["label"], "label", maxInputLabel, true); d != "" {
+		return d
+	}
+	if _, ok := b["element"].(map[string]any); !ok {
+		return "element is required"
+	}
+	return ""
+}
+
+func checkFile(b map[string]any) string {
+	if id, _ := b["external_id"].(string); id == "" {
+		return "external_id is required"
+	}
+	return ""
+}
+
+func checkVideo(b map[string]any) string {
+	for _, k := range []string{"alt_text", "title", "video_url", "thumbnail_url"} {
+		if _, ok := b[k]; !ok {
+			return k + " is required"
+		}
+	}
+	return ""
+}
+
+// checkPlan: a title, and tasks (if any) that are task cards.
+func checkPlan(b map[string]any) string {
+	if t, _ := b["title"].(string); t == "" {
+		return "title is required"
+	}
+	if tasks, ok := b["tasks"]; ok {
+		list, ok := tasks.([]any)
+		if !ok {
+			return "tasks must be an array"
+		}
+		for j, t := range list {
+			m, ok := t.(map[string]any)
+			if !ok || m["type"] != "task_card" {
+				return fmt.Sprintf("tasks[%d] is not a task_card", j)
+			}
+			if d := checkTaskCard(m); d != "" {
+				return fmt.Sprintf("tasks[%d]: %s", j, d)
 			}
 		}
-	case "task_card":
-		return checkTaskCard(b)
 	}
 	return ""
 }

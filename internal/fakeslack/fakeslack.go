@@ -561,6 +561,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
+	s.serveAPI(w, r, method, began)
+}
+
+// serveAPI answers a Web API call that reached the fake at began: past
+// the proxy and any Delay, then the rate limits, the HTTP faults, the
+// token and the method itself, recording the call as answered.
+func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, method string, began time.Time) {
 	params, err := readParams(r)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -570,60 +577,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && token == "" {
 		token = bearer
 	}
-	s.mu.Lock()
-	s.initLocked()
-	s.host = r.Host
-	if status := s.proxyRefusesLocked(method, params); status != 0 {
-		// Stopped on the way: Slack never sees the call.
-		s.calls = append(s.calls, Call{Method: method, Params: params, Began: began, At: time.Now(), Error: fmt.Sprintf("proxy %d", status), Status: status})
-		s.mu.Unlock()
-		writeProxyRefusal(w, status)
+	if !s.arrive(w, r, method, params, began) {
 		return
-	}
-	d := takeLocked(s.delays, method)
-	if d != nil {
-		if s.held == nil {
-			s.held = map[string]int{}
-		}
-		s.held[method]++
-	}
-	s.mu.Unlock()
-	if d != nil {
-		pause(r.Context(), d.delay)
-		s.mu.Lock()
-		s.held[method]--
-		s.mu.Unlock()
 	}
 	now := time.Now()
 	s.mu.Lock()
 	call := Call{Method: method, Params: params, Began: began, At: now, Status: http.StatusOK}
-	chanKey := method + " in " + params["channel"] // a per-channel Retry-After
-	for _, k := range []string{method, chanKey} {
-		s.checkHoldsLocked(k, r.RemoteAddr, began, now)
-	}
-	// A call is counted in every window it passes; one answered 429 in
-	// none.
-	var windows []*window
-	limited, secs := "", 0
-	if lim := s.limits[method]; lim != nil {
-		windows = append(windows, lim)
-		if after := lim.full(now); after > 0 {
-			limited, secs = method, after
-		}
-	}
-	if cl := s.chanLimits[method]; cl != nil {
-		win := cl.channels[params["channel"]]
-		if win == nil {
-			win = &window{n: cl.n, per: cl.per}
-			cl.channels[params["channel"]] = win
-		}
-		windows = append(windows, win)
-		if after := win.full(now); after > 0 && limited == "" {
-			limited, secs = chanKey, after
-		}
-	}
-	if limited != "" {
-		s.holdLocked(limited, r.RemoteAddr, now, secs)
+	if secs := s.admitLocked(method, params["channel"], r.RemoteAddr, began, now); secs > 0 {
 		call.Error, call.Status = "ratelimited", http.StatusTooManyRequests
 		s.calls = append(s.calls, call)
 		s.mu.Unlock()
@@ -632,9 +592,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusTooManyRequests)
 		io.WriteString(w, `{"ok":false,"error":"ratelimited"}`)
 		return
-	}
-	for _, win := range windows {
-		win.times = append(win.times, now)
 	}
 	if f := takeLocked(s.httpFaults, method); f != nil {
 		call.Error, call.Status = fmt.Sprintf("http %d", f.status), f.status
@@ -647,18 +604,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, http.StatusText(f.status), f.status)
 		return
 	}
-	code := authCode(method, token)
-	if code == "" {
-		w.Header().Set("X-OAuth-Scopes", s.scopesLocked(token))
-	}
-	var resp map[string]any
-	if code == "" {
-		if q := s.failures[method]; len(q) > 0 {
-			code, s.failures[method] = q[0], q[1:]
-		} else {
-			resp, code = s.handleLocked(method, params, r)
-		}
-	}
+	resp, code := s.answerLocked(w.Header(), method, token, params, r)
 	call.Error = code
 	s.calls = append(s.calls, call)
 	late := takeLocked(s.late, method)
@@ -678,6 +624,93 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		resp["ok"] = true
 	}
 	writeJSON(w, resp)
+}
+
+// arrive is the way to Slack: a proxy rule may refuse the call (recorded,
+// answered, and false returned: Slack never sees it) and a Delay may hold
+// it.
+func (s *Server) arrive(w http.ResponseWriter, r *http.Request, method string, params map[string]string, began time.Time) bool {
+	s.mu.Lock()
+	s.initLocked()
+	s.host = r.Host
+	if status := s.proxyRefusesLocked(method, params); status != 0 {
+		// Stopped on the way: Slack never sees the call.
+		s.calls = append(s.calls, Call{Method: method, Params: params, Began: began, At: time.Now(), Error: fmt.Sprintf("proxy %d", status), Status: status})
+		s.mu.Unlock()
+		writeProxyRefusal(w, status)
+		return false
+	}
+	d := takeLocked(s.delays, method)
+	if d != nil {
+		if s.held == nil {
+			s.held = map[string]int{}
+		}
+		s.held[method]++
+	}
+	s.mu.Unlock()
+	if d != nil {
+		pause(r.Context(), d.delay)
+		s.mu.Lock()
+		s.held[method]--
+		s.mu.Unlock()
+	}
+	return true
+}
+
+// admitLocked checks a call to method in channel from conn against the
+// Retry-Afters it may break and the method's rate limits, the
+// workspace's and the channel's. It returns the seconds of the
+// Retry-After to answer with a 429, holding them from now; 0 admits the
+// call, counted in every window it passes (one answered 429 is counted
+// in none).
+func (s *Server) admitLocked(method, channel, conn string, began, now time.Time) (retryAfter int) {
+	chanKey := method + " in " + channel // a per-channel Retry-After
+	for _, k := range []string{method, chanKey} {
+		s.checkHoldsLocked(k, conn, began, now)
+	}
+	var windows []*window
+	limited, secs := "", 0
+	if lim := s.limits[method]; lim != nil {
+		windows = append(windows, lim)
+		if after := lim.full(now); after > 0 {
+			limited, secs = method, after
+		}
+	}
+	if cl := s.chanLimits[method]; cl != nil {
+		win := cl.channels[channel]
+		if win == nil {
+			win = &window{n: cl.n, per: cl.per}
+			cl.channels[channel] = win
+		}
+		windows = append(windows, win)
+		if after := win.full(now); after > 0 && limited == "" {
+			limited, secs = chanKey, after
+		}
+	}
+	if limited != "" {
+		s.holdLocked(limited, conn, now, secs)
+		return secs
+	}
+	for _, win := range windows {
+		win.times = append(win.times, now)
+	}
+	return 0
+}
+
+// answerLocked answers an admitted call: the token's error, a failure
+// queued for the method, or the method's own answer, with the token's
+// scopes in h when the token is good. code is the error, "" for none.
+func (s *Server) answerLocked(h http.Header, method, token string, params map[string]string, r *http.Request) (resp map[string]any, code string) {
+	code = authCode(method, token)
+	if code != "" {
+		return nil, code
+	}
+	h.Set("X-OAuth-Scopes", s.scopesLocked(token))
+	if q := s.failures[method]; len(q) > 0 {
+		code, s.failures[method] = q[0], q[1:]
+		return nil, code
+	}
+	return s.handleLocked(method, params, r)
 }
 
 // BotScopes are the bot scopes slack-app-manifest.yaml asks for: what an

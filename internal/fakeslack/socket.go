@@ -116,6 +116,13 @@ func (s *Server) socket(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
+	s.serveSocket(ws, ping, ackTimeout)
+}
+
+// serveSocket says hello on a new connection, sends it envelopes (its
+// write loop) and reads its acknowledgements until it closes; then what
+// it left unacknowledged goes to another connection.
+func (s *Server) serveSocket(ws *websocket.Conn, ping, ackTimeout time.Duration) {
 	c := &sock{ws: ws, wake: make(chan struct{}, 1)}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -139,19 +146,7 @@ func (s *Server) socket(w http.ResponseWriter, r *http.Request) {
 		wg.Wait()
 		ws.Close()
 		s.mu.Lock()
-		for i, x := range s.socks {
-			if x == c {
-				s.socks = append(s.socks[:i], s.socks[i+1:]...)
-				break
-			}
-		}
-		// Slack sends what this connection left unacknowledged again.
-		for _, e := range s.inflight {
-			if e.on == c {
-				s.retryLocked(e)
-			}
-		}
-		s.flushLocked()
+		s.hangUpLocked(c)
 		s.mu.Unlock()
 	}()
 	for {
@@ -164,22 +159,45 @@ func (s *Server) socket(w http.ResponseWriter, r *http.Request) {
 		}
 		if json.Unmarshal(raw, &msg) == nil && msg.EnvelopeID != "" {
 			s.mu.Lock()
-			s.acks = append(s.acks, msg.EnvelopeID)
-			if e := s.inflight[msg.EnvelopeID]; e != nil && e.interactive {
-				// The user who clicked saw an error after 3 s.
-				limit := ackTimeout
-				if limit < 0 {
-					limit = defaultAckTimeout
-				}
-				if late := time.Since(e.firstSent); late > limit {
-					s.violations = append(s.violations, fmt.Sprintf("interactive envelope %s (%s) acknowledged %s after it was sent, limit %s",
-						e.id, e.eventID, late.Round(time.Millisecond), limit))
-				}
-			}
-			delete(s.inflight, msg.EnvelopeID)
+			s.ackLocked(msg.EnvelopeID, ackTimeout)
 			s.mu.Unlock()
 		}
 	}
+}
+
+// hangUpLocked forgets the closed connection c: Slack sends what it left
+// unacknowledged again.
+func (s *Server) hangUpLocked(c *sock) {
+	for i, x := range s.socks {
+		if x == c {
+			s.socks = append(s.socks[:i], s.socks[i+1:]...)
+			break
+		}
+	}
+	for _, e := range s.inflight {
+		if e.on == c {
+			s.retryLocked(e)
+		}
+	}
+	s.flushLocked()
+}
+
+// ackLocked records the acknowledgement of envelope id, a violation if it
+// is an interactive envelope acknowledged later than ackTimeout.
+func (s *Server) ackLocked(id string, ackTimeout time.Duration) {
+	s.acks = append(s.acks, id)
+	if e := s.inflight[id]; e != nil && e.interactive {
+		// The user who clicked saw an error after 3 s.
+		limit := ackTimeout
+		if limit < 0 {
+			limit = defaultAckTimeout
+		}
+		if late := time.Since(e.firstSent); late > limit {
+			s.violations = append(s.violations, fmt.Sprintf("interactive envelope %s (%s) acknowledged %s after it was sent, limit %s",
+				e.id, e.eventID, late.Round(time.Millisecond), limit))
+		}
+	}
+	delete(s.inflight, id)
 }
 
 // writeLoop sends c's frames in order, pings it, redelivers envelopes
