@@ -195,6 +195,8 @@ func checkComponentsV2(list []any) *apiError {
 	return nil
 }
 
+// component checks one component at at, standing where, and the
+// components it holds.
 func (c *v2Check) component(raw any, at string, where int) *apiError {
 	m, ok := raw.(map[string]any)
 	if !ok {
@@ -213,29 +215,13 @@ func (c *v2Check) component(raw any, at string, where int) *apiError {
 		}
 		return formError(at+".type", "UNION_TYPE_CHOICES", fmt.Sprintf("Value of field \"type\" must be one of (%s).", strings.Join(names, ", ")))
 	}
-	if v, ok := m["id"]; ok && v != nil {
-		id, ok := v.(float64)
-		if !ok || id != math.Trunc(id) || id < 1 || id > math.MaxInt32 {
-			return formError(at+".id", "NUMBER_TYPE_COERCE", "Value is not a positive int32.")
-		}
-		if c.ids[int(id)] {
-			return formError(at+".id", "COMPONENT_ID_DUPLICATED", "Component id was already specified")
-		}
-		c.ids[int(id)] = true
+	if err := c.id(m, at); err != nil {
+		return err
 	}
 	c.count++
 	switch int(typ) {
 	case componentActionRow:
-		n, err := checkRow(m, at, c.customIDs)
-		c.count += n
-		if rows, ok := m["components"].([]any); ok {
-			for _, b := range rows {
-				if bm, ok := b.(map[string]any); ok {
-					c.text += textLen(bm["label"])
-				}
-			}
-		}
-		return err
+		return c.actionRow(m, at)
 	case componentButton: // a section's accessory
 		if err := checkButton(m, at); err != nil {
 			return err
@@ -249,67 +235,125 @@ func (c *v2Check) component(raw any, at string, where int) *apiError {
 		}
 		c.text += textLen(content)
 	case componentSeparator:
-		if v, ok := m["divider"]; ok && v != nil {
-			if _, ok := v.(bool); !ok {
-				return formError(at+".divider", "BOOLEAN_TYPE_CONVERT", "Must be either true or false.")
-			}
-		}
-		if v, ok := m["spacing"]; ok && v != nil {
-			if v != float64(separatorSmall) && v != float64(separatorLarge) {
-				return formError(at+".spacing", "BASE_TYPE_CHOICES", "Value must be one of {1, 2}.")
-			}
-		}
+		return checkSeparator(m, at)
 	case componentContainer:
-		if v, ok := m["accent_color"]; ok && v != nil {
-			col, ok := v.(float64)
-			if !ok || col != math.Trunc(col) || col < 0 || col > maxAccentColor {
-				return formError(at+".accent_color", "NUMBER_TYPE_MAX", fmt.Sprintf("Must be an int between 0 and %d.", maxAccentColor))
-			}
-		}
-		if v, ok := m["spoiler"]; ok && v != nil {
-			if _, ok := v.(bool); !ok {
-				return formError(at+".spoiler", "BOOLEAN_TYPE_CONVERT", "Must be either true or false.")
-			}
-		}
-		children, _ := m["components"].([]any)
-		if len(children) == 0 {
-			return formError(at+".components", "BASE_TYPE_MIN_LENGTH", "Must be 1 or more in length.")
-		}
-		for i, raw := range children {
-			if err := c.component(raw, fmt.Sprintf("%s.components.%d", at, i), inContainer); err != nil {
-				return err
-			}
-		}
+		return c.container(m, at)
 	case componentSection:
-		children, _ := m["components"].([]any)
-		if len(children) < 1 || len(children) > maxSectionTexts {
-			return formError(at+".components", "BASE_TYPE_BAD_LENGTH", fmt.Sprintf("Must be between 1 and %d in length.", maxSectionTexts))
-		}
-		for i, raw := range children {
-			if err := c.component(raw, fmt.Sprintf("%s.components.%d", at, i), inSection); err != nil {
-				return err
-			}
-		}
-		acc, ok := m["accessory"]
-		if !ok || acc == nil {
-			return formError(at+".accessory", "BASE_TYPE_REQUIRED", "This field is required")
-		}
-		return c.component(acc, at+".accessory", asAccessory)
+		return c.section(m, at)
 	case componentThumbnail:
 		return mediaURL(m["media"], at+".media")
 	case componentMediaGallery:
-		items, _ := m["items"].([]any)
-		if len(items) < 1 || len(items) > maxGalleryItems {
-			return formError(at+".items", "BASE_TYPE_BAD_LENGTH", fmt.Sprintf("Must be between 1 and %d in length.", maxGalleryItems))
-		}
-		for i, raw := range items {
-			item, _ := raw.(map[string]any)
-			if err := mediaURL(item["media"], fmt.Sprintf("%s.items.%d.media", at, i)); err != nil {
-				return err
-			}
-		}
+		return checkMediaGallery(m, at)
 	case componentFile:
 		return mediaURL(m["file"], at+".file")
+	}
+	return nil
+}
+
+// id checks a component's optional numeric id: a positive int32, unique
+// in the message.
+func (c *v2Check) id(m map[string]any, at string) *apiError {
+	v, ok := m["id"]
+	if !ok || v == nil {
+		return nil
+	}
+	id, ok := v.(float64)
+	if !ok || id != math.Trunc(id) || id < 1 || id > math.MaxInt32 {
+		return formError(at+".id", "NUMBER_TYPE_COERCE", "Value is not a positive int32.")
+	}
+	if c.ids[int(id)] {
+		return formError(at+".id", "COMPONENT_ID_DUPLICATED", "Component id was already specified")
+	}
+	c.ids[int(id)] = true
+	return nil
+}
+
+// actionRow checks a row as checkComponents does, counting its buttons
+// and their labels.
+func (c *v2Check) actionRow(m map[string]any, at string) *apiError {
+	n, err := checkRow(m, at, c.customIDs)
+	c.count += n
+	if rows, ok := m["components"].([]any); ok {
+		for _, b := range rows {
+			if bm, ok := b.(map[string]any); ok {
+				c.text += textLen(bm["label"])
+			}
+		}
+	}
+	return err
+}
+
+func checkSeparator(m map[string]any, at string) *apiError {
+	if v, ok := m["divider"]; ok && v != nil {
+		if _, ok := v.(bool); !ok {
+			return formError(at+".divider", "BOOLEAN_TYPE_CONVERT", "Must be either true or false.")
+		}
+	}
+	if v, ok := m["spacing"]; ok && v != nil {
+		if v != float64(separatorSmall) && v != float64(separatorLarge) {
+			return formError(at+".spacing", "BASE_TYPE_CHOICES", "Value must be one of {1, 2}.")
+		}
+	}
+	return nil
+}
+
+// container checks a container's accent colour and spoiler, and the
+// components in it (at least one).
+func (c *v2Check) container(m map[string]any, at string) *apiError {
+	if v, ok := m["accent_color"]; ok && v != nil {
+		col, ok := v.(float64)
+		if !ok || col != math.Trunc(col) || col < 0 || col > maxAccentColor {
+			return formError(at+".accent_color", "NUMBER_TYPE_MAX", fmt.Sprintf("Must be an int between 0 and %d.", maxAccentColor))
+		}
+	}
+	if v, ok := m["spoiler"]; ok && v != nil {
+		if _, ok := v.(bool); !ok {
+			return formError(at+".spoiler", "BOOLEAN_TYPE_CONVERT", "Must be either true or false.")
+		}
+	}
+	children, _ := m["components"].([]any)
+	if len(children) == 0 {
+		return formError(at+".components", "BASE_TYPE_MIN_LENGTH", "Must be 1 or more in length.")
+	}
+	for i, raw := range children {
+		if err := c.component(raw, fmt.Sprintf("%s.components.%d", at, i), inContainer); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// section checks a section's text displays (1 to maxSectionTexts) and its
+// required accessory.
+func (c *v2Check) section(m map[string]any, at string) *apiError {
+	children, _ := m["components"].([]any)
+	if len(children) < 1 || len(children) > maxSectionTexts {
+		return formError(at+".components", "BASE_TYPE_BAD_LENGTH", fmt.Sprintf("Must be between 1 and %d in length.", maxSectionTexts))
+	}
+	for i, raw := range children {
+		if err := c.component(raw, fmt.Sprintf("%s.components.%d", at, i), inSection); err != nil {
+			return err
+		}
+	}
+	acc, ok := m["accessory"]
+	if !ok || acc == nil {
+		return formError(at+".accessory", "BASE_TYPE_REQUIRED", "This field is required")
+	}
+	return c.component(acc, at+".accessory", asAccessory)
+}
+
+// checkMediaGallery checks a gallery's items: 1 to maxGalleryItems, each
+// with a media url.
+func checkMediaGallery(m map[string]any, at string) *apiError {
+	items, _ := m["items"].([]any)
+	if len(items) < 1 || len(items) > maxGalleryItems {
+		return formError(at+".items", "BASE_TYPE_BAD_LENGTH", fmt.Sprintf("Must be between 1 and %d in length.", maxGalleryItems))
+	}
+	for i, raw := range items {
+		item, _ := raw.(map[string]any)
+		if err := mediaURL(item["media"], fmt.Sprintf("%s.items.%d.media", at, i)); err != nil {
+			return err
+		}
 	}
 	return nil
 }

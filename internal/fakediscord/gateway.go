@@ -171,6 +171,12 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
+	s.serveGateway(ws, r)
+}
+
+// serveGateway says Hello on a new gateway connection, sends it events
+// (its write loop) and reads its opcodes until it closes.
+func (s *Server) serveGateway(ws *websocket.Conn, r *http.Request) {
 	c := &conn{ws: ws, wake: make(chan struct{}, 1)}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -217,33 +223,39 @@ func (s *Server) gateway(w http.ResponseWriter, r *http.Request) {
 			}
 			return
 		}
-		var msg struct {
-			Op int             `json:"op"`
-			D  json.RawMessage `json:"d"`
+		s.receive(c, r, raw)
+	}
+}
+
+// receive answers one gateway payload from c: a heartbeat, Identify or
+// Resume; what needs a session before it has one, an unknown opcode or
+// a payload that is not JSON closes the connection.
+func (s *Server) receive(c *conn, r *http.Request, raw []byte) {
+	var msg struct {
+		Op int             `json:"op"`
+		D  json.RawMessage `json:"d"`
+	}
+	bad := json.Unmarshal(raw, &msg) != nil
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if bad {
+		s.closeLocked(c, 4002, closeReasons[4002])
+		return
+	}
+	switch {
+	case c.closing:
+	case msg.Op == 1:
+		c.send(map[string]any{"op": 11})
+	case msg.Op == 2:
+		s.identifyLocked(c, r, msg.D)
+	case msg.Op == 6:
+		s.resumeLocked(c, msg.D)
+	case msg.Op == 3 || msg.Op == 4 || msg.Op == 8:
+		if c.sess == nil {
+			s.closeLocked(c, 4003, closeReasons[4003])
 		}
-		if json.Unmarshal(raw, &msg) != nil {
-			s.mu.Lock()
-			s.closeLocked(c, 4002, closeReasons[4002])
-			s.mu.Unlock()
-			continue
-		}
-		s.mu.Lock()
-		switch {
-		case c.closing:
-		case msg.Op == 1:
-			c.send(map[string]any{"op": 11})
-		case msg.Op == 2:
-			s.identifyLocked(c, r, msg.D)
-		case msg.Op == 6:
-			s.resumeLocked(c, msg.D)
-		case msg.Op == 3 || msg.Op == 4 || msg.Op == 8:
-			if c.sess == nil {
-				s.closeLocked(c, 4003, closeReasons[4003])
-			}
-		default:
-			s.closeLocked(c, 4001, closeReasons[4001])
-		}
-		s.mu.Unlock()
+	default:
+		s.closeLocked(c, 4001, closeReasons[4001])
 	}
 }
 

@@ -367,22 +367,9 @@ func (s *Server) callbackLocked(r *http.Request, rt route, body map[string]any, 
 	// Each refusal is the client's fault: the user sees "This interaction
 	// failed" or a second answer is lost.
 	where := "interaction " + rt.parts[1]
-	in, ok := s.interactions[rt.parts[1]]
-	switch {
-	case !ok:
-		return s.violationLocked(r, where, fail(http.StatusNotFound, codeUnknownInteraction, "Unknown interaction"))
-	case rt.parts[2] != in.token:
-		return s.violationLocked(r, where, fail(http.StatusUnauthorized, codeInvalidWebhookTok, "Invalid Webhook Token"))
-	case in.acked:
-		return s.violationLocked(r, where, fail(http.StatusBadRequest, codeAlreadyAcked, "Interaction has already been acknowledged."))
-	}
-	window := s.InteractionWindow
-	if window <= 0 {
-		window = defaultInteractIn
-	}
-	if late := arrived.Sub(in.created); late > window {
-		s.violations = append(s.violations, fmt.Sprintf("interaction %s answered %s after it was created, limit %s", in.id, late.Round(time.Millisecond), window))
-		return 0, nil, fail(http.StatusNotFound, codeUnknownInteraction, "Unknown interaction")
+	in, err := s.interactionLocked(r, rt, where, arrived)
+	if err != nil {
+		return 0, nil, err
 	}
 	typ, _ := body["type"].(float64)
 	data, hasData := body["data"].(map[string]any)
@@ -393,77 +380,26 @@ func (s *Server) callbackLocked(r *http.Request, rt route, body map[string]any, 
 	if int(flags)&^responseFlags != 0 {
 		return s.violationLocked(r, where, formError("data.flags", "BASE_TYPE_CHOICES", "Only SUPPRESS_EMBEDS, EPHEMERAL and SUPPRESS_NOTIFICATIONS may be set."))
 	}
-	ch := s.channels[in.channel]
+	cb := &callbackReq{r: r, where: where, in: in, ch: s.channels[in.channel], data: data, flags: int(flags)}
 	var resource map[string]any
 	switch typ {
 	case callbackMessage:
-		m := &Message{ChannelID: in.channel, AuthorID: BotID, Interaction: in.id}
-		if err := s.applyLocked(m, data, false); err != nil {
-			return s.violationLocked(r, where, dataError(err))
-		}
-		if int(flags)&flagEphemeral != 0 {
-			m.ID, m.at, m.Flags, m.Recipient = s.idLocked(), time.Now(), int(flags), in.user
-			s.ephemerals = append(s.ephemerals, m)
-		} else {
-			if ch == nil || ch.archived && ch.locked {
-				return 0, nil, fail(400, codeThreadArchived, "Thread is archived")
-			}
-			// The reply to a component interaction answers the clicked
-			// message; a command's reply is a message of its own.
-			m.Type, m.Reference, m.Flags = 19, in.message, int(flags)
-			if in.command {
-				m.Type, m.Reference = 20, ""
-			}
-			s.createLocked(ch, m)
-		}
-		resource = map[string]any{"type": callbackMessage, "message": s.messageJSONLocked(m)}
+		resource, err = s.replyLocked(cb)
 	case callbackUpdate:
-		m, ok := s.messages[in.message]
-		if !ok {
-			return 0, nil, fail(404, codeUnknownMessage, "Unknown Message")
-		}
-		if ch != nil && ch.archived {
-			return 0, nil, fail(400, codeThreadArchived, "Thread is archived")
-		}
-		edited := *m
-		if err := s.applyLocked(&edited, data, false); err != nil {
-			return s.violationLocked(r, where, dataError(err))
-		}
-		*m = edited
-		m.Edits++
-		m.edited = time.Now()
-		s.dispatchLocked("MESSAGE_UPDATE", s.messageJSONLocked(m))
-		resource = map[string]any{"type": callbackUpdate, "message": s.messageJSONLocked(m)}
+		resource, err = s.updateClickedLocked(cb)
 	case callbackDeferredMessage:
-		// "pinplan is thinking...": a message the follow-up edit
-		// (PATCH /webhooks/{app}/{token}/messages/@original) fills in.
-		m := &Message{ChannelID: in.channel, AuthorID: BotID, Interaction: in.id, Flags: int(flags) | flagLoading}
-		if int(flags)&flagEphemeral != 0 {
-			m.ID, m.at, m.Recipient = s.idLocked(), time.Now(), in.user
-			s.ephemerals = append(s.ephemerals, m)
-		} else {
-			if ch == nil {
-				return 0, nil, fail(404, codeUnknownChannel, "Unknown Channel")
-			}
-			m.Type = 20
-			s.createLocked(ch, m)
-		}
-		in.original = m
-		resource = map[string]any{"type": int(typ)}
+		resource, err = s.deferReplyLocked(cb)
 	case callbackDeferredUpdate:
 		resource = map[string]any{"type": int(typ)}
 	case callbackModal:
-		if id, _ := data["custom_id"].(string); id == "" {
-			return s.violationLocked(r, where, formError("data.custom_id", "BASE_TYPE_REQUIRED", "This field is required"))
-		}
-		if title, _ := data["title"].(string); title == "" {
-			return s.violationLocked(r, where, formError("data.title", "BASE_TYPE_REQUIRED", "This field is required"))
-		}
-		resource = map[string]any{"type": callbackModal}
+		resource, err = s.modalLocked(cb)
 	default:
 		// PONG answers PING and autocomplete results an autocomplete
 		// interaction, not a button.
 		return s.violationLocked(r, where, formError("type", "BASE_TYPE_CHOICES", "Value must be one of {4, 5, 6, 7, 9}."))
+	}
+	if err != nil {
+		return 0, nil, err
 	}
 	in.acked = true
 	if r.URL.Query().Get("with_response") == "true" {
@@ -476,6 +412,122 @@ func (s *Server) callbackLocked(r *http.Request, rt route, body map[string]any, 
 			"resource": resource}, nil
 	}
 	return 204, nil, nil
+}
+
+// callbackReq is an interaction callback being answered.
+type callbackReq struct {
+	r     *http.Request
+	where string // "interaction <id>", for violations
+	in    *interaction
+	ch    *channel // the interaction's channel, nil if it is gone
+	data  map[string]any
+	flags int
+}
+
+// interactionLocked is the interaction a callback answers: known, its
+// token, not acknowledged yet, and within the window to answer it.
+func (s *Server) interactionLocked(r *http.Request, rt route, where string, arrived time.Time) (*interaction, *apiError) {
+	in, ok := s.interactions[rt.parts[1]]
+	switch {
+	case !ok:
+		return nil, s.refusedLocked(r, where, fail(http.StatusNotFound, codeUnknownInteraction, "Unknown interaction"))
+	case rt.parts[2] != in.token:
+		return nil, s.refusedLocked(r, where, fail(http.StatusUnauthorized, codeInvalidWebhookTok, "Invalid Webhook Token"))
+	case in.acked:
+		return nil, s.refusedLocked(r, where, fail(http.StatusBadRequest, codeAlreadyAcked, "Interaction has already been acknowledged."))
+	}
+	window := s.InteractionWindow
+	if window <= 0 {
+		window = defaultInteractIn
+	}
+	if late := arrived.Sub(in.created); late > window {
+		s.violations = append(s.violations, fmt.Sprintf("interaction %s answered %s after it was created, limit %s", in.id, late.Round(time.Millisecond), window))
+		return nil, fail(http.StatusNotFound, codeUnknownInteraction, "Unknown interaction")
+	}
+	return in, nil
+}
+
+// refusedLocked records the client's fault err as a violation and
+// returns it.
+func (s *Server) refusedLocked(r *http.Request, where string, err *apiError) *apiError {
+	_, _, err = s.violationLocked(r, where, err)
+	return err
+}
+
+// replyLocked answers with a message: an ephemeral one for the user, or
+// one in the channel, a reply to the clicked message (a command's reply
+// is a message of its own).
+func (s *Server) replyLocked(cb *callbackReq) (map[string]any, *apiError) {
+	in := cb.in
+	m := &Message{ChannelID: in.channel, AuthorID: BotID, Interaction: in.id}
+	if err := s.applyLocked(m, cb.data, false); err != nil {
+		return nil, s.refusedLocked(cb.r, cb.where, dataError(err))
+	}
+	if cb.flags&flagEphemeral != 0 {
+		m.ID, m.at, m.Flags, m.Recipient = s.idLocked(), time.Now(), cb.flags, in.user
+		s.ephemerals = append(s.ephemerals, m)
+	} else {
+		if cb.ch == nil || cb.ch.archived && cb.ch.locked {
+			return nil, fail(400, codeThreadArchived, "Thread is archived")
+		}
+		m.Type, m.Reference, m.Flags = 19, in.message, cb.flags
+		if in.command {
+			m.Type, m.Reference = 20, ""
+		}
+		s.createLocked(cb.ch, m)
+	}
+	return map[string]any{"type": callbackMessage, "message": s.messageJSONLocked(m)}, nil
+}
+
+// updateClickedLocked answers by editing the clicked message.
+func (s *Server) updateClickedLocked(cb *callbackReq) (map[string]any, *apiError) {
+	m, ok := s.messages[cb.in.message]
+	if !ok {
+		return nil, fail(404, codeUnknownMessage, "Unknown Message")
+	}
+	if cb.ch != nil && cb.ch.archived {
+		return nil, fail(400, codeThreadArchived, "Thread is archived")
+	}
+	edited := *m
+	if err := s.applyLocked(&edited, cb.data, false); err != nil {
+		return nil, s.refusedLocked(cb.r, cb.where, dataError(err))
+	}
+	*m = edited
+	m.Edits++
+	m.edited = time.Now()
+	s.dispatchLocked("MESSAGE_UPDATE", s.messageJSONLocked(m))
+	return map[string]any{"type": callbackUpdate, "message": s.messageJSONLocked(m)}, nil
+}
+
+// deferReplyLocked answers "pinplan is thinking...": a message the
+// follow-up edit (PATCH /webhooks/{app}/{token}/messages/@original)
+// fills in.
+func (s *Server) deferReplyLocked(cb *callbackReq) (map[string]any, *apiError) {
+	in := cb.in
+	m := &Message{ChannelID: in.channel, AuthorID: BotID, Interaction: in.id, Flags: cb.flags | flagLoading}
+	if cb.flags&flagEphemeral != 0 {
+		m.ID, m.at, m.Recipient = s.idLocked(), time.Now(), in.user
+		s.ephemerals = append(s.ephemerals, m)
+	} else {
+		if cb.ch == nil {
+			return nil, fail(404, codeUnknownChannel, "Unknown Channel")
+		}
+		m.Type = 20
+		s.createLocked(cb.ch, m)
+	}
+	in.original = m
+	return map[string]any{"type": callbackDeferredMessage}, nil
+}
+
+// modalLocked answers with a modal, which needs a custom_id and a title.
+func (s *Server) modalLocked(cb *callbackReq) (map[string]any, *apiError) {
+	if id, _ := cb.data["custom_id"].(string); id == "" {
+		return nil, s.refusedLocked(cb.r, cb.where, formError("data.custom_id", "BASE_TYPE_REQUIRED", "This field is required"))
+	}
+	if title, _ := cb.data["title"].(string); title == "" {
+		return nil, s.refusedLocked(cb.r, cb.where, formError("data.title", "BASE_TYPE_REQUIRED", "This field is required"))
+	}
+	return map[string]any{"type": callbackModal}, nil
 }
 
 // dataError moves the fields of a 50035 under data, where a callback

@@ -1,6 +1,7 @@
 package fakediscord
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
@@ -144,102 +145,128 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, nil, map[string]any{"code": 0, "message": "404: Not Found"})
 		return
 	}
-	name := r.Method + " " + rt.kind
-	arrived := time.Now() // an interaction callback is on time if it arrives in time
-	var body map[string]any
-	raw, _ := io.ReadAll(r.Body)
-	var list []any // a bulk overwrite's body is an array
-	badJSON := len(raw) > 0 && json.Unmarshal(raw, &body) != nil
-	if rt.kind == "commands" && r.Method == http.MethodPut {
-		badJSON = json.Unmarshal(raw, &list) != nil
-	}
+	q := readRequest(r, rt)
 
 	s.mu.Lock()
 	s.initLocked()
 	s.host = r.Host
-	d := takeLocked(s.delays, name)
+	d := takeLocked(s.delays, q.name)
 	s.mu.Unlock()
 	if d != nil {
-		t := time.NewTimer(d.delay)
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			t.Stop()
-		}
+		pause(r.Context(), d.delay)
 	}
 
 	now := time.Now()
 	s.mu.Lock()
-	h, limited := s.bucketLocked(name, rt.major, now)
-	var (
-		status = http.StatusOK
-		resp   any
-		aerr   *apiError
-	)
-	switch {
-	case limited > 0:
-		status, resp = http.StatusTooManyRequests, limited
-	case rt.kind != "callback" && rt.kind != "original" && !s.authorized(r.Header.Get("Authorization")):
-		// An interaction callback is authorized by its token instead.
-		aerr = fail(http.StatusUnauthorized, 0, "401: Unauthorized")
-	case badJSON:
-		aerr = fail(http.StatusBadRequest, codeInvalidJSON, "The request body contains invalid JSON.")
-	default:
-		f := takeLocked(s.httpFaults, name)
-		if f == nil {
-			f = takeLocked(s.failures, name)
-		}
-		switch {
-		case f == nil && rt.kind == "callback":
-			status, resp, aerr = s.callbackLocked(r, rt, body, arrived)
-		case f == nil && rt.kind == "original":
-			status, resp, aerr = s.originalLocked(r, rt, body)
-		case f == nil && rt.kind == "commands":
-			status, resp, aerr = s.commandsLocked(r, rt, list)
-		case f == nil:
-			status, resp, aerr = s.routeLocked(r, rt, body)
-		case f.status == http.StatusTooManyRequests:
-			// An injected 429 is a whole one: retry_after of 1 s, held
-			// against an early retry, as a shared-scope limit is.
-			status, resp = f.status, 1.0
-			s.retryUntil[name+" "+rt.major] = now.Add(time.Second)
-			h.Set("X-RateLimit-Remaining", "0")
-			h.Set("X-RateLimit-Reset-After", "1.000")
-			h.Set("X-RateLimit-Reset", strconv.FormatFloat(float64(now.UnixMilli())/1000+1, 'f', 3, 64))
-		default:
-			aerr = fail(f.status, f.code, "injected")
-			if f.code == 0 {
-				aerr.message = fmt.Sprintf("%d: %s", f.status, http.StatusText(f.status))
-			}
-		}
-	}
-	call := Call{Method: r.Method, Path: path, Body: body, Status: status, At: now}
+	h, limited := s.bucketLocked(q.name, rt.major, now)
+	status, resp, aerr := s.answerLocked(q, h, limited, now)
+	call := Call{Method: r.Method, Path: path, Body: q.body, Status: status, At: now}
 	if aerr != nil {
 		call.Status, call.Code = aerr.status, aerr.code
 	}
 	s.calls = append(s.calls, call)
 	if rt.kind == "callback" {
-		s.recordResponseLocked(rt.parts[1], body, call, arrived)
+		s.recordResponseLocked(rt.parts[1], q.body, call, q.arrived)
 	}
-	late := takeLocked(s.lateAnswers, name)
+	late := takeLocked(s.lateAnswers, q.name)
 	if late != nil {
 		s.heldAnswers++
 	}
 	s.mu.Unlock()
 	if late != nil {
-		t := time.NewTimer(late.delay)
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			t.Stop()
-		}
+		pause(r.Context(), late.delay)
 		s.mu.Lock()
 		s.heldAnswers--
 		s.mu.Unlock()
 	}
+	writeAnswer(w, call.Status, h, resp, aerr)
+}
 
+// request is a REST call as ServeHTTP read it.
+type request struct {
+	r       *http.Request
+	rt      route
+	name    string // the method and the route's kind: what faults, delays and buckets are kept by
+	body    map[string]any
+	list    []any // a bulk overwrite's body is an array
+	badJSON bool
+	arrived time.Time // an interaction callback is on time if it arrives in time
+}
+
+func readRequest(r *http.Request, rt route) *request {
+	q := &request{r: r, rt: rt, name: r.Method + " " + rt.kind, arrived: time.Now()}
+	raw, _ := io.ReadAll(r.Body)
+	q.badJSON = len(raw) > 0 && json.Unmarshal(raw, &q.body) != nil
+	if rt.kind == "commands" && r.Method == http.MethodPut {
+		q.badJSON = json.Unmarshal(raw, &q.list) != nil
+	}
+	return q
+}
+
+// pause waits d, or until ctx is done.
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		t.Stop()
+	}
+}
+
+// answerLocked answers q: a 429 when its bucket is limited (resp is
+// then the retry_after), a refused token or body, an injected fault or
+// failure, else its route's handler.
+func (s *Server) answerLocked(q *request, h http.Header, limited float64, now time.Time) (int, any, *apiError) {
 	switch {
-	case call.Status == http.StatusTooManyRequests:
+	case limited > 0:
+		return http.StatusTooManyRequests, limited, nil
+	case q.rt.kind != "callback" && q.rt.kind != "original" && !s.authorized(q.r.Header.Get("Authorization")):
+		// An interaction callback is authorized by its token instead.
+		return http.StatusOK, nil, fail(http.StatusUnauthorized, 0, "401: Unauthorized")
+	case q.badJSON:
+		return http.StatusOK, nil, fail(http.StatusBadRequest, codeInvalidJSON, "The request body contains invalid JSON.")
+	}
+	f := takeLocked(s.httpFaults, q.name)
+	if f == nil {
+		f = takeLocked(s.failures, q.name)
+	}
+	if f != nil {
+		return s.injectedLocked(f, q.name+" "+q.rt.major, h, now)
+	}
+	switch q.rt.kind {
+	case "callback":
+		return s.callbackLocked(q.r, q.rt, q.body, q.arrived)
+	case "original":
+		return s.originalLocked(q.r, q.rt, q.body)
+	case "commands":
+		return s.commandsLocked(q.r, q.rt, q.list)
+	}
+	return s.routeLocked(q.r, q.rt, q.body)
+}
+
+// injectedLocked answers with the injected fault f, for the bucket key.
+func (s *Server) injectedLocked(f *fault, key string, h http.Header, now time.Time) (int, any, *apiError) {
+	if f.status == http.StatusTooManyRequests {
+		// An injected 429 is a whole one: retry_after of 1 s, held
+		// against an early retry, as a shared-scope limit is.
+		s.retryUntil[key] = now.Add(time.Second)
+		h.Set("X-RateLimit-Remaining", "0")
+		h.Set("X-RateLimit-Reset-After", "1.000")
+		h.Set("X-RateLimit-Reset", strconv.FormatFloat(float64(now.UnixMilli())/1000+1, 'f', 3, 64))
+		return f.status, 1.0, nil
+	}
+	aerr := fail(f.status, f.code, "injected")
+	if f.code == 0 {
+		aerr.message = fmt.Sprintf("%d: %s", f.status, http.StatusText(f.status))
+	}
+	return http.StatusOK, nil, aerr
+}
+
+// writeAnswer writes the answer of a call that ended with status: a 429
+// (resp its retry_after), an error, no content or resp.
+func writeAnswer(w http.ResponseWriter, status int, h http.Header, resp any, aerr *apiError) {
+	switch {
+	case status == http.StatusTooManyRequests:
 		ra := resp.(float64)
 		h.Set("Retry-After", strconv.Itoa(int(math.Ceil(ra))))
 		h.Set("X-RateLimit-Scope", "user")
@@ -326,6 +353,8 @@ func (s *Server) violationLocked(r *http.Request, path string, err *apiError) (i
 	return 0, nil, err
 }
 
+// routeLocked answers a REST call by its method and route: the few that
+// are not on a channel first, then those on a channel the bot can see.
 func (s *Server) routeLocked(r *http.Request, rt route, body map[string]any) (int, any, *apiError) {
 	p := rt.parts
 	name := r.Method + " " + rt.kind
@@ -342,34 +371,9 @@ func (s *Server) routeLocked(r *http.Request, rt route, body map[string]any) (in
 	case "GET application":
 		return 200, s.applicationLocked(), nil
 	case "POST dm":
-		// Create DM: one DM channel per recipient, created on first use
-		// and the same after (as Discord answers). A recipient who
-		// allows no DMs from the bot gets 50007 on the message, not here.
-		user, _ := body["recipient_id"].(string)
-		if user == "" || user == BotID {
-			return 0, nil, formError("recipient_id", "BASE_TYPE_REQUIRED", "This field is required")
-		}
-		for _, c := range s.channels {
-			if c.typ == 1 && c.recipient == user {
-				return 200, c.json(), nil
-			}
-		}
-		c := &channel{id: s.idLocked(), typ: 1, recipient: user}
-		s.channels[c.id] = c
-		return 200, c.json(), nil
+		return s.openDMLocked(body)
 	case "GET member":
-		if !s.guildExistsLocked(rt.major) {
-			return 0, nil, fail(404, codeUnknownGuild, "Unknown Guild")
-		}
-		if p[3] == BotID {
-			return 200, botMemberJSON(), nil
-		}
-		for _, m := range s.messages {
-			if m.AuthorID == p[3] && s.channels[m.ChannelID] != nil && s.channels[m.ChannelID].guildID == rt.major {
-				return 200, map[string]any{"user": userJSON(m.AuthorID), "roles": []any{}, "joined_at": "2026-01-01T00:00:00Z", "deaf": false, "mute": false, "flags": 0}, nil
-			}
-		}
-		return 0, nil, fail(404, codeUnknownMember, "Unknown Member")
+		return s.memberLocked(rt)
 	case "GET roles":
 		if !s.guildExistsLocked(rt.major) {
 			return 0, nil, fail(404, codeUnknownGuild, "Unknown Guild")
@@ -386,7 +390,6 @@ func (s *Server) routeLocked(r *http.Request, rt route, body map[string]any) (in
 	if err := s.botMayLocked(ch, PermViewChannel); err != nil {
 		return 0, nil, err
 	}
-	archived := fail(400, codeThreadArchived, "Thread is archived")
 	switch name {
 	case "GET channel":
 		return 200, ch.json(), nil
@@ -395,111 +398,11 @@ func (s *Server) routeLocked(r *http.Request, rt route, body map[string]any) (in
 	case "GET messages":
 		return s.historyLocked(r, ch)
 	case "POST messages":
-		if ch.archived && ch.locked {
-			return 0, nil, archived
-		}
-		if ch.typ == 1 && s.noDMs[ch.recipient] {
-			return 0, nil, fail(403, 50007, "Cannot send messages to this user")
-		}
-		if err := s.botMayLocked(ch, sendPermission(ch)); err != nil {
-			return 0, nil, err
-		}
-		nonce, enforce, err := nonceOf(body)
-		if err != nil {
-			return s.violationLocked(r, rt.major, err)
-		}
-		if enforce && nonce != "" {
-			// Discord: a message the same author created with the same
-			// nonce in the past few minutes is returned, and none created.
-			for _, old := range s.messages {
-				if old.AuthorID == BotID && old.nonce == nonce && time.Since(old.at) < nonceWindow {
-					return 200, s.messageJSONLocked(old), nil
-				}
-			}
-		}
-		m := &Message{ChannelID: ch.id, AuthorID: BotID, nonce: nonce}
-		if err := s.applyLocked(m, body, true); err != nil {
-			return s.violationLocked(r, rt.major, err)
-		}
-		s.createLocked(ch, m)
-		return 200, s.messageJSONLocked(m), nil
+		return s.postMessageLocked(r, rt, ch, body)
 	case "GET message", "PATCH message", "DELETE message":
-		m, ok := s.messages[p[3]]
-		if !ok || m.ChannelID != ch.id {
-			return 0, nil, fail(404, codeUnknownMessage, "Unknown Message")
-		}
-		if r.Method == http.MethodGet {
-			return 200, s.messageJSONLocked(m), nil
-		}
-		if ch.archived {
-			return 0, nil, archived
-		}
-		if r.Method == http.MethodDelete {
-			delete(s.messages, m.ID)
-			delete(s.pins, m.ID)
-			ev := map[string]any{"id": m.ID, "channel_id": m.ChannelID}
-			if ch.guildID != "" {
-				ev["guild_id"] = ch.guildID
-			}
-			s.dispatchLocked("MESSAGE_DELETE", ev)
-			return 204, nil, nil
-		}
-		if m.AuthorID != BotID {
-			return 0, nil, fail(403, codeOtherAuthor, "Cannot edit a message authored by another user")
-		}
-		if m.Type != 0 && m.Type != 19 {
-			return 0, nil, fail(400, codeSystemMessage, "Cannot execute action on a system message")
-		}
-		edited := *m
-		if err := s.applyLocked(&edited, body, false); err != nil {
-			return s.violationLocked(r, rt.major+"/"+m.ID, err)
-		}
-		*m = edited
-		m.Edits++
-		m.edited = time.Now()
-		s.dispatchLocked("MESSAGE_UPDATE", s.messageJSONLocked(m))
-		return 200, s.messageJSONLocked(m), nil
+		return s.messageLocked(r, rt, ch, body)
 	case "PUT pins", "DELETE pins":
-		m, ok := s.messages[p[4]]
-		if !ok || m.ChannelID != ch.id {
-			return 0, nil, fail(404, codeUnknownMessage, "Unknown Message")
-		}
-		if ch.archived {
-			return 0, nil, archived
-		}
-		if r.Method == http.MethodDelete {
-			if s.pins[m.ID] {
-				delete(s.pins, m.ID)
-				s.dispatchLocked("CHANNEL_PINS_UPDATE", s.pinsUpdateLocked(ch))
-			}
-			return 204, nil, nil
-		}
-		if s.pins[m.ID] {
-			return 204, nil, nil
-		}
-		if m.Type != 0 && m.Type != 19 {
-			return 0, nil, fail(400, codeSystemMessage, "Cannot execute action on a system message")
-		}
-		limit := s.PinLimit
-		if limit <= 0 {
-			limit = defaultPinLimit
-		}
-		n := 0
-		for id, on := range s.pins {
-			if x, ok := s.messages[id]; on && ok && x.ChannelID == ch.id {
-				n++
-			}
-		}
-		if n >= limit {
-			return 0, nil, fail(400, codeMaxPins, fmt.Sprintf("Maximum number of pins reached (%d)", limit))
-		}
-		s.pins[m.ID] = true
-		// Discord announces a pin with a system message.
-		sys := &Message{ID: s.idLocked(), ChannelID: ch.id, AuthorID: BotID, Type: 6, Reference: m.ID, at: time.Now()}
-		s.addLocked(sys)
-		s.dispatchLocked("MESSAGE_CREATE", s.messageJSONLocked(sys))
-		s.dispatchLocked("CHANNEL_PINS_UPDATE", s.pinsUpdateLocked(ch))
-		return 204, nil, nil
+		return s.pinLocked(r, ch, p[4])
 	case "POST typing":
 		s.typing[ch.id]++
 		return 204, nil, nil
@@ -510,6 +413,160 @@ func (s *Server) routeLocked(r *http.Request, rt route, body map[string]any) (in
 		return s.startThreadLocked(ch, p[3], body)
 	}
 	return 0, nil, fail(405, 0, "405: Method Not Allowed")
+}
+
+// threadArchived is what Discord answers a change in an archived thread.
+func threadArchived() *apiError { return fail(400, codeThreadArchived, "Thread is archived") }
+
+// openDMLocked is Create DM: one DM channel per recipient, created on
+// first use and the same after (as Discord answers). A recipient who
+// allows no DMs from the bot gets 50007 on the message, not here.
+func (s *Server) openDMLocked(body map[string]any) (int, any, *apiError) {
+	user, _ := body["recipient_id"].(string)
+	if user == "" || user == BotID {
+		return 0, nil, formError("recipient_id", "BASE_TYPE_REQUIRED", "This field is required")
+	}
+	for _, c := range s.channels {
+		if c.typ == 1 && c.recipient == user {
+			return 200, c.json(), nil
+		}
+	}
+	c := &channel{id: s.idLocked(), typ: 1, recipient: user}
+	s.channels[c.id] = c
+	return 200, c.json(), nil
+}
+
+// memberLocked is Get Guild Member: the bot, or a user who wrote in one
+// of the guild's channels.
+func (s *Server) memberLocked(rt route) (int, any, *apiError) {
+	if !s.guildExistsLocked(rt.major) {
+		return 0, nil, fail(404, codeUnknownGuild, "Unknown Guild")
+	}
+	user := rt.parts[3]
+	if user == BotID {
+		return 200, botMemberJSON(), nil
+	}
+	for _, m := range s.messages {
+		if m.AuthorID == user && s.channels[m.ChannelID] != nil && s.channels[m.ChannelID].guildID == rt.major {
+			return 200, map[string]any{"user": userJSON(m.AuthorID), "roles": []any{}, "joined_at": "2026-01-01T00:00:00Z", "deaf": false, "mute": false, "flags": 0}, nil
+		}
+	}
+	return 0, nil, fail(404, codeUnknownMember, "Unknown Member")
+}
+
+// postMessageLocked is Create Message in ch, a nonce enforced.
+func (s *Server) postMessageLocked(r *http.Request, rt route, ch *channel, body map[string]any) (int, any, *apiError) {
+	if ch.archived && ch.locked {
+		return 0, nil, threadArchived()
+	}
+	if ch.typ == 1 && s.noDMs[ch.recipient] {
+		return 0, nil, fail(403, 50007, "Cannot send messages to this user")
+	}
+	if err := s.botMayLocked(ch, sendPermission(ch)); err != nil {
+		return 0, nil, err
+	}
+	nonce, enforce, err := nonceOf(body)
+	if err != nil {
+		return s.violationLocked(r, rt.major, err)
+	}
+	if enforce && nonce != "" {
+		// Discord: a message the same author created with the same
+		// nonce in the past few minutes is returned, and none created.
+		for _, old := range s.messages {
+			if old.AuthorID == BotID && old.nonce == nonce && time.Since(old.at) < nonceWindow {
+				return 200, s.messageJSONLocked(old), nil
+			}
+		}
+	}
+	m := &Message{ChannelID: ch.id, AuthorID: BotID, nonce: nonce}
+	if err := s.applyLocked(m, body, true); err != nil {
+		return s.violationLocked(r, rt.major, err)
+	}
+	s.createLocked(ch, m)
+	return 200, s.messageJSONLocked(m), nil
+}
+
+// messageLocked is Get, Edit or Delete Message in ch.
+func (s *Server) messageLocked(r *http.Request, rt route, ch *channel, body map[string]any) (int, any, *apiError) {
+	m, ok := s.messages[rt.parts[3]]
+	if !ok || m.ChannelID != ch.id {
+		return 0, nil, fail(404, codeUnknownMessage, "Unknown Message")
+	}
+	if r.Method == http.MethodGet {
+		return 200, s.messageJSONLocked(m), nil
+	}
+	if ch.archived {
+		return 0, nil, threadArchived()
+	}
+	if r.Method == http.MethodDelete {
+		delete(s.messages, m.ID)
+		delete(s.pins, m.ID)
+		ev := map[string]any{"id": m.ID, "channel_id": m.ChannelID}
+		if ch.guildID != "" {
+			ev["guild_id"] = ch.guildID
+		}
+		s.dispatchLocked("MESSAGE_DELETE", ev)
+		return 204, nil, nil
+	}
+	if m.AuthorID != BotID {
+		return 0, nil, fail(403, codeOtherAuthor, "Cannot edit a message authored by another user")
+	}
+	if m.Type != 0 && m.Type != 19 {
+		return 0, nil, fail(400, codeSystemMessage, "Cannot execute action on a system message")
+	}
+	edited := *m
+	if err := s.applyLocked(&edited, body, false); err != nil {
+		return s.violationLocked(r, rt.major+"/"+m.ID, err)
+	}
+	*m = edited
+	m.Edits++
+	m.edited = time.Now()
+	s.dispatchLocked("MESSAGE_UPDATE", s.messageJSONLocked(m))
+	return 200, s.messageJSONLocked(m), nil
+}
+
+// pinLocked is Pin or Unpin Message msgID in ch, up to the channel's pin
+// limit; Discord announces a pin with a system message.
+func (s *Server) pinLocked(r *http.Request, ch *channel, msgID string) (int, any, *apiError) {
+	m, ok := s.messages[msgID]
+	if !ok || m.ChannelID != ch.id {
+		return 0, nil, fail(404, codeUnknownMessage, "Unknown Message")
+	}
+	if ch.archived {
+		return 0, nil, threadArchived()
+	}
+	if r.Method == http.MethodDelete {
+		if s.pins[m.ID] {
+			delete(s.pins, m.ID)
+			s.dispatchLocked("CHANNEL_PINS_UPDATE", s.pinsUpdateLocked(ch))
+		}
+		return 204, nil, nil
+	}
+	if s.pins[m.ID] {
+		return 204, nil, nil
+	}
+	if m.Type != 0 && m.Type != 19 {
+		return 0, nil, fail(400, codeSystemMessage, "Cannot execute action on a system message")
+	}
+	limit := s.PinLimit
+	if limit <= 0 {
+		limit = defaultPinLimit
+	}
+	n := 0
+	for id, on := range s.pins {
+		if x, ok := s.messages[id]; on && ok && x.ChannelID == ch.id {
+			n++
+		}
+	}
+	if n >= limit {
+		return 0, nil, fail(400, codeMaxPins, fmt.Sprintf("Maximum number of pins reached (%d)", limit))
+	}
+	s.pins[m.ID] = true
+	sys := &Message{ID: s.idLocked(), ChannelID: ch.id, AuthorID: BotID, Type: 6, Reference: m.ID, at: time.Now()}
+	s.addLocked(sys)
+	s.dispatchLocked("MESSAGE_CREATE", s.messageJSONLocked(sys))
+	s.dispatchLocked("CHANNEL_PINS_UPDATE", s.pinsUpdateLocked(ch))
+	return 204, nil, nil
 }
 
 // createLocked adds the bot's message m to ch and announces it.
@@ -636,11 +693,6 @@ func idLess(a, b string) bool {
 	return a < b
 }
 
-// applyLocked sets the content, embeds, components, flags and reply of m
-// from a create or edit body, refusing what Discord refuses. A message
-// flagged IS_COMPONENTS_V2 has no content, embeds, stickers or poll, and
-// its components are held to checkComponentsV2; the flag, once set, is
-// never removed. null clears content and embeds.
 // nonceWindow is how long Discord holds a nonce against a second create
 // ("the past few minutes").
 const nonceWindow = 5 * time.Minute
@@ -663,6 +715,11 @@ func nonceOf(body map[string]any) (string, bool, *apiError) {
 	return "", false, formError("nonce", "NONCE_TYPE_INVALID", "Nonce must be an integer or a string.")
 }
 
+// applyLocked sets the content, embeds, components, flags and reply of m
+// from a create or edit body, refusing what Discord refuses. A message
+// flagged IS_COMPONENTS_V2 has no content, embeds, stickers or poll, and
+// its components are held to checkComponentsV2; the flag, once set, is
+// never removed. null clears content and embeds.
 func (s *Server) applyLocked(m *Message, body map[string]any, create bool) *apiError {
 	isNew := m.ID == ""
 	flags, err := messageFlags(m, body, isNew)
@@ -673,51 +730,99 @@ func (s *Server) applyLocked(m *Message, body map[string]any, create bool) *apiE
 	if v2 && isNew && s.refuseV2 {
 		return formError("components.0.type", "UNION_TYPE_CHOICES", "Value of field \"type\" must be one of (1,).")
 	}
-	if v, ok := body["content"]; ok {
-		if v == nil {
-			m.Content = ""
-		} else {
-			c, ok := v.(string)
-			if !ok {
-				return formError("content", "STRING_TYPE_CONVERT", "Could not interpret the value as string.")
-			}
-			if n := utf8.RuneCountInString(c); n > maxContent {
-				return formError("content", "BASE_TYPE_MAX_LENGTH", fmt.Sprintf("Must be %d or fewer in length.", maxContent))
-			}
-			if v2 && c != "" {
-				return legacyField("content")
-			}
-			m.Content = c
-		}
+	if err := applyContent(m, body, v2); err != nil {
+		return err
 	}
-	if v, ok := body["embeds"]; ok {
-		if v == nil {
-			m.Embeds = nil
-		} else {
-			list, ok := v.([]any)
-			if !ok {
-				return formError("embeds", "LIST_TYPE_CONVERT", "Only iterables may be used in a ListType.")
-			}
-			if v2 && len(list) > 0 {
-				return legacyField("embeds")
-			}
-			if err := checkEmbeds(list); err != nil {
-				return err
-			}
-			m.Embeds = nil
-			for _, e := range list {
-				m.Embeds = append(m.Embeds, e.(map[string]any))
-			}
-		}
+	if err := applyEmbeds(m, body, v2); err != nil {
+		return err
 	}
 	stickers, _ := body["sticker_ids"].([]any)
-	if v2 && len(stickers) > 0 {
+	if v2 {
+		if err := checkV2Legacy(m, body, stickers); err != nil {
+			return err
+		}
+	}
+	if err := applyComponents(m, body, v2); err != nil {
+		return err
+	}
+	m.Flags = flags
+	if am, ok := body["allowed_mentions"].(map[string]any); ok {
+		if err := checkAllowedMentions(am); err != nil {
+			return err
+		}
+	}
+	if ref, ok := body["message_reference"].(map[string]any); ok && create {
+		if err := s.applyReferenceLocked(m, ref); err != nil {
+			return err
+		}
+	}
+	if m.Content == "" && len(m.Embeds) == 0 && len(stickers) == 0 && len(m.Components) == 0 && body["poll"] == nil {
+		return fail(400, codeEmptyMessage, "Cannot send an empty message")
+	}
+	return nil
+}
+
+// applyContent sets m's content from body, if it has one; null clears it.
+func applyContent(m *Message, body map[string]any, v2 bool) *apiError {
+	v, ok := body["content"]
+	if !ok {
+		return nil
+	}
+	if v == nil {
+		m.Content = ""
+		return nil
+	}
+	c, ok := v.(string)
+	if !ok {
+		return formError("content", "STRING_TYPE_CONVERT", "Could not interpret the value as string.")
+	}
+	if n := utf8.RuneCountInString(c); n > maxContent {
+		return formError("content", "BASE_TYPE_MAX_LENGTH", fmt.Sprintf("Must be %d or fewer in length.", maxContent))
+	}
+	if v2 && c != "" {
+		return legacyField("content")
+	}
+	m.Content = c
+	return nil
+}
+
+// applyEmbeds sets m's embeds from body, if it has them; null clears them.
+func applyEmbeds(m *Message, body map[string]any, v2 bool) *apiError {
+	v, ok := body["embeds"]
+	if !ok {
+		return nil
+	}
+	if v == nil {
+		m.Embeds = nil
+		return nil
+	}
+	list, ok := v.([]any)
+	if !ok {
+		return formError("embeds", "LIST_TYPE_CONVERT", "Only iterables may be used in a ListType.")
+	}
+	if v2 && len(list) > 0 {
+		return legacyField("embeds")
+	}
+	if err := checkEmbeds(list); err != nil {
+		return err
+	}
+	m.Embeds = nil
+	for _, e := range list {
+		m.Embeds = append(m.Embeds, e.(map[string]any))
+	}
+	return nil
+}
+
+// checkV2Legacy refuses, on a message flagged IS_COMPONENTS_V2, the
+// stickers or poll of body and the content or embeds m still has.
+func checkV2Legacy(m *Message, body map[string]any, stickers []any) *apiError {
+	if len(stickers) > 0 {
 		return legacyField("sticker_ids")
 	}
-	if v2 && body["poll"] != nil {
+	if body["poll"] != nil {
 		return legacyField("poll")
 	}
-	if v2 && (m.Content != "" || len(m.Embeds) > 0) {
+	if m.Content != "" || len(m.Embeds) > 0 {
 		// An edit that sets the flag must clear what the message had.
 		field := "content"
 		if m.Content == "" {
@@ -725,6 +830,13 @@ func (s *Server) applyLocked(m *Message, body map[string]any, create bool) *apiE
 		}
 		return legacyField(field)
 	}
+	return nil
+}
+
+// applyComponents sets m's components from body, checked as v2's or the
+// legacy ones; without them, a message that gets the v2 flag has its
+// components checked again.
+func applyComponents(m *Message, body map[string]any, v2 bool) *apiError {
 	if v, ok := body["components"]; ok && v != nil {
 		list, ok := v.([]any)
 		if !ok {
@@ -751,27 +863,23 @@ func (s *Server) applyLocked(m *Message, body map[string]any, create bool) *apiE
 			return err
 		}
 	}
-	m.Flags = flags
-	if am, ok := body["allowed_mentions"].(map[string]any); ok {
-		if err := checkAllowedMentions(am); err != nil {
-			return err
+	return nil
+}
+
+// applyReferenceLocked makes a new message m a reply to the message ref
+// names, in m's channel; an unknown one is refused unless
+// fail_if_not_exists is false.
+func (s *Server) applyReferenceLocked(m *Message, ref map[string]any) *apiError {
+	id, _ := ref["message_id"].(string)
+	target, found := s.messages[id]
+	if !found || target.ChannelID != m.ChannelID {
+		if f, ok := ref["fail_if_not_exists"].(bool); !ok || f {
+			return formError("message_reference", "MESSAGE_REFERENCE_UNKNOWN_MESSAGE", "Unknown message")
 		}
+		return nil
 	}
-	if ref, ok := body["message_reference"].(map[string]any); ok && create {
-		id, _ := ref["message_id"].(string)
-		target, found := s.messages[id]
-		if !found || target.ChannelID != m.ChannelID {
-			if f, ok := ref["fail_if_not_exists"].(bool); !ok || f {
-				return formError("message_reference", "MESSAGE_REFERENCE_UNKNOWN_MESSAGE", "Unknown message")
-			}
-		} else {
-			m.Reference = id
-			m.Type = 19 // a reply
-		}
-	}
-	if m.Content == "" && len(m.Embeds) == 0 && len(stickers) == 0 && len(m.Components) == 0 && body["poll"] == nil {
-		return fail(400, codeEmptyMessage, "Cannot send an empty message")
-	}
+	m.Reference = id
+	m.Type = 19 // a reply
 	return nil
 }
 
