@@ -62,8 +62,16 @@ func (q *Queue) Add(key string, f func()) {
 // a retry after a backoff, or a save that covers a busy second. The
 // queue holds no goroutine for it meanwhile. Wait does not wait for f
 // before it is queued; f checks for itself whether it still has work.
-func (q *Queue) Later(key string, d time.Duration, f func()) {
-	time.AfterFunc(d, func() { q.Add(key, f) })
+// If ctx ends first, f is queued then, and finds ctx done: a shutdown
+// that waits for f is not held for the rest of d.
+func (q *Queue) Later(ctx context.Context, key string, d time.Duration, f func()) {
+	var once sync.Once
+	add := func() { once.Do(func() { q.Add(key, f) }) }
+	stop := context.AfterFunc(ctx, add)
+	time.AfterFunc(d, func() {
+		stop()
+		add()
+	})
 }
 
 // Kick makes sure f runs on key after everything queued for key so far:

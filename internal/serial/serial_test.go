@@ -346,7 +346,7 @@ func TestLater(t *testing.T) {
 		}
 	}
 	release := make(chan struct{})
-	q.Later("a", 20*time.Millisecond, record("later"))
+	q.Later(context.Background(), "a", 20*time.Millisecond, record("later"))
 	if q.Busy("a") {
 		t.Fatal("key busy while its only function waits for its time")
 	}
@@ -357,5 +357,24 @@ func TestLater(t *testing.T) {
 	wait(t, &q)
 	if want := []string{"first", "later"}; !slices.Equal(got, want) {
 		t.Errorf("ran %q, want %q", got, want)
+	}
+}
+
+// TestLaterQueuedWhenContextEnds: a function queued for later runs as
+// soon as its context ends, not at the end of its delay, and only once.
+func TestLaterQueuedWhenContextEnds(t *testing.T) {
+	var q Queue
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{}, 2)
+	q.Later(ctx, "a", time.Hour, func() { ran <- struct{}{} })
+	cancel()
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the function did not run when its context ended")
+	}
+	wait(t, &q)
+	if len(ran) != 0 {
+		t.Error("the function ran twice")
 	}
 }
