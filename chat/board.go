@@ -129,15 +129,16 @@ type Board struct {
 	running bool
 	idle    *sync.Cond // signalled when running goes false
 	// shownVer is the newest wanted version the message shows, or that
-	// the board gave up on: what a thread's answer waits for (await).
+	// the board gave up on: what a thread's answer waits for (showFirst).
 	shownVer uint64
-	awaiting []awaiter
-}
-
-// awaiter is a send waiting for the plan message (await).
-type awaiter struct {
-	ver   uint64 // 0: for the plan's first post only
-	ready chan struct{}
+	// awaited counts the answers queued on the session's lane behind
+	// the board: its next request goes first in its budget then
+	// (PriorityAwaited).
+	awaited int
+	// retrying: the loop backs off after a failure and is queued again
+	// later; an answer does not wait for it meanwhile.
+	retrying bool
+	tries    tries // on the lane only
 }
 
 // slotFresh is how long a slot a budget gave may wait for its call: one
@@ -183,12 +184,13 @@ func (b *Board) set(f func(rec *boardRecord, want *Plan)) {
 	})
 }
 
-// runLocked starts the render loop if it is not running. b.mu is held.
+// runLocked queues the render loop on the session's lane if it is not
+// running. b.mu is held.
 func (b *Board) runLocked() {
 	if !b.running {
 		b.running = true
 		b.owner.wg.Add(1)
-		go b.loop()
+		b.owner.lane.Add(b.key, b.loop)
 	}
 }
 
@@ -425,7 +427,6 @@ func (b *Board) change(f func()) {
 	b.mu.Lock()
 	b.used = time.Now()
 	f()
-	b.notifyLocked()
 	raw, err := json.Marshal(b.rec)
 	pending := b.rec.pending()
 	b.mu.Unlock()
@@ -482,124 +483,204 @@ const (
 	maxBoardBackoff = time.Minute
 )
 
+// loop applies what the board wants, as one function on the session's
+// lane (Router.lane): it runs until the message shows the newest wanted
+// content, or the board gave up on it, waits for a budget's slot
+// (errSlotLater) or another replica holds the session. After a failure
+// it does not wait on the lane: it queues itself again after the
+// backoff (serial.Queue.Later), and the session's other sends go on
+// meanwhile.
 func (b *Board) loop() {
 	defer b.owner.wg.Done()
-	ctx := b.owner.ctx
-	// failures counts failed attempts at the content being applied;
-	// reposts and later count reposts and "try later" answers for it.
-	failures, reposts, later := 0, 0, 0
-	var lastVer uint64
+	b.mu.Lock()
+	b.retrying = false
+	b.mu.Unlock()
 	for {
-		b.mu.Lock()
-		if b.doneVer == b.wantVer || ctx.Err() != nil {
-			b.running = false
-			clear(b.granted) // a slot this run did not use was not needed (the message moved on, or none to pin)
-			b.idle.Broadcast()
-			b.notifyLocked()
+		again, wait := b.step(true)
+		if wait > 0 {
+			b.mu.Lock()
+			b.retrying = true
 			b.mu.Unlock()
+			b.owner.wg.Add(1)
+			b.owner.lane.Later(b.owner.ctx, b.key, wait, b.loop)
 			return
 		}
-		ver, want, rec := b.wantVer, b.want, b.rec
-		b.mu.Unlock()
-		if ver != lastVer {
-			lastVer, reposts = ver, 0
-		}
-
-		var ref MessageRef
-		_, err := b.owner.traced(ctx, "plan", rec.Thread, func(ctx context.Context) (int, error) {
-			var err error
-			ref, err = b.apply(ctx, rec, want, ver)
-			return 1, err
-		})
-		if errors.Is(err, agent.ErrFenced) {
-			b.log.Warn("plan board stopped: this replica no longer holds the session", "err", err)
-			b.stop() // a slot it asked for is the new holder's to use
-			b.mu.Lock()
-			b.asking, b.granted = nil, nil // nothing owed here: eviction may drop it
-			b.running = false
-			b.idle.Broadcast()
-			b.notifyLocked()
-			b.mu.Unlock()
+		if !again {
 			return
-		}
-		if errors.Is(err, errSlotLater) {
-			err = nil // shown; the pin or unpin goes when its slot comes
-		}
-		outcome, retryAfter := Classify(err)
-		if err != nil && outcome == EditLater {
-			// Discord 30046: too many edits of an old message for now.
-			// Back off and edit again; repost only if it persists.
-			later++
-			if later <= maxEditLater {
-				b.log.Info("plan message edits refused for now; backing off", "attempt", later, "err", err)
-				b.backOff(ctx, b.owner.opts.EditLaterDelay<<(later-1))
-				continue
-			}
-			later = 0
-			err = fmt.Errorf("%w: %w", ErrMessageGone, err)
-			outcome = MessageGone
-		}
-		if err == nil || outcome != EditLater {
-			later = 0
-		}
-		if err != nil && outcome == MessageGone && reposts >= maxReposts {
-			// The new message keeps vanishing too (or the platform keeps
-			// saying so): stop posting and take the failure path.
-			err = fmt.Errorf("gave up after %d new plan messages: %w", reposts, err)
-			outcome = Permanent
-		}
-		if err != nil && outcome == Permanent {
-			failures = maxFailures - 1 // no retry can help: the failure path now
-		}
-		switch {
-		case err == nil:
-			failures = 0
-			b.mu.Lock()
-			if ver > b.doneVer {
-				b.doneVer = ver
-			}
-			b.settleLocked(ver)
-			said := b.rec.FailureSaid
-			b.mu.Unlock()
-			if said {
-				b.update(func(r *boardRecord) { r.FailureSaid = false })
-			}
-		case outcome == RetryAfter:
-			if b.hooks != nil && b.hooks.RateLimitWait != nil {
-				b.hooks.RateLimitWait(rec.Thread.Platform, retryAfter)
-			}
-			b.log.Info("plan board rate limited", "retry_after", retryAfter)
-			b.backOff(ctx, b.owner.backoff(maxBoardBackoff).Wait(failures, err))
-		case outcome == MessageGone:
-			reposts++
-			b.log.Warn("plan message gone; posting a new one", "ref", ref.ID, "repost", reposts, "err", err)
-			b.update(func(r *boardRecord) {
-				if !ref.IsZero() && r.Ref == ref {
-					r.Unpin = append(r.Unpin, r.Ref)
-					r.Ref, r.Pinned = MessageRef{}, false
-				}
-			})
-		default:
-			failures++
-			b.log.Error("plan board update failed", "attempt", failures, "err", err)
-			if failures >= maxFailures {
-				// Give up on this content; the next revision tries again.
-				// The thread hears about it once, the log has the detail.
-				failures = 0
-				b.mu.Lock()
-				b.doneVer = ver
-				b.settleLocked(ver)
-				said := b.rec.FailureSaid
-				b.mu.Unlock()
-				if !said {
-					b.update(func(r *boardRecord) { r.FailureSaid = true })
-					b.owner.outbox.add(rec.Thread, "", "I couldn't update the plan message here, so it may be out of date; I'll try again when the plan changes. The bot's log has the details.")
-				}
-				continue
-			}
-			b.backOff(ctx, b.owner.backoff(maxBoardBackoff).Wait(failures, err))
 		}
 	}
+}
+
+// showFirst applies what the board wants before a send that must come
+// after the plan message shows version ver of it (0: after its first
+// post): the turn's answer, or a live reply's first message (DESIGN §6).
+// It runs on the session's lane, where the board's own loop runs, so
+// the two never overlap: the loop queued behind the send finds the work
+// done. It returns once the message shows that version or a newer one,
+// or the board cannot show it now: it gave up on it, backs off after a
+// failure, or stopped (shutdown, or another replica holds the session).
+func (b *Board) showFirst(ver uint64) {
+	for {
+		b.mu.Lock()
+		ready := b.readyLocked(ver) || b.retrying || b.ctx.Err() != nil
+		b.mu.Unlock()
+		if ready {
+			return
+		}
+		if again, wait := b.step(false); !again || wait > 0 {
+			if wait > 0 {
+				// The loop queued behind this send retries it: the
+				// failure counts stay for it.
+				b.mu.Lock()
+				b.tries.wait, b.retrying = wait, true
+				b.mu.Unlock()
+			}
+			return
+		}
+	}
+}
+
+// tries counts, per wanted content, what the board's attempts at it met:
+// failed attempts, reposts and "try later" answers. It is used on the
+// session's lane only.
+type tries struct {
+	ver      uint64 // the version they count for
+	failures int
+	reposts  int
+	later    int
+	// wait: a step outside the loop (showFirst) failed, and the loop
+	// backs off this long before it tries again.
+	wait time.Duration
+}
+
+// step makes one attempt at the newest wanted content. It reports
+// whether to go on at once (again), or after a backoff (wait > 0). With
+// own, it is the board's loop, and when nothing is left to do it ends
+// the loop's run in the same critical section that found so, so a
+// change made then starts a new run.
+func (b *Board) step(own bool) (again bool, wait time.Duration) {
+	ctx := b.owner.ctx
+	b.mu.Lock()
+	if own && b.tries.wait > 0 {
+		wait, b.tries.wait = b.tries.wait, 0
+		b.mu.Unlock()
+		return false, wait
+	}
+	if b.doneVer == b.wantVer || ctx.Err() != nil || b.ctx.Err() != nil {
+		if own {
+			b.endRunLocked()
+		}
+		b.mu.Unlock()
+		return false, 0
+	}
+	ver, want, rec := b.wantVer, b.want, b.rec
+	t := &b.tries
+	b.mu.Unlock()
+	if ver != t.ver {
+		t.ver, t.reposts = ver, 0
+	}
+
+	var ref MessageRef
+	_, err := b.owner.traced(ctx, "plan", rec.Thread, func(ctx context.Context) (int, error) {
+		var err error
+		ref, err = b.apply(ctx, rec, want, ver)
+		return 1, err
+	})
+	if errors.Is(err, agent.ErrFenced) {
+		b.log.Warn("plan board stopped: this replica no longer holds the session", "err", err)
+		b.stop() // a slot it asked for is the new holder's to use
+		b.mu.Lock()
+		b.asking, b.granted = nil, nil // nothing owed here: eviction may drop it
+		if own {
+			b.endRunLocked()
+		}
+		b.mu.Unlock()
+		return false, 0
+	}
+	if errors.Is(err, errSlotLater) {
+		err = nil // shown; the pin or unpin goes when its slot comes
+	}
+	outcome, retryAfter := Classify(err)
+	if err != nil && outcome == EditLater {
+		// Discord 30046: too many edits of an old message for now.
+		// Back off and edit again; repost only if it persists.
+		t.later++
+		if t.later <= maxEditLater {
+			b.log.Info("plan message edits refused for now; backing off", "attempt", t.later, "err", err)
+			return true, b.owner.opts.EditLaterDelay << (t.later - 1)
+		}
+		t.later = 0
+		err = fmt.Errorf("%w: %w", ErrMessageGone, err)
+		outcome = MessageGone
+	}
+	if err == nil || outcome != EditLater {
+		t.later = 0
+	}
+	if err != nil && outcome == MessageGone && t.reposts >= maxReposts {
+		// The new message keeps vanishing too (or the platform keeps
+		// saying so): stop posting and take the failure path.
+		err = fmt.Errorf("gave up after %d new plan messages: %w", t.reposts, err)
+		outcome = Permanent
+	}
+	if err != nil && outcome == Permanent {
+		t.failures = maxFailures - 1 // no retry can help: the failure path now
+	}
+	switch {
+	case err == nil:
+		t.failures = 0
+		b.mu.Lock()
+		if ver > b.doneVer {
+			b.doneVer = ver
+		}
+		b.settleLocked(ver)
+		said := b.rec.FailureSaid
+		b.mu.Unlock()
+		if said {
+			b.update(func(r *boardRecord) { r.FailureSaid = false })
+		}
+	case outcome == RetryAfter:
+		if b.hooks != nil && b.hooks.RateLimitWait != nil {
+			b.hooks.RateLimitWait(rec.Thread.Platform, retryAfter)
+		}
+		b.log.Info("plan board rate limited", "retry_after", retryAfter)
+		return true, b.owner.backoff(maxBoardBackoff).Wait(t.failures, err)
+	case outcome == MessageGone:
+		t.reposts++
+		b.log.Warn("plan message gone; posting a new one", "ref", ref.ID, "repost", t.reposts, "err", err)
+		b.update(func(r *boardRecord) {
+			if !ref.IsZero() && r.Ref == ref {
+				r.Unpin = append(r.Unpin, r.Ref)
+				r.Ref, r.Pinned = MessageRef{}, false
+			}
+		})
+	default:
+		t.failures++
+		b.log.Error("plan board update failed", "attempt", t.failures, "err", err)
+		if t.failures < maxFailures {
+			return true, b.owner.backoff(maxBoardBackoff).Wait(t.failures, err)
+		}
+		// Give up on this content; the next revision tries again. The
+		// thread hears about it once, the log has the detail.
+		t.failures = 0
+		b.mu.Lock()
+		b.doneVer = ver
+		b.settleLocked(ver)
+		said := b.rec.FailureSaid
+		b.mu.Unlock()
+		if !said {
+			b.update(func(r *boardRecord) { r.FailureSaid = true })
+			b.owner.outbox.add(rec.Thread, "", "I couldn't update the plan message here, so it may be out of date; I'll try again when the plan changes. The bot's log has the details.")
+		}
+	}
+	return true, 0
+}
+
+// endRunLocked ends the loop's run: nothing is left to do, or nothing
+// can be done here. b.mu is held.
+func (b *Board) endRunLocked() {
+	b.running = false
+	clear(b.granted) // a slot this run did not use was not needed (the message moved on, or none to pin)
+	b.idle.Broadcast()
 }
 
 // apply makes the platform show want: post and pin a message first, edit it
@@ -900,7 +981,7 @@ func (b *Board) priority() Priority {
 	switch {
 	case b.rec.Ref.IsZero():
 		return PriorityFirstPost
-	case len(b.awaiting) > 0:
+	case b.awaited > 0:
 		return PriorityAwaited
 	case b.want.State == StateDone || b.want.State == StateStopped || b.want.State == StateFailed ||
 		b.want.State == StateLimited || b.want.State == StateTurnBudget || b.want.State == StateDayBudget || b.want.State == StateWaiting:
@@ -917,24 +998,10 @@ func (b *Board) wanted() uint64 {
 	return b.wantVer
 }
 
-// await returns a channel closed once the plan message shows version ver
-// of the wanted content or a newer one (ver 0: once the message is
-// posted), or the board will not show it: it has nothing to show, gave
-// up on that content, or stopped sending (shutdown, or another replica
-// holds the session now). A thread's answer waits for its turn's final
-// state this way (DESIGN §6); nothing polls.
-func (b *Board) await(ver uint64) <-chan struct{} {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	w := awaiter{ver: ver, ready: make(chan struct{})}
-	if b.readyLocked(ver) {
-		close(w.ready)
-		return w.ready
-	}
-	b.awaiting = append(b.awaiting, w)
-	return w.ready
-}
-
+// readyLocked reports whether the plan message shows version ver of the
+// wanted content or a newer one (ver 0: whether it is posted), or the
+// board will not show it: it has nothing to show, gave up on that
+// content, or is not running. b.mu is held.
 func (b *Board) readyLocked(ver uint64) bool {
 	switch {
 	case !b.running, len(b.want.Items) == 0 && b.rec.Ref.IsZero():
@@ -943,20 +1010,6 @@ func (b *Board) readyLocked(ver uint64) bool {
 		return !b.rec.Ref.IsZero() || len(b.want.Items) == 0
 	}
 	return ver <= b.shownVer
-}
-
-// notifyLocked ends the waits of the sends await let go now.
-func (b *Board) notifyLocked() {
-	kept := b.awaiting[:0]
-	for _, w := range b.awaiting {
-		if b.readyLocked(w.ver) {
-			close(w.ready)
-		} else {
-			kept = append(kept, w)
-		}
-	}
-	clear(b.awaiting[len(kept):])
-	b.awaiting = kept
 }
 
 // settle notes that the message shows version ver (or the board gave up
@@ -971,7 +1024,6 @@ func (b *Board) settleLocked(ver uint64) {
 	if ver > b.shownVer {
 		b.shownVer = ver
 	}
-	b.notifyLocked()
 }
 
 func (b *Board) shown(th Thread, p Plan) {
@@ -1003,30 +1055,6 @@ func sameContent(a, b Plan) bool {
 		}
 	}
 	return true
-}
-
-// backOff waits d before the loop tries again. The sends waiting for the
-// message to show their turn's state (await) go on meanwhile: the
-// platform refuses or fails the board's requests for now, and an answer
-// is not held for a plan it will not show soon.
-func (b *Board) backOff(ctx context.Context, d time.Duration) {
-	b.mu.Lock()
-	for _, w := range b.awaiting {
-		close(w.ready)
-	}
-	clear(b.awaiting)
-	b.awaiting = b.awaiting[:0]
-	b.mu.Unlock()
-	sleep(ctx, d)
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
 
 func planFrom(snap todo.Snapshot, rev int64, state PlanState, at time.Time) Plan {

@@ -215,7 +215,7 @@ func (r *Router) retryLater(s *session) {
 	c.retrying = true
 	c.failures++
 	wait := r.backoff(maxDeliveryBackoff).Wait(c.failures, nil)
-	r.delivery.Later(s.board.key, wait, func() {
+	r.delivery.Later(r.ctx, s.board.key, wait, func() {
 		if r.ctx.Err() != nil {
 			return // the next start goes on from the stored cursor
 		}
@@ -346,7 +346,7 @@ func (r *Router) saveCursorLater(s *session, c *cursor) {
 		return
 	}
 	c.saving = true
-	r.delivery.Later(s.board.key, cursorSaveDelay, func() {
+	r.delivery.Later(r.ctx, s.board.key, cursorSaveDelay, func() {
 		if r.ctx.Err() != nil {
 			return // Close stores it
 		}
@@ -465,7 +465,7 @@ func (r *Router) apply(s *session, e agent.Event, have map[int64]bool) []queued 
 			r.finishInterim(s, th, trigger, interim)
 			if e.Text == "" {
 				note := noteFor(e.Outcome)
-				r.outbox.queue.Add(th.Key, func() { r.finishLive(s, th, trigger, s.live.open, "", note) })
+				r.lane.Add(th.Key, func() { r.finishLive(s, th, trigger, s.live.open, "", note) })
 			} else if !have[e.Seq] {
 				reply = r.outbox.holdLive(th, trigger, e.Text, e.Turn, e.Seq, id, noteFor(e.Outcome))
 			}

@@ -185,3 +185,13 @@ func SentMaybe(ctx context.Context) (since time.Time, maybe bool) {
 	s, _ := ctx.Value(sendKey{}).(sendInfo)
 	return s.queued, s.key != "" && s.unsure
 }
+
+// sleep waits d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -187,7 +187,7 @@ func (r *Router) liveText(s *session, th Thread, replyTo string, e agent.Event) 
 	l.queued = true
 	l.mu.Unlock()
 	if queue {
-		r.outbox.queue.Add(th.Key, func() { r.flushLive(s, th, replyTo, epoch) })
+		r.lane.Add(th.Key, func() { r.flushLive(s, th, replyTo, epoch) })
 	}
 }
 
@@ -259,7 +259,7 @@ func (r *Router) nudgeLive(s *session, th Thread, replyTo, id string, epoch int)
 		return
 	}
 	l.nudging = true
-	r.outbox.queue.Later(th.Key, livePaceRetry, func() {
+	r.lane.Later(r.ctx, th.Key, livePaceRetry, func() {
 		l.mu.Lock()
 		l.nudging = false
 		if l.epoch != epoch || r.ctx.Err() != nil {
@@ -278,7 +278,7 @@ func (r *Router) nudgeLive(s *session, th Thread, replyTo, id string, epoch int)
 		l.queued = true
 		l.mu.Unlock()
 		if queue {
-			r.outbox.queue.Add(th.Key, func() { r.flushLive(s, th, replyTo, epoch) })
+			r.lane.Add(th.Key, func() { r.flushLive(s, th, replyTo, epoch) })
 		}
 	})
 }
@@ -311,7 +311,7 @@ func (r *Router) appendLive(s *session, th Thread, replyTo, id, words string, ep
 		if l.open != "" {
 			r.finishLive(s, th, replyTo, l.open, "", noteInterrupted)
 		}
-		r.planShown(ctx, th.Key, 0)
+		r.planShown(th.Key, 0)
 	}
 	first, since := l.open != id, r.opts.Now()
 	text := words
@@ -393,7 +393,7 @@ func (r *Router) finishLive(s *session, th Thread, replyTo, id, text, note strin
 		r.finishLive(s, th, replyTo, l.open, "", noteInterrupted)
 	}
 	if fresh {
-		r.planShown(r.ctx, th.Key, 0)
+		r.planShown(th.Key, 0)
 	}
 	since := r.opts.Now()
 	_, err := r.deliver(r.ctx, "finish_live", th, r.backoff(maxReplyBackoff), liveAppendAttempts, nil, func(ctx context.Context) error {
@@ -460,7 +460,7 @@ func (r *Router) finishInterim(s *session, th Thread, replyTo string, interim []
 	if len(interim) == 0 {
 		return
 	}
-	r.outbox.queue.Add(th.Key, func() {
+	r.lane.Add(th.Key, func() {
 		for _, seg := range interim {
 			r.finishLive(s, th, replyTo, seg.id, seg.text, "")
 		}

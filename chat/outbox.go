@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/pinplan/pinplan/agent"
-	"github.com/pinplan/pinplan/internal/serial"
 )
 
 // OutboxStore keeps replies until the platform has them, so a reply that
@@ -93,12 +92,11 @@ type queued struct {
 	stored bool
 }
 
-// outbox delivers each session's replies in order, one at a time, on the
-// session's key of its queue.
+// outbox stores each session's replies until the platform has them; they
+// are sent in order, one at a time, on the session's lane (Router.lane).
 type outbox struct {
 	r     *Router
 	store OutboxStore
-	queue serial.Queue // deliveries, by session key
 
 	added atomic.Uint64 // replies added by this process: with the time, the parts' keys
 
@@ -236,7 +234,14 @@ func (o *outbox) enqueue(key string, qs ...queued) {
 	if o.r.ctx.Err() != nil {
 		return // shutting down: stored items go out after the restart
 	}
-	o.queue.Add(key, func() { o.deliver(qs) })
+	for _, q := range qs {
+		if q.board != nil {
+			q.board.mu.Lock()
+			q.board.awaited++
+			q.board.mu.Unlock()
+		}
+	}
+	o.r.lane.Add(key, func() { o.deliver(qs) })
 }
 
 // deliver sends items in order; after shutdown it leaves the rest stored.
@@ -247,6 +252,11 @@ func (o *outbox) deliver(qs []queued) {
 			return
 		}
 		o.send(ctx, q)
+		if q.board != nil {
+			q.board.mu.Lock()
+			q.board.awaited--
+			q.board.mu.Unlock()
+		}
 		if o.afterPop != nil {
 			o.afterPop()
 		}
@@ -282,7 +292,7 @@ func (o *outbox) send(ctx context.Context, q queued) {
 		// §6): the answer waits for that edit, which goes first in the
 		// edit budget while it does. An answer read back from the store
 		// waits for what the board wants now.
-		o.r.planShown(ctx, th.Key, o.planVersion(q))
+		o.r.planShown(th.Key, o.planVersion(q))
 	}
 	pacer := caps.Paced
 	op := "reply"
@@ -436,17 +446,12 @@ func (o *outbox) planVersion(q queued) uint64 {
 	return 0
 }
 
-// planShown waits until the session's plan message shows version ver of
-// what its board wants (0: until it is posted), or will not (Board.await),
-// or ctx ends.
-func (r *Router) planShown(ctx context.Context, key string, ver uint64) {
-	s := r.session(key, nil)
-	if s == nil {
-		return
-	}
-	select {
-	case <-s.board.await(ver):
-	case <-ctx.Done():
+// planShown makes the session's plan message show version ver of what
+// its board wants (0: makes it posted) before what comes next on the
+// session's lane, unless the board cannot now (Board.showFirst).
+func (r *Router) planShown(key string, ver uint64) {
+	if s := r.session(key, nil); s != nil {
+		s.board.showFirst(ver)
 	}
 }
 
@@ -454,7 +459,7 @@ func (r *Router) planShown(ctx context.Context, key string, ver uint64) {
 func (o *outbox) idle() bool {
 	now, cancel := context.WithCancel(context.Background())
 	cancel()
-	return o.queue.Wait(now) == nil
+	return o.r.lane.Wait(now) == nil
 }
 
 // memOutbox is the OutboxStore of a router given none: ids only, nothing

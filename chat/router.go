@@ -133,7 +133,13 @@ type Router struct {
 	// waited for before the rest.
 	delivery serial.Queue
 
-	outbox *outbox // its queue is waited for beside wg
+	// lane is each session's sends, by session key, one at a time and
+	// in order: the plan board's posts, edits and pins (Board.loop), the
+	// replies (outbox), the live answer. A reply that must come after
+	// the plan's state shows it first, on the lane (Board.showFirst).
+	// Waited for beside wg.
+	lane   serial.Queue
+	outbox *outbox
 	// statuses sends the sessions' status moves (status.go), by session
 	// key; waited for beside wg.
 	statuses serial.Queue
@@ -222,7 +228,7 @@ func (r *Router) Close() {
 		r.delivery.Wait(context.Background())
 		r.settleCursors()
 		r.wg.Wait()
-		r.outbox.queue.Wait(context.Background())
+		r.lane.Wait(context.Background())
 		r.statuses.Wait(context.Background())
 		close(done)
 	}()
