@@ -85,10 +85,10 @@ type restoreEdit struct {
 }
 
 // Board is one session's plan message. Updates only record the wanted
-// content; one goroutine at a time applies the newest wanted content, so at
-// most one platform request is in flight per message, intermediate
-// revisions are skipped under pressure and an older revision is never
-// applied after a newer one.
+// content; the board's loop, on the session's lane (Router.lane), applies
+// the newest wanted content, so at most one platform request is in flight
+// per message, intermediate revisions are skipped under pressure and an
+// older revision is never applied after a newer one.
 type Board struct {
 	key      string
 	platform Platform
@@ -991,7 +991,7 @@ func (b *Board) priority() Priority {
 }
 
 // wanted is the version of the content the board wants now: an answer
-// waits until the message shows it (await).
+// waits until the message shows it (showFirst).
 func (b *Board) wanted() uint64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()

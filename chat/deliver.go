@@ -42,11 +42,12 @@ import (
 // entries -> agent.EventService.Publish -> Router.Observe (queued) ->
 // Router.deliverEvent -> Router.catchUp (the entries past the cursor)
 // -> Router.apply -> Board.planChanged (wanted content recorded) ->
-// Board.loop -> Board.pace (the platform's budget, by priority) ->
-// Board.apply -> Platform.EditPlan. The turn's answer: Router.apply
-// (TurnEnded) stores it (outbox.hold) -> Router.release, once the cursor
-// is saved past its entry -> outbox.send, once the plan message shows
-// the turn's final state (Router.planShown, Board.await), within the
+// Board.loop, queued on the session's lane -> Board.pace (the
+// platform's budget, by priority) -> Board.apply -> Platform.EditPlan.
+// The turn's answer: Router.apply (TurnEnded) stores it (outbox.hold) ->
+// Router.release, once the cursor is saved past its entry ->
+// outbox.send, on the lane behind the board's loop, once the plan
+// message shows the turn's final state (Board.showFirst), within the
 // channel's post budget -> Platform.Reply. A click on an approval card:
 // adapter -> Router.Click -> Runner.Decide (the agent logs the decision
 // and starts the tool) -> the entry comes back through Router.apply ->
@@ -584,8 +585,8 @@ func (r *Router) Resume(ctx context.Context) (int, error) {
 		}
 		keys = append(keys, undelivered...)
 	}
-	// Boards first: a stored reply waits for its plan (planShown), which
-	// needs the board running again.
+	// Boards first: their loops go on the sessions' lanes before the
+	// stored replies that come after their plans.
 	for _, key := range pending {
 		if b := r.Board(key); b != nil && b.platform != nil {
 			b.set(func(*boardRecord, *Plan) {})

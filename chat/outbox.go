@@ -83,7 +83,7 @@ type queued struct {
 	id   uint64
 	item outboxItem
 	// plan is the version of board's content the item waits for
-	// (Board.await): its turn's final state, for an answer; 0 for the
+	// (Board.showFirst): its turn's final state, for an answer; 0 for the
 	// plan's first post only.
 	plan  uint64
 	board *Board
