@@ -158,89 +158,119 @@ func (d *driver) run(ctx context.Context, th *thread) error {
 	return nil
 }
 
+// turn acts out one turn after its message was sent: the approval card
+// answered or the held request stopped, as the script says, then the
+// answer waited for (a stop ends the turn instead).
 func (d *driver) turn(ctx context.Context, th *thread, t *turn) error {
-	p := d.platforms[th.Platform]
 	answered := func(ms []botMsg) bool { return hasText(ms, t.Marker) }
+	var over bool
+	var err error
 	switch {
 	case t.CardStep >= 0:
-		var card botMsg
-		var button string
-		action := t.Click
-		if action == "" {
-			action = "allow" // only to see the card is there
-		}
-		err := d.waitFor(ctx, th, "the approval card", func(ms []botMsg) bool {
-			var ok bool
-			card, button, ok = openCard(ms, action)
-			return ok || answered(ms)
-		})
-		if err != nil {
-			return err
-		}
-		if button == "" {
-			break // answered without a card (the tool was not there yet after a restart)
-		}
-		if t.Stop == stopButton {
-			return d.stop(ctx, th, t, func() error {
-				var stop string
-				var plan botMsg
-				err := d.waitForWithin(ctx, th, 30*time.Second, func(ms []botMsg) bool {
-					m, ok := latestPlan(ms)
-					plan, stop = m, stopButtonOf(m)
-					return ok && stop != ""
-				})
-				if err != nil {
-					return errNoButton // not there (yet): tried again
-				}
-				return p.click(th, plan.ID, stop)
-			})
-		}
-		if err := sleepCtx(ctx, t.ClickDelay); err != nil {
-			return err
-		}
-		// Pressed again if the card is still open a while later: a click
-		// lost on the way is pressed again by its user too.
-		for try := 0; ; try++ {
-			if err := p.click(th, card.ID, button); err != nil && !errors.Is(err, errNoButton) {
-				return err
-			}
-			err := d.waitForWithin(ctx, th, 30*time.Second, func(ms []botMsg) bool {
-				_, _, open := openCard(ms, action)
-				return !open || answered(ms)
-			})
-			if err == nil || try == 3 {
-				break
-			}
-			if ctx.Err() != nil {
-				return context.Cause(ctx)
-			}
-			var ok bool
-			if card, button, ok = openCard(p.messages(th), action); !ok {
-				break
-			}
-		}
+		over, err = d.card(ctx, th, t, answered)
 	case t.ParkStep >= 0:
-		err := d.waitForChan(ctx, th, "the held model request", t.parked, answered)
-		if err != nil {
-			return err
-		}
-		if answered(p.messages(th)) {
-			break
-		}
-		if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
-			return err
-		}
-		return d.stop(ctx, th, t, func() error {
-			if t.Stop == stopSession && p.sessionStop(th) {
-				return nil
-			}
-			th.mu.Lock()
-			th.stopTexts++
-			th.mu.Unlock()
-			return p.post(th, "stop", false)
-		})
+		over, err = d.stopParked(ctx, th, t, answered)
+	}
+	if over || err != nil {
+		return err
 	}
 	return d.waitFor(ctx, th, "the answer of "+t.Tag, answered)
+}
+
+// card waits for the turn's approval card and answers it: with the
+// plan's Stop button when the turn is stopped so (over: the stop ends
+// the turn), else with the turn's click.
+func (d *driver) card(ctx context.Context, th *thread, t *turn, answered func([]botMsg) bool) (over bool, err error) {
+	var card botMsg
+	var button string
+	action := t.Click
+	if action == "" {
+		action = "allow" // only to see the card is there
+	}
+	err = d.waitFor(ctx, th, "the approval card", func(ms []botMsg) bool {
+		var ok bool
+		card, button, ok = openCard(ms, action)
+		return ok || answered(ms)
+	})
+	if err != nil {
+		return false, err
+	}
+	if button == "" {
+		return false, nil // answered without a card (the tool was not there yet after a restart)
+	}
+	if t.Stop == stopButton {
+		return true, d.stop(ctx, th, t, func() error { return d.pressStop(ctx, th) })
+	}
+	if err := sleepCtx(ctx, t.ClickDelay); err != nil {
+		return false, err
+	}
+	return false, d.click(ctx, th, card, button, action, answered)
+}
+
+// pressStop presses the Stop button of the thread's latest plan.
+func (d *driver) pressStop(ctx context.Context, th *thread) error {
+	var stop string
+	var plan botMsg
+	err := d.waitForWithin(ctx, th, 30*time.Second, func(ms []botMsg) bool {
+		m, ok := latestPlan(ms)
+		plan, stop = m, stopButtonOf(m)
+		return ok && stop != ""
+	})
+	if err != nil {
+		return errNoButton // not there (yet): tried again
+	}
+	return d.platforms[th.Platform].click(th, plan.ID, stop)
+}
+
+// click presses button on the card. It is pressed again if the card is
+// still open a while later: a click lost on the way is pressed again by
+// its user too.
+func (d *driver) click(ctx context.Context, th *thread, card botMsg, button, action string, answered func([]botMsg) bool) error {
+	p := d.platforms[th.Platform]
+	for try := 0; ; try++ {
+		if err := p.click(th, card.ID, button); err != nil && !errors.Is(err, errNoButton) {
+			return err
+		}
+		err := d.waitForWithin(ctx, th, 30*time.Second, func(ms []botMsg) bool {
+			_, _, open := openCard(ms, action)
+			return !open || answered(ms)
+		})
+		if err == nil || try == 3 {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		var ok bool
+		if card, button, ok = openCard(p.messages(th), action); !ok {
+			return nil
+		}
+	}
+}
+
+// stopParked waits for the turn's held model request and stops the turn
+// while it is held (over: the stop ends the turn), by a stop message or
+// the thread's own stop; an answer already there is waited for instead.
+func (d *driver) stopParked(ctx context.Context, th *thread, t *turn, answered func([]botMsg) bool) (over bool, err error) {
+	p := d.platforms[th.Platform]
+	if err := d.waitForChan(ctx, th, "the held model request", t.parked, answered); err != nil {
+		return false, err
+	}
+	if answered(p.messages(th)) {
+		return false, nil
+	}
+	if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
+		return false, err
+	}
+	return true, d.stop(ctx, th, t, func() error {
+		if t.Stop == stopSession && p.sessionStop(th) {
+			return nil
+		}
+		th.mu.Lock()
+		th.stopTexts++
+		th.mu.Unlock()
+		return p.post(th, "stop", false)
+	})
 }
 
 // stop sends a stop and waits for the plan to say stopped. A stop that

@@ -56,20 +56,7 @@ func startBot(ctx context.Context, binary string, env map[string]string, logPath
 	}
 	p := &botProc{slot: slot, run: run, done: make(chan struct{}), goroutines: -1}
 	p.cmd = exec.Command(binary)
-	godebug := env["GODEBUG"]
-	if schedtrace {
-		// The bot serves no go_goroutines; the runtime's scheduler trace
-		// lists every goroutine every 10 s on stderr instead.
-		godebug = strings.TrimPrefix(godebug+",schedtrace=10000,scheddetail=1", ",")
-	}
-	for k, v := range env {
-		if k != "GODEBUG" {
-			p.cmd.Env = append(p.cmd.Env, k+"="+v)
-		}
-	}
-	if godebug != "" {
-		p.cmd.Env = append(p.cmd.Env, "GODEBUG="+godebug)
-	}
+	p.cmd.Env = commandEnv(env, schedtrace)
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // kill -9 takes its MCP servers too
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
@@ -86,13 +73,54 @@ func startBot(ctx context.Context, binary string, env map[string]string, logPath
 		return nil, err
 	}
 	p.pid, p.started = p.cmd.Process.Pid, time.Now()
+	found := p.follow(logf, stdout, stderr)
+	select {
+	case p.url = <-found:
+		return p, nil
+	case <-p.done:
+		return nil, fmt.Errorf("bot exited before serving: %v (log %s)", p.err, logPath)
+	case <-time.After(60 * time.Second):
+		p.kill()
+		return nil, fmt.Errorf("bot did not print its console address in 60 s (log %s)", logPath)
+	case <-ctx.Done():
+		p.kill()
+		return nil, context.Cause(ctx)
+	}
+}
+
+// commandEnv is env as the process's whole environment; with schedtrace,
+// GODEBUG asks for the scheduler trace too.
+func commandEnv(env map[string]string, schedtrace bool) []string {
+	var out []string
+	godebug := env["GODEBUG"]
+	if schedtrace {
+		// The bot serves no go_goroutines; the runtime's scheduler trace
+		// lists every goroutine every 10 s on stderr instead.
+		godebug = strings.TrimPrefix(godebug+",schedtrace=10000,scheddetail=1", ",")
+	}
+	for k, v := range env {
+		if k != "GODEBUG" {
+			out = append(out, k+"="+v)
+		}
+	}
+	if godebug != "" {
+		out = append(out, "GODEBUG="+godebug)
+	}
+	return out
+}
+
+// follow writes the process's output to logf, stdout's lines and
+// stderr's but the scheduler trace (read by schedLine), and closes
+// p.done once both are read and the process has exited. found gets the
+// console's address when stdout prints it.
+func (p *botProc) follow(logf *os.File, stdout, stderr io.Reader) (found <-chan string) {
 	var logMu sync.Mutex
 	logLine := func(line string) {
 		logMu.Lock()
 		fmt.Fprintln(logf, line)
 		logMu.Unlock()
 	}
-	found := make(chan string, 1)
+	console := make(chan string, 1)
 	var readers sync.WaitGroup
 	readers.Add(2)
 	go func() {
@@ -104,7 +132,7 @@ func startBot(ctx context.Context, binary string, env map[string]string, logPath
 			logLine(line)
 			if m := consoleLine.FindStringSubmatch(line); m != nil {
 				select {
-				case found <- m[1]:
+				case console <- m[1]:
 				default:
 				}
 			}
@@ -130,18 +158,7 @@ func startBot(ctx context.Context, binary string, env map[string]string, logPath
 		logf.Close()
 		close(p.done)
 	}()
-	select {
-	case p.url = <-found:
-		return p, nil
-	case <-p.done:
-		return nil, fmt.Errorf("bot exited before serving: %v (log %s)", p.err, logPath)
-	case <-time.After(60 * time.Second):
-		p.kill()
-		return nil, fmt.Errorf("bot did not print its console address in 60 s (log %s)", logPath)
-	case <-ctx.Done():
-		p.kill()
-		return nil, context.Cause(ctx)
-	}
+	return console
 }
 
 // schedLine reads one line of the scheduler trace: a "SCHED" line ends

@@ -181,6 +181,25 @@ func buildReport(cfg config, mode string, start time.Time, wall time.Duration, t
 	r.Flags = map[string]any{"threads": cfg.threads, "duration": cfg.duration.String(), "replicas": cfg.replicas, "kill_every": cfg.killEvery.String(),
 		"discord": cfg.discordShare, "platform_500": cfg.platform500, "model_500": cfg.model500, "model_slow": cfg.modelSlow, "seed": cfg.seed,
 		"slack_edits_per_minute": cfg.slackEditsPerMin, "lease_ttl": cfg.leaseTTL.String(), "retention": cfg.retention.String(), "godebug": cfg.godebug}
+	r.countThreads(threads)
+	r.accountFor(turns, replies, plans)
+	r.countFaults(flt, slack, dc)
+	r.readSupervisor(sup)
+	r.Memory = memoryByRun(r.Samples)
+	r.Growth = rssGrowth(r.Samples, cfg.replicas, cfg.duration, cfg.sampleEvery)
+	r.countGoroutines(cfg.out, sup.schedtrace, threads, slack, before, after)
+	r.RetentionDeleted = retentionDeletes(sup.logDir)
+	r.countViolations(slack, dc)
+	if ticks, err := readCPUTicks(os.Getpid()); err == nil {
+		r.SoakCPUSeconds = float64(ticks) / clockTicks
+	}
+	r.DiscordMissed = dc.Missed()
+	return r
+}
+
+// countThreads counts the threads started, finished and stuck, by kind
+// and platform; a stuck one is a problem.
+func (r *report) countThreads(threads []*thread) {
 	r.Threads.Planned = len(threads)
 	r.Threads.ByKind, r.Threads.ByPlatform = map[string]int{}, map[string]int{}
 	for _, th := range threads {
@@ -200,6 +219,12 @@ func buildReport(cfg config, mode string, start time.Time, wall time.Duration, t
 		r.ModelOverruns += th.overrun
 		th.mu.Unlock()
 	}
+}
+
+// accountFor tallies what the threads were given: an answer lost, twice or
+// after a stop, replies missing and plans not on their last revision
+// are problems.
+func (r *report) accountFor(turns []turnResult, replies []replyResult, plans []planResult) {
 	r.Threads.Turns = len(turns)
 	r.Tally = account(turns, replies, plans)
 	for _, t := range turns {
@@ -223,7 +248,11 @@ func buildReport(cfg config, mode string, start time.Time, wall time.Duration, t
 			r.PlansOff = append(r.PlansOff, p)
 		}
 	}
+}
 
+// countFaults counts the faults injected and the fakes' calls and error
+// answers.
+func (r *report) countFaults(flt *faults, slack *fakeslack.Server, dc *fakediscord.Server) {
 	for _, c := range slack.Calls("") {
 		r.Faults.SlackCalls++
 		switch c.Status {
@@ -245,7 +274,12 @@ func buildReport(cfg config, mode string, start time.Time, wall time.Duration, t
 	r.Faults.Slack500Injected, r.Faults.Discord500Injected = flt.slack500.Load(), flt.discord500.Load()
 	r.Faults.Model500, r.Faults.ModelSlow = flt.model500s.Load(), flt.modelSlows.Load()
 	r.Faults.Bursts429, r.Faults.GatewayDrops, r.Faults.SocketRefreshes = flt.bursts.Load(), flt.drops.Load(), flt.refreshes.Load()
+}
 
+// readSupervisor takes the supervisor's samples and events (kills,
+// starts and exits counted) and the bots' metrics: latencies, CPU per
+// model round, replies undelivered.
+func (r *report) readSupervisor(sup *supervisor) {
 	sup.mu.Lock()
 	r.Samples = append([]sample(nil), sup.samples...)
 	r.Events = append([]event(nil), sup.events...)
@@ -274,32 +308,26 @@ func buildReport(cfg config, mode string, start time.Time, wall time.Duration, t
 		r.CPU.PerThousandRounds = r.CPU.Seconds / rounds * 1000
 	}
 	r.Undelivered = sup.counter("pinplan_replies_undelivered_total")
+}
 
-	r.Memory = memoryByRun(r.Samples)
-	r.Growth = rssGrowth(r.Samples, cfg.replicas, cfg.duration, cfg.sampleEvery)
+// countGoroutines reports the goroutines idle before and after, their
+// peak in the samples, the dumps of slot 0 in out and the Slack plans
+// left unpinned.
+func (r *report) countGoroutines(out string, schedtrace bool, threads []*thread, slack *fakeslack.Server, before, after []slotReading) {
 	r.Goroutines.Source = "go_goroutines at /metrics"
-	if sup.schedtrace {
+	if schedtrace {
 		r.Goroutines.Source = "GODEBUG=schedtrace=10000,scheddetail=1 (the bot's /metrics has no go_goroutines): live goroutines, runtime ones included"
 	}
 	r.Goroutines.IdleBefore, r.Goroutines.IdleAfter = before, after
 	r.Goroutines.SlackPlans, r.Goroutines.SlackPlansUnpinned = unpinnedPlans(threads, slack)
 	for _, name := range []string{"goroutines-0-before.txt", "goroutines-0-after.txt"} {
-		if path := filepath.Join(cfg.out, name); fileExists(path) {
+		if path := filepath.Join(out, name); fileExists(path) {
 			r.Goroutines.Dumps = append(r.Goroutines.Dumps, path)
 		}
 	}
 	for _, s := range r.Samples {
 		r.Goroutines.Max = max(r.Goroutines.Max, s.Goroutines)
 	}
-
-	r.RetentionDeleted = retentionDeletes(sup.logDir)
-
-	r.countViolations(slack, dc)
-	if ticks, err := readCPUTicks(os.Getpid()); err == nil {
-		r.SoakCPUSeconds = float64(ticks) / clockTicks
-	}
-	r.DiscordMissed = dc.Missed()
-	return r
 }
 
 // countViolations reads what the fakes hold against the bot.
