@@ -553,34 +553,16 @@ func (r *Runner) turnContext(key string) (context.Context, func()) {
 }
 
 func (r *Runner) run(key string, log *slog.Logger) error {
-	store := r.opts.Store
-	cp, hist, inbox, err := store.Load(r.ctx, key)
+	s, inbox, err := r.open(key)
 	if err != nil {
-		if r.ctx.Err() == nil {
-			// The record cannot be read: say so in the thread (the
-			// message stays queued, nothing is overwritten) and leave the
-			// stored state for an operator to restore.
-			r.publish(Event{Session: key, Kind: TurnEnded, Outcome: Failed, Err: err,
-				Text: "I couldn't read this thread's saved session, so I can't continue it. Nothing was changed or deleted; an operator can restore it from a backup (the bot's log has the details)."})
-		}
-		return fmt.Errorf("load: %w", err)
+		return err
 	}
-	now := r.opts.Now()
-	if cp == nil {
-		cp = &Checkpoint{Key: key, State: Idle, Created: now}
-	}
-	s := &session{key: key, cp: *cp, hist: hist, tracker: todo.Restore(cp.Plan, cp.Revision, cp.Stale)}
 	var ctx context.Context
 	endTurn := func() {}
 	defer func() { endTurn() }()
 	switch s.cp.State {
 	case Running:
-		log.Info("resuming turn", "history", len(hist), "revision", s.cp.Revision)
-		ctx, endTurn = r.turnContext(key)
-		ctx, endTurn = r.traceTurn(ctx, s, Running, endTurn)
-		r.publish(Event{Session: key, Kind: TurnStarted, Resumed: true, Turn: s.cp.Turns, Requester: s.cp.Requester, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision(),
-			Evidence: s.cp.Evidence.Clone(), Calls: s.cp.TurnCalls, Approvals: s.cp.TurnApprovals})
-		r.waitTools(ctx, log)
+		ctx, endTurn = r.resumeTurn(s, log)
 	case Waiting:
 		ctx, endTurn = r.turnContext(key)
 	}
@@ -590,38 +572,20 @@ func (r *Runner) run(key string, log *slog.Logger) error {
 			if len(inbox) == 0 || r.isPaused(key) {
 				return nil
 			}
-			ctx, endTurn = r.turnContext(key)
-			// The start is committed, and logged, before anything is
-			// asked of the model: the thread shows the turn working (and
-			// its Stop button) at once, and a kill from now on resumes it.
-			if err := (turn{&s.cp}).start(inbox[0]); err != nil {
+			var err error
+			if ctx, endTurn, err = r.startTurn(s, inbox[0], log); err != nil {
 				return err
 			}
-			ctx, endTurn = r.traceTurn(ctx, s, "", endTurn)
-			r.record(s, Event{Kind: TurnStarted, Turn: s.cp.Turns, Requester: s.cp.Requester, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision(),
-				Evidence: s.cp.Evidence.Clone()})
-			if err := r.commit(ctx, s, &Round{}, s.cp.clone(), s.tracker.Clone()); err != nil {
-				return err
-			}
-			r.waitTools(ctx, log)
 		}
 		var err error
 		switch {
 		case s.cp.Pending != nil && s.cp.State == Waiting:
 			var waiting bool
 			if waiting, err = r.await(ctx, s); err == nil && waiting {
-				// Decide (or the deadline) starts the session again. A Stop
-				// from now on goes to the stored checkpoint; one that came
-				// before this turn's context was released is handed on
-				// the same way here.
-				endTurn()
+				// Decide (or the deadline) starts the session again.
+				end := endTurn
 				endTurn = func() {}
-				if by, ok := stopped(ctx); ok {
-					if err := r.stopWaiting(r.ctx, key, by); err != nil && !errors.Is(err, ErrNotPending) {
-						return fmt.Errorf("record stop: %w", err)
-					}
-				}
-				return nil
+				return r.leaveWaiting(ctx, key, end)
 			}
 			if err == nil {
 				ctx, endTurn = r.traceTurn(ctx, s, Waiting, endTurn)
@@ -640,26 +604,94 @@ func (r *Runner) run(key string, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		if inbox, err = store.Inbox(r.ctx, key); err != nil {
-			err = fmt.Errorf("read inbox: %w", err)
-			if r.ctx.Err() != nil {
-				return err
-			}
-			if s.cp.State == Idle {
-				// Nothing runs: the queued messages stay where they are,
-				// and the session is tried again later.
-				return &unsavedError{err}
-			}
-			// The last commit stands, the queued messages stay where they
-			// are, and the thread hears why the turn stopped, from the
-			// log like everything it sees.
-			text := "I couldn't read this thread's queued messages from the database, so I stopped. The last saved state is kept; an operator can restore the database from a backup (the bot's log has the details)."
-			if end := r.endTurn(context.WithoutCancel(ctx), s, nil, Failed, text, err); end != nil {
-				return &unsavedError{errors.Join(err, end)}
-			}
-			return err
+		if inbox, err = r.opts.Store.Inbox(r.ctx, key); err != nil {
+			return r.inboxUnread(ctx, s, err)
 		}
 	}
+}
+
+// open reads the session for a run. A record that cannot be read is
+// said in the thread (the message stays queued, nothing is overwritten)
+// and left for an operator to restore.
+func (r *Runner) open(key string) (*session, []Inbound, error) {
+	cp, hist, inbox, err := r.opts.Store.Load(r.ctx, key)
+	if err != nil {
+		if r.ctx.Err() == nil {
+			r.publish(Event{Session: key, Kind: TurnEnded, Outcome: Failed, Err: err,
+				Text: "I couldn't read this thread's saved session, so I can't continue it. Nothing was changed or deleted; an operator can restore it from a backup (the bot's log has the details)."})
+		}
+		return nil, nil, fmt.Errorf("load: %w", err)
+	}
+	now := r.opts.Now()
+	if cp == nil {
+		cp = &Checkpoint{Key: key, State: Idle, Created: now}
+	}
+	return &session{key: key, cp: *cp, hist: hist, tracker: todo.Restore(cp.Plan, cp.Revision, cp.Stale)}, inbox, nil
+}
+
+// resumeTurn takes up a turn a previous run left running: its context,
+// its trace, the unlogged start that tells observers it runs again.
+func (r *Runner) resumeTurn(s *session, log *slog.Logger) (context.Context, func()) {
+	log.Info("resuming turn", "history", len(s.hist), "revision", s.cp.Revision)
+	ctx, endTurn := r.turnContext(s.key)
+	ctx, endTurn = r.traceTurn(ctx, s, Running, endTurn)
+	r.publish(Event{Session: s.key, Kind: TurnStarted, Resumed: true, Turn: s.cp.Turns, Requester: s.cp.Requester, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision(),
+		Evidence: s.cp.Evidence.Clone(), Calls: s.cp.TurnCalls, Approvals: s.cp.TurnApprovals})
+	r.waitTools(ctx, log)
+	return ctx, endTurn
+}
+
+// startTurn starts a turn for in, the first queued message. The start
+// is committed, and logged, before anything is asked of the model: the
+// thread shows the turn working (and its Stop button) at once, and a
+// kill from now on resumes it. endTurn is to be called however it went.
+func (r *Runner) startTurn(s *session, in Inbound, log *slog.Logger) (ctx context.Context, endTurn func(), err error) {
+	ctx, endTurn = r.turnContext(s.key)
+	if err := (turn{&s.cp}).start(in); err != nil {
+		return ctx, endTurn, err
+	}
+	ctx, endTurn = r.traceTurn(ctx, s, "", endTurn)
+	r.record(s, Event{Kind: TurnStarted, Turn: s.cp.Turns, Requester: s.cp.Requester, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision(),
+		Evidence: s.cp.Evidence.Clone()})
+	if err := r.commit(ctx, s, &Round{}, s.cp.clone(), s.tracker.Clone()); err != nil {
+		return ctx, endTurn, err
+	}
+	r.waitTools(ctx, log)
+	return ctx, endTurn, nil
+}
+
+// leaveWaiting ends the run of a turn that now waits for a decision:
+// its context is released (endTurn), and a stop from now on goes to the
+// stored checkpoint; one that came before the release is handed on the
+// same way here.
+func (r *Runner) leaveWaiting(ctx context.Context, key string, endTurn func()) error {
+	endTurn()
+	if by, ok := stopped(ctx); ok {
+		if err := r.stopWaiting(r.ctx, key, by); err != nil && !errors.Is(err, ErrNotPending) {
+			return fmt.Errorf("record stop: %w", err)
+		}
+	}
+	return nil
+}
+
+// inboxUnread stops a run whose session's inbox could not be read
+// (err). The last commit stands and the queued messages stay where they
+// are; a turn in progress ends and the thread hears why, from the log
+// like everything it sees.
+func (r *Runner) inboxUnread(ctx context.Context, s *session, err error) error {
+	err = fmt.Errorf("read inbox: %w", err)
+	if r.ctx.Err() != nil {
+		return err
+	}
+	if s.cp.State == Idle {
+		// Nothing runs: the session is tried again later.
+		return &unsavedError{err}
+	}
+	text := "I couldn't read this thread's queued messages from the database, so I stopped. The last saved state is kept; an operator can restore the database from a backup (the bot's log has the details)."
+	if end := r.endTurn(context.WithoutCancel(ctx), s, nil, Failed, text, err); end != nil {
+		return &unsavedError{errors.Join(err, end)}
+	}
+	return err
 }
 
 // waitTools holds a turn that starts or resumes until the tool sources
@@ -686,64 +718,11 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 	}
 	work := s.tracker.Clone()
 	remind := work.TakeReminder(r.opts.StaleRounds)
-	v, err := r.build(ctx, s, drained, remind, false)
-	if err != nil {
-		if r.ctx.Err() != nil {
-			return context.Cause(r.ctx)
-		}
+	a, ok, err := r.ask(ctx, s, drained, ids, remind)
+	if !ok {
 		return err
 	}
-	// The request's cost is reserved against the day's budget before it
-	// is made; what it may write (max_tokens) is what the day has left.
-	maxOut := r.maxOutput()
-	out, over, err := r.reserveRound(ctx, s, drained, ids, v, maxOut)
-	if over || err != nil {
-		return err
-	}
-	//lint:ignore SA1019 max_tokens is what DESIGN §8 sends and what the servers people run read (max_completion_tokens is OpenAI's newer name)
-	v.req.MaxTokens = out
-	streamed, replyID := r.streaming(ctx, s)
-	reply, err := r.complete(withExtras(streamed, v.extra), v.req)
-	if errors.Is(err, ErrContextTooLong) && ctx.Err() == nil {
-		// The server counts differently or its window is smaller than
-		// configured: compact harder and try once more.
-		r.opts.Logger.Warn("request too long for the model; compacting harder", "session", s.key, "estimated", correct(v.estimated, s.cp.TokenRatio))
-		s.cp.TokenRatio = max(s.cp.TokenRatio*1.5, 1.5)
-		v, err = r.build(ctx, s, drained, remind, true)
-		if errors.Is(err, errSummaryUnsaved) {
-			return err // the turn ended with the failed save
-		}
-		if err == nil && s.reserved == nil {
-			// A summary's commit settled the reservation: this request
-			// is reserved again, as its own.
-			var over bool
-			if out, over, err = r.reserveRound(ctx, s, drained, ids, v, maxOut); over {
-				return err
-			}
-		}
-		if err == nil {
-			//lint:ignore SA1019 max_tokens is what DESIGN §8 sends and what the servers people run read (max_completion_tokens is OpenAI's newer name)
-			v.req.MaxTokens = out
-			streamed, replyID = r.streaming(ctx, s)
-			reply, err = r.complete(withExtras(streamed, v.extra), v.req)
-		}
-	}
-	if err != nil {
-		if r.ctx.Err() != nil {
-			r.release(s)                // no commit settles it: this process is stopping
-			return context.Cause(r.ctx) // shutdown: stay running, resume later
-		}
-		if by, ok := stopped(ctx); ok {
-			return r.endStopped(ctx, s, &Round{Append: drained, Drained: ids}, by)
-		}
-		text := "The model did not answer, so this turn ended. Send a message to try again."
-		var um interface{ UserMessage() string }
-		if errors.As(err, &um) {
-			text = um.UserMessage()
-		}
-		return r.endTurn(ctx, s, &Round{Append: drained, Drained: ids}, Failed, text, err)
-	}
-	msg := reply.Message
+	msg := a.reply.Message
 	msg.Role = openai.ChatMessageRoleAssistant
 	// Reasoning is the model's own scratch text: it is neither shown,
 	// nor stored, nor sent back (servers reject or mis-handle it in a
@@ -751,44 +730,138 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 	// tool calls (DeepSeek), and then it is the message's Extra.
 	msg.ReasoningContent = ""
 	next := s.cp.clone()
-	next.Usage.add(reply.Usage)
-	if !reply.Estimated {
-		next.TokenRatio = learn(s.cp.TokenRatio, v.estimated, reply.Usage.PromptTokens)
+	next.Usage.add(a.reply.Usage)
+	if !a.reply.Estimated {
+		next.TokenRatio = learn(s.cp.TokenRatio, a.estimated, a.reply.Usage.PromptTokens)
 	}
 	next.TurnRounds++
-	now := r.opts.Now()
-	asst := Entry{Message: msg, At: now}
 	if len(msg.ToolCalls) == 0 {
-		if strings.TrimSpace(msg.Content) == "" {
-			// An assistant message with neither content nor tool calls is
-			// rejected by OpenAI when sent back, so the history keeps a
-			// placeholder and the thread is told plainly.
-			msg.Content = EmptyAnswer
-			asst.Message = msg
-		}
-		rd := &Round{Append: append(drained, asst), Drained: ids}
-		next.Stale = work.Stale()
-		if err := (turn{&next}).end(Ending{Outcome: Done, At: now}); err != nil {
-			return err
-		}
-		text := msg.Content
-		if reply.FinishReason == string(openai.FinishReasonLength) {
-			// Cut at the request's max_tokens: said, so nobody takes the
-			// end of the text for the end of the answer. (The history
-			// keeps what the model wrote.)
-			text += fmt.Sprintf("\n\n_(The answer was cut at its limit of %s tokens: PINPLAN_MAX_OUTPUT_TOKENS, or what your daily budget had left. Ask me to go on.)_", count(int64(out)))
-		}
-		r.record(s, Event{Kind: TurnEnded, Outcome: Done, Text: text, Turn: next.Turns, Plan: work.Snapshot(), Revision: work.Revision(), At: now})
-		return r.commit(ctx, s, rd, next, work)
+		return r.finalAnswer(ctx, s, drained, ids, msg, a, next, work)
 	}
-	if id := replyID(); id != "" && strings.TrimSpace(msg.Content) != "" {
+	if id := a.replyID(); id != "" && strings.TrimSpace(msg.Content) != "" {
 		// What the round wrote before its tool calls stays in the thread
 		// as it was shown; the next round's text is a reply of its own.
 		r.publish(Event{Session: s.key, Kind: TextDone, Reply: id, Text: msg.Content, Interim: true, Turn: s.cp.Turns})
 	}
 	uniqueCallIDs(s.hist, &msg, next.Turns, next.TurnRounds)
-	asst.Message, asst.Extra = msg, reply.Extra
-	if r.needsApproval(s, msg) {
+	return r.callTools(ctx, s, drained, ids, Entry{Message: msg, At: r.opts.Now(), Extra: a.reply.Extra}, next, work)
+}
+
+// asked is a round's reply and what it was asked with.
+type asked struct {
+	reply     Reply
+	replyID   func() string // the id of the reply streamed last (Runner.streaming)
+	out       int           // the request's max_tokens
+	estimated int           // the request's uncorrected estimate
+}
+
+// ask builds the round's request, reserves its cost and asks the model;
+// when the server finds the request too long, it compacts harder and
+// asks once more. ok is false when the round is over without a reply:
+// the turn ended (on the budget, a failed save, the model's failure, a
+// stop) or the process is stopping, and err is what the round returns.
+func (r *Runner) ask(ctx context.Context, s *session, drained []Entry, ids []uint64, remind bool) (a asked, ok bool, err error) {
+	v, err := r.build(ctx, s, drained, remind, false)
+	if err != nil {
+		if r.ctx.Err() != nil {
+			return asked{}, false, context.Cause(r.ctx)
+		}
+		return asked{}, false, err
+	}
+	// The request's cost is reserved against the day's budget before it
+	// is made; what it may write (max_tokens) is what the day has left.
+	maxOut := r.maxOutput()
+	out, over, err := r.reserveRound(ctx, s, drained, ids, v, maxOut)
+	if over || err != nil {
+		return asked{}, false, err
+	}
+	a, err = r.request(ctx, s, v, out)
+	if errors.Is(err, ErrContextTooLong) && ctx.Err() == nil {
+		// The server counts differently or its window is smaller than
+		// configured: compact harder and try once more.
+		r.opts.Logger.Warn("request too long for the model; compacting harder", "session", s.key, "estimated", correct(v.estimated, s.cp.TokenRatio))
+		s.cp.TokenRatio = max(s.cp.TokenRatio*1.5, 1.5)
+		v, err = r.build(ctx, s, drained, remind, true)
+		if errors.Is(err, errSummaryUnsaved) {
+			return asked{}, false, err // the turn ended with the failed save
+		}
+		if err == nil && s.reserved == nil {
+			// A summary's commit settled the reservation: this request
+			// is reserved again, as its own.
+			var over bool
+			if out, over, err = r.reserveRound(ctx, s, drained, ids, v, maxOut); over {
+				return asked{}, false, err
+			}
+		}
+		if err == nil {
+			a, err = r.request(ctx, s, v, out)
+		}
+	}
+	if err != nil {
+		return asked{}, false, r.unanswered(ctx, s, drained, ids, err)
+	}
+	return a, true, nil
+}
+
+// request asks the model for v's reply, with out as its max_tokens,
+// streaming what it writes to the thread.
+func (r *Runner) request(ctx context.Context, s *session, v view, out int) (asked, error) {
+	//lint:ignore SA1019 max_tokens is what DESIGN §8 sends and what the servers people run read (max_completion_tokens is OpenAI's newer name)
+	v.req.MaxTokens = out
+	streamed, replyID := r.streaming(ctx, s)
+	reply, err := r.complete(withExtras(streamed, v.extra), v.req)
+	return asked{reply: reply, replyID: replyID, out: out, estimated: v.estimated}, err
+}
+
+// unanswered ends the turn of a round the model did not answer (err),
+// or leaves it running when the process is stopping.
+func (r *Runner) unanswered(ctx context.Context, s *session, drained []Entry, ids []uint64, err error) error {
+	if r.ctx.Err() != nil {
+		r.release(s)                // no commit settles it: this process is stopping
+		return context.Cause(r.ctx) // shutdown: stay running, resume later
+	}
+	if by, ok := stopped(ctx); ok {
+		return r.endStopped(ctx, s, &Round{Append: drained, Drained: ids}, by)
+	}
+	text := "The model did not answer, so this turn ended. Send a message to try again."
+	var um interface{ UserMessage() string }
+	if errors.As(err, &um) {
+		text = um.UserMessage()
+	}
+	return r.endTurn(ctx, s, &Round{Append: drained, Drained: ids}, Failed, text, err)
+}
+
+// finalAnswer ends the turn with msg, a reply without tool calls, and
+// commits it with the round.
+func (r *Runner) finalAnswer(ctx context.Context, s *session, drained []Entry, ids []uint64, msg openai.ChatCompletionMessage, a asked, next Checkpoint, work *todo.Tracker) error {
+	now := r.opts.Now()
+	if strings.TrimSpace(msg.Content) == "" {
+		// An assistant message with neither content nor tool calls is
+		// rejected by OpenAI when sent back, so the history keeps a
+		// placeholder and the thread is told plainly.
+		msg.Content = EmptyAnswer
+	}
+	rd := &Round{Append: append(drained, Entry{Message: msg, At: now}), Drained: ids}
+	next.Stale = work.Stale()
+	if err := (turn{&next}).end(Ending{Outcome: Done, At: now}); err != nil {
+		return err
+	}
+	text := msg.Content
+	if a.reply.FinishReason == string(openai.FinishReasonLength) {
+		// Cut at the request's max_tokens: said, so nobody takes the
+		// end of the text for the end of the answer. (The history
+		// keeps what the model wrote.)
+		text += fmt.Sprintf("\n\n_(The answer was cut at its limit of %s tokens: PINPLAN_MAX_OUTPUT_TOKENS, or what your daily budget had left. Ask me to go on.)_", count(int64(a.out)))
+	}
+	r.record(s, Event{Kind: TurnEnded, Outcome: Done, Text: text, Turn: next.Turns, Plan: work.Snapshot(), Revision: work.Revision(), At: now})
+	return r.commit(ctx, s, rd, next, work)
+}
+
+// callTools runs the calls of asst, the round's assistant message, or
+// pauses the turn for the approvals they need. A call that may not be
+// safe to run twice is recorded as intended first.
+func (r *Runner) callTools(ctx context.Context, s *session, drained []Entry, ids []uint64, asst Entry, next Checkpoint, work *todo.Tracker) error {
+	if r.needsApproval(s, asst.Message) {
 		// Pause the turn durably: the call, the state and (by the chat
 		// layer) the card survive a restart. The tools run once decided.
 		pend := s.cp.clone()
@@ -798,7 +871,7 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 		pend.Usage = next.Usage
 		return r.commit(ctx, s, &Round{Append: drained, Drained: ids}, pend, work.Clone())
 	}
-	if !r.allIdempotent(msg) {
+	if !r.allIdempotent(asst.Message) {
 		// Record the intent first, so a crash while a non-idempotent tool
 		// runs is answered with "interrupted" instead of running it again.
 		// The record keeps the plan as it was and the counter as this
@@ -1013,46 +1086,14 @@ func (r *Runner) runTools(ctx context.Context, s *session, drained []Entry, ids 
 		before := work.Revision()
 		plan := work.Snapshot().Items()
 		start := r.opts.Now()
-		var out string
 		d, decided := decisions[tc.ID]
 		tctx, span := r.traceTool(ctx, tc, d, decided)
-		_, stop := stopped(ctx)
-		stoppedFirst := false
-		switch {
-		case interrupted[tc.ID]:
-			out = errorResult(&ToolError{Code: "interrupted", Message: "pinplan restarted while this tool was running; it may or may not have taken effect. Check before calling it again."})
-		case stopper != "":
-			stoppedFirst = true
-			out = errorResult(&ToolError{Code: "stopped", Message: "The turn was stopped before this call ran; it did not run."})
-		case decided && !d.Allow:
-			out = errorResult(&ToolError{Code: "denied", Message: denial(d)})
-		case stop:
-			stoppedFirst = true
-			out = errorResult(&ToolError{Code: "stopped", Message: "The turn was stopped; this call did not run."})
-		default:
-			out = r.runTool(tctx, s.key, env, tc)
-			if _, stop := stopped(ctx); stop {
-				out = errorResult(&ToolError{Code: "stopped", Message: "The turn was stopped while this call ran; it was cancelled and may or may not have taken effect."})
-			}
-		}
+		out, stoppedFirst := r.toolOutput(ctx, tctx, s.key, env, tc, interrupted[tc.ID], stopper, d, decided)
 		r.traceToolEnd(span, tc, out, work, before)
 		if !stoppedFirst && tc.Function.Name != todo.ToolName {
 			calls++
 		}
-		if tc.Function.Name == todo.ToolName {
-			if work.Revision() != before {
-				att.revised(plan, work.Snapshot().Items())
-			}
-		} else {
-			c := Call{Tool: tc.Function.Name, Outcome: outcomeOf(out), Start: start, Duration: r.opts.Now().Sub(start), Args: cutArgs(tc.Function.Arguments)}
-			if t, ok := r.opts.Tools.Lookup(tc.Function.Name); ok {
-				c.Server = t.Server
-			}
-			if decided {
-				c.Approver = d.ByName
-			}
-			att.called(plan, c)
-		}
+		r.attribute(att, tc, plan, work, before, out, start, d, decided)
 		if work.Revision() != before {
 			rd.Plans = append(rd.Plans, PlanRevision{Revision: work.Revision(), Items: work.Snapshot().Items(), At: r.opts.Now(), ToolCallID: tc.ID, Evidence: att.ev.Clone()})
 		}
@@ -1070,6 +1111,64 @@ func (r *Runner) runTools(ctx context.Context, s *session, drained []Entry, ids 
 	}
 	next.Evidence, next.Unattributed = att.ev, att.pending
 	next.TurnCalls += calls // a call stopped before it ran is evidence, not a call made
+	countDecisions(&next, msg, decisions)
+	r.recordTools(s, rd, next, work, att)
+	if err := r.commit(ctx, s, rd, next, work); err != nil {
+		return err
+	}
+	if by, stop := stopped(ctx); stop || stopper != "" {
+		return r.endStopped(ctx, s, nil, cmp.Or(by, stopper))
+	}
+	return nil
+}
+
+// toolOutput is the result of call tc: what it returned when it ran, or
+// why it did not run. stoppedFirst: a stop kept it from running. ctx is
+// the turn's, tctx the call's span's; interrupted says the call may have
+// run before a restart, stopper who stopped the turn while it waited,
+// and d is the call's decision when decided.
+func (r *Runner) toolOutput(ctx, tctx context.Context, key string, env *ToolEnv, tc openai.ToolCall, interrupted bool, stopper string, d Decision, decided bool) (out string, stoppedFirst bool) {
+	_, stop := stopped(ctx)
+	switch {
+	case interrupted:
+		return errorResult(&ToolError{Code: "interrupted", Message: "pinplan restarted while this tool was running; it may or may not have taken effect. Check before calling it again."}), false
+	case stopper != "":
+		return errorResult(&ToolError{Code: "stopped", Message: "The turn was stopped before this call ran; it did not run."}), true
+	case decided && !d.Allow:
+		return errorResult(&ToolError{Code: "denied", Message: denial(d)}), false
+	case stop:
+		return errorResult(&ToolError{Code: "stopped", Message: "The turn was stopped; this call did not run."}), true
+	}
+	out = r.runTool(tctx, key, env, tc)
+	if _, stop := stopped(ctx); stop {
+		out = errorResult(&ToolError{Code: "stopped", Message: "The turn was stopped while this call ran; it was cancelled and may or may not have taken effect."})
+	}
+	return out, false
+}
+
+// attribute adds call tc, made while plan was the current snapshot
+// (revision before), to the evidence of the plan's items; a todo_write
+// that revised the plan moves the evidence to the new snapshot.
+func (r *Runner) attribute(att *attribution, tc openai.ToolCall, plan []todo.Item, work *todo.Tracker, before int64, out string, start time.Time, d Decision, decided bool) {
+	if tc.Function.Name == todo.ToolName {
+		if work.Revision() != before {
+			att.revised(plan, work.Snapshot().Items())
+		}
+		return
+	}
+	c := Call{Tool: tc.Function.Name, Outcome: outcomeOf(out), Start: start, Duration: r.opts.Now().Sub(start), Args: cutArgs(tc.Function.Arguments)}
+	if t, ok := r.opts.Tools.Lookup(tc.Function.Name); ok {
+		c.Server = t.Server
+	}
+	if decided {
+		c.Approver = d.ByName
+	}
+	att.called(plan, c)
+}
+
+// countDecisions counts in next the cards people decided for msg's
+// calls, and keeps their "Always allow here" grants.
+func countDecisions(next *Checkpoint, msg openai.ChatCompletionMessage, decisions map[string]Decision) {
 	for _, tc := range msg.ToolCalls {
 		if d, ok := decisions[tc.ID]; ok && d.Reason == "" {
 			next.TurnApprovals++ // a card a person decided
@@ -1080,6 +1179,11 @@ func (r *Runner) runTools(ctx context.Context, s *session, drained []Entry, ids 
 			next.Grants = grant(next.Grants, tc.Function.Name, next.Requester)
 		}
 	}
+}
+
+// recordTools records what the round's calls did to the plan and its
+// evidence, for the round's commit.
+func (r *Runner) recordTools(s *session, rd *Round, next Checkpoint, work *todo.Tracker, att *attribution) {
 	for _, p := range rd.Plans {
 		r.record(s, Event{Kind: PlanChanged, Plan: todo.NewSnapshot(p.Items), Revision: p.Revision, At: p.At,
 			Evidence: p.Evidence, Calls: next.TurnCalls, Approvals: next.TurnApprovals})
@@ -1089,13 +1193,6 @@ func (r *Runner) runTools(ctx context.Context, s *session, drained []Entry, ids 
 		r.record(s, Event{Kind: EvidenceChanged, Evidence: next.Evidence.Clone(), Calls: next.TurnCalls, Approvals: next.TurnApprovals,
 			Plan: work.Snapshot(), Revision: work.Revision()})
 	}
-	if err := r.commit(ctx, s, rd, next, work); err != nil {
-		return err
-	}
-	if by, stop := stopped(ctx); stop || stopper != "" {
-		return r.endStopped(ctx, s, nil, cmp.Or(by, stopper))
-	}
-	return nil
 }
 
 // runTool runs one call, telling observers while a tool other than
