@@ -134,16 +134,7 @@ func (d Dialect) refuse(body []byte, req *openai.ChatCompletionRequest, noTools 
 		return http.StatusBadRequest, errorBody(err.Error())
 	}
 	if noTools && len(req.Tools) > 0 {
-		switch d {
-		case VLLM:
-			return http.StatusBadRequest, vllmError(`"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set`)
-		case LlamaCpp:
-			return http.StatusInternalServerError, `{"error":{"code":500,"message":"tools param requires --jinja flag","type":"server_error"}}`
-		case Ollama:
-			return http.StatusBadRequest, errorBody(fmt.Sprintf("registry.ollama.ai/library/%s does not support tools", req.Model))
-		default:
-			return http.StatusBadRequest, errorBody("tools are not supported by this model")
-		}
+		return d.refuseTools(req.Model)
 	}
 	switch d {
 	case Azure:
@@ -159,49 +150,77 @@ func (d Dialect) refuse(body []byte, req *openai.ChatCompletionRequest, noTools 
 			}
 		}
 	case Groq:
-		known := map[string]bool{"role": true, "content": true, "name": true, "tool_calls": true, "tool_call_id": true}
-		for i, m := range raw.Messages {
-			for k := range m {
-				if !known[k] {
-					return http.StatusBadRequest, fmt.Sprintf(`{"error":{"message":"'messages.%d' : for 'role:%s' the following must be satisfied[('messages.%d' : property '%s' is unsupported)]","type":"invalid_request_error"}}`, i, m.str("role"), i, k)
-				}
-			}
-			for _, c := range m.calls() {
-				for k := range c {
-					if k != "id" && k != "type" && k != "function" {
-						return http.StatusBadRequest, fmt.Sprintf(`{"error":{"message":"'messages.%d.tool_calls' : property '%s' is unsupported","type":"invalid_request_error"}}`, i, k)
-					}
-				}
-			}
-		}
+		return groqRefuse(raw.Messages)
 	case Gemini:
-		// Only the current turn (since the last user message) is checked.
-		last := 0
-		for i, m := range raw.Messages {
-			if m.str("role") == "user" {
-				last = i
+		return geminiRefuse(raw.Messages)
+	}
+	return 0, ""
+}
+
+// refuseTools is how the dialect's server refuses a request with tools
+// when it cannot call them.
+func (d Dialect) refuseTools(model string) (int, string) {
+	switch d {
+	case VLLM:
+		return http.StatusBadRequest, vllmError(`"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set`)
+	case LlamaCpp:
+		return http.StatusInternalServerError, `{"error":{"code":500,"message":"tools param requires --jinja flag","type":"server_error"}}`
+	case Ollama:
+		return http.StatusBadRequest, errorBody(fmt.Sprintf("registry.ollama.ai/library/%s does not support tools", model))
+	}
+	return http.StatusBadRequest, errorBody("tools are not supported by this model")
+}
+
+// groqRefuse refuses a property of a message or a tool call Groq does
+// not know.
+func groqRefuse(msgs []wireMessage) (int, string) {
+	known := map[string]bool{"role": true, "content": true, "name": true, "tool_calls": true, "tool_call_id": true}
+	for i, m := range msgs {
+		for k := range m {
+			if !known[k] {
+				return http.StatusBadRequest, fmt.Sprintf(`{"error":{"message":"'messages.%d' : for 'role:%s' the following must be satisfied[('messages.%d' : property '%s' is unsupported)]","type":"invalid_request_error"}}`, i, m.str("role"), i, k)
 			}
 		}
-		for i, m := range raw.Messages[last:] {
-			calls := m.calls()
-			if m.str("role") != "assistant" || len(calls) == 0 {
-				continue
-			}
-			var extra struct {
-				Google struct {
-					ThoughtSignature string `json:"thought_signature"`
-				} `json:"google"`
-			}
-			json.Unmarshal(calls[0]["extra_content"], &extra)
-			if !strings.HasPrefix(extra.Google.ThoughtSignature, signaturePrefix) {
-				var fn struct {
-					Name string `json:"name"`
+		for _, c := range m.calls() {
+			for k := range c {
+				if k != "id" && k != "type" && k != "function" {
+					return http.StatusBadRequest, fmt.Sprintf(`{"error":{"message":"'messages.%d.tool_calls' : property '%s' is unsupported","type":"invalid_request_error"}}`, i, k)
 				}
-				json.Unmarshal(calls[0]["function"], &fn)
-				msg := fmt.Sprintf("Function call is missing a thought_signature in functionCall parts. This is required for tools to work correctly, and missing thought_signature may lead to degraded model performance. Additional data, function call `default_api:%s` , position %d. Please refer to https://ai.google.dev/gemini-api/docs/thought-signatures for more details.", fn.Name, last+i+1)
-				b, _ := json.Marshal([]any{map[string]any{"error": map[string]any{"code": 400, "message": msg, "status": "INVALID_ARGUMENT"}}})
-				return http.StatusBadRequest, string(b)
 			}
+		}
+	}
+	return 0, ""
+}
+
+// geminiRefuse refuses a call of the current turn (since the last user
+// message) whose message's first call comes back without its thought
+// signature.
+func geminiRefuse(msgs []wireMessage) (int, string) {
+	last := 0
+	for i, m := range msgs {
+		if m.str("role") == "user" {
+			last = i
+		}
+	}
+	for i, m := range msgs[last:] {
+		calls := m.calls()
+		if m.str("role") != "assistant" || len(calls) == 0 {
+			continue
+		}
+		var extra struct {
+			Google struct {
+				ThoughtSignature string `json:"thought_signature"`
+			} `json:"google"`
+		}
+		json.Unmarshal(calls[0]["extra_content"], &extra)
+		if !strings.HasPrefix(extra.Google.ThoughtSignature, signaturePrefix) {
+			var fn struct {
+				Name string `json:"name"`
+			}
+			json.Unmarshal(calls[0]["function"], &fn)
+			msg := fmt.Sprintf("Function call is missing a thought_signature in functionCall parts. This is required for tools to work correctly, and missing thought_signature may lead to degraded model performance. Additional data, function call `default_api:%s` , position %d. Please refer to https://ai.google.dev/gemini-api/docs/thought-signatures for more details.", fn.Name, last+i+1)
+			b, _ := json.Marshal([]any{map[string]any{"error": map[string]any{"code": 400, "message": msg, "status": "INVALID_ARGUMENT"}}})
+			return http.StatusBadRequest, string(b)
 		}
 	}
 	return 0, ""
@@ -334,110 +353,148 @@ func (s *Server) answerDialect(ctx context.Context, w http.ResponseWriter, req *
 		finish = "length"
 	}
 	if !req.Stream {
-		msg := map[string]any{"role": "assistant", "content": content}
-		if reply.Reasoning != "" && d.reasoningField() != "" {
-			msg[d.reasoningField()] = reply.Reasoning
-		}
-		var calls []map[string]any
-		for i, c := range reply.ToolCalls {
-			calls = append(calls, d.call(c, i, i == 0))
-		}
-		if len(calls) > 0 {
-			msg["tool_calls"] = calls
-		}
-		resp := map[string]any{"id": "chatcmpl-fake", "object": "chat.completion", "created": time.Now().Unix(), "model": req.Model,
-			"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": finish}}}
-		if !s.NoUsage {
-			resp["usage"] = usage
-		}
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(resp)
+		s.dialectMessage(w, req, reply, content, finish, usage)
 		return
 	}
-	flusher, _ := w.(http.Flusher)
-	w.Header().Set("Content-Type", "text/event-stream")
-	line := func(s string) {
-		io.WriteString(w, s)
-		if flusher != nil {
-			flusher.Flush()
-		}
-	}
-	chunk := func(delta map[string]any, finish any, extra map[string]any) {
-		c := map[string]any{"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": time.Now().Unix(), "model": req.Model,
-			"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish}}}
-		for k, v := range extra {
-			c[k] = v
-		}
-		b, _ := json.Marshal(c)
-		line("data: " + string(b) + "\n\n")
-	}
+	out := newSSE(w, req.Model)
 	switch d {
 	case OpenRouter:
-		line(": OPENROUTER PROCESSING\n\n: OPENROUTER PROCESSING\n\n")
+		out.line(": OPENROUTER PROCESSING\n\n: OPENROUTER PROCESSING\n\n")
 	case Azure:
-		line(`data: {"choices":[],"created":0,"id":"","model":"","object":"","prompt_filter_results":[{"prompt_index":0,"content_filter_results":{}}]}` + "\n\n")
+		out.line(`data: {"choices":[],"created":0,"id":"","model":"","object":"","prompt_filter_results":[{"prompt_index":0,"content_filter_results":{}}]}` + "\n\n")
 	}
-	chunk(map[string]any{"role": "assistant", "content": ""}, nil, nil)
+	out.chunk(map[string]any{"role": "assistant", "content": ""}, nil, nil)
 	if reply.Reasoning != "" && d.reasoningField() != "" {
-		chunk(map[string]any{d.reasoningField(): reply.Reasoning}, nil, nil)
+		out.chunk(map[string]any{d.reasoningField(): reply.Reasoning}, nil, nil)
 	}
-	pieces := []string{content[:len(content)/2], content[len(content)/2:]}
-	if reply.Pace > 0 {
-		pieces = words(content)
-	}
-	for i, p := range pieces {
-		if p == "" {
-			continue
-		}
-		if reply.Pace > 0 {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(reply.Pace):
-			}
-		}
-		chunk(map[string]any{"content": p}, nil, nil)
-		if s.OnDelta != nil && reply.Pace > 0 {
-			s.OnDelta(p)
-		}
-		if f.MidStreamError && i == 0 {
-			// OpenRouter: the error as a data event of a 200 stream.
-			chunk(map[string]any{"content": ""}, "error", map[string]any{"error": map[string]any{"code": 502, "message": "Provider returned error"}})
-			return
-		}
-		if d == OpenRouter && i == 0 {
-			line(": OPENROUTER PROCESSING\n\n")
-		}
+	if !s.streamContent(ctx, out, content, reply.Pace, f) {
+		return
 	}
 	for i, c := range reply.ToolCalls {
 		call := d.call(c, i, i == 0)
 		switch d {
 		case Ollama, Gemini:
 			// The whole call in one chunk, no index.
-			chunk(map[string]any{"tool_calls": []any{call}}, nil, nil)
+			out.chunk(map[string]any{"tool_calls": []any{call}}, nil, nil)
 		default:
 			half := len(c.Arguments) / 2
 			call["index"] = i
 			call["function"] = map[string]any{"name": c.Name, "arguments": c.Arguments[:half]}
-			chunk(map[string]any{"tool_calls": []any{call}}, nil, nil)
-			chunk(map[string]any{"tool_calls": []any{map[string]any{"index": i, "function": map[string]any{"arguments": c.Arguments[half:]}}}}, nil, nil)
+			out.chunk(map[string]any{"tool_calls": []any{call}}, nil, nil)
+			out.chunk(map[string]any{"tool_calls": []any{map[string]any{"index": i, "function": map[string]any{"arguments": c.Arguments[half:]}}}}, nil, nil)
 		}
 	}
+	s.streamEnd(out, req, finish, usage)
+}
+
+// dialectMessage answers as the dialect's server does, not streamed.
+func (s *Server) dialectMessage(w http.ResponseWriter, req *openai.ChatCompletionRequest, reply Reply, content, finish string, usage openai.Usage) {
+	d := s.Dialect
+	msg := map[string]any{"role": "assistant", "content": content}
+	if reply.Reasoning != "" && d.reasoningField() != "" {
+		msg[d.reasoningField()] = reply.Reasoning
+	}
+	var calls []map[string]any
+	for i, c := range reply.ToolCalls {
+		calls = append(calls, d.call(c, i, i == 0))
+	}
+	if len(calls) > 0 {
+		msg["tool_calls"] = calls
+	}
+	resp := map[string]any{"id": "chatcmpl-fake", "object": "chat.completion", "created": time.Now().Unix(), "model": req.Model,
+		"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": finish}}}
+	if !s.NoUsage {
+		resp["usage"] = usage
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(resp)
+}
+
+// streamContent streams content in two halves, or a word every pace,
+// and reports whether the stream goes on: a mid-stream error (f) or the
+// client hanging up ends it.
+func (s *Server) streamContent(ctx context.Context, out sse, content string, pace time.Duration, f Fault) bool {
+	pieces := []string{content[:len(content)/2], content[len(content)/2:]}
+	if pace > 0 {
+		pieces = words(content)
+	}
+	for i, p := range pieces {
+		if p == "" {
+			continue
+		}
+		if pace > 0 {
+			select {
+			case <-ctx.Done():
+				return false
+			case <-time.After(pace):
+			}
+		}
+		out.chunk(map[string]any{"content": p}, nil, nil)
+		if s.OnDelta != nil && pace > 0 {
+			s.OnDelta(p)
+		}
+		if f.MidStreamError && i == 0 {
+			// OpenRouter: the error as a data event of a 200 stream.
+			out.chunk(map[string]any{"content": ""}, "error", map[string]any{"error": map[string]any{"code": 502, "message": "Provider returned error"}})
+			return false
+		}
+		if s.Dialect == OpenRouter && i == 0 {
+			out.line(": OPENROUTER PROCESSING\n\n")
+		}
+	}
+	return true
+}
+
+// streamEnd ends a dialect's stream: the finish, the usage where and
+// when the dialect sends it, and [DONE].
+func (s *Server) streamEnd(out sse, req *openai.ChatCompletionRequest, finish string, usage openai.Usage) {
+	d := s.Dialect
 	var extra map[string]any
 	if d == Groq && !s.NoUsage {
 		extra = map[string]any{"x_groq": map[string]any{"id": "req_fake", "usage": usage}}
 	}
-	chunk(map[string]any{}, finish, extra)
+	out.chunk(map[string]any{}, finish, extra)
 	wantUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	switch {
 	case s.NoUsage || d == Groq:
 	case d == LlamaCpp:
 		b, _ := json.Marshal(map[string]any{"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": req.Model, "choices": []any{}, "usage": usage,
 			"timings": map[string]any{"prompt_n": usage.PromptTokens, "predicted_n": usage.CompletionTokens}})
-		line("data: " + string(b) + "\n\n")
+		out.line("data: " + string(b) + "\n\n")
 	case wantUsage:
 		b, _ := json.Marshal(map[string]any{"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": req.Model, "choices": []any{}, "usage": usage})
-		line("data: " + string(b) + "\n\n")
+		out.line("data: " + string(b) + "\n\n")
 	}
-	line("data: [DONE]\n\n")
+	out.line("data: [DONE]\n\n")
+}
+
+// sse writes a dialect's stream, flushing each line.
+type sse struct {
+	w       http.ResponseWriter
+	flusher http.Flusher
+	model   string
+}
+
+func newSSE(w http.ResponseWriter, model string) sse {
+	flusher, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "text/event-stream")
+	return sse{w: w, flusher: flusher, model: model}
+}
+
+func (o sse) line(s string) {
+	io.WriteString(o.w, s)
+	if o.flusher != nil {
+		o.flusher.Flush()
+	}
+}
+
+// chunk writes one chunk of choice 0, with extra's fields beside choices.
+func (o sse) chunk(delta map[string]any, finish any, extra map[string]any) {
+	c := map[string]any{"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": time.Now().Unix(), "model": o.model,
+		"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish}}}
+	for k, v := range extra {
+		c[k] = v
+	}
+	b, _ := json.Marshal(c)
+	o.line("data: " + string(b) + "\n\n")
 }

@@ -156,21 +156,8 @@ func (s *Server) Requests() []openai.ChatCompletionRequest {
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/chat/completions") {
-		writeError(w, http.StatusNotFound, "not_found", "", "unknown endpoint "+r.URL.Path)
-		return
-	}
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		return
-	}
-	var req openai.ChatCompletionRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "", err.Error())
-		return
-	}
-	if msg, param := invalidMessages(req.Messages); msg != "" {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", param, msg)
+	req, body, ok := read(w, r)
+	if !ok {
 		return
 	}
 	if msg, param := invalidImages(req.Messages, s.Vision); msg != "" {
@@ -181,34 +168,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeRaw(w, status, body)
 		return
 	}
-	if s.ReasoningModel && req.MaxTokens != 0 {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusBadRequest)
-		json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{
-			"message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
-			"type":    "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter",
-		}})
-		return
-	}
-	limit := req.MaxTokens // what bounds the answer
-	if s.ReasoningModel {
-		limit = req.MaxCompletionTokens
-	}
-	if req.MaxTokens < 0 {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "max_tokens", fmt.Sprintf("Invalid 'max_tokens': integer below minimum value. Expected a value >= 1, but got %d instead.", req.MaxTokens))
-		return
-	}
-	prompt := CountTokens(&req)
-	if s.ContextWindow > 0 && prompt > s.ContextWindow {
-		s.mu.Lock()
-		s.rejected++
-		s.mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusBadRequest)
-		json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{
-			"message": fmt.Sprintf("This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.", s.ContextWindow, prompt),
-			"type":    "invalid_request_error", "param": "messages", "code": "context_length_exceeded",
-		}})
+	limit, prompt, ok := s.admit(w, &req)
+	if !ok {
 		return
 	}
 	s.mu.Lock()
@@ -222,27 +183,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	respond := s.Respond
 	s.mu.Unlock()
 
-	if f.Delay > 0 {
-		select {
-		case <-time.After(f.Delay):
-		case <-r.Context().Done():
-			return
-		}
-	}
-	if f.Status != 0 {
-		if f.RetryAfter != "" {
-			w.Header().Set("Retry-After", f.RetryAfter)
-		}
-		writeError(w, f.Status, "server_error", "", fmt.Sprintf("injected %d", f.Status))
-		return
-	}
-	if f.HugeContent > 0 {
-		s.huge(w, &req, f.HugeContent)
-		return
-	}
-	if f.Malformed {
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, `{"id":"x","choices":[{"message":{"role":"assistant","content":"tru`)
+	if s.fault(w, r, &req, f) {
 		return
 	}
 	reply := Reply{Content: "ok"}
@@ -254,9 +195,110 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			reply.ToolCalls[i].ID = s.Dialect.callID(len(req.Messages), i)
 		}
 	}
-	// A model writes no more than max_tokens: a longer answer is cut
-	// there and finishes with "length" (the fake counts a token per 4
-	// bytes of what it writes).
+	reply, usage, cut := s.bound(reply, prompt, limit)
+	switch {
+	case s.Dialect != OpenAI:
+		s.answerDialect(r.Context(), w, &req, reply, usage, f, cut)
+	case req.Stream:
+		s.stream(r.Context(), w, &req, reply, usage, f, cut)
+	default:
+		s.answer(w, &req, reply, usage, cut)
+	}
+}
+
+// read reads a chat-completions request and refuses, as OpenAI does, one
+// to another endpoint, one that is not JSON and a conversation OpenAI
+// refuses (invalidMessages); ok is false when it answered.
+func read(w http.ResponseWriter, r *http.Request) (req openai.ChatCompletionRequest, body []byte, ok bool) {
+	if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/chat/completions") {
+		writeError(w, http.StatusNotFound, "not_found", "", "unknown endpoint "+r.URL.Path)
+		return req, nil, false
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return req, nil, false
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "", err.Error())
+		return req, nil, false
+	}
+	if msg, param := invalidMessages(req.Messages); msg != "" {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", param, msg)
+		return req, nil, false
+	}
+	return req, body, true
+}
+
+// admit checks the request's output limit and size as the model's
+// server does, and returns the limit that bounds the answer and the
+// prompt's tokens (CountTokens); ok is false when it refused the
+// request.
+func (s *Server) admit(w http.ResponseWriter, req *openai.ChatCompletionRequest) (limit, prompt int, ok bool) {
+	if s.ReasoningModel && req.MaxTokens != 0 {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{
+			"message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
+			"type":    "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter",
+		}})
+		return 0, 0, false
+	}
+	limit = req.MaxTokens // what bounds the answer
+	if s.ReasoningModel {
+		limit = req.MaxCompletionTokens
+	}
+	if req.MaxTokens < 0 {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "max_tokens", fmt.Sprintf("Invalid 'max_tokens': integer below minimum value. Expected a value >= 1, but got %d instead.", req.MaxTokens))
+		return 0, 0, false
+	}
+	prompt = CountTokens(req)
+	if s.ContextWindow > 0 && prompt > s.ContextWindow {
+		s.mu.Lock()
+		s.rejected++
+		s.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{
+			"message": fmt.Sprintf("This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.", s.ContextWindow, prompt),
+			"type":    "invalid_request_error", "param": "messages", "code": "context_length_exceeded",
+		}})
+		return 0, 0, false
+	}
+	return limit, prompt, true
+}
+
+// fault applies the parts of f that come before an answer (a delay) or
+// stand for it (a status, a huge or malformed answer), and reports
+// whether it answered.
+func (s *Server) fault(w http.ResponseWriter, r *http.Request, req *openai.ChatCompletionRequest, f Fault) bool {
+	if f.Delay > 0 {
+		select {
+		case <-time.After(f.Delay):
+		case <-r.Context().Done():
+			return true
+		}
+	}
+	switch {
+	case f.Status != 0:
+		if f.RetryAfter != "" {
+			w.Header().Set("Retry-After", f.RetryAfter)
+		}
+		writeError(w, f.Status, "server_error", "", fmt.Sprintf("injected %d", f.Status))
+	case f.HugeContent > 0:
+		s.huge(w, req, f.HugeContent)
+	case f.Malformed:
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"x","choices":[{"message":{"role":"assistant","content":"tru`)
+	default:
+		return false
+	}
+	return true
+}
+
+// bound cuts reply at limit, as a model writes no more than max_tokens
+// (an answer cut there finishes with "length"; the fake counts a token
+// per 4 bytes of what it writes), and returns it with its usage.
+func (s *Server) bound(reply Reply, prompt, limit int) (Reply, openai.Usage, bool) {
 	cut := limit > 0 && 5+len(reply.Content)/4 > limit
 	if cut {
 		reply.Content = strings.ToValidUTF8(reply.Content[:max(limit-5, 0)*4], "")
@@ -273,14 +315,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.NoUsage {
 		usage = openai.Usage{}
 	}
-	if s.Dialect != OpenAI {
-		s.answerDialect(r.Context(), w, &req, reply, usage, f, cut)
-		return
-	}
-	if req.Stream {
-		s.stream(r.Context(), w, &req, reply, usage, f, cut)
-		return
-	}
+	return reply, usage, cut
+}
+
+// answer answers in OpenAI's shape, not streamed.
+func (s *Server) answer(w http.ResponseWriter, req *openai.ChatCompletionRequest, reply Reply, usage openai.Usage, cut bool) {
 	msg := openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: reply.Content, ReasoningContent: reply.Reasoning}
 	finish := openai.FinishReasonStop
 	for _, c := range reply.ToolCalls {
@@ -297,7 +336,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Usage:   usage,
 	})
 }
-
 func (s *Server) stream(ctx context.Context, w http.ResponseWriter, req *openai.ChatCompletionRequest, reply Reply, usage openai.Usage, f Fault, cut bool) {
 	flusher, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "text/event-stream")
