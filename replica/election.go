@@ -13,16 +13,17 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/etcdstore"
 )
 
 // Gateway is what the election needs of a platform's gateway (the
 // Discord adapter): the whole adapter started at once without etcd, or
 // its REST side at start and its gateway opened and closed as terms
-// begin and end.
+// begin and end. Either start gives it the inbox its events go to.
 type Gateway interface {
-	Start(ctx context.Context) error     // REST and gateway, without etcd
-	StartREST(ctx context.Context) error // REST only, with replicas
+	Start(ctx context.Context, in chat.Inbox) error     // REST and gateway, without etcd
+	StartREST(ctx context.Context, in chat.Inbox) error // REST only, with replicas
 	OpenGateway(ctx context.Context) error
 	CloseGateway()
 	Close()
@@ -68,15 +69,16 @@ func (g *Election) Held() bool { return g.held.Load() }
 
 // Start opens the gateway without etcd. With replicas it starts the
 // adapter's REST side and campaigns on its own goroutine until ctx ends.
-func (g *Election) Start(ctx context.Context) error {
+// The gateway's events go to in.
+func (g *Election) Start(ctx context.Context, in chat.Inbox) error {
 	if g.rep == nil {
-		if err := g.gw.Start(ctx); err != nil {
+		if err := g.gw.Start(ctx, in); err != nil {
 			return err
 		}
 		g.held.Store(true)
 		return nil
 	}
-	if err := g.gw.StartREST(ctx); err != nil {
+	if err := g.gw.StartREST(ctx, in); err != nil {
 		return err
 	}
 	// The election talks through the replica's connection with a context

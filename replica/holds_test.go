@@ -13,7 +13,6 @@ import (
 	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/internal/etcdtest"
 	"github.com/pinplan/pinplan/internal/fakeslack"
-	"github.com/pinplan/pinplan/internal/inboxtest"
 	"github.com/pinplan/pinplan/todo"
 )
 
@@ -33,7 +32,7 @@ func TestRetryAfterHoldsEveryReplica(t *testing.T) {
 	var adapters []*slack.Adapter
 	for _, id := range []string{"r1", "r2"} {
 		rep, _ := replicaOn(t, cli, id, "slack")
-		a := slack.New(slack.Options{BotToken: "xoxb-t", APIURL: srv.URL + "/api/", Handler: &inboxtest.Inbox{}})
+		a := slack.New(slack.Options{BotToken: "xoxb-t", APIURL: srv.URL + "/api/"})
 		ShareHolds(ctx, rep, slog.New(slog.DiscardHandler), a)
 		adapters = append(adapters, a)
 	}

@@ -83,6 +83,9 @@ type Options struct {
 	Router  Router
 	Runner  Turns
 	Logger  *slog.Logger
+	// Takes, when set, is the replica's OnTake: the handler follows it,
+	// so that each session the replica takes is Taken.
+	Takes *Takes
 	// Takers bounds the takeovers of orphaned sessions under way (0: 8).
 	Takers int
 }
@@ -115,8 +118,12 @@ func New(ctx context.Context, opts Options) *Handler {
 	if opts.Takers <= 0 {
 		opts.Takers = 8
 	}
-	return &Handler{ctx: ctx, rep: opts.Replica, st: opts.Store, router: opts.Router, runner: opts.Runner, log: opts.Logger,
+	x := &Handler{ctx: ctx, rep: opts.Replica, st: opts.Store, router: opts.Router, runner: opts.Runner, log: opts.Logger,
 		takers: make(chan struct{}, opts.Takers)}
+	if opts.Takes != nil {
+		opts.Takes.follow(x)
+	}
+	return x
 }
 
 // Start watches the replica's sessions (handed-over events, wakes, stops,
@@ -354,8 +361,7 @@ func (x *Handler) drain(key string) {
 	}
 }
 
-// Taken runs when this replica takes a session (give it to the replica
-// as etcdstore.ReplicaOptions.OnTake): the router reads its records afresh and finishes what the
+// Taken runs when this replica takes a session (Options.Takes): the router reads its records afresh and finishes what the
 // last holder left (plan edits, replies), the runner resumes its turn,
 // and its queued events are handled.
 func (x *Handler) Taken(key string) {

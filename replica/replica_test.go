@@ -100,14 +100,15 @@ func replicaTaking(t *testing.T, cli *clientv3.Client, id string, onTake func(st
 
 // handler starts a replica that runs platforms and its Handler with a
 // fake router, until the test ends. The replica's takes go to the
-// Handler (Taken), which is made after it, as serve wires them.
+// Handler (Taken), which is made after it, through Takes, as serve wires
+// them.
 func handler(t *testing.T, cli *clientv3.Client, id string, platforms ...string) (*etcdstore.Replica, *Handler, *fakeRouter) {
 	t.Helper()
-	var h *Handler
-	rep, st := replicaTaking(t, cli, id, func(key string) { h.Taken(key) }, platforms...)
+	takes := &Takes{}
+	rep, st := replicaTaking(t, cli, id, takes.Taken, platforms...)
 	ctx, cancel := context.WithCancel(context.Background())
 	router := &fakeRouter{}
-	h = New(ctx, Options{Replica: rep, Store: st, Router: router, Runner: fakeTurns{}})
+	h := New(ctx, Options{Replica: rep, Store: st, Router: router, Runner: fakeTurns{}, Takes: takes})
 	t.Cleanup(func() {
 		cancel()
 		h.Wait()
@@ -277,10 +278,10 @@ func (g *fakeGateway) CloseGateway() {
 	}
 }
 
-func (g *fakeGateway) Start(ctx context.Context) error { return g.OpenGateway(ctx) }
-func (*fakeGateway) StartREST(context.Context) error   { return nil }
-func (g *fakeGateway) Close()                          { g.CloseGateway() }
-func (*fakeGateway) Ready() error                      { return nil }
+func (g *fakeGateway) Start(ctx context.Context, _ chat.Inbox) error { return g.OpenGateway(ctx) }
+func (*fakeGateway) StartREST(context.Context, chat.Inbox) error     { return nil }
+func (g *fakeGateway) Close()                                        { g.CloseGateway() }
+func (*fakeGateway) Ready() error                                    { return nil }
 
 // TestElectionHandsOverTheGateway: of two replicas, one holds the
 // gateway; when it stops, it closes the gateway and the other opens it,
@@ -296,7 +297,7 @@ func TestElectionHandsOverTheGateway(t *testing.T) {
 		rep, _ := replicaOn(t, cli, id)
 		e := NewElection(gws[i], cli, rep, prefix, nil)
 		ctx, cancel := context.WithCancel(context.Background())
-		if err := e.Start(ctx); err != nil {
+		if err := e.Start(ctx, nil); err != nil {
 			t.Fatal(err)
 		}
 		elections, cancels = append(elections, e), append(cancels, cancel)

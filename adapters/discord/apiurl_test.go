@@ -21,7 +21,7 @@ func TestStartErrorNamesDialledURL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = a.StartREST(context.Background())
+	err = a.StartREST(context.Background(), nil)
 	if err == nil {
 		t.Fatal("StartREST against a closed port succeeded")
 	}

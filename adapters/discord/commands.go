@@ -127,7 +127,7 @@ func (a *Adapter) commandThreadAction(ctx context.Context, i *discordgo.Interact
 	}
 	done := make(chan result, 1)
 	go func() {
-		err := a.opts.Handler.Handle(ctx, chat.Incoming{Thread: th, Text: action, Author: name, AuthorID: userID, Event: "discord/cmd/" + i.ID, Sync: true})
+		err := a.in.Handle(ctx, chat.Incoming{Thread: th, Text: action, Author: name, AuthorID: userID, Event: "discord/cmd/" + i.ID, Sync: true})
 		var rej *chat.Rejection
 		switch {
 		case errors.As(err, &rej):
@@ -190,7 +190,7 @@ func (a *Adapter) commandTask(ctx context.Context, i *discordgo.Interaction, use
 		}
 	}
 	thread := chat.Thread{Platform: "discord", Key: Key(channel), Channel: channel}
-	err = a.opts.Handler.Handle(ctx, chat.Incoming{Thread: thread, Text: text, Author: name, AuthorID: userID, MessageID: trigger, Event: "discord/cmd/" + i.ID})
+	err = a.in.Handle(ctx, chat.Incoming{Thread: thread, Text: text, Author: name, AuthorID: userID, MessageID: trigger, Event: "discord/cmd/" + i.ID})
 	if err != nil && !errors.Is(err, chat.ErrRejected) {
 		a.log.Error("discord /pinplan task not handled", "session", thread.Key, "err", err)
 	}

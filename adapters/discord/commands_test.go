@@ -32,12 +32,12 @@ func TestSlowStopIsDeferred(t *testing.T) {
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
 	t.Cleanup(fake.Close)
-	a, err := New(Options{Token: "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", APIURL: srv.URL, Handler: &slowInbox{delay: 2500 * time.Millisecond}, Commands: true})
+	a, err := New(Options{Token: "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", APIURL: srv.URL, Commands: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := a.Start(ctx); err != nil {
+	if err := a.Start(ctx, &slowInbox{delay: 2500 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cancel(); a.Close() })

@@ -404,12 +404,12 @@ func TestV2StopClickUpdatesAsV2(t *testing.T) {
 	t.Cleanup(srv.Close)
 	t.Cleanup(fake.Close)
 	stopped := plans()["stopped"]
-	a, err := New(Options{Token: "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", APIURL: srv.URL, ComponentsV2: true, Handler: &stopInbox{plan: stopped}})
+	a, err := New(Options{Token: "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", APIURL: srv.URL, ComponentsV2: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := a.Start(ctx); err != nil {
+	if err := a.Start(ctx, &stopInbox{plan: stopped}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cancel(); a.Close() })

@@ -41,7 +41,6 @@ type Options struct {
 	// discovery (DISCORD_API_URL).
 	APIURL        string
 	ThreadPerTask bool
-	Handler       chat.Inbox
 	// Marks keeps the read marks (marks.go) across restarts and gateway
 	// hand-overs; without it they live only as long as the process.
 	Marks  chat.MarkStore
@@ -74,6 +73,7 @@ type Adapter struct {
 	s    *discordgo.Session
 	log  *slog.Logger
 	ctx  context.Context
+	in   chat.Inbox // where the gateway's events go; ctx and in are given to StartREST, before the gateway opens
 	wg   sync.WaitGroup
 
 	queue serial.Queue // messages handled in order per channel
@@ -169,7 +169,7 @@ func (a *Adapter) dialled(err error) error {
 	return err
 }
 
-// New returns an adapter; Start connects it.
+// New returns an adapter; Start connects it and gives it its inbox.
 func New(opts Options) (*Adapter, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -245,10 +245,10 @@ func Snowflake(s string) bool {
 	return true
 }
 
-// Start identifies the bot and opens the gateway. Events are handled until
+// Start identifies the bot and opens the gateway. Events go to in until
 // Close. It is StartREST and OpenGateway.
-func (a *Adapter) Start(ctx context.Context) error {
-	if err := a.StartREST(ctx); err != nil {
+func (a *Adapter) Start(ctx context.Context, in chat.Inbox) error {
+	if err := a.StartREST(ctx, in); err != nil {
 		return err
 	}
 	if err := a.OpenGateway(ctx); err != nil {
@@ -260,10 +260,10 @@ func (a *Adapter) Start(ctx context.Context) error {
 
 // StartREST checks the token and learns the bot's user, without the
 // gateway: plans, replies, cards and typing work, and no event arrives
-// until OpenGateway. A replica that does not hold the gateway runs so
-// (DESIGN §14).
-func (a *Adapter) StartREST(ctx context.Context) error {
-	a.ctx = ctx
+// until OpenGateway; from then on they go to in. A replica that does not
+// hold the gateway runs so (DESIGN §14).
+func (a *Adapter) StartREST(ctx context.Context, in chat.Inbox) error {
+	a.ctx, a.in = ctx, in
 	u, err := a.s.User("@me", discordgo.WithContext(ctx))
 	if err != nil {
 		return fmt.Errorf("discord: check DISCORD_BOT_TOKEN and DISCORD_API_URL: %w", a.dialled(err))

@@ -95,7 +95,7 @@ func (a *Adapter) process(ctx context.Context, m *discordgo.Message) {
 		followUp = true
 		// A thread without a session gets no read marks: what it said
 		// while the gateway was down was not for pinplan.
-		marked = a.opts.Handler.Known(Key(channel))
+		marked = a.in.Known(Key(channel))
 	}
 	if marked {
 		// The mark moves past the message once it is handed on; a
@@ -137,7 +137,7 @@ func (a *Adapter) process(ctx context.Context, m *discordgo.Message) {
 	if channel != m.ChannelID {
 		trigger = "" // the message is in the parent channel, not the thread
 	}
-	err := a.opts.Handler.Handle(ctx, chat.Incoming{Thread: th, Text: text, Author: cmp.Or(m.Author.GlobalName, m.Author.Username), AuthorID: m.Author.ID, MessageID: trigger, Event: event, FollowUp: followUp, Files: filesOf(m.Attachments)})
+	err := a.in.Handle(ctx, chat.Incoming{Thread: th, Text: text, Author: cmp.Or(m.Author.GlobalName, m.Author.Username), AuthorID: m.Author.ID, MessageID: trigger, Event: event, FollowUp: followUp, Files: filesOf(m.Attachments)})
 	if err != nil && !errors.Is(err, chat.ErrRejected) {
 		a.log.Error("discord message not handled", "session", th.Key, "err", err)
 	}

@@ -22,12 +22,12 @@ func gatewayRig(t *testing.T) (*Adapter, *fakediscord.Server, *inboxtest.Inbox, 
 	t.Cleanup(srv.Close)
 	t.Cleanup(fake.Close)
 	rec, marks := &inboxtest.Inbox{}, &inboxtest.Marks{}
-	a, err := New(Options{Token: "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", APIURL: srv.URL, Handler: rec, Marks: marks})
+	a, err := New(Options{Token: "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", APIURL: srv.URL, Marks: marks})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := a.Start(ctx); err != nil {
+	if err := a.Start(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cancel(); a.Close() })

@@ -27,12 +27,12 @@ func restRig(t *testing.T) (*Adapter, *fakediscord.Server, *inboxtest.Inbox) {
 	t.Cleanup(srv.Close)
 	t.Cleanup(fake.Close)
 	rec := &inboxtest.Inbox{}
-	a, err := New(Options{Token: "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", APIURL: srv.URL, Handler: rec})
+	a, err := New(Options{Token: "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", APIURL: srv.URL})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := a.StartREST(ctx); err != nil {
+	if err := a.StartREST(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cancel(); a.Close() })

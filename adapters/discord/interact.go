@@ -97,7 +97,7 @@ func (a *Adapter) interact(ctx context.Context, i *discordgo.Interaction) {
 	}
 	data := i.MessageComponentData()
 	th := chat.Thread{Platform: "discord", Key: Key(i.ChannelID), Channel: i.ChannelID}
-	res := a.opts.Handler.Click(ctx, chat.Click{Thread: th, Button: data.CustomID, UserID: user.ID, UserName: cmp.Or(user.GlobalName, user.Username)})
+	res := a.in.Click(ctx, chat.Click{Thread: th, Button: data.CustomID, UserID: user.ID, UserName: cmp.Or(user.GlobalName, user.Username)})
 	if res.Plan != nil && i.Message != nil && i.Message.Flags&discordgo.MessageFlagsIsComponentsV2 != 0 {
 		// A Components V2 plan is updated as one: the flag and the
 		// container, no content or embeds (discordgo's response data

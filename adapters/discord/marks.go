@@ -324,5 +324,5 @@ func (a *Adapter) catchUp(ctx context.Context, channel string, mark seenChannel,
 // still, which the router's log says).
 func (a *Adapter) tellMissed(ctx context.Context, channel string) {
 	th := chat.Thread{Platform: "discord", Key: Key(channel), Channel: channel}
-	a.opts.Handler.Tell(ctx, th, "", missedNotice)
+	a.in.Tell(ctx, th, "", missedNotice)
 }

@@ -41,7 +41,7 @@ func newSharedStore(t *testing.T, channels ...string) *sharedStore {
 	return &sharedStore{fake: fake, url: srv.URL, dedupe: &inboxtest.Dedupe{}, marks: &inboxtest.Marks{}}
 }
 
-func (s *sharedStore) start(t *testing.T, opts Options) *Adapter {
+func (s *sharedStore) start(t *testing.T, opts Options, in chat.Inbox) *Adapter {
 	t.Helper()
 	opts.Token, opts.APIURL = "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", s.url
 	if opts.Marks == nil {
@@ -53,7 +53,7 @@ func (s *sharedStore) start(t *testing.T, opts Options) *Adapter {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(func() { cancel(); a.Close() })
-	if err := a.Start(ctx); err != nil {
+	if err := a.Start(ctx, in); err != nil {
 		t.Fatal(err)
 	}
 	waitGateway(t, s.fake, 1)
@@ -69,7 +69,7 @@ func TestGatewayMovesWithTheMarks(t *testing.T) {
 	st := newSharedStore(t, "C1")
 	fake, marks := st.fake, st.marks
 	rec := &inboxtest.Inbox{}
-	start := func() *Adapter { return st.start(t, Options{ThreadPerTask: true, Handler: rec}) }
+	start := func() *Adapter { return st.start(t, Options{ThreadPerTask: true}, rec) }
 	first := start()
 	fake.UserMessage("C1", "111", "the task", true)
 	waitTexts(t, rec, 1)
@@ -134,12 +134,12 @@ func TestMarksSaveFailingDoesNotHoldClose(t *testing.T) {
 	t.Cleanup(srv.Close)
 	t.Cleanup(fake.Close)
 	rec, marks := &inboxtest.Inbox{}, &failingMarks{}
-	a, err := New(Options{Token: "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", APIURL: srv.URL, Handler: rec, Marks: marks})
+	a, err := New(Options{Token: "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", APIURL: srv.URL, Marks: marks})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := a.Start(ctx); err != nil {
+	if err := a.Start(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
 	fake.UserMessage("T1", "111", "one", true)
@@ -197,7 +197,7 @@ func TestDiedBeforeQueueingLosesNothing(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			st := newSharedStore(t, tt.channel)
-			start := func(h chat.Inbox) *Adapter { return st.start(t, Options{Handler: h, ThreadPerTask: tt.threadPerTask}) }
+			start := func(h chat.Inbox) *Adapter { return st.start(t, Options{ThreadPerTask: tt.threadPerTask}, h) }
 			dying := &stuckInbox{Inbox: &inboxtest.Inbox{Events: st.dedupe}, stuck: make(chan struct{}), release: make(chan struct{})}
 			first := start(dying)
 			t.Cleanup(func() { close(dying.release) }) // before first's Close, which waits for it
@@ -232,7 +232,7 @@ func heardThenDown(t *testing.T) (*sharedStore, *inboxtest.Inbox) {
 	t.Helper()
 	st := newSharedStore(t, "T1")
 	rec := &inboxtest.Inbox{}
-	first := st.start(t, Options{Handler: rec})
+	first := st.start(t, Options{}, rec)
 	st.fake.UserMessage("T1", "111", "one", true)
 	waitTexts(t, rec, 1)
 	first.CloseGateway()
@@ -247,7 +247,7 @@ func TestCatchUpRetriesAFailedFetch(t *testing.T) {
 	st, rec := heardThenDown(t)
 	st.fake.UserMessage("T1", "111", "two", false)
 	st.fake.FailHTTP("GET messages", 500, 2)
-	st.start(t, Options{Handler: rec})
+	st.start(t, Options{}, rec)
 	st.fake.UserMessage("T1", "111", "three", false)
 	got := waitTexts(t, rec, 3)
 	if strings.Join(got, "|") != "one|two|three" {
@@ -265,7 +265,7 @@ func TestCatchUpThatFailsTellsTheChannel(t *testing.T) {
 	st, rec := heardThenDown(t)
 	st.fake.UserMessage("T1", "111", "lost in the gap", false)
 	st.fake.FailHTTP("GET messages", 500, 2*catchUpTries) // discordgo may try each once more itself
-	st.start(t, Options{Handler: rec})
+	st.start(t, Options{}, rec)
 	st.fake.UserMessage("T1", "111", "after", false)
 	got := waitTexts(t, rec, 2)
 	if strings.Join(got, "|") != "one|after" {

@@ -39,7 +39,7 @@ func rig(b *testing.B, editsPerMinute float64) (*fakeslack.Server, *chat.Router)
 	fake := &fakeslack.Server{}
 	srv := httptest.NewServer(fake)
 	b.Cleanup(srv.Close)
-	a := New(Options{BotToken: "xoxb-bench", APIURL: srv.URL + "/api/", EditsPerMinute: editsPerMinute, Handler: nopHandler{}})
+	a := New(Options{BotToken: "xoxb-bench", APIURL: srv.URL + "/api/", EditsPerMinute: editsPerMinute})
 	r := chat.NewRouter(chat.Options{Runner: &chattest.Runner{}, Store: &chattest.Boards{}, Platforms: map[string]chat.Platform{"slack": a}})
 	b.Cleanup(r.Close)
 	return fake, r
@@ -165,7 +165,7 @@ func BenchmarkReplyDeliveryFlaky(b *testing.B) {
 	fake := &fakeslack.Server{}
 	srv := httptest.NewServer(&flaky{next: fake, share: 0.1, rng: rand.New(rand.NewPCG(1, 2))})
 	b.Cleanup(srv.Close)
-	a := New(Options{BotToken: "xoxb-bench", APIURL: srv.URL + "/api/", Handler: nopHandler{}})
+	a := New(Options{BotToken: "xoxb-bench", APIURL: srv.URL + "/api/"})
 	r := chat.NewRouter(chat.Options{Runner: &chattest.Runner{}, Store: &chattest.Boards{}, Platforms: map[string]chat.Platform{"slack": a}})
 	b.Cleanup(r.Close)
 	key := "slack/T1/C1/1.1"

@@ -69,7 +69,7 @@ func (a *Adapter) command(ctx context.Context, cmd slack.SlashCommand) {
 	// by the channel's chat.postMessage budget as a first post,
 	// classified and retried.
 	var ts string
-	err := a.opts.Handler.Post(ctx, chat.Thread{Platform: "slack", Channel: cmd.ChannelID}, func(ctx context.Context) error {
+	err := a.in.Post(ctx, chat.Thread{Platform: "slack", Channel: cmd.ChannelID}, func(ctx context.Context) error {
 		var err error
 		_, ts, err = a.api.PostMessageContext(ctx, cmd.ChannelID, slack.MsgOptionText(fmt.Sprintf("<@%s> asked pinplan:\n%s", cmd.UserID, quoted), false),
 			slack.MsgOptionDisableLinkUnfurl())
@@ -85,7 +85,7 @@ func (a *Adapter) command(ctx context.Context, cmd slack.SlashCommand) {
 	}
 	th := chat.Thread{Platform: "slack", Key: Key(team, cmd.ChannelID, ts), Channel: cmd.ChannelID, ThreadID: ts}
 	a.noteAuthor(th.Key, ts, person{user: cmd.UserID, team: team})
-	err = a.opts.Handler.Handle(ctx, chat.Incoming{Thread: th, Text: text, Author: author, AuthorID: cmd.UserID, MessageID: ts,
+	err = a.in.Handle(ctx, chat.Incoming{Thread: th, Text: text, Author: author, AuthorID: cmd.UserID, MessageID: ts,
 		Event: "slack/cmd/" + cmd.TriggerID})
 	if err != nil && !errors.Is(err, chat.ErrRejected) {
 		log.Error("slack slash command not handled", "session", th.Key, "err", err)

@@ -2,6 +2,7 @@ package slack
 
 import (
 	"context"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/chat/chattest"
+	"github.com/pinplan/pinplan/internal/fakeslack"
 )
 
 // TestCommandTaskIsPaced: the task a /pinplan command posts in a channel
@@ -17,10 +19,15 @@ import (
 // spent by plan posts, it waits for the next slot instead of meeting
 // Slack's limit.
 func TestCommandTaskIsPaced(t *testing.T) {
-	a, fake, _ := tagAdapter(t)
+	fake := &fakeslack.Server{}
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	a := New(Options{BotToken: "xoxb-t", APIURL: srv.URL + "/api/"})
 	r := chat.NewRouter(chat.Options{Runner: &chattest.Runner{}, Store: &chattest.Boards{}, Platforms: map[string]chat.Platform{"slack": a}})
 	t.Cleanup(r.Close)
-	a.opts.Handler = r
+	if err := a.Start(t.Context(), r); err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	first := func() chat.Priority { return chat.PriorityFirstPost }
 	for range postBurst {

@@ -260,11 +260,11 @@ func (a *Adapter) dispatch(ctx context.Context, m message) {
 	// Who wrote it is kept for the session's streamed replies: not for a
 	// reply in a thread with no session here (most thread chatter in a
 	// channel), which would crowd out the live sessions' records.
-	if !m.followUp || a.opts.Handler.Known(th.Key) {
+	if !m.followUp || a.in.Known(th.Key) {
 		a.noteAuthor(th.Key, m.ts, person{user: m.author, team: m.authorTeam})
 	}
 	author := cmp.Or(a.displayName(ctx, m.author), "<@"+m.author+">")
-	err := a.opts.Handler.Handle(ctx, chat.Incoming{Thread: th, Text: a.mentions(ctx, m.text), Author: author, AuthorID: m.author, MessageID: m.ts, Event: event, FollowUp: m.followUp, Files: m.files})
+	err := a.in.Handle(ctx, chat.Incoming{Thread: th, Text: a.mentions(ctx, m.text), Author: author, AuthorID: m.author, MessageID: m.ts, Event: event, FollowUp: m.followUp, Files: m.files})
 	if err != nil && !errors.Is(err, chat.ErrRejected) {
 		a.log.Error("slack message not handled", "session", th.Key, "err", err)
 	}

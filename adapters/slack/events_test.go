@@ -23,8 +23,8 @@ func eventAdapter(t *testing.T) (*Adapter, *fakeslack.Server, *inboxtest.Inbox, 
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
 	rec, dd := &inboxtest.Inbox{}, &inboxtest.Dedupe{}
-	a := New(Options{BotToken: "xoxb-t", APIURL: srv.URL + "/api/", Handler: rec, Dedupe: dd})
-	if err := a.Start(t.Context()); err != nil {
+	a := New(Options{BotToken: "xoxb-t", APIURL: srv.URL + "/api/", Dedupe: dd})
+	if err := a.Start(t.Context(), rec); err != nil {
 		t.Fatal(err)
 	}
 	return a, fake, rec, dd

@@ -37,7 +37,7 @@ func TestTokenAndHookHosts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := New(Options{BotToken: "xoxb-t", APIURL: tt.api, Handler: nopHandler{}})
+			a := New(Options{BotToken: "xoxb-t", APIURL: tt.api})
 			u, err := url.Parse(tt.url)
 			if err != nil {
 				t.Fatal(err)
@@ -66,7 +66,7 @@ func TestFetchFileRedirectStaysOnSlack(t *testing.T) {
 	})
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
-	a := New(Options{BotToken: "xoxb-t", APIURL: srv.URL + "/api/", Handler: nopHandler{}})
+	a := New(Options{BotToken: "xoxb-t", APIURL: srv.URL + "/api/"})
 	if _, err := a.FetchFile(context.Background(), agent.File{Name: "a.txt", URL: srv.URL + "/moved/a.txt"}, 100); err == nil {
 		t.Errorf("a redirect away from Slack was followed")
 	}

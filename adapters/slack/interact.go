@@ -123,9 +123,9 @@ func (a *Adapter) interact(ctx context.Context, cb slack.InteractionCallback) {
 	// A decided card is shown by the router, through its delivery step
 	// (Click.Show): Slack's answer to a click carries no edit. A Stop
 	// shows on the plan message through the plan board.
-	res := a.opts.Handler.Click(ctx, chat.Click{Thread: th, Button: act.ActionID, UserID: cb.User.ID, UserName: name, Show: true})
+	res := a.in.Click(ctx, chat.Click{Thread: th, Button: act.ActionID, UserID: cb.User.ID, UserName: name, Show: true})
 	if res.Private != "" {
-		a.opts.Handler.Tell(ctx, th, cb.User.ID, res.Private) // logged by the router if it fails
+		a.in.Tell(ctx, th, cb.User.ID, res.Private) // logged by the router if it fails
 	}
 }
 

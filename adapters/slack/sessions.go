@@ -109,12 +109,12 @@ func (a *Adapter) sessionStopped(ctx context.Context, eventID, team string, ev *
 	}
 	th := chat.Thread{Platform: "slack", Key: Key(team, ev.Channel, ev.ThreadTimestamp), Channel: ev.Channel, ThreadID: ev.ThreadTimestamp}
 	name := cmp.Or(a.displayName(ctx, ev.User), "<@"+ev.User+">")
-	res := a.opts.Handler.StopSession(ctx, chat.Click{Thread: th, UserID: ev.User, UserName: name})
+	res := a.in.StopSession(ctx, chat.Click{Thread: th, UserID: ev.User, UserName: name})
 	if res.Private == "" {
 		a.log.Info("slack agent session stopped", "session", th.Key, "user", ev.User)
 		return
 	}
-	a.opts.Handler.Tell(ctx, th, ev.User, res.Private) // logged by the router if it fails
+	a.in.Tell(ctx, th, ev.User, res.Private) // logged by the router if it fails
 }
 
 // titleChanged renames the session to the title the user gave it in
@@ -125,7 +125,7 @@ func (a *Adapter) titleChanged(ctx context.Context, eventID, team string, ev *sl
 		return
 	}
 	key := Key(team, ev.Channel, ev.ThreadTimestamp)
-	if _, ok := a.opts.Handler.Rename(key, ev.Title); ok {
+	if _, ok := a.in.Rename(key, ev.Title); ok {
 		a.log.Info("slack agent session renamed", "session", key, "user", ev.User)
 	}
 }

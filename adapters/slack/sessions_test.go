@@ -86,9 +86,9 @@ func newSessionRig(t *testing.T, token string, fake *fakeslack.Server) *sessionR
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
 	r := &sessionRig{fake: fake, inbox: &sessionInbox{}, log: &logBuffer{}, url: srv.URL}
-	r.a = New(Options{BotToken: token, APIURL: srv.URL + "/api/", SigningSecret: "secret", Handler: r.inbox, Dedupe: &inboxtest.Dedupe{},
+	r.a = New(Options{BotToken: token, APIURL: srv.URL + "/api/", SigningSecret: "secret", Dedupe: &inboxtest.Dedupe{},
 		Logger: slog.New(slog.NewTextHandler(r.log, nil))})
-	if err := r.a.Start(t.Context()); err != nil {
+	if err := r.a.Start(t.Context(), r.inbox); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.a.Wait)

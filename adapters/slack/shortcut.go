@@ -44,7 +44,7 @@ func (a *Adapter) shortcut(ctx context.Context, cb slack.InteractionCallback) {
 	if msg.User != "" {
 		wrote = cmp.Or(a.displayName(ctx, msg.User), "<@"+msg.User+">")
 	}
-	err := a.opts.Handler.Handle(ctx, chat.Incoming{Thread: th, Text: handedText, Author: author, AuthorID: cb.User.ID, MessageID: msg.Timestamp,
+	err := a.in.Handle(ctx, chat.Incoming{Thread: th, Text: handedText, Author: author, AuthorID: cb.User.ID, MessageID: msg.Timestamp,
 		Event:  "slack/shortcut/" + cb.TriggerID,
 		Handed: []agent.Quoted{{Author: wrote, Text: a.mentions(ctx, msg.Text)}}, Files: filesOf(msg.Files)})
 	if err != nil && !errors.Is(err, chat.ErrRejected) {

@@ -45,7 +45,6 @@ type Options struct {
 	// AppendsPerMinute paces chat.appendStream for the workspace (Tier 4
 	// allows about 100); default 90, burst 5.
 	AppendsPerMinute float64
-	Handler          Handler
 	Dedupe           chat.Deduper
 	// Sessions lists the sessions of every thread, for /pinplan status
 	// (commands.go); nil: the command says it is not available.
@@ -64,6 +63,9 @@ type Adapter struct {
 	appends *rate.Limiter  // chat.appendStream, for the workspace
 	log     *slog.Logger
 	wg      sync.WaitGroup
+	// in is where events go, given to Start before any can arrive (the
+	// Socket Mode loop and the HTTP handlers run after it).
+	in Handler
 
 	queue serial.Queue // events handled in order per thread
 
@@ -120,7 +122,7 @@ func (a *Adapter) Caps() chat.Caps {
 	return chat.Caps{Paced: a, Sessions: a, Live: a, Private: a, Split: a, Cards: a, History: a, Forget: a, Files: a}
 }
 
-// New returns an adapter; Start connects it.
+// New returns an adapter; Start connects it and gives it its inbox.
 func New(opts Options) *Adapter {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -148,8 +150,12 @@ func New(opts Options) *Adapter {
 }
 
 // Start checks the token (auth.test) and, in Socket Mode, connects. It
-// returns once the bot knows who it is; events are handled until ctx ends.
-func (a *Adapter) Start(ctx context.Context) error {
+// returns once the bot knows who it is; events go to in until ctx ends.
+// Over HTTP, serve HTTPHandler, InteractionsHandler and CommandsHandler
+// only once Start has returned: the adapter knows neither the bot nor its
+// inbox before.
+func (a *Adapter) Start(ctx context.Context, in Handler) error {
+	a.in = in
 	auth, err := a.api.AuthTestContext(ctx)
 	if err != nil {
 		return fmt.Errorf("slack: auth.test with SLACK_BOT_TOKEN: %w", err)

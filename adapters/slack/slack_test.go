@@ -22,7 +22,7 @@ func testAdapter(t *testing.T, native bool) (*Adapter, *fakeslack.Server) {
 	fake := &fakeslack.Server{}
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
-	return New(Options{BotToken: "xoxb-t", APIURL: srv.URL + "/api/", NativePlan: native, Handler: nopHandler{}}), fake
+	return New(Options{BotToken: "xoxb-t", APIURL: srv.URL + "/api/", NativePlan: native}), fake
 }
 
 func TestNativeBlocksFallBack(t *testing.T) {
@@ -111,8 +111,8 @@ func tagAdapter(t *testing.T) (*Adapter, *fakeslack.Server, chat.Thread) {
 	fake := &fakeslack.Server{}
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
-	a := New(Options{BotToken: "xoxb-t", APIURL: srv.URL + "/api/", Handler: nopHandler{}})
-	if err := a.Start(t.Context()); err != nil {
+	a := New(Options{BotToken: "xoxb-t", APIURL: srv.URL + "/api/"})
+	if err := a.Start(t.Context(), nopHandler{}); err != nil {
 		t.Fatal(err)
 	}
 	_, root, err := a.api.PostMessage("C1", slack.MsgOptionText("the task", false))

@@ -27,9 +27,9 @@ func streamAdapter(t *testing.T, fake *fakeslack.Server) (*Adapter, *logBuffer) 
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
 	log := &logBuffer{}
-	a := New(Options{BotToken: "xoxb-t", APIURL: srv.URL + "/api/", Stream: true, AppendsPerMinute: 60000, Handler: nopHandler{},
+	a := New(Options{BotToken: "xoxb-t", APIURL: srv.URL + "/api/", Stream: true, AppendsPerMinute: 60000,
 		Logger: slog.New(slog.NewTextHandler(log, nil))})
-	if err := a.Start(t.Context()); err != nil {
+	if err := a.Start(t.Context(), nopHandler{}); err != nil {
 		t.Fatal(err)
 	}
 	return a, log
@@ -321,7 +321,7 @@ func worstAnswer() string {
 // escape inside it, read with the code fences of the whole answer (a
 // part is read from the fence the parts before it left open).
 func TestStreamChunksGolden(t *testing.T) {
-	a := New(Options{BotToken: "xoxb-t", Stream: true, Handler: nopHandler{}})
+	a := New(Options{BotToken: "xoxb-t", Stream: true})
 	type part struct {
 		Chunks []string `json:"chunks"`
 		Reopen []string `json:"reopen"`
@@ -492,8 +492,8 @@ func TestStreamSlackConnectRecipient(t *testing.T) {
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
 	a := New(Options{BotToken: "xoxb-t", APIURL: srv.URL + "/api/", Stream: true, AppendsPerMinute: 60000,
-		Handler: &inboxtest.Inbox{}, Dedupe: &inboxtest.Dedupe{}})
-	if err := a.Start(t.Context()); err != nil {
+		Dedupe: &inboxtest.Dedupe{}})
+	if err := a.Start(t.Context(), &inboxtest.Inbox{}); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
@@ -508,8 +508,8 @@ func TestStreamSlackConnectRecipient(t *testing.T) {
 		t.Errorf("streams %+v, want one to U5 in T2", msgs)
 	}
 	// After a restart: the recipient is read from the thread's root.
-	b := New(Options{BotToken: "xoxb-t", APIURL: srv.URL + "/api/", Stream: true, AppendsPerMinute: 60000, Handler: nopHandler{}})
-	if err := b.Start(t.Context()); err != nil {
+	b := New(Options{BotToken: "xoxb-t", APIURL: srv.URL + "/api/", Stream: true, AppendsPerMinute: 60000})
+	if err := b.Start(t.Context(), nopHandler{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Reply(ctx, th, "", "hello again"); err != nil {

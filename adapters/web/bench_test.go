@@ -24,12 +24,12 @@ import (
 func BenchmarkRevisionToSSE(b *testing.B) {
 	const clients = 100
 	console := New(Options{})
-	mux := http.NewServeMux()
-	console.Register(mux)
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
 	r := chat.NewRouter(chat.Options{Runner: &chattest.Runner{}, Store: &chattest.Boards{}, Platforms: map[string]chat.Platform{"web": console}})
 	defer r.Close()
+	mux := http.NewServeMux()
+	console.Register(mux, r)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
 	key := "web/bench"
 	r.Handle(context.Background(), chat.Incoming{Thread: chat.Thread{Platform: "web", Key: key, Channel: key}, Text: "bench"})
 

@@ -83,10 +83,8 @@ type Summary struct {
 // Options configures the console.
 type Options struct {
 	Store Store
-	// Handler is where messages, button presses and thread changes go.
-	Handler Handler
-	Demo    bool   // label the page as running the built-in demo model
-	Model   string // model name shown on the page
+	Demo  bool   // label the page as running the built-in demo model
+	Model string // model name shown on the page
 	// Usage lists the tokens people used today (GET /api/usage); nil
 	// lists none. DailyBudget is PINPLAN_USER_TOKENS_PER_DAY (0: none).
 	Usage       UsageSource
@@ -103,8 +101,7 @@ type Options struct {
 
 // Console is the web platform and its HTTP handlers.
 type Console struct {
-	opts    Options
-	handler Handler
+	opts Options
 
 	mu      sync.Mutex // guards the fields below
 	plans   map[string]chat.Plan
@@ -152,7 +149,7 @@ func New(opts Options) *Console {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Console{opts: opts, handler: opts.Handler, plans: map[string]chat.Plan{}, notices: map[string][]Message{}, cards: map[string]map[string]chat.Card{},
+	return &Console{opts: opts, plans: map[string]chat.Plan{}, notices: map[string][]Message{}, cards: map[string]map[string]chat.Card{},
 		status: map[string]string{}, issued: map[string][]string{}, touched: map[string]time.Time{}, clients: map[chan []byte]struct{}{}, streams: map[string]int{}, lives: map[string]*liveReply{}}
 }
 
@@ -404,19 +401,30 @@ type Mux interface {
 	Handle(pattern string, h http.Handler)
 }
 
-// Register adds the console's pages and API to m.
-func (c *Console) Register(m Mux) {
+// routes are the console's handlers that use its inbox: messages,
+// button presses and thread changes go to in, and a thread is shown only
+// when in says it is visible.
+type routes struct {
+	*Console
+	in Handler
+}
+
+// Register adds the console's pages and API to m; messages, button
+// presses and thread changes go to in (chat.Router, or with replicas the
+// hand-over handler).
+func (c *Console) Register(m Mux, in Handler) {
+	rt := routes{Console: c, in: in}
 	sub, _ := fs.Sub(static, "static")
 	m.Handle("GET /", http.FileServerFS(sub))
 	m.Handle("GET /api/info", http.HandlerFunc(c.info))
 	m.Handle("GET /api/threads", http.HandlerFunc(c.listThreads))
-	m.Handle("POST /api/threads", http.HandlerFunc(c.newThread))
-	m.Handle("GET /api/threads/{id}", http.HandlerFunc(c.getThread))
-	m.Handle("POST /api/threads/{id}/messages", http.HandlerFunc(c.postMessage))
-	m.Handle("GET /api/threads/{id}/plans", http.HandlerFunc(c.getPlans))
-	m.Handle("POST /api/threads/{id}/click", http.HandlerFunc(c.click))
-	m.Handle("PATCH /api/threads/{id}", http.HandlerFunc(c.renameThread))
-	m.Handle("DELETE /api/threads/{id}", http.HandlerFunc(c.deleteThread))
+	m.Handle("POST /api/threads", http.HandlerFunc(rt.newThread))
+	m.Handle("GET /api/threads/{id}", http.HandlerFunc(rt.getThread))
+	m.Handle("POST /api/threads/{id}/messages", http.HandlerFunc(rt.postMessage))
+	m.Handle("GET /api/threads/{id}/plans", http.HandlerFunc(rt.getPlans))
+	m.Handle("POST /api/threads/{id}/click", http.HandlerFunc(rt.click))
+	m.Handle("PATCH /api/threads/{id}", http.HandlerFunc(rt.renameThread))
+	m.Handle("DELETE /api/threads/{id}", http.HandlerFunc(rt.deleteThread))
 	m.Handle("GET /api/events", http.HandlerFunc(c.events))
 	m.Handle("GET /api/usage", http.HandlerFunc(c.usageToday))
 }
@@ -504,7 +512,7 @@ func readBody(w http.ResponseWriter, r *http.Request) (postBody, bool) {
 
 // newThread creates a web thread from its first message: 201 with the
 // thread, or 422 with the reason and nothing created.
-func (c *Console) newThread(w http.ResponseWriter, r *http.Request) {
+func (c routes) newThread(w http.ResponseWriter, r *http.Request) {
 	b, ok := readBody(w, r)
 	if !ok {
 		return
@@ -512,14 +520,14 @@ func (c *Console) newThread(w http.ResponseWriter, r *http.Request) {
 	c.send(w, r, randomID(), b, true)
 }
 
-func (c *Console) postMessage(w http.ResponseWriter, r *http.Request) {
+func (c routes) postMessage(w http.ResponseWriter, r *http.Request) {
 	b, ok := readBody(w, r)
 	if !ok {
 		return
 	}
 	key, ok := keyOf(r.PathValue("id"))
 	switch {
-	case !ok || !c.handler.Visible(key):
+	case !ok || !c.in.Visible(key):
 		writeErr(w, http.StatusNotFound, "no such thread; start one with POST /api/threads")
 		return
 	case !strings.HasPrefix(key, "web/"):
@@ -529,7 +537,7 @@ func (c *Console) postMessage(w http.ResponseWriter, r *http.Request) {
 	c.send(w, r, strings.TrimPrefix(key, "web/"), b, false)
 }
 
-func (c *Console) send(w http.ResponseWriter, r *http.Request, id string, b postBody, create bool) {
+func (c routes) send(w http.ResponseWriter, r *http.Request, id string, b postBody, create bool) {
 	author := strings.TrimSpace(b.Author) // optional: the console is one person's
 	if n := utf8.RuneCountInString(author); n > chat.MaxAuthorRunes {
 		writeErr(w, http.StatusUnprocessableEntity, fmt.Sprintf("the author name is %d characters long; the limit is %d", n, chat.MaxAuthorRunes))
@@ -557,7 +565,7 @@ func (c *Console) send(w http.ResponseWriter, r *http.Request, id string, b post
 	if strings.TrimSpace(b.Text) == "" && len(files) > 0 {
 		m.Text = agent.Inbound{Files: files}.Entry().Text() // what the history will say
 	}
-	err := c.handler.Handle(r.Context(), in)
+	err := c.in.Handle(r.Context(), in)
 	var rej *chat.Rejection
 	switch {
 	case errors.As(err, &rej) && rej.Refused:
@@ -594,13 +602,13 @@ func (c *Console) send(w http.ResponseWriter, r *http.Request, id string, b post
 }
 
 // renameThread: PATCH {"title": "..."}.
-func (c *Console) renameThread(w http.ResponseWriter, r *http.Request) {
+func (c routes) renameThread(w http.ResponseWriter, r *http.Request) {
 	b, ok := readBody(w, r)
 	if !ok {
 		return
 	}
 	key, ok := keyOf(r.PathValue("id"))
-	if !ok || !c.handler.Visible(key) {
+	if !ok || !c.in.Visible(key) {
 		writeErr(w, http.StatusNotFound, "no such thread")
 		return
 	}
@@ -612,7 +620,7 @@ func (c *Console) renameThread(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusUnprocessableEntity, "the title is empty")
 		return
 	}
-	th, _ := c.handler.Rename(key, b.Title)
+	th, _ := c.in.Rename(key, b.Title)
 	c.broadcast(event{Type: "thread", Thread: key})
 	c.mu.Lock()
 	seq := c.seq
@@ -621,9 +629,9 @@ func (c *Console) renameThread(w http.ResponseWriter, r *http.Request) {
 }
 
 // deleteThread archives a web thread and takes it off the list.
-func (c *Console) deleteThread(w http.ResponseWriter, r *http.Request) {
+func (c routes) deleteThread(w http.ResponseWriter, r *http.Request) {
 	key, ok := keyOf(r.PathValue("id"))
-	if !ok || !c.handler.Visible(key) {
+	if !ok || !c.in.Visible(key) {
 		writeErr(w, http.StatusNotFound, "no such thread")
 		return
 	}
@@ -631,7 +639,7 @@ func (c *Console) deleteThread(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusForbidden, "this thread lives on another platform")
 		return
 	}
-	if err := c.handler.Delete(r.Context(), key, "the console user"); err != nil {
+	if err := c.in.Delete(r.Context(), key, "the console user"); err != nil {
 		c.opts.Logger.Error("delete thread", "session", key, "err", err)
 		writeErr(w, http.StatusInternalServerError, "could not delete the thread")
 		return
@@ -682,9 +690,9 @@ func keyOf(id string) (string, bool) {
 	return strings.ReplaceAll(id, "~", "/"), true
 }
 
-func (c *Console) getThread(w http.ResponseWriter, r *http.Request) {
+func (c routes) getThread(w http.ResponseWriter, r *http.Request) {
 	key, ok := keyOf(r.PathValue("id"))
-	if !ok || !c.handler.Visible(key) {
+	if !ok || !c.in.Visible(key) {
 		writeErr(w, http.StatusNotFound, "no such thread")
 		return
 	}
@@ -743,7 +751,7 @@ func (c *Console) getThread(w http.ResponseWriter, r *http.Request) {
 	// The router's records, with what the console saw live over them
 	// (a card forgotten with its idle session is in the records only).
 	byID := map[string]chat.Card{}
-	for _, ci := range c.handler.Cards(key) {
+	for _, ci := range c.in.Cards(key) {
 		byID[ci.ID] = ci.Card
 	}
 	maps.Copy(byID, live)
@@ -758,9 +766,9 @@ func (c *Console) getThread(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"thread": viewThread(*summary), "messages": msgs, "cards": cards, "seq": seq})
 }
 
-func (c *Console) getPlans(w http.ResponseWriter, r *http.Request) {
+func (c routes) getPlans(w http.ResponseWriter, r *http.Request) {
 	key, ok := keyOf(r.PathValue("id"))
-	if !ok || !c.handler.Visible(key) {
+	if !ok || !c.in.Visible(key) {
 		writeErr(w, http.StatusNotFound, "no such thread")
 		return
 	}
@@ -853,13 +861,13 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 // click handles a press of a card's button or the plan's Stop button:
 // POST {"button":"pinplan:allow:<id>"}. The answer is the card or plan as
 // it now is, or {"private": "..."} when nothing changed.
-func (c *Console) click(w http.ResponseWriter, r *http.Request) {
+func (c routes) click(w http.ResponseWriter, r *http.Request) {
 	key, ok := keyOf(r.PathValue("id"))
 	switch {
 	case ok && !strings.HasPrefix(key, "web/"):
 		writeErr(w, http.StatusForbidden, "this thread lives on another platform; decide there")
 		return
-	case !ok || !c.handler.Visible(key):
+	case !ok || !c.in.Visible(key):
 		writeErr(w, http.StatusNotFound, "no such thread")
 		return
 	}
@@ -871,7 +879,7 @@ func (c *Console) click(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	th := chat.Thread{Platform: "web", Key: key, Channel: key, ThreadID: strings.TrimPrefix(key, "web/")}
-	res := c.handler.Click(r.Context(), chat.Click{Thread: th, Button: body.Button, UserID: "web", UserName: "the console user"})
+	res := c.in.Click(r.Context(), chat.Click{Thread: th, Button: body.Button, UserID: "web", UserName: "the console user"})
 	if res.Card != nil {
 		c.setCard(th, *res.Card)
 	}

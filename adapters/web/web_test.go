@@ -114,9 +114,9 @@ func newConsole(t *testing.T, token string) (*Console, *httptest.Server, *recHan
 		token = testToken
 	}
 	h := &recHandler{}
-	c := New(Options{Store: st, Handler: h})
+	c := New(Options{Store: st})
 	host := httphost.New(httphost.Options{Token: token})
-	c.Register(host)
+	c.Register(host, h)
 	var handler http.Handler = host.Handler()
 	if signIn {
 		inner := handler

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"log/slog"
 
 	discordadapter "github.com/pinplan/pinplan/adapters/discord"
@@ -13,6 +12,19 @@ import (
 	"github.com/pinplan/pinplan/mcp"
 	"github.com/pinplan/pinplan/metrics"
 	"github.com/pinplan/pinplan/replica"
+)
+
+// inbox is every platform's way in: the router, or with replicas the
+// hand-over handler. The console takes it as a web.Handler, Slack as a
+// slackadapter.Handler and Discord as a chat.Inbox.
+type inbox interface {
+	web.Handler
+	slackadapter.Handler
+}
+
+var (
+	_ inbox = (*chat.Router)(nil)
+	_ inbox = (*replica.Handler)(nil)
 )
 
 // startMCP makes the MCP servers' manager and starts connecting them.
@@ -45,22 +57,22 @@ type platforms struct {
 }
 
 // newPlatforms makes the console, and Slack and Discord when their
-// tokens are set, each handing its events to in.
-func newPlatforms(cfg *config.Config, in *intake, st stores, demo bool, modelName string, log *slog.Logger) (platforms, error) {
+// tokens are set; each is given its inbox when it starts (Main.Start).
+func newPlatforms(cfg *config.Config, st stores, demo bool, modelName string, log *slog.Logger) (platforms, error) {
 	ws := web.NewReadModel(st.records, st.sessions)
-	console := web.New(web.Options{Store: ws, Handler: in, Usage: ws, DailyBudget: int64(cfg.UserTokens), Demo: demo, Model: modelName, Stream: cfg.Stream, FileBytes: int64(cfg.FileBytes), Logger: log.With("adapter", "web")})
+	console := web.New(web.Options{Store: ws, Usage: ws, DailyBudget: int64(cfg.UserTokens), Demo: demo, Model: modelName, Stream: cfg.Stream, FileBytes: int64(cfg.FileBytes), Logger: log.With("adapter", "web")})
 	ps := platforms{console: console, byName: map[string]chat.Platform{"web": console}}
 	if cfg.SlackBotToken != "" {
 		ps.slack = slackadapter.New(slackadapter.Options{
 			BotToken: cfg.SlackBotToken.Reveal(), AppToken: cfg.SlackAppToken.Reveal(), SigningSecret: cfg.SlackSigningSecret.Reveal(),
 			APIURL: cfg.SlackAPIURL, NativePlan: cfg.SlackPlanBlocks, EditsPerMinute: float64(cfg.SlackEditsPerMin), Stream: cfg.Stream,
-			Handler: in, Dedupe: st.chat.Dedupe, Sessions: ws.Listed, Logger: log.With("adapter", "slack"),
+			Dedupe: st.chat.Dedupe, Sessions: ws.Listed, Logger: log.With("adapter", "slack"),
 		})
 		ps.byName["slack"] = ps.slack
 	}
 	if cfg.DiscordBotToken != "" {
 		dsc, err := discordadapter.New(discordadapter.Options{Token: cfg.DiscordBotToken.Reveal(), APIURL: cfg.DiscordAPIURL,
-			ThreadPerTask: cfg.DiscordThreadPerTask, ComponentsV2: cfg.DiscordComponentsV2, Stream: cfg.Stream, Handler: in, Marks: st.marks, Logger: log.With("adapter", "discord"),
+			ThreadPerTask: cfg.DiscordThreadPerTask, ComponentsV2: cfg.DiscordComponentsV2, Stream: cfg.Stream, Marks: st.marks, Logger: log.With("adapter", "discord"),
 			Commands: true, Guild: cfg.DiscordGuild, ApplicationID: cfg.DiscordAppID, Sessions: ws.Listed})
 		if err != nil {
 			return ps, err
@@ -70,59 +82,3 @@ func newPlatforms(cfg *config.Config, in *intake, st stores, demo bool, modelNam
 	}
 	return ps, nil
 }
-
-// inbox is every platform's way in: the router, or with replicas the
-// hand-over handler (the console's Handler, Slack's and Discord's
-// chat.Inbox, and Slack's own Stop).
-type inbox interface {
-	web.Handler
-	Known(key string) bool
-	StopSession(ctx context.Context, c chat.Click) chat.ClickResult
-	Tell(ctx context.Context, th chat.Thread, user, text string) error
-	Post(ctx context.Context, th chat.Thread, send func(context.Context) error) error
-}
-
-var (
-	_ inbox = (*chat.Router)(nil)
-	_ inbox = (*replica.Handler)(nil)
-	_ inbox = (*intake)(nil)
-)
-
-// intake is the platforms' way in while they are made before the router
-// (Main.build): it forwards to the inbox, and the replica's takes to the
-// hand-over handler, once set. build sets it before the listener, the
-// platforms and the replica's watches start, so every event finds it
-// set; it does not change after. It stays while the adapters take their
-// inbox when they are made and the router takes the platforms when it
-// is: one of the two must come later.
-type intake struct {
-	to    inbox
-	taken func(key string) // with replicas: replica.Handler.Taken
-}
-
-func (i *intake) set(to inbox, taken func(key string)) { i.to, i.taken = to, taken }
-
-func (i *intake) take(key string) {
-	if i.taken != nil {
-		i.taken(key)
-	}
-}
-
-func (i *intake) Handle(ctx context.Context, in chat.Incoming) error { return i.to.Handle(ctx, in) }
-func (i *intake) Known(key string) bool                              { return i.to.Known(key) }
-func (i *intake) Click(ctx context.Context, c chat.Click) chat.ClickResult {
-	return i.to.Click(ctx, c)
-}
-func (i *intake) StopSession(ctx context.Context, c chat.Click) chat.ClickResult {
-	return i.to.StopSession(ctx, c)
-}
-func (i *intake) Tell(ctx context.Context, th chat.Thread, user, text string) error {
-	return i.to.Tell(ctx, th, user, text)
-}
-func (i *intake) Post(ctx context.Context, th chat.Thread, send func(context.Context) error) error {
-	return i.to.Post(ctx, th, send)
-}
-func (i *intake) Visible(key string) bool                          { return i.to.Visible(key) }
-func (i *intake) Rename(key, title string) (chat.Thread, bool)     { return i.to.Rename(key, title) }
-func (i *intake) Delete(ctx context.Context, key, by string) error { return i.to.Delete(ctx, key, by) }
-func (i *intake) Cards(key string) []chat.CardInfo                 { return i.to.Cards(key) }

@@ -29,8 +29,10 @@ import (
 // every part once, each after the parts it needs (the traces, the
 // stores, the metrics, the model and tools, the platforms, the runner,
 // the router with every platform, the hand-over handler with replicas,
-// the HTTP host); Start starts them; Close tears down, in reverse, what
-// was built, on a clean stop and on an early error alike.
+// the HTTP host with the console's routes on the inbox); Start starts
+// them, giving Slack and Discord the inbox as they start; Close tears
+// down, in reverse, what was built, on a clean stop and on an early
+// error alike.
 type Main struct {
 	cfg    *config.Config
 	demo   bool
@@ -44,7 +46,6 @@ type Main struct {
 	wg       sync.WaitGroup // the HTTP server, housekeeping, the event drains
 
 	traces         *tracing.Tracing
-	in             *intake
 	st             stores
 	token          string
 	tokenGenerated bool
@@ -57,6 +58,7 @@ type Main struct {
 	runner         *agent.Runner
 	router         *chat.Router
 	shared         *replica.Handler // with replicas
+	in             inbox            // the router, or with replicas shared
 	host           *httphost.Host
 }
 
@@ -65,7 +67,7 @@ type Main struct {
 // DB.
 func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(string) string, stdout, stderr io.Writer) (err error) {
 	ctx, cancel := context.WithCancel(ctx)
-	m := &Main{cfg: cfg, demo: demo, getenv: getenv, stdout: stdout, log: newLogger(cfg, stderr), cancel: cancel, lost: make(chan error, 1), in: &intake{}}
+	m := &Main{cfg: cfg, demo: demo, getenv: getenv, stdout: stdout, log: newLogger(cfg, stderr), cancel: cancel, lost: make(chan error, 1)}
 	defer func() {
 		cancel()
 		m.Close()
@@ -116,7 +118,7 @@ func (m *Main) build(ctx context.Context) error {
 			log.Warn("flush traces", "err", err)
 		}
 	})
-	if m.st, err = openStores(ctx, cfg, m.in.take, m.later, log); err != nil {
+	if m.st, err = openStores(ctx, cfg, m.later, log); err != nil {
 		return err
 	}
 	if m.token, m.tokenGenerated, err = consoleToken(cfg); err != nil {
@@ -142,7 +144,7 @@ func (m *Main) build(ctx context.Context) error {
 		return err
 	}
 	m.later(m.wg.Wait)
-	if m.ps, err = newPlatforms(cfg, m.in, m.st, m.demo, modelName, log); err != nil {
+	if m.ps, err = newPlatforms(cfg, m.st, m.demo, modelName, log); err != nil {
 		return err
 	}
 	if m.ps.discord != nil { // before the listener serves
@@ -183,16 +185,15 @@ func (m *Main) buildTurns(ctx context.Context, model agent.Model, registry *agen
 		opts.Runner, opts.Fence = replica.NewRunner(m.runner, m.st.rep, log.With("component", "replica")), m.st.rep
 	}
 	m.router = chat.NewRouter(opts)
+	m.in = m.router
 	if m.st.rep != nil { // the way in: the session's queue in etcd
-		m.shared = replica.New(ctx, replica.Options{Replica: m.st.rep, Store: m.st.es, Router: m.router, Runner: m.runner, Logger: log.With("component", "replica")})
-		m.in.set(m.shared, m.shared.Taken)
+		m.shared = replica.New(ctx, replica.Options{Replica: m.st.rep, Store: m.st.es, Router: m.router, Runner: m.runner, Takes: m.st.takes, Logger: log.With("component", "replica")})
+		m.in = m.shared
 		// Once the runner, the router and the hand-over queues are at
 		// rest, the lease goes: the other replicas take this one's
 		// threads at once, not after whatever else the stop waits for.
 		m.later(m.releaseLease)
 		m.later(m.shared.Wait)
-	} else {
-		m.in.set(m.router, nil)
 	}
 	m.later(m.router.Close)
 	events.Follow(m.router) // in line: it only queues, and sees every event in order
@@ -224,15 +225,15 @@ func (m *Main) releaseLease() {
 	}
 }
 
-// buildHost makes the HTTP host and mounts the console, the backup and
-// Slack's signed endpoints on it.
+// buildHost makes the HTTP host and mounts the console (on the inbox),
+// the backup and Slack's signed endpoints on it.
 func (m *Main) buildHost(ctx context.Context) {
 	cfg := m.cfg
 	m.host = httphost.New(httphost.Options{Token: m.token, Logger: m.log.With("component", "http"),
 		Metrics: promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}),
 		Ready:   m.ready.Check, ReadyDetail: func() string { return mcpStatus(m.servers) + replicaStatus(m.st.rep) + m.gw.Status() }})
 	if !cfg.WebOff {
-		m.ps.console.Register(m.host)
+		m.ps.console.Register(m.host, m.in)
 	}
 	if m.st.bolt != nil {
 		m.host.Handle("GET /api/backup", httphost.BackupHandler(m.st.bolt))
@@ -241,6 +242,7 @@ func (m *Main) buildHost(ctx context.Context) {
 		m.later(slk.Wait) // after the HTTP server stops: no more events
 		if cfg.SlackAppToken == "" {
 			// Signed by Slack: neither the console's guard nor its token.
+			// Served once Slack has started (Main.Start).
 			m.host.HandlePublic("POST /slack/events", slk.HTTPHandler(ctx))
 			m.host.HandlePublic("POST /slack/interactions", slk.InteractionsHandler(ctx))
 			m.host.HandlePublic("POST /slack/commands", slk.CommandsHandler(ctx))
@@ -248,14 +250,18 @@ func (m *Main) buildHost(ctx context.Context) {
 	}
 }
 
-// Start starts what build made: the listener, the platforms, the
-// sessions left running (resumed), the replica's watches and the
-// housekeeping.
+// Start starts what build made: the platforms with the inbox, the
+// listener, the sessions left running (resumed), the replica's watches
+// and the housekeeping.
 func (m *Main) Start(ctx context.Context) error {
 	cfg, log := m.cfg, m.log
 	ln, err := m.host.Listen(cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen on PINPLAN_HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
+	}
+	if err := m.startPlatforms(ctx); err != nil { // before Slack's endpoints are served
+		ln.Close()
+		return err
 	}
 	m.wg.Go(func() {
 		if err := m.host.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -271,19 +277,6 @@ func (m *Main) Start(ctx context.Context) error {
 	})
 	m.later(m.ps.console.Close) // end the event streams first, so the shutdown does not wait on them
 	m.greet(ln.Addr().String())
-	if slk := m.ps.slack; slk != nil {
-		if err := slk.Start(ctx); err != nil {
-			return err
-		}
-		m.ready.Add(slk.Ready)
-	}
-	if m.gw != nil {
-		if err := m.gw.Start(ctx); err != nil { // here, or on the elected replica
-			return err
-		}
-		m.later(m.gw.Stop) // no new messages while sessions wind down
-		m.ready.Add(m.gw.Ready)
-	}
 	m.ready.Set(nil)
 	m.later(func() { m.ready.Set(errors.New("shutting down")) })
 	n, pending, err := m.resume(ctx)
@@ -292,6 +285,25 @@ func (m *Main) Start(ctx context.Context) error {
 	}
 	log.Info("pinplan started", "config", cfg.Describe(m.demo), "resumed", n, "replies_pending", pending, "demo", m.demo)
 	m.wg.Go(func() { housekeep(ctx, cfg, m.st.bolt, m.router, m.ps.console, log) })
+	return nil
+}
+
+// startPlatforms starts Slack and the Discord gateway (here, or on the
+// elected replica), each with the inbox its events go to.
+func (m *Main) startPlatforms(ctx context.Context) error {
+	if slk := m.ps.slack; slk != nil {
+		if err := slk.Start(ctx, m.in); err != nil {
+			return err
+		}
+		m.ready.Add(slk.Ready)
+	}
+	if m.gw != nil {
+		if err := m.gw.Start(ctx, m.in); err != nil {
+			return err
+		}
+		m.later(m.gw.Stop) // no new messages while sessions wind down
+		m.ready.Add(m.gw.Ready)
+	}
 	return nil
 }
 

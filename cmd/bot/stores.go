@@ -13,6 +13,7 @@ import (
 	"github.com/pinplan/pinplan/config"
 	"github.com/pinplan/pinplan/etcdstore"
 	"github.com/pinplan/pinplan/metrics"
+	"github.com/pinplan/pinplan/replica"
 	"github.com/pinplan/pinplan/store"
 )
 
@@ -28,10 +29,11 @@ type stores struct {
 	count    metrics.SessionCounter
 	ping     func() error
 
-	bolt *store.DB          // the file, when there is no etcd
-	rep  *etcdstore.Replica // with etcd
-	es   *etcdstore.Store
-	etcd *clientv3.Client // for the Discord gateway's election
+	bolt  *store.DB          // the file, when there is no etcd
+	rep   *etcdstore.Replica // with etcd
+	takes *replica.Takes     // the sessions rep takes, for the hand-over handler
+	es    *etcdstore.Store
+	etcd  *clientv3.Client // for the Discord gateway's election
 }
 
 func boltStores(db *store.DB) stores {
@@ -61,9 +63,8 @@ func etcdStores(es *etcdstore.Store) stores {
 }
 
 // openStores opens etcd (PINPLAN_ETCD_ENDPOINTS) with this replica's
-// lease, or else the bbolt file. onTake runs when the replica takes a
-// session.
-func openStores(ctx context.Context, cfg *config.Config, onTake func(key string), later func(func()), log *slog.Logger) (stores, error) {
+// lease, or else the bbolt file.
+func openStores(ctx context.Context, cfg *config.Config, later func(func()), log *slog.Logger) (stores, error) {
 	if len(cfg.EtcdEndpoints) == 0 {
 		bolt, err := store.Open(cfg.DB, store.Options{LockTimeout: 2 * time.Second, BatchDelay: 2 * time.Millisecond})
 		if err != nil {
@@ -78,8 +79,9 @@ func openStores(ctx context.Context, cfg *config.Config, onTake func(key string)
 	}
 	later(func() { cli.Close() })
 	warnOldEtcd(ctx, cli, log)
+	takes := &replica.Takes{}
 	rep, err := etcdstore.NewReplica(ctx, cli, etcdstore.ReplicaOptions{Prefix: cfg.EtcdPrefix, ID: replicaID(cfg), TTL: cfg.LeaseTTL, Logger: log.With("component", "replica"),
-		Platforms: replicaPlatforms(cfg), OnTake: onTake})
+		Platforms: replicaPlatforms(cfg), OnTake: takes.Taken})
 	if err != nil {
 		return stores{}, err
 	}
@@ -97,6 +99,6 @@ func openStores(ctx context.Context, cfg *config.Config, onTake func(key string)
 		return stores{}, err
 	}
 	st := etcdStores(es)
-	st.rep, st.etcd = rep, cli
+	st.rep, st.takes, st.etcd = rep, takes, cli
 	return st, nil
 }
