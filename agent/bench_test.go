@@ -138,7 +138,7 @@ func idleMemory(b *testing.B, sessions int, evict bool) {
 		}
 		wg.Wait()
 		for s := 0; s < sessions; s++ {
-			env.router.Board(fmt.Sprintf("web/idle%d-%d", i, s)).Wait()
+			env.router.Flush(fmt.Sprintf("web/idle%d-%d", i, s))
 		}
 		if evict {
 			env.router.Evict(0)
@@ -221,7 +221,7 @@ func BenchmarkWaitingSessions(b *testing.B) {
 			<-env.needed
 		}
 		for s := 0; s < sessions; s++ {
-			env.router.Board(fmt.Sprintf("web/wait%d-%d", i, s)).Wait()
+			env.router.Flush(fmt.Sprintf("web/wait%d-%d", i, s))
 		}
 		time.Sleep(100 * time.Millisecond) // let session goroutines finish exiting
 		runtime.GC()

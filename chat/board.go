@@ -99,7 +99,7 @@ type Board struct {
 	store     BoardStore
 	log       *slog.Logger
 	hooks     *Hooks
-	owner     *Router
+	owner     *deliverer
 	fenced    atomic.Bool // a fenced save was logged (save)
 	// ctx ends when the session leaves the router's memory (stop): a
 	// budget's slot the board asked for is not given to it then.

@@ -169,10 +169,10 @@ func settle(t testing.TB, r *Router, key string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if b := r.Board(key); b != nil {
+		if b := r.out.board(key, nil); b != nil {
 			b.Wait()
 		}
-		if r.outbox.idle() {
+		if r.out.outbox.idle() {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -195,7 +195,7 @@ func newTestRouter(t *testing.T, p Platform, st *chattest.Boards) *Router {
 	r := NewRouter(Options{Store: st, Platforms: map[string]Platform{"test": p}})
 	t.Cleanup(r.Close)
 	// Handle records the thread; the runner itself is not needed here.
-	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	return r
 }
 
@@ -298,7 +298,7 @@ func TestBoardRepostsWhenMessageGone(t *testing.T) {
 	if got := p.plan("m2"); got.Revision != 3 {
 		t.Errorf("new message shows revision %d, want 3", got.Revision)
 	}
-	_, ref := r.Board("test/1").Shown()
+	_, ref := r.out.board("test/1", nil).Shown()
 	if ref.ID != "m2" {
 		t.Errorf("board ref %s, want m2", ref.ID)
 	}
@@ -344,7 +344,7 @@ func TestNewTaskGetsNewMessageAfterRestart(t *testing.T) {
 	st := &chattest.Boards{}
 	p := &fakePlatform{}
 	r := NewRouter(Options{Store: st, Platforms: map[string]Platform{"test": p}})
-	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress)})
 	settle(t, r, "test/1")
 	// A restart: a new router on the same store reuses the message.
@@ -397,7 +397,7 @@ func TestBoardFailureToldOnceAndRecovers(t *testing.T) {
 	}}
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond})
 	t.Cleanup(r.Close)
-	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
 	settle(t, r, "test/1")
 	for rev := int64(2); rev <= 3; rev++ { // two outages' worth of failed edits, one notice
@@ -434,7 +434,7 @@ func TestBoardFailureToldOnceAndRecovers(t *testing.T) {
 func TestBoardTurnMethods(t *testing.T) {
 	p := &fakePlatform{}
 	r := newTestRouter(t, p, &chattest.Boards{})
-	b := r.Board("test/1")
+	b := r.out.board("test/1", nil)
 	at := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	ev := func(kind agent.EventKind) agent.Event { return agent.Event{Session: "test/1", Kind: kind, At: at} }
 	task := func(rev int64, texts ...string) agent.Event {
@@ -525,7 +525,7 @@ func observe(r *Router, e agent.Event) {
 		n.Note(e) // the agent's record has it before it is published
 	}
 	r.Observe(e)
-	r.Flush(e.Session)
+	r.out.Flush(e.Session)
 }
 
 // testCaps declares what a test's platform offers: the optional

@@ -1,7 +1,6 @@
 package chat
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -9,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"strings"
 	"time"
 
@@ -224,59 +222,6 @@ type cardRecord struct {
 	Posting *time.Time `json:"posting,omitempty"`
 }
 
-// mayDecide reports whether user may decide for requester's turn on
-// platform. On an anonymous platform (Caps.Anonymous: the local console,
-// whoever holds its token is its one user) the requester is always empty. A
-// turn elsewhere whose requester is unknown (started before requesters
-// were recorded) is left to the approvers.
-func (r *Router) mayDecide(platform, requester, user string) bool {
-	if r.caps[platform].Anonymous && requester == "" {
-		return true
-	}
-	return (requester != "" && user == requester) || slices.Contains(r.opts.Approvers, user)
-}
-
-// mayStop reports whether user may stop the session's turn t: its
-// requester, the session's starter (rec's), or an approver (DESIGN §12),
-// on every turn.
-func (r *Router) mayStop(platform string, rec boardRecord, t agent.TurnInfo, user string) bool {
-	return r.mayDecide(platform, t.Requester, user) || (starter(rec) != "" && user == starter(rec))
-}
-
-// turn returns the session's turn as the agent has it (Runner.Turn); one
-// that cannot be read is reported as not running, and logged.
-func (r *Router) turn(ctx context.Context, key string) agent.TurnInfo {
-	t, err := r.runner.Turn(ctx, key)
-	if err != nil {
-		r.opts.Logger.Error("read the session's turn", "session", key, "err", err)
-	}
-	return t
-}
-
-// mayReset reports whether user may reset rec's session: its starter
-// (who, or else its last turn's requester t, startedBy says) or an
-// approver.
-func (r *Router) mayReset(platform string, rec boardRecord, t agent.TurnInfo, user string) bool {
-	return r.mayDecide(platform, startedBy(rec, t), user)
-}
-
-// startedBy is who started rec's session; a session whose first message
-// named nobody (or was recorded before starters were kept) falls back to
-// its last turn's requester t.
-func startedBy(rec boardRecord, t agent.TurnInfo) string { return cmp.Or(starter(rec), t.Requester) }
-
-// starter is who started rec's session; a session recorded before
-// starters were kept falls back to its last requester.
-func starter(rec boardRecord) string { return rec.Starter }
-
-func stopRefusal(rec boardRecord, t agent.TurnInfo) string {
-	who := mention(t.Requester)
-	if st := starter(rec); st != "" && st != t.Requester {
-		who += ", " + mention(st) + " (who started this session)"
-	}
-	return "Only " + who + " or an approver can stop this turn."
-}
-
 // Click handles a button press: a decision on an approval card, or Stop
 // on a plan message. Only the person whose message started the turn, or
 // an approver, may press them; anyone else is told so privately and
@@ -286,18 +231,18 @@ func (r *Router) Click(ctx context.Context, c Click) ClickResult {
 	if !ok {
 		return ClickResult{Private: "I don't know that button."}
 	}
-	s := r.session(c.Thread.Key, nil)
+	s := r.out.session(c.Thread.Key, nil)
 	if s == nil {
 		return ClickResult{Private: "This conversation no longer exists in pinplan, so there is nothing to decide here."}
 	}
 	rec, want := s.board.state()
 	log := r.opts.Logger.With("session", c.Thread.Key, "user", c.UserID, "action", action)
 	if action == ActionStop {
-		t := r.turn(ctx, c.Thread.Key)
+		t := r.rules.turn(ctx, c.Thread.Key)
 		if !t.Running {
 			return ClickResult{Private: "Nothing is running in this thread."}
 		}
-		if !r.mayStop(c.Thread.Platform, rec, t, c.UserID) {
+		if !r.rules.mayStop(c.Thread.Platform, rec, t, c.UserID) {
 			return ClickResult{Private: stopRefusal(rec, t)}
 		}
 		if !r.runner.Stop(c.Thread.Key, c.UserName) {
@@ -316,7 +261,7 @@ func (r *Router) Click(ctx context.Context, c Click) ClickResult {
 	if !cr.Card.Open() {
 		return ClickResult{Private: "This was already decided: " + cr.Card.Status()}
 	}
-	if !r.mayDecide(c.Thread.Platform, cr.Card.Requester, c.UserID) {
+	if !r.rules.mayDecide(c.Thread.Platform, cr.Card.Requester, c.UserID) {
 		return ClickResult{Private: "Only " + mention(cr.Card.Requester) + " or an approver can decide this."}
 	}
 	d := agent.Decision{Allow: action != ActionDeny, Always: action == ActionAlways, By: c.UserID, ByName: c.UserName, At: r.opts.Now()}
@@ -333,7 +278,7 @@ func (r *Router) Click(ctx context.Context, c Click) ClickResult {
 		// Edited as the deliverer closes a card decided elsewhere, and
 		// recorded once shown: one left to the next deliverer stays open
 		// in the record, and that deliverer closes it.
-		r.closeCardID(ctx, s, c.Thread, id, d)
+		r.out.closeCardID(ctx, s, c.Thread, id, d)
 		return ClickResult{Card: &card}
 	}
 	s.cards.update(func(v *cardsRecord) {
@@ -372,7 +317,7 @@ func mention(requester string) string {
 
 // showCard posts the approval's card, unless the session has it already
 // (after a restart the same approval is announced again).
-func (r *Router) showCard(ctx context.Context, s *session, th Thread, a agent.Approval) {
+func (d *deliverer) showCard(ctx context.Context, s *session, th Thread, a agent.Approval) {
 	b := s.board
 	id := cardID(th.Key, a)
 	var cr cardRecord
@@ -387,7 +332,7 @@ func (r *Router) showCard(ctx context.Context, s *session, th Thread, a agent.Ap
 	if have && !cr.Ref.IsZero() {
 		// Announced again after a restart: the card is there. Show it
 		// again as it is (the console keeps cards in memory only).
-		err := r.paceSend(ctx, b.platform, th, MethodEdit, PriorityFinal, time.Now(), func(ctx context.Context) error {
+		err := d.paceSend(ctx, b.platform, th, MethodEdit, PriorityFinal, time.Now(), func(ctx context.Context) error {
 			return ip.EditCard(ctx, th, cr.Ref, cr.Card)
 		})
 		if err != nil {
@@ -418,15 +363,15 @@ func (r *Router) showCard(ctx context.Context, s *session, th Thread, a agent.Ap
 		}
 	})
 	var ref MessageRef
-	_, err := r.deliver(ctx, "post_card", th, r.backoff(cardBackoff), cardAttempts, nil, func(ctx context.Context) error {
-		return r.paceSend(ctx, b.platform, th, MethodPost, PriorityFinal, since, func(ctx context.Context) error {
+	_, err := d.deliver(ctx, "post_card", th, d.backoff(cardBackoff), cardAttempts, nil, func(ctx context.Context) error {
+		return d.paceSend(ctx, b.platform, th, MethodPost, PriorityFinal, since, func(ctx context.Context) error {
 			var err error
 			ref, err = ip.PostCard(withSend(ctx, "card/"+id, since, unsure), th, card)
 			unsure = true // even a 429: a client may have retried a 5xx before it
 			return err
 		})
 	})
-	if r.leftToNext(err) {
+	if d.leftToNext(err) {
 		// Shutting down, or another replica holds the session now: the
 		// card stays recorded as being posted, and the approval is
 		// announced again to whoever delivers next.
@@ -436,7 +381,7 @@ func (r *Router) showCard(ctx context.Context, s *session, th Thread, a agent.Ap
 	if err != nil {
 		// The turn still waits: say so in words, with the way out.
 		b.log.Error("post approval card", "err", err)
-		r.outbox.add(th, "", fmt.Sprintf("A call to %s needs approval, but I could not post its approval card here (the bot's log has the details). It will be denied at %s unless decided; send `stop` to end this turn now.",
+		d.outbox.add(th, "", fmt.Sprintf("A call to %s needs approval, but I could not post its approval card here (the bot's log has the details). It will be denied at %s unless decided; send `stop` to end this turn now.",
 			card.Tool, card.Deadline.UTC().Format("15:04 UTC")))
 		return
 	}
@@ -451,7 +396,7 @@ func (r *Router) showCard(ctx context.Context, s *session, th Thread, a agent.Ap
 	})
 	if decided != nil {
 		// Decided while it was being posted: show that at once.
-		err := r.paceSend(ctx, b.platform, th, MethodEdit, PriorityFinal, time.Now(), func(ctx context.Context) error {
+		err := d.paceSend(ctx, b.platform, th, MethodEdit, PriorityFinal, time.Now(), func(ctx context.Context) error {
 			return ip.EditCard(ctx, th, ref, *decided)
 		})
 		if err != nil {
@@ -461,11 +406,11 @@ func (r *Router) showCard(ctx context.Context, s *session, th Thread, a agent.Ap
 }
 
 // closeCard shows a decision on the card, unless a click already did.
-func (r *Router) closeCard(ctx context.Context, s *session, th Thread, a agent.Approval, d agent.Decision) {
-	r.closeCardID(ctx, s, th, cardID(th.Key, a), d)
+func (d *deliverer) closeCard(ctx context.Context, s *session, th Thread, a agent.Approval, dec agent.Decision) {
+	d.closeCardID(ctx, s, th, cardID(th.Key, a), dec)
 }
 
-func (r *Router) closeCardID(ctx context.Context, s *session, th Thread, id string, d agent.Decision) {
+func (d *deliverer) closeCardID(ctx context.Context, s *session, th Thread, id string, dec agent.Decision) {
 	b := s.board
 	var cr cardRecord
 	var ok bool
@@ -473,15 +418,15 @@ func (r *Router) closeCardID(ctx context.Context, s *session, th Thread, id stri
 	if !ok || !cr.Card.Open() {
 		return
 	}
-	card := decided(cr.Card, d)
+	card := decided(cr.Card, dec)
 	if ip := b.caps.Cards; ip != nil {
 		since := time.Now()
-		_, err := r.deliver(ctx, "edit_card", th, r.backoff(cardBackoff), cardAttempts, nil, func(ctx context.Context) error {
-			return r.paceSend(ctx, b.platform, th, MethodEdit, PriorityFinal, since, func(ctx context.Context) error {
+		_, err := d.deliver(ctx, "edit_card", th, d.backoff(cardBackoff), cardAttempts, nil, func(ctx context.Context) error {
+			return d.paceSend(ctx, b.platform, th, MethodEdit, PriorityFinal, since, func(ctx context.Context) error {
 				return ip.EditCard(ctx, th, cr.Ref, card)
 			})
 		})
-		if r.leftToNext(err) {
+		if d.leftToNext(err) {
 			return // still open in the record: the next deliverer closes it
 		}
 		if err != nil {
@@ -508,13 +453,13 @@ type CardInfo struct {
 // there: looking does not bring an evicted session back.
 func (r *Router) Cards(key string) []CardInfo {
 	var v cardsRecord
-	r.mu.Lock()
-	s, ok := r.sessions[key]
-	r.mu.Unlock()
+	r.out.mu.Lock()
+	s, ok := r.out.sessions[key]
+	r.out.mu.Unlock()
 	if ok {
 		s.cards.read(func(c *cardsRecord) { v.Cards = maps.Clone(c.Cards) })
 	} else {
-		raw, err := r.cards.Cards(r.ctx, key)
+		raw, err := r.out.cards.Cards(r.ctx, key)
 		if err != nil {
 			r.opts.Logger.Warn("read approval cards", "session", key, "err", err)
 			return nil

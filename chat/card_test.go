@@ -81,7 +81,7 @@ func cardRig(t *testing.T) (*Router, *cardPlatform, *decider) {
 	run := &decider{}
 	r := NewRouter(Options{Runner: run, Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, Approvers: []string{"UADMIN"}, RetryDelay: time.Millisecond})
 	t.Cleanup(r.Close)
-	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnStarted, Requester: "UANN"})
 	return r, p, run
 }
@@ -99,7 +99,7 @@ func TestApprovalCardAndClicks(t *testing.T) {
 	if card.Tool != "fs__write_file" || card.Server != "fs" || card.Arguments != `{"path":"x"}` || !card.Open() {
 		t.Errorf("card = %+v", card)
 	}
-	if got := r.Board("test/1").want.State; got != StateWaiting {
+	if got := r.out.board("test/1", nil).want.State; got != StateWaiting {
 		t.Errorf("plan state %q, want waiting for approval", got)
 	}
 	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
@@ -128,7 +128,7 @@ func TestApprovalCardAndClicks(t *testing.T) {
 	// The runner's event does not edit the card a second time.
 	observe(r, agent.Event{Session: "test/1", Kind: agent.ApprovalDecided, Approval: &a, Decision: &agent.Decision{Allow: true, Always: true}})
 	settle(t, r, "test/1")
-	if got := r.Board("test/1").want.State; got != StateWorking {
+	if got := r.out.board("test/1", nil).want.State; got != StateWorking {
 		t.Errorf("plan state %q after the decision, want working", got)
 	}
 }
@@ -209,7 +209,7 @@ func TestResetTakesThePlanDown(t *testing.T) {
 	if p.count("unpin") != 1 {
 		t.Errorf("calls %+v, want the plan message unpinned", p.calls)
 	}
-	if _, ref := r.Board("test/1").Shown(); !ref.IsZero() {
+	if _, ref := r.out.board("test/1", nil).Shown(); !ref.IsZero() {
 		t.Errorf("board still points at %s after reset", ref.ID)
 	}
 	// The next plan gets a new message.
@@ -246,7 +246,7 @@ func TestUnpostableCardIsSaidInWords(t *testing.T) {
 	p := &refusingCards{}
 	r := NewRouter(Options{Runner: &decider{}, Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond})
 	t.Cleanup(r.Close)
-	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	a := agent.Approval{CallID: "c1", Tool: "fs__write_file", Requester: "UANN", Deadline: time.Now().Add(time.Hour)}
 	observe(r, agent.Event{Session: "test/1", Kind: agent.ApprovalNeeded, Approval: &a})
 	settle(t, r, "test/1")
@@ -292,7 +292,7 @@ func TestCardPostInDoubtIsLookedFor(t *testing.T) {
 	p := &landingCards{}
 	store, cards := &chattest.Boards{}, &chattest.Cards{}
 	r := NewRouter(Options{Runner: &decider{}, Store: store, Cards: cards, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond})
-	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	a := agent.Approval{CallID: "c1", Tool: "fs__write_file", Requester: "UANN", Deadline: time.Now().Add(time.Hour)}
 	observe(r, agent.Event{Session: "test/1", Kind: agent.ApprovalNeeded, Approval: &a})
 	settle(t, r, "test/1")
@@ -324,7 +324,7 @@ func TestCardPostInDoubtIsLookedFor(t *testing.T) {
 	p2 := &landingCards{}
 	r2 := NewRouter(Options{Runner: &decider{}, Store: store, Cards: cards, Platforms: map[string]Platform{"test": p2}, RetryDelay: time.Millisecond})
 	t.Cleanup(r2.Close)
-	r2.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r2.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	observe(r2, agent.Event{Session: "test/1", Kind: agent.ApprovalNeeded, Approval: &a})
 	settle(t, r2, "test/1")
 	if len(p2.keys) == 0 || p2.keys[0] != p.keys[0] || !p2.maybe[0] {

@@ -5,9 +5,13 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/internal/serial"
 )
 
 // The way back (DESIGN.md §1). Everything a turn does to its thread is an
@@ -38,21 +42,22 @@ import (
 // their place in the queue and mean nothing after a restart.
 //
 // Following one event from a mention to the plan edit and back:
-// adapter -> Router.Handle -> agent.Runner.Submit -> a round commits its
-// entries -> agent.EventService.Publish -> Router.Observe (queued) ->
-// Router.deliverEvent -> Router.catchUp (the entries past the cursor)
-// -> Router.apply -> Board.planChanged (wanted content recorded) ->
-// Board.loop, queued on the session's lane -> Board.pace (the
-// platform's budget, by priority) -> Board.apply -> Platform.EditPlan.
-// The turn's answer: Router.apply (TurnEnded) stores it (outbox.hold) ->
-// Router.release, once the cursor is saved past its entry ->
-// outbox.send, on the lane behind the board's loop, once the plan
-// message shows the turn's final state (Board.showFirst), within the
-// channel's post budget -> Platform.Reply. A click on an approval card:
-// adapter -> Router.Click -> Runner.Decide (the agent logs the decision
-// and starts the tool) -> the entry comes back through Router.apply ->
-// Router.closeCard -> Caps.Cards.EditCard.
-// Across replicas the adapter's events go through replica.Handler first,
+// adapter -> Router.Handle (message.submit) -> agent.Runner.Submit -> a
+// round commits its entries -> agent.EventService.Publish ->
+// Router.Observe -> deliverer.Observe (queued on the session's key of
+// the delivery queue) -> deliverer.deliverEvent -> deliverer.catchUp
+// (the entries past the cursor) -> deliverer.apply -> Board.planChanged
+// (wanted content recorded) -> Board.loop, queued on the session's lane
+// -> Board.pace (the platform's budget, by priority) -> Board.apply ->
+// Platform.EditPlan. The turn's answer: deliverer.apply (TurnEnded)
+// stores it (outbox.hold) -> deliverer.release, once the cursor is saved
+// past its entry -> outbox.send, on the lane behind the board's loop,
+// once the plan message shows the turn's final state (Board.showFirst),
+// within the channel's post budget -> Platform.Reply. A click on an
+// approval card: adapter -> Router.Click (rules.mayDecide) ->
+// Runner.Decide (the agent logs the decision and starts the tool) -> the
+// entry comes back through deliverer.apply -> deliverer.closeCard ->
+// Caps.Cards.EditCard.
 // which hands each to the session's owner; the rest is the same.
 
 // LogStore reads the sessions' logs and keeps their delivery cursors.
@@ -99,50 +104,132 @@ type cursor struct {
 	ended int64
 }
 
+// deliverer is the way back (DESIGN §1): it keeps the sessions in
+// memory, applies each one's log to its thread from its cursor on the
+// session's key of the delivery queue, and sends what that asks for on
+// the session's lane, one send at a time: the plan board's loop, the
+// replies of the outbox, the live answer. Status moves and the working
+// indicator have a queue of their own, so that what only tidies up never
+// holds up what people read. The router (the way in) hands it nothing
+// but the events the agent publishes and the sessions it looks up.
+type deliverer struct {
+	opts     Options
+	caps     map[string]Caps
+	cards    CardStore
+	listings ListingStore
+	logs     LogStore // nil: no log to read, cursors in memory
+	tracer   trace.Tracer
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup // board loops
+	// closing: Close has begun, and a budget's slot that comes now
+	// starts no board loop (Board.slot); closeMu orders the two.
+	closeMu sync.RWMutex
+	closing bool
+
+	// delivery applies the sessions' log entries, by session key;
+	// waited for before the rest.
+	delivery serial.Queue
+	// lane is each session's sends, by session key, one at a time and in
+	// order: the plan board's posts, edits and pins (Board.loop), the
+	// replies (outbox), the live answer. A reply that must come after the
+	// plan's state shows it first, on the lane (Board.showFirst).
+	lane   serial.Queue
+	outbox *outbox
+	// statuses sends the sessions' status moves and working indicator
+	// (status.go), by session key.
+	statuses serial.Queue
+
+	mu       sync.Mutex // guards sessions
+	sessions map[string]*session
+}
+
+func newDeliverer(opts Options, caps map[string]Caps) *deliverer {
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &deliverer{opts: opts, caps: caps, cards: opts.Cards, listings: opts.Listings, logs: opts.Log,
+		tracer: newTracer(opts.Tracer), ctx: ctx, cancel: cancel, sessions: map[string]*session{}}
+	// What is not given is kept in this process's memory: said by the
+	// caller, never guessed from Store's methods.
+	if d.cards == nil {
+		d.cards = &memRecords{}
+	}
+	if d.listings == nil {
+		d.listings = &memRecords{}
+	}
+	d.outbox = newOutbox(d, opts.Outbox)
+	return d
+}
+
+// drainTimeout bounds how long Close lets plan boards finish their edits.
+const drainTimeout = 5 * time.Second
+
+// close lets the deliverers, the plan boards and the outbox apply what
+// they were given, for up to drainTimeout, then stops them and waits.
+func (d *deliverer) close() {
+	d.closeMu.Lock()
+	d.closing = true
+	d.closeMu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		d.delivery.Wait(context.Background())
+		d.settleCursors()
+		d.wg.Wait()
+		d.lane.Wait(context.Background())
+		d.statuses.Wait(context.Background())
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(drainTimeout):
+	}
+	d.cancel()
+	<-done
+}
+
 // maxDeliveryBackoff bounds the wait before a failed read of a session's
 // log or cursor, or a failed save of its cursor, is tried again.
 const maxDeliveryBackoff = 30 * time.Second
 
 // Observe implements agent.Subscriber: the event goes on its session's
 // deliverer, and Observe returns at once.
-func (r *Router) Observe(e agent.Event) {
-	if r.ctx.Err() != nil {
+func (d *deliverer) Observe(e agent.Event) {
+	if d.ctx.Err() != nil {
 		return // shutting down: the next start goes on from the cursor
 	}
-	r.delivery.Add(e.Session, func() { r.deliverEvent(e) })
+	d.delivery.Add(e.Session, func() { d.deliverEvent(e) })
 }
 
 // Flush waits until the session's deliverer has applied every event
 // queued for it so far, and stored its cursor, or the router is closed.
 // It must not be called from the delivery queue itself.
-func (r *Router) Flush(key string) {
+func (d *deliverer) Flush(key string) {
 	done := make(chan struct{})
-	r.delivery.Add(key, func() {
+	d.delivery.Add(key, func() {
 		defer close(done)
-		r.mu.Lock()
-		s := r.sessions[key]
-		r.mu.Unlock()
+		d.mu.Lock()
+		s := d.sessions[key]
+		d.mu.Unlock()
 		if s != nil && s.cursor.loaded {
-			if !r.settleCursor(s, &s.cursor) {
-				r.retryLater(s)
+			if !d.settleCursor(s, &s.cursor) {
+				d.retryLater(s)
 			}
-			r.noteCursor(s)
+			d.noteCursor(s)
 		}
 	})
 	select {
 	case <-done:
-	case <-r.ctx.Done():
+	case <-d.ctx.Done():
 	}
 }
 
 // deliverEvent applies one published event on its session's deliverer.
-func (r *Router) deliverEvent(e agent.Event) {
-	if r.ctx.Err() != nil {
+func (d *deliverer) deliverEvent(e agent.Event) {
+	if d.ctx.Err() != nil {
 		return
 	}
-	s := r.session(e.Session, nil)
+	s := d.session(e.Session, nil)
 	if s == nil || s.board.platform == nil {
-		r.opts.Logger.Warn("event for a session without a platform", "session", e.Session, "kind", e.Kind)
+		d.opts.Logger.Warn("event for a session without a platform", "session", e.Session, "kind", e.Kind)
 		return
 	}
 	if e.Seq == 0 {
@@ -150,13 +237,13 @@ func (r *Router) deliverEvent(e agent.Event) {
 			s.board.log.Info("resumed turn's start dropped: its end is applied already", "turn", e.Turn)
 			return
 		}
-		r.outbox.enqueue(e.Session, r.apply(s, e, nil)...)
+		d.outbox.enqueue(e.Session, d.apply(s, e, nil)...)
 		return
 	}
-	defer r.noteCursor(s)
-	c := r.cursorOf(s)
+	defer d.noteCursor(s)
+	c := d.cursorOf(s)
 	if c == nil {
-		r.retryLater(s) // the cursor could not be read (logged)
+		d.retryLater(s) // the cursor could not be read (logged)
 		return
 	}
 	if e.Seq <= c.seq {
@@ -164,8 +251,8 @@ func (r *Router) deliverEvent(e agent.Event) {
 	}
 	if e.Seq > c.seq+1 {
 		// Entries this process did not see: read them from the log.
-		replies, err := r.catchUp(s, c, e.Seq-1)
-		r.release(s, c, replies)
+		replies, err := d.catchUp(s, c, e.Seq-1)
+		d.release(s, c, replies)
 		if e.Seq <= c.seq {
 			return
 		}
@@ -173,56 +260,56 @@ func (r *Router) deliverEvent(e agent.Event) {
 			// The log could not be read (logged): applying e now would
 			// skip what came before it for good. The catch-up tried
 			// again in a moment reads it all from the cursor.
-			r.retryLater(s)
+			d.retryLater(s)
 			return
 		}
 	}
-	replies := r.apply(s, e, nil)
-	if r.ctx.Err() != nil {
+	replies := d.apply(s, e, nil)
+	if d.ctx.Err() != nil {
 		return // shut down while applying it: the next start applies it again (catchUp)
 	}
 	c.seq = e.Seq
 	if len(replies) > 0 || e.Kind == agent.TurnEnded || len(c.held) > 0 {
-		r.release(s, c, replies)
+		d.release(s, c, replies)
 		return
 	}
-	r.saveCursorLater(s, c)
+	d.saveCursorLater(s, c)
 }
 
 // release sends the answers of the entries applied so far once the
 // cursor is stored past them: a restart never stores one twice, nor
 // sends it again. When the save fails they wait, in order and stored,
 // for the save tried again in a moment (or for the next start).
-func (r *Router) release(s *session, c *cursor, replies []queued) {
+func (d *deliverer) release(s *session, c *cursor, replies []queued) {
 	c.held = append(c.held, replies...)
-	if !r.settleCursor(s, c) {
-		r.retryLater(s)
+	if !d.settleCursor(s, c) {
+		d.retryLater(s)
 		return
 	}
 	held := c.held
 	c.held = nil
-	r.outbox.enqueue(s.board.key, held...)
+	d.outbox.enqueue(s.board.key, held...)
 }
 
 // retryLater queues a catch-up of the session from its cursor after a
 // backoff, on its deliverer: a read or a save that failed (a store that
 // failed once, an etcd election) is tried again without waiting for the
 // session's next event, which may never come once its turn has ended.
-func (r *Router) retryLater(s *session) {
+func (d *deliverer) retryLater(s *session) {
 	c := &s.cursor
 	if c.retrying {
 		return
 	}
 	c.retrying = true
 	c.failures++
-	wait := r.backoff(maxDeliveryBackoff).Wait(c.failures, nil)
-	r.delivery.Later(r.ctx, s.board.key, wait, func() {
-		if r.ctx.Err() != nil {
+	wait := d.backoff(maxDeliveryBackoff).Wait(c.failures, nil)
+	d.delivery.Later(d.ctx, s.board.key, wait, func() {
+		if d.ctx.Err() != nil {
 			return // the next start goes on from the stored cursor
 		}
 		c.retrying = false
-		if r.current(s) { // else the session loads afresh from the store
-			r.catchUpNow(s)
+		if d.current(s) { // else the session loads afresh from the store
+			d.catchUpNow(s)
 		}
 	})
 }
@@ -230,17 +317,17 @@ func (r *Router) retryLater(s *session) {
 // catchUpNow applies every logged entry past the session's cursor and
 // sends the answers they stored, as a start does; on a failure it tries
 // again later.
-func (r *Router) catchUpNow(s *session) {
-	defer r.noteCursor(s)
-	c := r.cursorOf(s)
+func (d *deliverer) catchUpNow(s *session) {
+	defer d.noteCursor(s)
+	c := d.cursorOf(s)
 	if c == nil {
-		r.retryLater(s)
+		d.retryLater(s)
 		return
 	}
-	replies, err := r.catchUp(s, c, 0)
-	r.release(s, c, replies)
+	replies, err := d.catchUp(s, c, 0)
+	d.release(s, c, replies)
 	if err != nil {
-		r.retryLater(s)
+		d.retryLater(s)
 		return
 	}
 	if !c.retrying {
@@ -250,30 +337,30 @@ func (r *Router) catchUpNow(s *session) {
 
 // current reports whether s is the session the router holds for its key
 // (not one forgotten, evicted or deleted since).
-func (r *Router) current(s *session) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.sessions[s.board.key] == s
+func (d *deliverer) current(s *session) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.sessions[s.board.key] == s
 }
 
 // noteCursor records, for eviction (which runs off the delivery queue),
 // whether the session's cursor has work left: applied entries not yet
 // stored, answers waiting for the save, or a retry queued.
-func (r *Router) noteCursor(s *session) {
+func (d *deliverer) noteCursor(s *session) {
 	c := &s.cursor
-	s.unsettled.Store(r.logs != nil && (c.seq > c.saved || len(c.held) > 0 || c.retrying))
+	s.unsettled.Store(d.logs != nil && (c.seq > c.saved || len(c.held) > 0 || c.retrying))
 }
 
 // cursorOf returns the session's cursor, read from the store the first
 // time; nil when it cannot be read (the event is dropped and logged: the
 // next start reads it again).
-func (r *Router) cursorOf(s *session) *cursor {
+func (d *deliverer) cursorOf(s *session) *cursor {
 	c := &s.cursor
-	if c.loaded || r.logs == nil {
+	if c.loaded || d.logs == nil {
 		c.loaded = true
 		return c
 	}
-	seq, err := r.logs.Delivered(r.ctx, s.board.key)
+	seq, err := d.logs.Delivered(d.ctx, s.board.key)
 	if err != nil {
 		s.board.log.Error("read the session's delivery cursor", "err", err)
 		return nil
@@ -286,12 +373,12 @@ func (r *Router) cursorOf(s *session) *cursor {
 // through (0: all of them), and returns the answers they stored, to be
 // released once the cursor is saved. c.have names the entries whose
 // answer the outbox holds already (read back after a restart).
-func (r *Router) catchUp(s *session, c *cursor, through int64) ([]queued, error) {
-	if r.logs == nil {
+func (d *deliverer) catchUp(s *session, c *cursor, through int64) ([]queued, error) {
+	if d.logs == nil {
 		return nil, nil
 	}
 	key := s.board.key
-	entries, err := r.logs.Log(r.ctx, key, c.seq)
+	entries, err := d.logs.Log(d.ctx, key, c.seq)
 	if err != nil {
 		s.board.log.Error("read the session's log; trying again shortly", "after", c.seq, "err", err)
 		return nil, err
@@ -304,8 +391,8 @@ func (r *Router) catchUp(s *session, c *cursor, through int64) ([]queued, error)
 		if l.Seq <= c.seq {
 			continue
 		}
-		replies = append(replies, r.apply(s, l.Event(key), c.have)...)
-		if r.ctx.Err() != nil {
+		replies = append(replies, d.apply(s, l.Event(key), c.have)...)
+		if d.ctx.Err() != nil {
 			// Shut down while applying it (a card waiting for its
 			// budget): the cursor stays before it, and the next start
 			// applies it again, which changes nothing done already.
@@ -321,11 +408,11 @@ func (r *Router) catchUp(s *session, c *cursor, through int64) ([]queued, error)
 
 // settleCursor stores the cursor now, if it moved, and reports whether
 // it is stored.
-func (r *Router) settleCursor(s *session, c *cursor) bool {
-	if r.logs == nil || c.seq <= c.saved {
+func (d *deliverer) settleCursor(s *session, c *cursor) bool {
+	if d.logs == nil || c.seq <= c.saved {
 		return true
 	}
-	if err := r.logs.SaveDelivered(context.WithoutCancel(r.ctx), s.board.key, c.seq); err != nil {
+	if err := d.logs.SaveDelivered(context.WithoutCancel(d.ctx), s.board.key, c.seq); err != nil {
 		s.board.log.Error("save the session's delivery cursor; trying again shortly", "seq", c.seq, "err", err)
 		return false
 	}
@@ -342,35 +429,35 @@ const cursorSaveDelay = time.Second
 
 // saveCursorLater stores the cursor a moment from now, on the session's
 // deliverer (Flush and Close store it at once).
-func (r *Router) saveCursorLater(s *session, c *cursor) {
-	if r.logs == nil || c.saving {
+func (d *deliverer) saveCursorLater(s *session, c *cursor) {
+	if d.logs == nil || c.saving {
 		return
 	}
 	c.saving = true
-	r.delivery.Later(r.ctx, s.board.key, cursorSaveDelay, func() {
-		if r.ctx.Err() != nil {
+	d.delivery.Later(d.ctx, s.board.key, cursorSaveDelay, func() {
+		if d.ctx.Err() != nil {
 			return // Close stores it
 		}
 		c.saving = false
 		// A session forgotten since would store a stale cursor.
-		if r.current(s) && !r.settleCursor(s, c) {
-			r.retryLater(s)
+		if d.current(s) && !d.settleCursor(s, c) {
+			d.retryLater(s)
 		}
-		r.noteCursor(s)
+		d.noteCursor(s)
 	})
 }
 
 // settleCursors stores every session's cursor that moved, on its
 // deliverer, and waits for that.
-func (r *Router) settleCursors() {
-	r.mu.Lock()
-	keys := make([]string, 0, len(r.sessions))
-	for key := range r.sessions {
+func (d *deliverer) settleCursors() {
+	d.mu.Lock()
+	keys := make([]string, 0, len(d.sessions))
+	for key := range d.sessions {
 		keys = append(keys, key)
 	}
-	r.mu.Unlock()
+	d.mu.Unlock()
 	for _, key := range keys {
-		r.Flush(key)
+		d.Flush(key)
 	}
 }
 
@@ -378,8 +465,8 @@ func (r *Router) settleCursors() {
 // process (this one before a restart, or another replica) left: the log
 // past the cursor, then the stored answers, oldest first, then the ones
 // the catch-up stored.
-func (r *Router) resumeDelivery(key string, stored []queued) {
-	r.delivery.Add(key, func() {
+func (d *deliverer) resumeDelivery(key string, stored []queued) {
+	d.delivery.Add(key, func() {
 		// The close items first: a live message a stopped process left
 		// open ends with "answered again below" above the answer sent
 		// again, whichever was stored first (a message started by the
@@ -387,9 +474,9 @@ func (r *Router) resumeDelivery(key string, stored []queued) {
 		slices.SortStableFunc(stored, func(a, b queued) int {
 			return cmp.Compare(boolInt(a.item.LiveRef == nil), boolInt(b.item.LiveRef == nil))
 		})
-		s := r.session(key, nil)
-		if s == nil || s.board.platform == nil || r.logs == nil {
-			r.outbox.enqueue(key, stored...)
+		s := d.session(key, nil)
+		if s == nil || s.board.platform == nil || d.logs == nil {
+			d.outbox.enqueue(key, stored...)
 			return
 		}
 		c := &s.cursor
@@ -404,7 +491,7 @@ func (r *Router) resumeDelivery(key string, stored []queued) {
 		// What was stored goes first, and like every answer only once
 		// the cursor is stored past its entry.
 		c.held = append(c.held, stored...)
-		r.catchUpNow(s)
+		d.catchUpNow(s)
 	})
 }
 
@@ -419,16 +506,16 @@ func boolInt(b bool) int {
 // it), the router does the rest: the approval cards, the answer and the
 // working indicator. It returns the answer stored for the outbox, to be
 // enqueued by the caller (none if have says it is stored already).
-func (r *Router) apply(s *session, e agent.Event, have map[int64]bool) []queued {
+func (d *deliverer) apply(s *session, e agent.Event, have map[int64]bool) []queued {
 	b := s.board
 	rec, _ := b.state()
 	th, trigger, indicated := rec.Thread, rec.Trigger, rec.Indicated
-	ctx := r.ctx // each platform call has its own timeout (paceSend)
+	ctx := d.ctx // each platform call has its own timeout (paceSend)
 	switch e.Kind {
 	case agent.TurnStarted:
 		marked := b.turnStarted(e)
 		if !b.showsSessions() { // else the session's status shows it (status.go)
-			r.working(b, th, marked, true)
+			d.working(b, th, marked, true)
 		}
 	case agent.PlanChanged:
 		b.planChanged(e)
@@ -437,19 +524,19 @@ func (r *Router) apply(s *session, e agent.Event, have map[int64]bool) []queued 
 	case agent.ToolStarted, agent.ToolEnded:
 		b.toolActivity(e)
 	case agent.TextDelta, agent.TextDone:
-		r.liveText(s, th, trigger, e)
+		d.liveText(s, th, trigger, e)
 	case agent.Notice:
 		if e.Text != "" && !have[e.Seq] {
-			return awaitPlan(r.outbox.hold(th, trigger, e.Text, 0, e.Seq), b)
+			return awaitPlan(d.outbox.hold(th, trigger, e.Text, 0, e.Seq), b)
 		}
 	case agent.ApprovalNeeded:
 		b.waiting(e)
 		if e.Approval != nil {
-			r.showCard(ctx, s, th, *e.Approval)
+			d.showCard(ctx, s, th, *e.Approval)
 		}
 	case agent.ApprovalDecided:
 		if e.Approval != nil && e.Decision != nil {
-			r.closeCard(ctx, s, th, *e.Approval, *e.Decision)
+			d.closeCard(ctx, s, th, *e.Approval, *e.Decision)
 		}
 		b.approvalDecided(e)
 	case agent.TurnEnded:
@@ -463,18 +550,18 @@ func (r *Router) apply(s *session, e agent.Event, have map[int64]bool) []queued 
 		case live:
 			var interim []liveSeg
 			id, interim = s.sealLive(e.Turn)
-			r.finishInterim(s, th, trigger, interim)
+			d.finishInterim(s, th, trigger, interim)
 			if e.Text == "" {
 				note := noteFor(e.Outcome)
-				r.lane.Add(th.Key, func() { r.finishLive(s, th, trigger, s.live.open, "", note) })
+				d.lane.Add(th.Key, func() { d.finishLive(s, th, trigger, s.live.open, "", note) })
 			} else if !have[e.Seq] {
-				reply = r.outbox.holdLive(th, trigger, e.Text, e.Turn, e.Seq, id, noteFor(e.Outcome))
+				reply = d.outbox.holdLive(th, trigger, e.Text, e.Turn, e.Seq, id, noteFor(e.Outcome))
 			}
 		case e.Text != "" && !have[e.Seq]:
-			reply = r.outbox.hold(th, trigger, e.Text, e.Turn, e.Seq)
+			reply = d.outbox.hold(th, trigger, e.Text, e.Turn, e.Seq)
 		}
 		b.turnEnded(e)
-		r.turnOver(ctx, s, th, indicated, e)
+		d.turnOver(ctx, s, th, indicated, e)
 		return awaitPlan(reply, b) // the final state, first
 	}
 	return nil
@@ -496,14 +583,14 @@ func awaitPlan(qs []queued, b *Board) []queued {
 // each counted apart), never holding the session's deliverer, its plan or
 // its replies; the moves of one session keep their order. An indicator
 // still waiting when its turn is over is not shown (indicator.shows).
-func (r *Router) working(b *Board, th Thread, msg string, on bool) {
+func (d *deliverer) working(b *Board, th Thread, msg string, on bool) {
 	b.indicator.want(msg, on)
-	since := r.opts.Now()
-	r.queueMove(th.Key, func() {
+	since := d.opts.Now()
+	d.queueMove(th.Key, func() {
 		if on && !b.indicator.shows(msg) {
 			return
 		}
-		if err := r.indicate(b.platform, th, msg, on, since); err != nil && !r.leftToNext(err) {
+		if err := d.indicate(b.platform, th, msg, on, since); err != nil && !d.leftToNext(err) {
 			b.log.Warn("working indicator", "on", on, "err", err)
 		}
 	})
@@ -512,13 +599,13 @@ func (r *Router) working(b *Board, th Thread, msg string, on bool) {
 // indicate shows or clears the working indicator through the delivery
 // step, in one attempt once its budget let it go: an indicator is not
 // worth a retry.
-func (r *Router) indicate(p Platform, th Thread, msg string, on bool, since time.Time) error {
+func (d *deliverer) indicate(p Platform, th Thread, msg string, on bool, since time.Time) error {
 	op, m, prio := "working", MethodReaction, PriorityIntermediate
 	if !on {
 		op, m, prio = "not_working", MethodUnreaction, PriorityFinal
 	}
-	_, err := r.deliver(r.ctx, op, th, r.backoff(time.Second), 1, nil, func(ctx context.Context) error {
-		return r.paceSend(ctx, p, th, m, prio, since, func(ctx context.Context) error {
+	_, err := d.deliver(d.ctx, op, th, d.backoff(time.Second), 1, nil, func(ctx context.Context) error {
+		return d.paceSend(ctx, p, th, m, prio, since, func(ctx context.Context) error {
 			return p.Working(ctx, th, msg, on)
 		})
 	})
@@ -529,8 +616,8 @@ func (r *Router) indicate(p Platform, th Thread, msg string, on bool, since time
 // delivers next: this process is shutting down, or another replica holds
 // the session now. Such a failure is neither reported in the thread nor
 // recorded as given up.
-func (r *Router) leftToNext(err error) bool {
-	return err != nil && (r.ctx.Err() != nil || errors.Is(err, agent.ErrFenced))
+func (d *deliverer) leftToNext(err error) bool {
+	return err != nil && (d.ctx.Err() != nil || errors.Is(err, agent.ErrFenced))
 }
 
 // sendTimeout bounds one platform call of a card or the working
@@ -542,15 +629,15 @@ const sendTimeout = 30 * time.Second
 // budget's priorities take; only shutdown ends the wait), checks that
 // this process still holds the session, then calls send within
 // sendTimeout.
-func (r *Router) paceSend(ctx context.Context, p Platform, th Thread, m Method, prio Priority, since time.Time, send func(ctx context.Context) error) error {
-	if pacer := r.caps[th.Platform].Paced; pacer != nil {
+func (d *deliverer) paceSend(ctx context.Context, p Platform, th Thread, m Method, prio Priority, since time.Time, send func(ctx context.Context) error) error {
+	if pacer := d.caps[th.Platform].Paced; pacer != nil {
 		if err := Pace(ctx, pacer, Request{Thread: th, Method: m, Priority: func() Priority { return prio }, Since: since}); err != nil {
 			return err
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, sendTimeout)
 	defer cancel()
-	if err := r.held(ctx, th.Key); err != nil { // after the wait: this replica may hold it no more
+	if err := d.held(ctx, th.Key); err != nil { // after the wait: this replica may hold it no more
 		return err
 	}
 	return send(ctx)
@@ -569,35 +656,35 @@ func (r *Router) paceSend(ctx context.Context, p Platform, th Thread, m Method, 
 // has no ref, so it is posted again and the new message is the one
 // pinned and edited; the first copy stays in the thread, unpinned (pins
 // follow the stored ref).
-func (r *Router) Resume(ctx context.Context) (int, error) {
+func (d *deliverer) Resume(ctx context.Context) (int, error) {
 	// Only the sessions with work left are visited, from the stores'
 	// indexes: the start's cost grows with them, not with the stored
 	// sessions.
 	var keys []string
-	pending, err := r.opts.Store.PendingBoards(ctx)
+	pending, err := d.opts.Store.PendingBoards(ctx)
 	if err != nil {
-		r.opts.Logger.Error("list plan boards with work left", "err", err)
+		d.opts.Logger.Error("list plan boards with work left", "err", err)
 	}
-	if r.logs != nil {
-		undelivered, err := r.logs.Undelivered(ctx)
+	if d.logs != nil {
+		undelivered, err := d.logs.Undelivered(ctx)
 		if err != nil {
-			r.opts.Logger.Error("list sessions with undelivered log entries", "err", err)
+			d.opts.Logger.Error("list sessions with undelivered log entries", "err", err)
 		}
 		keys = append(keys, undelivered...)
 	}
 	// Boards first: their loops go on the sessions' lanes before the
 	// stored replies that come after their plans.
 	for _, key := range pending {
-		if b := r.Board(key); b != nil && b.platform != nil {
+		if b := d.board(key, nil); b != nil && b.platform != nil {
 			b.set(func(*boardRecord, *Plan) {})
 		}
 	}
-	stored, err := r.outbox.stored(ctx)
+	stored, err := d.outbox.stored(ctx)
 	if err != nil {
 		// Which answers are stored is not known: catching a log up now
 		// could store one twice. The next start tries again; until then
 		// the boards show what they recorded.
-		r.opts.Logger.Error("read the stored replies back; the sessions' delivery resumes at the next start", "err", err)
+		d.opts.Logger.Error("read the stored replies back; the sessions' delivery resumes at the next start", "err", err)
 		return 0, err
 	}
 	bySession := map[string][]queued{}
@@ -612,7 +699,7 @@ func (r *Router) Resume(ctx context.Context) (int, error) {
 	for _, key := range keys {
 		if !seen[key] {
 			seen[key] = true
-			r.resumeDelivery(key, bySession[key])
+			d.resumeDelivery(key, bySession[key])
 		}
 	}
 	return len(stored), nil
@@ -622,23 +709,23 @@ func (r *Router) Resume(ctx context.Context) (int, error) {
 // taken from another replica (DESIGN §14): its records are read afresh,
 // and the plan post or edit, the log's entries and the replies the other
 // one left are delivered here, from the session's cursor.
-func (r *Router) ResumeSession(ctx context.Context, key string) {
-	r.delivery.Add(key, func() { r.Forget(key) }) // behind what was queued for it before
-	data, berr := r.opts.Store.Board(ctx, key)
+func (d *deliverer) ResumeSession(ctx context.Context, key string) {
+	d.delivery.Add(key, func() { d.forget(key) }) // behind what was queued for it before
+	data, berr := d.opts.Store.Board(ctx, key)
 	if berr != nil {
-		r.opts.Logger.Error("read plan board", "session", key, "err", berr)
+		d.opts.Logger.Error("read plan board", "session", key, "err", berr)
 		data = nil
 	}
-	stored, err := r.outbox.storedOf(ctx, key)
+	stored, err := d.outbox.storedOf(ctx, key)
 	if err != nil {
-		r.opts.Logger.Error("resume undelivered replies", "session", key, "err", err)
+		d.opts.Logger.Error("resume undelivered replies", "session", key, "err", err)
 	}
-	r.delivery.Add(key, func() {
+	d.delivery.Add(key, func() {
 		if BoardPending(data) { // first: a stored reply waits for its plan's post
-			if b := r.Board(key); b != nil && b.platform != nil {
+			if b := d.board(key, nil); b != nil && b.platform != nil {
 				b.set(func(*boardRecord, *Plan) {})
 			}
 		}
 	})
-	r.resumeDelivery(key, stored)
+	d.resumeDelivery(key, stored)
 }

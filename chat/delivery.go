@@ -93,8 +93,8 @@ func (b Backoff) Wait(attempt int, err error) time.Duration {
 }
 
 // backoff is the router's retry policy, from Options.RetryDelay up to max.
-func (r *Router) backoff(max time.Duration) Backoff {
-	return Backoff{First: r.opts.RetryDelay, Max: max}
+func (d *deliverer) backoff(max time.Duration) Backoff {
+	return Backoff{First: d.opts.RetryDelay, Max: max}
 }
 
 // Fence is implemented by stores shared by several replicas (DESIGN §14):
@@ -107,11 +107,11 @@ type Fence interface {
 }
 
 // held returns the fence's verdict on the session; nil without a fence.
-func (r *Router) held(ctx context.Context, key string) error {
-	if r.opts.Fence == nil {
+func (d *deliverer) held(ctx context.Context, key string) error {
+	if d.opts.Fence == nil {
 		return nil
 	}
-	return r.opts.Fence.Held(ctx, key)
+	return d.opts.Fence.Held(ctx, key)
 }
 
 // sendUntil runs send until it succeeds, its outcome is not worth a retry

@@ -79,7 +79,7 @@ func TestRepostsAreBounded(t *testing.T) {
 	p := &fakePlatform{pinErr: fmt.Errorf("pin: unknown message: %w", ErrMessageGone)}
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond})
 	t.Cleanup(r.Close)
-	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
 	settle(t, r, "test/1")
 	if got := p.count("post"); got != 1+maxReposts {
@@ -113,7 +113,7 @@ func TestEditLaterBacksOffBeforeReposting(t *testing.T) {
 			}
 			r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, EditLaterDelay: time.Millisecond})
 			t.Cleanup(r.Close)
-			r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+			r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 			observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
 			settle(t, r, "test/1")
 			observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 2, Plan: plan(2, todo.Completed)})
@@ -147,7 +147,7 @@ func TestReplyDeliveredAfterTransientErrors(t *testing.T) {
 	ob := &chattest.Outbox{}
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: ob})
 	t.Cleanup(r.Close)
-	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "the answer"})
 	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "a second answer"})
 	settle(t, r, "test/1")
@@ -180,7 +180,7 @@ func TestRetryAsksWhetherAnEarlierAttemptLanded(t *testing.T) {
 	}}
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
 	t.Cleanup(r.Close)
-	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "the answer"})
 	settle(t, r, "test/1")
 	p.mu.Lock()
@@ -209,7 +209,7 @@ func TestUndeliverableReplyIsReported(t *testing.T) {
 	ob := &chattest.Outbox{}
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: ob, Hooks: hooks})
 	t.Cleanup(r.Close)
-	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "lost answer"})
 	settle(t, r, "test/1")
 	mu.Lock()
@@ -240,7 +240,7 @@ func TestOutboxSurvivesRestart(t *testing.T) {
 	ob := &chattest.Outbox{}
 	boards := &chattest.Boards{}
 	r := NewRouter(Options{Store: boards, Platforms: map[string]Platform{"test": down}, RetryDelay: time.Hour, Outbox: ob})
-	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "kept answer"})
 	deadline := time.Now().Add(5 * time.Second)
 	for down.count("reply-error") == 0 && time.Now().Before(deadline) {
@@ -268,7 +268,7 @@ func TestOutboxSurvivesRestart(t *testing.T) {
 func TestWorkingIndicatorClearedWhereItWasSet(t *testing.T) {
 	p := &fakePlatform{}
 	r := newTestRouter(t, p, &chattest.Boards{})
-	b := r.Board("test/1")
+	b := r.out.board("test/1", nil)
 	b.update(func(rec *boardRecord) { rec.Trigger = "msg-1" })
 	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnStarted})
 	settleStatuses(t, r, "test/1") // shown before the turn ends
@@ -303,11 +303,11 @@ func TestUnfinishedPlanEditResumedAfterRestart(t *testing.T) {
 	boards := &chattest.Boards{}
 	down := &failingEdits{}
 	r := NewRouter(Options{Store: boards, Platforms: map[string]Platform{"test": down}, RetryDelay: time.Millisecond})
-	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress)})
-	r.Board("test/1").Wait()
+	r.out.board("test/1", nil).Wait()
 	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Plan: plan(1, todo.InProgress)})
-	r.Board("test/1").Wait()
+	r.out.board("test/1", nil).Wait()
 	r.Close()
 
 	up := &fakePlatform{}
@@ -332,7 +332,7 @@ func TestEvictDropsOnlyIdleBoards(t *testing.T) {
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p, "other": other}})
 	t.Cleanup(r.Close)
 	for _, key := range []string{"test/idle", "test/busy"} {
-		r.board(key, &Thread{Platform: "test", Key: key, Channel: "C1"})
+		r.out.board(key, &Thread{Platform: "test", Key: key, Channel: "C1"})
 		observe(r, agent.Event{Session: key, Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
 		settle(t, r, key)
 	}
@@ -343,10 +343,10 @@ func TestEvictDropsOnlyIdleBoards(t *testing.T) {
 	if n := r.Evict(0); n != 1 {
 		t.Fatalf("evicted %d boards, want the idle one", n)
 	}
-	r.mu.Lock()
-	_, idle := r.sessions["test/idle"]
-	_, busy := r.sessions["test/busy"]
-	r.mu.Unlock()
+	r.out.mu.Lock()
+	_, idle := r.out.sessions["test/idle"]
+	_, busy := r.out.sessions["test/busy"]
+	r.out.mu.Unlock()
 	if idle || !busy {
 		t.Errorf("after Evict: idle kept %t, busy kept %t", idle, busy)
 	}
@@ -359,14 +359,14 @@ func TestEvictDropsOnlyIdleBoards(t *testing.T) {
 	if cards := r.Cards("test/idle"); len(cards) != 0 {
 		t.Errorf("cards %+v, want none", cards)
 	}
-	r.mu.Lock()
-	_, idle = r.sessions["test/idle"]
-	r.mu.Unlock()
+	r.out.mu.Lock()
+	_, idle = r.out.sessions["test/idle"]
+	r.out.mu.Unlock()
 	if idle {
 		t.Error("Cards brought the evicted session back into memory")
 	}
 	// An evicted board loads again from the store, with its message.
-	if _, ref := r.Board("test/idle").Shown(); ref.IsZero() {
+	if _, ref := r.out.board("test/idle", nil).Shown(); ref.IsZero() {
 		t.Error("the evicted board lost its plan message")
 	}
 }
@@ -382,7 +382,7 @@ func TestDeletedTellsThePlatforms(t *testing.T) {
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p, "other": other}})
 	t.Cleanup(r.Close)
 	for _, key := range []string{"test/gone", "test/back"} {
-		r.board(key, &Thread{Platform: "test", Key: key, Channel: "C1"})
+		r.out.board(key, &Thread{Platform: "test", Key: key, Channel: "C1"})
 		observe(r, agent.Event{Session: key, Kind: agent.TurnEnded, Outcome: agent.Done})
 		settle(t, r, key)
 	}
@@ -397,10 +397,10 @@ func TestDeletedTellsThePlatforms(t *testing.T) {
 	if !slices.Equal(p.forgot, []string{"test/gone"}) || !slices.Equal(other.forgot, []string{"test/gone"}) {
 		t.Errorf("platforms told to forget %q and %q, want the deleted idle session on both", p.forgot, other.forgot)
 	}
-	r.mu.Lock()
-	_, gone := r.sessions["test/gone"]
-	_, back := r.sessions["test/back"]
-	r.mu.Unlock()
+	r.out.mu.Lock()
+	_, gone := r.out.sessions["test/gone"]
+	_, back := r.out.sessions["test/back"]
+	r.out.mu.Unlock()
 	if gone || !back {
 		t.Errorf("after Deleted: the idle one kept %t, the one in use again kept %t", gone, back)
 	}
@@ -417,7 +417,7 @@ func TestDeletedSessionInUseStartsItsLogAfresh(t *testing.T) {
 	r := NewRouter(Options{Runner: &chattest.Runner{}, Store: &chattest.Boards{}, Log: logs, Platforms: map[string]Platform{"test": p}})
 	t.Cleanup(r.Close)
 	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
-	r.board(th.Key, &th)
+	r.out.board(th.Key, &th)
 	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
 	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Completed)}))
 	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Text: "the first answer"}))
@@ -449,7 +449,7 @@ func TestEvictKeepsAnAnswerWaitingForItsCursor(t *testing.T) {
 	r := NewRouter(Options{Store: &chattest.Boards{}, Outbox: &chattest.Outbox{}, Log: logs, Platforms: map[string]Platform{"test": p}, RetryDelay: 300 * time.Millisecond})
 	t.Cleanup(r.Close)
 	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
-	r.board(th.Key, &th)
+	r.out.board(th.Key, &th)
 	observe(r, logs.l.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
 	logs.failSaves.Store(1)
 	observe(r, logs.l.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Text: "the answer"}))
@@ -479,17 +479,17 @@ func TestConcurrentRepliesDeliveredOnce(t *testing.T) {
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond})
 	t.Cleanup(r.Close)
 	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
-	r.board("test/1", &th)
+	r.out.board("test/1", &th)
 	// A reply that arrives just as the queue empties must not start a
 	// second delivery goroutine for the same session.
 	var once sync.Once
-	r.outbox.afterPop = func() { once.Do(func() { r.outbox.add(th, "", "just after") }) }
+	r.out.outbox.afterPop = func() { once.Do(func() { r.out.outbox.add(th, "", "just after") }) }
 	var wg sync.WaitGroup
 	for i := range 200 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r.outbox.add(th, "", fmt.Sprintf("reply %d", i))
+			r.out.outbox.add(th, "", fmt.Sprintf("reply %d", i))
 		}()
 		if i%3 == 0 {
 			time.Sleep(50 * time.Microsecond)
@@ -582,7 +582,7 @@ func TestPostWithoutStoredRefIsRepeated(t *testing.T) {
 	if up.count("post") != 1 || up.count("pin") != 1 {
 		t.Fatalf("calls %+v, want one new post, pinned", up.calls)
 	}
-	if _, ref := r.Board("test/1").Shown(); ref.ID != "m2" {
+	if _, ref := r.out.board("test/1", nil).Shown(); ref.ID != "m2" {
 		t.Errorf("the board works on %q, want the new message m2", ref.ID)
 	}
 	if up.count("edit") != 1 || up.plan("m2").Revision != 1 {
@@ -601,7 +601,7 @@ func TestPostWithoutStoredRefIsRepeated(t *testing.T) {
 	if wantKey := fmt.Sprintf("plan/test/1/%d", began.UnixNano()); len(up.posts) != 1 || up.posts[0].key != wantKey || !up.posts[0].unsure {
 		t.Errorf("the post carried %+v, want key %s marked as maybe posted", up.posts, wantKey)
 	}
-	if rec, _ := r.Board("test/1").state(); rec.Posting != nil {
+	if rec, _ := r.out.board("test/1", nil).state(); rec.Posting != nil {
 		t.Errorf("the record still says a post is under way after its ref was stored")
 	}
 }
@@ -678,7 +678,7 @@ func TestFencedBoardSendsNothingMore(t *testing.T) {
 	if n := len(up.calls); n != 1 {
 		t.Fatalf("calls %+v: want only the one request made while the fence held", up.calls)
 	}
-	r.outbox.add(Thread{Platform: "test", Key: "test/1", Channel: "C1"}, "", "late reply")
+	r.out.outbox.add(Thread{Platform: "test", Key: "test/1", Channel: "C1"}, "", "late reply")
 	settle(t, r, "test/1")
 	if n := len(up.calls); n != 1 {
 		t.Errorf("a reply went out after the fence: calls %+v", up.calls)
@@ -706,7 +706,7 @@ func TestResetThenNewPlanPostsItsOwnMessage(t *testing.T) {
 	p := &fakePlatform{next: 1, shown: map[string]Plan{"m1": shown}}
 	r := NewRouter(Options{Store: boards, Platforms: map[string]Platform{"test": p}})
 	t.Cleanup(r.Close)
-	r.Board("test/1").reset()
+	r.out.board("test/1", nil).reset()
 	settle(t, r, "test/1")
 	observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: items("a new task")})
 	settle(t, r, "test/1")
@@ -717,7 +717,7 @@ func TestResetThenNewPlanPostsItsOwnMessage(t *testing.T) {
 	if got := p.plan("m1"); got.Revision != 1 || got.State != StateDone {
 		t.Errorf("the archived message now shows rev %d %s, want its own plan", got.Revision, got.State)
 	}
-	if _, ref := r.Board("test/1").Shown(); ref.ID != "m2" {
+	if _, ref := r.out.board("test/1", nil).Shown(); ref.ID != "m2" {
 		t.Errorf("the board works on %q, want the new message m2", ref.ID)
 	}
 }
@@ -756,7 +756,7 @@ func TestPostingNotedBeforeThePost(t *testing.T) {
 			}
 			r := NewRouter(Options{Store: boards, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond})
 			t.Cleanup(r.Close)
-			r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+			r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 			observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
 			settle(t, r, "test/1")
 			if len(noted) != 2 || !noted[0] || !noted[1] {
@@ -768,7 +768,7 @@ func TestPostingNotedBeforeThePost(t *testing.T) {
 			if p.posts[0].key != p.posts[1].key {
 				t.Errorf("keys %q then %q, want the same message's key", p.posts[0].key, p.posts[1].key)
 			}
-			if rec, _ := r.Board("test/1").state(); rec.Posting != nil || rec.Ref.IsZero() {
+			if rec, _ := r.out.board("test/1", nil).state(); rec.Posting != nil || rec.Ref.IsZero() {
 				t.Errorf("after the post: posting %v, ref %v; want cleared and stored", rec.Posting, rec.Ref)
 			}
 		})
@@ -805,7 +805,7 @@ func TestDeliveryGoesOnFromTheCursor(t *testing.T) {
 			boards, ob, logs, p := &chattest.Boards{}, &chattest.Outbox{}, &chattest.Log{}, &fakePlatform{}
 			th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
 			r := NewRouter(Options{Store: boards, Outbox: ob, Log: logs, Platforms: map[string]Platform{"test": p}})
-			r.board(th.Key, &th)
+			r.out.board(th.Key, &th)
 			observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 2}))
 			observe(r, logs.Append(th.Key, agent.Event{Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Completed)}))
 			end := logs.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 2, Outcome: agent.Done, Text: "the answer", Plan: plan(1, todo.Completed), Revision: 1})
@@ -814,7 +814,7 @@ func TestDeliveryGoesOnFromTheCursor(t *testing.T) {
 			}
 			settle(t, r, th.Key)
 			if tc.storedFirst {
-				r.outbox.hold(th, "", "the answer", 2, end.Seq)
+				r.out.outbox.hold(th, "", "the answer", 2, end.Seq)
 			}
 			r.Close() // the kill: the turn's end was committed, never delivered
 			if got := p.plan("m1"); got.State != StateWorking || !got.Stoppable {
@@ -869,7 +869,7 @@ func TestDeliveryReadsWhatItMissed(t *testing.T) {
 	r := NewRouter(Options{Store: &chattest.Boards{}, Log: logs, Platforms: map[string]Platform{"test": p}})
 	t.Cleanup(r.Close)
 	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
-	r.board(th.Key, &th)
+	r.out.board(th.Key, &th)
 	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
 	logs.Append(th.Key, agent.Event{Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress)})
 	logs.Append(th.Key, agent.Event{Kind: agent.PlanChanged, Revision: 2, Plan: plan(2, todo.Completed)})
@@ -937,7 +937,7 @@ func TestReplyWaitsForTheTurnsEndToBeSaved(t *testing.T) {
 	ob, p := &chattest.Outbox{}, &fakePlatform{}
 	r := NewRouter(Options{Store: boards, Outbox: ob, Platforms: map[string]Platform{"test": p}})
 	t.Cleanup(r.Close)
-	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnStarted, Turn: 1})
 	settle(t, r, "test/1")
 
@@ -1006,7 +1006,7 @@ func TestDeliveryAppliesNothingPastAGap(t *testing.T) {
 	r := NewRouter(Options{Store: &chattest.Boards{}, Log: logs, Platforms: map[string]Platform{"test": p}, RetryDelay: 200 * time.Millisecond})
 	t.Cleanup(r.Close)
 	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
-	r.board(th.Key, &th)
+	r.out.board(th.Key, &th)
 	observe(r, logs.l.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
 	logs.l.Append(th.Key, agent.Event{Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Completed)})
 	end := logs.l.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Text: "the answer", Plan: plan(1, todo.Completed), Revision: 1})
@@ -1022,7 +1022,7 @@ func TestDeliveryAppliesNothingPastAGap(t *testing.T) {
 	}
 
 	waitFor(t, "the answer after the log could be read again", func() bool { return p.count("reply") > 0 })
-	r.Flush(th.Key)
+	r.out.Flush(th.Key)
 	settle(t, r, th.Key)
 	if got := p.plan("m1"); got.Revision != 1 || got.State != StateDone {
 		t.Errorf("m1 shows revision %d %q, want revision 1 done", got.Revision, got.State)
@@ -1046,14 +1046,14 @@ func TestDeliveryRetriesAnUnreadCursor(t *testing.T) {
 	r := NewRouter(Options{Store: &chattest.Boards{}, Log: logs, Platforms: map[string]Platform{"test": p}, RetryDelay: 50 * time.Millisecond})
 	t.Cleanup(r.Close)
 	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
-	r.board(th.Key, &th)
+	r.out.board(th.Key, &th)
 	logs.l.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1})
 	logs.l.Append(th.Key, agent.Event{Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Completed)})
 	end := logs.l.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Text: "the answer", Plan: plan(1, todo.Completed), Revision: 1})
 	logs.failCursors.Store(1)
 	observe(r, end)
 	waitFor(t, "the answer after the cursor could be read again", func() bool { return p.count("reply") > 0 })
-	r.Flush(th.Key)
+	r.out.Flush(th.Key)
 	settle(t, r, th.Key)
 	if got := p.plan("m1"); got.Revision != 1 || got.State != StateDone {
 		t.Errorf("m1 shows revision %d %q, want revision 1 done", got.Revision, got.State)
@@ -1084,7 +1084,7 @@ func TestAnswerWaitsForItsCursor(t *testing.T) {
 	logs, boards, ob, p := &flakyLog{l: &chattest.Log{}}, &chattest.Boards{}, &chattest.Outbox{}, &fakePlatform{}
 	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
 	r := NewRouter(Options{Store: boards, Outbox: ob, Log: logs, Platforms: map[string]Platform{"test": p}, RetryDelay: 200 * time.Millisecond})
-	r.board(th.Key, &th)
+	r.out.board(th.Key, &th)
 	observe(r, logs.l.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
 	var early atomic.Bool
 	p.replyErr = func(int) error {
@@ -1136,7 +1136,7 @@ func TestResumedStartAfterItsEndIsIgnored(t *testing.T) {
 	r := NewRouter(Options{Runner: &chattest.Runner{}, Store: &chattest.Boards{}, Log: logs, Platforms: map[string]Platform{"test": p}})
 	t.Cleanup(r.Close)
 	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
-	r.board(th.Key, &th)
+	r.out.board(th.Key, &th)
 	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 3}))
 	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress)}))
 	settle(t, r, th.Key)
@@ -1150,7 +1150,7 @@ func TestResumedStartAfterItsEndIsIgnored(t *testing.T) {
 	observe(r, end)
 	settle(t, r, th.Key)
 
-	shown, _ := r.Board(th.Key).Shown()
+	shown, _ := r.out.board(th.Key, nil).Shown()
 	if shown.State != StateDone {
 		t.Errorf("the plan shows %q, want %q", shown.State, StateDone)
 	}

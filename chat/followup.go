@@ -83,7 +83,8 @@ func (r *Router) Hold(ctx context.Context, in Incoming) (bool, error) {
 // They are handled under the router's context, not the caller's: what
 // the caller's carries belongs to its own message (a replica's handed-over
 // event, consumed as that message is queued).
-func (r *Router) takeFollowUps(ctx context.Context, first Incoming) {
+func (m *message) takeFollowUps(ctx context.Context) {
+	r, first := m.r, m.in
 	raws, err := r.followUps.TakeFollowUps(ctx, first.Thread.Key)
 	if err != nil {
 		r.opts.Logger.Error("take the follow-ups that waited for the session", "session", first.Thread.Key, "err", err)

@@ -80,7 +80,7 @@ func TestIndicatorWaitsForItsBudgetAlone(t *testing.T) {
 	p := newGatedReactions()
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
 	t.Cleanup(r.Close)
-	b := r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	b := r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	b.update(func(rec *boardRecord) { rec.Trigger = "msg-1" })
 	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnStarted})
 	p.waitAsked(t, MethodReaction) // waiting for its slot
@@ -111,7 +111,7 @@ func TestIndicatorNotShownAfterItsTurn(t *testing.T) {
 	p := newGatedReactions()
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
 	t.Cleanup(r.Close)
-	b := r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	b := r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	for i, msg := range []string{"msg-1", "msg-2"} {
 		b.update(func(rec *boardRecord) { rec.Trigger = msg })
 		observe(r, agent.Event{Session: "test/1", Kind: agent.TurnStarted})
@@ -137,7 +137,7 @@ func TestCardLeftToTheNextDelivererAtShutdown(t *testing.T) {
 	boards, ob, logs := &chattest.Boards{}, &chattest.Outbox{}, &chattest.Log{}
 	r := NewRouter(Options{Runner: &decider{}, Store: boards, Log: logs, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: ob})
 	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
-	r.board(th.Key, &th)
+	r.out.board(th.Key, &th)
 	a := agent.Approval{CallID: "call_1", Tool: "fs__write_file", Server: "fs", Arguments: "{}", Requester: "UANN", Deadline: time.Now().Add(time.Hour)}
 	e := logs.Append(th.Key, agent.Event{Kind: agent.ApprovalNeeded, Turn: 1, Approval: &a})
 	r.Observe(e)
@@ -182,7 +182,7 @@ func TestCardsKeepToTheBudgets(t *testing.T) {
 	p := &pacedCards{}
 	r := NewRouter(Options{Runner: &decider{}, Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond})
 	t.Cleanup(r.Close)
-	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	a := agent.Approval{CallID: "call_1", Tool: "fs__write_file", Server: "fs", Arguments: "{}", Requester: "UANN", Deadline: time.Now().Add(time.Hour)}
 	observe(r, agent.Event{Session: "test/1", Kind: agent.ApprovalNeeded, Approval: &a})
 	observe(r, agent.Event{Session: "test/1", Kind: agent.ApprovalDecided, Approval: &a, Decision: &agent.Decision{Allow: true, By: "UANN"}})

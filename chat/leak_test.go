@@ -81,7 +81,7 @@ func TestPendingPinCostsNoGoroutine(t *testing.T) {
 		base := runtime.NumGoroutine()
 		for i := range n {
 			key := fmt.Sprintf("test/%d", i)
-			r.board(key, &Thread{Platform: "test", Key: key, Channel: fmt.Sprintf("C%d", i)})
+			r.out.board(key, &Thread{Platform: "test", Key: key, Channel: fmt.Sprintf("C%d", i)})
 			observe(r, chattest.Revision(key, 1))
 			observe(r, agent.Event{Session: key, Kind: agent.TurnEnded, Outcome: agent.Done, Text: "the answer " + key})
 		}
@@ -173,7 +173,7 @@ func TestFencedBoardOwesNoPin(t *testing.T) {
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond,
 		Outbox: &chattest.Outbox{}, Fence: fence})
 	t.Cleanup(r.Close)
-	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	observe(r, chattest.Revision("test/1", 1))
 	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done})
 	waitUntil(t, func() bool { return gate.Waiting() == 1 })
@@ -183,7 +183,7 @@ func TestFencedBoardOwesNoPin(t *testing.T) {
 	fence.mu.Unlock()
 	observe(r, agent.Event{Session: "test/1", Kind: agent.EvidenceChanged, Revision: 1, Calls: 1}) // an edit, fenced
 	waitUntil(t, func() bool {
-		b := r.Board("test/1")
+		b := r.out.board("test/1", nil)
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		return !b.running && !b.owesSlotLocked()

@@ -43,7 +43,7 @@ func DecodeListing(listing []byte) (title string, hidden bool) {
 
 // Visible reports whether a session exists and was not deleted.
 func (r *Router) Visible(key string) bool {
-	s := r.session(key, nil)
+	s := r.out.session(key, nil)
 	if s == nil {
 		return false
 	}
@@ -54,7 +54,7 @@ func (r *Router) Visible(key string) bool {
 
 // Rename sets a session's title (shown in listings).
 func (r *Router) Rename(key, title string) (Thread, bool) {
-	s := r.session(key, nil)
+	s := r.out.session(key, nil)
 	if s == nil {
 		return Thread{}, false
 	}

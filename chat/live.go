@@ -92,10 +92,10 @@ func WithLiveStarted(ctx context.Context, f func(MessageRef)) context.Context {
 }
 
 // noteStarted returns ctx noting the live messages a call starts for s.
-func (r *Router) noteStarted(ctx context.Context, s *session, th Thread) context.Context {
+func (d *deliverer) noteStarted(ctx context.Context, s *session, th Thread) context.Context {
 	return WithLiveStarted(ctx, func(ref MessageRef) {
 		if ref != s.live.ref {
-			r.keepCloser(s, th, ref)
+			d.keepCloser(s, th, ref)
 		}
 	})
 }
@@ -172,8 +172,8 @@ func liveReplier(c Caps) (LiveReplier, bool) {
 
 // liveText buffers a TextDelta or TextDone on the session's deliverer,
 // and queues a flush if none is queued.
-func (r *Router) liveText(s *session, th Thread, replyTo string, e agent.Event) {
-	if _, ok := liveReplier(s.board.caps); !ok || r.ctx.Err() != nil {
+func (d *deliverer) liveText(s *session, th Thread, replyTo string, e agent.Event) {
+	if _, ok := liveReplier(s.board.caps); !ok || d.ctx.Err() != nil {
 		return
 	}
 	l := &s.live
@@ -187,14 +187,14 @@ func (r *Router) liveText(s *session, th Thread, replyTo string, e agent.Event) 
 	l.queued = true
 	l.mu.Unlock()
 	if queue {
-		r.lane.Add(th.Key, func() { r.flushLive(s, th, replyTo, epoch) })
+		d.lane.Add(th.Key, func() { d.flushLive(s, th, replyTo, epoch) })
 	}
 }
 
 // flushLive shows what is buffered, on the session's outbox queue: a
 // reply superseded by a later one is ended with a note, a finished one
 // ends on its whole text, and the current one gets its whole words.
-func (r *Router) flushLive(s *session, th Thread, replyTo string, epoch int) {
+func (d *deliverer) flushLive(s *session, th Thread, replyTo string, epoch int) {
 	l := &s.live
 	l.mu.Lock()
 	if l.epoch != epoch {
@@ -220,11 +220,11 @@ func (r *Router) flushLive(s *session, th Thread, replyTo string, epoch int) {
 	for i, seg := range segs {
 		switch {
 		case seg.done:
-			r.finishLive(s, th, replyTo, seg.id, seg.text, "")
+			d.finishLive(s, th, replyTo, seg.id, seg.text, "")
 		case i < len(segs)-1 && segs[i+1].id != seg.id:
 			// A retried request's reply: what it showed ends, with a note.
 			if l.open == seg.id {
-				r.finishLive(s, th, replyTo, seg.id, "", noteInterrupted)
+				d.finishLive(s, th, replyTo, seg.id, "", noteInterrupted)
 			}
 		default:
 			if seg.nudge && seg.text == "" && l.open != seg.id {
@@ -243,7 +243,7 @@ func (r *Router) flushLive(s *session, th Thread, replyTo string, epoch int) {
 				l.mu.Unlock()
 			}
 			if words != "" || seg.nudge {
-				r.appendLive(s, th, replyTo, seg.id, words, epoch)
+				d.appendLive(s, th, replyTo, seg.id, words, epoch)
 			}
 		}
 	}
@@ -251,7 +251,7 @@ func (r *Router) flushLive(s *session, th Thread, replyTo string, epoch int) {
 
 // nudgeLive has reply id's kept text tried again in a moment, unless new
 // words or the turn's end come first.
-func (r *Router) nudgeLive(s *session, th Thread, replyTo, id string, epoch int) {
+func (d *deliverer) nudgeLive(s *session, th Thread, replyTo, id string, epoch int) {
 	l := &s.live
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -259,10 +259,10 @@ func (r *Router) nudgeLive(s *session, th Thread, replyTo, id string, epoch int)
 		return
 	}
 	l.nudging = true
-	r.lane.Later(r.ctx, th.Key, livePaceRetry, func() {
+	d.lane.Later(d.ctx, th.Key, livePaceRetry, func() {
 		l.mu.Lock()
 		l.nudging = false
-		if l.epoch != epoch || r.ctx.Err() != nil {
+		if l.epoch != epoch || d.ctx.Err() != nil {
 			l.mu.Unlock()
 			return
 		}
@@ -278,7 +278,7 @@ func (r *Router) nudgeLive(s *session, th Thread, replyTo, id string, epoch int)
 		l.queued = true
 		l.mu.Unlock()
 		if queue {
-			r.lane.Add(th.Key, func() { r.flushLive(s, th, replyTo, epoch) })
+			d.lane.Add(th.Key, func() { d.flushLive(s, th, replyTo, epoch) })
 		}
 	})
 }
@@ -303,27 +303,27 @@ func wholeWords(text string) (words, rest string) {
 // appendLive hands words of reply id to the platform, through the
 // delivery step: paced as a post, after the plan's first post, when it
 // starts the reply's message.
-func (r *Router) appendLive(s *session, th Thread, replyTo, id, words string, epoch int) {
+func (d *deliverer) appendLive(s *session, th Thread, replyTo, id, words string, epoch int) {
 	lr, _ := liveReplier(s.board.caps)
 	l := &s.live
-	ctx := r.ctx
+	ctx := d.ctx
 	if l.open != id {
 		if l.open != "" {
-			r.finishLive(s, th, replyTo, l.open, "", noteInterrupted)
+			d.finishLive(s, th, replyTo, l.open, "", noteInterrupted)
 		}
-		r.planShown(th.Key, 0)
+		d.planShown(th.Key, 0)
 	}
-	first, since := l.open != id, r.opts.Now()
+	first, since := l.open != id, d.opts.Now()
 	text := words
 	var ref MessageRef
 	later := false
-	_, err := r.deliver(ctx, "reply_live", th, r.backoff(2*time.Second), liveAppendAttempts, nil, func(ctx context.Context) error {
+	_, err := d.deliver(ctx, "reply_live", th, d.backoff(2*time.Second), liveAppendAttempts, nil, func(ctx context.Context) error {
 		if first {
 			if err := Pace(ctx, s.board.caps.Paced, Request{Thread: th, Method: MethodPost, Priority: func() Priority { return PriorityFinal }, Since: since}); err != nil {
 				return err
 			}
 		}
-		if err := r.held(ctx, th.Key); err != nil {
+		if err := d.held(ctx, th.Key); err != nil {
 			return err
 		}
 		actx, cancel := context.WithTimeout(ctx, replyTimeout)
@@ -331,21 +331,21 @@ func (r *Router) appendLive(s *session, th Thread, replyTo, id, words string, ep
 		t := text
 		text = "" // the platform keeps it from now on
 		var err error
-		ref, err = lr.AppendLive(r.noteStarted(actx, s, th), th, replyTo, id, t)
+		ref, err = lr.AppendLive(d.noteStarted(actx, s, th), th, replyTo, id, t)
 		if errors.Is(err, ErrPaceLater) {
 			later, err = true, nil
 		}
 		return err
 	})
 	if later {
-		r.nudgeLive(s, th, replyTo, id, epoch)
+		d.nudgeLive(s, th, replyTo, id, epoch)
 	}
 	l.setOpen(id)
 	if err != nil && ctx.Err() == nil && !errors.Is(err, agent.ErrFenced) {
 		s.board.log.Warn("live reply not shown yet; the answer is finished whole", "reply", id, "err", err)
 	}
 	if ref.ID != "" && ref != l.ref {
-		r.keepCloser(s, th, ref)
+		d.keepCloser(s, th, ref)
 	}
 }
 
@@ -353,26 +353,26 @@ func (r *Router) appendLive(s *session, th Thread, replyTo, id, words string, ep
 // previous message's. It is given the session that shows the reply: one
 // looked up again could be another (evicted or forgotten meanwhile), and
 // the close item would be left behind.
-func (r *Router) keepCloser(s *session, th Thread, ref MessageRef) {
+func (d *deliverer) keepCloser(s *session, th Thread, ref MessageRef) {
 	l := &s.live
-	o := r.outbox
-	now := r.opts.Now()
+	o := d.outbox
+	now := d.opts.Now()
 	it := outboxItem{Key: fmt.Sprintf("live/%s/%s", th.Key, ref.ID), Thread: th, Text: noteInterrupted, Created: now, LiveRef: &ref}
 	raw, _ := json.Marshal(it)
-	ids, err := o.store.AddOutbox(context.WithoutCancel(r.ctx), th.Key, [][]byte{raw})
+	ids, err := o.store.AddOutbox(context.WithoutCancel(d.ctx), th.Key, [][]byte{raw})
 	if err != nil {
 		s.board.log.Warn("store the live reply's close item; a kill now would leave it open", "err", err)
 		ids = []uint64{0}
 	}
-	r.dropCloser(s)
+	d.dropCloser(s)
 	l.ref, l.closer = ref, ids[0]
 }
 
 // dropCloser deletes the open live message's close item: it is finished.
-func (r *Router) dropCloser(s *session) {
+func (d *deliverer) dropCloser(s *session) {
 	l := &s.live
 	if l.closer != 0 {
-		if err := r.outbox.store.DeleteOutbox(context.WithoutCancel(r.ctx), s.board.key, l.closer); err != nil {
+		if err := d.outbox.store.DeleteOutbox(context.WithoutCancel(d.ctx), s.board.key, l.closer); err != nil {
 			s.board.log.Warn("remove a finished live reply's close item", "err", err)
 		}
 	}
@@ -382,7 +382,7 @@ func (r *Router) dropCloser(s *session) {
 // finishLive ends the open live reply (or shows text whole when id is not
 // open), in one step with retries; the answer of a turn goes through the
 // outbox's send instead, which retries it as any answer.
-func (r *Router) finishLive(s *session, th Thread, replyTo, id, text, note string) {
+func (d *deliverer) finishLive(s *session, th Thread, replyTo, id, text, note string) {
 	lr, _ := liveReplier(s.board.caps)
 	l := &s.live
 	if text == "" && (id == "" || l.open != id) {
@@ -390,36 +390,36 @@ func (r *Router) finishLive(s *session, th Thread, replyTo, id, text, note strin
 	}
 	fresh := l.open != id // text goes into a message of its own
 	if fresh && l.open != "" {
-		r.finishLive(s, th, replyTo, l.open, "", noteInterrupted)
+		d.finishLive(s, th, replyTo, l.open, "", noteInterrupted)
 	}
 	if fresh {
-		r.planShown(th.Key, 0)
+		d.planShown(th.Key, 0)
 	}
-	since := r.opts.Now()
-	_, err := r.deliver(r.ctx, "finish_live", th, r.backoff(maxReplyBackoff), liveAppendAttempts, nil, func(ctx context.Context) error {
+	since := d.opts.Now()
+	_, err := d.deliver(d.ctx, "finish_live", th, d.backoff(maxReplyBackoff), liveAppendAttempts, nil, func(ctx context.Context) error {
 		if fresh {
 			if err := Pace(ctx, s.board.caps.Paced, Request{Thread: th, Method: MethodPost, Priority: func() Priority { return PriorityFinal }, Since: since}); err != nil {
 				return err
 			}
 		}
-		if err := r.held(ctx, th.Key); err != nil {
+		if err := d.held(ctx, th.Key); err != nil {
 			return err
 		}
 		actx, cancel := context.WithTimeout(ctx, replyTimeout)
 		defer cancel()
-		return lr.FinishLive(r.noteStarted(actx, s, th), th, replyTo, id, text, note)
+		return lr.FinishLive(d.noteStarted(actx, s, th), th, replyTo, id, text, note)
 	})
-	if err != nil && r.ctx.Err() == nil && !errors.Is(err, agent.ErrFenced) {
+	if err != nil && d.ctx.Err() == nil && !errors.Is(err, agent.ErrFenced) {
 		s.board.log.Warn("live reply not finished", "reply", id, "err", err)
 	}
-	if o, _ := Classify(err); r.ctx.Err() != nil || errors.Is(err, agent.ErrFenced) || (err != nil && (o == Retry || o == RetryAfter)) {
+	if o, _ := Classify(err); d.ctx.Err() != nil || errors.Is(err, agent.ErrFenced) || (err != nil && (o == Retry || o == RetryAfter)) {
 		// The close item stays for the answer's finish, the next start
 		// or the replica that holds the session: the message may still
 		// be open.
 		return
 	}
 	l.setOpen("")
-	r.dropCloser(s)
+	d.dropCloser(s)
 }
 
 // sealLive ends the buffer's part in turn, on the session's deliverer,
@@ -456,13 +456,13 @@ func (s *session) sealLive(turn int64) (id string, interim []liveSeg) {
 
 // finishInterim finishes replies a sealed turn ended before its answer,
 // each on its whole text, on the session's outbox queue.
-func (r *Router) finishInterim(s *session, th Thread, replyTo string, interim []liveSeg) {
+func (d *deliverer) finishInterim(s *session, th Thread, replyTo string, interim []liveSeg) {
 	if len(interim) == 0 {
 		return
 	}
-	r.lane.Add(th.Key, func() {
+	d.lane.Add(th.Key, func() {
 		for _, seg := range interim {
-			r.finishLive(s, th, replyTo, seg.id, seg.text, "")
+			d.finishLive(s, th, replyTo, seg.id, seg.text, "")
 		}
 	})
 }
@@ -471,20 +471,20 @@ func (r *Router) finishInterim(s *session, th Thread, replyTo string, interim []
 // item marked live), on the session's outbox queue; id is the reply the
 // answer was streamed as ("" for the one shown). A reply still open that
 // is not id is ended first, with a note.
-func (r *Router) finishAnswer(ctx context.Context, s *session, th Thread, replyTo, id, text, note string) error {
+func (d *deliverer) finishAnswer(ctx context.Context, s *session, th Thread, replyTo, id, text, note string) error {
 	lr, _ := liveReplier(s.board.caps)
 	l := &s.live
 	if id == "" {
 		id = l.open
 	}
 	if l.open != "" && l.open != id {
-		r.finishLive(s, th, replyTo, l.open, "", note)
+		d.finishLive(s, th, replyTo, l.open, "", note)
 	}
-	if err := lr.FinishLive(r.noteStarted(ctx, s, th), th, replyTo, id, text, note); err != nil {
+	if err := lr.FinishLive(d.noteStarted(ctx, s, th), th, replyTo, id, text, note); err != nil {
 		return err
 	}
 	l.setOpen("")
-	r.dropCloser(s)
+	d.dropCloser(s)
 	return nil
 }
 

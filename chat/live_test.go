@@ -87,7 +87,7 @@ func TestLiveTurnsInOrder(t *testing.T) {
 	th := Thread{Platform: "test", Key: "test/live", Channel: "C1"}
 	r := NewRouter(Options{Store: boards, Outbox: ob, Log: logs, Platforms: map[string]Platform{"test": p}})
 	defer r.Close()
-	r.board(th.Key, &th)
+	r.out.board(th.Key, &th)
 	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
 	for _, e := range deltas(th.Key, "a.1.0", 1, "One", " two", " three") {
 		r.Observe(e)
@@ -98,7 +98,7 @@ func TestLiveTurnsInOrder(t *testing.T) {
 		r.Observe(e)
 	}
 	r.Observe(logs.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 2, Outcome: agent.Done, Text: "Four five six"}))
-	r.Flush(th.Key)
+	r.out.Flush(th.Key)
 	settle(t, r, th.Key)
 	calls := p.liveCalls()
 	finished1 := -1
@@ -135,7 +135,7 @@ func TestLiveKeptTextIsTriedAgain(t *testing.T) {
 	th := Thread{Platform: "test", Key: "test/later", Channel: "C1"}
 	r := NewRouter(Options{Store: boards, Outbox: ob, Log: logs, Platforms: map[string]Platform{"test": p}})
 	defer r.Close()
-	r.board(th.Key, &th)
+	r.out.board(th.Key, &th)
 	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
 	for _, e := range deltas(th.Key, "b.1.0", 1, "Some", " words", " then") {
 		r.Observe(e)
@@ -161,12 +161,12 @@ func TestLiveCloseItemAfterRestart(t *testing.T) {
 	p := &livePlatform{}
 	th := Thread{Platform: "test", Key: "test/kill", Channel: "C1"}
 	r := NewRouter(Options{Store: boards, Outbox: ob, Log: logs, Platforms: map[string]Platform{"test": p}})
-	r.board(th.Key, &th)
+	r.out.board(th.Key, &th)
 	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
 	for _, e := range deltas(th.Key, "c.1.0", 1, "Half", " of", " it") {
 		r.Observe(e)
 	}
-	r.Flush(th.Key)
+	r.out.Flush(th.Key)
 	settle(t, r, th.Key)
 	r.Close() // the kill: the turn never ended
 	if ob.Len() != 1 {
@@ -200,7 +200,7 @@ func TestLiveInterimThenAnswerWhileSlow(t *testing.T) {
 	th := Thread{Platform: "test", Key: "test/interim", Channel: "C1"}
 	r := NewRouter(Options{Store: boards, Outbox: ob, Log: logs, Platforms: map[string]Platform{"test": p}})
 	defer r.Close()
-	r.board(th.Key, &th)
+	r.out.board(th.Key, &th)
 	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
 	for _, e := range deltas(th.Key, "A", 1, "Let", " me", " read", " it") {
 		r.Observe(e)
@@ -210,7 +210,7 @@ func TestLiveInterimThenAnswerWhileSlow(t *testing.T) {
 		r.Observe(e)
 	}
 	r.Observe(logs.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Text: "The file says hello"}))
-	r.Flush(th.Key)
+	r.out.Flush(th.Key)
 	settle(t, r, th.Key)
 	for _, c := range p.liveCalls() {
 		if strings.HasPrefix(c, "finish B ") && c != "finish B The file says hello|interrupted; answered again below" {
@@ -237,7 +237,7 @@ func TestLiveInterimFinishedBeforeTheAnswer(t *testing.T) {
 	th := Thread{Platform: "test", Key: "test/sealed", Channel: "C1"}
 	r := NewRouter(Options{Store: boards, Outbox: ob, Log: logs, Platforms: map[string]Platform{"test": p}})
 	defer r.Close()
-	r.board(th.Key, &th)
+	r.out.board(th.Key, &th)
 	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
 	for _, e := range deltas(th.Key, "A", 1, "Let", " me", " read", " it") {
 		r.Observe(e)
@@ -247,7 +247,7 @@ func TestLiveInterimFinishedBeforeTheAnswer(t *testing.T) {
 		r.Observe(e)
 	}
 	r.Observe(logs.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Text: "The file says hello"}))
-	r.Flush(th.Key) // the end is applied while the first append waits
+	r.out.Flush(th.Key) // the end is applied while the first append waits
 	close(gate)
 	settle(t, r, th.Key)
 	calls := p.liveCalls()
@@ -280,7 +280,7 @@ func TestLiveLateEndSealsOnlyItsTurn(t *testing.T) {
 	th := Thread{Platform: "test", Key: "test/late", Channel: "C1"}
 	r := NewRouter(Options{Store: boards, Outbox: ob, Log: logs, Platforms: map[string]Platform{"test": p}})
 	defer r.Close()
-	r.board(th.Key, &th)
+	r.out.board(th.Key, &th)
 	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
 	for _, e := range deltas(th.Key, "A", 1, "One", " two") {
 		r.Observe(e)
@@ -289,11 +289,11 @@ func TestLiveLateEndSealsOnlyItsTurn(t *testing.T) {
 		r.Observe(e)
 	}
 	r.Observe(logs.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Text: "One two"}))
-	r.Flush(th.Key)
+	r.out.Flush(th.Key)
 	close(gate)
 	r.Observe(logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 2}))
 	r.Observe(logs.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 2, Outcome: agent.Done, Text: "Three four"}))
-	r.Flush(th.Key)
+	r.out.Flush(th.Key)
 	settle(t, r, th.Key)
 	calls := p.liveCalls()
 	var finishes []string
@@ -316,7 +316,7 @@ func TestLiveOpenReplyKeepsTheSession(t *testing.T) {
 	th := Thread{Platform: "test", Key: "test/evict", Channel: "C1"}
 	r := NewRouter(Options{Store: &chattest.Boards{}, Outbox: &chattest.Outbox{}, Log: &chattest.Log{}, Platforms: map[string]Platform{"test": p}})
 	defer r.Close()
-	s := r.session(th.Key, &th)
+	s := r.out.session(th.Key, &th)
 	s.live.setOpen("a.1.0")
 	if n := r.Evict(0); n != 0 {
 		t.Fatalf("evicted %d sessions with a live reply open, want 0", n)
@@ -341,12 +341,12 @@ func TestLiveInterimTailNotPutBack(t *testing.T) {
 	th := Thread{Platform: "test", Key: "test/retry", Channel: "C1"}
 	r := NewRouter(Options{Store: boards, Outbox: ob, Log: logs, Platforms: map[string]Platform{"test": p}})
 	defer r.Close()
-	r.board(th.Key, &th)
+	r.out.board(th.Key, &th)
 	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
 	for _, e := range deltas(th.Key, "A", 1, "One", " two") {
 		r.Observe(e)
 	}
-	r.Flush(th.Key)
+	r.out.Flush(th.Key)
 	waitCalls(t, p, "append A One ")
 	// While the first append waits: the rest of A, a word cut short, and
 	// the retry's words.
@@ -357,11 +357,11 @@ func TestLiveInterimTailNotPutBack(t *testing.T) {
 	for _, e := range deltas(th.Key, "B", 1, "Three", " four", " five") {
 		r.Observe(e)
 	}
-	r.Flush(th.Key)
+	r.out.Flush(th.Key)
 	close(gate)
 	time.Sleep(50 * time.Millisecond) // the batch is shown
 	r.Observe(logs.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Text: "Three four five"}))
-	r.Flush(th.Key)
+	r.out.Flush(th.Key)
 	settle(t, r, th.Key)
 	calls := p.liveCalls()
 	finishedA := 0
@@ -419,7 +419,7 @@ func TestLiveMessageStartedInFinishIsClosedAfterAKill(t *testing.T) {
 	p := &hangingFinish{}
 	th := Thread{Platform: "test", Key: "test/fresh", Channel: "C1"}
 	r := NewRouter(Options{Store: boards, Outbox: ob, Log: logs, Platforms: map[string]Platform{"test": p}})
-	r.board(th.Key, &th)
+	r.out.board(th.Key, &th)
 	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
 	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Text: "The whole answer"}))
 	deadline := time.Now().Add(5 * time.Second)

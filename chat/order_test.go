@@ -55,7 +55,7 @@ func TestReplyWaitsForItsPlanPost(t *testing.T) {
 	}}
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
 	t.Cleanup(r.Close)
-	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	observe(r, chattest.Revision("test/1", 1))
 	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "the answer"})
 	time.Sleep(200 * time.Millisecond) // time enough for an answer that does not wait
@@ -88,7 +88,7 @@ func TestFinalStatesGoBeforeRevisions(t *testing.T) {
 	const n = 6
 	key := func(i int) string { return fmt.Sprintf("test/%d", i) }
 	for i := range n {
-		r.board(key(i), &Thread{Platform: "test", Key: key(i), Channel: "C1"})
+		r.out.board(key(i), &Thread{Platform: "test", Key: key(i), Channel: "C1"})
 		observe(r, chattest.Revision(key(i), 1))
 	}
 	for i := range n {
@@ -190,7 +190,7 @@ func TestFinalEditNotHeldBehindPin(t *testing.T) {
 			}}}
 			r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
 			t.Cleanup(r.Close)
-			r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+			r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 			observe(r, chattest.Revision("test/1", 1))
 			tt.moveOn(r, p, posted, release)
 			// The edit lands while the pin budget is still shut.
@@ -218,7 +218,7 @@ func TestFinalEditNotHeldBehindPin(t *testing.T) {
 			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
 				t.Errorf("plan requests %v, want %v", got, tt.want)
 			}
-			if _, ref := r.Board("test/1").Shown(); ref.IsZero() {
+			if _, ref := r.out.board("test/1", nil).Shown(); ref.IsZero() {
 				t.Error("no plan message recorded")
 			}
 		})
@@ -233,7 +233,7 @@ func TestPostAfterAWaitShowsTheNewest(t *testing.T) {
 	p.posts.Wait(context.Background(), nil, time.Time{}) // spent: the next post waits about a second
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
 	t.Cleanup(r.Close)
-	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	observe(r, chattest.Revision("test/1", 1))
 	waitUntil(t, func() bool { return p.posts.Waiting() == 1 })
 	observe(r, chattest.Revision("test/1", 2))
@@ -258,12 +258,12 @@ func TestNewPlanNotHeldBehindUnpin(t *testing.T) {
 	p := &pacedPlatform{fakePlatform: &fakePlatform{}, edit: NewBudget(60000, 100), posts: NewBudget(60000, 100), pins: NewBudget(60000, 100)}
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
 	t.Cleanup(r.Close)
-	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	observe(r, chattest.Revision("test/1", 1))
 	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "first answer"})
 	settle(t, r, "test/1")
 	p.pins.Hold(time.Hour) // no pin or unpin from here on
-	r.Board("test/1").reset()
+	r.out.board("test/1", nil).reset()
 	observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: items("a new task"), At: time.Now()})
 	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "second answer"})
 	waitUntil(t, func() bool {
@@ -334,7 +334,7 @@ func TestAnswerAfterItsFinalState(t *testing.T) {
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
 	t.Cleanup(r.Close)
 	for _, key := range []string{"test/1", "test/2"} {
-		r.board(key, &Thread{Platform: "test", Key: key, Channel: "C1"})
+		r.out.board(key, &Thread{Platform: "test", Key: key, Channel: "C1"})
 		observe(r, chattest.Revision(key, 1))
 		settle(t, r, key)
 	}
@@ -373,7 +373,7 @@ func TestAnswerNotHeldByABoardBackingOff(t *testing.T) {
 	p := &fakePlatform{editErr: func(int) error { return errors.New("503 from the platform") }}
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Minute, Outbox: &chattest.Outbox{}})
 	t.Cleanup(r.Close)
-	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	observe(r, chattest.Revision("test/1", 1))
 	waitUntil(t, func() bool { return p.count("post") == 1 })
 	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "the answer"})

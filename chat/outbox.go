@@ -95,7 +95,7 @@ type queued struct {
 // outbox stores each session's replies until the platform has them; they
 // are sent in order, one at a time, on the session's lane (Router.lane).
 type outbox struct {
-	r     *Router
+	d     *deliverer
 	store OutboxStore
 
 	added atomic.Uint64 // replies added by this process: with the time, the parts' keys
@@ -103,11 +103,11 @@ type outbox struct {
 	afterPop func() // for tests: runs right after an item was sent
 }
 
-func newOutbox(r *Router, st OutboxStore) *outbox {
+func newOutbox(d *deliverer, st OutboxStore) *outbox {
 	if st == nil {
 		st = &memOutbox{}
 	}
-	return &outbox{r: r, store: st}
+	return &outbox{d: d, store: st}
 }
 
 // add stores a reply and starts its delivery. If the store fails, the
@@ -121,13 +121,13 @@ func (o *outbox) add(th Thread, replyTo, text string) {
 // in order with the session's replies. It is the router's own words,
 // whole: no Splitter rewrites it (Slack's would escape its mentions).
 func (o *outbox) addPrivate(th Thread, user, text string) {
-	now := o.r.opts.Now()
+	now := o.d.opts.Now()
 	n := o.added.Add(1)
 	it := outboxItem{Key: fmt.Sprintf("outbox/%s/%d.%d.0", th.Key, now.UnixNano(), n), Thread: th, Text: text, Created: now, To: user}
 	raw, _ := json.Marshal(it)
-	ids, err := o.store.AddOutbox(context.WithoutCancel(o.r.ctx), th.Key, [][]byte{raw})
+	ids, err := o.store.AddOutbox(context.WithoutCancel(o.d.ctx), th.Key, [][]byte{raw})
 	if err != nil {
-		o.r.opts.Logger.Error("store private reply in outbox; delivering from memory", "session", th.Key, "err", err)
+		o.d.opts.Logger.Error("store private reply in outbox; delivering from memory", "session", th.Key, "err", err)
 		ids = []uint64{0}
 	}
 	o.enqueue(th.Key, queued{id: ids[0], item: it})
@@ -151,10 +151,10 @@ func (o *outbox) holdLive(th Thread, replyTo, text string, turn, seq int64, id, 
 
 func (o *outbox) holdItems(th Thread, replyTo, text string, turn, seq int64, live func(*outboxItem)) []queued {
 	parts := []string{text}
-	if sp := o.r.caps[th.Platform].Split; sp != nil && live == nil {
+	if sp := o.d.caps[th.Platform].Split; sp != nil && live == nil {
 		parts = sp.SplitReply(text)
 	}
-	now := o.r.opts.Now()
+	now := o.d.opts.Now()
 	n := o.added.Add(1)
 	items := make([]outboxItem, len(parts))
 	raw := make([][]byte, len(parts))
@@ -173,9 +173,9 @@ func (o *outbox) holdItems(th Thread, replyTo, text string, turn, seq int64, liv
 		}
 		raw[i], _ = json.Marshal(items[i])
 	}
-	ids, err := o.store.AddOutbox(context.WithoutCancel(o.r.ctx), th.Key, raw)
+	ids, err := o.store.AddOutbox(context.WithoutCancel(o.d.ctx), th.Key, raw)
 	if err != nil {
-		o.r.opts.Logger.Error("store reply in outbox; delivering from memory", "session", th.Key, "err", err)
+		o.d.opts.Logger.Error("store reply in outbox; delivering from memory", "session", th.Key, "err", err)
 		ids = make([]uint64, len(items))
 	}
 	qs := make([]queued, len(items))
@@ -192,7 +192,7 @@ func (o *outbox) stored(ctx context.Context) ([]queued, error) {
 	err := o.store.Outbox(ctx, func(id uint64, data []byte) {
 		var it outboxItem
 		if err := json.Unmarshal(data, &it); err != nil || it.Thread.Key == "" {
-			o.r.opts.Logger.Error("unreadable outbox item; dropped", "id", id, "err", err)
+			o.d.opts.Logger.Error("unreadable outbox item; dropped", "id", id, "err", err)
 			o.store.DeleteOutbox(ctx, it.Thread.Key, id)
 			return
 		}
@@ -231,7 +231,7 @@ func (o *outbox) enqueue(key string, qs ...queued) {
 	if len(qs) == 0 {
 		return
 	}
-	if o.r.ctx.Err() != nil {
+	if o.d.ctx.Err() != nil {
 		return // shutting down: stored items go out after the restart
 	}
 	for _, q := range qs {
@@ -241,12 +241,12 @@ func (o *outbox) enqueue(key string, qs ...queued) {
 			q.board.mu.Unlock()
 		}
 	}
-	o.r.lane.Add(key, func() { o.deliver(qs) })
+	o.d.lane.Add(key, func() { o.deliver(qs) })
 }
 
 // deliver sends items in order; after shutdown it leaves the rest stored.
 func (o *outbox) deliver(qs []queued) {
-	ctx := o.r.ctx
+	ctx := o.d.ctx
 	for _, q := range qs {
 		if ctx.Err() != nil {
 			return
@@ -267,23 +267,23 @@ func (o *outbox) deliver(qs []queued) {
 // or too old, or the router shuts down (then it stays stored).
 func (o *outbox) send(ctx context.Context, q queued) {
 	th, it := q.item.Thread, q.item
-	log := o.r.opts.Logger.With("session", th.Key, "outbox_id", q.id)
-	p := o.r.opts.Platforms[th.Platform]
+	log := o.d.opts.Logger.With("session", th.Key, "outbox_id", q.id)
+	p := o.d.opts.Platforms[th.Platform]
 	if p == nil {
 		log.Error("reply for a platform that is not configured; kept for when it is", "platform", th.Platform)
 		return
 	}
-	tooOld := func() bool { return o.r.opts.Now().Sub(it.Created) > maxReplyAge }
+	tooOld := func() bool { return o.d.opts.Now().Sub(it.Created) > maxReplyAge }
 	unsure := q.stored
 	if it.LiveRef != nil {
 		o.closeLive(ctx, q, p)
 		return
 	}
 	var s *session
-	caps := o.r.caps[th.Platform]
+	caps := o.d.caps[th.Platform]
 	_, live := liveReplier(caps)
 	if live && it.Live {
-		s = o.r.session(th.Key, nil)
+		s = o.d.session(th.Key, nil)
 	}
 	live = live && it.Live && s != nil
 	if it.To == "" {
@@ -292,7 +292,7 @@ func (o *outbox) send(ctx context.Context, q queued) {
 		// §6): the answer waits for that edit, which goes first in the
 		// edit budget while it does. An answer read back from the store
 		// waits for what the board wants now.
-		o.r.planShown(th.Key, o.planVersion(q))
+		o.d.planShown(th.Key, o.planVersion(q))
 	}
 	pacer := caps.Paced
 	op := "reply"
@@ -301,14 +301,14 @@ func (o *outbox) send(ctx context.Context, q queued) {
 	}
 	// A live answer is a post of its own unless its reply is open.
 	post := !live || s.live.open == "" || (it.LiveID != "" && it.LiveID != s.live.open)
-	attempts, err := o.r.deliver(ctx, op, th, o.r.backoff(maxReplyBackoff), 0, tooOld, func(ctx context.Context) error {
+	attempts, err := o.d.deliver(ctx, op, th, o.d.backoff(maxReplyBackoff), 0, tooOld, func(ctx context.Context) error {
 		if pacer != nil && it.To == "" && post {
 			final := func() Priority { return PriorityFinal }
 			if err := Pace(ctx, pacer, Request{Thread: th, Method: MethodPost, Priority: final, Since: it.Created}); err != nil {
 				return err
 			}
 		}
-		if err := o.r.held(ctx, th.Key); err != nil { // after the wait: this replica may hold it no more
+		if err := o.d.held(ctx, th.Key); err != nil { // after the wait: this replica may hold it no more
 			return err
 		}
 		actx, cancel := context.WithTimeout(ctx, replyTimeout)
@@ -321,7 +321,7 @@ func (o *outbox) send(ctx context.Context, q queued) {
 		case pr != nil && it.To != "":
 			err = pr.ReplyPrivately(actx, th, it.To, it.Text)
 		case live:
-			err = o.r.finishAnswer(actx, s, th, it.ReplyTo, it.LiveID, it.Text, it.Note)
+			err = o.d.finishAnswer(actx, s, th, it.ReplyTo, it.LiveID, it.Text, it.Note)
 		case it.Live:
 			// Stored as a live answer, but the platform does not show
 			// answers as written (any more): its parts, in this attempt.
@@ -340,8 +340,8 @@ func (o *outbox) send(ctx context.Context, q queued) {
 	})
 	switch {
 	case err == nil:
-		if hooks := o.r.opts.Hooks; hooks != nil && hooks.Delivered != nil {
-			hooks.Delivered(th.Platform, o.r.opts.Now().Sub(it.Created), attempts)
+		if hooks := o.d.opts.Hooks; hooks != nil && hooks.Delivered != nil {
+			hooks.Delivered(th.Platform, o.d.opts.Now().Sub(it.Created), attempts)
 		}
 	case ctx.Err() != nil:
 		return // shutdown: delivered after the restart
@@ -351,16 +351,16 @@ func (o *outbox) send(ctx context.Context, q queued) {
 	default:
 		// Refused for good, or still failing after maxReplyAge.
 		log.Error("reply undeliverable; dropped", "attempts", attempts, "err", err)
-		if hooks := o.r.opts.Hooks; hooks != nil && hooks.Undelivered != nil {
+		if hooks := o.d.opts.Hooks; hooks != nil && hooks.Undelivered != nil {
 			hooks.Undelivered(th, it.Text, err)
 		}
 		if it.To == "" && s == nil {
-			s = o.r.session(th.Key, nil)
+			s = o.d.session(th.Key, nil)
 		}
 		if it.To == "" && s != nil && s.undelivered.CompareAndSwap(false, true) {
 			// Said once a session, in this process, if anything can
 			// still reach the thread (Tell logs it when nothing can).
-			o.r.Tell(context.WithoutCancel(ctx), th, "", undeliveredNote(err))
+			o.d.Tell(context.WithoutCancel(ctx), th, "", undeliveredNote(err))
 		}
 	}
 	if q.id != 0 {
@@ -403,11 +403,11 @@ func (o *outbox) replyParts(ctx context.Context, p Platform, sp Splitter, th Thr
 // replica no longer holds the session or is shutting down.
 func (o *outbox) closeLive(ctx context.Context, q queued, p Platform) {
 	th, it := q.item.Thread, q.item
-	log := o.r.opts.Logger.With("session", th.Key, "outbox_id", q.id)
-	if lr := o.r.caps[th.Platform].Live; lr != nil {
-		tooOld := func() bool { return o.r.opts.Now().Sub(it.Created) > maxReplyAge }
-		_, err := o.r.deliver(ctx, "close_live", th, o.r.backoff(maxReplyBackoff), liveAppendAttempts, tooOld, func(ctx context.Context) error {
-			if err := o.r.held(ctx, th.Key); err != nil {
+	log := o.d.opts.Logger.With("session", th.Key, "outbox_id", q.id)
+	if lr := o.d.caps[th.Platform].Live; lr != nil {
+		tooOld := func() bool { return o.d.opts.Now().Sub(it.Created) > maxReplyAge }
+		_, err := o.d.deliver(ctx, "close_live", th, o.d.backoff(maxReplyBackoff), liveAppendAttempts, tooOld, func(ctx context.Context) error {
+			if err := o.d.held(ctx, th.Key); err != nil {
 				return err
 			}
 			actx, cancel := context.WithTimeout(ctx, replyTimeout)
@@ -436,7 +436,7 @@ func (o *outbox) closeLive(ctx context.Context, q queued, p Platform) {
 // eviction: versions count afresh on each board), what the board wants
 // now.
 func (o *outbox) planVersion(q queued) uint64 {
-	s := o.r.session(q.item.Thread.Key, nil)
+	s := o.d.session(q.item.Thread.Key, nil)
 	if s == nil || q.board == s.board {
 		return q.plan
 	}
@@ -449,8 +449,8 @@ func (o *outbox) planVersion(q queued) uint64 {
 // planShown makes the session's plan message show version ver of what
 // its board wants (0: makes it posted) before what comes next on the
 // session's lane, unless the board cannot now (Board.showFirst).
-func (r *Router) planShown(key string, ver uint64) {
-	if s := r.session(key, nil); s != nil {
+func (d *deliverer) planShown(key string, ver uint64) {
+	if s := d.session(key, nil); s != nil {
 		s.board.showFirst(ver)
 	}
 }
@@ -459,7 +459,7 @@ func (r *Router) planShown(key string, ver uint64) {
 func (o *outbox) idle() bool {
 	now, cancel := context.WithCancel(context.Background())
 	cancel()
-	return o.r.lane.Wait(now) == nil
+	return o.d.lane.Wait(now) == nil
 }
 
 // memOutbox is the OutboxStore of a router given none: ids only, nothing
@@ -500,12 +500,12 @@ const tellAttempts = 3
 // a session's replies, so that any replica can say it, for a thread
 // whose session is held elsewhere or is gone. A private note goes only
 // through a PrivateReplier.
-func (r *Router) Tell(ctx context.Context, th Thread, user, text string) error {
-	p := r.opts.Platforms[th.Platform]
+func (d *deliverer) Tell(ctx context.Context, th Thread, user, text string) error {
+	p := d.opts.Platforms[th.Platform]
 	if p == nil {
 		return fmt.Errorf("chat: tell %s: no platform %q: %w", th.Key, th.Platform, ErrUndeliverable)
 	}
-	pr := r.caps[th.Platform].Private
+	pr := d.caps[th.Platform].Private
 	if user != "" && pr == nil {
 		return fmt.Errorf("chat: tell %s: %s shows no private messages: %w", th.Key, th.Platform, ErrUndeliverable)
 	}
@@ -513,10 +513,10 @@ func (r *Router) Tell(ctx context.Context, th Thread, user, text string) error {
 	if user != "" {
 		op = "tell_privately"
 	}
-	now := r.opts.Now()
-	key := fmt.Sprintf("tell/%s/%d.%d", th.Key, now.UnixNano(), r.outbox.added.Add(1))
+	now := d.opts.Now()
+	key := fmt.Sprintf("tell/%s/%d.%d", th.Key, now.UnixNano(), d.outbox.added.Add(1))
 	unsure := false
-	err := r.sendOnce(ctx, op, th, p, PriorityFinal, user == "", func(ctx context.Context) error {
+	err := d.sendOnce(ctx, op, th, p, PriorityFinal, user == "", func(ctx context.Context) error {
 		ctx = withSend(ctx, key, now, unsure)
 		var err error
 		if user != "" {
@@ -529,7 +529,7 @@ func (r *Router) Tell(ctx context.Context, th Thread, user, text string) error {
 		return err
 	})
 	if err != nil {
-		r.opts.Logger.Warn("note not delivered", "session", th.Key, "op", op, "err", err)
+		d.opts.Logger.Warn("note not delivered", "session", th.Key, "op", op, "err", err)
 	}
 	return err
 }
@@ -542,22 +542,22 @@ func (r *Router) Tell(ctx context.Context, th Thread, user, text string) error {
 // after it may have landed (a 5xx) is made again, so the channel may show
 // the task twice; a post that did not reach the channel would lose the
 // task, which is worse.
-func (r *Router) Post(ctx context.Context, th Thread, send func(ctx context.Context) error) error {
-	p := r.opts.Platforms[th.Platform]
+func (d *deliverer) Post(ctx context.Context, th Thread, send func(ctx context.Context) error) error {
+	p := d.opts.Platforms[th.Platform]
 	if p == nil {
 		return fmt.Errorf("chat: post in %s: no platform %q: %w", th.Channel, th.Platform, ErrUndeliverable)
 	}
-	return r.sendOnce(ctx, "post", th, p, PriorityFirstPost, true, send)
+	return d.sendOnce(ctx, "post", th, p, PriorityFirstPost, true, send)
 }
 
 // sendOnce is the delivery step of a send that is no part of a session's
 // log (Tell, Post): paced as a post of prio in th's channel when paced is
 // set, classified, retried tellAttempts times by the one backoff, each
 // attempt within replyTimeout, traced as op.
-func (r *Router) sendOnce(ctx context.Context, op string, th Thread, p Platform, prio Priority, paced bool, send func(ctx context.Context) error) error {
-	pacer := r.caps[th.Platform].Paced
-	now := r.opts.Now()
-	_, err := r.deliver(ctx, op, th, r.backoff(10*time.Second), tellAttempts, nil, func(ctx context.Context) error {
+func (d *deliverer) sendOnce(ctx context.Context, op string, th Thread, p Platform, prio Priority, paced bool, send func(ctx context.Context) error) error {
+	pacer := d.caps[th.Platform].Paced
+	now := d.opts.Now()
+	_, err := d.deliver(ctx, op, th, d.backoff(10*time.Second), tellAttempts, nil, func(ctx context.Context) error {
 		if paced && pacer != nil {
 			if err := Pace(ctx, pacer, Request{Thread: th, Method: MethodPost, Priority: func() Priority { return prio }, Since: now}); err != nil {
 				return err

@@ -134,7 +134,7 @@ func TestNewTaskLeavesTheOldPlanFinal(t *testing.T) {
 	r := NewRouter(Options{Runner: &actRunner{}, Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond})
 	t.Cleanup(r.Close)
 	key := "test/1"
-	r.board(key, &Thread{Platform: "test", Key: key, Channel: "C1"})
+	r.out.board(key, &Thread{Platform: "test", Key: key, Channel: "C1"})
 	observe(r, agent.Event{Session: key, Kind: agent.TurnStarted, Requester: "U1"})
 	observe(r, agent.Event{Session: key, Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Completed)})
 	observe(r, agent.Event{Session: key, Kind: agent.TurnEnded, Outcome: agent.Done})
@@ -213,7 +213,7 @@ func TestResetAndDeleteStartOverAlike(t *testing.T) {
 		observe(r, agent.Event{Session: th.Key, Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Pending)})
 		observe(r, agent.Event{Session: th.Key, Kind: agent.ApprovalNeeded, Approval: &agent.Approval{CallID: "c1", Tool: "fs__write_file", Deadline: time.Now().Add(time.Hour)}})
 		settle(t, r, th.Key)
-		b := r.Board(th.Key)
+		b := r.out.board(th.Key, nil)
 		b.update(func(rec *boardRecord) { rec.PinUnavailable, rec.FailureSaid = true, true })
 		if del {
 			if err := r.Delete(context.Background(), th.Key, "op"); err != nil {
@@ -292,7 +292,7 @@ func TestEditInFlightWhileANewTaskStarts(t *testing.T) {
 	r := NewRouter(Options{Runner: &actRunner{}, Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond})
 	t.Cleanup(r.Close)
 	key := "test/1"
-	r.board(key, &Thread{Platform: "test", Key: key, Channel: "C1"})
+	r.out.board(key, &Thread{Platform: "test", Key: key, Channel: "C1"})
 	observe(r, agent.Event{Session: key, Kind: agent.TurnStarted, Requester: "U1"})
 	observe(r, agent.Event{Session: key, Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.Completed)})
 	observe(r, agent.Event{Session: key, Kind: agent.TurnEnded, Outcome: agent.Done})
@@ -315,7 +315,7 @@ func TestEditInFlightWhileANewTaskStarts(t *testing.T) {
 	if got := p.plan("m1"); got.Stoppable || got.State != final.State {
 		t.Errorf("the old message ends as %q (stoppable %t), want its final %q", got.Footer(), got.Stoppable, final.Footer())
 	}
-	shown, ref := r.Board(key).Shown()
+	shown, ref := r.out.board(key, nil).Shown()
 	if ref.ID != "m2" || shown.Revision != 2 || len(shown.Items) != 1 || shown.Items[0].Content != "another task" {
 		t.Errorf("the board shows %+v on %s, want revision 2 of the new task on m2", shown, ref.ID)
 	}
@@ -366,16 +366,16 @@ func TestDuplicateLeavesTheTrigger(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if rec, _ := r.Board("test/1").state(); rec.Trigger != "m2" {
+	if rec, _ := r.out.board("test/1", nil).state(); rec.Trigger != "m2" {
 		t.Errorf("trigger %q after a late duplicate, want the newest message m2", rec.Trigger)
 	}
 	// After a reset, a late duplicate does not make its author the new
 	// session's starter.
-	r.Board("test/1").reset()
+	r.out.board("test/1", nil).reset()
 	if err := r.Handle(context.Background(), Incoming{Thread: th, Text: "first", MessageID: "m1", Event: "e1", AuthorID: "U1", Sync: true}); err != nil {
 		t.Fatal(err)
 	}
-	if rec, _ := r.Board("test/1").state(); rec.Starter != "" {
+	if rec, _ := r.out.board("test/1", nil).state(); rec.Starter != "" {
 		t.Errorf("starter %q after a late duplicate following a reset, want none", rec.Starter)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/pinplan/pinplan/agent"
 )
@@ -90,25 +91,25 @@ func (r *record[T]) put(f func(v *T)) error {
 
 // session returns the session's records, loading them; nil if the session
 // has no board record and th is nil.
-func (r *Router) session(key string, th *Thread) *session {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if s, ok := r.sessions[key]; ok {
+func (d *deliverer) session(key string, th *Thread) *session {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s, ok := d.sessions[key]; ok {
 		return s
 	}
-	s := r.loadSession(key, th)
+	s := d.loadSession(key, th)
 	if s != nil {
-		r.sessions[key] = s
+		d.sessions[key] = s
 	}
 	return s
 }
 
 // loadSession reads a session's board, cards and listing records. Called
 // with r.mu held.
-func (r *Router) loadSession(key string, th *Thread) *session {
-	log := r.opts.Logger.With("session", key)
+func (d *deliverer) loadSession(key string, th *Thread) *session {
+	log := d.opts.Logger.With("session", key)
 	var rec boardRecord
-	raw, err := r.opts.Store.Board(r.ctx, key)
+	raw, err := d.opts.Store.Board(d.ctx, key)
 	if err != nil {
 		log.Error("load plan board", "err", err)
 	}
@@ -124,22 +125,22 @@ func (r *Router) loadSession(key string, th *Thread) *session {
 		rec.Thread = *th
 	}
 	rec.Thread.Title = "" // the listing's, not the board's
-	b := r.newBoard(key, rec)
+	b := d.newBoard(key, rec)
 	s := &session{
 		board: b,
-		cards: &record[cardsRecord]{what: "approval cards", log: b.log, ctx: r.ctx,
-			save: func(ctx context.Context, data []byte) error { return r.cards.SaveCards(ctx, key, data) }},
-		listing: &record[listingRecord]{what: "listing", log: b.log, ctx: r.ctx,
-			save: func(ctx context.Context, data []byte) error { return r.listings.SaveListing(ctx, key, data) }},
+		cards: &record[cardsRecord]{what: "approval cards", log: b.log, ctx: d.ctx,
+			save: func(ctx context.Context, data []byte) error { return d.cards.SaveCards(ctx, key, data) }},
+		listing: &record[listingRecord]{what: "listing", log: b.log, ctx: d.ctx,
+			save: func(ctx context.Context, data []byte) error { return d.listings.SaveListing(ctx, key, data) }},
 	}
-	if raw, err := r.cards.Cards(r.ctx, key); err != nil {
+	if raw, err := d.cards.Cards(d.ctx, key); err != nil {
 		log.Error("load approval cards", "err", err)
 	} else if len(raw) > 0 {
 		if err := json.Unmarshal(raw, &s.cards.v); err != nil {
 			log.Error("decode approval cards", "err", err)
 		}
 	}
-	if raw, err := r.listings.Listing(r.ctx, key); err != nil {
+	if raw, err := d.listings.Listing(d.ctx, key); err != nil {
 		log.Error("load listing", "err", err)
 	} else if len(raw) > 0 {
 		if err := json.Unmarshal(raw, &s.listing.v); err != nil {
@@ -150,15 +151,15 @@ func (r *Router) loadSession(key string, th *Thread) *session {
 }
 
 // newBoard returns the board of session key with its record.
-func (r *Router) newBoard(key string, rec boardRecord) *Board {
-	b := &Board{key: key, platform: r.opts.Platforms[rec.Thread.Platform], store: r.opts.Store, hooks: r.opts.Hooks, owner: r,
-		log: r.opts.Logger.With("session", key, "platform", rec.Thread.Platform), rec: rec, want: rec.Shown}
+func (d *deliverer) newBoard(key string, rec boardRecord) *Board {
+	b := &Board{key: key, platform: d.opts.Platforms[rec.Thread.Platform], store: d.opts.Store, hooks: d.opts.Hooks, owner: d,
+		log: d.opts.Logger.With("session", key, "platform", rec.Thread.Platform), rec: rec, want: rec.Shown}
 	if rec.Want != nil {
 		b.want = *rec.Want
 	}
 	b.idle = sync.NewCond(&b.mu)
-	b.ctx, b.stop = context.WithCancel(r.ctx)
-	b.caps = r.caps[rec.Thread.Platform]
+	b.ctx, b.stop = context.WithCancel(d.ctx)
+	b.caps = d.caps[rec.Thread.Platform]
 	b.pacer = b.caps.Paced
 	return b
 }
@@ -201,4 +202,124 @@ func (m *memRecords) Listing(_ context.Context, key string) ([]byte, error) { re
 func (m *memRecords) SaveListing(_ context.Context, key string, data []byte) error {
 	m.put(key, data)
 	return nil
+}
+
+// board returns the session's board, loading its records; with th, a
+// session it has none of starts in that thread.
+func (d *deliverer) board(key string, th *Thread) *Board {
+	if s := d.session(key, th); s != nil {
+		return s.board
+	}
+	return nil
+}
+
+// forget drops a session's records from memory.
+func (d *deliverer) forget(key string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s, ok := d.sessions[key]; ok {
+		s.board.stop()
+		delete(d.sessions, key)
+	}
+}
+
+// Thread returns the session's thread as recorded by its board, with the
+// title it is listed under.
+func (d *deliverer) thread(key string) (Thread, bool) {
+	s := d.session(key, nil)
+	if s == nil {
+		return Thread{}, false
+	}
+	rec, _ := s.board.state()
+	th := rec.Thread
+	s.listing.read(func(l *listingRecord) { th.Title = l.Title })
+	return th, true
+}
+
+// Evict drops from memory the boards of sessions idle for longer than
+// idle: no render running, no turn running, no open approval card. Their
+// records stay in the store and load again on the next event. Every
+// platform that keeps state of its own per thread (Forgetter) is told,
+// not only the session's: the console mirrors the others' plans. It
+// returns how many were dropped.
+func (d *deliverer) evict(idle time.Duration) int {
+	cutoff := time.Now().Add(-idle)
+	var gone []Thread
+	d.mu.Lock()
+	for key, s := range d.sessions {
+		if th, idle := s.idleSince(cutoff); idle {
+			s.board.stop()
+			delete(d.sessions, key)
+			gone = append(gone, th)
+		}
+	}
+	// Still under d.mu: a session that comes back now loads after its
+	// platforms forgot the old state, so what they are told of it through
+	// the router comes after the forgetting. What an adapter notes before
+	// it hands a message to the router (Slack's author, Discord's channel
+	// type) can still be forgotten at that moment: it is read again.
+	d.tellForgotten(gone)
+	d.mu.Unlock()
+	return len(gone)
+}
+
+// tellForgotten tells every Forgetter platform that the sessions of
+// threads left memory. The caller holds d.mu.
+func (d *deliverer) tellForgotten(threads []Thread) {
+	for _, c := range d.caps {
+		if c.Forget != nil {
+			for _, th := range threads {
+				c.Forget.Forget(th)
+			}
+		}
+	}
+}
+
+// Deleted drops a session that retention deleted from the store (a
+// deletion that began at since) and, when it was in memory, tells the
+// platforms as Evict does: Evict never sees it again, so what they keep
+// of its thread would otherwise stay. A session in use again since then
+// (a message came after its records went) is left as it is, by the
+// test Evict uses: it runs on, and eviction takes it when it is idle.
+func (d *deliverer) deleted(key string, since time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, ok := d.sessions[key]
+	if !ok {
+		return
+	}
+	th, idle := s.idleSince(since)
+	if !idle {
+		// Its log and cursor went with its records: the entries of its
+		// new turn are numbered from 1 again. The deliverer starts over
+		// from the store's cursor, and catches up what it has passed
+		// over as applied already meanwhile.
+		d.delivery.Add(key, func() {
+			if d.current(s) {
+				s.cursor = cursor{}
+				d.catchUpNow(s)
+			}
+		})
+		return
+	}
+	s.board.stop()
+	delete(d.sessions, key)
+	d.tellForgotten([]Thread{th})
+}
+
+// archived is reset's and Delete's one path once the runner archived the
+// session (stopping its turn first): open cards are closed as not run,
+// the board starts over (the plan message is unpinned and left in the
+// thread) and the cards of the old session go. hidden also takes the
+// session out of the console's listing; its title stays.
+func (d *deliverer) archived(ctx context.Context, s *session, by string, hidden bool) {
+	rec, _ := s.board.state()
+	th := rec.Thread
+	// What the stopped turn logged (its end, its decided cards) is shown
+	// before the board starts over.
+	d.Flush(th.Key)
+	d.closeOpenCards(ctx, s, th, agent.Event{StoppedBy: by, At: d.opts.Now()})
+	s.board.reset()
+	s.cards.update(func(v *cardsRecord) { *v = cardsRecord{} })
+	s.listing.update(func(l *listingRecord) { l.Hidden = hidden })
 }

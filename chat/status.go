@@ -124,34 +124,34 @@ func (i *indicator) shows(msg string) bool {
 // what the session is listed under (the task's first words, or what it
 // was renamed to).
 func (b *Board) sessionTitle() string {
-	th, _ := b.owner.Thread(b.key)
+	th, _ := b.owner.thread(b.key)
 	line, _, _ := strings.Cut(th.Title, "\n")
 	return Shorten(strings.TrimSpace(StripBidi(line)), maxSessionTitle)
 }
 
-func (r *Router) queueStatus(ss SessionStatus, b *Board, th Thread, c statusChange) {
-	c.since = r.opts.Now()
-	r.queueMove(b.key, func() { r.sendStatus(ss, b.platform, th, c, &b.indicator) })
+func (d *deliverer) queueStatus(ss SessionStatus, b *Board, th Thread, c statusChange) {
+	c.since = d.opts.Now()
+	d.queueMove(b.key, func() { d.sendStatus(ss, b.platform, th, c, &b.indicator) })
 }
 
 // queueMove queues f on the session's status queue, behind its earlier
 // moves.
-func (r *Router) queueMove(key string, f func()) {
-	if r.ctx.Err() != nil {
+func (d *deliverer) queueMove(key string, f func()) {
+	if d.ctx.Err() != nil {
 		return // shutting down: the next start sets the status again
 	}
-	r.statuses.Add(key, f)
+	d.statuses.Add(key, f)
 }
 
 // sendStatus applies one move, retried by the delivery policy; where the
 // platform cannot show sessions it shows or clears the working indicator
 // in its place.
 // ind, if not nil, is the board's indicator, for the fallback.
-func (r *Router) sendStatus(ss SessionStatus, p Platform, th Thread, c statusChange, ind *indicator) {
-	ctx := r.ctx
-	log := r.opts.Logger.With("session", th.Key, "platform", th.Platform)
-	_, err := r.deliver(ctx, "set_status", th, r.backoff(statusBackoff), statusAttempts, nil, func(ctx context.Context) error {
-		if err := r.held(ctx, th.Key); err != nil {
+func (d *deliverer) sendStatus(ss SessionStatus, p Platform, th Thread, c statusChange, ind *indicator) {
+	ctx := d.ctx
+	log := d.opts.Logger.With("session", th.Key, "platform", th.Platform)
+	_, err := d.deliver(ctx, "set_status", th, d.backoff(statusBackoff), statusAttempts, nil, func(ctx context.Context) error {
+		if err := d.held(ctx, th.Key); err != nil {
 			return err // another replica holds the session and moves its status
 		}
 		ctx, cancel := context.WithTimeout(ctx, statusTimeout)
@@ -164,7 +164,7 @@ func (r *Router) sendStatus(ss SessionStatus, p Platform, th Thread, c statusCha
 		if c.working == nil || *c.working && (c.trigger == "" || ind != nil && !ind.shows(c.trigger)) {
 			return
 		}
-		if err := r.indicate(p, th, c.trigger, *c.working, c.since); err != nil && !r.leftToNext(err) {
+		if err := d.indicate(p, th, c.trigger, *c.working, c.since); err != nil && !d.leftToNext(err) {
 			log.Warn("working indicator in place of the session status", "on", *c.working, "err", err)
 		}
 	case ctx.Err() != nil, errors.Is(err, agent.ErrFenced):
@@ -194,7 +194,7 @@ func (r *Router) StopSession(ctx context.Context, c Click) ClickResult {
 		return r.Click(ctx, c)
 	}
 	decided := make(chan ClickResult, 1)
-	r.queueMove(c.Thread.Key, func() {
+	r.out.queueMove(c.Thread.Key, func() {
 		var res ClickResult
 		select {
 		case res = <-decided:
@@ -202,7 +202,7 @@ func (r *Router) StopSession(ctx context.Context, c Click) ClickResult {
 			return
 		}
 		th, st := c.Thread, SessionActive
-		if s := r.session(c.Thread.Key, nil); s != nil {
+		if s := r.out.session(c.Thread.Key, nil); s != nil {
 			rec, want := s.board.state()
 			th = rec.Thread
 			if res.Private != "" && want.Stoppable { // the plan shows a turn running
@@ -212,7 +212,7 @@ func (r *Router) StopSession(ctx context.Context, c Click) ClickResult {
 				}
 			}
 		}
-		r.sendStatus(ss, p, th, statusChange{state: st}, nil)
+		r.out.sendStatus(ss, p, th, statusChange{state: st}, nil)
 	})
 	res := r.Click(ctx, c)
 	decided <- res

@@ -78,7 +78,7 @@ func settleStatuses(t testing.TB, r *Router, key string) {
 	settle(t, r, key)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := r.statuses.Wait(ctx); err != nil {
+	if err := r.out.statuses.Wait(ctx); err != nil {
 		t.Fatalf("status moves still queued after 10s: %v", err)
 	}
 }
@@ -383,7 +383,7 @@ func TestResetAfterTheStoppedTurnIsShown(t *testing.T) {
 	if got := p.recorded(); len(got) == 0 || got[len(got)-1] != "closed" {
 		t.Errorf("status moves %q, want them to end closed", got)
 	}
-	if rec, want := r.Board(th.Key).state(); !rec.Ref.IsZero() || len(want.Items) != 0 {
+	if rec, want := r.out.board(th.Key, nil).state(); !rec.Ref.IsZero() || len(want.Items) != 0 {
 		t.Errorf("after the reset the board shows %+v on %q, want it started over", want, rec.Ref.ID)
 	}
 }

@@ -43,11 +43,11 @@ func newTracer(tp trace.TracerProvider) trace.Tracer {
 
 // traced runs send, one delivery of op to th (its attempts, or one attempt
 // where the caller retries), in a client span, and returns what send did.
-func (r *Router) traced(ctx context.Context, op string, th Thread, send func(ctx context.Context) (int, error)) (int, error) {
-	if r.tracer == nil {
+func (d *deliverer) traced(ctx context.Context, op string, th Thread, send func(ctx context.Context) (int, error)) (int, error) {
+	if d.tracer == nil {
 		return send(ctx)
 	}
-	ctx, span := r.tracer.Start(ctx, "deliver "+op, trace.WithSpanKind(trace.SpanKindClient))
+	ctx, span := d.tracer.Start(ctx, "deliver "+op, trace.WithSpanKind(trace.SpanKindClient))
 	defer span.End()
 	n, err := send(ctx)
 	if span.IsRecording() {
@@ -63,8 +63,8 @@ func (r *Router) traced(ctx context.Context, op string, th Thread, send func(ctx
 }
 
 // deliver is sendUntil as one delivery of op to th, in its span.
-func (r *Router) deliver(ctx context.Context, op string, th Thread, b Backoff, attempts int, giveUp func() bool, send func(ctx context.Context) error) (int, error) {
-	return r.traced(ctx, op, th, func(ctx context.Context) (int, error) {
+func (d *deliverer) deliver(ctx context.Context, op string, th Thread, b Backoff, attempts int, giveUp func() bool, send func(ctx context.Context) error) (int, error) {
+	return d.traced(ctx, op, th, func(ctx context.Context) (int, error) {
 		return sendUntil(ctx, b, attempts, giveUp, send)
 	})
 }

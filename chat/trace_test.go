@@ -44,7 +44,7 @@ func TestDeliverySpans(t *testing.T) {
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}, Tracer: tp})
 	t.Cleanup(r.Close)
-	r.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnStarted})
 	observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress, todo.Pending)})
 	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "the s3cret answer", Plan: plan(1, todo.Completed, todo.Completed)})

@@ -38,13 +38,13 @@ func BenchmarkRevisionToEdit(b *testing.B) {
 	// second by default, which discordgo waits out; lift it here.
 	fake.Limit("PATCH message", 1_000_000, time.Second)
 	r.Observe(chattest.Revision(key, 1))
-	r.Board(key).Wait()
+	r.Flush(key)
 	var lat []time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		ev := chattest.Revision(key, int64(i+2))
 		r.Observe(ev)
-		r.Board(key).Wait()
+		r.Flush(key)
 		calls := fake.Calls("PATCH channels/C1/messages/")
 		last := calls[len(calls)-1]
 		lat = append(lat, last.At.Sub(ev.At))
@@ -68,7 +68,7 @@ func BenchmarkBurstPerChannelPace(b *testing.B) {
 				rev++
 				r.Observe(chattest.Revision(key, rev))
 			}
-			r.Board(key).Wait()
+			r.Flush(key)
 			for _, m := range fake.Messages("C1") {
 				if len(m.Embeds) > 0 && strings.Contains(fmt.Sprint(m.Embeds[0]["footer"]), fmt.Sprintf("revision %d ", rev)) {
 					correct++
