@@ -78,7 +78,7 @@ func revisionToUpdate(b *testing.B, evidence func(*agent.Event)) {
 	fake, r := rig(b, 1e6)
 	start(r, "slack/T1/C1/1.1")
 	r.Observe(chattest.Revision("slack/T1/C1/1.1", 1))
-	r.Board("slack/T1/C1/1.1").Wait()
+	r.Flush("slack/T1/C1/1.1")
 	var lat []time.Duration
 	blocks := 0
 	b.ResetTimer()
@@ -88,7 +88,7 @@ func revisionToUpdate(b *testing.B, evidence func(*agent.Event)) {
 			evidence(&ev)
 		}
 		r.Observe(ev)
-		r.Board("slack/T1/C1/1.1").Wait()
+		r.Flush("slack/T1/C1/1.1")
 		calls := fake.Calls("chat.update")
 		last := calls[len(calls)-1]
 		if !strings.Contains(last.Params["blocks"], fmt.Sprintf("revision %d ", i+2)) {
@@ -122,7 +122,7 @@ func BenchmarkBurstUnderTier3(b *testing.B) {
 				rev++
 				r.Observe(chattest.Revision(key, rev))
 			}
-			r.Board(key).Wait()
+			r.Flush(key)
 			msgs := fake.Messages("C1")
 			if len(msgs) == 1 && strings.Contains(msgs[0].Blocks, fmt.Sprintf("revision %d ", rev)) {
 				correct++
