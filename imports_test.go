@@ -39,10 +39,13 @@ var allowed = map[string][]string{
 	"replica":            {"chat", "agent", "todo", "internal/serial", "etcdstore", "internal/boardrec"},
 	"internal/golden":    {},
 	// migrate copies the bbolt store into etcd (bot migrate -to etcd):
-	// the one package that holds both stores. tracing wraps the
-	// OpenTelemetry SDK and imports nothing of ours.
-	"migrate": {"store", "etcdstore", "agent", "todo", "internal/serial", "internal/boardrec"},
+	// the one package that holds both stores; it reads the settings as
+	// doctor does. tracing wraps the OpenTelemetry SDK and imports
+	// nothing of ours. cli is bot's command line, and imports nothing of
+	// ours either.
+	"migrate": {"store", "etcdstore", "agent", "todo", "internal/serial", "internal/boardrec", "config"},
 	"tracing": {},
+	"cli":     {},
 	// doctor is `bot doctor`, the settings' checks without serving: it
 	// asks the platforms over plain HTTP, so it knows no adapter.
 	"doctor": {"config", "agent", "todo", "internal/serial", "mcp", "store", "etcdstore", "internal/boardrec"},

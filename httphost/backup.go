@@ -53,6 +53,25 @@ type BackupRequest struct {
 	File  string // where to write the backup
 }
 
+// BackupFromBot is `bot backup` when a running bot holds r.DB locked: it
+// asks that bot at r.Addr (FetchBackup) with r.Token, or without one the
+// token kept beside r.DB (TokenFile), and says what it wrote on w.
+func BackupFromBot(ctx context.Context, r BackupRequest, w io.Writer) error {
+	if r.Token == "" {
+		tok, err := ReadToken(TokenFile(r.DB))
+		if err != nil {
+			return fmt.Errorf("backup: %s is locked by a running pinplan; to ask it at %s (PINPLAN_HTTP_ADDR) its console token is needed, and it could not be read (set PINPLAN_WEB_TOKEN): %w", r.DB, r.Addr, err)
+		}
+		r.Token = tok
+	}
+	n, err := FetchBackup(ctx, r)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "pinplan: wrote %d bytes to %s (from the running bot at %s)\n", n, r.File, r.Addr)
+	return nil
+}
+
 // FetchBackup asks the pinplan at r.Addr for a backup of r.DB, which it
 // holds locked, and writes it to r.File (through a temporary file). What
 // it sends is written only if it says it runs with that very file

@@ -13,6 +13,24 @@ import (
 	"strings"
 )
 
+// TokenFile is where a generated console token is kept for the database
+// at db: beside it, so a restart (and `bot backup` against the running
+// bot) finds the same one.
+func TokenFile(db string) string { return filepath.Join(filepath.Dir(db), "web-token") }
+
+// ConsoleToken returns the console's token (DESIGN §7): configured
+// (PINPLAN_WEB_TOKEN) when set, else the one kept beside the database db
+// (TokenFile, KeptToken). generated is true when it did not come from the
+// settings, so the startup line may print it: the operator has no other
+// way to learn it. A configured token is never printed.
+func ConsoleToken(configured, db string) (token string, generated bool, err error) {
+	if configured != "" {
+		return configured, false, nil
+	}
+	tok, err := KeptToken(TokenFile(db))
+	return tok, err == nil, err
+}
+
 // KeptToken returns the token kept in path, generated (32 random bytes,
 // hex) and written with mode 0600 when there is none yet.
 func KeptToken(path string) (string, error) {

@@ -1,8 +1,8 @@
 // Package migrate copies pinplan's bbolt file into an empty etcd prefix
 // (bot migrate -to etcd, DESIGN §14): each session, read back and
 // compared as it is copied, the replies not delivered yet, and the
-// adapters' read marks. cmd/bot opens both stores, marks the prefix
-// around the copy and reports.
+// adapters' read marks. Run is the command: it opens both stores, marks
+// the prefix around the copy and reports. cmd/bot calls it.
 package migrate
 
 import (

@@ -4,11 +4,44 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
+
+// Exists refuses the command cmd on a database file that is not there
+// (opening it would create an empty one, and back that up or compact
+// it): a wrong PINPLAN_DB or folder must say so.
+func Exists(cmd, path string) error {
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s: %s does not exist; set PINPLAN_DB to the bot's database (or run from the folder the bot runs in)", cmd, path)
+	}
+	return nil
+}
+
+// BackupFile is `bot backup` when no bot runs on the database at path:
+// it writes a hot backup of it to file (DB.Backup) and says so on w. It
+// returns ErrLocked when a running bot holds the file: ask that one
+// (httphost.BackupFromBot).
+func BackupFile(path, file string, w io.Writer) error {
+	if err := Exists("backup", path); err != nil {
+		return err
+	}
+	db, err := Open(path, Options{LockTimeout: 500 * time.Millisecond})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	n, err := db.Backup(file)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "pinplan: wrote %d bytes to %s\n", n, file)
+	return nil
+}
 
 // FileID names the file at path by its identity on this machine (device
 // and inode, else its absolute path with links resolved): two paths give

@@ -1,8 +1,10 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -24,6 +26,32 @@ const (
 	// compactTxSize bounds the bytes copied per destination transaction.
 	compactTxSize = 4 << 20
 )
+
+// Compact is `bot compact`: it writes a compacted copy of the database
+// at path to out, offline. bbolt never shrinks its file, so space freed
+// by retention comes back only through a copy. The bot must be stopped
+// (it holds the file lock), and out must not exist; the operator swaps
+// the files, as what Compact prints on w says.
+func Compact(ctx context.Context, path, out string, w io.Writer) error {
+	if err := ctx.Err(); err != nil {
+		return context.Cause(ctx)
+	}
+	if err := Exists("compact", path); err != nil {
+		return err
+	}
+	before, after, err := CompactFile(path, out)
+	switch {
+	case errors.Is(err, ErrLocked):
+		return fmt.Errorf("compact: %s: %w; is pinplan running? Stop it, then run `bot compact` again", path, ErrLocked)
+	case errors.Is(err, ErrExists):
+		return fmt.Errorf("compact: %s: %w; name a file that does not exist yet", out, ErrExists)
+	case err != nil:
+		return fmt.Errorf("compact: %w", err)
+	}
+	fmt.Fprintf(w, "pinplan: compacted %s (%d bytes) into %s (%d bytes)\n", path, before, out, after)
+	fmt.Fprintf(w, "pinplan: to use it, with the bot stopped, move %s over %s (keep the old file until the bot has started on the new one)\n", out, path)
+	return nil
+}
 
 // CompactFile writes a compacted copy of the database at src to dst (bbolt
 // Compact: every bucket, key, value and bucket sequence, pages filled) and

@@ -11,6 +11,31 @@ import (
 	"github.com/pinplan/pinplan/agent"
 )
 
+// Retain deletes from the store the sessions idle for longer than
+// retention (DeleteIdle) and tells deleted of each, with the time the
+// deletion began (chat.Router.Deleted drops it from memory and from what
+// the platforms keep, unless it is in use again since). It returns the
+// keys deleted; on an error, those deleted before it.
+func (db *DB) Retain(ctx context.Context, retention time.Duration, deleted func(key string, since time.Time)) ([]string, error) {
+	began := time.Now()
+	keys, err := db.DeleteIdle(ctx, began.Add(-retention))
+	for _, k := range keys {
+		deleted(k, began)
+	}
+	return keys, err
+}
+
+// RetentionEvery is how many housekeeping minutes apart Retain runs (0:
+// never): every ten minutes, or every half of a shorter retention (at
+// least every minute), so that a session outlives its retention by at
+// most about half of it. Each run reads every session's record once.
+func RetentionEvery(retention time.Duration) int {
+	if retention <= 0 {
+		return 0
+	}
+	return max(1, min(10, int(retention/2/time.Minute)))
+}
+
 // deleteChunk bounds the sessions one DeleteIdle transaction deletes, so
 // that retention does not hold the writer lock against commits for long.
 const deleteChunk = 64

@@ -1,6 +1,7 @@
 package discord
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -260,4 +261,26 @@ const (
 // InviteURL is the OAuth2 URL that adds the bot to a server.
 func InviteURL(base, applicationID string) string {
 	return fmt.Sprintf("%s/oauth2/authorize?client_id=%s&permissions=%d&scope=bot+applications.commands", strings.TrimRight(base, "/"), applicationID, Permissions)
+}
+
+// Invite is `bot invite`: the OAuth2 URL on discord.com that adds the bot
+// to a server, with the scopes and permissions pinplan uses. The
+// application's id is appID (DISCORD_APPLICATION_ID), else the first part
+// of the bot token; either must be a snowflake (a decimal id), or the URL
+// would invite nothing.
+func Invite(appID, token string) (string, error) {
+	if appID != "" {
+		if !Snowflake(appID) {
+			return "", fmt.Errorf("invite: DISCORD_APPLICATION_ID %q is not a Discord id (a number such as 123456789012345678; Developer Portal -> your application -> General Information -> Application ID)", appID)
+		}
+		return InviteURL("https://discord.com", appID), nil
+	}
+	if token == "" {
+		return "", errors.New("invite: set DISCORD_BOT_TOKEN (or DISCORD_APPLICATION_ID)")
+	}
+	appID, err := ApplicationID(token)
+	if err != nil {
+		return "", fmt.Errorf("invite: %w; check that it is the bot's token (Developer Portal -> Bot -> Reset Token), or set DISCORD_APPLICATION_ID", err)
+	}
+	return InviteURL("https://discord.com", appID), nil
 }

@@ -193,6 +193,38 @@ func TestInviteURL(t *testing.T) {
 	}
 }
 
+// TestInvite: `bot invite` takes the application id from
+// DISCORD_APPLICATION_ID, else from the bot token, and refuses either
+// when it is not a Discord id instead of printing a URL that invites
+// nothing.
+func TestInvite(t *testing.T) {
+	for _, tc := range []struct {
+		name, appID, token string
+		want               string // in the URL, or in the error
+		wantErr            bool
+	}{
+		{name: "from the token", token: "OTAwMDAwMDAwMDAwMDAwMDAx.fake.token", want: "client_id=900000000000000001&"},
+		{name: "the application id wins", appID: "123456789012345678", token: "garbage", want: "client_id=123456789012345678&"},
+		{name: "a malformed token", token: "garbage", want: "malformed", wantErr: true},
+		{name: "an application id that is no id", appID: "my-app", want: "not a Discord id", wantErr: true},
+		{name: "neither", want: "set DISCORD_BOT_TOKEN", wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u, err := Invite(tc.appID, tc.token)
+			got := u
+			if err != nil {
+				got = err.Error()
+			}
+			if (err != nil) != tc.wantErr || !strings.Contains(got, tc.want) {
+				t.Errorf("got %q (error %v), want %q", u, err, tc.want)
+			}
+			if err == nil && !strings.HasPrefix(u, "https://discord.com/oauth2/authorize?") {
+				t.Errorf("got %q, want a discord.com OAuth2 URL", u)
+			}
+		})
+	}
+}
+
 func TestCardGolden(t *testing.T) {
 	for name, c := range cards() {
 		t.Run(name, func(t *testing.T) {
