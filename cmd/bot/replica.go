@@ -5,15 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/pinplan/pinplan/adapters/web"
 	"github.com/pinplan/pinplan/agent"
-	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/config"
 	"github.com/pinplan/pinplan/etcdstore"
 	"github.com/pinplan/pinplan/replica"
@@ -88,40 +85,12 @@ func replicaPlatforms(cfg *config.Config) []string {
 	return platforms
 }
 
-// The console's handler: the router, or with replicas the hand-over
-// handler; both list a session's approval cards (chat.CardSource).
-var (
-	_ web.Handler = (*chat.Router)(nil)
-	_ web.Handler = (*replica.Handler)(nil)
-)
-
 // owners is the runner's Owners: the replica, or none without etcd.
 func owners(rep *etcdstore.Replica) agent.Owners {
 	if rep == nil {
 		return nil
 	}
 	return rep
-}
-
-// replicaStatus is the replica's lines for /readyz: the platforms it
-// runs (it takes only their sessions), its id, lease and how many
-// sessions it holds (etcd's health is the store's check).
-func replicaStatus(rep *etcdstore.Replica) string {
-	if rep == nil {
-		return ""
-	}
-	platforms := "every platform"
-	if p := rep.Platforms(); p != nil {
-		platforms = strings.Join(p, ", ")
-	}
-	state := "held"
-	select {
-	case <-rep.Lost():
-		state = "lost"
-	default:
-	}
-	return fmt.Sprintf("replica %s: platforms %s\nreplica %s: lease %x %s (ttl %s), %d sessions held, %d replicas live\n",
-		rep.ID(), platforms, rep.ID(), int64(rep.Lease()), state, rep.TTL(), rep.Owned(), rep.Replicas())
 }
 
 // startReplica starts the replica's part once the platforms are up: the

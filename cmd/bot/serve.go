@@ -17,6 +17,7 @@ import (
 	"github.com/pinplan/pinplan/adapters/web"
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/cli"
 	"github.com/pinplan/pinplan/config"
 	"github.com/pinplan/pinplan/httphost"
 	"github.com/pinplan/pinplan/mcp"
@@ -106,7 +107,7 @@ func (m *Main) Close() {
 func (m *Main) build(ctx context.Context) error {
 	cfg, log := m.cfg, m.log
 	var err error
-	m.traces, err = tracing.New(ctx, tracing.Options{Version: strings.TrimPrefix(version(), "pinplan "), InstanceID: replicaID(cfg), Redact: cfg.Redact},
+	m.traces, err = tracing.New(ctx, tracing.Options{Version: strings.TrimPrefix(cli.Version(), "pinplan "), InstanceID: replicaID(cfg), Redact: cfg.Redact},
 		m.getenv, log.With("component", "traces"))
 	if err != nil {
 		return err
@@ -121,11 +122,11 @@ func (m *Main) build(ctx context.Context) error {
 	if m.st, err = openStores(ctx, cfg, m.later, log); err != nil {
 		return err
 	}
-	if m.token, m.tokenGenerated, err = consoleToken(cfg); err != nil {
+	if m.token, m.tokenGenerated, err = httphost.ConsoleToken(cfg.WebToken.Reveal(), cfg.DB); err != nil {
 		return err
 	}
 	if m.tokenGenerated && len(cfg.EtcdEndpoints) > 0 && !cfg.WebOff {
-		log.Warn("the console's token was generated for this replica alone (in " + tokenFile(cfg) + "); set one PINPLAN_WEB_TOKEN on every replica, or behind a load balancer each refuses the others' cookies")
+		log.Warn("the console's token was generated for this replica alone (in " + httphost.TokenFile(cfg.DB) + "); set one PINPLAN_WEB_TOKEN on every replica, or behind a load balancer each refuses the others' cookies")
 	}
 	cfg.WebToken = config.Secret(m.token) // redacted from every log line from here on
 	m.ready = httphost.NewReadiness()
@@ -231,7 +232,7 @@ func (m *Main) buildHost(ctx context.Context) {
 	cfg := m.cfg
 	m.host = httphost.New(httphost.Options{Token: m.token, Logger: m.log.With("component", "http"),
 		Metrics: promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}),
-		Ready:   m.ready.Check, ReadyDetail: func() string { return mcpStatus(m.servers) + replicaStatus(m.st.rep) + m.gw.Status() }})
+		Ready:   m.ready.Check, ReadyDetail: func() string { return mcpStatus(m.servers) + replica.Status(m.st.rep) + m.gw.Status() }})
 	if !cfg.WebOff {
 		m.ps.console.Register(m.host, m.in)
 	}
