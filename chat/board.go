@@ -600,6 +600,14 @@ func (b *Board) step(own bool) (again bool, wait time.Duration) {
 	if errors.Is(err, errSlotLater) {
 		err = nil // shown; the pin or unpin goes when its slot comes
 	}
+	return true, b.after(ver, rec.Thread, ref, err)
+}
+
+// after is what an attempt at version ver of the wanted content, on
+// message ref, leads to: settled, a repost, a wait before the next
+// attempt (the returned duration), or giving up on that content.
+func (b *Board) after(ver uint64, th Thread, ref MessageRef, err error) (wait time.Duration) {
+	t := &b.tries
 	outcome, retryAfter := Classify(err)
 	if err != nil && outcome == EditLater {
 		// Discord 30046: too many edits of an old message for now.
@@ -607,7 +615,7 @@ func (b *Board) step(own bool) (again bool, wait time.Duration) {
 		t.later++
 		if t.later <= maxEditLater {
 			b.log.Info("plan message edits refused for now; backing off", "attempt", t.later, "err", err)
-			return true, b.owner.opts.EditLaterDelay << (t.later - 1)
+			return b.owner.opts.EditLaterDelay << (t.later - 1)
 		}
 		t.later = 0
 		err = fmt.Errorf("%w: %w", ErrMessageGone, err)
@@ -640,10 +648,10 @@ func (b *Board) step(own bool) (again bool, wait time.Duration) {
 		}
 	case outcome == RetryAfter:
 		if b.hooks != nil && b.hooks.RateLimitWait != nil {
-			b.hooks.RateLimitWait(rec.Thread.Platform, retryAfter)
+			b.hooks.RateLimitWait(th.Platform, retryAfter)
 		}
 		b.log.Info("plan board rate limited", "retry_after", retryAfter)
-		return true, b.owner.backoff(maxBoardBackoff).Wait(t.failures, err)
+		return b.owner.backoff(maxBoardBackoff).Wait(t.failures, err)
 	case outcome == MessageGone:
 		t.reposts++
 		b.log.Warn("plan message gone; posting a new one", "ref", ref.ID, "repost", t.reposts, "err", err)
@@ -657,7 +665,7 @@ func (b *Board) step(own bool) (again bool, wait time.Duration) {
 		t.failures++
 		b.log.Error("plan board update failed", "attempt", t.failures, "err", err)
 		if t.failures < maxFailures {
-			return true, b.owner.backoff(maxBoardBackoff).Wait(t.failures, err)
+			return b.owner.backoff(maxBoardBackoff).Wait(t.failures, err)
 		}
 		// Give up on this content; the next revision tries again. The
 		// thread hears about it once, the log has the detail.
@@ -669,10 +677,10 @@ func (b *Board) step(own bool) (again bool, wait time.Duration) {
 		b.mu.Unlock()
 		if !said {
 			b.update(func(r *boardRecord) { r.FailureSaid = true })
-			b.owner.outbox.add(rec.Thread, "", "I couldn't update the plan message here, so it may be out of date; I'll try again when the plan changes. The bot's log has the details.")
+			b.owner.outbox.add(th, "", "I couldn't update the plan message here, so it may be out of date; I'll try again when the plan changes. The bot's log has the details.")
 		}
 	}
-	return true, 0
+	return 0
 }
 
 // endRunLocked ends the loop's run: nothing is left to do, or nothing
@@ -694,23 +702,8 @@ func (b *Board) endRunLocked() {
 // before the pin and the tidying up: the answer waiting for it goes on.
 func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan, ver uint64) (MessageRef, error) {
 	th := rec.Thread
-	for _, re := range rec.Restore {
-		if err := b.pace(ctx, MethodEdit, func() Priority { return PriorityFinal }); err != nil {
-			return rec.Ref, err
-		}
-		if err := b.owner.held(ctx, th.Key); err != nil {
-			return rec.Ref, err
-		}
-		err := b.platform.EditPlan(ctx, th, re.Ref, re.Plan)
-		b.rendered(th, err)
-		var rl *RateLimitError
-		if errors.As(err, &rl) {
-			return rec.Ref, err
-		}
-		if err != nil {
-			b.log.Warn("restore the final content of an earlier plan message", "ref", re.Ref.ID, "err", err)
-		}
-		b.update(func(r *boardRecord) { r.Restore = r.Restore[1:] })
+	if err := b.restore(ctx, rec); err != nil {
+		return rec.Ref, err
 	}
 	if rec.Ref.IsZero() {
 		if len(want.Items) == 0 {
@@ -718,44 +711,9 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan, ver uint6
 			// messages are unpinned unless a plan comes first.
 			return rec.Ref, b.unpinOld(ctx, &rec, &want)
 		}
-		if err := b.pace(ctx, MethodPost, b.priority); err != nil {
+		var err error
+		if want, ver, err = b.post(ctx, &rec, want, ver); err != nil {
 			return rec.Ref, err
-		}
-		want, ver = b.newest(rec.Ref, want, ver) // the wait may have been long: post what is wanted now
-		if err := b.owner.held(ctx, th.Key); err != nil {
-			return rec.Ref, err
-		}
-		// The first attempt at this message notes when it began, before
-		// it posts: a later attempt, or the next process, then knows it
-		// may have landed, and under which key.
-		since, unsure := time.Now(), rec.Posting != nil
-		if unsure {
-			since = *rec.Posting
-		} else {
-			b.update(func(r *boardRecord) { r.Posting = &since })
-		}
-		pctx := withSend(ctx, fmt.Sprintf("plan/%s/%d", th.Key, since.UnixNano()), since, unsure)
-		ref, err := b.platform.PostPlan(pctx, th, want)
-		b.rendered(th, err)
-		switch {
-		case err != nil:
-			// Even a 429 leaves it in doubt: a client may have retried
-			// a 5xx before it (discordgo does), or fallen back from
-			// refused blocks, and met the 429 on the second try.
-			return rec.Ref, err
-		case unsure:
-			// Perhaps the message an earlier attempt posted, showing what
-			// that one sent: what it shows is not known, so it is edited
-			// below like any message behind, then pinned. Not pinned
-			// first: after a restart every board in doubt would wait for
-			// the pin budget (the shortest) before its edit, and plans
-			// would be left on their first revision meanwhile.
-			b.update(func(r *boardRecord) { r.Ref, r.Pinned, r.Shown, r.Posting = ref, false, Plan{}, nil })
-			rec.Ref, rec.Shown = ref, Plan{}
-		default:
-			b.update(func(r *boardRecord) { r.Ref, r.Pinned, r.Shown, r.Posting = ref, false, want, nil })
-			b.shown(th, want)
-			rec.Ref, rec.Shown = ref, want
 		}
 	}
 	if b.holdsSlot(MethodPin) {
@@ -800,6 +758,78 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan, ver uint6
 		return rec.Ref, err
 	}
 	return rec.Ref, b.unpinOld(ctx, &rec, &want)
+}
+
+// restore edits the earlier plan messages of rec back to their final
+// content (boardRecord.Restore), before anything else.
+func (b *Board) restore(ctx context.Context, rec boardRecord) error {
+	th := rec.Thread
+	for _, re := range rec.Restore {
+		if err := b.pace(ctx, MethodEdit, func() Priority { return PriorityFinal }); err != nil {
+			return err
+		}
+		if err := b.owner.held(ctx, th.Key); err != nil {
+			return err
+		}
+		err := b.platform.EditPlan(ctx, th, re.Ref, re.Plan)
+		b.rendered(th, err)
+		var rl *RateLimitError
+		if errors.As(err, &rl) {
+			return err
+		}
+		if err != nil {
+			b.log.Warn("restore the final content of an earlier plan message", "ref", re.Ref.ID, "err", err)
+		}
+		b.update(func(r *boardRecord) { r.Restore = r.Restore[1:] })
+	}
+	return nil
+}
+
+// post posts the plan message of rec, which has none yet, showing
+// want (version ver) or what is wanted once the budget let it go, and
+// notes its ref in rec and in the record. It returns what it posted.
+func (b *Board) post(ctx context.Context, rec *boardRecord, want Plan, ver uint64) (Plan, uint64, error) {
+	th := rec.Thread
+	if err := b.pace(ctx, MethodPost, b.priority); err != nil {
+		return want, ver, err
+	}
+	want, ver = b.newest(rec.Ref, want, ver) // the wait may have been long: post what is wanted now
+	if err := b.owner.held(ctx, th.Key); err != nil {
+		return want, ver, err
+	}
+	// The first attempt at this message notes when it began, before
+	// it posts: a later attempt, or the next process, then knows it
+	// may have landed, and under which key.
+	since, unsure := time.Now(), rec.Posting != nil
+	if unsure {
+		since = *rec.Posting
+	} else {
+		b.update(func(r *boardRecord) { r.Posting = &since })
+	}
+	pctx := withSend(ctx, fmt.Sprintf("plan/%s/%d", th.Key, since.UnixNano()), since, unsure)
+	ref, err := b.platform.PostPlan(pctx, th, want)
+	b.rendered(th, err)
+	switch {
+	case err != nil:
+		// Even a 429 leaves it in doubt: a client may have retried
+		// a 5xx before it (discordgo does), or fallen back from
+		// refused blocks, and met the 429 on the second try.
+		return want, ver, err
+	case unsure:
+		// Perhaps the message an earlier attempt posted, showing what
+		// that one sent: what it shows is not known, so it is edited
+		// below like any message behind, then pinned. Not pinned
+		// first: after a restart every board in doubt would wait for
+		// the pin budget (the shortest) before its edit, and plans
+		// would be left on their first revision meanwhile.
+		b.update(func(r *boardRecord) { r.Ref, r.Pinned, r.Shown, r.Posting = ref, false, Plan{}, nil })
+		rec.Ref, rec.Shown = ref, Plan{}
+	default:
+		b.update(func(r *boardRecord) { r.Ref, r.Pinned, r.Shown, r.Posting = ref, false, want, nil })
+		b.shown(th, want)
+		rec.Ref, rec.Shown = ref, want
+	}
+	return want, ver, nil
 }
 
 // unpinOld unpins the session's earlier plan messages (a new task's

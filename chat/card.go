@@ -385,6 +385,13 @@ func (d *deliverer) showCard(ctx context.Context, s *session, th Thread, a agent
 			card.Tool, card.Deadline.UTC().Format("15:04 UTC")))
 		return
 	}
+	d.cardPosted(ctx, s, th, id, ref)
+}
+
+// cardPosted records the ref of card id, posted as ref, and shows a
+// decision made while it was being posted at once.
+func (d *deliverer) cardPosted(ctx context.Context, s *session, th Thread, id string, ref MessageRef) {
+	b := s.board
 	var decided *Card
 	s.cards.update(func(v *cardsRecord) {
 		got := v.Cards[id]
@@ -394,14 +401,14 @@ func (d *deliverer) showCard(ctx context.Context, s *session, th Thread, a agent
 			decided = &got.Card
 		}
 	})
-	if decided != nil {
-		// Decided while it was being posted: show that at once.
-		err := d.paceSend(ctx, b.platform, th, MethodEdit, PriorityFinal, time.Now(), func(ctx context.Context) error {
-			return ip.EditCard(ctx, th, ref, *decided)
-		})
-		if err != nil {
-			b.log.Warn("edit approval card", "err", err)
-		}
+	if decided == nil {
+		return
+	}
+	err := d.paceSend(ctx, b.platform, th, MethodEdit, PriorityFinal, time.Now(), func(ctx context.Context) error {
+		return b.caps.Cards.EditCard(ctx, th, ref, *decided)
+	})
+	if err != nil {
+		b.log.Warn("edit approval card", "err", err)
 	}
 }
 

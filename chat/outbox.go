@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -338,6 +339,15 @@ func (o *outbox) send(ctx context.Context, q queued) {
 		unsure = unsure || (err != nil && !errors.As(err, &rl))
 		return err
 	})
+	o.finish(ctx, q, s, log, attempts, err)
+}
+
+// finish ends item q's delivery after its attempts: counted when it was
+// delivered, dropped with a word to the thread when it cannot be, and
+// removed from the store; left stored when this process stops or
+// another replica holds the session. s is its session, if known.
+func (o *outbox) finish(ctx context.Context, q queued, s *session, log *slog.Logger, attempts int, err error) {
+	th, it := q.item.Thread, q.item
 	switch {
 	case err == nil:
 		if hooks := o.d.opts.Hooks; hooks != nil && hooks.Delivered != nil {
