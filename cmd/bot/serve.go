@@ -260,7 +260,7 @@ func (m *Main) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen on PINPLAN_HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
 	}
-	if err := m.startPlatforms(ctx); err != nil { // before Slack's endpoints are served
+	if err := m.startSlack(ctx); err != nil { // before its endpoints are served: they hand events to the inbox
 		ln.Close()
 		return err
 	}
@@ -278,6 +278,9 @@ func (m *Main) Start(ctx context.Context) error {
 	})
 	m.later(m.ps.console.Close) // end the event streams first, so the shutdown does not wait on them
 	m.greet(ln.Addr().String())
+	if err := m.startDiscord(ctx); err != nil { // after the console is served: a gateway may take a while to open
+		return err
+	}
 	m.ready.Set(nil)
 	m.later(func() { m.ready.Set(errors.New("shutting down")) })
 	n, pending, err := m.resume(ctx)
@@ -289,15 +292,20 @@ func (m *Main) Start(ctx context.Context) error {
 	return nil
 }
 
-// startPlatforms starts Slack and the Discord gateway (here, or on the
-// elected replica), each with the inbox its events go to.
-func (m *Main) startPlatforms(ctx context.Context) error {
+// startSlack connects Slack with the inbox its events go to.
+func (m *Main) startSlack(ctx context.Context) error {
 	if slk := m.ps.slack; slk != nil {
 		if err := slk.Start(ctx, m.in); err != nil {
 			return err
 		}
 		m.ready.Add(slk.Ready)
 	}
+	return nil
+}
+
+// startDiscord opens Discord's gateway here, or on the replica elected
+// to hold it.
+func (m *Main) startDiscord(ctx context.Context) error {
 	if m.gw != nil {
 		if err := m.gw.Start(ctx, m.in); err != nil {
 			return err
