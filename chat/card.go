@@ -363,7 +363,7 @@ func (d *deliverer) showCard(ctx context.Context, s *session, th Thread, a agent
 		}
 	})
 	var ref MessageRef
-	_, err := d.deliver(ctx, "post_card", th, d.backoff(cardBackoff), cardAttempts, nil, func(ctx context.Context) error {
+	_, err := d.deliver(ctx, "post_card", th, since, func(ctx context.Context) error {
 		return d.paceSend(ctx, b.platform, th, MethodPost, PriorityFinal, since, func(ctx context.Context) error {
 			var err error
 			ref, err = ip.PostCard(withSend(ctx, "card/"+id, since, unsure), th, card)
@@ -428,7 +428,7 @@ func (d *deliverer) closeCardID(ctx context.Context, s *session, th Thread, id s
 	card := decided(cr.Card, dec)
 	if ip := b.caps.Cards; ip != nil {
 		since := time.Now()
-		_, err := d.deliver(ctx, "edit_card", th, d.backoff(cardBackoff), cardAttempts, nil, func(ctx context.Context) error {
+		_, err := d.deliver(ctx, "edit_card", th, since, func(ctx context.Context) error {
 			return d.paceSend(ctx, b.platform, th, MethodEdit, PriorityFinal, since, func(ctx context.Context) error {
 				return ip.EditCard(ctx, th, cr.Ref, card)
 			})

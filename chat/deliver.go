@@ -604,7 +604,7 @@ func (d *deliverer) indicate(p Platform, th Thread, msg string, on bool, since t
 	if !on {
 		op, m, prio = "not_working", MethodUnreaction, PriorityFinal
 	}
-	_, err := d.deliver(d.ctx, op, th, d.backoff(time.Second), 1, nil, func(ctx context.Context) error {
+	_, err := d.deliver(d.ctx, op, th, since, func(ctx context.Context) error {
 		return d.paceSend(ctx, p, th, m, prio, since, func(ctx context.Context) error {
 			return p.Working(ctx, th, msg, on)
 		})

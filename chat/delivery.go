@@ -114,6 +114,43 @@ func (d *deliverer) held(ctx context.Context, key string) error {
 	return d.opts.Fence.Held(ctx, key)
 }
 
+// policy is how the sends of one operation are retried by the one retry
+// stage (sendUntil): waits doubling from Options.RetryDelay up to max, at
+// most attempts tries (0: no bound), and none once the send was first
+// wanted more than maxAge ago (0: no bound).
+type policy struct {
+	max      time.Duration
+	attempts int
+	maxAge   time.Duration
+}
+
+// policies are the retry policies of the operations, by name (the name
+// a delivery's span carries). Plan renders keep theirs in the board's
+// loop (Board.after), which also reposts a message gone and gives up per
+// content.
+var policies = map[string]policy{
+	// An answer is retried until delivered, refused for good or a day
+	// old; it is stored meanwhile.
+	"reply":           {max: maxReplyBackoff, maxAge: maxReplyAge},
+	"reply_privately": {max: maxReplyBackoff, maxAge: maxReplyAge},
+	// A live answer's parts: a failed append loses nothing (the answer
+	// is finished whole at the end of the turn).
+	"reply_live":  {max: 2 * time.Second, attempts: liveAppendAttempts},
+	"finish_live": {max: maxReplyBackoff, attempts: liveAppendAttempts},
+	"close_live":  {max: maxReplyBackoff, attempts: liveAppendAttempts, maxAge: maxReplyAge},
+	// Cards and statuses: a few tries; the turn goes on either way.
+	"post_card":  {max: cardBackoff, attempts: cardAttempts},
+	"edit_card":  {max: cardBackoff, attempts: cardAttempts},
+	"set_status": {max: statusBackoff, attempts: statusAttempts},
+	// The working indicator is not worth a retry.
+	"working":     {max: time.Second, attempts: 1},
+	"not_working": {max: time.Second, attempts: 1},
+	// The router's own words and an adapter's post: a caller waits.
+	"tell":           {max: 10 * time.Second, attempts: tellAttempts},
+	"tell_privately": {max: 10 * time.Second, attempts: tellAttempts},
+	"post":           {max: 10 * time.Second, attempts: tellAttempts},
+}
+
 // sendUntil runs send until it succeeds, its outcome is not worth a retry
 // (anything but Retry and RetryAfter), attempts are spent (0: no limit),
 // giveUp reports true, or ctx is done. It returns the attempts made and

@@ -317,7 +317,7 @@ func (d *deliverer) appendLive(s *session, th Thread, replyTo, id, words string,
 	text := words
 	var ref MessageRef
 	later := false
-	_, err := d.deliver(ctx, "reply_live", th, d.backoff(2*time.Second), liveAppendAttempts, nil, func(ctx context.Context) error {
+	_, err := d.deliver(ctx, "reply_live", th, since, func(ctx context.Context) error {
 		if first {
 			if err := Pace(ctx, s.board.caps.Paced, Request{Thread: th, Method: MethodPost, Priority: func() Priority { return PriorityFinal }, Since: since}); err != nil {
 				return err
@@ -396,7 +396,7 @@ func (d *deliverer) finishLive(s *session, th Thread, replyTo, id, text, note st
 		d.planShown(th.Key, 0)
 	}
 	since := d.opts.Now()
-	_, err := d.deliver(d.ctx, "finish_live", th, d.backoff(maxReplyBackoff), liveAppendAttempts, nil, func(ctx context.Context) error {
+	_, err := d.deliver(d.ctx, "finish_live", th, since, func(ctx context.Context) error {
 		if fresh {
 			if err := Pace(ctx, s.board.caps.Paced, Request{Thread: th, Method: MethodPost, Priority: func() Priority { return PriorityFinal }, Since: since}); err != nil {
 				return err

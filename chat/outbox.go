@@ -274,7 +274,6 @@ func (o *outbox) send(ctx context.Context, q queued) {
 		log.Error("reply for a platform that is not configured; kept for when it is", "platform", th.Platform)
 		return
 	}
-	tooOld := func() bool { return o.d.opts.Now().Sub(it.Created) > maxReplyAge }
 	unsure := q.stored
 	if it.LiveRef != nil {
 		o.closeLive(ctx, q, p)
@@ -302,7 +301,7 @@ func (o *outbox) send(ctx context.Context, q queued) {
 	}
 	// A live answer is a post of its own unless its reply is open.
 	post := !live || s.live.open == "" || (it.LiveID != "" && it.LiveID != s.live.open)
-	attempts, err := o.d.deliver(ctx, op, th, o.d.backoff(maxReplyBackoff), 0, tooOld, func(ctx context.Context) error {
+	attempts, err := o.d.deliver(ctx, op, th, it.Created, func(ctx context.Context) error {
 		if pacer != nil && it.To == "" && post {
 			final := func() Priority { return PriorityFinal }
 			if err := Pace(ctx, pacer, Request{Thread: th, Method: MethodPost, Priority: final, Since: it.Created}); err != nil {
@@ -415,8 +414,7 @@ func (o *outbox) closeLive(ctx context.Context, q queued, p Platform) {
 	th, it := q.item.Thread, q.item
 	log := o.d.opts.Logger.With("session", th.Key, "outbox_id", q.id)
 	if lr := o.d.caps[th.Platform].Live; lr != nil {
-		tooOld := func() bool { return o.d.opts.Now().Sub(it.Created) > maxReplyAge }
-		_, err := o.d.deliver(ctx, "close_live", th, o.d.backoff(maxReplyBackoff), liveAppendAttempts, tooOld, func(ctx context.Context) error {
+		_, err := o.d.deliver(ctx, "close_live", th, it.Created, func(ctx context.Context) error {
 			if err := o.d.held(ctx, th.Key); err != nil {
 				return err
 			}
@@ -567,7 +565,7 @@ func (d *deliverer) Post(ctx context.Context, th Thread, send func(ctx context.C
 func (d *deliverer) sendOnce(ctx context.Context, op string, th Thread, p Platform, prio Priority, paced bool, send func(ctx context.Context) error) error {
 	pacer := d.caps[th.Platform].Paced
 	now := d.opts.Now()
-	_, err := d.deliver(ctx, op, th, d.backoff(10*time.Second), tellAttempts, nil, func(ctx context.Context) error {
+	_, err := d.deliver(ctx, op, th, now, func(ctx context.Context) error {
 		if paced && pacer != nil {
 			if err := Pace(ctx, pacer, Request{Thread: th, Method: MethodPost, Priority: func() Priority { return prio }, Since: now}); err != nil {
 				return err

@@ -150,7 +150,7 @@ func (d *deliverer) queueMove(key string, f func()) {
 func (d *deliverer) sendStatus(ss SessionStatus, p Platform, th Thread, c statusChange, ind *indicator) {
 	ctx := d.ctx
 	log := d.opts.Logger.With("session", th.Key, "platform", th.Platform)
-	_, err := d.deliver(ctx, "set_status", th, d.backoff(statusBackoff), statusAttempts, nil, func(ctx context.Context) error {
+	_, err := d.deliver(ctx, "set_status", th, c.since, func(ctx context.Context) error {
 		if err := d.held(ctx, th.Key); err != nil {
 			return err // another replica holds the session and moves its status
 		}

@@ -62,10 +62,21 @@ func (d *deliverer) traced(ctx context.Context, op string, th Thread, send func(
 	return n, err
 }
 
-// deliver is sendUntil as one delivery of op to th, in its span.
-func (d *deliverer) deliver(ctx context.Context, op string, th Thread, b Backoff, attempts int, giveUp func() bool, send func(ctx context.Context) error) (int, error) {
+// deliver is one delivery of op to th, in its span, retried by op's
+// policy (policies); since is when the send was first wanted, which a
+// policy with a maximum age reads.
+func (d *deliverer) deliver(ctx context.Context, op string, th Thread, since time.Time, send func(ctx context.Context) error) (int, error) {
+	p, ok := policies[op]
+	if !ok {
+		d.opts.Logger.Error("no delivery policy for the operation; a few attempts", "op", op)
+		p = policy{max: 10 * time.Second, attempts: 3}
+	}
+	var giveUp func() bool
+	if p.maxAge > 0 {
+		giveUp = func() bool { return d.opts.Now().Sub(since) > p.maxAge }
+	}
 	return d.traced(ctx, op, th, func(ctx context.Context) (int, error) {
-		return sendUntil(ctx, b, attempts, giveUp, send)
+		return sendUntil(ctx, d.backoff(p.max), p.attempts, giveUp, send)
 	})
 }
 
