@@ -6,6 +6,7 @@ import (
 
 	"github.com/pinplan/pinplan/internal/fakediscord"
 	"github.com/pinplan/pinplan/internal/fakeopenai"
+	"github.com/pinplan/pinplan/internal/fakeslack"
 )
 
 // fileRequestContent returns the content of the first model request's
@@ -64,7 +65,7 @@ func TestSlackMentionWithFiles(t *testing.T) {
 func TestSlackFileWithoutFilesRead(t *testing.T) {
 	t.Parallel()
 	r := newSlackRig(t, 1, 0, true)
-	r.slack.NoFilesRead = true
+	r.slack.Set(func(s *fakeslack.Server) { s.NoFilesRead = true })
 	p := r.start(t)
 	defer p.stop(t)
 	ev := mention("C1", "1700090100.000100", "read this")

@@ -221,7 +221,7 @@ func TestSlackFileTokenOnlyOverHTTPS(t *testing.T) {
 	ts.Listener = sniff
 	ts.StartTLS()
 	t.Cleanup(ts.Close)
-	r.slack.BaseURL = ts.URL
+	r.slack.Set(func(s *fakeslack.Server) { s.BaseURL = ts.URL })
 	certs := filepath.Join(t.TempDir(), "fake-slack.pem")
 	if err := os.WriteFile(certs, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw}), 0o600); err != nil {
 		t.Fatal(err)

@@ -134,7 +134,7 @@ func TestSlackStreamedAnswerRollsOver(t *testing.T) {
 	t.Parallel()
 	r := newSlackRig(t, 2, 0, true)
 	r.env["PINPLAN_STREAM"] = "true"
-	r.slack.ExpireStreamOnAppend = 2
+	r.slack.Set(func(s *fakeslack.Server) { s.ExpireStreamOnAppend = 2 })
 	var answer []string
 	for i := 1; i <= 400; i++ {
 		answer = append(answer, fmt.Sprintf("w%03d", i))
@@ -199,7 +199,7 @@ func TestSlackSessionsFallBackToReactions(t *testing.T) {
 	// indicator's way out (one that has not gone out when its turn is
 	// over is not shown at all).
 	r := newSlackRig(t, 2, 300*time.Millisecond, true)
-	r.slack.AgentSessionsError = "not_allowed_token_type"
+	r.slack.Set(func(s *fakeslack.Server) { s.AgentSessionsError = "not_allowed_token_type" })
 	p := r.start(t)
 	defer p.stop(t)
 	for i, ts := range []string{"1700080000.000100", "1700080100.000100"} {

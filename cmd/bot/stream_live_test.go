@@ -89,7 +89,7 @@ func TestSlackAnswerStreamsAsWritten(t *testing.T) {
 			t.Parallel()
 			answer := numberedWords(90)
 			r := newLiveRig(t, []fakeopenai.Reply{donePlan(), {Content: strings.Join(answer, " "), Pace: 60 * time.Millisecond}})
-			r.slack.ExpireStreamOnAppend = expire
+			r.slack.Set(func(s *fakeslack.Server) { s.ExpireStreamOnAppend = expire })
 			p := r.start(t)
 			defer p.stop(t)
 			thread := "1700090000.000100"

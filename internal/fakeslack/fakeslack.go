@@ -138,6 +138,16 @@ type fault struct {
 	n      int           // calls left
 }
 
+// Set changes the fake's settings under its lock, for a test that
+// changes them once the server serves: a request that comes meanwhile
+// (even one that is not from the test's bot, on a port another test's
+// server used before) reads them safely.
+func (s *Server) Set(f func(s *Server)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f(s)
+}
+
 // Server is the fake. Set fields before serving.
 type Server struct {
 	BotUserID string // default UBOT
