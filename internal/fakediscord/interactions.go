@@ -403,11 +403,11 @@ func (s *Server) callbackLocked(r *http.Request, rt route, body map[string]any, 
 	}
 	in.acked = true
 	if r.URL.Query().Get("with_response") == "true" {
-		typ := interactionComp
+		itype := interactionComp
 		if in.command {
-			typ = interactionCommand
+			itype = interactionCommand
 		}
-		return 200, map[string]any{"interaction": map[string]any{"id": in.id, "type": typ,
+		return 200, map[string]any{"interaction": map[string]any{"id": in.id, "type": itype,
 			"response_message_loading": typ == callbackDeferredMessage, "response_message_ephemeral": int(flags)&flagEphemeral != 0},
 			"resource": resource}, nil
 	}

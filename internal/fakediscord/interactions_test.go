@@ -359,6 +359,30 @@ func TestCallbackMessages(t *testing.T) {
 	if resp.StatusCode != 200 || res["type"] != 7.0 || res["message"].(map[string]any)["content"] != "Denied" {
 		t.Errorf("with_response: %d %v", resp.StatusCode, out)
 	}
+	if in, _ := out["interaction"].(map[string]any); in["response_message_loading"] != false {
+		t.Errorf("with_response of an update: response_message_loading %v, want false", in["response_message_loading"])
+	}
+}
+
+// TestDeferredCallbackWithResponse: a deferred reply (5) answered
+// with_response says its message is loading, as Discord's interaction
+// callback response does.
+func TestDeferredCallbackWithResponse(t *testing.T) {
+	s := &Server{}
+	base, g, card := cardSetup(t, s)
+	id, _ := s.Click("C1", card, "111", "deny:1")
+	token := g.dispatch("INTERACTION_CREATE")["d"].(map[string]any)["token"].(string)
+	raw, _ := json.Marshal(map[string]any{"type": 5})
+	resp, err := http.Post(base+"/api/v9/interactions/"+id+"/"+token+"/callback?with_response=true", "application/json", bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out map[string]any
+	json.NewDecoder(resp.Body).Decode(&out)
+	resp.Body.Close()
+	if in, _ := out["interaction"].(map[string]any); resp.StatusCode != 200 || in["response_message_loading"] != true {
+		t.Errorf("with_response of a deferred reply: %d %v, want response_message_loading true", resp.StatusCode, out)
+	}
 }
 
 func TestClickRefused(t *testing.T) {
