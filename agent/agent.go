@@ -153,6 +153,10 @@ type Inbound struct {
 	// even when the process died between deciding to take it and
 	// queueing it. It shares the dedupe keys of chat.Deduper.
 	Event string `json:"event,omitempty"`
+	// MessageID is the platform's id of the message in its thread (a
+	// Slack ts, a Discord message id), or "": a turn's answer replies to
+	// the message it began on, and its working indicator goes there.
+	MessageID string `json:"message_id,omitempty"`
 }
 
 // EventTTL is how long the store remembers an Inbound's Event.
@@ -223,6 +227,13 @@ type Checkpoint struct {
 	// RequesterName their display name.
 	Requester     string `json:"requester,omitempty"`
 	RequesterName string `json:"requester_name,omitempty"`
+	// Trigger is the platform's id of the message the turn began on
+	// (Inbound.MessageID), which its log entries carry.
+	Trigger string `json:"trigger,omitempty"`
+	// Starter is the platform user id whose message began the session's
+	// first turn: they may stop any of its turns and reset it (DESIGN
+	// §12). A reset begins a new session, and a new starter.
+	Starter string `json:"starter,omitempty"`
 	// Trace is the W3C traceparent of the turn's first invoke_agent span
 	// (DESIGN §17), "" when it was not traced: a turn that goes on after
 	// an approval, a restart or a takeover goes on in that trace.

@@ -90,6 +90,11 @@ type Event struct {
 	// Requester is the platform user id whose message started the turn
 	// (TurnStarted).
 	Requester string
+	// Trigger is the platform's id of the message the turn began on
+	// (Checkpoint.Trigger), on every event of the turn: the answer
+	// replies to it, and the working indicator is shown on it and
+	// cleared from it.
+	Trigger string
 	// Reply names one streamed reply of the model (TextDelta, TextDone):
 	// unique in the process, a retried request's reply a new one. A final
 	// answer streamed is the last reply before its TurnEnded.

@@ -38,6 +38,7 @@ type LogEntry struct {
 	Error     string      `json:"error,omitempty"`
 	StoppedBy string      `json:"stopped_by,omitempty"`
 	Requester string      `json:"requester,omitempty"`
+	Trigger   string      `json:"trigger,omitempty"`
 	Approval  *Approval   `json:"approval,omitempty"`
 	Decision  *Decision   `json:"decision,omitempty"`
 	Evidence  Evidence    `json:"evidence,omitempty"`
@@ -49,7 +50,7 @@ type LogEntry struct {
 // logEntry is e as a log entry, without its number.
 func logEntry(e Event) LogEntry {
 	l := LogEntry{Kind: e.Kind, Turn: e.Turn, Plan: e.Plan.Items(), Revision: e.Revision, Text: e.Text,
-		Outcome: e.Outcome, StoppedBy: e.StoppedBy, Requester: e.Requester, Evidence: e.Evidence.Clone(),
+		Outcome: e.Outcome, StoppedBy: e.StoppedBy, Requester: e.Requester, Trigger: e.Trigger, Evidence: e.Evidence.Clone(),
 		Calls: e.Calls, Approvals: e.Approvals, At: e.At}
 	if e.Err != nil {
 		l.Error = e.Err.Error()
@@ -62,7 +63,7 @@ func logEntry(e Event) LogEntry {
 // (Event.Seq set).
 func (l LogEntry) Event(key string) Event {
 	e := Event{Session: key, Seq: l.Seq, Kind: l.Kind, Turn: l.Turn, Plan: todo.NewSnapshot(l.Plan), Revision: l.Revision,
-		Text: l.Text, Outcome: l.Outcome, StoppedBy: l.StoppedBy, Requester: l.Requester, Evidence: l.Evidence.Clone(),
+		Text: l.Text, Outcome: l.Outcome, StoppedBy: l.StoppedBy, Requester: l.Requester, Trigger: l.Trigger, Evidence: l.Evidence.Clone(),
 		Calls: l.Calls, Approvals: l.Approvals, At: l.At}
 	if l.Error != "" {
 		e.Err = errors.New(l.Error)

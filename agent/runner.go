@@ -635,7 +635,7 @@ func (r *Runner) resumeTurn(s *session, log *slog.Logger) (context.Context, func
 	log.Info("resuming turn", "history", len(s.hist), "revision", s.cp.Revision)
 	ctx, endTurn := r.turnContext(s.key)
 	ctx, endTurn = r.traceTurn(ctx, s, Running, endTurn)
-	r.publish(Event{Session: s.key, Kind: TurnStarted, Resumed: true, Turn: s.cp.Turns, Requester: s.cp.Requester, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision(),
+	r.publish(Event{Session: s.key, Kind: TurnStarted, Resumed: true, Turn: s.cp.Turns, Requester: s.cp.Requester, Trigger: s.cp.Trigger, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision(),
 		Evidence: s.cp.Evidence.Clone(), Calls: s.cp.TurnCalls, Approvals: s.cp.TurnApprovals})
 	r.waitTools(ctx, log)
 	return ctx, endTurn
@@ -741,7 +741,7 @@ func (r *Runner) round(ctx context.Context, s *session, inbox []Inbound) error {
 	if id := a.replyID(); id != "" && strings.TrimSpace(msg.Content) != "" {
 		// What the round wrote before its tool calls stays in the thread
 		// as it was shown; the next round's text is a reply of its own.
-		r.publish(Event{Session: s.key, Kind: TextDone, Reply: id, Text: msg.Content, Interim: true, Turn: s.cp.Turns})
+		r.publish(Event{Session: s.key, Kind: TextDone, Reply: id, Text: msg.Content, Interim: true, Turn: s.cp.Turns, Trigger: s.cp.Trigger})
 	}
 	uniqueCallIDs(s.hist, &msg, next.Turns, next.TurnRounds)
 	return r.callTools(ctx, s, drained, ids, Entry{Message: msg, At: r.opts.Now(), Extra: a.reply.Extra}, next, work)
@@ -1370,10 +1370,10 @@ var (
 func (r *Runner) streaming(ctx context.Context, s *session) (context.Context, func() string) {
 	n := streamedReplies.Add(1)
 	last := ""
-	turn := s.cp.Turns
+	turn, trigger := s.cp.Turns, s.cp.Trigger
 	sink := func(attempt int, delta string) {
 		last = fmt.Sprintf("%s.%d.%d", processTag, n, attempt)
-		r.publish(Event{Session: s.key, Kind: TextDelta, Reply: last, Text: delta, Turn: turn})
+		r.publish(Event{Session: s.key, Kind: TextDelta, Reply: last, Text: delta, Turn: turn, Trigger: trigger})
 	}
 	return WithTextSink(ctx, sink), func() string { return last }
 }
@@ -1385,6 +1385,9 @@ func (r *Runner) record(s *session, e Event) {
 		e.At = r.opts.Now()
 	}
 	e.Session = s.key
+	if e.Trigger == "" {
+		e.Trigger = s.cp.Trigger
+	}
 	s.log = append(s.log, e)
 }
 
@@ -1462,6 +1465,9 @@ type TurnInfo struct {
 	Turn int64
 	// Requester is the platform user id whose message started it.
 	Requester string
+	// Starter is the platform user id whose message began the session
+	// (Checkpoint.Starter).
+	Starter string
 }
 
 // errReadOnly ends Turn's read of the checkpoint without a write.
@@ -1476,7 +1482,7 @@ func (r *Runner) Turn(ctx context.Context, key string) (TurnInfo, error) {
 	err := r.opts.Store.UpdateCheckpoint(ctx, key, func(cp *Checkpoint) error {
 		t = TurnInfo{}
 		if cp != nil {
-			t = TurnInfo{Running: cp.State != Idle, Turn: cp.Turns, Requester: cp.Requester}
+			t = TurnInfo{Running: cp.State != Idle, Turn: cp.Turns, Requester: cp.Requester, Starter: cp.Starter}
 		}
 		return errReadOnly
 	})

@@ -61,6 +61,10 @@ func (t turn) start(in Inbound) error {
 	t.cp.Evidence, t.cp.Unattributed = nil, nil
 	t.cp.TurnBase = t.cp.Usage.Tokens()
 	t.cp.Requester, t.cp.RequesterName = in.AuthorID, in.Author
+	t.cp.Trigger = in.MessageID
+	if t.cp.Starter == "" {
+		t.cp.Starter = in.AuthorID
+	}
 	t.cp.Turns++
 	t.cp.Ended = nil
 	return nil

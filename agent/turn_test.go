@@ -241,3 +241,55 @@ func TestLogIsWrittenWithTheRounds(t *testing.T) {
 		t.Error("the stopped call ran")
 	}
 }
+
+// TestTurnsCarryTheirMessage: every entry of a turn names the message it
+// began on (Event.Trigger, stored in the log), and the session's starter
+// is its first turn's requester until a reset begins a new session:
+// what the thread's answer replies to, and who may stop and reset, are
+// read from the agent's record, never kept beside it.
+func TestTurnsCarryTheirMessage(t *testing.T) {
+	fake := &fakeopenai.Server{Respond: func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
+		return fakeopenai.Reply{Content: "the answer"}
+	}}
+	h := newHarness(t, fake, harnessOpts{})
+	ctx := context.Background()
+	const key = "web/trig"
+	turn := func(user, msg string) []agent.Event {
+		t.Helper()
+		if err := h.runner.Submit(ctx, key, agent.Inbound{Text: "question from " + user, AuthorID: user, MessageID: msg}); err != nil {
+			t.Fatal(err)
+		}
+		return h.waitEnd(t, key)
+	}
+	check := func(events []agent.Event, msg, requester, starter string) {
+		t.Helper()
+		n := 0
+		for _, e := range events {
+			if e.Seq > 0 || e.Kind == agent.TextDelta {
+				n++
+				if e.Trigger != msg {
+					t.Errorf("%v entry %d names message %q, want %q", e.Kind, e.Seq, e.Trigger, msg)
+				}
+			}
+		}
+		if n == 0 {
+			t.Fatalf("no entries in %+v", events)
+		}
+		if tr, err := h.runner.Turn(ctx, key); err != nil || tr.Requester != requester || tr.Starter != starter {
+			t.Errorf("Turn = %+v, %v; want requester %s, starter %s", tr, err, requester, starter)
+		}
+	}
+	check(turn("U1", "m1"), "m1", "U1", "U1")
+	check(turn("U2", "m2"), "m2", "U2", "U1")
+	stored, err := h.db.Log(ctx, key, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stored) == 0 || stored[len(stored)-1].Trigger != "m2" {
+		t.Errorf("stored entries %+v, want the last naming m2", stored)
+	}
+	if err := h.runner.Reset(ctx, key, "U2"); err != nil {
+		t.Fatal(err)
+	}
+	check(turn("U3", "m3"), "m3", "U3", "U3")
+}

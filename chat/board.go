@@ -39,21 +39,13 @@ type boardRecord struct {
 	// PinUnavailable: pinning failed and the thread was told once.
 	PinUnavailable bool `json:"pin_unavailable,omitempty"`
 	// Closed: the task's plan finished; the next plan gets a new message.
-	Closed  bool   `json:"closed,omitempty"`
-	Shown   Plan   `json:"shown"`   // the content the message has
-	Trigger string `json:"trigger"` // the newest message for the session, to reply to
-	// Indicated is the message the working indicator was put on when the
-	// turn started; it is cleared from that one, whatever came after.
-	Indicated string `json:"indicated,omitempty"`
+	Closed bool `json:"closed,omitempty"`
+	Shown  Plan `json:"shown"` // the content the message has
 	// Unpin lists earlier plan messages still to unpin.
 	Unpin []MessageRef `json:"unpin,omitempty"`
 	// FailureSaid: the thread was told the plan message could not be
 	// updated; cleared by the next success, so it is said once per outage.
 	FailureSaid bool `json:"failure_said,omitempty"`
-	// Starter is the platform user id whose mention created the session:
-	// they may stop any of its turns and reset it (DESIGN §12). It is the
-	// session's, recorded when its first message arrives, before any turn.
-	Starter string `json:"starter,omitempty"`
 	// Final is what a finished plan's message showed when a later turn
 	// put its Stop button on it. If that turn moves on to a new plan
 	// message, the old one gets this content back (Restore).
@@ -203,54 +195,19 @@ func (b *Board) runLocked() {
 // (cards, replies, the working indicator where the platform shows no
 // sessions).
 
-// received records a message for the session: where the thread is now, the
-// message to reply to, and who started the session if nobody is recorded.
-//
-// It returns what it replaced, for unreceive.
-func (b *Board) received(th Thread, in Incoming) (r receipt) {
-	b.update(func(rec *boardRecord) {
-		r.trigger = rec.Trigger
-		rec.Thread.Channel, rec.Thread.ThreadID = th.Channel, th.ThreadID
-		if in.MessageID != "" {
-			rec.Trigger = in.MessageID
-		}
-		if rec.Starter == "" {
-			// The session's first message (a new thread, or the first
-			// after a reset).
-			rec.Starter = in.AuthorID
-			r.starter = true
-		}
-	})
-	return r
-}
-
-// receipt is what received replaced: the trigger before, and whether it
-// made the message's author the session's starter.
-type receipt struct {
-	trigger string
-	starter bool
-}
-
-// unreceive takes back what received did for a message the store
-// refused as a duplicate: a late redelivery of an older message must not
-// become what the next answer replies to (unless a newer message moved
-// the trigger on meanwhile), nor make its author the starter of a
-// session reset since.
-func (b *Board) unreceive(in Incoming, r receipt) {
+// received records where the session's thread is now, for a message of
+// it: who asked and what the answer replies to are the log's (the
+// agent's Checkpoint.Starter, Event.Trigger).
+func (b *Board) received(th Thread) {
 	b.mu.Lock()
-	trigger := in.MessageID != "" && in.MessageID != r.trigger && b.rec.Trigger == in.MessageID
-	starter := r.starter && b.rec.Starter != "" && b.rec.Starter == in.AuthorID
+	b.used = time.Now()
+	same := b.rec.Thread.Channel == th.Channel && b.rec.Thread.ThreadID == th.ThreadID
 	b.mu.Unlock()
-	if !trigger && !starter {
+	if same {
 		return
 	}
 	b.update(func(rec *boardRecord) {
-		if trigger && rec.Trigger == in.MessageID {
-			rec.Trigger = r.trigger
-		}
-		if starter {
-			rec.Starter = ""
-		}
+		rec.Thread.Channel, rec.Thread.ThreadID = th.Channel, th.ThreadID
 	})
 }
 
@@ -270,8 +227,7 @@ func (b *Board) turnStarted(e agent.Event) (indicated string) {
 	var th Thread
 	var sessioned bool
 	b.set(func(rec *boardRecord, want *Plan) {
-		rec.Indicated = rec.Trigger
-		indicated = rec.Indicated
+		indicated = e.Trigger
 		th, sessioned = rec.Thread, rec.Sessioned
 		rec.Sessioned = rec.Sessioned || b.showsSessions()
 		if rec.Closed && rec.Final == nil && len(want.Items) > 0 {
@@ -382,9 +338,8 @@ func (b *Board) approvalDecided(e agent.Event) {
 func (b *Board) turnEnded(e agent.Event) {
 	state := StateOf(e.Outcome)
 	var th Thread
-	var indicated string
 	b.set(func(rec *boardRecord, want *Plan) {
-		th, indicated = rec.Thread, rec.Indicated
+		th = rec.Thread
 		rec.Final = nil
 		want.State, want.Updated = state, e.At
 		want.Stoppable, want.Activity, want.StoppedBy = false, "", e.StoppedBy
@@ -393,7 +348,7 @@ func (b *Board) turnEnded(e agent.Event) {
 		rec.Closed = len(want.Items) > 0
 	})
 	off := false
-	b.moveSession(th, statusChange{state: SessionActive, working: &off, trigger: indicated})
+	b.moveSession(th, statusChange{state: SessionActive, working: &off, trigger: e.Trigger})
 }
 
 // reset starts the board over for a new session in the same thread: the
@@ -411,7 +366,7 @@ func (b *Board) reset() {
 		if !rec.Ref.IsZero() {
 			unpin = append(unpin, rec.Ref)
 		}
-		*rec = boardRecord{Thread: rec.Thread, Trigger: rec.Trigger, Indicated: rec.Indicated, Unpin: unpin, Restore: rec.Restore}
+		*rec = boardRecord{Thread: rec.Thread, Unpin: unpin, Restore: rec.Restore}
 		*want = Plan{}
 	})
 	if sessioned {

@@ -449,17 +449,16 @@ func TestBoardTurnMethods(t *testing.T) {
 		check func(rec boardRecord, want Plan) bool
 	}{
 		{name: "a message", do: func() {
-			b.received(Thread{Platform: "test", Key: "test/1", Channel: "C2", ThreadID: "T9"}, Incoming{MessageID: "msg-1", AuthorID: "UANN"})
+			b.received(Thread{Platform: "test", Key: "test/1", Channel: "C2", ThreadID: "T9"})
 		}, check: func(rec boardRecord, _ Plan) bool {
-			return rec.Thread.Channel == "C2" && rec.Thread.ThreadID == "T9" && rec.Trigger == "msg-1" && rec.Starter == "UANN"
+			return rec.Thread.Channel == "C2" && rec.Thread.ThreadID == "T9"
 		}},
 		{name: "turn resumed", do: func() {
 			e := ev(agent.TurnStarted)
-			e.Resumed, e.Requester = true, "UBOB"
+			e.Resumed, e.Requester, e.Trigger = true, "UBOB", "msg-1"
 			indicated = b.turnStarted(e)
 		}, check: func(rec boardRecord, want Plan) bool {
-			return indicated == "msg-1" && rec.Indicated == "msg-1" && rec.Starter == "UANN" &&
-				want.State == StateResumed && want.Stoppable && want.Updated.Equal(at)
+			return indicated == "msg-1" && want.State == StateResumed && want.Stoppable && want.Updated.Equal(at)
 		}},
 		{name: "a plan while resumed keeps the footer", do: func() { b.planChanged(task(1, "draft", "review")) }, check: func(_ boardRecord, want Plan) bool {
 			return want.Revision == 1 && len(want.Items) == 2 && want.State == StateResumed && want.Stoppable
@@ -494,8 +493,7 @@ func TestBoardTurnMethods(t *testing.T) {
 				p.plan("m1").State == StateStopped && len(rec.Unpin) == 0 && len(rec.Restore) == 0
 		}},
 		{name: "reset", do: func() { b.reset(); b.Wait() }, check: func(rec boardRecord, want Plan) bool {
-			return rec.Ref.IsZero() && rec.Starter == "" && !rec.Closed &&
-				rec.Thread.Channel == "C2" && rec.Trigger == "msg-1" && rec.Indicated == "msg-1" && len(want.Items) == 0
+			return rec.Ref.IsZero() && !rec.Closed && rec.Thread.Channel == "C2" && len(want.Items) == 0
 		}},
 	}
 	for _, st := range steps {

@@ -235,15 +235,15 @@ func (r *Router) Click(ctx context.Context, c Click) ClickResult {
 	if s == nil {
 		return ClickResult{Private: "This conversation no longer exists in pinplan, so there is nothing to decide here."}
 	}
-	rec, want := s.board.state()
+	_, want := s.board.state()
 	log := r.opts.Logger.With("session", c.Thread.Key, "user", c.UserID, "action", action)
 	if action == ActionStop {
 		t := r.rules.turn(ctx, c.Thread.Key)
 		if !t.Running {
 			return ClickResult{Private: "Nothing is running in this thread."}
 		}
-		if !r.rules.mayStop(c.Thread.Platform, rec, t, c.UserID) {
-			return ClickResult{Private: stopRefusal(rec, t)}
+		if !r.rules.mayStop(c.Thread.Platform, t, c.UserID) {
+			return ClickResult{Private: stopRefusal(t)}
 		}
 		if !r.runner.Stop(c.Thread.Key, c.UserName) {
 			return ClickResult{Private: "Nothing is running in this thread."}

@@ -509,7 +509,9 @@ func boolInt(b bool) int {
 func (d *deliverer) apply(s *session, e agent.Event, have map[int64]bool) []queued {
 	b := s.board
 	rec, _ := b.state()
-	th, trigger, indicated := rec.Thread, rec.Trigger, rec.Indicated
+	// The answer replies to the message the turn began on, and the
+	// working indicator is shown there (the log's, not the board's).
+	th, trigger := rec.Thread, e.Trigger
 	ctx := d.ctx // each platform call has its own timeout (paceSend)
 	switch e.Kind {
 	case agent.TurnStarted:
@@ -561,7 +563,7 @@ func (d *deliverer) apply(s *session, e agent.Event, have map[int64]bool) []queu
 			reply = d.outbox.hold(th, trigger, e.Text, e.Turn, e.Seq)
 		}
 		b.turnEnded(e)
-		d.turnOver(ctx, s, th, indicated, e)
+		d.turnOver(ctx, s, th, trigger, e)
 		return awaitPlan(reply, b) // the final state, first
 	}
 	return nil

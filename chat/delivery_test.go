@@ -268,13 +268,12 @@ func TestOutboxSurvivesRestart(t *testing.T) {
 func TestWorkingIndicatorClearedWhereItWasSet(t *testing.T) {
 	p := &fakePlatform{}
 	r := newTestRouter(t, p, &chattest.Boards{})
-	b := r.out.board("test/1", nil)
-	b.update(func(rec *boardRecord) { rec.Trigger = "msg-1" })
-	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnStarted})
+	r.out.board("test/1", nil)
+	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnStarted, Trigger: "msg-1"})
 	settleStatuses(t, r, "test/1") // shown before the turn ends
-	// A message queued during the turn becomes the newest trigger.
-	b.update(func(rec *boardRecord) { rec.Trigger = "msg-2" })
-	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done})
+	// A message that came during the turn (msg-2) is not the turn's:
+	// its end carries the message it began on, as every entry of it.
+	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Trigger: "msg-1"})
 	settleStatuses(t, r, "test/1")
 	var on, off []string
 	for _, c := range p.calls {

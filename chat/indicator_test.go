@@ -80,12 +80,11 @@ func TestIndicatorWaitsForItsBudgetAlone(t *testing.T) {
 	p := newGatedReactions()
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
 	t.Cleanup(r.Close)
-	b := r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
-	b.update(func(rec *boardRecord) { rec.Trigger = "msg-1" })
-	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnStarted})
+	r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnStarted, Trigger: "msg-1"})
 	p.waitAsked(t, MethodReaction) // waiting for its slot
 	observe(r, chattest.Revision("test/1", 1))
-	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "the answer"})
+	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "the answer", Trigger: "msg-1"})
 	settle(t, r, "test/1")
 	if p.count("post") != 1 || p.count("reply") != 1 {
 		t.Fatalf("with the indicator waiting: %d plan posts and %d replies, want 1 each", p.count("post"), p.count("reply"))
@@ -111,14 +110,13 @@ func TestIndicatorNotShownAfterItsTurn(t *testing.T) {
 	p := newGatedReactions()
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
 	t.Cleanup(r.Close)
-	b := r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	for i, msg := range []string{"msg-1", "msg-2"} {
-		b.update(func(rec *boardRecord) { rec.Trigger = msg })
-		observe(r, agent.Event{Session: "test/1", Kind: agent.TurnStarted})
+		observe(r, agent.Event{Session: "test/1", Kind: agent.TurnStarted, Trigger: msg})
 		if i == 0 {
 			p.waitAsked(t, MethodReaction) // msg-1's indicator waits for its slot
 		}
-		observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done})
+		observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Trigger: msg})
 	}
 	settle(t, r, "test/1")
 	openGate(p.gate)

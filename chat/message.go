@@ -84,17 +84,16 @@ func (m *message) seenBefore(ctx context.Context) bool {
 func (m *message) stop(ctx context.Context) error {
 	r, th := m.r, m.in.Thread
 	msg := "Nothing is running in this thread."
-	if b := r.out.board(th.Key, nil); b != nil {
+	if r.Known(th.Key) {
 		// Checked whether or not the board has seen the turn start
 		// yet: the runner can stop a turn a moment before its
 		// TurnStarted reaches the board.
-		rec, _ := b.state()
 		t := r.rules.turn(ctx, th.Key)
-		if !r.rules.mayStop(th.Platform, rec, t, m.in.AuthorID) {
+		if !r.rules.mayStop(th.Platform, t, m.in.AuthorID) {
 			if !t.Running {
 				return m.answer(msg, false)
 			}
-			return m.private(stopRefusal(rec, t))
+			return m.private(stopRefusal(t))
 		}
 	}
 	if r.runner.Stop(th.Key, m.in.Author) {
@@ -112,10 +111,9 @@ func (m *message) reset(ctx context.Context) error {
 	if s == nil {
 		return m.answer("There is nothing to reset in this thread yet.", false)
 	}
-	rec, _ := s.board.state()
 	t := r.rules.turn(ctx, th.Key)
-	if !r.rules.mayReset(th.Platform, rec, t, m.in.AuthorID) {
-		return m.private("Only " + mention(startedBy(rec, t)) + ", who started this thread's session, or an approver can reset it.")
+	if !r.rules.mayReset(th.Platform, t, m.in.AuthorID) {
+		return m.private("Only " + mention(startedBy(t)) + ", who started this thread's session, or an approver can reset it.")
 	}
 	if err := r.runner.Reset(ctx, th.Key, m.in.Author); err != nil {
 		m.log.Error("reset session", "err", err)
@@ -133,7 +131,7 @@ func (m *message) submit(ctx context.Context) error {
 	r, th, in := m.r, m.in.Thread, m.in
 	isNew := !r.Known(th.Key)
 	s := r.out.session(th.Key, &th)
-	got := s.board.received(th, in)
+	s.board.received(th)
 	var relist bool // saved only when it changes: most messages leave it
 	s.listing.read(func(l *listingRecord) { relist = l.Hidden || l.Title == "" })
 	if relist {
@@ -146,14 +144,13 @@ func (m *message) submit(ctx context.Context) error {
 			}
 		})
 	}
-	inb := agent.Inbound{Text: m.text, Author: in.Author, AuthorID: in.AuthorID, Event: in.Event, Files: in.Files, Handed: in.Handed}
+	inb := agent.Inbound{Text: m.text, Author: in.Author, AuthorID: in.AuthorID, Event: in.Event, Files: in.Files, Handed: in.Handed, MessageID: in.MessageID}
 	if isNew {
 		inb.Context = m.threadContext(ctx)
 	}
 	err := r.runner.Submit(ctx, th.Key, inb)
 	if errors.Is(err, agent.ErrDuplicate) {
 		m.log.Info("message queued before; ignored", "event", in.Event)
-		s.board.unreceive(in, got)
 		return nil
 	}
 	if err != nil {

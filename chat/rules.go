@@ -33,10 +33,10 @@ func (p rules) mayDecide(platform, requester, user string) bool {
 }
 
 // mayStop reports whether user may stop the session's turn t: its
-// requester, the session's starter (rec's), or an approver (DESIGN §12),
-// on every turn.
-func (p rules) mayStop(platform string, rec boardRecord, t agent.TurnInfo, user string) bool {
-	return p.mayDecide(platform, t.Requester, user) || (starter(rec) != "" && user == starter(rec))
+// requester, the session's starter, or an approver (DESIGN §12), on
+// every turn.
+func (p rules) mayStop(platform string, t agent.TurnInfo, user string) bool {
+	return p.mayDecide(platform, t.Requester, user) || (t.Starter != "" && user == t.Starter)
 }
 
 // turn returns the session's turn as the agent has it (Runner.Turn); one
@@ -49,25 +49,21 @@ func (p rules) turn(ctx context.Context, key string) agent.TurnInfo {
 	return t
 }
 
-// mayReset reports whether user may reset rec's session: its starter
-// (who, or else its last turn's requester t, startedBy says) or an
-// approver.
-func (p rules) mayReset(platform string, rec boardRecord, t agent.TurnInfo, user string) bool {
-	return p.mayDecide(platform, startedBy(rec, t), user)
+// mayReset reports whether user may reset the session whose last turn
+// is t: its starter (who, or else that turn's requester, startedBy
+// says) or an approver.
+func (p rules) mayReset(platform string, t agent.TurnInfo, user string) bool {
+	return p.mayDecide(platform, startedBy(t), user)
 }
 
-// startedBy is who started rec's session; a session whose first message
-// named nobody (or was recorded before starters were kept) falls back to
-// its last turn's requester t.
-func startedBy(rec boardRecord, t agent.TurnInfo) string { return cmp.Or(starter(rec), t.Requester) }
+// startedBy is who started the session whose last turn is t; a session
+// recorded before starters were kept falls back to that turn's
+// requester.
+func startedBy(t agent.TurnInfo) string { return cmp.Or(t.Starter, t.Requester) }
 
-// starter is who started rec's session; a session recorded before
-// starters were kept falls back to its last requester.
-func starter(rec boardRecord) string { return rec.Starter }
-
-func stopRefusal(rec boardRecord, t agent.TurnInfo) string {
+func stopRefusal(t agent.TurnInfo) string {
 	who := mention(t.Requester)
-	if st := starter(rec); st != "" && st != t.Requester {
+	if st := t.Starter; st != "" && st != t.Requester {
 		who += ", " + mention(st) + " (who started this session)"
 	}
 	return "Only " + who + " or an approver can stop this turn."

@@ -142,7 +142,7 @@ func TestNoSessionsFallBackToWorking(t *testing.T) {
 		{Kind: agent.ApprovalNeeded, Approval: &a},
 		{Kind: agent.TurnEnded, Outcome: agent.Stopped},
 	} {
-		e.Session = th.Key
+		e.Session, e.Trigger = th.Key, "m1" // every entry of the turn names the message it began on
 		observe(r, e)
 		settleStatuses(t, r, th.Key)
 	}

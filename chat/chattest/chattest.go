@@ -3,6 +3,7 @@
 package chattest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -106,7 +107,8 @@ type Runner struct {
 }
 
 // Note records a published turn event as the agent's checkpoint has it:
-// TurnStarted makes the session's turn run (with its requester),
+// TurnStarted makes the session's turn run (with its requester, and the
+// session's starter),
 // TurnEnded ends it.
 func (r *Runner) Note(e agent.Event) {
 	r.mu.Lock()
@@ -116,7 +118,10 @@ func (r *Runner) Note(e agent.Event) {
 	}
 	switch e.Kind {
 	case agent.TurnStarted:
-		r.turns[e.Session] = agent.TurnInfo{Running: true, Turn: e.Turn, Requester: e.Requester}
+		// The session's starter is its first turn's requester, as the
+		// agent's checkpoint keeps it (Checkpoint.Starter).
+		starter := cmp.Or(r.turns[e.Session].Starter, e.Requester)
+		r.turns[e.Session] = agent.TurnInfo{Running: true, Turn: e.Turn, Requester: e.Requester, Starter: starter}
 	case agent.TurnEnded:
 		t := r.turns[e.Session]
 		t.Running = false
