@@ -536,7 +536,7 @@ func (a *Adapter) Working(ctx context.Context, th chat.Thread, trigger string, o
 		delete(a.reacted, th.Key)
 		a.mu.Unlock()
 		if !ok {
-			ts = trigger // after a restart: the message the router recorded
+			ts = trigger // after a restart: the message the turn began on, from its log entry
 		}
 		if ts == "" {
 			return nil
