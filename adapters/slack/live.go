@@ -318,29 +318,13 @@ func (a *Adapter) startLive(ctx context.Context, th chat.Thread, replyTo string,
 		l.whole = true // Slack streams to a channel only for a named recipient
 		return nil
 	}
-	opts := []slack.MsgOption{slack.MsgOptionTS(th.ThreadID), slack.MsgOptionMarkdownText(l.reopen() + piece)}
-	if known {
-		opts = append(opts, slack.MsgOptionRecipientUserID(to.user), slack.MsgOptionRecipientTeamID(to.team))
-	}
-	_, ts, err := a.api.StartStreamContext(ctx, th.Channel, opts...)
-	if err != nil {
-		switch code := slackCode(err); {
-		case appDenied(code):
-			a.mu.Lock()
-			first := !a.noStreams
-			a.noStreams = true
-			a.mu.Unlock()
-			if first {
-				a.log.Warn("slack streaming is not available to this token or app; replies are posted whole", "err", err)
-			}
-			l.whole = true
-			return nil
-		case streamRefused(code):
-			a.log.Warn("slack refused a stream here; posting the reply whole", "session", th.Key, "err", err)
-			l.whole = true
-			return nil
-		}
-		return classify("start stream", err)
+	ts, whole, err := a.startStream(ctx, th, l.reopen()+piece, to, known)
+	switch {
+	case whole:
+		l.whole = true
+		return nil
+	case err != nil:
+		return err
 	}
 	l.ts, l.msgFrom = ts, l.sent
 	chat.LiveStarted(ctx, chat.MessageRef{Channel: th.Channel, ID: ts}) // closed with a note should this process die now

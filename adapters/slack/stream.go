@@ -214,16 +214,17 @@ func permanent(err error) bool {
 	return err != nil && o != chat.Retry && o != chat.RetryAfter
 }
 
-// startStream opens the part's next message as a stream that starts
-// with chunk, for recipient to if known. whole: Slack streams nothing
-// here (not for this app, or not in this place), and the rest of the
-// part is posted whole.
-func (a *Adapter) startStream(ctx context.Context, th chat.Thread, ps *partStream, chunk string, to person, known bool) (whole bool, err error) {
-	opts := []slack.MsgOption{slack.MsgOptionTS(th.ThreadID), slack.MsgOptionMarkdownText(chunk)}
+// startStream opens a message of th as a stream that starts with text,
+// for recipient to if known, and returns its ts. whole: Slack streams
+// nothing here (not for this app, or not in this place), and the rest
+// is posted whole. A reply's part (streamReply) and a live reply
+// (startLive) start their messages here.
+func (a *Adapter) startStream(ctx context.Context, th chat.Thread, text string, to person, known bool) (ts string, whole bool, err error) {
+	opts := []slack.MsgOption{slack.MsgOptionTS(th.ThreadID), slack.MsgOptionMarkdownText(text)}
 	if known {
 		opts = append(opts, slack.MsgOptionRecipientUserID(to.user), slack.MsgOptionRecipientTeamID(to.team))
 	}
-	_, ts, err := a.api.StartStreamContext(ctx, th.Channel, opts...)
+	_, ts, err = a.api.StartStreamContext(ctx, th.Channel, opts...)
 	if err != nil {
 		switch code := slackCode(err); {
 		case appDenied(code):
@@ -234,16 +235,14 @@ func (a *Adapter) startStream(ctx context.Context, th chat.Thread, ps *partStrea
 			if first {
 				a.log.Warn("slack streaming is not available to this token or app; replies are posted whole", "err", err)
 			}
-			return true, nil
+			return "", true, nil
 		case streamRefused(code):
 			a.log.Warn("slack refused a stream here; posting the reply whole", "session", th.Key, "err", err)
-			return true, nil
+			return "", true, nil
 		}
-		return false, classify("start stream", err)
+		return "", false, classify("start stream", err)
 	}
-	ps.ts = ts
-	ps.sent++
-	return false, nil
+	return ts, false, nil
 }
 
 // streamReply streams one part (Markdown) into the thread, going on from
@@ -280,13 +279,15 @@ func (a *Adapter) streamReply(ctx context.Context, th chat.Thread, replyTo, text
 			if ps.sent > 0 {
 				chunk = reopen[ps.sent] + chunk // the new message goes on inside the code block, if one is open
 			}
-			whole, err := a.startStream(ctx, th, ps, chunk, to, known)
+			ts, whole, err := a.startStream(ctx, th, chunk, to, known)
 			switch {
 			case whole:
 				return a.postRest(ctx, th, key, chunks, reopen)
 			case err != nil:
 				return fail(err)
 			}
+			ps.ts = ts
+			ps.sent++
 			continue
 		}
 		if err := a.appends.Wait(ctx); err != nil {
