@@ -61,6 +61,7 @@ type crashState struct {
 // model was sent, and every session left running resumes with its full
 // history in its next model request.
 func TestCrashSafety(t *testing.T) {
+	t.Parallel()
 	iterations := 50
 	if v, err := strconv.Atoi(os.Getenv("PINPLAN_CRASH_ITERATIONS")); err == nil {
 		iterations = v

@@ -20,6 +20,7 @@ import (
 // in flight: the bot that resumes it sends those fields from the store,
 // and the server, which refuses the turn's calls without them, answers.
 func TestDialectFieldsSurviveAKill(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		dialect fakeopenai.Dialect
 		stream  bool

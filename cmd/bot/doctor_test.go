@@ -23,6 +23,7 @@ import (
 // 1 and says so; neither shows a token; -h exits 0 and an extra
 // argument 1. A failed start points at doctor.
 func TestDoctor(t *testing.T) {
+	t.Parallel()
 	serve := func(h http.Handler) string {
 		srv := httptest.NewServer(h)
 		t.Cleanup(srv.Close)

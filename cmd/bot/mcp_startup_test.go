@@ -48,6 +48,7 @@ func offeredTools(req openai.ChatCompletionRequest) string {
 // does not start within PINPLAN_MCP_STARTUP_TIMEOUT leaves the turn to go
 // on without it, and the log names it.
 func TestFirstTurnAfterStartHasMCPTools(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		delay   string // before the server starts

@@ -84,6 +84,7 @@ func bigDB(t *testing.T, n int) string {
 // it (saying what to do), and migrate run again starts over and copies
 // everything, after which a replica serves the prefix.
 func TestMigrateKilledMidCopy(t *testing.T) {
+	t.Parallel()
 	r := newReplicaRig(t, 2)
 	const sessions = 1500
 	env := map[string]string{"PINPLAN_DB": bigDB(t, sessions)}
