@@ -1414,7 +1414,7 @@ func (r *Runner) userEntries(ctx context.Context, s *session, inbox []Inbound) (
 		if e, note, ok := r.fileEntries(ctx, s, in); ok {
 			entries = append(entries, e)
 			if note != "" {
-				r.record(s, Event{Kind: Notice, Text: note, Turn: s.cp.Turns})
+				r.record(s, Event{Kind: Notice, Text: note, Turn: s.cp.Turns, Trigger: in.MessageID})
 			}
 		}
 		ids = append(ids, in.ID)

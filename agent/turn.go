@@ -60,11 +60,14 @@ func (t turn) start(in Inbound) error {
 	// by their text.
 	t.cp.Evidence, t.cp.Unattributed = nil, nil
 	t.cp.TurnBase = t.cp.Usage.Tokens()
-	t.cp.Requester, t.cp.RequesterName = in.AuthorID, in.Author
-	t.cp.Trigger = in.MessageID
-	if t.cp.Starter == "" {
+	if t.cp.Requester == "" {
+		// The session's first turn: a new session, or the first after a
+		// reset (Checkpoint.Reset keeps no requester). One whose turns
+		// began before starters were kept gets none.
 		t.cp.Starter = in.AuthorID
 	}
+	t.cp.Requester, t.cp.RequesterName = in.AuthorID, in.Author
+	t.cp.Trigger = in.MessageID
 	t.cp.Turns++
 	t.cp.Ended = nil
 	return nil

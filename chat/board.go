@@ -123,9 +123,9 @@ type Board struct {
 	// shownVer is the newest wanted version the message shows, or that
 	// the board gave up on: what a thread's answer waits for (showFirst).
 	shownVer uint64
-	// awaited counts the answers queued on the session's lane behind
-	// the board: its next request goes first in its budget then
-	// (PriorityAwaited).
+	// awaited counts the answers and live answer's words queued on the
+	// session's lane behind the board: its next request goes first in
+	// its budget then (PriorityAwaited).
 	awaited int
 	// retrying: the loop backs off after a failure and is queued again
 	// later; an answer does not wait for it meanwhile.
@@ -196,16 +196,12 @@ func (b *Board) runLocked() {
 // sessions).
 
 // received records where the session's thread is now, for a message of
-// it: who asked and what the answer replies to are the log's (the
-// agent's Checkpoint.Starter, Event.Trigger).
+// it, before the message is queued: a new session's record is stored
+// then, so that whoever runs its turn (this process after a kill, or
+// another replica) finds the session, and so does a replica holding a
+// follow-up for it. Who asked and what the answer replies to are the
+// log's (the agent's Checkpoint.Starter, Event.Trigger).
 func (b *Board) received(th Thread) {
-	b.mu.Lock()
-	b.used = time.Now()
-	same := b.rec.Thread.Channel == th.Channel && b.rec.Thread.ThreadID == th.ThreadID
-	b.mu.Unlock()
-	if same {
-		return
-	}
 	b.update(func(rec *boardRecord) {
 		rec.Thread.Channel, rec.Thread.ThreadID = th.Channel, th.ThreadID
 	})
@@ -408,7 +404,7 @@ func (b *Board) Wait() {
 	b.owner.Flush(b.key)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for b.running || b.owesSlotLocked() {
+	for (b.running || b.owesSlotLocked()) && b.owner.ctx.Err() == nil {
 		b.idle.Wait()
 	}
 }
@@ -973,6 +969,14 @@ func (b *Board) priority() Priority {
 		return PriorityFinal
 	}
 	return PriorityIntermediate
+}
+
+// awaitedBy counts n more (or, negative, fewer) sends of the answer
+// queued on the session's lane behind the board (awaited).
+func (b *Board) awaitedBy(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.awaited += n
 }
 
 // wanted is the version of the content the board wants now: an answer

@@ -184,6 +184,15 @@ func (d *deliverer) close() {
 	}
 	d.cancel()
 	<-done
+	// A board that owes a budget's slot it will not get now has nobody
+	// to wake those waiting for it (Board.Wait).
+	d.mu.Lock()
+	for _, s := range d.sessions {
+		s.board.mu.Lock()
+		s.board.idle.Broadcast()
+		s.board.mu.Unlock()
+	}
+	d.mu.Unlock()
 }
 
 // maxDeliveryBackoff bounds the wait before a failed read of a session's

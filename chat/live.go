@@ -187,7 +187,13 @@ func (d *deliverer) liveText(s *session, th Thread, replyTo string, e agent.Even
 	l.queued = true
 	l.mu.Unlock()
 	if queue {
-		d.lane.Add(th.Key, func() { d.flushLive(s, th, replyTo, epoch) })
+		// The answer's words wait on the lane behind the plan's edit in
+		// flight: that edit goes first in its budget meanwhile.
+		s.board.awaitedBy(1)
+		d.lane.Add(th.Key, func() {
+			s.board.awaitedBy(-1)
+			d.flushLive(s, th, replyTo, epoch)
+		})
 	}
 }
 

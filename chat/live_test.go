@@ -445,3 +445,37 @@ func TestLiveMessageStartedInFinishIsClosedAfterAKill(t *testing.T) {
 		t.Errorf("%d outbox items left, want 0", ob.Len())
 	}
 }
+
+// TestLiveWordsRaiseThePlansEdit: the answer's words queued on the
+// session's lane behind the plan's edit make that edit go first in its
+// budget (PriorityAwaited), as the turn's answer does: an intermediate
+// revision does not hold the answer's first words at its own priority.
+func TestLiveWordsRaiseThePlansEdit(t *testing.T) {
+	boards := &chattest.Boards{}
+	p := &livePlatform{}
+	th := Thread{Platform: "test", Key: "test/live", Channel: "C1"}
+	r := NewRouter(Options{Store: boards, Platforms: map[string]Platform{"test": p}})
+	defer r.Close()
+	b := r.out.board(th.Key, &th)
+	observe(r, agent.Event{Session: th.Key, Kind: agent.TurnStarted, Turn: 1})
+	observe(r, chattest.Revision(th.Key, 1))
+	settle(t, r, th.Key) // the plan is posted
+	if got := b.priority(); got != PriorityIntermediate {
+		t.Fatalf("a working plan's priority %d, want intermediate (%d)", got, PriorityIntermediate)
+	}
+	release := make(chan struct{})
+	r.out.lane.Add(th.Key, func() { <-release }) // the plan's edit in flight
+	for _, e := range deltas(th.Key, "a.1.0", 1, "One", " two") {
+		r.Observe(e)
+	}
+	r.out.Flush(th.Key)
+	got := b.priority()
+	close(release)
+	if got != PriorityAwaited {
+		t.Errorf("with the answer's words waiting behind it: priority %d, want awaited (%d)", got, PriorityAwaited)
+	}
+	settle(t, r, th.Key)
+	if got := b.priority(); got != PriorityIntermediate {
+		t.Errorf("once the words are shown: priority %d, want intermediate (%d) again", got, PriorityIntermediate)
+	}
+}

@@ -237,9 +237,7 @@ func (o *outbox) enqueue(key string, qs ...queued) {
 	}
 	for _, q := range qs {
 		if q.board != nil {
-			q.board.mu.Lock()
-			q.board.awaited++
-			q.board.mu.Unlock()
+			q.board.awaitedBy(1)
 		}
 	}
 	o.d.lane.Add(key, func() { o.deliver(qs) })
@@ -254,9 +252,7 @@ func (o *outbox) deliver(qs []queued) {
 		}
 		o.send(ctx, q)
 		if q.board != nil {
-			q.board.mu.Lock()
-			q.board.awaited--
-			q.board.mu.Unlock()
+			q.board.awaitedBy(-1)
 		}
 		if o.afterPop != nil {
 			o.afterPop()

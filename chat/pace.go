@@ -18,8 +18,9 @@ type Priority int
 // Priorities, most urgent first.
 const (
 	PriorityFirstPost Priority = iota
-	// PriorityAwaited: content an answer waits for, its turn's final
-	// state; first among the final states under a burst.
+	// PriorityAwaited: content an answer waits for on the session's
+	// lane (its turn's final state, or the edit in flight ahead of the
+	// answer's live words); first among the final states under a burst.
 	PriorityAwaited
 	PriorityFinal
 	PriorityIntermediate

@@ -227,9 +227,12 @@ func (e *Rejection) Error() string        { return "chat: " + e.Reason }
 func (e *Rejection) Is(target error) bool { return target == ErrRejected }
 
 // Flush waits until the session's deliverer has applied every event
-// queued for it so far, stored its cursor, and sent what they asked for
-// (the plan board's edits, pins and unpins included), or given up on it;
-// or the router is closed. It must not be called on the delivery queue.
+// queued for it so far and stored its cursor, and its plan board has
+// shown what they asked for (its posts, edits, pins and unpins), or
+// given up on it; or the router is closed. Replies and status moves
+// queued meanwhile may still be on their way. It loads the session if
+// it is not in memory. Tests and tools call it; it must not be called
+// on the delivery queue or the session's lane.
 func (r *Router) Flush(key string) {
 	if b := r.out.board(key, nil); b != nil {
 		b.Wait()

@@ -365,3 +365,20 @@ func TestMessageCarriesItsID(t *testing.T) {
 		t.Errorf("queued %+v, want message m1 of U1", run.got)
 	}
 }
+
+// TestFirstMessageStoresTheSession: a new session's board record is
+// stored before its first message is queued, so that the process (or
+// replica) that runs the turn after a kill finds the session, and a
+// follow-up held on another replica is taken by it.
+func TestFirstMessageStoresTheSession(t *testing.T) {
+	boards := &chattest.Boards{}
+	r := NewRouter(Options{Runner: &inboxRunner{}, Store: boards, Platforms: map[string]Platform{"test": &cardPlatform{}}})
+	t.Cleanup(r.Close)
+	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
+	if err := r.Handle(context.Background(), Incoming{Thread: th, Text: "plan it", MessageID: "m1", AuthorID: "U1", Sync: true}); err != nil {
+		t.Fatal(err)
+	}
+	if raw, err := boards.Board(context.Background(), th.Key); err != nil || len(raw) == 0 {
+		t.Errorf("board record after the first message: %q, %v; want it stored", raw, err)
+	}
+}
