@@ -907,6 +907,11 @@ func (u unlistable) Outbox(ctx context.Context, f func(uint64, []byte)) error {
 	return errors.New("outbox read cut off")
 }
 
+// OutboxOf is Outbox, cut off alike.
+func (u unlistable) OutboxOf(ctx context.Context, _ string, f func(uint64, []byte)) error {
+	return u.Outbox(ctx, f)
+}
+
 // holdingBoards holds the first board save after hold is armed until
 // release is closed.
 type holdingBoards struct {

@@ -26,6 +26,11 @@ type OutboxStore interface {
 	// Outbox calls f with every stored item, oldest first (per session,
 	// at least). Each item names its thread itself.
 	Outbox(ctx context.Context, f func(id uint64, data []byte)) error
+	// OutboxOf calls f with session key's stored items, oldest first:
+	// a replica taking a session over reads those. A store that keeps
+	// one queue for every session (store.DB, which has no replicas) may
+	// call f with the others' too; the caller keeps the session's.
+	OutboxOf(ctx context.Context, key string, f func(id uint64, data []byte)) error
 }
 
 // Splitter is implemented by platforms that cut a long reply into several
@@ -202,21 +207,11 @@ func (o *outbox) stored(ctx context.Context) ([]queued, error) {
 	return qs, err
 }
 
-// SessionOutbox is an OutboxStore that can list one session's items
-// (etcdstore): a replica taking a session over reads only those.
-type SessionOutbox interface {
-	OutboxOf(ctx context.Context, key string, f func(id uint64, data []byte)) error
-}
-
 // storedOf reads the stored replies of one session back; the caller
 // queues them.
 func (o *outbox) storedOf(ctx context.Context, key string) ([]queued, error) {
 	var qs []queued
-	list := o.store.Outbox
-	if so, ok := o.store.(SessionOutbox); ok {
-		list = func(ctx context.Context, f func(uint64, []byte)) error { return so.OutboxOf(ctx, key, f) }
-	}
-	err := list(ctx, func(id uint64, data []byte) {
+	err := o.store.OutboxOf(ctx, key, func(id uint64, data []byte) {
 		var it outboxItem
 		if json.Unmarshal(data, &it) == nil && it.Thread.Key == key {
 			qs = append(qs, queued{id: id, item: it, stored: true})
@@ -487,6 +482,8 @@ func (m *memOutbox) AddOutbox(_ context.Context, _ string, items [][]byte) ([]ui
 func (m *memOutbox) DeleteOutbox(context.Context, string, uint64) error { return nil }
 
 func (m *memOutbox) Outbox(context.Context, func(uint64, []byte)) error { return nil }
+
+func (m *memOutbox) OutboxOf(context.Context, string, func(uint64, []byte)) error { return nil }
 
 // tellAttempts bounds the attempts at a Tell: a person who pressed a
 // button waits for its answer, and a note a minute late is a note to

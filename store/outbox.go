@@ -47,6 +47,13 @@ func (db *DB) DeleteOutbox(_ context.Context, _ string, id uint64) error {
 	return nil
 }
 
+// OutboxOf implements chat.OutboxStore: the file keeps one queue for
+// every session (a bbolt file has one process, no replica to hand a
+// session to), so it is Outbox, and the caller keeps the session's.
+func (db *DB) OutboxOf(ctx context.Context, _ string, f func(id uint64, data []byte)) error {
+	return db.Outbox(ctx, f)
+}
+
 // Outbox implements chat.OutboxStore: it calls f with every undelivered
 // item, oldest first.
 func (db *DB) Outbox(_ context.Context, f func(id uint64, data []byte)) error {

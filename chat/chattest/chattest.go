@@ -189,6 +189,12 @@ func (o *Outbox) DeleteOutbox(_ context.Context, _ string, id uint64) error {
 	return nil
 }
 
+// OutboxOf implements chat.OutboxStore: every item, as store.DB's does;
+// the caller keeps the session's.
+func (o *Outbox) OutboxOf(ctx context.Context, _ string, f func(uint64, []byte)) error {
+	return o.Outbox(ctx, f)
+}
+
 // Outbox implements chat.OutboxStore.
 func (o *Outbox) Outbox(_ context.Context, f func(uint64, []byte)) error {
 	o.mu.Lock()
