@@ -47,13 +47,7 @@ func (a *Adapter) SetSessionStatus(ctx context.Context, th chat.Thread, s chat.S
 	_, err := a.api.SetAgentSessionStatusContext(ctx, slack.AgentSessionSetStatusParameters{
 		Status: string(s), ChannelID: th.Channel, ThreadTS: th.ThreadID, Title: title})
 	if code := slackCode(err); appDenied(code) {
-		a.mu.Lock()
-		first := !a.noSessions
-		a.noSessions = true
-		a.mu.Unlock()
-		if first {
-			a.log.Warn("slack agent sessions are not available to this token or app; the working indicator is a reaction for this workspace (see slack-app-manifest.yaml: features.agent_view, assistant:write)", "err", err)
-		}
+		a.turnOff(&a.noSessions, "slack agent sessions are not available to this token or app; the working indicator is a reaction for this workspace (see slack-app-manifest.yaml: features.agent_view, assistant:write)", err)
 		return fmt.Errorf("slack: set session status %s: %s: %w", s, code, chat.ErrNoSessions)
 	}
 	return classify("set session status "+string(s), err)

@@ -214,6 +214,18 @@ func permanent(err error) bool {
 	return err != nil && o != chat.Retry && o != chat.RetryAfter
 }
 
+// turnOff turns off a feature Slack refused to this token or app (*off,
+// guarded by a.mu) and says so in the log the first time, with err.
+func (a *Adapter) turnOff(off *bool, msg string, err error) {
+	a.mu.Lock()
+	first := !*off
+	*off = true
+	a.mu.Unlock()
+	if first {
+		a.log.Warn(msg, "err", err)
+	}
+}
+
 // startStream opens a message of th as a stream that starts with text,
 // for recipient to if known, and returns its ts. whole: Slack streams
 // nothing here (not for this app, or not in this place), and the rest
@@ -228,13 +240,7 @@ func (a *Adapter) startStream(ctx context.Context, th chat.Thread, text string, 
 	if err != nil {
 		switch code := slackCode(err); {
 		case appDenied(code):
-			a.mu.Lock()
-			first := !a.noStreams
-			a.noStreams = true
-			a.mu.Unlock()
-			if first {
-				a.log.Warn("slack streaming is not available to this token or app; replies are posted whole", "err", err)
-			}
+			a.turnOff(&a.noStreams, "slack streaming is not available to this token or app; replies are posted whole", err)
 			return "", true, nil
 		case streamRefused(code):
 			a.log.Warn("slack refused a stream here; posting the reply whole", "session", th.Key, "err", err)
