@@ -143,7 +143,16 @@ func (*Runner) Submit(context.Context, string, agent.Inbound) error { return nil
 func (*Runner) Stop(string, string) bool { return false }
 
 // Reset implements chat.Runner.
-func (*Runner) Reset(context.Context, string, string) error { return nil }
+// A reset begins a new session, as the agent's Checkpoint.Reset does:
+// its turn count stays, nothing runs and nobody is its starter yet.
+func (r *Runner) Reset(_ context.Context, key, _ string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t, ok := r.turns[key]; ok {
+		r.turns[key] = agent.TurnInfo{Turn: t.Turn}
+	}
+	return nil
+}
 
 // Decide implements chat.Runner.
 func (*Runner) Decide(context.Context, string, string, agent.Decision) (agent.Approval, error) {
