@@ -165,7 +165,23 @@ func (x *Handler) Handle(ctx context.Context, in chat.Incoming) error {
 	if err := x.hand(ctx, in.Thread.Key, handed{Message: &in}); err != nil {
 		return &chat.Rejection{Reason: "I couldn't accept your message right now (the bot's database is unavailable). Please send it again in a moment.", Refused: true}
 	}
+	if x.rep.Holds(in.Thread.Key) {
+		x.handled(ctx, in.Thread.Key)
+	}
 	return nil
+}
+
+// handled waits until the session's queue, as it is now, has been
+// through this replica's router (or ctx ends): a message that reaches
+// its holder is handled when Handle returns, as without replicas, so the
+// console's fetch right after its POST finds the thread it made.
+func (x *Handler) handled(ctx context.Context, key string) {
+	done := make(chan struct{})
+	x.pumps.Add(key, func() { close(done) })
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }
 
 // held reports whether a follow-up (chat.Incoming.FollowUp) of a thread

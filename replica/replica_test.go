@@ -24,9 +24,11 @@ type fakeRouter struct {
 	mu      sync.Mutex
 	handled []chat.Incoming
 	resumed []string
+	slow    time.Duration // how long Handle takes
 }
 
 func (r *fakeRouter) Handle(_ context.Context, in chat.Incoming) error {
+	time.Sleep(r.slow)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.handled = append(r.handled, in)
@@ -169,6 +171,33 @@ func TestHandOverToOwner(t *testing.T) {
 		q, err := repA.Queued(ctx, key)
 		return err == nil && len(q) == 0
 	})
+}
+
+// TestHandleReturnsAfterTheHolderHandled: a message that makes this
+// replica take its session has been handled by the router when Handle
+// returns, as without replicas; so the console's fetch right after its
+// POST finds the thread it made (CI saw a 404 there).
+func TestHandleReturnsAfterTheHolderHandled(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cli := etcdtest.Start(t).Client(t)
+	rep, h, router := handler(t, cli, "a")
+	if _, err := h.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	router.mu.Lock()
+	router.slow = 300 * time.Millisecond
+	router.mu.Unlock()
+	const key = "web/t1"
+	if err := h.Handle(ctx, message(key, "first")); err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Holds(key) {
+		t.Fatal("the replica did not take the session")
+	}
+	if got := router.texts(); len(got) != 1 || got[0] != "first" {
+		t.Errorf("when Handle returned, the router had handled %q, want first", got)
+	}
 }
 
 // TestScanTakesOrphanedSessions: a replica's scan at start takes a
