@@ -885,6 +885,9 @@ func (b *Board) slot(m Method, prio Priority) error {
 		return errSlotLater
 	}
 	b.mu.Unlock()
+	if m == MethodPin && b.owner.pinAwaited(b.key) {
+		return errSlotLater // its key waits in the budget's queue (deliverer.awaitPin)
+	}
 	bud := b.pacer.Budget(req)
 	if bud == nil || bud.TryNow(0) {
 		return nil
@@ -897,21 +900,35 @@ func (b *Board) slot(m Method, prio Priority) error {
 	b.mu.Unlock()
 	bud.Notify(b.ctx, req.Priority, since, func() {
 		b.mu.Lock()
-		defer b.mu.Unlock()
-		if b.ctx.Err() != nil || !b.asking[m] {
-			return // stopped (fenced, forgotten, shut down) as the slot came
+		asked := b.asking[m]
+		b.mu.Unlock()
+		if asked {
+			b.grant(m)
 		}
-		delete(b.asking, m)
-		b.owner.closeMu.RLock()
-		defer b.owner.closeMu.RUnlock()
-		if b.owner.closing {
-			return // Close waits for the loops running now, not new ones; the next start pins it
-		}
-		b.granted[m] = time.Now()
-		b.wantVer++ // the loop has this slot to use
-		b.runLocked()
 	})
 	return errSlotLater
+}
+
+// grant gives the board the slot of method m's budget it waited for, and
+// runs its loop to use it.
+func (b *Board) grant(m Method) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ctx.Err() != nil {
+		return // stopped (fenced, forgotten, shut down) as the slot came
+	}
+	delete(b.asking, m)
+	b.owner.closeMu.RLock()
+	defer b.owner.closeMu.RUnlock()
+	if b.owner.closing {
+		return // Close waits for the loops running now, not new ones; the next start pins it
+	}
+	if b.granted == nil {
+		b.asking, b.granted = map[Method]bool{}, map[Method]time.Time{}
+	}
+	b.granted[m] = time.Now()
+	b.wantVer++ // the loop has this slot to use
+	b.runLocked()
 }
 
 // holdsSlot reports whether the budget gave the board a slot of method

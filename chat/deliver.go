@@ -140,14 +140,19 @@ type deliverer struct {
 	// (status.go), by session key.
 	statuses serial.Queue
 
-	mu       sync.Mutex // guards sessions
+	mu       sync.Mutex // guards sessions and pins
 	sessions map[string]*session
+	// pins are the sessions that left memory while they waited for a
+	// pin's slot (evict): each waits in the pin budget as a key, and
+	// its session loads again when the slot comes (pinDue). The cancel
+	// takes it out of the budget.
+	pins map[string]context.CancelFunc
 }
 
 func newDeliverer(opts Options, caps map[string]Caps) *deliverer {
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &deliverer{opts: opts, caps: caps, cards: opts.Cards, listings: opts.Listings, logs: opts.Log,
-		tracer: newTracer(opts.Tracer), ctx: ctx, cancel: cancel, sessions: map[string]*session{}}
+		tracer: newTracer(opts.Tracer), ctx: ctx, cancel: cancel, sessions: map[string]*session{}, pins: map[string]context.CancelFunc{}}
 	// What is not given is kept in this process's memory: said by the
 	// caller, never guessed from Store's methods.
 	if d.cards == nil {

@@ -197,3 +197,49 @@ func TestFencedBoardOwesNoPin(t *testing.T) {
 		t.Errorf("%d pins after the fence; want none", n)
 	}
 }
+
+// TestPendingPinLeavesMemory: a session idle but for its pin, which
+// waits behind a budget with no slot, leaves memory on eviction as an
+// idle one does; when the slot comes the plan is pinned all the same.
+// The soak at 5,000 threads an hour asks four times the pins Slack
+// allows: such sessions piled up by the hundred in memory, the growth
+// of the replica never killed (issue #41's RSS bound).
+func TestPendingPinLeavesMemory(t *testing.T) {
+	const n = 20
+	p := newPinStarvedPlatform()
+	p.pins = NewBudget(6000, n)
+	p.pins.Hold(time.Hour)
+	boards := &chattest.Boards{}
+	r := NewRouter(Options{Store: boards, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
+	t.Cleanup(r.Close)
+	for i := range n {
+		key := fmt.Sprintf("test/%d", i)
+		r.out.board(key, &Thread{Platform: "test", Key: key, Channel: fmt.Sprintf("C%d", i)})
+		observe(r, chattest.Revision(key, 1))
+		observe(r, agent.Event{Session: key, Kind: agent.TurnEnded, Outcome: agent.Done, Text: "the answer " + key})
+	}
+	waitUntil(t, func() bool { return p.count("reply") == n && p.allShow(StateDone, n) && p.pinsAsked() == n })
+	waitUntil(t, func() bool { r.Evict(0); return r.out.inMemory() == 0 })
+	if got := p.count("pin"); got != 0 {
+		t.Fatalf("%d pins before the budget had a slot", got)
+	}
+	p.pins.mu.Lock()
+	p.pins.hold = time.Time{} // the Retry-After over
+	p.pins.mu.Unlock()
+	p.pins.kick()
+	waitUntil(t, func() bool { return p.count("pin") == n })
+	for i := range n {
+		raw, _ := boards.Board(context.Background(), fmt.Sprintf("test/%d", i))
+		var rec boardRecord
+		if err := json.Unmarshal(raw, &rec); err != nil || !rec.Pinned {
+			t.Errorf("session %d: the stored board does not say pinned (%v): %s", i, err, raw)
+		}
+	}
+}
+
+// inMemory is how many sessions the deliverer keeps in memory.
+func (d *deliverer) inMemory() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.sessions)
+}

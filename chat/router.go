@@ -340,16 +340,23 @@ type Forgetter interface {
 func (r *Router) Forget(key string) { r.out.forget(key) }
 
 // idleSince reports whether the session has been idle since cutoff: no
-// render or turn running, no open approval card, no use after cutoff.
-// It returns the session's thread too.
-func (s *session) idleSince(cutoff time.Time) (Thread, bool) {
+// render or turn running, no open approval card, no use after cutoff,
+// no budget's slot owed but the pin's. It returns the session's thread
+// too, and when its board waits for a pin's slot, since when (pin).
+func (s *session) idleSince(cutoff time.Time) (th Thread, idle bool, pin time.Time) {
 	b := s.board
 	b.mu.Lock()
-	busy := b.running || b.owesSlotLocked() || b.want.Stoppable || b.used.After(cutoff)
-	th := b.rec.Thread
+	owesPin := len(b.asking) == 1 && b.asking[MethodPin] && len(b.granted) == 0
+	busy := b.running || b.owesSlotLocked() && !owesPin || b.want.Stoppable || b.used.After(cutoff)
+	th = b.rec.Thread
+	if owesPin {
+		if pin = b.pending; pin.IsZero() {
+			pin = time.Now()
+		}
+	}
 	b.mu.Unlock()
 	s.cards.read(func(v *cardsRecord) { busy = busy || len(v.open()) > 0 })
-	return th, !busy && !s.live.busy() && !s.unsettled.Load()
+	return th, !busy && !s.live.busy() && !s.unsettled.Load(), pin
 }
 
 // Delete archives a session as reset does and hides it from listings; a

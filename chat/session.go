@@ -221,6 +221,10 @@ func (d *deliverer) forget(key string) {
 		s.board.stop()
 		delete(d.sessions, key)
 	}
+	if cancel := d.pins[key]; cancel != nil {
+		cancel() // the next holder pins it
+		delete(d.pins, key)
+	}
 }
 
 // Thread returns the session's thread as recorded by its board, with the
@@ -238,19 +242,25 @@ func (d *deliverer) thread(key string) (Thread, bool) {
 
 // Evict drops from memory the boards of sessions idle for longer than
 // idle: no render running, no turn running, no open approval card. Their
-// records stay in the store and load again on the next event. Every
-// platform that keeps state of its own per thread (Forgetter) is told,
-// not only the session's: the console mirrors the others' plans. It
-// returns how many were dropped.
+// records stay in the store and load again on the next event. A session
+// idle but for its pin, which waits for the budget's slot, leaves too:
+// it waits on as its key (awaitPin). Every platform that keeps state of
+// its own per thread (Forgetter) is told, not only the session's: the
+// console mirrors the others' plans. It returns how many were dropped.
 func (d *deliverer) evict(idle time.Duration) int {
 	cutoff := time.Now().Add(-idle)
 	var gone []Thread
 	d.mu.Lock()
 	for key, s := range d.sessions {
-		if th, idle := s.idleSince(cutoff); idle {
-			s.board.stop()
-			delete(d.sessions, key)
-			gone = append(gone, th)
+		th, idle, pin := s.idleSince(cutoff)
+		if !idle {
+			continue
+		}
+		s.board.stop()
+		delete(d.sessions, key)
+		gone = append(gone, th)
+		if !pin.IsZero() {
+			d.awaitPin(th, pin)
 		}
 	}
 	// Still under d.mu: a session that comes back now loads after its
@@ -261,6 +271,53 @@ func (d *deliverer) evict(idle time.Duration) int {
 	d.tellForgotten(gone)
 	d.mu.Unlock()
 	return len(gone)
+}
+
+// awaitPin puts the pin of a session leaving memory in its budget's
+// queue as the session's key, in the place its board asked for (since);
+// the session loads again when the slot comes (pinDue). d.mu is held.
+func (d *deliverer) awaitPin(th Thread, since time.Time) {
+	if d.pins[th.Key] != nil {
+		return // waiting already
+	}
+	first := func() Priority { return PriorityFirstPost }
+	bud := d.caps[th.Platform].Paced.Budget(Request{Thread: th, Method: MethodPin, Priority: first, Since: since})
+	if bud == nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(d.ctx)
+	d.pins[th.Key] = cancel
+	bud.Notify(ctx, first, since, func() { d.pinDue(ctx, th.Key) })
+}
+
+// pinDue gives the pin's slot to the session whose key waited for it
+// (awaitPin), loading it again if it is not in memory.
+func (d *deliverer) pinDue(ctx context.Context, key string) {
+	d.mu.Lock()
+	if ctx.Err() != nil {
+		d.mu.Unlock()
+		return // forgotten meanwhile, or shut down
+	}
+	d.pins[key]()
+	delete(d.pins, key)
+	s, ok := d.sessions[key]
+	if !ok {
+		if s = d.loadSession(key, nil); s != nil {
+			d.sessions[key] = s
+		}
+	}
+	d.mu.Unlock()
+	if s != nil {
+		s.board.grant(MethodPin)
+	}
+}
+
+// pinAwaited reports whether the session's pin waits in its budget as
+// its key (awaitPin): its board, loaded again, does not ask a second time.
+func (d *deliverer) pinAwaited(key string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.pins[key] != nil
 }
 
 // tellForgotten tells every Forgetter platform that the sessions of
@@ -284,11 +341,15 @@ func (d *deliverer) tellForgotten(threads []Thread) {
 func (d *deliverer) deleted(key string, since time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if cancel := d.pins[key]; cancel != nil {
+		cancel() // its plan message went with its records
+		delete(d.pins, key)
+	}
 	s, ok := d.sessions[key]
 	if !ok {
 		return
 	}
-	th, idle := s.idleSince(since)
+	th, idle, _ := s.idleSince(since)
 	if !idle {
 		// Its log and cursor went with its records: the entries of its
 		// new turn are numbered from 1 again. The deliverer starts over

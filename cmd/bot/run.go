@@ -134,6 +134,14 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	}}))
 }
 
+// idleInMemory is how long a session stays in memory idle (its records
+// and what the platforms keep for its thread): two minutes, so that a
+// reply soon after an answer finds it warm, while memory follows the
+// threads active now, not those of the last ten minutes (a session
+// loads again from the store in one read). With ten minutes the soak
+// at 5,000 threads an hour kept every session of its window in memory.
+const idleInMemory = 2 * time.Minute
+
 // housekeep runs every minute until ctx is done: idle sessions leave
 // memory (the router's boards and what the platforms keep for them, the
 // console's live view of threads other replicas run), expired dedupe keys
@@ -148,8 +156,8 @@ func housekeep(ctx context.Context, cfg *config.Config, db *store.DB, router *ch
 			return
 		case <-t.C:
 		}
-		router.Evict(10 * time.Minute)
-		console.Expire(10 * time.Minute)
+		router.Evict(idleInMemory)
+		console.Expire(idleInMemory)
 		if db == nil {
 			continue // etcd: dedupe keys end with their leases; no retention
 		}
