@@ -29,7 +29,32 @@ const (
 	maxAltText       = 2000
 	maxImageTitle    = 2000
 	maxInputLabel    = 2000
+	maxInputHint     = 2000
 	maxMarkdownTotal = 12000 // all markdown blocks of a message together
+)
+
+// Limits of the menus a plan row carries and of the option objects in
+// them (docs.slack.dev/reference/block-kit/block-elements/overflow-menu-element:
+// "An array of up to five option objects"; api.slack.com's
+// block-elements#overflow: "Maximum number of options is 5, minimum is
+// 2"; .../block-elements/select-menu-element: static_select "Maximum
+// number of options is 100", placeholder "Maximum length for the text in
+// this field is 150 characters";
+// .../composition-objects/option-object: text and description 75, value
+// 150, url 3000 and only in an overflow menu).
+const (
+	minOverflowOptions = 2
+	maxOverflowOptions = 5
+	maxSelectOptions   = 100 // options, or option_groups
+	maxOptionText      = 75
+	maxOptionValue     = 150
+	maxOptionDesc      = 75
+	maxOptionURL       = 3000
+	maxGroupLabel      = 75
+	maxPlaceholder     = 150
+	// plain_text_input (.../block-elements/plain-text-input-element):
+	// min_length 0 to 3000, max_length 1 to 3000.
+	maxTextInputLength = 3000
 )
 
 // blockTypes are the block types a message may carry, each with the
@@ -98,10 +123,38 @@ func checkText(text string, hasText bool, blocks string, hasBlocks, rejectNative
 	return "", ""
 }
 
-// checkBlocks returns why Slack would refuse blocks, "" if it would not.
+// accessoryElements are the elements a section's accessory may be
+// (docs.slack.dev/reference/block-kit/blocks/section-block: "Can be any
+// one of the compatible element objects").
+var accessoryElements = map[string]bool{
+	"button": true, "checkboxes": true, "datepicker": true, "image": true, "overflow": true, "radio_buttons": true,
+	"timepicker": true, "workflow_button": true,
+	"static_select": true, "external_select": true, "users_select": true, "conversations_select": true, "channels_select": true,
+	"multi_static_select": true, "multi_external_select": true, "multi_users_select": true,
+	"multi_conversations_select": true, "multi_channels_select": true,
+}
+
+// inputElements are the elements an input block may hold
+// (docs.slack.dev/reference/block-kit/blocks/input-block).
+var inputElements = map[string]bool{
+	"plain_text_input": true, "checkboxes": true, "datepicker": true, "datetimepicker": true, "email_text_input": true,
+	"file_input": true, "number_input": true, "radio_buttons": true, "rich_text_input": true, "timepicker": true, "url_text_input": true,
+	"static_select": true, "external_select": true, "users_select": true, "conversations_select": true, "channels_select": true,
+	"multi_static_select": true, "multi_external_select": true, "multi_users_select": true,
+	"multi_conversations_select": true, "multi_channels_select": true,
+}
+
+// checkBlocks returns why Slack would refuse a message's blocks, "" if it
+// would not.
 func checkBlocks(list []any, rejectNative bool) string {
-	if len(list) > maxBlocks {
-		return fmt.Sprintf("%d blocks, limit %d", len(list), maxBlocks)
+	return checkBlockList(list, rejectNative, maxBlocks, nil)
+}
+
+// checkBlockList returns why Slack would refuse blocks: more than limit,
+// or a type outside only (nil: any block type a message takes).
+func checkBlockList(list []any, rejectNative bool, limit int, only map[string]bool) string {
+	if len(list) > limit {
+		return fmt.Sprintf("%d blocks, limit %d", len(list), limit)
 	}
 	ids := map[string]bool{}
 	markdown := 0
@@ -114,6 +167,9 @@ func checkBlocks(list []any, rejectNative bool) string {
 		check, known := blockTypes[typ]
 		if !known {
 			return fmt.Sprintf("block %d: unknown block type %q", i, typ)
+		}
+		if only != nil && !only[typ] {
+			return fmt.Sprintf("block %d: block type %q is not allowed here", i, typ)
 		}
 		if rejectNative && (typ == "plan" || typ == "task_card") {
 			return fmt.Sprintf("block %d: block type %q is not enabled for this workspace", i, typ)
@@ -171,7 +227,12 @@ func checkSection(b map[string]any) string {
 		}
 	}
 	if acc, ok := b["accessory"]; ok {
-		return checkElement(acc, "accessory")
+		if d := checkElement(acc, "accessory"); d != "" {
+			return d
+		}
+		if typ, _ := acc.(map[string]any)["type"].(string); !accessoryElements[typ] {
+			return fmt.Sprintf("accessory: element type %q is not allowed as a section's accessory", typ)
+		}
 	}
 	return ""
 }
@@ -239,12 +300,31 @@ func checkMarkdown(b map[string]any) string {
 	return ""
 }
 
+// checkInput: a plain_text label of up to 2000 characters, an optional
+// hint as long, optional a boolean, and one element an input block takes.
 func checkInput(b map[string]any) string {
 	if d := checkTextObject(b["label"], "label", maxInputLabel, true); d != "" {
 		return d
 	}
-	if _, ok := b["element"].(map[string]any); !ok {
+	if h, ok := b["hint"]; ok {
+		if d := checkTextObject(h, "hint", maxInputHint, true); d != "" {
+			return d
+		}
+	}
+	if o, ok := b["optional"]; ok {
+		if _, isBool := o.(bool); !isBool {
+			return "optional must be a boolean"
+		}
+	}
+	el, ok := b["element"].(map[string]any)
+	if !ok {
 		return "element is required"
+	}
+	if d := checkElement(el, "element"); d != "" {
+		return d
+	}
+	if typ, _ := el["type"].(string); !inputElements[typ] {
+		return fmt.Sprintf("element: element type %q is not allowed in an input block", typ)
 	}
 	return ""
 }
@@ -442,8 +522,160 @@ func checkElement(v any, name string) string {
 		}
 	case "image":
 		return checkImage(m, name)
+	case "overflow":
+		list, _ := m["options"].([]any)
+		if n := len(list); n < minOverflowOptions || n > maxOverflowOptions {
+			return fmt.Sprintf("%s.options: %d options, want %d to %d", name, n, minOverflowOptions, maxOverflowOptions)
+		}
+		for j, o := range list {
+			if d := checkOption(o, fmt.Sprintf("%s.options[%d]", name, j), true); d != "" {
+				return d
+			}
+		}
+	case "static_select":
+		return checkStaticSelect(m, name)
+	case "plain_text_input":
+		return checkTextInput(m, name)
 	}
 	return ""
+}
+
+// checkOption checks an option object of an overflow menu or a select:
+// plain_text text, a value, an optional plain_text description, and a
+// url only in an overflow menu.
+func checkOption(v any, name string, overflow bool) string {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return name + " must be an option object"
+	}
+	if d := checkTextObject(m["text"], name+".text", maxOptionText, true); d != "" {
+		return d
+	}
+	val, ok := m["value"].(string)
+	if !ok || val == "" {
+		return name + ".value is required"
+	}
+	if n := utf8.RuneCountInString(val); n > maxOptionValue {
+		return fmt.Sprintf("%s.value is %d characters, limit %d", name, n, maxOptionValue)
+	}
+	if d, ok := m["description"]; ok {
+		if r := checkTextObject(d, name+".description", maxOptionDesc, true); r != "" {
+			return r
+		}
+	}
+	if u, ok := m["url"]; ok {
+		s, _ := u.(string)
+		if !overflow {
+			return name + ".url is only allowed in an overflow menu"
+		}
+		if n := utf8.RuneCountInString(s); n > maxOptionURL || n == 0 {
+			return fmt.Sprintf("%s.url is %d characters, want 1 to %d", name, n, maxOptionURL)
+		}
+	}
+	return ""
+}
+
+// checkStaticSelect: options or option_groups (not both), up to 100
+// each, a plain_text placeholder of up to 150 characters, and an
+// initial_option that is one of the options.
+func checkStaticSelect(m map[string]any, name string) string {
+	opts, hasOpts := m["options"]
+	groups, hasGroups := m["option_groups"]
+	if hasOpts == hasGroups {
+		return name + " needs options or option_groups, not both"
+	}
+	var all []any
+	if hasOpts {
+		list, _ := opts.([]any)
+		if len(list) == 0 || len(list) > maxSelectOptions {
+			return fmt.Sprintf("%s.options: %d options, want 1 to %d", name, len(list), maxSelectOptions)
+		}
+		all = list
+	} else {
+		list, _ := groups.([]any)
+		if len(list) == 0 || len(list) > maxSelectOptions {
+			return fmt.Sprintf("%s.option_groups: %d groups, want 1 to %d", name, len(list), maxSelectOptions)
+		}
+		for j, g := range list {
+			gm, _ := g.(map[string]any)
+			at := fmt.Sprintf("%s.option_groups[%d]", name, j)
+			if d := checkTextObject(gm["label"], at+".label", maxGroupLabel, true); d != "" {
+				return d
+			}
+			inner, _ := gm["options"].([]any)
+			if len(inner) == 0 || len(inner) > maxSelectOptions {
+				return fmt.Sprintf("%s.options: %d options, want 1 to %d", at, len(inner), maxSelectOptions)
+			}
+			all = append(all, inner...)
+		}
+	}
+	for j, o := range all {
+		if d := checkOption(o, fmt.Sprintf("%s.options[%d]", name, j), false); d != "" {
+			return d
+		}
+	}
+	if p, ok := m["placeholder"]; ok {
+		if d := checkTextObject(p, name+".placeholder", maxPlaceholder, true); d != "" {
+			return d
+		}
+	}
+	if init, ok := m["initial_option"]; ok {
+		im, _ := init.(map[string]any)
+		for _, o := range all {
+			if om, _ := o.(map[string]any); om["value"] == im["value"] {
+				return ""
+			}
+		}
+		return name + ".initial_option must be one of the options"
+	}
+	return ""
+}
+
+// checkTextInput checks a plain_text_input: min_length 0 to 3000,
+// max_length 1 to 3000 and not below min_length, a plain_text
+// placeholder of up to 150 characters.
+func checkTextInput(m map[string]any, name string) string {
+	minLen, hasMin, ok := intField(m, "min_length")
+	if !ok || hasMin && (minLen < 0 || minLen > maxTextInputLength) {
+		return fmt.Sprintf("%s.min_length must be an integer from 0 to %d", name, maxTextInputLength)
+	}
+	maxLen, hasMax, ok := intField(m, "max_length")
+	if !ok || hasMax && (maxLen < 1 || maxLen > maxTextInputLength) {
+		return fmt.Sprintf("%s.max_length must be an integer from 1 to %d", name, maxTextInputLength)
+	}
+	if hasMin && hasMax && minLen > maxLen {
+		return fmt.Sprintf("%s.min_length %d is more than max_length %d", name, minLen, maxLen)
+	}
+	if p, ok := m["placeholder"]; ok {
+		if d := checkTextObject(p, name+".placeholder", maxPlaceholder, true); d != "" {
+			return d
+		}
+	}
+	if v, ok := m["initial_value"]; ok {
+		if _, isString := v.(string); !isString {
+			return name + ".initial_value must be a string"
+		}
+	}
+	if v, ok := m["multiline"]; ok {
+		if _, isBool := v.(bool); !isBool {
+			return name + ".multiline must be a boolean"
+		}
+	}
+	return ""
+}
+
+// intField reads the integer m[k]: present says whether it is there, ok
+// whether it is an integer if it is.
+func intField(m map[string]any, k string) (n int, present, ok bool) {
+	v, present := m[k]
+	if !present {
+		return 0, false, true
+	}
+	f, isNum := v.(float64)
+	if !isNum || f != float64(int(f)) {
+		return 0, true, false
+	}
+	return int(f), true, true
 }
 
 // checkConfirm checks a confirmation dialog object: title, text, confirm

@@ -23,7 +23,16 @@
 // it in an interactive Socket Mode envelope and InteractionBody encodes it
 // for an HTTP Request URL; its response_url is served here and recorded
 // (ResponseURLPosts). chat.postEphemeral messages are kept apart from the
-// channel's (Ephemerals).
+// channel's (Ephemerals). Overflow and StaticSelect build the payload of
+// a person picking an option of an overflow menu or a static_select.
+//
+// Modals (views.go): every payload's trigger_id opens one modal with
+// views.open within 3 s of being sent (TriggerLife); views.open and
+// views.update check the view as Slack does and the fake keeps it
+// (Views); ViewSubmission builds a person's view_submission, and
+// PushViewSubmission and AnswerViewSubmission apply the bot's ack to the
+// view (closed, errors shown, updated, pushed, cleared). A refused call
+// answers, as Slack does, response_metadata.messages saying why.
 //
 // Agent sessions and streams (agents.go): agents.sessions.setStatus is
 // checked as Slack checks it and each thread's statuses are recorded
@@ -189,6 +198,9 @@ type Server struct {
 	// nil means BotScopes (less files:read with NoFilesRead). An
 	// app-level token's are connections:write.
 	Scopes []string
+	// TriggerLife is how long after the payload carrying it was sent a
+	// trigger_id opens a modal (views.open); default 3 s, as on Slack.
+	TriggerLife time.Duration
 	// InFlightGrace is how long after a 429 was answered a call on
 	// another connection still counts as on its way rather than sent
 	// against the Retry-After (InFlightAtRetryAfter, not Violations): the
@@ -237,6 +249,9 @@ type Server struct {
 	responses   map[string]*responseURL    // by path
 	posts       []ResponseURLPost
 	sessions    map[string]*agentSession // agent sessions, by channel/thread_ts
+	triggers    map[string]*trigger      // trigger_ids handed out in payloads
+	views       map[string]*view         // modals, by id
+	viewOrder   []string
 }
 
 func (s *Server) initLocked() {
@@ -259,6 +274,8 @@ func (s *Server) initLocked() {
 		s.members = map[string]map[string]bool{}
 		s.responses = map[string]*responseURL{}
 		s.sessions = map[string]*agentSession{}
+		s.triggers = map[string]*trigger{}
+		s.views = map[string]*view{}
 	}
 	if s.BotUserID == "" {
 		s.BotUserID = "UBOT"
@@ -629,7 +646,11 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, method string,
 		s.mu.Unlock()
 	}
 	if code != "" {
-		resp = map[string]any{"ok": false, "error": code}
+		out := map[string]any{"ok": false, "error": code}
+		if md, ok := resp["response_metadata"]; ok {
+			out["response_metadata"] = md
+		}
+		resp = out
 	} else {
 		resp["ok"] = true
 	}

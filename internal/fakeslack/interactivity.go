@@ -109,10 +109,83 @@ func (s *Server) ResponseURLPosts() []ResponseURLPost {
 //
 // The user counts as a member of channel from then on (chat.postEphemeral
 // to them is accepted). The response_url is on the fake's own address:
-// the Host of the latest Web API request, or BaseURL when set.
+// the Host of the latest Web API request, or BaseURL when set. Its
+// trigger_id opens one modal (views.open) within TriggerLife of being
+// sent.
 func (s *Server) BlockActions(userID, channel, messageTS, actionID string) map[string]any {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.blockActionLocked(userID, channel, messageTS, actionID, func(blocks []any) (string, map[string]any, map[string]any) {
+		blockID, button := findElement(blocks, "button", actionID, nil)
+		if button == nil {
+			return "", nil, nil
+		}
+		action := map[string]any{"type": "button", "action_id": actionID, "block_id": blockID, "text": button["text"]}
+		for _, k := range []string{"value", "style", "url"} {
+			if v, ok := button[k]; ok {
+				action[k] = v
+			}
+		}
+		return blockID, action, nil
+	})
+}
+
+// Overflow returns the block_actions payload Slack sends when userID
+// picks the option with value in the overflow menu actionID on the bot's
+// message messageTS in channel: actions[0] is of type overflow with the
+// selected_option as the menu holds it. Like BlockActions, it returns
+// nil and records nothing when the message, as it is now, has no such
+// menu with that option: the person could not have picked it. When
+// several blocks have a menu with actionID, the first holding value wins.
+func (s *Server) Overflow(userID, channel, messageTS, actionID, value string) map[string]any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.blockActionLocked(userID, channel, messageTS, actionID, func(blocks []any) (string, map[string]any, map[string]any) {
+		var option map[string]any
+		blockID, menu := findElement(blocks, "overflow", actionID, func(el map[string]any) bool {
+			option = findOption(el, value)
+			return option != nil
+		})
+		if menu == nil {
+			return "", nil, nil
+		}
+		return blockID, map[string]any{"type": "overflow", "action_id": actionID, "block_id": blockID, "selected_option": option}, nil
+	})
+}
+
+// StaticSelect returns the block_actions payload Slack sends when userID
+// picks the option with value in the static_select actionID on the bot's
+// message messageTS in channel (actions[0].selected_option, and the
+// select's new state in state.values), nil when there is no such select
+// with that option, as Overflow.
+func (s *Server) StaticSelect(userID, channel, messageTS, actionID, value string) map[string]any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.blockActionLocked(userID, channel, messageTS, actionID, func(blocks []any) (string, map[string]any, map[string]any) {
+		var option map[string]any
+		blockID, sel := findElement(blocks, "static_select", actionID, func(el map[string]any) bool {
+			option = findOption(el, value)
+			return option != nil
+		})
+		if sel == nil {
+			return "", nil, nil
+		}
+		action := map[string]any{"type": "static_select", "action_id": actionID, "block_id": blockID, "selected_option": option}
+		if p, ok := sel["placeholder"]; ok {
+			action["placeholder"] = p
+		}
+		state := map[string]any{blockID: map[string]any{actionID: map[string]any{"type": "static_select", "selected_option": option}}}
+		return blockID, action, state
+	})
+}
+
+// blockActionLocked builds the block_actions payload of userID acting on
+// the element pick finds in the blocks of the bot's message messageTS in
+// channel; nil when there is no such message or pick finds nothing. pick
+// returns the element's block_id ("" when the block has none: Slack names
+// it), the action and the state values the action leaves.
+func (s *Server) blockActionLocked(userID, channel, messageTS, actionID string,
+	pick func(blocks []any) (blockID string, action, state map[string]any)) map[string]any {
 	s.initLocked()
 	m, ok := s.messages[channel+"/"+messageTS]
 	if !ok || m.BotID == "" || m.User != s.BotUserID || m.Blocks == "" {
@@ -122,8 +195,8 @@ func (s *Server) BlockActions(userID, channel, messageTS, actionID string) map[s
 	if json.Unmarshal([]byte(m.Blocks), &blocks) != nil {
 		return nil
 	}
-	blockID, button := findButton(blocks, actionID)
-	if button == nil {
+	blockID, action, state := pick(blocks)
+	if action == nil {
 		return nil
 	}
 	if blockID == "" {
@@ -131,7 +204,15 @@ func (s *Server) BlockActions(userID, channel, messageTS, actionID string) map[s
 		h := fnv.New32a()
 		fmt.Fprintf(h, "%s/%s/%s", channel, messageTS, actionID)
 		blockID = fmt.Sprintf("%05x", h.Sum32()&0xfffff)
+		action["block_id"] = blockID
+		for _, v := range state {
+			state = map[string]any{blockID: v}
+		}
 	}
+	if state == nil {
+		state = map[string]any{}
+	}
+	action["action_ts"] = s.tsLocked()
 	s.memberLocked(channel, userID)
 	s.seq++
 	secret := fmt.Sprintf("%016x%08x", time.Now().UnixNano(), s.seq)
@@ -141,48 +222,50 @@ func (s *Server) BlockActions(userID, channel, messageTS, actionID string) map[s
 	if base == "" {
 		base = "http://" + s.host
 	}
+	triggerID := fmt.Sprintf("%d.%s.%s", 1000000000+s.seq, s.TeamID, secret[:16])
+	s.issueTriggerLocked(triggerID, userID, channel)
 
-	action := map[string]any{"type": "button", "action_id": actionID, "block_id": blockID, "text": button["text"], "action_ts": s.tsLocked()}
-	for _, k := range []string{"value", "style", "url"} {
-		if v, ok := button[k]; ok {
-			action[k] = v
-		}
-	}
 	container := map[string]any{"type": "message", "message_ts": m.TS, "channel_id": channel, "is_ephemeral": false}
 	if m.ThreadTS != "" {
 		container["thread_ts"] = m.ThreadTS
 	}
 	message := s.messageJSONLocked(m)
 	message["app_id"] = "A1"
-	username := strings.ToLower(userID)
-	if name, ok := s.users[userID]; ok {
-		username = strings.ToLower(strings.ReplaceAll(name, " ", "."))
-	}
 	channelName := strings.ToLower(channel)
 	if strings.HasPrefix(channel, "D") {
 		channelName = "directmessage"
 	}
 	return map[string]any{
 		"type":                  "block_actions",
-		"user":                  map[string]any{"id": userID, "username": username, "name": username, "team_id": s.TeamID},
+		"user":                  s.interactionUserLocked(userID),
 		"api_app_id":            "A1",
 		"token":                 "legacy",
 		"container":             container,
-		"trigger_id":            fmt.Sprintf("%d.%s.%s", 1000000000+s.seq, s.TeamID, secret[:16]),
+		"trigger_id":            triggerID,
 		"team":                  map[string]any{"id": s.TeamID, "domain": strings.ToLower(s.TeamID)},
 		"enterprise":            nil,
 		"is_enterprise_install": false,
 		"channel":               map[string]any{"id": channel, "name": channelName},
 		"message":               message,
-		"state":                 map[string]any{"values": map[string]any{}},
+		"state":                 map[string]any{"values": state},
 		"response_url":          base + path,
 		"actions":               []any{action},
 	}
 }
 
-// findButton finds the button with actionID in an actions block or a
-// section's accessory and returns its block's block_id.
-func findButton(blocks []any, actionID string) (string, map[string]any) {
+// interactionUserLocked is the user object of an interaction payload.
+func (s *Server) interactionUserLocked(userID string) map[string]any {
+	username := strings.ToLower(userID)
+	if name, ok := s.users[userID]; ok {
+		username = strings.ToLower(strings.ReplaceAll(name, " ", "."))
+	}
+	return map[string]any{"id": userID, "username": username, "name": username, "team_id": s.TeamID}
+}
+
+// findElement finds the first element of type typ with actionID that
+// accept takes (nil takes any) in an actions block or a section's
+// accessory, and returns its block's block_id.
+func findElement(blocks []any, typ, actionID string, accept func(map[string]any) bool) (string, map[string]any) {
 	for _, raw := range blocks {
 		b, _ := raw.(map[string]any)
 		var elems []any
@@ -196,13 +279,31 @@ func findButton(blocks []any, actionID string) (string, map[string]any) {
 		}
 		for _, e := range elems {
 			el, _ := e.(map[string]any)
-			if el["type"] == "button" && el["action_id"] == actionID {
+			if el["type"] == typ && el["action_id"] == actionID && (accept == nil || accept(el)) {
 				id, _ := b["block_id"].(string)
 				return id, el
 			}
 		}
 	}
 	return "", nil
+}
+
+// findOption returns the option with value among a menu's options or
+// option groups, nil if it has none.
+func findOption(menu map[string]any, value string) map[string]any {
+	opts, _ := menu["options"].([]any)
+	groups, _ := menu["option_groups"].([]any)
+	for _, g := range groups {
+		gm, _ := g.(map[string]any)
+		inner, _ := gm["options"].([]any)
+		opts = append(opts, inner...)
+	}
+	for _, o := range opts {
+		if om, _ := o.(map[string]any); om["value"] == value {
+			return om
+		}
+	}
+	return nil
 }
 
 // PushInteraction sends payload (a BlockActions payload, say) in an
@@ -218,11 +319,12 @@ func (s *Server) PushInteraction(payload map[string]any) (string, error) {
 		return "", fmt.Errorf("fakeslack: interaction payload: %w", err)
 	}
 	typ, _ := payload["type"].(string)
+	trigger, _ := payload["trigger_id"].(string)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.initLocked()
 	s.seq++
-	e := &envelope{id: fmt.Sprintf("env-%d", s.seq), eventID: typ, interactive: true, payload: raw}
+	e := &envelope{id: fmt.Sprintf("env-%d", s.seq), eventID: typ, interactive: true, payload: raw, trigger: trigger}
 	s.pending = append(s.pending, e)
 	s.flushLocked()
 	return e.id, nil
@@ -237,12 +339,14 @@ func (s *Server) PushInteraction(payload map[string]any) (string, error) {
 func (s *Server) PushCommand(fields map[string]any) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	raw, err := json.Marshal(s.commandLocked(fields))
+	p := s.commandLocked(fields)
+	raw, err := json.Marshal(p)
 	if err != nil {
 		return "", fmt.Errorf("fakeslack: command payload: %w", err)
 	}
 	s.seq++
-	e := &envelope{id: fmt.Sprintf("env-%d", s.seq), eventID: "slash_commands", interactive: true, command: true, payload: raw}
+	trigger, _ := p["trigger_id"].(string)
+	e := &envelope{id: fmt.Sprintf("env-%d", s.seq), eventID: "slash_commands", interactive: true, command: true, payload: raw, trigger: trigger}
 	s.pending = append(s.pending, e)
 	s.flushLocked()
 	return e.id, nil
@@ -274,11 +378,12 @@ func (s *Server) commandLocked(fields map[string]any) map[string]any {
 	if p["trigger_id"] == nil {
 		p["trigger_id"] = fmt.Sprintf("trig-%d", s.seq)
 	}
+	user, _ := p["user_id"].(string)
+	channel, _ := p["channel_id"].(string)
+	s.issueTriggerLocked(fmt.Sprint(p["trigger_id"]), user, channel)
 	if p["response_url"] == nil {
 		secret := fmt.Sprintf("%016x%08x", time.Now().UnixNano(), s.seq)
 		path := fmt.Sprintf("%s%s/%d/%s", responseURLPrefix, s.TeamID, 1000000000+s.seq, secret)
-		user, _ := p["user_id"].(string)
-		channel, _ := p["channel_id"].(string)
 		s.responses[path] = &responseURL{channel: channel, user: user, created: time.Now()}
 		base := strings.TrimSuffix(s.BaseURL, "/")
 		if base == "" {
@@ -316,10 +421,12 @@ func (s *Server) MessageShortcut(userID, channel, callbackID string, message map
 	if name, ok := s.users[userID]; ok {
 		username = strings.ToLower(strings.ReplaceAll(name, " ", "."))
 	}
+	triggerID := fmt.Sprintf("%d.%s.%s", 1000000000+s.seq, s.TeamID, secret[:16])
+	s.issueTriggerLocked(triggerID, userID, channel)
 	return map[string]any{
 		"type":                  "message_action",
 		"callback_id":           callbackID,
-		"trigger_id":            fmt.Sprintf("%d.%s.%s", 1000000000+s.seq, s.TeamID, secret[:16]),
+		"trigger_id":            triggerID,
 		"response_url":          base + path,
 		"message_ts":            ts,
 		"message":               msg,
@@ -334,9 +441,15 @@ func (s *Server) MessageShortcut(userID, channel, callbackID string, message map
 
 // InteractionBody is the body Slack POSTs to an app's interactivity
 // Request URL (application/x-www-form-urlencoded): payload=<the JSON>.
-// Sign it as an event request is signed.
+// Sign it as an event request is signed, and send it at once: the
+// payload's trigger_id counts as sent now.
 func (s *Server) InteractionBody(payload map[string]any) []byte {
 	raw, _ := json.Marshal(payload)
+	if id, ok := payload["trigger_id"].(string); ok {
+		s.mu.Lock()
+		s.sendTriggerLocked(id, time.Now())
+		s.mu.Unlock()
+	}
 	return []byte(url.Values{"payload": {string(raw)}}.Encode())
 }
 

@@ -61,6 +61,10 @@ func (s *Server) handleLocked(method string, p map[string]string, r *http.Reques
 		return s.stopStreamLocked(method, p)
 	case "conversations.replies":
 		return s.repliesLocked(p)
+	case "views.open":
+		return s.openViewLocked(method, p)
+	case "views.update":
+		return s.updateViewLocked(method, p)
 	case "users.info":
 		name, ok := s.users[p["user"]]
 		if !ok {
@@ -77,9 +81,11 @@ func (s *Server) handleLocked(method string, p map[string]string, r *http.Reques
 }
 
 // violationLocked answers code and records why Slack refused the call.
+// The answer says why in response_metadata.messages, as Slack's
+// invalid_blocks and invalid_arguments answers do ("[ERROR] ...").
 func (s *Server) violationLocked(method, code, detail string) (map[string]any, string) {
 	s.violations = append(s.violations, fmt.Sprintf("%s: %s: %s", method, code, detail))
-	return nil, code
+	return map[string]any{"response_metadata": map[string]any{"messages": []any{"[ERROR] " + detail}}}, code
 }
 
 // checkMessageLocked applies Slack's limits to text and blocks. The plan

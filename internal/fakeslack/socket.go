@@ -17,6 +17,9 @@ const (
 	disconnectGrace     = 10 * time.Second // a warned connection is closed after this
 	checkEvery          = 100 * time.Millisecond
 	writeTimeout        = 10 * time.Second
+	// Slack "silently drops WebSocket responses that are 20KB or larger"
+	// (slack-go's socketmode.Client.SendCtx): such an ack never arrives.
+	maxAckBytes = 20 * 1024
 )
 
 // sock is one Socket Mode connection. Its writer goroutine sends its
@@ -62,6 +65,16 @@ type envelope struct {
 	on          *sock // the connection it was last sent on
 	sentAt      time.Time
 	firstSent   time.Time // the first send; an interactive ack is due AckTimeout after it
+	trigger     string    // the trigger_id its payload carries, which counts from the first send
+	// respond: the app may answer in its ack (accepts_response_payload),
+	// as to a view_submission. done, when set, is closed once the
+	// envelope is acknowledged (ack holds the ack's payload, late whether
+	// it came after AckTimeout) or given up (lost).
+	respond bool
+	done    chan struct{}
+	ack     json.RawMessage
+	late    bool
+	lost    bool
 }
 
 func (e *envelope) frame() map[string]any {
@@ -70,7 +83,7 @@ func (e *envelope) frame() map[string]any {
 		if e.command {
 			typ = "slash_commands"
 		}
-		f := map[string]any{"envelope_id": e.id, "type": typ, "accepts_response_payload": e.command, "payload": e.payload}
+		f := map[string]any{"envelope_id": e.id, "type": typ, "accepts_response_payload": e.command || e.respond, "payload": e.payload}
 		if e.attempt > 0 {
 			f["retry_attempt"], f["retry_reason"] = e.attempt, e.reason
 		}
@@ -154,12 +167,19 @@ func (s *Server) serveSocket(ws *websocket.Conn, ping, ackTimeout time.Duration)
 		if err != nil {
 			return
 		}
+		if len(raw) >= maxAckBytes {
+			s.mu.Lock()
+			s.violations = append(s.violations, fmt.Sprintf("a Socket Mode frame of %d bytes, dropped: Slack drops %d or more", len(raw), maxAckBytes))
+			s.mu.Unlock()
+			continue
+		}
 		var msg struct {
-			EnvelopeID string `json:"envelope_id"`
+			EnvelopeID string          `json:"envelope_id"`
+			Payload    json.RawMessage `json:"payload"`
 		}
 		if json.Unmarshal(raw, &msg) == nil && msg.EnvelopeID != "" {
 			s.mu.Lock()
-			s.ackLocked(msg.EnvelopeID, ackTimeout)
+			s.ackLocked(msg.EnvelopeID, msg.Payload, ackTimeout)
 			s.mu.Unlock()
 		}
 	}
@@ -182,22 +202,30 @@ func (s *Server) hangUpLocked(c *sock) {
 	s.flushLocked()
 }
 
-// ackLocked records the acknowledgement of envelope id, a violation if it
-// is an interactive envelope acknowledged later than ackTimeout.
-func (s *Server) ackLocked(id string, ackTimeout time.Duration) {
+// ackLocked records the acknowledgement of envelope id, with the payload
+// it carries, a violation if it is an interactive envelope acknowledged
+// later than ackTimeout.
+func (s *Server) ackLocked(id string, payload json.RawMessage, ackTimeout time.Duration) {
 	s.acks = append(s.acks, id)
-	if e := s.inflight[id]; e != nil && e.interactive {
+	e := s.inflight[id]
+	if e != nil && e.interactive {
 		// The user who clicked saw an error after 3 s.
 		limit := ackTimeout
 		if limit < 0 {
 			limit = defaultAckTimeout
 		}
 		if late := time.Since(e.firstSent); late > limit {
+			e.late = true
 			s.violations = append(s.violations, fmt.Sprintf("interactive envelope %s (%s) acknowledged %s after it was sent, limit %s",
 				e.id, e.eventID, late.Round(time.Millisecond), limit))
 		}
 	}
 	delete(s.inflight, id)
+	if e != nil && e.done != nil {
+		e.ack = payload
+		close(e.done)
+		e.done = nil
+	}
 }
 
 // writeLoop sends c's frames in order, pings it, redelivers envelopes
@@ -255,6 +283,11 @@ func (s *Server) retryLocked(e *envelope) {
 			what = "interactive " + e.eventID
 		}
 		s.violations = append(s.violations, fmt.Sprintf("envelope %s (%s) never acknowledged after %d retries", e.id, what, maxRetries))
+		if e.done != nil {
+			e.lost = true
+			close(e.done)
+			e.done = nil
+		}
 		return
 	}
 	e.attempt++
@@ -282,6 +315,7 @@ func (s *Server) flushLocked() {
 		e.on, e.sentAt = c, time.Now()
 		if e.firstSent.IsZero() {
 			e.firstSent = e.sentAt
+			s.sendTriggerLocked(e.trigger, e.sentAt)
 		}
 		s.inflight[e.id] = e
 		c.send(e.frame())
