@@ -157,6 +157,10 @@ type Inbound struct {
 	// Slack ts, a Discord message id), or "": a turn's answer replies to
 	// the message it began on, and its working indicator goes there.
 	MessageID string `json:"message_id,omitempty"`
+	// Steer is a person's change of the plan (DESIGN §19), queued here
+	// so that it is applied in order with the session's messages; such
+	// an Inbound carries nothing else and starts no turn.
+	Steer *Steer `json:"steer,omitempty"`
 }
 
 // EventTTL is how long the store remembers an Inbound's Event.
@@ -270,7 +274,14 @@ type Checkpoint struct {
 	TokenRatio float64 `json:"token_ratio,omitempty"`
 	// LogSeq is the number of the session's newest log entry (LogEntry),
 	// 0 before the first; it goes on across resets.
-	LogSeq  int64     `json:"log_seq,omitempty"`
+	LogSeq int64 `json:"log_seq,omitempty"`
+	// Marks are the people's changes the plan keeps (DESIGN §19): items
+	// skipped, and items reopened or added (Steer).
+	Marks []Mark `json:"marks,omitempty"`
+	// Changed counts the changes made to the checkpoint outside the
+	// session's run while its turn waited (a decision, a stop): a round
+	// written while it waits (Round.Guard) must have read the last.
+	Changed int64     `json:"changed,omitempty"`
 	Created time.Time `json:"created"`
 	Updated time.Time `json:"updated"`
 }
@@ -300,6 +311,11 @@ type Round struct {
 	// Checkpoint.LogSeq-len(Log)+1 ... Checkpoint.LogSeq: what the round
 	// did to the thread, written with it.
 	Log []LogEntry
+	// Guard: the round was made while the turn waits for a decision, so
+	// the store writes it only if the stored checkpoint's Changed is the
+	// round's (else ErrChanged, nothing written): a decision or a stop
+	// recorded meanwhile is not overwritten.
+	Guard bool
 	// Spend is the tokens the round's model requests used less what was
 	// reserved for them (Store.Reserve), added to the person's day in
 	// the same transaction (negative gives back what was reserved and

@@ -109,7 +109,12 @@ type Event struct {
 	Evidence  Evidence
 	Calls     int
 	Approvals int
-	At        time.Time
+	// Marks are the people's changes the plan keeps (Checkpoint.Marks),
+	// on every event that carries the plan; Steer is the change a
+	// PlanChanged made by a person reports.
+	Marks []Mark
+	Steer *Steer
+	At    time.Time
 }
 
 // Subscriber is told of a turn's events in line (EventService.Follow).

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/pinplan/pinplan/todo"
@@ -44,6 +45,8 @@ type LogEntry struct {
 	Evidence  Evidence    `json:"evidence,omitempty"`
 	Calls     int         `json:"calls,omitempty"`
 	Approvals int         `json:"approvals,omitempty"`
+	Marks     []Mark      `json:"marks,omitempty"`
+	Steer     *Steer      `json:"steer,omitempty"`
 	At        time.Time   `json:"at"`
 }
 
@@ -51,7 +54,7 @@ type LogEntry struct {
 func logEntry(e Event) LogEntry {
 	l := LogEntry{Kind: e.Kind, Turn: e.Turn, Plan: e.Plan.Items(), Revision: e.Revision, Text: e.Text,
 		Outcome: e.Outcome, StoppedBy: e.StoppedBy, Requester: e.Requester, Trigger: e.Trigger, Evidence: e.Evidence.Clone(),
-		Calls: e.Calls, Approvals: e.Approvals, At: e.At}
+		Calls: e.Calls, Approvals: e.Approvals, Marks: slices.Clone(e.Marks), Steer: copyOf(e.Steer), At: e.At}
 	if e.Err != nil {
 		l.Error = e.Err.Error()
 	}
@@ -64,7 +67,7 @@ func logEntry(e Event) LogEntry {
 func (l LogEntry) Event(key string) Event {
 	e := Event{Session: key, Seq: l.Seq, Kind: l.Kind, Turn: l.Turn, Plan: todo.NewSnapshot(l.Plan), Revision: l.Revision,
 		Text: l.Text, Outcome: l.Outcome, StoppedBy: l.StoppedBy, Requester: l.Requester, Trigger: l.Trigger, Evidence: l.Evidence.Clone(),
-		Calls: l.Calls, Approvals: l.Approvals, At: l.At}
+		Calls: l.Calls, Approvals: l.Approvals, Marks: slices.Clone(l.Marks), Steer: copyOf(l.Steer), At: l.At}
 	if l.Error != "" {
 		e.Err = errors.New(l.Error)
 	}

@@ -83,6 +83,15 @@ func (m *memStore) Commit(_ context.Context, r *agent.Round) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.sessionLocked(r.Checkpoint.Key)
+	if r.Guard && s.record != nil {
+		var cur agent.Checkpoint
+		if err := json.Unmarshal(s.record, &cur); err != nil {
+			return err
+		}
+		if cur.Changed != r.Checkpoint.Changed {
+			return agent.ErrChanged
+		}
+	}
 	s.hist = s.hist[:min(r.Base, len(s.hist))]
 	for _, e := range r.Append {
 		raw, err := json.Marshal(e)

@@ -567,6 +567,9 @@ func (r *Runner) run(key string, log *slog.Logger) error {
 		ctx, endTurn = r.turnContext(key)
 	}
 	for {
+		if inbox, err = r.steer(ctx, s, inbox); err != nil {
+			return err
+		}
 		if s.cp.State == Idle {
 			endTurn()
 			if len(inbox) == 0 || r.isPaused(key) {
@@ -636,7 +639,7 @@ func (r *Runner) resumeTurn(s *session, log *slog.Logger) (context.Context, func
 	ctx, endTurn := r.turnContext(s.key)
 	ctx, endTurn = r.traceTurn(ctx, s, Running, endTurn)
 	r.publish(Event{Session: s.key, Kind: TurnStarted, Resumed: true, Turn: s.cp.Turns, Requester: s.cp.Requester, Trigger: s.cp.Trigger, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision(),
-		Evidence: s.cp.Evidence.Clone(), Calls: s.cp.TurnCalls, Approvals: s.cp.TurnApprovals})
+		Evidence: s.cp.Evidence.Clone(), Calls: s.cp.TurnCalls, Approvals: s.cp.TurnApprovals, Marks: s.cp.Marks})
 	r.waitTools(ctx, log)
 	return ctx, endTurn
 }
@@ -1074,7 +1077,7 @@ func (r *Runner) runDecided(ctx context.Context, s *session) error {
 func (r *Runner) runTools(ctx context.Context, s *session, drained []Entry, ids []uint64, asst Entry, work *todo.Tracker, next Checkpoint, interrupted map[string]bool, decisions map[string]Decision) error {
 	msg := asst.Message
 	asst.At = r.opts.Now()
-	env := &ToolEnv{Session: s.key, Plan: work}
+	env := &ToolEnv{Session: s.key, Plan: work, Marks: next.Marks}
 	rd := &Round{Append: append(drained, asst), Drained: ids}
 	names := make([]string, 0, len(msg.ToolCalls))
 	// A stop decided while the turn waited answers every call: none runs.
@@ -1095,6 +1098,7 @@ func (r *Runner) runTools(ctx context.Context, s *session, drained []Entry, ids 
 		}
 		r.attribute(att, tc, plan, work, before, out, start, d, decided)
 		if work.Revision() != before {
+			env.Marks = settleMarks(env.Marks, work.Snapshot().Items())
 			rd.Plans = append(rd.Plans, PlanRevision{Revision: work.Revision(), Items: work.Snapshot().Items(), At: r.opts.Now(), ToolCallID: tc.ID, Evidence: att.ev.Clone()})
 		}
 		rd.Append = append(rd.Append, Entry{Message: openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, Content: out, ToolCallID: tc.ID}, At: r.opts.Now()})
@@ -1110,6 +1114,7 @@ func (r *Runner) runTools(ctx context.Context, s *session, drained []Entry, ids 
 		return err
 	}
 	next.Evidence, next.Unattributed = att.ev, att.pending
+	next.Marks = env.Marks
 	next.TurnCalls += calls // a call stopped before it ran is evidence, not a call made
 	countDecisions(&next, msg, decisions)
 	r.recordTools(s, rd, next, work, att)
@@ -1307,6 +1312,9 @@ func (r *Runner) commit(ctx context.Context, s *session, rd *Round, next Checkpo
 	s.log = nil
 	rd.Log = rd.Log[:0]
 	for i := range events {
+		if events[i].Marks == nil && (events[i].Kind == PlanChanged || events[i].Kind == TurnStarted || events[i].Kind == EvidenceChanged) {
+			events[i].Marks = next.Marks
+		}
 		next.LogSeq++
 		events[i].Session, events[i].Seq = s.key, next.LogSeq
 		l := logEntry(events[i])
@@ -1328,7 +1336,7 @@ func (r *Runner) commit(ctx context.Context, s *session, rd *Round, next Checkpo
 		// state; or, when even that cannot be written, the session is
 		// tried again later (work), from that state.
 		err = fmt.Errorf("commit round: %w", err)
-		if errors.Is(err, ErrFenced) || r.ctx.Err() != nil || s.unsaved {
+		if errors.Is(err, ErrFenced) || errors.Is(err, ErrChanged) || r.ctx.Err() != nil || s.unsaved {
 			return err
 		}
 		if res := s.reserved; res != nil {

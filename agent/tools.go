@@ -55,6 +55,9 @@ type StartingSource interface {
 type ToolEnv struct {
 	Session string
 	Plan    *todo.Tracker
+	// Marks are the people's changes a snapshot must agree with
+	// (DESIGN §19; checkMarks).
+	Marks []Mark
 }
 
 // ToolError is an error result with a code the model can act on.
@@ -90,6 +93,15 @@ func TodoWrite() Tool {
 		Parameters:  todo.ArgumentsSchema(),
 		Idempotent:  true,
 		Run: func(_ context.Context, env *ToolEnv, arguments string) (string, error) {
+			if len(env.Marks) > 0 {
+				items, err := todo.Parse(arguments)
+				if err != nil {
+					return "", err
+				}
+				if err := checkMarks(items, env.Marks); err != nil {
+					return "", err
+				}
+			}
 			snap, err := env.Plan.Write(arguments)
 			if err != nil {
 				return "", err

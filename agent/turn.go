@@ -133,6 +133,7 @@ func (t turn) decide(callID string, d Decision) (Approval, error) {
 	}
 	d.Asked = w.Asked
 	t.cp.Decisions[callID] = d
+	t.cp.Changed++
 	return *w, nil
 }
 
@@ -165,6 +166,7 @@ func (t turn) stop(by string, at time.Time) error {
 		}
 	}
 	t.cp.Decisions = decisions
+	t.cp.Changed++
 	return nil
 }
 
@@ -253,6 +255,7 @@ func (cp Checkpoint) clone() Checkpoint {
 		c.Ended = &e
 	}
 	c.Grants = slices.Clone(cp.Grants)
+	c.Marks = slices.Clone(cp.Marks)
 	c.Evidence = cp.Evidence.Clone()
 	c.Unattributed = slices.Clone(cp.Unattributed)
 	if cp.Summary != nil {

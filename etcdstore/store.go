@@ -609,7 +609,8 @@ func (s *Store) recordMod(ctx context.Context, r *agent.Round, attempt int) (int
 			known = false // read it: the round may follow a newer record
 		}
 	}
-	if !known || attempt > 0 {
+	if !known || attempt > 0 || r.Guard {
+		// A guarded round is checked against the record as it is.
 		return s.readRecord(ctx, r)
 	}
 	return mod, nil
@@ -650,13 +651,17 @@ func (s *Store) readRecord(ctx context.Context, r *agent.Round) (int64, error) {
 		var mod int64
 		if len(resp.Kvs) == 1 {
 			var cur struct {
-				HistoryLen int `json:"history_len"`
+				HistoryLen int   `json:"history_len"`
+				Changed    int64 `json:"changed"`
 			}
 			if err := json.Unmarshal(resp.Kvs[0].Value, &cur); err != nil {
 				return 0, fmt.Errorf("record: %w", err)
 			}
 			if cur.HistoryLen != r.Base && cur.HistoryLen != r.Checkpoint.HistoryLen {
 				return 0, fmt.Errorf("%w: stored history has %d entries, round starts at %d", ErrConflict, cur.HistoryLen, r.Base)
+			}
+			if r.Guard && cur.Changed != r.Checkpoint.Changed {
+				return 0, agent.ErrChanged
 			}
 			mod = resp.Kvs[0].ModRevision
 		} else if r.Base != 0 {

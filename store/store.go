@@ -398,13 +398,17 @@ func commitTx(r *agent.Round) (func(*bolt.Tx) error, error) {
 		}
 		if raw := sb.Get(kRecord); raw != nil {
 			var cur struct {
-				HistoryLen int `json:"history_len"`
+				HistoryLen int   `json:"history_len"`
+				Changed    int64 `json:"changed"`
 			}
 			if err := json.Unmarshal(raw, &cur); err != nil {
 				return fmt.Errorf("record: %w", err)
 			}
 			if cur.HistoryLen != r.Base && cur.HistoryLen != r.Checkpoint.HistoryLen {
 				return fmt.Errorf("%w: stored history has %d entries, round starts at %d", ErrConflict, cur.HistoryLen, r.Base)
+			}
+			if r.Guard && cur.Changed != r.Checkpoint.Changed {
+				return agent.ErrChanged
 			}
 		} else if r.Base != 0 {
 			return fmt.Errorf("%w: no record, round starts at %d", ErrConflict, r.Base)

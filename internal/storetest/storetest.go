@@ -70,6 +70,7 @@ func Run(t *testing.T, open Open, own func(t *testing.T, s Store, key string)) {
 		{"DrainMany", testDrainMany},
 		{"Resumable", testResumable},
 		{"UpdateCheckpoint", testUpdateCheckpoint},
+		{"GuardedRoundRefusedAfterAChange", testGuarded},
 		{"ConcurrentUpdates", testConcurrentUpdates},
 		{"Archive", testArchive},
 		{"ChatRecords", testChatRecords},
@@ -316,6 +317,41 @@ func testUpdateCheckpoint(t *testing.T, s Store, own func(string)) {
 	}
 	if cp, _, _, _ := s.Load(ctx, "web/u"); cp.State != agent.Waiting {
 		t.Fatalf("state = %s, want waiting", cp.State)
+	}
+}
+
+// testGuarded: a round made while its turn waits (Round.Guard) is
+// written only over the checkpoint it read: after a decision changed the
+// stored one (Checkpoint.Changed) it is ErrChanged and nothing of it is
+// written; made again on the new checkpoint it lands. An unguarded
+// round is written as before.
+func testGuarded(t *testing.T, s Store, own func(string)) {
+	ctx := context.Background()
+	own("web/g")
+	if err := s.Commit(ctx, Round("web/g", 0, "a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.UpdateCheckpoint(ctx, "web/g", func(cp *agent.Checkpoint) error { cp.Changed++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	stale := Round("web/g", 1, "b")
+	stale.Guard = true
+	if err := s.Commit(ctx, stale); !errors.Is(err, agent.ErrChanged) {
+		t.Fatalf("a guarded round over a changed checkpoint: %v, want ErrChanged", err)
+	}
+	if _, hist, _, _ := s.Load(ctx, "web/g"); !slices.Equal(texts(hist), []string{"a"}) {
+		t.Fatalf("history after the refused round: %v, want [a]", texts(hist))
+	}
+	fresh := Round("web/g", 1, "b")
+	fresh.Guard, fresh.Checkpoint.Changed = true, 1
+	if err := s.Commit(ctx, fresh); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Commit(ctx, Round("web/g", 2, "c")); err != nil {
+		t.Fatalf("an unguarded round: %v", err)
+	}
+	if _, hist, _, _ := s.Load(ctx, "web/g"); !slices.Equal(texts(hist), []string{"a", "b", "c"}) {
+		t.Fatalf("history: %v, want [a b c]", texts(hist))
 	}
 }
 

@@ -1,0 +1,310 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sashabaranov/go-openai"
+
+	"github.com/pinplan/pinplan/todo"
+)
+
+// SteerAction is what a person does to a plan item from the pinned
+// message (DESIGN §19).
+type SteerAction string
+
+// The changes a person may make to the plan.
+const (
+	// SteerSkip: a pending or in-progress item leaves the agent's plan;
+	// the pinned message keeps it, struck, with who skipped it.
+	SteerSkip SteerAction = "skip"
+	// SteerReopen: a completed or skipped item is pending again.
+	SteerReopen SteerAction = "reopen"
+	// SteerAdd: a new pending item after the one it was made on.
+	SteerAdd SteerAction = "add"
+)
+
+// Steer is one person's change of the plan, made on revision Revision
+// of it as the pinned message showed it. It is queued in the session's
+// inbox (Inbound.Steer) and applied in log order at the session's next
+// safe point: at once when no model request or tool runs, else when the
+// round in flight is committed; a running request is not cut.
+type Steer struct {
+	Action SteerAction `json:"action"`
+	// Item is the content of the item the change was made on.
+	Item string `json:"item"`
+	// Text is a new item's content (SteerAdd).
+	Text     string    `json:"text,omitempty"`
+	Revision int64     `json:"revision"`
+	By       string    `json:"by"` // who, as the thread names them
+	ByID     string    `json:"by_id,omitempty"`
+	At       time.Time `json:"at"`
+}
+
+// Mark is a person's change as the plan keeps it (Checkpoint.Marks): a
+// skipped item stays shown, struck, and the agent's snapshots may not
+// bring it back; a reopened or added item is owed to the agent's next
+// snapshot, and shows who changed it while it is in the plan.
+type Mark struct {
+	Action SteerAction `json:"action"`
+	Item   string      `json:"item"`
+	// After is the item a skipped one followed: it stays shown there
+	// ("" for the top).
+	After string    `json:"after,omitempty"`
+	By    string    `json:"by"`
+	At    time.Time `json:"at"`
+	// Owed: the agent's next snapshot must carry Item, pending or in
+	// progress (a reopened or added item it has not written yet).
+	Owed bool `json:"owed,omitempty"`
+}
+
+// SteerError is a change that cannot be made; Reason says why, in words
+// for the person who tried (shown to them alone).
+type SteerError struct{ Reason string }
+
+func (e *SteerError) Error() string { return "agent: plan change refused: " + e.Reason }
+
+// ErrChanged: a round applied while its turn waits (a plan change) was
+// not written, because the stored checkpoint changed since it was read
+// (a decision or a stop, Store.UpdateCheckpoint). The runner reads it
+// again and applies the round anew.
+var ErrChanged = errors.New("the session's checkpoint changed since it was read")
+
+// Steer queues a person's change of the session's plan (DESIGN §19). It
+// is refused (a *SteerError) when it was made on a revision a newer one
+// replaced, or does not apply to the plan as it will be once the changes
+// queued before it are applied; otherwise it is durable when Steer
+// returns, and the session applies it at its next safe point.
+func (r *Runner) Steer(ctx context.Context, key string, st Steer) error {
+	if st.At.IsZero() {
+		st.At = r.opts.Now()
+	}
+	st.Text = todo.TrimSpace(st.Text)
+	var cp Checkpoint
+	err := r.opts.Store.UpdateCheckpoint(ctx, key, func(c *Checkpoint) error {
+		cp = Checkpoint{}
+		if c != nil {
+			cp = *c
+		}
+		return errReadOnly
+	})
+	if err != nil && !errors.Is(err, errReadOnly) {
+		return fmt.Errorf("agent: read the plan of %s: %w", key, err)
+	}
+	if st.Revision != cp.Revision {
+		return &SteerError{Reason: "the plan changed since you looked at it; look at the pinned plan again and make your change there."}
+	}
+	inbox, err := r.opts.Store.Inbox(ctx, key)
+	if err != nil {
+		return fmt.Errorf("agent: read the inbox of %s: %w", key, err)
+	}
+	plan, marks := cp.Plan, cp.Marks
+	for _, in := range inbox {
+		if in.Steer != nil {
+			if p, m, err := applySteer(plan, marks, *in.Steer); err == nil {
+				plan, marks = p, m
+			}
+		}
+	}
+	if _, _, err := applySteer(plan, marks, st); err != nil {
+		return err
+	}
+	if _, err := r.opts.Store.Enqueue(ctx, key, Inbound{Steer: &st, Author: st.By, AuthorID: st.ByID, At: st.At}); err != nil {
+		return fmt.Errorf("agent: queue a plan change in %s: %w", key, err)
+	}
+	r.kick(key)
+	return nil
+}
+
+// applySteer returns the agent's plan and the marks after st, or a
+// *SteerError when st does not apply to them.
+func applySteer(plan []todo.Item, marks []Mark, st Steer) ([]todo.Item, []Mark, error) {
+	i := slices.IndexFunc(plan, func(it todo.Item) bool { return it.Content == st.Item })
+	skipped := slices.IndexFunc(marks, func(m Mark) bool { return m.Action == SteerSkip && m.Item == st.Item })
+	plan, marks = slices.Clone(plan), slices.Clone(marks)
+	switch st.Action {
+	case SteerSkip:
+		if i < 0 || plan[i].Status == todo.Completed {
+			return nil, nil, &SteerError{Reason: "only a pending or in-progress item can be skipped."}
+		}
+		after := ""
+		if i > 0 {
+			after = plan[i-1].Content
+		}
+		plan = slices.Delete(plan, i, i+1)
+		marks = dropMarks(marks, st.Item)
+		marks = append(marks, Mark{Action: SteerSkip, Item: st.Item, After: after, By: st.By, At: st.At})
+	case SteerReopen:
+		switch {
+		case skipped >= 0:
+			at := 0
+			if a := marks[skipped].After; a != "" {
+				at = slices.IndexFunc(plan, func(it todo.Item) bool { return it.Content == a }) + 1
+				if at == 0 {
+					at = len(plan)
+				}
+			}
+			if len(plan) >= todo.MaxItems {
+				return nil, nil, &SteerError{Reason: fmt.Sprintf("the plan has %d items already, the most it may have.", todo.MaxItems)}
+			}
+			plan = slices.Insert(plan, at, todo.Item{Content: st.Item, Status: todo.Pending})
+		case i >= 0 && plan[i].Status == todo.Completed:
+			plan[i].Status = todo.Pending
+		default:
+			return nil, nil, &SteerError{Reason: "only a completed or skipped item can be reopened."}
+		}
+		marks = dropMarks(marks, st.Item)
+		marks = append(marks, Mark{Action: SteerReopen, Item: st.Item, By: st.By, At: st.At, Owed: true})
+	case SteerAdd:
+		n := utf8.RuneCountInString(st.Text)
+		switch {
+		case n == 0:
+			return nil, nil, &SteerError{Reason: "the new item has no text."}
+		case n > todo.MaxContentLength:
+			return nil, nil, &SteerError{Reason: fmt.Sprintf("the new item is %d characters long; the most is %d.", n, todo.MaxContentLength)}
+		case len(plan) >= todo.MaxItems:
+			return nil, nil, &SteerError{Reason: fmt.Sprintf("the plan has %d items already, the most it may have.", todo.MaxItems)}
+		case slices.ContainsFunc(plan, func(it todo.Item) bool { return it.Content == st.Text }) ||
+			slices.ContainsFunc(marks, func(m Mark) bool { return m.Action == SteerSkip && m.Item == st.Text }):
+			return nil, nil, &SteerError{Reason: "the plan has that item already."}
+		}
+		at := len(plan)
+		switch {
+		case i >= 0:
+			at = i + 1
+		case skipped >= 0:
+			if a := marks[skipped].After; a != "" {
+				at = slices.IndexFunc(plan, func(it todo.Item) bool { return it.Content == a }) + 1
+			} else {
+				at = 0
+			}
+		case st.Item != "" || len(plan) > 0:
+			return nil, nil, &SteerError{Reason: "that item is no longer in the plan."}
+		}
+		plan = slices.Insert(plan, at, todo.Item{Content: st.Text, Status: todo.Pending})
+		marks = append(marks, Mark{Action: SteerAdd, Item: st.Text, By: st.By, At: st.At, Owed: true})
+	default:
+		return nil, nil, &SteerError{Reason: "unknown change " + strconv.Quote(string(st.Action)) + "."}
+	}
+	return plan, marks, nil
+}
+
+// dropMarks returns marks without those of item.
+func dropMarks(marks []Mark, item string) []Mark {
+	return slices.DeleteFunc(marks, func(m Mark) bool { return m.Item == item })
+}
+
+// checkMarks is what a todo_write snapshot must agree with (DESIGN §19):
+// no item a person skipped, and every item a person reopened or added
+// that the agent has not written since, pending or in progress. The
+// error is the tool's result, as for an invalid snapshot.
+func checkMarks(items []todo.Item, marks []Mark) error {
+	for _, m := range marks {
+		i := slices.IndexFunc(items, func(it todo.Item) bool { return it.Content == m.Item })
+		switch {
+		case m.Action == SteerSkip && i >= 0:
+			return &todo.Error{Code: todo.CodeInvalidArguments, Message: fmt.Sprintf(
+				"%s skipped %q on the plan; leave it out of the list. If it must still be done, say why in your answer instead. The list was not changed.", m.By, m.Item)}
+		case m.Owed && (i < 0 || items[i].Status == todo.Completed):
+			what := "reopened"
+			if m.Action == SteerAdd {
+				what = "added"
+			}
+			return &todo.Error{Code: todo.CodeInvalidArguments, Message: fmt.Sprintf(
+				"%s %s %q on the plan; keep it in the list as pending or in_progress until it is done. The list was not changed.", m.By, what, m.Item)}
+		}
+	}
+	return nil
+}
+
+// settleMarks returns marks after the agent's snapshot items was
+// accepted: what was owed is carried now, and the mark of an item that
+// left the plan goes, but a skip's.
+func settleMarks(marks []Mark, items []todo.Item) []Mark {
+	var out []Mark
+	for _, m := range marks {
+		if m.Action != SteerSkip && !slices.ContainsFunc(items, func(it todo.Item) bool { return it.Content == m.Item }) {
+			continue
+		}
+		m.Owed = false
+		out = append(out, m)
+	}
+	return out
+}
+
+// steerText is what the model reads of a person's change: a user message
+// naming the person and the change, and the list as it now is.
+func steerText(st Steer, plan []todo.Item) string {
+	var what string
+	switch st.Action {
+	case SteerSkip:
+		what = fmt.Sprintf("%s skipped %q on the plan. Leave it out of your todo_write lists from now on; if it must still be done, say why in your answer.", st.By, st.Item)
+	case SteerReopen:
+		what = fmt.Sprintf("%s reopened %q on the plan: it is pending again. Keep it in your next todo_write list.", st.By, st.Item)
+	case SteerAdd:
+		what = fmt.Sprintf("%s added %q to the plan. Keep it in your next todo_write list.", st.By, st.Text)
+	}
+	return "[plan change] " + what + "\nCurrent TODO list: " + todo.Encode(plan)
+}
+
+// steer applies the plan changes queued in inbox, in their order, in one
+// commit: the plan and its marks change, a PlanChanged entry per change
+// says who made it, and the model reads each at its next request. It
+// returns the rest of the inbox. While the turn waits for a decision the
+// commit is written only over the checkpoint it read (ErrChanged: read
+// again, apply again).
+func (r *Runner) steer(ctx context.Context, s *session, inbox []Inbound) ([]Inbound, error) {
+	var steers, rest []Inbound
+	for _, in := range inbox {
+		if in.Steer != nil {
+			steers = append(steers, in)
+		} else {
+			rest = append(rest, in)
+		}
+	}
+	if len(steers) == 0 {
+		return inbox, nil
+	}
+	if ctx == nil {
+		ctx = r.ctx
+	}
+	for attempt := 0; ; attempt++ {
+		err := r.applySteers(ctx, s, steers)
+		if !errors.Is(err, ErrChanged) || attempt >= 5 {
+			return rest, err
+		}
+		if err := r.reload(s); err != nil {
+			return rest, err
+		}
+	}
+}
+
+// applySteers commits steers (steer).
+func (r *Runner) applySteers(ctx context.Context, s *session, steers []Inbound) error {
+	plan, marks := s.tracker.Snapshot().Items(), s.cp.Marks
+	rd := &Round{Guard: s.cp.State == Waiting}
+	for _, in := range steers {
+		st := *in.Steer
+		rd.Drained = append(rd.Drained, in.ID)
+		p, m, err := applySteer(plan, marks, st)
+		if err != nil {
+			// Refused when it was made; what came before it since
+			// changed the plan (the model's own revision).
+			r.record(s, Event{Kind: Notice, Text: fmt.Sprintf("%s's change of the plan was not applied: %s", st.By, (err.(*SteerError)).Reason)})
+			continue
+		}
+		plan, marks = p, m
+		rd.Append = append(rd.Append, Entry{Message: openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: steerText(st, plan)}, At: in.At})
+		r.record(s, Event{Kind: PlanChanged, Plan: todo.NewSnapshot(plan), Revision: s.tracker.Revision(), Marks: slices.Clone(marks), Steer: &st,
+			Evidence: s.cp.Evidence.Clone(), Calls: s.cp.TurnCalls, Approvals: s.cp.TurnApprovals, At: st.At})
+	}
+	next := s.cp.clone()
+	next.Marks = marks
+	work := todo.Restore(plan, s.tracker.Revision(), s.tracker.Stale())
+	return r.commit(ctx, s, rd, next, work)
+}

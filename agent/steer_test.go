@@ -1,0 +1,181 @@
+package agent_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/internal/fakeopenai"
+	"github.com/pinplan/pinplan/todo"
+)
+
+const plan3 = `{"todos":[{"content":"a","status":"in_progress"},{"content":"b","status":"pending"},{"content":"c","status":"pending"}]}`
+
+// TestSteerReachesTheModelAndSticks (DESIGN §19): a person skips an item
+// while the turn waits for an approval; the plan changes at once, with
+// who did it, without a model request; the model reads the change, by
+// name, at its next request; a snapshot that brings the skipped item
+// back is refused, with the person named, and the plan keeps the skip;
+// a change made on a revision a newer one replaced is refused.
+func TestSteerReachesTheModelAndSticks(t *testing.T) {
+	var runs atomic.Int32
+	var mu sync.Mutex
+	var reqs []openai.ChatCompletionRequest
+	fake := &fakeopenai.Server{Respond: func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
+		mu.Lock()
+		reqs = append(reqs, *req)
+		n := len(reqs)
+		mu.Unlock()
+		switch n {
+		case 1:
+			return fakeopenai.Reply{ToolCalls: []fakeopenai.Call{call("todo_write", plan3)}}
+		case 2:
+			return fakeopenai.Reply{ToolCalls: []fakeopenai.Call{call("fs__write_file", `{"path":"notes.txt"}`)}}
+		case 3: // undoes the skip
+			return fakeopenai.Reply{ToolCalls: []fakeopenai.Call{call("todo_write", `{"todos":[{"content":"a","status":"completed"},{"content":"b","status":"in_progress"},{"content":"c","status":"pending"}]}`)}}
+		case 4:
+			return fakeopenai.Reply{ToolCalls: []fakeopenai.Call{call("todo_write", `{"todos":[{"content":"a","status":"completed"},{"content":"c","status":"completed"}]}`)}}
+		}
+		return fakeopenai.Reply{Content: "done"}
+	}}
+	h := newHarness(t, fake, harnessOpts{tools: []agent.Tool{writeTool(&runs)}})
+	ctx := context.Background()
+	const key = "web/steer"
+	if err := h.runner.Submit(ctx, key, agent.Inbound{Text: "do a, b, c", Author: "ann", AuthorID: "U1"}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitKind(t, key, agent.PlanChanged)
+	need := h.waitKind(t, key, agent.ApprovalNeeded)
+
+	stale := agent.Steer{Action: agent.SteerSkip, Item: "b", Revision: 0, By: "bo", ByID: "U2"}
+	var refused *agent.SteerError
+	if err := h.runner.Steer(ctx, key, stale); !errors.As(err, &refused) {
+		t.Fatalf("a change on revision 0 of a plan at revision 1: %v, want a SteerError", err)
+	}
+	if err := h.runner.Steer(ctx, key, agent.Steer{Action: agent.SteerSkip, Item: "b", Revision: 1, By: "bo", ByID: "U2"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.runner.Steer(ctx, key, agent.Steer{Action: agent.SteerSkip, Item: "b", Revision: 1, By: "cy", ByID: "U3"}); !errors.As(err, &refused) {
+		t.Errorf("skipping an item a queued change skips already: %v, want a SteerError", err)
+	}
+	changed := h.waitKind(t, key, agent.PlanChanged)
+	if changed.Steer == nil || changed.Steer.By != "bo" || changed.Seq == 0 {
+		t.Errorf("the change's log entry: steer %+v, seq %d", changed.Steer, changed.Seq)
+	}
+	if got := changed.Plan.String(); got != `{"todos":[{"content":"a","status":"in_progress"},{"content":"c","status":"pending"}]}` {
+		t.Errorf("the plan after the skip: %s", got)
+	}
+	if len(changed.Marks) != 1 || changed.Marks[0].Action != agent.SteerSkip || changed.Marks[0].Item != "b" || changed.Marks[0].After != "a" || changed.Marks[0].By != "bo" {
+		t.Errorf("marks after the skip: %+v", changed.Marks)
+	}
+	mu.Lock()
+	asked := len(reqs)
+	mu.Unlock()
+	if asked != 2 {
+		t.Errorf("%d model requests while the turn waits, want 2", asked)
+	}
+
+	if _, err := h.runner.Decide(ctx, key, need.Approval.CallID, agent.Decision{Allow: true, By: "U1", ByName: "ann"}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitEnd(t, key)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reqs) != 5 {
+		t.Fatalf("%d model requests, want 5", len(reqs))
+	}
+	told := false
+	for _, m := range reqs[2].Messages {
+		if m.Role == openai.ChatMessageRoleUser && strings.Contains(m.Content, `bo skipped "b"`) {
+			told = true
+		}
+	}
+	if !told {
+		t.Errorf("the request after the skip does not tell the model who skipped what:\n%+v", reqs[1].Messages)
+	}
+	if got := lastToolResult(t, reqs[3]); !strings.Contains(got, `bo skipped \"b\"`) || !strings.Contains(got, "invalid_arguments") {
+		t.Errorf("the result of a snapshot that undoes the skip: %s", got)
+	}
+	cp, _, _, err := h.db.Load(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := todo.Encode(cp.Plan); got != `{"todos":[{"content":"a","status":"completed"},{"content":"c","status":"completed"}]}` {
+		t.Errorf("the plan at the end: %s", got)
+	}
+	if len(cp.Marks) != 1 || cp.Marks[0].Item != "b" {
+		t.Errorf("marks at the end: %+v, want the skip of b kept", cp.Marks)
+	}
+	if runs.Load() != 1 {
+		t.Errorf("the approved tool ran %d times", runs.Load())
+	}
+}
+
+// TestSteerWhileIdleStartsNoTurn: a change made after the turn ended is
+// applied at once, starts no turn, and is what the model reads first at
+// the next turn; a reopened item is owed to its next snapshot.
+func TestSteerWhileIdleStartsNoTurn(t *testing.T) {
+	var mu sync.Mutex
+	var reqs []openai.ChatCompletionRequest
+	fake := &fakeopenai.Server{Respond: func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
+		mu.Lock()
+		reqs = append(reqs, *req)
+		n := len(reqs)
+		mu.Unlock()
+		switch n {
+		case 1:
+			return fakeopenai.Reply{ToolCalls: []fakeopenai.Call{call("todo_write", `{"todos":[{"content":"a","status":"completed"},{"content":"b","status":"completed"}]}`)}}
+		case 3: // leaves the reopened item out
+			return fakeopenai.Reply{ToolCalls: []fakeopenai.Call{call("todo_write", `{"todos":[{"content":"a","status":"completed"}]}`)}}
+		case 4:
+			return fakeopenai.Reply{ToolCalls: []fakeopenai.Call{call("todo_write", `{"todos":[{"content":"a","status":"completed"},{"content":"b","status":"completed"},{"content":"d","status":"completed"}]}`)}}
+		}
+		return fakeopenai.Reply{Content: "done"}
+	}}
+	h := newHarness(t, fake, harnessOpts{})
+	ctx := context.Background()
+	const key = "web/idle"
+	h.send(t, key, "do a and b")
+	h.waitEnd(t, key)
+	if err := h.runner.Steer(ctx, key, agent.Steer{Action: agent.SteerReopen, Item: "b", Revision: 1, By: "ann"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.runner.Steer(ctx, key, agent.Steer{Action: agent.SteerAdd, Item: "b", Text: "  d ", Revision: 1, By: "ann"}); err != nil {
+		t.Fatal(err)
+	}
+	var last agent.Event
+	for range 2 {
+		last = h.waitKind(t, key, agent.PlanChanged)
+	}
+	if got := last.Plan.String(); got != `{"todos":[{"content":"a","status":"completed"},{"content":"b","status":"pending"},{"content":"d","status":"pending"}]}` {
+		t.Errorf("the plan after reopen and add: %s", got)
+	}
+	mu.Lock()
+	n := len(reqs)
+	mu.Unlock()
+	if n != 2 {
+		t.Fatalf("%d model requests after the changes, want 2 (no turn started)", n)
+	}
+	h.send(t, key, "go on")
+	h.waitEnd(t, key)
+	mu.Lock()
+	defer mu.Unlock()
+	if got := lastToolResult(t, reqs[3]); !strings.Contains(got, `ann reopened \"b\"`) {
+		t.Errorf("a snapshot without the reopened item: %s", got)
+	}
+	var users []string
+	for _, m := range reqs[2].Messages {
+		if m.Role == openai.ChatMessageRoleUser {
+			users = append(users, m.Content)
+		}
+	}
+	if len(users) < 3 || !strings.Contains(users[len(users)-3], `ann reopened "b"`) || !strings.Contains(users[len(users)-2], `ann added "d"`) || users[len(users)-1] != "go on" {
+		t.Errorf("the next turn's user messages end %q", users)
+	}
+}
