@@ -253,6 +253,16 @@ func (b *Board) turnStarted(e agent.Event) (indicated string) {
 // planChanged: the agent committed a plan revision. After a finished plan,
 // a plan that shares no item with it is a new task and gets a new message.
 func (b *Board) planChanged(e agent.Event) {
+	if e.Steer != nil {
+		// A person's change: the same plan, on whatever state it is in.
+		b.set(func(_ *boardRecord, want *Plan) {
+			p := planFrom(e.Plan, e.Marks, e.Revision, want.State, e.At)
+			p.Stoppable, p.Activity, p.StoppedBy = want.Stoppable, want.Activity, want.StoppedBy
+			p.Evidence, p.Calls, p.Approvals = e.Evidence, e.Calls, e.Approvals
+			*want = p
+		})
+		return
+	}
 	b.set(func(rec *boardRecord, want *Plan) {
 		state := want.State
 		if rec.Closed {
@@ -275,7 +285,7 @@ func (b *Board) planChanged(e agent.Event) {
 			state = StateWorking
 		}
 		activity := want.Activity
-		*want = planFrom(e.Plan, e.Revision, state, e.At)
+		*want = planFrom(e.Plan, e.Marks, e.Revision, state, e.At)
 		want.Stoppable, want.Activity = true, activity
 		want.Evidence, want.Calls, want.Approvals = e.Evidence, e.Calls, e.Approvals
 	})
@@ -1063,8 +1073,8 @@ func sameContent(a, b Plan) bool {
 	return true
 }
 
-func planFrom(snap todo.Snapshot, rev int64, state PlanState, at time.Time) Plan {
-	return Plan{Items: snap.Items(), Revision: rev, State: state, Updated: at}
+func planFrom(snap todo.Snapshot, marks []agent.Mark, rev int64, state PlanState, at time.Time) Plan {
+	return Plan{Items: shownItems(snap.Items(), marks), Marks: marks, Revision: rev, State: state, Updated: at}
 }
 
 // DecodeBoard reads a stored board record: the thread and what its plan

@@ -95,7 +95,7 @@ func ParseButtonID(s string) (action, id string, ok bool) {
 	}
 	action, id, ok = strings.Cut(rest, ":")
 	switch action {
-	case ActionAllow, ActionAlways, ActionDeny, ActionStop:
+	case ActionAllow, ActionAlways, ActionDeny, ActionStop, ActionSkip, ActionReopen, ActionAdd:
 		if ok && id != "" {
 			return action, id, true
 		}
@@ -151,6 +151,9 @@ type Click struct {
 	// adapter shows ClickResult.Card in its answer (Discord's message
 	// update, the console's response).
 	Show bool
+	// Text is what the person typed with the click: a new item's text
+	// (ActionAdd).
+	Text string
 }
 
 // ClickResult is how the adapter answers a click: with the pressed
@@ -252,6 +255,10 @@ func (r *Router) Click(ctx context.Context, c Click) ClickResult {
 		p := want
 		p.Stoppable, p.Activity = false, ""
 		return ClickResult{Plan: &p}
+	}
+	switch action {
+	case ActionSkip, ActionReopen, ActionAdd:
+		return steer(ctx, r.rules, c, action, id, want)
 	}
 	var cr cardRecord
 	s.cards.read(func(v *cardsRecord) { cr, ok = v.Cards[id] })

@@ -272,19 +272,31 @@ type Plan struct {
 	Evidence  agent.Evidence `json:"evidence,omitempty"`
 	Calls     int            `json:"calls,omitempty"`
 	Approvals int            `json:"approvals,omitempty"`
+	// Marks are the people's changes (DESIGN §19): Items shows the
+	// items they skipped (status Skipped) where they were, and each
+	// changed item's line says who changed it.
+	Marks []agent.Mark `json:"marks,omitempty"`
 }
 
 // EvidenceLine is the line shown under item: "↳ " and each tool in order
 // of first use, with "×N" when used more than once and a failed outcome
 // in parentheses; "↳ no tool activity" under a completed item without
-// any; "" otherwise.
+// any; "" otherwise. An item a person changed says so first: "↳
+// skipped by Ann", then its tools (DESIGN §19).
 func (p Plan) EvidenceLine(item todo.Item) string {
+	mark := p.markLine(item)
 	ie := p.Evidence[item.Content]
 	if ie.Count() == 0 {
-		if item.Status == todo.Completed {
+		switch {
+		case mark != "":
+			return "↳ " + mark
+		case item.Status == todo.Completed:
 			return "↳ no tool activity"
 		}
 		return ""
+	}
+	if mark != "" {
+		mark += " · "
 	}
 	type use struct {
 		n      int
@@ -319,17 +331,21 @@ func (p Plan) EvidenceLine(item todo.Item) string {
 	if ie.More > 0 {
 		parts = append(parts, fmt.Sprintf("+%d more", ie.More))
 	}
-	return "↳ " + strings.Join(parts, ", ")
+	return "↳ " + mark + strings.Join(parts, ", ")
 }
 
 // Progress returns completed and total item counts.
 func (p Plan) Progress() (done, total int) {
 	for _, it := range p.Items {
-		if it.Status == todo.Completed {
+		switch it.Status {
+		case todo.Completed:
 			done++
+		case Skipped:
+			continue // not the agent's to do
 		}
+		total++
 	}
-	return done, len(p.Items)
+	return done, total
 }
 
 // Title is "Plan · 2/5 done".
@@ -379,6 +395,8 @@ func Mark(s todo.Status) string {
 		return "✅"
 	case todo.InProgress:
 		return "🔄"
+	case Skipped:
+		return MarkSkipped
 	}
 	return "⬜"
 }

@@ -46,6 +46,9 @@ type Runner interface {
 	Stop(key, by string) bool
 	Decide(ctx context.Context, key, callID string, d agent.Decision) (agent.Approval, error)
 	Reset(ctx context.Context, key, by string) error
+	// Steer queues a person's change of the plan (DESIGN §19); a
+	// change that cannot be made is an *agent.SteerError.
+	Steer(ctx context.Context, key string, st agent.Steer) error
 	// Turn returns the session's turn as the agent last committed it:
 	// whether one runs (or waits for an approval) and who requested it.
 	Turn(ctx context.Context, key string) (agent.TurnInfo, error)

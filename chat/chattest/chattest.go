@@ -102,8 +102,25 @@ func (r *records) put(key string, data []byte) {
 // turn's start and end before the agent publishes them. The zero value
 // is ready; use it by pointer.
 type Runner struct {
-	mu    sync.Mutex // guards turns
-	turns map[string]agent.TurnInfo
+	mu     sync.Mutex // guards turns and steers
+	turns  map[string]agent.TurnInfo
+	steers []agent.Steer
+}
+
+// Steer implements chat.Runner: it records the change, and refuses
+// none.
+func (r *Runner) Steer(_ context.Context, _ string, st agent.Steer) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.steers = append(r.steers, st)
+	return nil
+}
+
+// Steers returns the plan changes Steer was given, in order.
+func (r *Runner) Steers() []agent.Steer {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.steers)
 }
 
 // Note records a published turn event as the agent's checkpoint has it:

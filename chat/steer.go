@@ -1,0 +1,152 @@
+package chat
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/todo"
+)
+
+// Steering the plan from the pinned message (DESIGN §19): the actions
+// of the item controls, carried in their ids as ItemButton makes them.
+const (
+	ActionSkip   = string(agent.SteerSkip)
+	ActionReopen = string(agent.SteerReopen)
+	ActionAdd    = string(agent.SteerAdd)
+)
+
+// Labels of the item controls.
+const (
+	LabelSkip   = "Skip"
+	LabelReopen = "Reopen"
+	LabelAdd    = "Add an item after"
+)
+
+// Skipped is the status a plan shows for an item a person skipped: not
+// one of the agent's (todo's three), it is the person's mark, shown
+// struck through with who skipped it.
+const Skipped todo.Status = "skipped"
+
+// MarkSkipped is the mark of a skipped item.
+const MarkSkipped = "⏭️"
+
+// ItemButton is the id of the control that does action to p's item it:
+// the revision the person saw and a short hash of the item's text, so
+// that a control of a plan a newer revision replaced is refused, and the
+// id stays within Discord's 100 characters whatever the item's length.
+func ItemButton(action string, p Plan, it todo.Item) string {
+	return ButtonID(action, strconv.FormatInt(p.Revision, 10)+"."+itemHash(it.Content))
+}
+
+func itemHash(content string) string {
+	sum := sha256.Sum256([]byte(content))
+	return hex.EncodeToString(sum[:6])
+}
+
+// Actions returns what a person may do to p's item it from the pinned
+// message: Skip a pending or in-progress item, Reopen a completed or
+// skipped one, and Add an item after any.
+func (p Plan) Actions(it todo.Item) []string {
+	switch it.Status {
+	case todo.Pending, todo.InProgress:
+		return []string{ActionSkip, ActionAdd}
+	case todo.Completed, Skipped:
+		return []string{ActionReopen, ActionAdd}
+	}
+	return nil
+}
+
+// Steerable reports whether the plan message offers item controls: a
+// plan with items, which the agent wrote (revision 1 on).
+func (p Plan) Steerable() bool { return len(p.Items) > 0 && p.Revision > 0 }
+
+// shownItems is the plan as its message shows it: the agent's items and
+// the items people skipped, each after the item it followed.
+func shownItems(items []todo.Item, marks []agent.Mark) []todo.Item {
+	out := slices.Clone(items)
+	for _, m := range marks {
+		if m.Action != agent.SteerSkip {
+			continue
+		}
+		at := 0
+		if m.After != "" {
+			at = slices.IndexFunc(out, func(it todo.Item) bool { return it.Content == m.After }) + 1
+			if at == 0 {
+				at = len(out)
+			}
+		}
+		out = slices.Insert(out, at, todo.Item{Content: m.Item, Status: Skipped})
+	}
+	return out
+}
+
+// markLine is what the plan says under an item a person changed: who
+// skipped, reopened or added it; "" for none.
+func (p Plan) markLine(it todo.Item) string {
+	for _, m := range p.Marks {
+		if m.Item != it.Content {
+			continue
+		}
+		if m.Action == agent.SteerSkip && it.Status != Skipped {
+			continue
+		}
+		verb := map[agent.SteerAction]string{agent.SteerSkip: "skipped", agent.SteerReopen: "reopened", agent.SteerAdd: "added"}[m.Action]
+		return verb + " by " + m.By
+	}
+	return ""
+}
+
+// steer is a click on an item control: the change goes to the agent
+// (Runner.Steer), which refuses one made on a replaced revision; the
+// person who clicked hears, alone, that it was taken or why not. The
+// plan message shows the change once the agent applied it.
+func steer(ctx context.Context, p rules, c Click, action, id string, want Plan) ClickResult {
+	revText, hash, ok := strings.Cut(id, ".")
+	rev, err := strconv.ParseInt(revText, 10, 64)
+	if !ok || err != nil {
+		return ClickResult{Private: "I don't know that button."}
+	}
+	t := p.turn(ctx, c.Thread.Key)
+	if !p.mayStop(c.Thread.Platform, t, c.UserID) {
+		return ClickResult{Private: "Only the person who asked, the one who started this conversation or an approver can change the plan."}
+	}
+	i := slices.IndexFunc(want.Items, func(it todo.Item) bool { return itemHash(it.Content) == hash })
+	if i < 0 || rev != want.Revision {
+		return ClickResult{Private: "The plan changed since you looked at it; make your change on the pinned plan as it is now."}
+	}
+	item := want.Items[i].Content
+	by := c.UserName
+	if by == "" {
+		by = cmpOr(c.UserID, "someone")
+	}
+	err = p.runner.Steer(ctx, c.Thread.Key, agent.Steer{Action: agent.SteerAction(action), Item: item, Text: c.Text, Revision: rev, By: by, ByID: c.UserID})
+	var refused *agent.SteerError
+	switch {
+	case errors.As(err, &refused):
+		return ClickResult{Private: "I couldn't change the plan: " + refused.Reason}
+	case err != nil:
+		p.log.Error("record a plan change", "session", c.Thread.Key, "err", err)
+		return ClickResult{Private: "I couldn't record your change (the database is unavailable). Please try again in a moment."}
+	}
+	p.log.Info("plan changed by a person", "session", c.Thread.Key, "action", action, "user", c.UserID)
+	what := map[string]string{ActionSkip: "skipped", ActionReopen: "reopened", ActionAdd: "added"}[action]
+	subject := Shorten(item, 80)
+	if action == ActionAdd {
+		subject = Shorten(todo.TrimSpace(c.Text), 80)
+	}
+	return ClickResult{Private: fmt.Sprintf("You %s “%s”. The plan shows it in a moment; the agent reads it before its next step.", what, subject)}
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,96 @@
+package chat
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pinplan/pinplan/agent"
+	"github.com/pinplan/pinplan/chat/chattest"
+	"github.com/pinplan/pinplan/todo"
+)
+
+// onlyPlan is the one plan message f shows.
+func (f *fakePlatform) onlyPlan(t *testing.T) Plan {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.shown) != 1 {
+		t.Fatalf("%d plan messages, want 1", len(f.shown))
+	}
+	for _, p := range f.shown {
+		return p
+	}
+	return Plan{}
+}
+
+// TestSteerClick (DESIGN §19): an item control pressed by the requester
+// goes to the agent with the item, the revision and the person; a
+// stranger's press and one on a replaced revision are refused privately
+// and go nowhere; a person's change the agent logged is shown in place,
+// the skipped item struck with who skipped it, on a finished plan whose
+// state stays done.
+func TestSteerClick(t *testing.T) {
+	p := &fakePlatform{}
+	run := &chattest.Runner{}
+	r := NewRouter(Options{Runner: run, Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond})
+	t.Cleanup(r.Close)
+	const key = "test/1"
+	th := Thread{Platform: "test", Key: key, Channel: "C1"}
+	r.out.board(key, &th)
+	items := []todo.Item{{Content: "a", Status: todo.Completed}, {Content: "b", Status: todo.Pending}, {Content: "c", Status: todo.Pending}}
+	observe(r, agent.Event{Session: key, Kind: agent.TurnStarted, Turn: 1, Requester: "UANN"})
+	observe(r, agent.Event{Session: key, Kind: agent.PlanChanged, Revision: 1, Plan: todo.NewSnapshot(items), At: time.Now()})
+	observe(r, agent.Event{Session: key, Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Text: "done"})
+	settle(t, r, key)
+	shown := p.onlyPlan(t)
+	ctx := context.Background()
+
+	skipB := ItemButton(ActionSkip, shown, shown.Items[1])
+	if res := r.Click(ctx, Click{Thread: th, Button: skipB, UserID: "UBO", UserName: "bo"}); !strings.Contains(res.Private, "Only") {
+		t.Errorf("a stranger's press: %+v, want a private refusal", res)
+	}
+	old := shown
+	old.Revision = 0
+	if res := r.Click(ctx, Click{Thread: th, Button: ItemButton(ActionSkip, old, shown.Items[1]), UserID: "UANN", UserName: "ann"}); !strings.Contains(res.Private, "changed") {
+		t.Errorf("a press on a replaced revision: %+v, want a private refusal", res)
+	}
+	if got := run.Steers(); len(got) != 0 {
+		t.Fatalf("refused presses reached the agent: %+v", got)
+	}
+	if res := r.Click(ctx, Click{Thread: th, Button: skipB, UserID: "UANN", UserName: "ann"}); !strings.Contains(res.Private, "skipped “b”") {
+		t.Errorf("the requester's press: %+v", res)
+	}
+	add := r.Click(ctx, Click{Thread: th, Button: ItemButton(ActionAdd, shown, shown.Items[0]), UserID: "UANN", UserName: "ann", Text: " a2 "})
+	if !strings.Contains(add.Private, "added “a2”") {
+		t.Errorf("an add: %+v", add)
+	}
+	got := run.Steers()
+	if len(got) != 2 || got[0] != (agent.Steer{Action: agent.SteerSkip, Item: "b", Revision: 1, By: "ann", ByID: "UANN"}) ||
+		got[1].Action != agent.SteerAdd || got[1].Item != "a" || got[1].Text != " a2 " {
+		t.Fatalf("steers %+v", got)
+	}
+
+	st := got[0]
+	marks := []agent.Mark{{Action: agent.SteerSkip, Item: "b", After: "a", By: "ann"}}
+	observe(r, agent.Event{Session: key, Kind: agent.PlanChanged, Revision: 1, Steer: &st, Marks: marks,
+		Plan: todo.NewSnapshot([]todo.Item{items[0], items[2]}), At: time.Now()})
+	settle(t, r, key)
+	after := p.onlyPlan(t)
+	if after.State != StateDone {
+		t.Errorf("a change on a finished plan moved it to %s", after.State)
+	}
+	if len(after.Items) != 3 || after.Items[1] != (todo.Item{Content: "b", Status: Skipped}) {
+		t.Fatalf("items after the skip: %+v, want b shown skipped in its place", after.Items)
+	}
+	if line := after.EvidenceLine(after.Items[1]); line != "↳ skipped by ann" {
+		t.Errorf("the skipped item's line: %q", line)
+	}
+	if done, total := after.Progress(); done != 1 || total != 2 {
+		t.Errorf("progress %d/%d, want 1/2: a skipped item is not the agent's to do", done, total)
+	}
+	if acts := after.Actions(after.Items[1]); len(acts) != 2 || acts[0] != ActionReopen {
+		t.Errorf("a skipped item's actions: %v, want reopen first", acts)
+	}
+}
