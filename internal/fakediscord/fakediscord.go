@@ -26,7 +26,13 @@
 // POST /interactions/{id}/{token}/callback answers it within the 3 s
 // Discord allows (InteractionWindow), once, with a channel message, an
 // ephemeral reply (Ephemerals), a deferral or an update of the clicked
-// message; every callback is recorded (Responses).
+// message; every callback is recorded (Responses). String selects are
+// checked as Discord checks them (options, values, placeholder, value
+// counts) and Select dispatches a person's pick. A MODAL callback is
+// checked too (title, custom_id, 1 to 5 action rows with a text input, or
+// labels), the modal stays open for its user (OpenModal), and SubmitModal
+// dispatches its MODAL_SUBMIT, whose callback takes 4 and 5, and 6 and 7
+// for a modal opened from a component.
 //
 // Components V2 too: a message flagged IS_COMPONENTS_V2 (1<<15) has no
 // content, embeds, stickers or poll, its components are checked as
@@ -202,6 +208,7 @@ type Server struct {
 	refuseV2       bool                            // RefuseComponentsV2
 	guildPerms     map[string]int64                // SetPermissions, by "guild/user"
 	permOverwrites map[string]map[string]overwrite // SetOverwrite, by channel and user or guild
+	modals         map[string]*modal               // the modal open for each user
 }
 
 func (s *Server) initLocked() {
@@ -219,6 +226,7 @@ func (s *Server) initLocked() {
 		s.sessionByID = map[string]*session{}
 		s.conns = map[*conn]bool{}
 		s.interactions = map[string]*interaction{}
+		s.modals = map[string]*modal{}
 		s.nextID = 1000000000000000000
 	}
 }

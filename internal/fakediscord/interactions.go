@@ -28,7 +28,9 @@ const (
 	buttonLink         = 5
 	buttonPremium      = 6
 	interactionComp    = 3
-	flagEphemeral      = 64
+	// interactionModalSubmit is MODAL_SUBMIT.
+	interactionModalSubmit = 5
+	flagEphemeral          = 64
 	// Flags an interaction response may set: SUPPRESS_EMBEDS, EPHEMERAL,
 	// SUPPRESS_NOTIFICATIONS, IS_COMPONENTS_V2.
 	responseFlags = flagSuppressEmbeds | flagEphemeral | flagSuppressNotifications | flagComponentsV2
@@ -59,16 +61,32 @@ type Response struct {
 	At      time.Time
 }
 
-// interaction is a component interaction created by Click.
+// interaction is an interaction the fake dispatched: a component's
+// (Click, Select), a command's (Command) or a modal submission's
+// (SubmitModal).
 type interaction struct {
 	id, token              string
-	channel, message, user string
+	channel, message, user string // message: the component's message, "" for a command's
 	guild                  string
 	created                time.Time
 	acked                  bool
 	command                bool     // an application command's: its reply answers no message
+	modalSubmit            bool     // a MODAL_SUBMIT: it takes no modal, and 6 or 7 only with a message
+	submitted              *modal   // the modal a MODAL_SUBMIT submits, closed by its callback
 	original               *Message // the deferred response, for the follow-up edit
 	responses              []Response
+}
+
+// itype is the interaction's type: APPLICATION_COMMAND,
+// MESSAGE_COMPONENT or MODAL_SUBMIT.
+func (in *interaction) itype() int {
+	switch {
+	case in.command:
+		return interactionCommand
+	case in.modalSubmit:
+		return interactionModalSubmit
+	}
+	return interactionComp
 }
 
 func (in *interaction) metadataJSON() map[string]any {
@@ -76,8 +94,11 @@ func (in *interaction) metadataJSON() map[string]any {
 	if in.guild != "" {
 		owners["0"] = in.guild
 	}
-	return map[string]any{"id": in.id, "type": interactionComp, "user": interactionUserJSON(in.user),
-		"authorizing_integration_owners": owners, "interacted_message_id": in.message}
+	out := map[string]any{"id": in.id, "type": in.itype(), "user": interactionUserJSON(in.user), "authorizing_integration_owners": owners}
+	if in.message != "" {
+		out["interacted_message_id"] = in.message
+	}
+	return out
 }
 
 // interactionMemberJSON is the member an interaction in a guild carries;
@@ -97,9 +118,9 @@ func interactionUserJSON(id string) map[string]any {
 
 // checkComponents checks a message's components as Discord does: only
 // action rows at the top, at most 5, each with 1 to 5 buttons or one
-// select menu; buttons with a label of at most 80 characters, a custom_id
-// of 1 to 100 characters unique in the message for styles 1 to 4, a url
-// and no custom_id for style 5.
+// select menu (checkSelect); buttons with a label of at most 80
+// characters, a custom_id of 1 to 100 characters unique in the message
+// for styles 1 to 4, a url and no custom_id for style 5.
 func checkComponents(list []any) *apiError {
 	if len(list) > maxActionRows {
 		return formError("components", "BASE_TYPE_MAX_LENGTH", fmt.Sprintf("Must be %d or fewer in length.", maxActionRows))
@@ -144,7 +165,7 @@ func checkRow(raw any, at string, ids map[string]bool) (int, *apiError) {
 			if len(children) > 1 {
 				return 0, formError(at, "COMPONENT_LAYOUT_WIDTH_EXCEEDED", "The specified component exceeds the maximum width")
 			}
-			if err := checkCustomID(c, at); err != nil {
+			if err := checkSelect(c, at, false); err != nil {
 				return 0, err
 			}
 		default:
@@ -285,17 +306,44 @@ func (s *Server) Click(channel, messageID, userID, customID string) (string, err
 	if userID == "" {
 		return "", errors.New("fakediscord: click by no user")
 	}
-	id := s.idLocked()
-	in := &interaction{id: id, channel: channel, message: m.ID, user: userID, guild: ch.guildID, created: time.Now(),
-		token: base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf("interaction:%s:%s%d", id, "fake", time.Now().UnixNano())))}
+	id, err := s.componentInteractionLocked(ch, m, userID, map[string]any{"custom_id": customID, "component_type": componentButton})
+	if err != nil {
+		return "", fmt.Errorf("click %s: %w", customID, err)
+	}
+	return id, nil
+}
 
-	chJSON := ch.json()
+// newInteractionLocked makes an interaction by userID in ch, with its
+// token, kept for the callback.
+func (s *Server) newInteractionLocked(ch *channel, userID string) *interaction {
+	id := s.idLocked()
+	return &interaction{id: id, channel: ch.id, user: userID, guild: ch.guildID, created: time.Now(),
+		token: base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf("interaction:%s:%s%d", id, "fake", time.Now().UnixNano())))}
+}
+
+// componentInteractionLocked dispatches the MESSAGE_COMPONENT interaction
+// of userID using a component of m in ch, with data, and returns its id.
+func (s *Server) componentInteractionLocked(ch *channel, m *Message, userID string, data map[string]any) (string, error) {
+	in := s.newInteractionLocked(ch, userID)
+	in.message = m.ID
+	ev := s.interactionEventLocked(ch, in, data)
+	ev["message"] = s.messageJSONLocked(m)
+	if err := s.interactionPermissionsLocked(ev, ch.id, userID); err != nil {
+		return "", err
+	}
+	s.interactions[in.id] = in
+	s.dispatchLocked("INTERACTION_CREATE", ev)
+	return in.id, nil
+}
+
+// interactionEventLocked is the INTERACTION_CREATE of in with data, as
+// Discord sends it: the member in a guild channel, the user in a DM.
+func (s *Server) interactionEventLocked(ch *channel, in *interaction, data map[string]any) map[string]any {
 	ev := map[string]any{
-		"id": id, "application_id": BotID, "type": interactionComp, "token": in.token, "version": 1,
-		"data":         map[string]any{"custom_id": customID, "component_type": componentButton},
-		"channel_id":   channel,
-		"channel":      chJSON,
-		"message":      s.messageJSONLocked(m),
+		"id": in.id, "application_id": BotID, "type": in.itype(), "token": in.token, "version": 1,
+		"data":         data,
+		"channel_id":   ch.id,
+		"channel":      ch.json(),
 		"locale":       "en-US",
 		"entitlements": []any{},
 		// 10 MiB, the attachment limit without boosts.
@@ -307,17 +355,12 @@ func (s *Server) Click(channel, messageID, userID, customID string) (string, err
 		ev["guild_locale"] = "en-US"
 		ev["guild"] = map[string]any{"id": ch.guildID, "locale": "en-US", "features": []any{}}
 		ev["context"] = 0 // GUILD
-		ev["member"] = interactionMemberJSON(userID)
+		ev["member"] = interactionMemberJSON(in.user)
 	} else {
 		ev["context"] = 1 // BOT_DM
-		ev["user"] = interactionUserJSON(userID)
+		ev["user"] = interactionUserJSON(in.user)
 	}
-	if err := s.interactionPermissionsLocked(ev, channel, userID); err != nil {
-		return "", fmt.Errorf("click %s: %w", customID, err)
-	}
-	s.interactions[id] = in
-	s.dispatchLocked("INTERACTION_CREATE", ev)
-	return id, nil
+	return ev
 }
 
 // Responses returns the callbacks made for the interaction, oldest first,
@@ -380,6 +423,17 @@ func (s *Server) callbackLocked(r *http.Request, rt route, body map[string]any, 
 	if int(flags)&^responseFlags != 0 {
 		return s.violationLocked(r, where, formError("data.flags", "BASE_TYPE_CHOICES", "Only SUPPRESS_EMBEDS, EPHEMERAL and SUPPRESS_NOTIFICATIONS may be set."))
 	}
+	if in.modalSubmit {
+		// MODAL is "Not available for MODAL_SUBMIT"; DEFERRED_UPDATE_MESSAGE and
+		// UPDATE_MESSAGE are "Only valid for component-based interactions",
+		// which a modal opened from a component is.
+		switch {
+		case typ == callbackModal:
+			return s.violationLocked(r, where, formError("type", "INTERACTION_RESPONSE_TYPE_INVALID", "A modal submission cannot be answered with a modal."))
+		case (typ == callbackDeferredUpdate || typ == callbackUpdate) && in.message == "":
+			return s.violationLocked(r, where, formError("type", "INTERACTION_RESPONSE_TYPE_INVALID", "Only a modal opened from a message component can update its message."))
+		}
+	}
 	cb := &callbackReq{r: r, where: where, in: in, ch: s.channels[in.channel], data: data, flags: int(flags)}
 	var resource map[string]any
 	switch typ {
@@ -402,12 +456,11 @@ func (s *Server) callbackLocked(r *http.Request, rt route, body map[string]any, 
 		return 0, nil, err
 	}
 	in.acked = true
+	if in.modalSubmit {
+		s.closeModalLocked(in)
+	}
 	if r.URL.Query().Get("with_response") == "true" {
-		itype := interactionComp
-		if in.command {
-			itype = interactionCommand
-		}
-		return 200, map[string]any{"interaction": map[string]any{"id": in.id, "type": itype,
+		return 200, map[string]any{"interaction": map[string]any{"id": in.id, "type": in.itype(),
 			"response_message_loading": typ == callbackDeferredMessage, "response_message_ephemeral": int(flags)&flagEphemeral != 0},
 			"resource": resource}, nil
 	}
@@ -471,7 +524,7 @@ func (s *Server) replyLocked(cb *callbackReq) (map[string]any, *apiError) {
 			return nil, fail(400, codeThreadArchived, "Thread is archived")
 		}
 		m.Type, m.Reference, m.Flags = 19, in.message, cb.flags
-		if in.command {
+		if in.message == "" { // a command's, or a submission of a command's modal
 			m.Type, m.Reference = 20, ""
 		}
 		s.createLocked(cb.ch, m)
@@ -517,17 +570,6 @@ func (s *Server) deferReplyLocked(cb *callbackReq) (map[string]any, *apiError) {
 	}
 	in.original = m
 	return map[string]any{"type": callbackDeferredMessage}, nil
-}
-
-// modalLocked answers with a modal, which needs a custom_id and a title.
-func (s *Server) modalLocked(cb *callbackReq) (map[string]any, *apiError) {
-	if id, _ := cb.data["custom_id"].(string); id == "" {
-		return nil, s.refusedLocked(cb.r, cb.where, formError("data.custom_id", "BASE_TYPE_REQUIRED", "This field is required"))
-	}
-	if title, _ := cb.data["title"].(string); title == "" {
-		return nil, s.refusedLocked(cb.r, cb.where, formError("data.title", "BASE_TYPE_REQUIRED", "This field is required"))
-	}
-	return map[string]any{"type": callbackModal}, nil
 }
 
 // dataError moves the fields of a 50035 under data, where a callback
