@@ -7,6 +7,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,7 +41,14 @@ type Approval struct {
 	Turn int64 `json:"turn"`
 	// Asked is when the card asked: the wait for a decision began then.
 	Asked time.Time `json:"asked,omitzero"`
+	// Plan: not a tool call but the turn's first plan, which waits for
+	// Start (PINPLAN_PLAN_APPROVAL=ask, DESIGN §19); CallID is
+	// PlanCallID's, Tool is todo_write and Arguments the plan.
+	Plan bool `json:"plan,omitempty"`
 }
+
+// PlanCallID is the CallID of turn's plan approval (Approval.Plan).
+func PlanCallID(turn int64) string { return "plan-" + strconv.FormatInt(turn, 10) }
 
 // Grant is an "Always allow here": Tool runs without a card on later turns
 // of Requester (and of approvers).
@@ -278,6 +286,10 @@ type Checkpoint struct {
 	// Marks are the people's changes the plan keeps (DESIGN §19): items
 	// skipped, and items reopened or added (Steer).
 	Marks []Mark `json:"marks,omitempty"`
+	// PlanApproved is the last turn whose first plan was started (its
+	// Start pressed), with PINPLAN_PLAN_APPROVAL=ask: that turn's later
+	// plans do not wait again.
+	PlanApproved int64 `json:"plan_approved,omitempty"`
 	// Changed counts the changes made to the checkpoint outside the
 	// session's run while its turn waited (a decision, a stop): a round
 	// written while it waits (Round.Guard) must have read the last.

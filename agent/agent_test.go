@@ -55,6 +55,7 @@ type harnessOpts struct {
 	approvers       []string
 	owners          agent.Owners
 	files           agent.FileReader
+	planApproval    bool
 }
 
 func newHarness(t *testing.T, fake *fakeopenai.Server, o harnessOpts) *harness {
@@ -80,7 +81,7 @@ func newHarness(t *testing.T, fake *fakeopenai.Server, o harnessOpts) *harness {
 		t.Fatal(err)
 	}
 	h := &harness{fake: fake, db: db, events: map[string]chan agent.Event{}, model: model}
-	h.runner, err = agent.NewRunner(agent.Options{Model: model, Store: db, Tools: reg, ModelName: "fake", ReminderRole: o.role, ApprovalTimeout: o.approvalTimeout, Approvers: o.approvers, Owners: o.owners, Files: o.files,
+	h.runner, err = agent.NewRunner(agent.Options{Model: model, Store: db, Tools: reg, ModelName: "fake", ReminderRole: o.role, ApprovalTimeout: o.approvalTimeout, Approvers: o.approvers, Owners: o.owners, Files: o.files, PlanApproval: o.planApproval,
 		Events: publishTo(func(e agent.Event) { h.ch(e.Session) <- e })})
 	if err != nil {
 		t.Fatal(err)

@@ -35,6 +35,10 @@ type Options struct {
 	// ApprovalTimeout is how long a tool call waits for a person's
 	// decision before it is denied; 0 means 30 minutes.
 	ApprovalTimeout time.Duration
+	// PlanApproval: a turn's first plan waits for a person's Start
+	// before the next model request (PINPLAN_PLAN_APPROVAL=ask, DESIGN
+	// §19), as long as a tool call waits for its approval.
+	PlanApproval bool
 	// Approvers are platform user ids who may approve any call
 	// (PINPLAN_APPROVERS): an "Always allow here" covers their turns too.
 	Approvers []string
@@ -582,6 +586,13 @@ func (r *Runner) run(key string, log *slog.Logger) error {
 		}
 		var err error
 		switch {
+		case s.cp.State == Waiting && s.cp.Waiting != nil && s.cp.Waiting.Plan:
+			var waiting bool
+			if waiting, err = r.awaitPlan(ctx, s); err == nil && waiting {
+				end := endTurn
+				endTurn = func() {}
+				return r.leaveWaiting(ctx, key, end)
+			}
 		case s.cp.Pending != nil && s.cp.State == Waiting:
 			var waiting bool
 			if waiting, err = r.await(ctx, s); err == nil && waiting {
@@ -1123,6 +1134,9 @@ func (r *Runner) runTools(ctx context.Context, s *session, drained []Entry, ids 
 	}
 	if by, stop := stopped(ctx); stop || stopper != "" {
 		return r.endStopped(ctx, s, nil, cmp.Or(by, stopper))
+	}
+	if r.opts.PlanApproval && len(rd.Plans) > 0 && s.cp.PlanApproved < s.cp.Turns {
+		return r.askPlan(ctx, s)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -307,4 +308,58 @@ func (r *Runner) applySteers(ctx context.Context, s *session, steers []Inbound) 
 	next.Marks = marks
 	work := todo.Restore(plan, s.tracker.Revision(), s.tracker.Stale())
 	return r.commit(ctx, s, rd, next, work)
+}
+
+// askPlan makes the turn wait for a person's Start on its first plan
+// (Options.PlanApproval): committed and announced as an approval the
+// chat layer shows on the plan message, its deadline armed.
+func (r *Runner) askPlan(ctx context.Context, s *session) error {
+	now := r.opts.Now()
+	a := Approval{CallID: PlanCallID(s.cp.Turns), Tool: todo.ToolName, Arguments: s.tracker.Snapshot().String(),
+		Requester: s.cp.Requester, Deadline: now.Add(r.opts.ApprovalTimeout), Turn: s.cp.Turns, Asked: now, Plan: true}
+	next := s.cp.clone()
+	if err := (turn{&next}).waitPlan(a); err != nil {
+		return err
+	}
+	r.record(s, Event{Kind: ApprovalNeeded, Approval: &a, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision(), At: now})
+	if err := r.commit(ctx, s, &Round{}, next, s.tracker.Clone()); err != nil {
+		return err
+	}
+	r.arm(s.key, a)
+	return nil
+}
+
+// awaitPlan goes on from a turn that waits for its plan's Start: started,
+// it runs on; stopped, or not started in time, it ends, stopped. Not
+// decided yet, the wait is announced again (after a restart or a
+// takeover; unlogged) and its deadline armed: waiting is true.
+func (r *Runner) awaitPlan(ctx context.Context, s *session) (waiting bool, err error) {
+	if by, ok := stopped(ctx); ok && (turn{&s.cp}).stoppedBy() == "" {
+		if err := r.stopWaiting(context.WithoutCancel(ctx), s.key, by); err != nil && !errors.Is(err, ErrNotPending) {
+			return false, fmt.Errorf("record stop: %w", err)
+		}
+		if err := r.reload(s); err != nil {
+			return false, err
+		}
+	}
+	a := *s.cp.Waiting
+	d, decided := s.cp.Decisions[a.CallID]
+	if !decided {
+		r.publish(Event{Session: s.key, Kind: ApprovalNeeded, Approval: &a, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision(), Marks: s.cp.Marks})
+		r.arm(s.key, a)
+		return true, nil
+	}
+	r.record(s, Event{Kind: ApprovalDecided, Approval: &a, Decision: &d})
+	next := s.cp.clone()
+	if err := (turn{&next}).planDecided(); err != nil {
+		return false, err
+	}
+	if d.Allow {
+		return false, r.commit(ctx, s, &Round{}, next, s.tracker.Clone())
+	}
+	s.cp = next // the wait is over; the turn ends from here, in one commit
+	if d.Reason == ReasonTimeout {
+		return false, r.endTurn(context.WithoutCancel(ctx), s, nil, Stopped, "Nobody pressed Start on the plan in time, so I did not begin. Send a message to try again.", nil)
+	}
+	return false, r.endStopped(ctx, s, nil, cmp.Or(d.ByName, "someone"))
 }

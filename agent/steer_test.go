@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	openai "github.com/sashabaranov/go-openai"
 
@@ -178,4 +179,104 @@ func TestSteerWhileIdleStartsNoTurn(t *testing.T) {
 	if len(users) < 3 || !strings.Contains(users[len(users)-3], `ann reopened "b"`) || !strings.Contains(users[len(users)-2], `ann added "d"`) || users[len(users)-1] != "go on" {
 		t.Errorf("the next turn's user messages end %q", users)
 	}
+}
+
+// TestPlanWaitsForStart (DESIGN §19, PINPLAN_PLAN_APPROVAL=ask): a turn's
+// first plan waits for Start with no model request after it; a change
+// made while it waits reaches the model after Start; a Stop or the
+// deadline ends the turn, stopped, with no further request; the turn's
+// later plans do not wait again.
+func TestPlanWaitsForStart(t *testing.T) {
+	script := func(reqs *[]openai.ChatCompletionRequest, mu *sync.Mutex) *fakeopenai.Server {
+		return &fakeopenai.Server{Respond: func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
+			mu.Lock()
+			*reqs = append(*reqs, *req)
+			n := len(*reqs)
+			mu.Unlock()
+			switch n {
+			case 1:
+				return fakeopenai.Reply{ToolCalls: []fakeopenai.Call{call("todo_write", plan3)}}
+			case 2:
+				return fakeopenai.Reply{ToolCalls: []fakeopenai.Call{call("todo_write", `{"todos":[{"content":"a","status":"completed"},{"content":"c","status":"completed"}]}`)}}
+			}
+			return fakeopenai.Reply{Content: "done"}
+		}}
+	}
+	ctx := context.Background()
+	count := func(mu *sync.Mutex, reqs *[]openai.ChatCompletionRequest) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(*reqs)
+	}
+
+	t.Run("start", func(t *testing.T) {
+		var mu sync.Mutex
+		var reqs []openai.ChatCompletionRequest
+		h := newHarness(t, script(&reqs, &mu), harnessOpts{planApproval: true})
+		const key = "web/start"
+		h.send(t, key, "do a, b, c")
+		need := h.waitKind(t, key, agent.ApprovalNeeded)
+		if need.Approval == nil || !need.Approval.Plan || need.Approval.CallID != agent.PlanCallID(1) || need.Plan.Len() != 3 {
+			t.Fatalf("the plan's wait: %+v, plan %s", need.Approval, need.Plan)
+		}
+		if err := h.runner.Steer(ctx, key, agent.Steer{Action: agent.SteerSkip, Item: "b", Revision: 1, By: "bo"}); err != nil {
+			t.Fatal(err)
+		}
+		h.waitKind(t, key, agent.PlanChanged)
+		if n := count(&mu, &reqs); n != 1 {
+			t.Fatalf("%d model requests before Start, want 1", n)
+		}
+		if _, err := h.runner.Decide(ctx, key, need.Approval.CallID, agent.Decision{Allow: true, By: "U1", ByName: "ann"}); err != nil {
+			t.Fatal(err)
+		}
+		var ended agent.Event
+		for _, e := range h.waitEnd(t, key) {
+			if e.Kind == agent.ApprovalNeeded && e.Seq != 0 { // Seq 0: the wait announced again after the change
+				t.Errorf("the turn's second plan waited again")
+			}
+			ended = e
+		}
+		if ended.Outcome != agent.Done || count(&mu, &reqs) != 3 {
+			t.Errorf("after Start: %s with %d requests, want done with 3", ended.Outcome, count(&mu, &reqs))
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !strings.Contains(reqs[1].Messages[len(reqs[1].Messages)-1].Content, `bo skipped "b"`) {
+			t.Errorf("the request after Start ends %+v, want the change", reqs[1].Messages[len(reqs[1].Messages)-1])
+		}
+	})
+
+	t.Run("stop", func(t *testing.T) {
+		var mu sync.Mutex
+		var reqs []openai.ChatCompletionRequest
+		h := newHarness(t, script(&reqs, &mu), harnessOpts{planApproval: true})
+		const key = "web/stop"
+		h.send(t, key, "do a, b, c")
+		h.waitKind(t, key, agent.ApprovalNeeded)
+		if !h.runner.Stop(key, "bo") {
+			t.Fatal("Stop found nothing to stop while the plan waits")
+		}
+		evs := h.waitEnd(t, key)
+		if e := evs[len(evs)-1]; e.Outcome != agent.Stopped || e.StoppedBy != "bo" {
+			t.Errorf("the end: %s by %q, want stopped by bo", e.Outcome, e.StoppedBy)
+		}
+		if n := count(&mu, &reqs); n != 1 {
+			t.Errorf("%d model requests, want 1", n)
+		}
+	})
+
+	t.Run("deadline", func(t *testing.T) {
+		var mu sync.Mutex
+		var reqs []openai.ChatCompletionRequest
+		h := newHarness(t, script(&reqs, &mu), harnessOpts{planApproval: true, approvalTimeout: 300 * time.Millisecond})
+		const key = "web/late"
+		h.send(t, key, "do a, b, c")
+		evs := h.waitEnd(t, key)
+		if e := evs[len(evs)-1]; e.Outcome != agent.Stopped || !strings.Contains(e.Text, "Start") {
+			t.Errorf("the end: %s %q, want stopped, saying nobody pressed Start", e.Outcome, e.Text)
+		}
+		if n := count(&mu, &reqs); n != 1 {
+			t.Errorf("%d model requests, want 1", n)
+		}
+	})
 }

@@ -97,6 +97,29 @@ func (t turn) wait(asst Entry) error {
 	return nil
 }
 
+// waitPlan pauses the turn on its first plan until a person presses
+// Start (Approval.Plan): running -> waiting, nothing pending.
+func (t turn) waitPlan(a Approval) error {
+	if t.cp.State != Running || t.cp.Pending != nil {
+		return t.refuse("wait for the plan's start")
+	}
+	t.cp.State, t.cp.Waiting, t.cp.Decisions = Waiting, &a, nil
+	return nil
+}
+
+// planDecided goes on from a plan's wait once it is decided: waiting ->
+// running. Started (allowed) or not, the turn's plan waits no more; a
+// plan not started ends the turn (the runner ends it, stopped).
+func (t turn) planDecided() error {
+	w := t.cp.Waiting
+	if t.cp.State != Waiting || w == nil || !w.Plan {
+		return t.refuse("go on from the plan's wait")
+	}
+	t.cp.State, t.cp.Waiting, t.cp.Decisions = Running, nil, nil
+	t.cp.PlanApproved = t.cp.Turns
+	return nil
+}
+
 // pendingEntry is the pending round's assistant message as an entry.
 func (t turn) pendingEntry() Entry {
 	return Entry{Message: *t.cp.Pending, Extra: t.cp.PendingExtra}
@@ -146,7 +169,7 @@ func (t turn) decide(callID string, d Decision) (Approval, error) {
 // runner is about to go on with it and owns its checkpoint until then.
 func (t turn) stop(by string, at time.Time) error {
 	w := t.cp.Waiting
-	if t.cp.State != Waiting || t.cp.Pending == nil || w == nil {
+	if t.cp.State != Waiting || w == nil || t.cp.Pending == nil && !w.Plan {
 		return errNotWaiting
 	}
 	if _, done := t.cp.Decisions[w.CallID]; done {
@@ -160,9 +183,11 @@ func (t turn) stop(by string, at time.Time) error {
 	shown := stop
 	shown.Asked = w.Asked
 	decisions[w.CallID] = shown
-	for _, tc := range t.cp.Pending.ToolCalls {
-		if _, done := decisions[tc.ID]; !done {
-			decisions[tc.ID] = stop
+	if t.cp.Pending != nil {
+		for _, tc := range t.cp.Pending.ToolCalls {
+			if _, done := decisions[tc.ID]; !done {
+				decisions[tc.ID] = stop
+			}
 		}
 	}
 	t.cp.Decisions = decisions
