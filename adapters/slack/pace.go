@@ -91,6 +91,16 @@ func (b *budgets) of(req chat.Request) *chat.Budget {
 	return nil
 }
 
+// forget drops the channel's post budget once it is idle (a new one in
+// its place would pace the same): a session of the channel left memory.
+func (b *budgets) forget(channel string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p, ok := b.posts[channel]; ok && p.Idle() {
+		delete(b.posts, channel)
+	}
+}
+
 // setShare divides every budget by n replicas (DESIGN §14).
 func (b *budgets) setShare(n int) {
 	n = max(n, 1)

@@ -114,6 +114,7 @@ func (a *Adapter) Forget(th chat.Thread) {
 	if th.Platform != "slack" {
 		return
 	}
+	a.budgets.forget(th.Channel)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.nAuthors -= len(a.authors[th.Key])

@@ -135,12 +135,13 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 }
 
 // idleInMemory is how long a session stays in memory idle (its records
-// and what the platforms keep for its thread): two minutes, so that a
-// reply soon after an answer finds it warm, while memory follows the
-// threads active now, not those of the last ten minutes (a session
-// loads again from the store in one read). With ten minutes the soak
-// at 5,000 threads an hour kept every session of its window in memory.
-const idleInMemory = 2 * time.Minute
+// and what the platforms keep for its thread): a minute, swept every
+// minute, so that memory follows the threads active now, not those of
+// the last ten minutes; a session loads again from the store in one
+// read, and what a platform keeps for a thread is noted again from its
+// next message. With ten minutes the soak at 5,000 threads an hour kept
+// every session of its window in memory.
+const idleInMemory = time.Minute
 
 // housekeep runs every minute until ctx is done: idle sessions leave
 // memory (the router's boards and what the platforms keep for them, the
