@@ -322,12 +322,19 @@ func (b *Board) waiting(e agent.Event) {
 	b.moveSession(th, statusChange{state: SessionSuspended})
 }
 
+// askStart: the turn waits for a person to start its first plan; the
+// message carries the Start button (id) until then.
+func (b *Board) askStart(id string) {
+	b.set(func(_ *boardRecord, want *Plan) { want.Start = id })
+}
+
 // approvalDecided: the approval the turn waited for was decided; it works
 // on.
 func (b *Board) approvalDecided(e agent.Event) {
 	var th Thread
 	var resumed bool
 	b.set(func(rec *boardRecord, want *Plan) {
+		want.Start = ""
 		if want.State == StateWaiting {
 			want.State, want.Updated = StateWorking, e.At
 			resumed = true
@@ -348,7 +355,7 @@ func (b *Board) turnEnded(e agent.Event) {
 		th = rec.Thread
 		rec.Final = nil
 		want.State, want.Updated = state, e.At
-		want.Stoppable, want.Activity, want.StoppedBy = false, "", e.StoppedBy
+		want.Stoppable, want.Activity, want.StoppedBy, want.Start = false, "", e.StoppedBy, ""
 		// The next turn's plan gets its own message unless it
 		// continues this one.
 		rec.Closed = len(want.Items) > 0
@@ -1060,7 +1067,7 @@ func (b *Board) update(f func(r *boardRecord)) { b.change(func() { f(&b.rec) }) 
 func sameContent(a, b Plan) bool {
 	if a.Revision != b.Revision || a.State != b.State || len(a.Items) != len(b.Items) ||
 		a.Stoppable != b.Stoppable || a.Activity != b.Activity || a.StoppedBy != b.StoppedBy ||
-		a.Calls != b.Calls || a.Approvals != b.Approvals {
+		a.Calls != b.Calls || a.Approvals != b.Approvals || a.Start != b.Start {
 		return false
 	}
 	for i := range a.Items {

@@ -95,7 +95,7 @@ func ParseButtonID(s string) (action, id string, ok bool) {
 	}
 	action, id, ok = strings.Cut(rest, ":")
 	switch action {
-	case ActionAllow, ActionAlways, ActionDeny, ActionStop, ActionSkip, ActionReopen, ActionAdd:
+	case ActionAllow, ActionAlways, ActionDeny, ActionStop, ActionSkip, ActionReopen, ActionAdd, ActionStart, ActionChange:
 		if ok && id != "" {
 			return action, id, true
 		}
@@ -259,6 +259,10 @@ func (r *Router) Click(ctx context.Context, c Click) ClickResult {
 	switch action {
 	case ActionSkip, ActionReopen, ActionAdd:
 		return steer(ctx, r.rules, c, action, id, want)
+	case ActionStart:
+		return start(ctx, r.rules, c, id, want)
+	case ActionChange:
+		return ClickResult{Private: "Change the plan with its item controls (Skip, Reopen, Add), then press Start."}
 	}
 	var cr cardRecord
 	s.cards.read(func(v *cardsRecord) { cr, ok = v.Cards[id] })

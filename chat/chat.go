@@ -276,6 +276,11 @@ type Plan struct {
 	// items they skipped (status Skipped) where they were, and each
 	// changed item's line says who changed it.
 	Marks []agent.Mark `json:"marks,omitempty"`
+	// Start is the id of the plan's Start button while the turn waits
+	// for a person to start its first plan (PINPLAN_PLAN_APPROVAL=ask,
+	// DESIGN §19); "" otherwise. The message then carries Start and
+	// Change beside Stop.
+	Start string `json:"start,omitempty"`
 }
 
 // EvidenceLine is the line shown under item: "↳ " and each tool in order
@@ -363,6 +368,9 @@ func (p Plan) Footer() string {
 	}
 	if p.State == StateStopped && p.StoppedBy != "" {
 		state += " by " + p.StoppedBy
+	}
+	if p.Start != "" {
+		state = "waiting for Start"
 	}
 	done, total := p.Progress()
 	if open := total - done; open > 0 && p.State != StateWorking && p.State != StateResumed && p.State != StateWaiting {

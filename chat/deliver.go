@@ -547,7 +547,10 @@ func (d *deliverer) apply(s *session, e agent.Event, have map[int64]bool) []queu
 		}
 	case agent.ApprovalNeeded:
 		b.waiting(e)
-		if e.Approval != nil {
+		switch {
+		case e.Approval != nil && e.Approval.Plan:
+			b.askStart(ButtonID(ActionStart, e.Approval.CallID))
+		case e.Approval != nil:
 			d.showCard(ctx, s, th, *e.Approval)
 		}
 	case agent.ApprovalDecided:

@@ -22,6 +22,16 @@ const (
 	ActionAdd    = string(agent.SteerAdd)
 )
 
+// The plan's approval (PINPLAN_PLAN_APPROVAL=ask): Start lets the agent
+// begin, Change points to the item controls (a platform may open its
+// edit path instead, as Slack's modal).
+const (
+	ActionStart  = "start"
+	ActionChange = "change"
+	LabelStart   = "Start"
+	LabelChange  = "Change"
+)
+
 // Labels of the item controls.
 const (
 	LabelSkip   = "Skip"
@@ -149,4 +159,27 @@ func cmpOr(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// start is a press of the plan's Start button: allowed to the requester,
+// the session's starter and the approvers, it starts the turn's plan
+// (Runner.Decide on the plan's approval); a refusal is private.
+// want is the plan as shown, answered with its Start gone.
+func start(ctx context.Context, p rules, c Click, id string, want Plan) ClickResult {
+	t := p.turn(ctx, c.Thread.Key)
+	if !p.mayStop(c.Thread.Platform, t, c.UserID) {
+		return ClickResult{Private: "Only the person who asked, the one who started this conversation or an approver can start this plan."}
+	}
+	d := agent.Decision{Allow: true, By: c.UserID, ByName: c.UserName}
+	if _, err := p.runner.Decide(ctx, c.Thread.Key, id, d); err != nil {
+		if errors.Is(err, agent.ErrNotPending) {
+			return ClickResult{Private: "This plan is not waiting for Start any more."}
+		}
+		p.log.Error("record a plan's start", "session", c.Thread.Key, "err", err)
+		return ClickResult{Private: "I couldn't record your Start (the database is unavailable). Please try again in a moment."}
+	}
+	p.log.Info("plan started", "session", c.Thread.Key, "user", c.UserID)
+	pl := want
+	pl.Start, pl.State = "", StateWorking
+	return ClickResult{Plan: &pl}
 }

@@ -2,6 +2,7 @@ package chat
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -92,5 +93,51 @@ func TestSteerClick(t *testing.T) {
 	}
 	if acts := after.Actions(after.Items[1]); len(acts) != 2 || acts[0] != ActionReopen {
 		t.Errorf("a skipped item's actions: %v, want reopen first", acts)
+	}
+}
+
+// TestStartButton (DESIGN §19): a turn whose first plan waits for Start
+// shows Start on its plan message, no approval card; a stranger's press
+// is refused privately, the requester's starts the plan; once decided
+// the button goes.
+func TestStartButton(t *testing.T) {
+	r, p, run := cardRig(t)
+	const key = "test/1"
+	th := Thread{Platform: "test", Key: key, Channel: "C1"}
+	items := []todo.Item{{Content: "a", Status: todo.Pending}, {Content: "b", Status: todo.Pending}}
+	observe(r, agent.Event{Session: key, Kind: agent.TurnStarted, Turn: 1, Requester: "UANN"})
+	observe(r, agent.Event{Session: key, Kind: agent.PlanChanged, Revision: 1, Plan: todo.NewSnapshot(items), At: time.Now()})
+	a := agent.Approval{CallID: agent.PlanCallID(1), Tool: todo.ToolName, Requester: "UANN", Deadline: time.Now().Add(time.Hour), Turn: 1, Plan: true}
+	observe(r, agent.Event{Session: key, Kind: agent.ApprovalNeeded, Approval: &a, Plan: todo.NewSnapshot(items), Revision: 1})
+	settle(t, r, key)
+	shown := p.onlyPlan(t)
+	if shown.Start != ButtonID(ActionStart, a.CallID) || shown.State != StateWaiting || !strings.Contains(shown.Footer(), "waiting for Start") {
+		t.Fatalf("the plan while it waits for Start: start %q, state %s, footer %q", shown.Start, shown.State, shown.Footer())
+	}
+	p.cmu.Lock()
+	cards := p.posts
+	p.cmu.Unlock()
+	if cards != 0 {
+		t.Errorf("%d approval cards posted for the plan's Start", cards)
+	}
+	ctx := context.Background()
+	if res := r.Click(ctx, Click{Thread: th, Button: shown.Start, UserID: "UBO", UserName: "bo"}); !strings.Contains(res.Private, "Only") {
+		t.Errorf("a stranger's Start: %+v, want a private refusal", res)
+	}
+	res := r.Click(ctx, Click{Thread: th, Button: shown.Start, UserID: "UANN", UserName: "ann"})
+	if res.Plan == nil || res.Plan.Start != "" || res.Plan.State != StateWorking {
+		t.Errorf("the requester's Start answered %+v", res)
+	}
+	run.mu.Lock()
+	got := slices.Clone(run.decisions)
+	run.mu.Unlock()
+	if len(got) != 1 || !got[0].Allow || got[0].By != "UANN" {
+		t.Fatalf("decisions %+v, want the requester's start", got)
+	}
+	d := got[0]
+	observe(r, agent.Event{Session: key, Kind: agent.ApprovalDecided, Approval: &a, Decision: &d})
+	settle(t, r, key)
+	if after := p.onlyPlan(t); after.Start != "" || after.State != StateWorking {
+		t.Errorf("after Start: start %q, state %s", after.Start, after.State)
 	}
 }
