@@ -82,6 +82,7 @@ type Config struct {
 	ToolTimeout     time.Duration // PINPLAN_TOOL_TIMEOUT: one MCP tool call
 	Approvers       []string      // PINPLAN_APPROVERS: platform user ids who may decide any approval
 	ApprovalTimeout time.Duration // PINPLAN_APPROVAL_TIMEOUT: an undecided approval card is denied after this
+	PlanApproval    bool          // PINPLAN_PLAN_APPROVAL=ask: a turn's first plan waits for Start (DESIGN §19)
 	ThreadContext   int           // PINPLAN_THREAD_CONTEXT: earlier thread messages quoted on first mention (0: none)
 	MCPStartup      time.Duration // PINPLAN_MCP_STARTUP_TIMEOUT: how long a turn waits for MCP servers still connecting
 
@@ -241,6 +242,7 @@ func (l *loader) read() *Config {
 		ToolTimeout:     l.duration("PINPLAN_TOOL_TIMEOUT", 120*time.Second),
 		Approvers:       l.ids("PINPLAN_APPROVERS"),
 		ApprovalTimeout: l.duration("PINPLAN_APPROVAL_TIMEOUT", 30*time.Minute),
+		PlanApproval:    l.oneOf("PINPLAN_PLAN_APPROVAL", "off", "off", "ask") == "ask",
 		ThreadContext:   l.integer("PINPLAN_THREAD_CONTEXT", 30, 0, 1000),
 		MCPStartup:      l.duration("PINPLAN_MCP_STARTUP_TIMEOUT", 10*time.Second),
 		ContextTokens:   l.integer("PINPLAN_CONTEXT_TOKENS", 32000, 2000, 10_000_000),

@@ -388,6 +388,7 @@ var settingSamples = map[string]struct {
 	"PINPLAN_TOOL_TIMEOUT":            {value: "5s"},
 	"PINPLAN_APPROVERS":               {value: "U024BE7LH,80351110224678912"},
 	"PINPLAN_APPROVAL_TIMEOUT":        {value: "10m"},
+	"PINPLAN_PLAN_APPROVAL":           {value: "ask"},
 	"PINPLAN_THREAD_CONTEXT":          {value: "0"},
 	"PINPLAN_CONTEXT_TOKENS":          {value: "9000"},
 	"PINPLAN_FILE_BYTES":              {value: "65536"},

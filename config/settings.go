@@ -67,6 +67,7 @@ var settings = []setting{
 	{name: "PINPLAN_MCP_STARTUP_TIMEOUT", group: groupTools, doc: "how long a turn that starts while an MCP server is still connecting waits for it; then the turn goes on without that server's tools and the log names it"},
 	{name: "PINPLAN_APPROVERS", group: groupTools, doc: "platform user ids (comma separated) who may approve any tool call and stop any turn, besides the person who asked"},
 	{name: "PINPLAN_APPROVAL_TIMEOUT", group: groupTools, doc: "an approval card with no decision by then is denied"},
+	{name: "PINPLAN_PLAN_APPROVAL", group: groupTools, doc: "`ask`: a turn's first plan is posted with Start and Change, and the agent makes no further model request until the requester, the session's starter or an approver presses Start (ended as stopped after `PINPLAN_APPROVAL_TIMEOUT`); `off`: the agent goes on at once"},
 
 	{name: "PINPLAN_THREAD_CONTEXT", group: groupContext, doc: "earlier thread messages quoted to the model when pinplan is first mentioned in a thread (0: none)"},
 	{name: "PINPLAN_CONTEXT_TOKENS", group: groupContext, doc: "the model's context budget for one request; older turns are summarized to stay under it"},

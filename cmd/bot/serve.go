@@ -170,7 +170,7 @@ func (m *Main) buildTurns(ctx context.Context, model agent.Model, registry *agen
 	m.runner, err = agent.NewRunner(agent.Options{
 		Model: model, Store: m.st.agent, Tools: registry, ModelName: modelName,
 		SystemPrompt: systemPrompt, StaleRounds: cfg.StaleRounds, ReminderRole: cfg.ReminderRole, MaxRounds: cfg.MaxRounds,
-		ApprovalTimeout: cfg.ApprovalTimeout, ContextTokens: cfg.ContextTokens, MaxOutputTokens: cfg.MaxOutput, Approvers: cfg.Approvers,
+		ApprovalTimeout: cfg.ApprovalTimeout, PlanApproval: cfg.PlanApproval, ContextTokens: cfg.ContextTokens, MaxOutputTokens: cfg.MaxOutput, Approvers: cfg.Approvers,
 		TurnTokens: int64(cfg.TurnTokens), UserTokens: int64(cfg.UserTokens),
 		Events: events, Logger: log.With("component", "agent"), Owners: owners(m.st.rep),
 		Tracer: m.traces.Provider, TraceContent: m.traces.Content,
