@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sashabaranov/go-openai"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pinplan/pinplan/todo"
 )
@@ -289,8 +290,15 @@ func (r *Runner) steer(ctx context.Context, s *session, inbox []Inbound) ([]Inbo
 func (r *Runner) applySteers(ctx context.Context, s *session, steers []Inbound) error {
 	plan, marks := s.tracker.Snapshot().Items(), s.cp.Marks
 	rd := &Round{Guard: s.cp.State == Waiting}
+	var spans []trace.Span
+	defer func() {
+		for _, sp := range spans {
+			sp.End()
+		}
+	}()
 	for _, in := range steers {
 		st := *in.Steer
+		spans = append(spans, r.traceSteer(ctx, s.key, st))
 		rd.Drained = append(rd.Drained, in.ID)
 		p, m, err := applySteer(plan, marks, st)
 		if err != nil {

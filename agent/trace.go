@@ -60,6 +60,8 @@ const (
 	attrPlanDone     = attribute.Key("pinplan.plan.completed")
 	attrRetryAttempt = attribute.Key("pinplan.retry.attempt")
 	attrRetryWait    = attribute.Key("pinplan.retry.wait_ms")
+	attrSteerAction  = attribute.Key("pinplan.plan.change")
+	attrSteerBy      = attribute.Key("pinplan.plan.changed_by")
 )
 
 // newTracer is the runner's tracer from tp; nil for none or the no-op
@@ -448,4 +450,22 @@ func marshalMessages(msgs []contentMsg) string {
 		return ""
 	}
 	return string(b)
+}
+
+// traceSteer records a person's change of the plan (DESIGN §19) as a
+// span of its own, in the turn's trace when a turn runs: what, on which
+// item and revision, by whom, from the change to its commit.
+func (r *Runner) traceSteer(ctx context.Context, key string, st Steer) trace.Span {
+	if r.tracer == nil {
+		return noSpan
+	}
+	_, span := r.tracer.Start(ctx, "plan_change "+string(st.Action), trace.WithSpanKind(trace.SpanKindInternal), trace.WithTimestamp(st.At))
+	if span.IsRecording() {
+		span.SetAttributes(semconv.GenAIConversationID(key), attrPlatform.String(platformOf(key)), attrSteerAction.String(string(st.Action)),
+			attrSteerBy.String(st.By), attrPlanRevision.Int64(st.Revision))
+		if st.ByID != "" {
+			span.SetAttributes(semconv.UserID(st.ByID))
+		}
+	}
+	return span
 }

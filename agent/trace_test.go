@@ -417,3 +417,28 @@ func TestTraceOff(t *testing.T) {
 		t.Errorf("checkpoint trace %q without a tracer, want none", cp.Trace)
 	}
 }
+
+// TestTraceSteer: a person's change of the plan is a span of its own,
+// naming the change, who made it and on which revision.
+func TestTraceSteer(t *testing.T) {
+	fake := &fakeopenai.Server{Respond: func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
+		if len(req.Messages) > 0 && req.Messages[len(req.Messages)-1].Role == openai.ChatMessageRoleTool {
+			return fakeopenai.Reply{Content: "done"}
+		}
+		return fakeopenai.Reply{ToolCalls: []fakeopenai.Call{call("todo_write", `{"todos":[{"content":"a","status":"completed"},{"content":"b","status":"pending"}]}`)}}
+	}}
+	tr := newTraced(t, fake, tracedOpts{tracer: true})
+	ctx := context.Background()
+	if err := tr.runner.Submit(ctx, "web/tr", agent.Inbound{Text: "go"}); err != nil {
+		t.Fatal(err)
+	}
+	tr.wait(t, agent.TurnEnded)
+	if err := tr.runner.Steer(ctx, "web/tr", agent.Steer{Action: agent.SteerSkip, Item: "b", Revision: 1, By: "ann", ByID: "U1"}); err != nil {
+		t.Fatal(err)
+	}
+	spans := named(tr.ended(t, "plan_change", 1), "plan_change")
+	wantAttrs(t, spans[0], map[string]string{"pinplan.plan.change": "skip", "pinplan.plan.changed_by": "ann", "gen_ai.conversation.id": "web/tr", "user.id": "U1"})
+	if got := attrs(spans[0])["pinplan.plan.revision"]; got.AsInt64() != 1 {
+		t.Errorf("revision %v, want 1", got)
+	}
+}

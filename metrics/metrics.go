@@ -39,6 +39,7 @@ type Metrics struct {
 	mcpTools       *prometheus.GaugeVec
 	tokens         *prometheus.CounterVec
 	budgetStops    *prometheus.CounterVec
+	planChanges    *prometheus.CounterVec
 }
 
 // SessionCounter counts the stored sessions (pinplan_sessions).
@@ -69,6 +70,8 @@ func New(reg *prometheus.Registry, db SessionCounter) *Metrics {
 		mcpTools: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "pinplan_mcp_tools", Help: "Tools the MCP server offers the model."}, []string{"server"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pinplan_model_tokens_total",
 			Help: "Tokens the model server reported in its usage, by kind (prompt, completion); summary calls included. Not per person: the console lists today's."}, []string{"kind"}),
+		planChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pinplan_plan_changes_total",
+			Help: "People's changes of plans from the pinned message (DESIGN §19), by action: skip, reopen, add, and start (a plan's Start pressed)."}, []string{"action"}),
 		budgetStops: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pinplan_budget_refusals_total",
 			Help: "Turns stopped before a model request by a token budget: turn (PINPLAN_TURN_TOKENS) or day (PINPLAN_USER_TOKENS_PER_DAY, messages refused included)."}, []string{"budget"}),
 	}
@@ -79,6 +82,9 @@ func New(reg *prometheus.Registry, db SessionCounter) *Metrics {
 	for _, budget := range []string{"turn", "day"} {
 		m.budgetStops.WithLabelValues(budget)
 	}
+	for _, action := range []string{"skip", "reopen", "add", "start"} {
+		m.planChanges.WithLabelValues(action)
+	}
 	sessions := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pinplan_sessions", Help: "Sessions in the database."}, func() float64 {
 		n, err := db.SessionCount()
 		if err != nil {
@@ -86,7 +92,7 @@ func New(reg *prometheus.Registry, db SessionCounter) *Metrics {
 		}
 		return float64(n)
 	})
-	reg.MustRegister(m.turns, m.rounds, m.modelLatency, m.modelErrors, m.modelRetries, m.renders, m.renderErrors, m.rateWaits, m.revisionToEdit, m.replyLatency, m.undelivered, m.toolCalls, m.toolSeconds, m.mcpUp, m.mcpTools, m.tokens, m.budgetStops, sessions,
+	reg.MustRegister(m.turns, m.rounds, m.modelLatency, m.modelErrors, m.modelRetries, m.renders, m.renderErrors, m.rateWaits, m.revisionToEdit, m.replyLatency, m.undelivered, m.toolCalls, m.toolSeconds, m.mcpUp, m.mcpTools, m.tokens, m.budgetStops, m.planChanges, sessions,
 		// The process's own: go_goroutines, memory, CPU (the soak reads them).
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -97,6 +103,12 @@ var _ agent.Subscriber = (*Metrics)(nil)
 // Observe implements agent.Subscriber: it counts ended turns by outcome,
 // and those a token budget stopped.
 func (m *Metrics) Observe(e agent.Event) {
+	switch {
+	case e.Kind == agent.PlanChanged && e.Steer != nil && e.Seq != 0:
+		m.planChanges.WithLabelValues(string(e.Steer.Action)).Inc()
+	case e.Kind == agent.ApprovalDecided && e.Approval != nil && e.Approval.Plan && e.Decision != nil && e.Decision.Allow:
+		m.planChanges.WithLabelValues("start").Inc()
+	}
 	if e.Kind == agent.TurnEnded {
 		m.turns.WithLabelValues(string(e.Outcome)).Inc()
 		switch e.Outcome {

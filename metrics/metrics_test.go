@@ -60,3 +60,27 @@ func TestStoppedRequestIsNotAModelError(t *testing.T) {
 		t.Errorf("pinplan_model_errors_total = %v after a refused request, want 1", got)
 	}
 }
+
+// TestPlanChangesCounted: pinplan_plan_changes_total counts each person's
+// change of a plan once, as logged (not a replay announced again), and a
+// plan's Start; not a model's revision, nor a plan not started.
+func TestPlanChangesCounted(t *testing.T) {
+	m := New(prometheus.NewRegistry(), noSessions{})
+	skip := agent.Steer{Action: agent.SteerSkip, Item: "b", By: "ann"}
+	plan := agent.Approval{CallID: agent.PlanCallID(1), Plan: true}
+	for _, e := range []agent.Event{
+		{Kind: agent.PlanChanged, Seq: 4, Steer: &skip},
+		{Kind: agent.PlanChanged, Seq: 0, Steer: &skip}, // not logged
+		{Kind: agent.PlanChanged, Seq: 5},               // the model's
+		{Kind: agent.ApprovalDecided, Seq: 6, Approval: &plan, Decision: &agent.Decision{Allow: true}},
+		{Kind: agent.ApprovalDecided, Seq: 7, Approval: &plan, Decision: &agent.Decision{Reason: agent.ReasonTimeout}},
+	} {
+		m.Observe(e)
+	}
+	if got := counterValue(t, m.planChanges.WithLabelValues("skip")); got != 1 {
+		t.Errorf("skips counted %v, want 1", got)
+	}
+	if got := counterValue(t, m.planChanges.WithLabelValues("start")); got != 1 {
+		t.Errorf("starts counted %v, want 1", got)
+	}
+}
