@@ -215,6 +215,9 @@ type PlanRevision struct {
 	ToolCallID string      `json:"tool_call_id"`
 	// Evidence is what had been done for each item by this revision.
 	Evidence Evidence `json:"evidence,omitempty"`
+	// Change is the person's change this revision is (DESIGN §19); nil
+	// for the agent's todo_write (ToolCallID).
+	Change *Steer `json:"change,omitempty"`
 }
 
 // Checkpoint is the agent's part of a session record.

@@ -35,7 +35,10 @@ const (
 // of it as the pinned message showed it. It is queued in the session's
 // inbox (Inbound.Steer) and applied in log order at the session's next
 // safe point: at once when no model request or tool runs, else when the
-// round in flight is committed; a running request is not cut.
+// round in flight is committed; a running request is not cut. Applied,
+// it is a plan revision of its own (PlanRevision.Change): changes queued
+// on one revision apply in order, and a control of a revision a change
+// or the agent replaced is refused.
 type Steer struct {
 	Action SteerAction `json:"action"`
 	// Item is the content of the item the change was made on.
@@ -289,6 +292,7 @@ func (r *Runner) steer(ctx context.Context, s *session, inbox []Inbound) ([]Inbo
 // applySteers commits steers (steer).
 func (r *Runner) applySteers(ctx context.Context, s *session, steers []Inbound) error {
 	plan, marks := s.tracker.Snapshot().Items(), s.cp.Marks
+	rev := s.tracker.Revision()
 	rd := &Round{Guard: s.cp.State == Waiting}
 	var spans []trace.Span
 	defer func() {
@@ -308,13 +312,15 @@ func (r *Runner) applySteers(ctx context.Context, s *session, steers []Inbound) 
 			continue
 		}
 		plan, marks = p, m
+		rev++ // a revision of its own: a control of the one before is stale now
 		rd.Append = append(rd.Append, Entry{Message: openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: steerText(st, plan)}, At: in.At})
-		r.record(s, Event{Kind: PlanChanged, Plan: todo.NewSnapshot(plan), Revision: s.tracker.Revision(), Marks: slices.Clone(marks), Steer: &st,
+		rd.Plans = append(rd.Plans, PlanRevision{Revision: rev, Items: slices.Clone(plan), At: r.opts.Now(), Evidence: s.cp.Evidence.Clone(), Change: copyOf(&st)})
+		r.record(s, Event{Kind: PlanChanged, Plan: todo.NewSnapshot(plan), Revision: rev, Marks: slices.Clone(marks), Steer: &st,
 			Evidence: s.cp.Evidence.Clone(), Calls: s.cp.TurnCalls, Approvals: s.cp.TurnApprovals, At: st.At})
 	}
 	next := s.cp.clone()
 	next.Marks = marks
-	work := todo.Restore(plan, s.tracker.Revision(), s.tracker.Stale())
+	work := todo.Restore(plan, rev, s.tracker.Stale())
 	return r.commit(ctx, s, rd, next, work)
 }
 

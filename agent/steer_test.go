@@ -147,15 +147,28 @@ func TestSteerWhileIdleStartsNoTurn(t *testing.T) {
 	if err := h.runner.Steer(ctx, key, agent.Steer{Action: agent.SteerReopen, Item: "b", Revision: 1, By: "ann"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.runner.Steer(ctx, key, agent.Steer{Action: agent.SteerAdd, Item: "b", Text: "  d ", Revision: 1, By: "ann"}); err != nil {
+	first := h.waitKind(t, key, agent.PlanChanged)
+	if first.Revision != 2 {
+		t.Errorf("the reopen's revision: %d, want 2 (a revision of its own)", first.Revision)
+	}
+	var stale *agent.SteerError
+	if err := h.runner.Steer(ctx, key, agent.Steer{Action: agent.SteerAdd, Item: "b", Text: "d", Revision: 1, By: "bo"}); !errors.As(err, &stale) {
+		t.Errorf("a change on the revision the reopen replaced: %v, want a SteerError", err)
+	}
+	if err := h.runner.Steer(ctx, key, agent.Steer{Action: agent.SteerAdd, Item: "b", Text: "  d ", Revision: 2, By: "ann"}); err != nil {
 		t.Fatal(err)
 	}
-	var last agent.Event
-	for range 2 {
-		last = h.waitKind(t, key, agent.PlanChanged)
-	}
+	last := h.waitKind(t, key, agent.PlanChanged)
 	if got := last.Plan.String(); got != `{"todos":[{"content":"a","status":"completed"},{"content":"b","status":"pending"},{"content":"d","status":"pending"}]}` {
 		t.Errorf("the plan after reopen and add: %s", got)
+	}
+	plans, err := h.db.Plans(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plans) != 3 || plans[0].Change != nil || plans[1].Change == nil || plans[1].Change.Action != agent.SteerReopen || plans[1].Change.By != "ann" ||
+		plans[2].Revision != 3 || plans[2].Change == nil || plans[2].Change.Action != agent.SteerAdd {
+		t.Errorf("the plan's history: %+v, want the agent's revision and the two changes with who made them", plans)
 	}
 	mu.Lock()
 	n := len(reqs)
