@@ -128,6 +128,9 @@ type Entry struct {
 	// Quote: a user entry that quotes messages as material (the thread's
 	// earlier messages, a message handed over), not what a person wrote.
 	Quote bool `json:"quote,omitempty"`
+	// Steer: a user entry that tells the model of a person's change of
+	// the plan (DESIGN §19), not a message a person wrote in the thread.
+	Steer bool `json:"steer,omitempty"`
 	// Extra is what the server sent with an assistant message's tool
 	// calls beyond OpenAI's fields (Reply.Extra), sent back with the
 	// message in every request: Gemini refuses a turn's calls without

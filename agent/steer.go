@@ -313,7 +313,7 @@ func (r *Runner) applySteers(ctx context.Context, s *session, steers []Inbound) 
 		}
 		plan, marks = p, m
 		rev++ // a revision of its own: a control of the one before is stale now
-		rd.Append = append(rd.Append, Entry{Message: openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: steerText(st, plan)}, At: in.At})
+		rd.Append = append(rd.Append, Entry{Message: openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: steerText(st, plan)}, At: in.At, Steer: true})
 		rd.Plans = append(rd.Plans, PlanRevision{Revision: rev, Items: slices.Clone(plan), At: r.opts.Now(), Evidence: s.cp.Evidence.Clone(), Change: copyOf(&st)})
 		r.record(s, Event{Kind: PlanChanged, Plan: todo.NewSnapshot(plan), Revision: rev, Marks: slices.Clone(marks), Steer: &st,
 			Evidence: s.cp.Evidence.Clone(), Calls: s.cp.TurnCalls, Approvals: s.cp.TurnApprovals, At: st.At})
