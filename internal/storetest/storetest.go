@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,6 +48,9 @@ type Store interface {
 	Delivered(ctx context.Context, key string) (int64, error)
 	SaveDelivered(ctx context.Context, key string, seq int64) error
 	Undelivered(ctx context.Context) ([]string, error)
+	Installation(ctx context.Context, id string) ([]byte, error)
+	UpdateInstallation(ctx context.Context, id string, fn func(cur []byte) ([]byte, error)) error
+	Installations(ctx context.Context) ([]string, error)
 }
 
 // Open returns an empty store for one test. Writes for a session key are
@@ -85,6 +89,7 @@ func Run(t *testing.T, open Open, own func(t *testing.T, s Store, key string)) {
 		{"LogWrittenWithTheRound", testLog},
 		{"LogCompactedBehindTheCursor", testLogCompacted},
 		{"IndexesOfWorkLeft", testIndexes},
+		{"Installations", testInstallations},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1073,4 +1078,82 @@ func BenchBudget(b *testing.B, s Store) {
 			}
 		}
 	})
+}
+
+// testInstallations: Slack installations (DESIGN §14) are kept by id,
+// listed, changed by compare-and-set (refreshes from several goroutines,
+// as from several replicas, each see the last one's record, so exactly
+// one writes each new value), deleted by an update to nil, and an error
+// from the update writes nothing.
+func testInstallations(t *testing.T, s Store, _ func(string)) {
+	ctx := context.Background()
+	if got, err := s.Installation(ctx, "T1"); err != nil || got != nil {
+		t.Fatalf("a missing installation: %q, %v", got, err)
+	}
+	for _, id := range []string{"T2", "E1", "T1"} {
+		if err := s.UpdateInstallation(ctx, id, func(cur []byte) ([]byte, error) {
+			if cur != nil {
+				t.Errorf("%s: fn got %q for a new installation", id, cur)
+			}
+			return []byte("v0 " + id), nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ids, err := s.Installations(ctx); err != nil || !slices.Equal(ids, []string{"E1", "T1", "T2"}) {
+		t.Fatalf("installations %v, %v; want [E1 T1 T2]", ids, err)
+	}
+	// Eight refreshers race to move T1 from v0 to v1: one does, the
+	// others find v1 and leave it.
+	var wg sync.WaitGroup
+	var wrote atomic.Int32
+	for range 8 {
+		wg.Go(func() {
+			err := s.UpdateInstallation(ctx, "T1", func(cur []byte) ([]byte, error) {
+				if string(cur) != "v0 T1" {
+					return cur, nil // refreshed already
+				}
+				wrote.Add(1)
+				return []byte("v1 T1"), nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if got, _ := s.Installation(ctx, "T1"); string(got) != "v1 T1" {
+		t.Errorf("T1 after the refreshes: %q", got)
+	}
+	if n := wrote.Load(); n < 1 {
+		t.Errorf("no refresher wrote")
+	}
+	// No update is lost: eight adds of one each, at once, make eight.
+	for range 8 {
+		wg.Go(func() {
+			err := s.UpdateInstallation(ctx, "E1", func(cur []byte) ([]byte, error) {
+				return append(cur, '+'), nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if got, _ := s.Installation(ctx, "E1"); string(got) != "v0 E1++++++++" {
+		t.Errorf("E1 after eight concurrent updates: %q, want eight +", got)
+	}
+	errNope := errors.New("nope")
+	if err := s.UpdateInstallation(ctx, "T2", func([]byte) ([]byte, error) { return []byte("x"), errNope }); !errors.Is(err, errNope) {
+		t.Errorf("fn's error: %v", err)
+	}
+	if got, _ := s.Installation(ctx, "T2"); string(got) != "v0 T2" {
+		t.Errorf("T2 after a failed update: %q", got)
+	}
+	if err := s.UpdateInstallation(ctx, "T2", func([]byte) ([]byte, error) { return nil, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := s.Installations(ctx); !slices.Equal(ids, []string{"E1", "T1"}) {
+		t.Errorf("installations after deleting T2: %v", ids)
+	}
 }
