@@ -1,0 +1,272 @@
+package install
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Installation is pinplan installed in one Slack workspace, or in every
+// workspace of an Enterprise Grid org (Enterprise).
+type Installation struct {
+	// ID is the key it is stored under: TeamID, or EnterpriseID for an
+	// org-wide install.
+	ID           string    `json:"id"`
+	TeamID       string    `json:"team_id,omitempty"`
+	TeamName     string    `json:"team_name,omitempty"`
+	EnterpriseID string    `json:"enterprise_id,omitempty"`
+	Enterprise   bool      `json:"is_enterprise_install,omitempty"`
+	AppID        string    `json:"app_id,omitempty"`
+	BotToken     string    `json:"bot_token"` // sealed in the store
+	BotUserID    string    `json:"bot_user_id,omitempty"`
+	Scopes       []string  `json:"scopes,omitempty"`
+	RefreshToken string    `json:"refresh_token,omitempty"` // sealed; with token rotation only
+	Expires      time.Time `json:"expires,omitzero"`        // zero without token rotation
+	InstalledBy  string    `json:"installed_by,omitempty"`
+	InstalledAt  time.Time `json:"installed_at,omitzero"`
+	// Refreshing is when the refresh one replica claimed ends: until
+	// then the others use the token they have (Token).
+	Refreshing time.Time `json:"refreshing,omitzero"`
+}
+
+// Store keeps installation records by id, opaque to it: store.DB and
+// etcdstore.Store implement it.
+type Store interface {
+	Installation(ctx context.Context, id string) ([]byte, error)
+	// UpdateInstallation changes a record by compare-and-set: fn gets
+	// it (nil for none) and returns the new one (nil deletes it); fn may
+	// run more than once.
+	UpdateInstallation(ctx context.Context, id string, fn func(cur []byte) ([]byte, error)) error
+	Installations(ctx context.Context) ([]string, error)
+}
+
+// Installations reads and writes installations in a Store, their tokens
+// sealed.
+type Installations struct {
+	store Store
+	seal  *Sealer
+	now   func() time.Time
+}
+
+// New returns the installations kept in store, sealed by seal.
+func New(store Store, seal *Sealer) *Installations {
+	return &Installations{store: store, seal: seal, now: time.Now}
+}
+
+// ErrNotInstalled: no installation serves the workspace.
+var ErrNotInstalled = errors.New("pinplan is not installed in this Slack workspace")
+
+func (x *Installations) encode(in Installation) ([]byte, error) {
+	in.BotToken = x.seal.Seal(in.ID, in.BotToken)
+	in.RefreshToken = x.seal.Seal(in.ID, in.RefreshToken)
+	return json.Marshal(in)
+}
+
+func (x *Installations) decode(id string, raw []byte) (Installation, error) {
+	var in Installation
+	if err := json.Unmarshal(raw, &in); err != nil {
+		return Installation{}, fmt.Errorf("installation %s: unreadable record: %w", id, err)
+	}
+	var err error
+	if in.BotToken, err = x.seal.Open(id, in.BotToken); err != nil {
+		return Installation{}, fmt.Errorf("installation %s: %w", id, err)
+	}
+	if in.RefreshToken, err = x.seal.Open(id, in.RefreshToken); err != nil {
+		return Installation{}, fmt.Errorf("installation %s: %w", id, err)
+	}
+	return in, nil
+}
+
+// Save stores in under its ID, replacing what was there (a reinstall
+// starts fresh).
+func (x *Installations) Save(ctx context.Context, in Installation) error {
+	if in.ID == "" || in.BotToken == "" {
+		return errors.New("install: an installation needs an id and a bot token")
+	}
+	raw, err := x.encode(in)
+	if err != nil {
+		return err
+	}
+	return x.store.UpdateInstallation(ctx, in.ID, func([]byte) ([]byte, error) { return raw, nil })
+}
+
+// Get returns installation id.
+func (x *Installations) Get(ctx context.Context, id string) (Installation, error) {
+	raw, err := x.store.Installation(ctx, id)
+	if err != nil {
+		return Installation{}, err
+	}
+	if raw == nil {
+		return Installation{}, ErrNotInstalled
+	}
+	return x.decode(id, raw)
+}
+
+// Find returns the installation that serves a workspace: its own, else
+// its org's org-wide one (events carry both ids).
+func (x *Installations) Find(ctx context.Context, teamID, enterpriseID string) (Installation, error) {
+	if teamID != "" {
+		in, err := x.Get(ctx, teamID)
+		if !errors.Is(err, ErrNotInstalled) {
+			return in, err
+		}
+	}
+	if enterpriseID != "" {
+		in, err := x.Get(ctx, enterpriseID)
+		if err == nil && !in.Enterprise {
+			return Installation{}, ErrNotInstalled
+		}
+		return in, err
+	}
+	return Installation{}, ErrNotInstalled
+}
+
+// Delete removes installation id (app_uninstalled, tokens_revoked).
+func (x *Installations) Delete(ctx context.Context, id string) error {
+	return x.store.UpdateInstallation(ctx, id, func([]byte) ([]byte, error) { return nil, nil })
+}
+
+// List returns every installation, in id order.
+func (x *Installations) List(ctx context.Context) ([]Installation, error) {
+	ids, err := x.store.Installations(ctx)
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(ids)
+	out := make([]Installation, 0, len(ids))
+	for _, id := range ids {
+		in, err := x.Get(ctx, id)
+		if errors.Is(err, ErrNotInstalled) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, in)
+	}
+	return out, nil
+}
+
+// Refreshed is what a token refresh (oauth.v2.access with a refresh
+// token) gave.
+type Refreshed struct {
+	BotToken     string
+	RefreshToken string
+	Expires      time.Time
+}
+
+// Refresh timing: a token is refreshed this long before it expires, and
+// a replica's claim on the refresh lasts claimFor.
+const (
+	RefreshEarly = 10 * time.Minute
+	claimFor     = 30 * time.Second
+)
+
+// Token returns installation id with a bot token good for at least
+// RefreshEarly more when token rotation is on: refreshed first if it
+// expires sooner, once across replicas. The refresh is claimed in the
+// record by compare-and-set; the replica whose claim lands calls refresh
+// and stores its result, the others go on with the token they have (it
+// is still good) until the new one is stored. A token already expired
+// with a claim of another replica's running is waited for, up to the
+// claim's end.
+func (x *Installations) Token(ctx context.Context, id string, refresh func(ctx context.Context, refreshToken string) (Refreshed, error)) (Installation, error) {
+	for {
+		in, err := x.Get(ctx, id)
+		if err != nil || in.Expires.IsZero() || in.RefreshToken == "" {
+			return in, err
+		}
+		now := x.now()
+		if now.Add(RefreshEarly).Before(in.Expires) {
+			return in, nil // good for a while yet
+		}
+		claimed, err := x.claim(ctx, id, now)
+		if err != nil {
+			return in, err
+		}
+		if !claimed {
+			if now.Before(in.Expires) {
+				return in, nil // another replica refreshes it; this one is still good
+			}
+			if err := sleep(ctx, time.Second); err != nil {
+				return in, err
+			}
+			continue
+		}
+		got, err := refresh(ctx, in.RefreshToken)
+		if err != nil {
+			x.release(ctx, id)
+			return in, fmt.Errorf("install: refresh the token of %s: %w", id, err)
+		}
+		err = x.store.UpdateInstallation(ctx, id, func(cur []byte) ([]byte, error) {
+			if cur == nil {
+				return nil, ErrNotInstalled // uninstalled meanwhile
+			}
+			c, err := x.decode(id, cur)
+			if err != nil {
+				return nil, err
+			}
+			c.BotToken, c.Expires, c.Refreshing = got.BotToken, got.Expires, time.Time{}
+			if got.RefreshToken != "" {
+				c.RefreshToken = got.RefreshToken
+			}
+			return x.encode(c)
+		})
+		if err != nil {
+			return in, err
+		}
+		return x.Get(ctx, id)
+	}
+}
+
+// claim takes the refresh of installation id for claimFor unless another
+// replica's claim runs; it reports whether this one holds it.
+func (x *Installations) claim(ctx context.Context, id string, now time.Time) (bool, error) {
+	var claimed bool
+	err := x.store.UpdateInstallation(ctx, id, func(cur []byte) ([]byte, error) {
+		claimed = false
+		if cur == nil {
+			return nil, ErrNotInstalled
+		}
+		var rec Installation
+		if err := json.Unmarshal(cur, &rec); err != nil {
+			return nil, err
+		}
+		if now.Add(RefreshEarly).Before(rec.Expires) || now.Before(rec.Refreshing) {
+			return cur, nil // refreshed already, or another's claim runs
+		}
+		rec.Refreshing = now.Add(claimFor)
+		claimed = true
+		return json.Marshal(rec) // tokens as stored, sealed
+	})
+	return claimed, err
+}
+
+// release gives a claim back after a failed refresh.
+func (x *Installations) release(ctx context.Context, id string) {
+	_ = x.store.UpdateInstallation(ctx, id, func(cur []byte) ([]byte, error) {
+		if cur == nil {
+			return nil, nil
+		}
+		var rec Installation
+		if err := json.Unmarshal(cur, &rec); err != nil {
+			return cur, nil
+		}
+		rec.Refreshing = time.Time{}
+		return json.Marshal(rec)
+	})
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
