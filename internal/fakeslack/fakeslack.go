@@ -161,6 +161,10 @@ func (s *Server) Set(f func(s *Server)) {
 type Server struct {
 	BotUserID string // default UBOT
 	TeamID    string // default T1
+	// App is the distributed app installed by OAuth (oauth.go); nil
+	// refuses oauth.v2.access.
+	App   *App
+	oauth *oauthState
 	// BaseURL is the fake's own address (http://127.0.0.1:port) for the
 	// response_url of BlockActions payloads; by default the Host of the
 	// latest Web API request.
@@ -732,7 +736,13 @@ func (s *Server) admitLocked(method, channel, conn string, began, now time.Time)
 // queued for the method, or the method's own answer, with the token's
 // scopes in h when the token is good. code is the error, "" for none.
 func (s *Server) answerLocked(h http.Header, method, token string, params map[string]string, r *http.Request) (resp map[string]any, code string) {
+	if method == "oauth.v2.access" {
+		return s.oauthAccessLocked(params) // the app's credentials, no token
+	}
 	code = authCode(method, token)
+	if code == "" {
+		code = s.tokenCodeLocked(token)
+	}
 	if code != "" {
 		return nil, code
 	}
@@ -779,6 +789,7 @@ func pause(ctx context.Context, d time.Duration) {
 // open Socket Mode connections and nothing else, bot and user tokens do
 // the rest, but agents.sessions.* take only a bot token.
 func authCode(method, token string) string {
+	token = strings.TrimPrefix(token, "xoxe.") // a rotating token
 	switch {
 	case token == "":
 		return "not_authed"
