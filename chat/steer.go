@@ -127,7 +127,11 @@ func steer(ctx context.Context, p rules, c Click, action, id string, want Plan) 
 	if !p.mayStop(c.Thread.Platform, t, c.UserID) {
 		return ClickResult{Private: "Only the person who asked, the one who started this conversation or an approver can change the plan."}
 	}
-	i := slices.IndexFunc(want.Items, func(it todo.Item) bool { return itemHash(it.Content) == hash })
+	// Renderers show the plan cleaned of bidi controls (Plan.Clean), so a
+	// control's hash may be of the cleaned text.
+	i := slices.IndexFunc(want.Items, func(it todo.Item) bool {
+		return itemHash(it.Content) == hash || itemHash(StripBidi(it.Content)) == hash
+	})
 	if i < 0 || rev != want.Revision {
 		return ClickResult{Private: "The plan changed since you looked at it; make your change on the pinned plan as it is now."}
 	}
@@ -151,7 +155,7 @@ func steer(ctx context.Context, p rules, c Click, action, id string, want Plan) 
 	if action == ActionAdd {
 		subject = Shorten(todo.TrimSpace(c.Text), 80)
 	}
-	return ClickResult{Private: fmt.Sprintf("You %s “%s”. The plan shows it in a moment; the agent reads it before its next step.", what, subject)}
+	return ClickResult{Private: fmt.Sprintf("You %s “%s”. The agent takes it at its next step (at once if it is waiting), and the plan shows it then.", what, subject)}
 }
 
 func cmpOr(a, b string) string {

@@ -141,3 +141,24 @@ func TestStartButton(t *testing.T) {
 		t.Errorf("after Start: start %q, state %s", after.Start, after.State)
 	}
 }
+
+// TestSteerClickOnCleanedText: a control rendered from the plan cleaned
+// of bidi controls (as every renderer shows it) finds its item.
+func TestSteerClickOnCleanedText(t *testing.T) {
+	p := &fakePlatform{}
+	run := &chattest.Runner{}
+	r := NewRouter(Options{Runner: run, Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond})
+	t.Cleanup(r.Close)
+	const key = "test/1"
+	th := Thread{Platform: "test", Key: key, Channel: "C1"}
+	r.out.board(key, &th)
+	items := []todo.Item{{Content: "a\u202eb", Status: todo.Pending}}
+	observe(r, agent.Event{Session: key, Kind: agent.TurnStarted, Turn: 1, Requester: "UANN"})
+	observe(r, agent.Event{Session: key, Kind: agent.PlanChanged, Revision: 1, Plan: todo.NewSnapshot(items), At: time.Now()})
+	settle(t, r, key)
+	shown := p.onlyPlan(t).Clean()
+	res := r.Click(context.Background(), Click{Thread: th, Button: ItemButton(ActionSkip, shown, shown.Items[0]), UserID: "UANN", UserName: "ann"})
+	if got := run.Steers(); len(got) != 1 || got[0].Item != "a\u202eb" {
+		t.Errorf("%+v: steers %+v, want the item by its stored text", res, got)
+	}
+}
