@@ -63,12 +63,29 @@ func (a *Adapter) runSocketMode(ctx context.Context) {
 				a.setConnected(false)
 				a.log.Warn("slack socket mode disconnected")
 			case socketmode.EventTypeInteractive:
+				cb, ok := evt.Data.(slack.InteractionCallback)
+				if ok && cb.Type == slack.InteractionTypeViewSubmission && evt.Request != nil {
+					// Answered in the ack (submitEdit), off this loop.
+					req := *evt.Request
+					a.queue.Add("interaction/"+cb.TriggerID+cb.View.ID, func() {
+						var err error
+						if ans := a.viewSubmitted(ctx, cb); ans != nil {
+							err = client.Ack(req, ans)
+						} else {
+							err = client.Ack(req)
+						}
+						if err != nil {
+							a.log.Warn("slack ack", "err", err)
+						}
+					})
+					continue
+				}
 				if evt.Request != nil {
 					if err := client.Ack(*evt.Request); err != nil {
 						a.log.Warn("slack ack", "err", err)
 					}
 				}
-				if cb, ok := evt.Data.(slack.InteractionCallback); ok {
+				if ok {
 					a.queue.Add("interaction/"+cb.TriggerID+cb.ActionTs, func() { a.interact(ctx, cb) })
 				}
 			case socketmode.EventTypeSlashCommand:

@@ -116,13 +116,19 @@ func (a *Adapter) interact(ctx context.Context, cb slack.InteractionCallback) {
 	a.mu.Unlock()
 	team = cmp.Or(cb.Team.ID, team)
 	th := chat.Thread{Platform: "slack", Key: Key(team, channel, thread), Channel: channel, ThreadID: thread}
+	if action, _, _ := chat.ParseButtonID(act.ActionID); action == chat.ActionChange {
+		// Edit plan, or Change while the plan waits for Start: the
+		// modal, on the press's trigger_id, which expires in 3 s.
+		a.openEdit(ctx, cb, th, act.Value)
+		return
+	}
 	name := cmp.Or(cb.User.Name, cb.User.Username, cb.User.ID)
 	if dn := a.displayName(ctx, cb.User.ID); dn != "" {
 		name = dn
 	}
 	// A decided card is shown by the router, through its delivery step
 	// (Click.Show): Slack's answer to a click carries no edit. A Stop
-	// shows on the plan message through the plan board.
+	// or a Start shows on the plan message through the plan board.
 	res := a.in.Click(ctx, chat.Click{Thread: th, Button: act.ActionID, UserID: cb.User.ID, UserName: name, Show: true})
 	if res.Private != "" {
 		a.in.Tell(ctx, th, cb.User.ID, res.Private) // logged by the router if it fails
@@ -132,7 +138,8 @@ func (a *Adapter) interact(ctx context.Context, cb slack.InteractionCallback) {
 // InteractionsHandler serves POST /slack/interactions: the signature and
 // timestamp are verified like events, the click is acknowledged at once
 // and handled in the background, on a queue key of its own: a click never
-// waits behind its thread's events.
+// waits behind its thread's events. A submitted plan modal is answered
+// in the response (submitEdit): its errors, or nothing to close it.
 func (a *Adapter) InteractionsHandler(ctx context.Context) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, ok := a.readSigned(w, r)
@@ -150,9 +157,36 @@ func (a *Adapter) InteractionsHandler(ctx context.Context) http.Handler {
 			http.Error(w, "bad payload", http.StatusBadRequest)
 			return
 		}
+		if cb.Type == slack.InteractionTypeViewSubmission {
+			a.answerView(w, a.viewSubmitted(ctx, cb))
+			return
+		}
 		w.WriteHeader(http.StatusOK)
 		a.queue.Add("interaction/"+cb.TriggerID+cb.ActionTs, func() { a.interact(ctx, cb) })
 	})
+}
+
+// viewSubmitted answers a view_submission: the plan's modal (submitEdit);
+// any other view closes.
+func (a *Adapter) viewSubmitted(ctx context.Context, cb slack.InteractionCallback) *slack.ViewSubmissionResponse {
+	if cb.View.CallbackID != editCallbackID {
+		a.log.Debug("slack view submission ignored", "callback_id", cb.View.CallbackID)
+		return nil
+	}
+	return a.submitEdit(ctx, cb)
+}
+
+// answerView writes a view_submission's answer as the HTTP response: an
+// empty 200 closes the view.
+func (a *Adapter) answerView(w http.ResponseWriter, ans *slack.ViewSubmissionResponse) {
+	if ans == nil {
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(ans); err != nil {
+		a.log.Warn("slack view submission answer", "err", err)
+	}
 }
 
 // readSigned reads a request body of at most 1 MiB signed by Slack; it

@@ -20,6 +20,7 @@ const (
 	maxItemRunes    = 300 // an item's content in a block, before escaping
 	maxFallbackItem = 100 // an item's content, or its evidence line, in the plain text fallback
 	maxReplyRunes   = 3500
+	maxText         = 40000 // a message's text, else msg_too_long
 )
 
 // Evidence lines (DESIGN §15) give way to items: they are shortened, from
@@ -39,7 +40,7 @@ func escape(s string) string {
 func itemLine(p chat.Plan, it todo.Item) string {
 	text := escape(chat.Shorten(strings.Join(strings.Fields(it.Content), " "), maxItemRunes))
 	switch it.Status {
-	case todo.Completed:
+	case todo.Completed, chat.Skipped: // a skipped item stays, struck, where it was
 		return p.ItemMark(it) + " ~" + text + "~"
 	case todo.InProgress:
 		return p.ItemMark(it) + " *" + text + "*"
@@ -59,16 +60,18 @@ func evidenceLine(p chat.Plan, it todo.Item, max int) string {
 
 // PlanBlocks renders a plan as standard Block Kit: a header with progress,
 // the items, each with its evidence line under it, packed into sections
-// of at most 3,000 characters, and a context footer; never more than 50
-// blocks. When the items would not all fit, the evidence lines are
-// shortened first, then dropped; only then are items left out.
+// of at most 3,000 characters, a context footer and the plan's controls
+// (controls); never more than 50 blocks. When the items would not all
+// fit, the evidence lines are shortened first, then dropped; only then
+// are items left out.
 func PlanBlocks(p chat.Plan) []slack.Block {
+	ctl := controls(p) // of the plan as the router has it: its item hashes are the router's
 	p = p.Clean()
 	for ev := maxEvidenceRunes; ; ev -= evidenceStep {
 		if ev < 0 {
 			ev = 0
 		}
-		blocks, all := planBlocks(p, ev)
+		blocks, all := planBlocks(p, ev, ctl)
 		if all || ev == 0 {
 			return blocks
 		}
@@ -76,8 +79,8 @@ func PlanBlocks(p chat.Plan) []slack.Block {
 }
 
 // planBlocks renders p with evidence lines of at most ev runes (none for
-// 0) and reports whether every item fit.
-func planBlocks(p chat.Plan, ev int) ([]slack.Block, bool) {
+// 0) and the controls ctl, and reports whether every item fit.
+func planBlocks(p chat.Plan, ev int, ctl slack.Block) ([]slack.Block, bool) {
 	blocks := []slack.Block{slack.NewHeaderBlock(slack.NewTextBlockObject(slack.PlainTextType, chat.Shorten(p.Title(), maxHeaderText), true, false))}
 	var cur strings.Builder
 	flush := func() {
@@ -106,9 +109,9 @@ func planBlocks(p chat.Plan, ev int) ([]slack.Block, bool) {
 		if cur.Len() > 0 && utf8.RuneCountInString(cur.String())+1+utf8.RuneCountInString(line) > maxSectionText {
 			flush()
 		}
-		if len(blocks) >= maxBlocks-3 { // keep room for this section, the footer and the Stop button
+		if len(blocks) >= maxBlocks-3 { // keep room for this section, the footer and the controls
 			cur.Reset()
-			cur.WriteString(fmt.Sprintf("… and %d more items", len(p.Items)-i))
+			cur.WriteString(fmt.Sprintf(moreItems, len(p.Items)-i))
 			all = false
 			break
 		}
@@ -119,20 +122,64 @@ func planBlocks(p chat.Plan, ev int) ([]slack.Block, bool) {
 	}
 	flush()
 	blocks = append(blocks, slack.NewContextBlock("", slack.NewTextBlockObject(slack.MarkdownType, escape(p.Footer()), false, true)))
-	return withStop(blocks, p), all
+	return withControls(blocks, ctl), all
 }
 
-// stopID is the Stop button's id; the session comes from the message's
-// thread.
-var stopID = chat.ButtonID(chat.ActionStop, "plan")
+// The plan's buttons; the session comes from the message's thread. Edit
+// plan and Change open the same modal (steer.go), so they share an id:
+// the message carries one or the other.
+var (
+	stopID = chat.ButtonID(chat.ActionStop, "plan")
+	editID = chat.ButtonID(chat.ActionChange, "plan")
+)
 
-// withStop adds the Stop button while a turn runs.
-func withStop(blocks []slack.Block, p chat.Plan) []slack.Block {
-	if !p.Stoppable {
+// labelEdit is the label of the button that opens the plan's modal.
+const labelEdit = "Edit plan"
+
+// controls is the plan message's one actions block, nil when it has no
+// button: while the plan waits for Start (p.Start), Start and Change;
+// otherwise, on a plan people may steer (p.Steerable), Edit plan; and
+// while a turn runs, Stop.
+//
+// The item controls of DESIGN §19 are one "Edit plan" modal, not an
+// overflow menu per item row: the rendering packs several items into
+// each section block to stay within Slack's 50 blocks, and an overflow
+// menu is a section's accessory, one per block; giving each of 50 items
+// a section of its own, with the header, the footer and the buttons,
+// would pass 50 blocks. The modal lists every item as the message shows
+// it, in a select, and the plan keeps its one block of buttons. Edit
+// plan and Change carry what the modal needs of the plan in their value
+// (editValue), so the modal is built from the message the person
+// pressed, on any replica and after a restart.
+func controls(p chat.Plan) slack.Block {
+	var els []slack.BlockElement
+	switch {
+	case p.Start != "":
+		els = append(els, slack.NewButtonBlockElement(p.Start, "start", plainText(chat.LabelStart)).WithStyle(slack.StylePrimary),
+			slack.NewButtonBlockElement(editID, editValue(p), plainText(chat.LabelChange)))
+	case p.Steerable():
+		els = append(els, slack.NewButtonBlockElement(editID, editValue(p), plainText(labelEdit)))
+	}
+	if p.Stoppable {
+		els = append(els, slack.NewButtonBlockElement(stopID, "stop", plainText(chat.LabelStop)).WithStyle(slack.StyleDanger))
+	}
+	if len(els) == 0 {
+		return nil
+	}
+	return slack.NewActionBlock("pinplan-controls", els...)
+}
+
+// plainText is a plain_text object, emoji shown as typed.
+func plainText(s string) *slack.TextBlockObject {
+	return slack.NewTextBlockObject(slack.PlainTextType, s, false, false)
+}
+
+// withControls adds the controls block ctl, if any.
+func withControls(blocks []slack.Block, ctl slack.Block) []slack.Block {
+	if ctl == nil {
 		return blocks
 	}
-	stop := slack.NewButtonBlockElement(stopID, "stop", slack.NewTextBlockObject(slack.PlainTextType, chat.LabelStop, false, false)).WithStyle(slack.StyleDanger)
-	return append(blocks, slack.NewActionBlock("pinplan-stop", stop))
+	return append(blocks, ctl)
 }
 
 // CardBlocks renders an approval card: the tool and its server, the
@@ -176,9 +223,10 @@ func CardText(c chat.Card) string {
 	return c.Title() + ": " + c.Status()
 }
 
-// NativePlanBlocks renders a plan with Slack's plan and task-card blocks;
-// an item's evidence line is its task card's details.
+// NativePlanBlocks renders a plan with Slack's plan and task-card blocks
+// and its controls; an item's evidence line is its task card's details.
 func NativePlanBlocks(p chat.Plan) []slack.Block {
+	ctl := controls(p)
 	p = p.Clean()
 	plan := slack.NewPlanBlock(chat.Shorten(p.Title(), maxHeaderText))
 	tasks := make([]*slack.TaskCardBlock, 0, len(p.Items))
@@ -192,33 +240,67 @@ func NativePlanBlocks(p chat.Plan) []slack.Block {
 				status = slack.TaskCardStatusInProgress
 			}
 		}
-		tc := slack.NewTaskCardBlock(fmt.Sprintf("item-%d", i+1), chat.Shorten(it.Content, maxItemRunes))
+		title := chat.Shorten(it.Content, maxItemRunes)
+		var details []slack.RichTextSectionElement
+		if it.Status == chat.Skipped {
+			// A task card's title is plain text: the skipped item's
+			// card carries its mark there, and its text struck
+			// through in the details, above who skipped it.
+			title = chat.Shorten(chat.MarkSkipped+" "+it.Content, maxItemRunes)
+			details = append(details, slack.NewRichTextSectionTextElement(chat.Shorten(it.Content, maxEvidenceRunes), &slack.RichTextSectionTextStyle{Strike: true}))
+		}
+		tc := slack.NewTaskCardBlock(fmt.Sprintf("item-%d", i+1), title)
 		tc.Status = status
 		if line := p.EvidenceLine(it); line != "" {
 			// Rich text is literal: nothing to escape, no mention.
-			tc.Details = slack.NewRichTextBlock("", slack.NewRichTextSection(slack.NewRichTextSectionTextElement(chat.Shorten(line, maxEvidenceRunes), nil)))
+			if len(details) > 0 {
+				line = "\n" + line
+			}
+			details = append(details, slack.NewRichTextSectionTextElement(chat.Shorten(line, maxEvidenceRunes), nil))
+		}
+		if len(details) > 0 {
+			tc.Details = slack.NewRichTextBlock("", slack.NewRichTextSection(details...))
 		}
 		tasks = append(tasks, tc)
 	}
 	plan.WithTasks(tasks...)
-	return withStop([]slack.Block{plan, slack.NewContextBlock("", slack.NewTextBlockObject(slack.MarkdownType, escape(p.Footer()), false, true))}, p)
+	return withControls([]slack.Block{plan, slack.NewContextBlock("", slack.NewTextBlockObject(slack.MarkdownType, escape(p.Footer()), false, true))}, ctl)
 }
 
 // PlanText is the plain text fallback (notifications, old clients): the
-// items and their evidence lines, shortened.
+// items and their evidence lines, shortened, within Slack's 40,000
+// characters of a message's text: the items past them are counted in a
+// last line, "… and 3 more items" (moreItems).
 func PlanText(p chat.Plan) string {
 	p = p.Clean()
 	var b strings.Builder
 	b.WriteString(p.Title())
-	for _, it := range p.Items {
-		b.WriteString("\n" + p.ItemMark(it) + " " + escape(chat.Shorten(strings.Join(strings.Fields(it.Content), " "), maxFallbackItem)))
+	footer := "\n" + escape(p.Footer())
+	n := utf8.RuneCountInString(b.String()) + utf8.RuneCountInString(footer)
+	for i, it := range p.Items {
+		lines := "\n" + p.ItemMark(it) + " " + escape(chat.Shorten(strings.Join(strings.Fields(it.Content), " "), maxFallbackItem))
 		if line := evidenceLine(p, it, maxFallbackItem); line != "" {
-			b.WriteString("\n" + line)
+			lines += "\n" + line
 		}
+		// Room for this item, and for the line that would count the
+		// items after it; that line, counting this one too, has room.
+		after := 0
+		if left := len(p.Items) - i - 1; left > 0 {
+			after = utf8.RuneCountInString("\n" + fmt.Sprintf(moreItems, left))
+		}
+		if n+utf8.RuneCountInString(lines)+after > maxText {
+			b.WriteString("\n" + fmt.Sprintf(moreItems, len(p.Items)-i))
+			break
+		}
+		n += utf8.RuneCountInString(lines)
+		b.WriteString(lines)
 	}
-	b.WriteString("\n" + escape(p.Footer()))
+	b.WriteString(footer)
 	return b.String()
 }
+
+// moreItems is the line that counts the items a plan's text leaves out.
+const moreItems = "… and %d more items"
 
 var (
 	reBold   = regexp.MustCompile(`\*\*(.+?)\*\*|__(.+?)__`)
