@@ -49,6 +49,8 @@ func historyMessages(key string, hist []agent.Entry) []Message {
 		switch {
 		case e.Quote:
 			continue // quoted material (a thread's earlier messages), not a message here
+		case e.Steer:
+			continue // a person's change of the plan, told to the model: the plan shows it
 		case e.Material:
 			// The files given to the model with the message before it:
 			// shown under that message, by name.

@@ -6,13 +6,15 @@ import (
 
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/todo"
 )
 
 // The page gets chat's types as they are, plus a "view" computed here: the
 // words chat renders on every platform (the plan's title and footer, the
-// card's title, status and button labels) and the classes the page styles
-// by. So the console says what Slack and Discord say, and app.js does not
-// re-implement chat's strings.
+// card's title, status and button labels), the controls chat offers (an
+// item's Skip, Reopen and Add, with the ids chat reads back) and the
+// classes the page styles by. So the console says what Slack and Discord
+// say, and app.js re-implements neither chat's strings nor its rules.
 //
 // The views embed chat's types to keep their JSON fields; chat.Plan and
 // chat.Card must not grow a MarshalJSON, which the embedding would promote
@@ -54,8 +56,19 @@ func accent(s chat.PlanState) string {
 // calls behind its evidence line are the plan's own evidence (by the
 // item's text), sent once.
 type itemView struct {
-	Mark     string `json:"mark"`               // chat.Plan.ItemMark: an item left in progress by an ended run is not shown working
-	Evidence string `json:"evidence,omitempty"` // chat.Plan.EvidenceLine: "↳ fs__read_text_file ×2"
+	Mark string `json:"mark"` // chat.Plan.ItemMark: an item left in progress by an ended run is not shown working
+	// Evidence is chat.Plan.EvidenceLine: "↳ fs__read_text_file ×2"; an
+	// item a person changed says so first: "↳ skipped by ann".
+	Evidence string `json:"evidence,omitempty"`
+	// Struck: the item is shown struck through, done or skipped by a
+	// person (its status is chat.Skipped, "skipped").
+	Struck bool `json:"struck,omitempty"`
+	// Controls are what a person may do to the item from the plan
+	// (DESIGN §19), in chat's order: chat.Plan.Actions, each sending
+	// chat.ItemButton as the button of POST .../click; Add sends the
+	// new item's text with it. Only the shown plan's items have them,
+	// and only when chat.Plan.Steerable; never a stored revision's.
+	Controls []buttonView `json:"controls,omitempty"`
 }
 
 // itemViews is the view of each of p's items.
@@ -63,6 +76,43 @@ func itemViews(p chat.Plan) []itemView {
 	out := make([]itemView, len(p.Items))
 	for i, it := range p.Items {
 		out[i].Mark, out[i].Evidence = p.ItemMark(it), p.EvidenceLine(it)
+		out[i].Struck = it.Status == todo.Completed || it.Status == chat.Skipped
+	}
+	return out
+}
+
+// itemControls are the controls of each of p's items (itemView.Controls),
+// nil when p offers none. p is the plan as chat holds it, before Clean:
+// a control's id names its item by a hash of the item's text as chat
+// knows it.
+func itemControls(p chat.Plan) [][]buttonView {
+	if !p.Steerable() {
+		return nil
+	}
+	out := make([][]buttonView, len(p.Items))
+	for i, it := range p.Items {
+		for _, action := range p.Actions(it) {
+			out[i] = append(out[i], buttonView{ID: chat.ItemButton(action, p, it), Action: action, Label: itemLabels[action], Style: "secondary"})
+		}
+	}
+	return out
+}
+
+// itemLabels are the item controls' labels, chat's on every platform.
+var itemLabels = map[string]string{chat.ActionSkip: chat.LabelSkip, chat.ActionReopen: chat.LabelReopen, chat.ActionAdd: chat.LabelAdd}
+
+// cleanMarks is marks without bidirectional control characters, as
+// chat.Plan.Clean leaves the items: a mark names its item by the item's
+// text, so both must be cleaned alike for the item's line to say who
+// changed it.
+func cleanMarks(marks []agent.Mark) []agent.Mark {
+	if marks == nil {
+		return nil
+	}
+	out := make([]agent.Mark, len(marks))
+	for i, m := range marks {
+		m.Item, m.After, m.By = chat.StripBidi(m.Item), chat.StripBidi(m.After), chat.StripBidi(m.By)
+		out[i] = m
 	}
 	return out
 }
@@ -85,9 +135,14 @@ func viewPlan(p *chat.Plan) *planJSON {
 	if p == nil {
 		return nil
 	}
+	controls := itemControls(*p)
 	cp := p.Clean()
+	cp.Marks = cleanMarks(cp.Marks)
 	p = &cp
 	v := planJSON{Plan: *p, View: planView{Title: p.Title(), Progress: progress(p.Progress()), Footer: p.Footer(), Items: itemViews(*p), Accent: accent(p.State)}}
+	for i := range controls {
+		v.View.Items[i].Controls = controls[i]
+	}
 	if p.Stoppable {
 		stop := stopButton
 		v.View.Stop = &stop
@@ -175,12 +230,34 @@ type revisionJSON struct {
 type revisionView struct {
 	Progress string     `json:"progress"` // "2/5 done"
 	Items    []itemView `json:"items"`    // each item's evidence line by this revision
+	// Change says who made the revision when a person did (DESIGN §19):
+	// "Skipped by ann: Tag the release"; "" for the agent's.
+	Change string `json:"change,omitempty"`
 }
 
 func viewRevision(r agent.PlanRevision) revisionJSON {
 	p := chat.Plan{Items: r.Items, Evidence: r.Evidence}.Clean()
 	r.Items, r.Evidence = p.Items, p.Evidence
-	return revisionJSON{PlanRevision: r, View: revisionView{Progress: progress(p.Progress()), Items: itemViews(p)}}
+	return revisionJSON{PlanRevision: r, View: revisionView{Progress: progress(p.Progress()), Items: itemViews(p), Change: changeLine(r.Change)}}
+}
+
+// changeLine is what the history says of a person's change.
+func changeLine(st *agent.Steer) string {
+	if st == nil {
+		return ""
+	}
+	verb, item := "", st.Item
+	switch st.Action {
+	case agent.SteerSkip:
+		verb = "Skipped"
+	case agent.SteerReopen:
+		verb = "Reopened"
+	case agent.SteerAdd:
+		verb, item = "Added", st.Text
+	default:
+		return ""
+	}
+	return chat.StripBidi(verb + " by " + st.By + ": " + chat.Shorten(item, 200))
 }
 
 // clickJSON is the answer to a button press: chat.ClickResult with views.

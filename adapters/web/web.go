@@ -439,9 +439,12 @@ func writeErr(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]string{"error": msg})
 }
 
+// info is GET /api/info: the model, each status's mark and name (a
+// person's "skipped" among them), the largest file kept for the model
+// and the longest item an Add control takes, in characters.
 func (c *Console) info(w http.ResponseWriter, _ *http.Request) {
 	marks, names := map[string]string{}, map[string]string{}
-	for _, st := range todo.Statuses() {
+	for _, st := range append(todo.Statuses(), chat.Skipped) {
 		marks[string(st)] = chat.Mark(st) // the same marks as Slack and Discord
 		names[string(st)] = strings.ReplaceAll(string(st), "_", " ")
 	}
@@ -449,7 +452,8 @@ func (c *Console) info(w http.ResponseWriter, _ *http.Request) {
 	if limit <= 0 {
 		limit = chat.DefaultFileBytes
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"demo": c.opts.Demo, "model": c.opts.Model, "marks": marks, "status_names": names, "file_bytes": limit})
+	writeJSON(w, http.StatusOK, map[string]any{"demo": c.opts.Demo, "model": c.opts.Model, "marks": marks, "status_names": names, "file_bytes": limit,
+		"item_chars": todo.MaxContentLength})
 }
 
 func (c *Console) listThreads(w http.ResponseWriter, r *http.Request) {
@@ -858,9 +862,28 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// click handles a press of a card's button or the plan's Stop button:
-// POST {"button":"pinplan:allow:<id>"}. The answer is the card or plan as
-// it now is, or {"private": "..."} when nothing changed.
+// maxClickBody bounds a button press's body: the button and, for Add, a
+// new item of todo.MaxContentLength characters, each of which JSON may
+// spell in up to 12 bytes (a character outside the BMP as two \u
+// escapes).
+const maxClickBody = 16 << 10
+
+// clickBody is a button press: POST {"button":"pinplan:allow:<id>"}, and
+// for an item's Add control the new item's text as well:
+// {"button":"pinplan:add:<rev>.<hash>","text":"Write the notes"}.
+type clickBody struct {
+	Button string `json:"button"`
+	Text   string `json:"text"`
+}
+
+// click handles a press of a card's button, the plan's Stop button or an
+// item's control (view.go: planView.Stop, cardView.Buttons,
+// itemView.Controls). The answer is the card or plan as it now is, or
+// {"private": "..."} for the one who pressed alone: what happened (an
+// item's change shows on the plan once the agent applied it, through the
+// plan's event), or why nothing did. A body over 16 KiB is 413; a text
+// over todo.MaxContentLength characters (after trimming, as the agent
+// counts them) is 422, and nothing is pressed.
 func (c routes) click(w http.ResponseWriter, r *http.Request) {
 	key, ok := keyOf(r.PathValue("id"))
 	switch {
@@ -871,15 +894,23 @@ func (c routes) click(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusNotFound, "no such thread")
 		return
 	}
-	var body struct {
-		Button string `json:"button"`
+	var body clickBody
+	err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxClickBody)).Decode(&body)
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		writeErr(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request is over %d bytes", maxClickBody))
+		return
+	case err != nil || body.Button == "":
+		writeErr(w, http.StatusBadRequest, `send JSON like {"button":"pinplan:allow:..."}, with "text" for a new item`)
+		return
 	}
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&body); err != nil || body.Button == "" {
-		writeErr(w, http.StatusBadRequest, `send JSON like {"button":"pinplan:allow:..."}`)
+	if n := utf8.RuneCountInString(todo.TrimSpace(body.Text)); n > todo.MaxContentLength {
+		writeErr(w, http.StatusUnprocessableEntity, fmt.Sprintf("the new item is %d characters long; the most is %d", n, todo.MaxContentLength))
 		return
 	}
 	th := chat.Thread{Platform: "web", Key: key, Channel: key, ThreadID: strings.TrimPrefix(key, "web/")}
-	res := c.in.Click(r.Context(), chat.Click{Thread: th, Button: body.Button, UserID: "web", UserName: "the console user"})
+	res := c.in.Click(r.Context(), chat.Click{Thread: th, Button: body.Button, Text: body.Text, UserID: "web", UserName: "the console user"})
 	if res.Card != nil {
 		c.setCard(th, *res.Card)
 	}

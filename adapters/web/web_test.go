@@ -62,6 +62,8 @@ type recHandler struct {
 	// in its inbox, stamped by its own clock.
 	queue *fakeStore
 	cards []chat.CardInfo // what the router's card records hold
+	// answer, if set, answers a click; else every click decides card c1.
+	answer func(chat.Click) chat.ClickResult
 }
 
 func (h *recHandler) Cards(string) []chat.CardInfo { return h.cards }
@@ -79,6 +81,9 @@ func (h *recHandler) Delete(_ context.Context, key, _ string) error {
 
 func (h *recHandler) Click(_ context.Context, c chat.Click) chat.ClickResult {
 	h.clicks = append(h.clicks, c)
+	if h.answer != nil {
+		return h.answer(c)
+	}
 	card := chat.Card{ID: "c1", Tool: "demo__write_note", Outcome: "Allowed once", By: c.UserName}
 	return chat.ClickResult{Card: &card}
 }

@@ -8,9 +8,10 @@
 //     race. On every (re)connect of the event stream the list and the open
 //     thread are fetched again (resync).
 //   - timeline.js: each message shows once, by the id the server gives it.
-//   - view.js: the plan's title and footer, each item's evidence line,
-//     the card's words and buttons and the pills' classes are the
-//     server's, rendered by chat.
+//   - view.js: the plan's title and footer, each item's evidence line
+//     and controls (Skip, Reopen, Add: which ones, their labels and the
+//     ids they send), the card's words and buttons and the pills'
+//     classes are the server's, rendered by chat.
 //   - markdown.js: model text is never parsed as HTML.
 //   - plandiff.js: the revision history's diff.
 
@@ -21,7 +22,7 @@ import { diffHistory } from "./plandiff.js";
 import { ThreadReplay, ListSeqs, mergeList, olderPlan } from "./replay.js";
 import { later, timeOf, utcClock, utcStamp } from "./times.js";
 import { Timeline, messageKey, cardKey, cardSort } from "./timeline.js";
-import { planTitle, planFooter, planProgress, stopButton, pill, running, cardView, revisionProgress, statusName, itemEvidence, itemMark, planAccent } from "./view.js";
+import { planTitle, planFooter, planProgress, stopButton, pill, running, cardView, revisionProgress, statusName, itemEvidence, itemMark, planAccent, itemControls, itemStruck, findControl, newItemText, revisionChange } from "./view.js";
 
 const phone = window.matchMedia("(max-width: 700px)");
 
@@ -39,6 +40,8 @@ const app = {
   drafts: new Map(),    // thread id ("" for a new thread) → unsent text
   attached: [],         // File objects waiting in the composer for the next send
   fileBytes: 262144,    // PINPLAN_FILE_BYTES, replaced by /api/info: larger files go by name and size only
+  itemChars: 1000,      // the longest new plan item, replaced by /api/info
+  addDrafts: new Map(), // thread key and plan item text (draftKey) → a new item sent to follow it, kept in case it was refused
 };
 
 // ---------------------------------------------------------------- helpers
@@ -612,6 +615,8 @@ function renderPlan(plan) {
   const box = $("plan");
   document.body.classList.toggle("has-plan", !!(plan && plan.items && plan.items.length));
   if (!plan || !plan.items || plan.items.length === 0) {
+    adding = null;
+    showPlanNote("");
     box.hidden = true;
     delete box.dataset.revision;
     delete box.dataset.state;
@@ -620,21 +625,28 @@ function renderPlan(plan) {
     return;
   }
   $("plan-title").textContent = planTitle(plan);
-  // Items whose calls are open stay open across revisions.
+  // Items whose calls are open stay open across revisions, and so does
+  // an Add form being typed in, with its caret.
   const open = new Set([...document.querySelectorAll("#plan-items details.evidence[open]")].map((d) => d.dataset.item));
+  const typing = adding && document.activeElement === adding.input ? { start: adding.input.selectionStart, end: adding.input.selectionEnd } : null;
+  const web = !!app.view && app.view.platform === "web"; // another platform's thread is shown read-only
   $("plan-items").replaceChildren(...plan.items.map((it, i) => {
     const li = el("li", it.status);
     li.dataset.status = it.status;
+    li.dataset.item = it.content;
     const mark = el("span", "mark", itemMark(plan, i, app.marks));
     mark.setAttribute("role", "img");
     mark.setAttribute("aria-label", statusName(app.names, it.status));
     const body = el("div", "item");
-    body.append(el(it.status === "completed" ? "s" : it.status === "in_progress" ? "strong" : "span", "text", it.content));
+    body.append(el(itemStruck(plan, i) ? "s" : it.status === "in_progress" ? "strong" : "span", "text", it.content));
     const ev = itemEvidence(plan, i);
     if (ev.line) body.append(evidenceEl(it, ev, open.has(it.content)));
     li.append(mark, body);
+    const controls = web ? itemControls(plan, i) : [];
+    if (controls.length) li.append(controlsEl(it, controls));
     return li;
   }));
+  keepAdd(plan, typing);
   $("plan-footer").textContent = planFooter(plan);
   const stop = stopButton(plan);
   const btn = $("stop");
@@ -670,6 +682,155 @@ function evidenceEl(it, ev, open) {
   d.open = open;
   fill();
   return d;
+}
+
+// ---- steering the plan (DESIGN §19): an item's controls, as chat offers them
+
+// controlsEl is an item's controls: Skip and Reopen send at once; Add
+// opens a field under the item for the new item's text.
+function controlsEl(it, controls) {
+  const row = el("div", "item-controls");
+  for (const c of controls) {
+    const b = el("button", `${c.action} ${c.style || "secondary"} small`, c.label);
+    b.type = "button";
+    b.setAttribute("aria-label", `${c.label} “${it.content}”`);
+    if (c.action === "add") {
+      b.setAttribute("aria-expanded", String(!!adding && adding.item === it.content));
+      b.addEventListener("click", () => openAdd(it.content));
+    } else {
+      b.addEventListener("click", () => press(c.id, row, { note: showPlanNote }));
+    }
+    row.append(b);
+  }
+  return row;
+}
+
+// planRow is the shown plan's row of the item whose text is content.
+function planRow(content) {
+  return [...$("plan-items").children].find((li) => li.dataset.item === content) || null;
+}
+
+// adding is the open Add form: the item it adds after (by its text) and
+// its elements. The plan's rows are built anew on every revision; the
+// form moves to its item's new row (keepAdd), so what is typed stays.
+let adding = null;
+
+function openAdd(item) {
+  const li = planRow(item);
+  if (!li) return;
+  if (adding && adding.item === item) { adding.input.focus(); return; }
+  closeAdd(false);
+  const form = el("form", "add-item");
+  const input = el("input", "add-input");
+  input.type = "text";
+  input.autocomplete = "off";
+  input.placeholder = "New item";
+  input.setAttribute("aria-label", `New item after “${item}”`);
+  // A new item sent before, whose answer was a refusal, comes back.
+  const draft = app.addDrafts.get(draftKey(item)) || "";
+  if (shownPlan && shownPlan.items.some((it) => it.content === draft)) app.addDrafts.delete(draftKey(item));
+  else input.value = draft;
+  const submit = el("button", "primary small", "Add");
+  submit.type = "submit";
+  const cancel = el("button", "secondary small", "Cancel");
+  cancel.type = "button";
+  const error = el("p", "add-error");
+  error.setAttribute("role", "alert");
+  error.hidden = true;
+  const row = el("div", "add-row");
+  row.append(input, submit, cancel);
+  form.append(row, error);
+  adding = { item, form, input, error, busy: false };
+  form.addEventListener("submit", (ev) => { ev.preventDefault(); submitAdd(); }); // Enter in the field, or Add
+  input.addEventListener("keydown", (ev) => {
+    if (ev.key === "Escape") { ev.preventDefault(); ev.stopPropagation(); closeAdd(true); }
+  });
+  input.addEventListener("input", () => { if (adding && adding.input === input) error.hidden = true; });
+  cancel.addEventListener("click", () => closeAdd(true));
+  li.append(form); // under the item and its controls
+  li.querySelector("button.add")?.setAttribute("aria-expanded", "true");
+  form.scrollIntoView({ block: "nearest" });
+  input.focus();
+}
+
+// closeAdd takes the Add form away; refocus puts the focus back on its
+// item's Add button.
+function closeAdd(refocus) {
+  const a = adding;
+  if (!a) return;
+  adding = null;
+  a.form.remove();
+  const li = planRow(a.item);
+  const button = li && li.querySelector("button.add");
+  if (button) {
+    button.setAttribute("aria-expanded", "false");
+    if (refocus) button.focus();
+  }
+}
+
+// keepAdd puts the open Add form under its item in the plan just
+// rendered, with the caret where it was; when the item left the plan (or
+// may no longer get one after it) the form goes, and the plan says so.
+function keepAdd(plan, typing) {
+  const a = adding;
+  if (!a) return;
+  const li = planRow(a.item);
+  if (!li || !findControl(plan, a.item, "add") || !(app.view && app.view.platform === "web")) {
+    adding = null;
+    const text = a.input.value.trim();
+    if (text) showPlanNote(`“${a.item}” left the plan, so nothing was added after it. You had typed: “${text}”`);
+    return;
+  }
+  li.append(a.form);
+  li.querySelector("button.add")?.setAttribute("aria-expanded", "true");
+  if (typing) {
+    a.input.focus();
+    a.input.setSelectionRange(typing.start, typing.end);
+  }
+}
+
+// submitAdd sends the new item with its item's Add control as the plan
+// shows it now. The form stays open on an error; the server's answer
+// (taken, or why not) shows by the plan.
+async function submitAdd() {
+  const a = adding;
+  if (!a || a.busy) return;
+  const { text, error } = newItemText(a.input.value, app.itemChars);
+  const control = findControl(shownPlan, a.item, "add");
+  if (error || !control) {
+    a.error.textContent = error || "That item may no longer get one after it.";
+    a.error.hidden = false;
+    a.input.focus();
+    return;
+  }
+  a.busy = true;
+  a.input.readOnly = true;
+  const answered = await press(control.id, a.form, { text, note: showPlanNote });
+  a.busy = false;
+  a.input.readOnly = false;
+  if (adding !== a) return;
+  if (!answered) { a.input.focus(); return; }
+  app.addDrafts.set(draftKey(a.item), text);
+  closeAdd(true);
+}
+
+// draftKey is where app.addDrafts keeps a new item sent after item in
+// the open thread.
+function draftKey(item) {
+  return `${app.view ? app.view.key : ""}\u0000${item}`;
+}
+
+// showPlanNote shows what a press of an item's control did (or why it
+// did nothing), for this person alone, by the plan for a few seconds.
+let planNoteTimer = 0;
+function showPlanNote(text) {
+  const p = $("plan-note");
+  clearTimeout(planNoteTimer);
+  p.textContent = text;
+  p.title = text; // whole, where a phone shows two lines of it
+  p.hidden = !text;
+  $("plan").classList.toggle("noting", !!text);
+  if (text) planNoteTimer = setTimeout(() => showPlanNote(""), 12000);
 }
 
 // callEl is one call: tool, server, outcome, who decided its card, when
@@ -754,6 +915,8 @@ function revisionEl({ rev, first, changes, evidence }) {
   head.append(el("strong", "", `Revision ${rev.revision}`), document.createTextNode(" · "), timeEl(rev.at), document.createTextNode(` · ${revisionProgress(rev)}`));
   li.append(head);
   if (first) li.append(el("p", "rev-note", "Plan created."));
+  const change = revisionChange(rev);
+  if (change) li.append(el("p", "rev-note change", change));
   if (changes.length === 0) li.append(el("p", "rev-note", "No change to the items."));
   else li.append(diffEl(changes));
   // The evidence by this revision, of the items it changed for.
@@ -974,24 +1137,30 @@ async function send() {
   }
 }
 
-// press sends a card's or the plan's button; the answer is the card or plan
-// as it now is, or a note for this user only.
-async function press(button, row) {
+// press sends a card's, the plan's or a plan item's button, with text
+// for an item's Add; the answer is the card or plan as it now is, or a
+// note for this user only, shown by note (in the thread, or by the plan
+// for an item's control). It reports whether the server answered.
+async function press(button, row, { text, note = addLocalNote } = {}) {
   const v = app.view;
-  if (!v) return;
+  if (!v) return false;
   if (row) for (const b of row.querySelectorAll("button")) b.disabled = true;
   try {
-    const res = await api(`${threadPath(v.id)}/click`, "POST", { button });
-    if (app.view !== v || !res) return;
+    const body = { button };
+    if (text !== undefined) body.text = text;
+    const res = await api(`${threadPath(v.id)}/click`, "POST", body);
+    if (app.view !== v || !res) return true;
     // The answer carries no sequence number, and the plan's live event
     // can overtake it: show it only when it is not older than the shown one.
     if (res.card && !(!res.card.outcome && v.timeline.items.some((x) => x.id === cardKey(res.card) && x.el.dataset.outcome))) upsertCard(res.card, v);
     if (res.plan && !olderPlan(res.plan, shownPlan)) renderPlan(res.plan);
-    if (res.private) addLocalNote(res.private);
+    if (res.private) note(res.private);
     if (row && row.isConnected) for (const b of row.querySelectorAll("button")) b.disabled = false;
+    return true;
   } catch (e) {
     if (row && row.isConnected) for (const b of row.querySelectorAll("button")) b.disabled = false;
-    addLocalNote(`That did not work: ${e.message}`);
+    note(`That did not work: ${e.message}`);
+    return false;
   }
 }
 
@@ -1131,6 +1300,7 @@ api("/api/info").then((info) => {
   if (info.marks) app.marks = info.marks;
   if (info.status_names) app.names = info.status_names;
   if (info.file_bytes) app.fileBytes = info.file_bytes;
+  if (info.item_chars) app.itemChars = info.item_chars;
   const mode = $("mode");
   if (info.demo) { mode.textContent = "demo model: scripted, no API key used"; mode.hidden = false; }
   else if (info.model) { mode.textContent = `model: ${info.model}`; mode.hidden = false; }

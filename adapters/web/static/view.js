@@ -87,6 +87,13 @@ export function revisionProgress(rev) {
   return (rev && rev.view && rev.view.progress) || "";
 }
 
+// revisionChange says who made a stored revision when a person did (a
+// Skip, Reopen or Add on the plan): the server's words, "" for the
+// agent's revisions.
+export function revisionChange(rev) {
+  return (rev && rev.view && rev.view.change) || "";
+}
+
 // statusName is a plan item's status in words ("in progress"), from
 // /api/info's status_names.
 export function statusName(names, status) {
@@ -107,4 +114,46 @@ export function itemMark(plan, i, marks) {
 // done, stopped or failed.
 export function planAccent(plan) {
   return (plan && plan.view && plan.view.accent) || "working";
+}
+
+// itemControls are the controls chat offers on plan's item i (Skip,
+// Reopen, Add an item after), each { id, action, label, style } with the
+// id to send; none when the plan offers none (before the agent wrote it,
+// a stored revision) or the answer has no view.
+export function itemControls(plan, i) {
+  const v = plan && plan.view && plan.view.items ? plan.view.items[i] : null;
+  return (v && Array.isArray(v.controls) && v.controls) || [];
+}
+
+// itemStruck reports whether plan's item i is shown struck through: the
+// server's word (done, or skipped by a person), else done.
+export function itemStruck(plan, i) {
+  const v = plan && plan.view && plan.view.items ? plan.view.items[i] : null;
+  if (v && typeof v.struck === "boolean") return v.struck;
+  const it = plan && plan.items ? plan.items[i] : null;
+  return !!it && it.status === "completed";
+}
+
+// findControl is the control that does action to the item whose text is
+// content in plan, or null: an open Add form follows its item across
+// revisions (a new revision gives the item's controls new ids).
+export function findControl(plan, content, action) {
+  const items = (plan && plan.items) || [];
+  for (let i = 0; i < items.length; i++) {
+    if (items[i].content !== content) continue;
+    return itemControls(plan, i).find((c) => c.action === action) || null;
+  }
+  return null;
+}
+
+// newItemText checks what was typed for a new item as the server will:
+// trimmed, not empty, at most max characters (code points, as the agent
+// counts them; max is /api/info's item_chars). It returns the text to
+// send, or the reason not to send it.
+export function newItemText(raw, max) {
+  const text = String(raw || "").trim();
+  if (!text) return { text: "", error: "Type the new item first." };
+  const n = [...text].length;
+  if (max > 0 && n > max) return { text, error: `The new item is ${n} characters long; the most is ${max}.` };
+  return { text, error: "" };
 }

@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 
-import { planTitle, planFooter, planProgress, stopButton, pill, running, cardView, revisionProgress, statusName, itemEvidence, callView, duration, itemMark, planAccent } from "./view.js";
+import { planTitle, planFooter, planProgress, stopButton, pill, running, cardView, revisionProgress, statusName, itemEvidence, callView, duration, itemMark, planAccent, itemControls, itemStruck, findControl, newItemText, revisionChange } from "./view.js";
 
 test("the plan's title, footer and Stop button are the server's", () => {
   const plan = {
@@ -18,6 +18,8 @@ test("the plan's title, footer and Stop button are the server's", () => {
   assert.equal(planProgress({ items: [], view: { progress: "0/0 done" } }), "");
   assert.equal(stopButton({ ...plan, view: { ...plan.view, stop: undefined } }), null);
   assert.equal(revisionProgress({ revision: 1, view: { progress: "0/3 done" } }), "0/3 done");
+  assert.equal(revisionChange({ revision: 3, view: { progress: "0/2 done", change: "Skipped by ann: b" } }), "Skipped by ann: b");
+  assert.equal(revisionChange({ revision: 2, view: { progress: "0/3 done" } }), ""); // the agent's
 });
 
 test("pills take the server's status and class; the status decides whether a turn runs", () => {
@@ -86,4 +88,42 @@ test("an ended plan's item left in progress shows the server's mark; the border 
   assert.equal(itemMark({ items: plan.items }, 1, marks), "🔄");
   assert.equal(planAccent(plan), "stopped");
   assert.equal(planAccent({ items: plan.items }), "working");
+});
+
+test("an item's controls are the server's, with the ids it reads back; a skipped item is struck", () => {
+  const skip = { id: "pinplan:skip:4.aa", action: "skip", label: "Skip", style: "secondary" };
+  const addB = { id: "pinplan:add:4.bb", action: "add", label: "Add an item after", style: "secondary" };
+  const reopen = { id: "pinplan:reopen:4.cc", action: "reopen", label: "Reopen", style: "secondary" };
+  const addC = { id: "pinplan:add:4.cc", action: "add", label: "Add an item after", style: "secondary" };
+  const plan = {
+    revision: 4,
+    items: [{ content: "a", status: "completed" }, { content: "b", status: "pending" }, { content: "c", status: "skipped" }],
+    view: { items: [{ mark: "✅", struck: true }, { mark: "⬜", controls: [skip, addB] }, { mark: "⏭️", struck: true, evidence: "↳ skipped by ann", controls: [reopen, addC] }] },
+  };
+  assert.deepEqual(itemControls(plan, 1), [skip, addB]);
+  assert.deepEqual(itemControls(plan, 0), []); // none offered on it
+  assert.deepEqual(itemControls({ items: plan.items }, 1), []); // no view, no controls: the page makes none up
+  assert.deepEqual(itemControls(null, 0), []);
+  assert.equal(itemStruck(plan, 2), true);
+  assert.equal(itemStruck(plan, 1), false);
+  assert.equal(itemEvidence(plan, 2).line, "↳ skipped by ann");
+  // Without a view: only a done item is struck.
+  assert.equal(itemStruck({ items: plan.items }, 0), true);
+  assert.equal(itemStruck({ items: plan.items }, 2), false);
+  // An open Add form finds its item's control by the item's text.
+  assert.deepEqual(findControl(plan, "c", "add"), addC);
+  assert.deepEqual(findControl(plan, "b", "skip"), skip);
+  assert.equal(findControl(plan, "c", "skip"), null);
+  assert.equal(findControl(plan, "gone", "add"), null);
+  assert.equal(findControl(null, "b", "add"), null);
+});
+
+test("a new item's text is checked as the server counts it", () => {
+  assert.deepEqual(newItemText("  Write the notes \n", 1000), { text: "Write the notes", error: "" });
+  assert.equal(newItemText("   ", 1000).error, "Type the new item first.");
+  assert.equal(newItemText(undefined, 1000).error, "Type the new item first.");
+  // Characters are code points: 1,000 emoji are 2,000 UTF-16 units, and allowed.
+  assert.equal(newItemText("😀".repeat(1000), 1000).error, "");
+  assert.equal(newItemText("x".repeat(1001), 1000).error, "The new item is 1001 characters long; the most is 1000.");
+  assert.equal(newItemText("x".repeat(5000), 0).error, ""); // no limit known: the server says
 });
