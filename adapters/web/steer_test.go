@@ -273,3 +273,17 @@ func TestSteerHistory(t *testing.T) {
 		t.Errorf("the thread shows %q, want %q", texts, want)
 	}
 }
+
+// TestStartButtonView: a plan that waits for Start carries the Start
+// button chat gave it, and only then.
+func TestStartButtonView(t *testing.T) {
+	p := chat.Plan{Items: []todo.Item{{Content: "a", Status: todo.Pending}}, Revision: 1, State: chat.StateWaiting, Start: chat.ButtonID(chat.ActionStart, "plan-1")}
+	v := viewPlan(&p)
+	if v.View.Start == nil || v.View.Start.ID != p.Start || v.View.Start.Label != chat.LabelStart {
+		t.Errorf("start %+v", v.View.Start)
+	}
+	p.Start = ""
+	if v := viewPlan(&p); v.View.Start != nil {
+		t.Errorf("a plan not waiting for Start has %+v", v.View.Start)
+	}
+}

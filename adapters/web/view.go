@@ -31,6 +31,10 @@ type planView struct {
 	Progress string      `json:"progress"`       // "2/5 done", for the thread list
 	Footer   string      `json:"footer"`         // chat.Plan.Footer
 	Stop     *buttonView `json:"stop,omitempty"` // while a turn runs
+	// Start is the plan's Start button while the turn waits for a person
+	// to start its first plan (PINPLAN_PLAN_APPROVAL=ask, DESIGN §19);
+	// the page's Change beside it points to the item controls.
+	Start *buttonView `json:"start,omitempty"`
 	Items    []itemView  `json:"items"`          // one per item, in order
 	// Accent is the run state the plan's border shows, as Discord's
 	// container colour: working, waiting, done, stopped or failed.
@@ -146,6 +150,9 @@ func viewPlan(p *chat.Plan) *planJSON {
 	if p.Stoppable {
 		stop := stopButton
 		v.View.Stop = &stop
+	}
+	if p.Start != "" {
+		v.View.Start = &buttonView{ID: p.Start, Action: chat.ActionStart, Label: chat.LabelStart, Style: "primary"}
 	}
 	return &v
 }

@@ -22,7 +22,7 @@ import { diffHistory } from "./plandiff.js";
 import { ThreadReplay, ListSeqs, mergeList, olderPlan } from "./replay.js";
 import { later, timeOf, utcClock, utcStamp } from "./times.js";
 import { Timeline, messageKey, cardKey, cardSort } from "./timeline.js";
-import { planTitle, planFooter, planProgress, stopButton, pill, running, cardView, revisionProgress, statusName, itemEvidence, itemMark, planAccent, itemControls, itemStruck, findControl, newItemText, revisionChange } from "./view.js";
+import { planTitle, planFooter, planProgress, stopButton, startButton, pill, running, cardView, revisionProgress, statusName, itemEvidence, itemMark, planAccent, itemControls, itemStruck, findControl, newItemText, revisionChange } from "./view.js";
 
 const phone = window.matchMedia("(max-width: 700px)");
 
@@ -655,6 +655,12 @@ function renderPlan(plan) {
     btn.textContent = stop.label;
     btn.dataset.button = stop.id;
   }
+  const start = web ? startButton(plan) : null;
+  $("start").hidden = $("change").hidden = !start;
+  if (start) {
+    $("start").textContent = start.label;
+    $("start").dataset.button = start.id;
+  }
   box.dataset.revision = String(plan.revision);
   box.dataset.state = plan.state || "";
   box.dataset.accent = planAccent(plan); // the border's colour
@@ -1271,6 +1277,13 @@ new ResizeObserver(() => {
 }).observe($("scroller"));
 
 $("stop").addEventListener("click", () => { if ($("stop").dataset.button) press($("stop").dataset.button); });
+$("start").addEventListener("click", () => { if ($("start").dataset.button) press($("start").dataset.button); });
+// Change: the plan is changed with its items' controls; it takes the
+// person there.
+$("change").addEventListener("click", () => {
+  const first = document.querySelector("#plan-items .item-controls button");
+  if (first) first.focus();
+});
 $("plan-history-toggle").addEventListener("click", () => showHistory(!historyOpen()));
 $("plan-history-close").addEventListener("click", () => { showHistory(false); $("plan-history-toggle").focus(); });
 

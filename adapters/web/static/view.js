@@ -26,6 +26,12 @@ export function stopButton(plan) {
   return (plan && plan.view && plan.view.stop) || null;
 }
 
+// startButton is the plan's Start button while the turn waits for a
+// person to start its first plan (DESIGN §19), else null.
+export function startButton(plan) {
+  return (plan && plan.view && plan.view.start) || null;
+}
+
 // pill is a status pill: its text (the server's status) and class.
 export function pill(s) {
   const text = (s && typeof s.status === "string" && s.status) || "";

@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 
-import { planTitle, planFooter, planProgress, stopButton, pill, running, cardView, revisionProgress, statusName, itemEvidence, callView, duration, itemMark, planAccent, itemControls, itemStruck, findControl, newItemText, revisionChange } from "./view.js";
+import { planTitle, planFooter, planProgress, stopButton, startButton, pill, running, cardView, revisionProgress, statusName, itemEvidence, callView, duration, itemMark, planAccent, itemControls, itemStruck, findControl, newItemText, revisionChange } from "./view.js";
 
 test("the plan's title, footer and Stop button are the server's", () => {
   const plan = {
@@ -126,4 +126,11 @@ test("a new item's text is checked as the server counts it", () => {
   assert.equal(newItemText("😀".repeat(1000), 1000).error, "");
   assert.equal(newItemText("x".repeat(1001), 1000).error, "The new item is 1001 characters long; the most is 1000.");
   assert.equal(newItemText("x".repeat(5000), 0).error, ""); // no limit known: the server says
+});
+
+test("the plan's Start button is the server's, while the plan waits for it", () => {
+  const plan = { items: [{ content: "a", status: "pending" }], view: { start: { id: "pinplan:start:plan-1", label: "Start" } } };
+  assert.deepEqual(startButton(plan), { id: "pinplan:start:plan-1", label: "Start" });
+  assert.equal(startButton({ ...plan, view: {} }), null);
+  assert.equal(startButton(null), null);
 });
