@@ -35,7 +35,7 @@ type planView struct {
 	// to start its first plan (PINPLAN_PLAN_APPROVAL=ask, DESIGN §19);
 	// the page's Change beside it points to the item controls.
 	Start *buttonView `json:"start,omitempty"`
-	Items    []itemView  `json:"items"`          // one per item, in order
+	Items []itemView  `json:"items"` // one per item, in order
 	// Accent is the run state the plan's border shows, as Discord's
 	// container colour: working, waiting, done, stopped or failed.
 	Accent string `json:"accent"`
