@@ -43,6 +43,14 @@ func (p Plan) Clean() Plan {
 	}
 	p.Activity = StripBidi(p.Activity)
 	p.StoppedBy = StripBidi(p.StoppedBy)
+	if len(p.Marks) > 0 {
+		marks := make([]agent.Mark, len(p.Marks))
+		for i, m := range p.Marks {
+			m.Item, m.After, m.By = StripBidi(m.Item), StripBidi(m.After), StripBidi(m.By)
+			marks[i] = m
+		}
+		p.Marks = marks
+	}
 	p.Evidence = cleanEvidence(p.Evidence)
 	return p
 }

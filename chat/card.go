@@ -163,6 +163,9 @@ type ClickResult struct {
 	Card    *Card  `json:"card,omitempty"`
 	Plan    *Plan  `json:"plan,omitempty"`
 	Private string `json:"private,omitempty"`
+	// Refused: Private says why the press changed nothing (a plan
+	// change or Start refused), so a form can stay open.
+	Refused bool `json:"refused,omitempty"`
 }
 
 // CardStore keeps each session's approval cards record, apart from its

@@ -121,11 +121,11 @@ func steer(ctx context.Context, p rules, c Click, action, id string, want Plan) 
 	revText, hash, ok := strings.Cut(id, ".")
 	rev, err := strconv.ParseInt(revText, 10, 64)
 	if !ok || err != nil {
-		return ClickResult{Private: "I don't know that button."}
+		return ClickResult{Private: "I don't know that button.", Refused: true}
 	}
 	t := p.turn(ctx, c.Thread.Key)
 	if !p.mayStop(c.Thread.Platform, t, c.UserID) {
-		return ClickResult{Private: "Only the person who asked, the one who started this conversation or an approver can change the plan."}
+		return ClickResult{Private: "Only the person who asked, the one who started this conversation or an approver can change the plan.", Refused: true}
 	}
 	// Renderers show the plan cleaned of bidi controls (Plan.Clean), so a
 	// control's hash may be of the cleaned text.
@@ -133,7 +133,7 @@ func steer(ctx context.Context, p rules, c Click, action, id string, want Plan) 
 		return itemHash(it.Content) == hash || itemHash(StripBidi(it.Content)) == hash
 	})
 	if i < 0 || rev != want.Revision {
-		return ClickResult{Private: "The plan changed since you looked at it; make your change on the pinned plan as it is now."}
+		return ClickResult{Private: "The plan changed since you looked at it; make your change on the pinned plan as it is now.", Refused: true}
 	}
 	item := want.Items[i].Content
 	by := c.UserName
@@ -144,10 +144,10 @@ func steer(ctx context.Context, p rules, c Click, action, id string, want Plan) 
 	var refused *agent.SteerError
 	switch {
 	case errors.As(err, &refused):
-		return ClickResult{Private: "I couldn't change the plan: " + refused.Reason}
+		return ClickResult{Private: "I couldn't change the plan: " + refused.Reason, Refused: true}
 	case err != nil:
 		p.log.Error("record a plan change", "session", c.Thread.Key, "err", err)
-		return ClickResult{Private: "I couldn't record your change (the database is unavailable). Please try again in a moment."}
+		return ClickResult{Private: "I couldn't record your change (the database is unavailable). Please try again in a moment.", Refused: true}
 	}
 	p.log.Info("plan changed by a person", "session", c.Thread.Key, "action", action, "user", c.UserID)
 	what := map[string]string{ActionSkip: "skipped", ActionReopen: "reopened", ActionAdd: "added"}[action]
@@ -172,15 +172,15 @@ func cmpOr(a, b string) string {
 func start(ctx context.Context, p rules, c Click, id string, want Plan) ClickResult {
 	t := p.turn(ctx, c.Thread.Key)
 	if !p.mayStop(c.Thread.Platform, t, c.UserID) {
-		return ClickResult{Private: "Only the person who asked, the one who started this conversation or an approver can start this plan."}
+		return ClickResult{Private: "Only the person who asked, the one who started this conversation or an approver can start this plan.", Refused: true}
 	}
 	d := agent.Decision{Allow: true, By: c.UserID, ByName: c.UserName}
 	if _, err := p.runner.Decide(ctx, c.Thread.Key, id, d); err != nil {
 		if errors.Is(err, agent.ErrNotPending) {
-			return ClickResult{Private: "This plan is not waiting for Start any more."}
+			return ClickResult{Private: "This plan is not waiting for Start any more.", Refused: true}
 		}
 		p.log.Error("record a plan's start", "session", c.Thread.Key, "err", err)
-		return ClickResult{Private: "I couldn't record your Start (the database is unavailable). Please try again in a moment."}
+		return ClickResult{Private: "I couldn't record your Start (the database is unavailable). Please try again in a moment.", Refused: true}
 	}
 	p.log.Info("plan started", "session", c.Thread.Key, "user", c.UserID)
 	pl := want

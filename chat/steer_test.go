@@ -49,7 +49,7 @@ func TestSteerClick(t *testing.T) {
 	ctx := context.Background()
 
 	skipB := ItemButton(ActionSkip, shown, shown.Items[1])
-	if res := r.Click(ctx, Click{Thread: th, Button: skipB, UserID: "UBO", UserName: "bo"}); !strings.Contains(res.Private, "Only") {
+	if res := r.Click(ctx, Click{Thread: th, Button: skipB, UserID: "UBO", UserName: "bo"}); !strings.Contains(res.Private, "Only") || !res.Refused {
 		t.Errorf("a stranger's press: %+v, want a private refusal", res)
 	}
 	old := shown
@@ -60,7 +60,7 @@ func TestSteerClick(t *testing.T) {
 	if got := run.Steers(); len(got) != 0 {
 		t.Fatalf("refused presses reached the agent: %+v", got)
 	}
-	if res := r.Click(ctx, Click{Thread: th, Button: skipB, UserID: "UANN", UserName: "ann"}); !strings.Contains(res.Private, "skipped “b”") {
+	if res := r.Click(ctx, Click{Thread: th, Button: skipB, UserID: "UANN", UserName: "ann"}); !strings.Contains(res.Private, "skipped “b”") || res.Refused {
 		t.Errorf("the requester's press: %+v", res)
 	}
 	add := r.Click(ctx, Click{Thread: th, Button: ItemButton(ActionAdd, shown, shown.Items[0]), UserID: "UANN", UserName: "ann", Text: " a2 "})
@@ -87,6 +87,13 @@ func TestSteerClick(t *testing.T) {
 	}
 	if line := after.EvidenceLine(after.Items[1]); line != "↳ skipped by ann" {
 		t.Errorf("the skipped item's line: %q", line)
+	}
+	bidi := after
+	bidi.Items = slices.Clone(after.Items)
+	bidi.Items[1].Content = "b\u202e"
+	bidi.Marks = []agent.Mark{{Action: agent.SteerSkip, Item: "b\u202e", After: "a", By: "an\u202en"}}
+	if cl := bidi.Clean(); cl.EvidenceLine(cl.Items[1]) != "↳ skipped by ann" {
+		t.Errorf("a skipped item with bidi controls, cleaned: %q", cl.EvidenceLine(cl.Items[1]))
 	}
 	if done, total := after.Progress(); done != 1 || total != 2 {
 		t.Errorf("progress %d/%d, want 1/2: a skipped item is not the agent's to do", done, total)
