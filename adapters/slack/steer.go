@@ -272,7 +272,7 @@ func (a *Adapter) submitEdit(parent context.Context, cb slack.InteractionCallbac
 	th := chat.Thread{Platform: "slack", Key: meta.Key, Channel: meta.Channel, ThreadID: meta.Thread}
 	name := cmp.Or(a.displayName(ctx, cb.User.ID), cb.User.Name, cb.User.Username, cb.User.ID)
 	res := a.in.Click(ctx, chat.Click{Thread: th, Button: chat.ButtonID(action, chosen), UserID: cb.User.ID, UserName: name, Show: true, Text: text})
-	if res.Private != "" && !taken(res.Private) {
+	if res.Refused {
 		block := blockItem
 		if action == chat.ActionAdd {
 			block = blockText // the refusals of an Add are about its text
@@ -286,11 +286,6 @@ func (a *Adapter) submitEdit(parent context.Context, cb slack.InteractionCallbac
 	a.log.Info("slack plan changed from the modal", "session", th.Key, "action", action, "user", cb.User.ID)
 	return nil
 }
-
-// taken reports whether the router's note on a plan change says it was
-// taken ("You skipped …") rather than why not: chat.ClickResult carries
-// both as Private.
-func taken(note string) bool { return strings.HasPrefix(note, "You ") }
 
 // refuse is the answer that keeps the modal open with msg on block.
 func refuse(block, msg string) *slack.ViewSubmissionResponse {

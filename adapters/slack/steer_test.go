@@ -233,9 +233,9 @@ func (s *steerInbox) Click(_ context.Context, c chat.Click) chat.ClickResult {
 	action, _, _ := chat.ParseButtonID(c.Button)
 	switch {
 	case c.UserID != "U1":
-		return chat.ClickResult{Private: "Only the person who asked, the one who started this conversation or an approver can change the plan."}
+		return chat.ClickResult{Private: "Only the person who asked, the one who started this conversation or an approver can change the plan.", Refused: true}
 	case action == chat.ActionAdd && c.Text == "dup":
-		return chat.ClickResult{Private: "I couldn't change the plan: the plan has that item already."}
+		return chat.ClickResult{Private: "I couldn't change the plan: the plan has that item already.", Refused: true}
 	}
 	return chat.ClickResult{Private: "You " + action + "ed it. The plan shows it in a moment."}
 }
