@@ -65,12 +65,15 @@ func utf16Len(s string) int {
 // PlanContainer renders a plan as Components V2: one container, its
 // accent colour by run state, holding a text display with the title and
 // the items with their evidence lines (as the embed shows them), a
-// separator, a text display with the footer and, while a turn runs, an
-// action row with the Stop button. Six components at most, and the text
-// is shortened as the embed's description is until all of it fits in
-// Discord's 4,000 characters.
+// separator, a text display with the footer and the controls
+// (planControls): the item menu while the plan is steerable, and an
+// action row with Start and Change while the turn waits for Start and
+// Stop while it runs. Ten components at most, and the text is shortened
+// as the embed's description is until all of it fits in Discord's 4,000
+// characters.
 func PlanContainer(p chat.Plan) []discordgo.MessageComponent {
-	p = p.Clean()
+	controls := planControls(p) // before Clean: its ids hash the items as chat knows them
+	p = cleanPlan(p)
 	head := "### " + p.Title() + "\n"
 	footer := "-# " + escapeMarkdown(chat.Shorten(p.Footer(), maxV2Footer))
 	body := head + fitWithin(p, v2TextRoom-utf16Len(head)-utf16Len(footer), utf16Len)
@@ -81,9 +84,7 @@ func PlanContainer(p chat.Plan) []discordgo.MessageComponent {
 		discordgo.Separator{Divider: &divider, Spacing: &spacing},
 		discordgo.TextDisplay{Content: footer},
 	}
-	if p.Stoppable {
-		children = append(children, discordgo.ActionsRow{Components: []discordgo.MessageComponent{stopButton()}})
-	}
+	children = append(children, controls...)
 	return []discordgo.MessageComponent{discordgo.Container{AccentColor: &color, Components: children}}
 }
 

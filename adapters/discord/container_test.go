@@ -137,8 +137,8 @@ func TestWorstCaseContainerShortens(t *testing.T) {
 	parts := readV2(t, PlanMessageV2(p))
 	runes, units := parts.textLength()
 	t.Logf("worst case: %d components, %d characters (%d UTF-16 units) of text", parts.components, runes, units)
-	if parts.components != 6 {
-		t.Errorf("%d components, want 6: container, two text displays, separator, row, Stop", parts.components)
+	if parts.components != 8 {
+		t.Errorf("%d components, want 8: container, two text displays, separator, the item menu in its row, Stop in its row", parts.components)
 	}
 	items, evidence := descriptionLines(parts.texts[0])
 	if len(items) != len(p.Items)+1 || len(evidence) != len(p.Items) {

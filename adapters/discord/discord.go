@@ -92,6 +92,9 @@ type Adapter struct {
 	noManage    bool // deleting the pin notice was refused
 	noContent   bool // the MessageContent intent is not enabled: messages without a mention come blank
 	v2Refused   bool // a Components V2 plan was refused and logged
+	// shown is, by channel, what its plan message shows of its items as
+	// this process last rendered it: the Add form's numbers (steer.go).
+	shown map[string]shownPlan
 	// gatewayOn admits gateway dials and reconnects: set by OpenGateway,
 	// cleared by CloseGateway, so that no connection is made while
 	// another replica holds the gateway. gateCtx lives as long as the
@@ -204,7 +207,8 @@ func New(opts Options) (*Adapter, error) {
 	s.SyncEvents = true
 	s.Identify.Intents = discordgo.IntentsGuilds | discordgo.IntentsGuildMessages | discordgo.IntentsDirectMessages | discordgo.IntentsMessageContent
 	a := &Adapter{opts: opts, s: s, log: opts.Logger, limiters: map[string]*chat.Budget{}, lives: map[string]*liveReply{}, typing: map[string]context.CancelFunc{},
-		chanTypes: map[string]discordgo.ChannelType{}, chanParents: map[string]string{}, botRoles: map[string][]string{}, seen: map[string]seenChannel{}}
+		chanTypes: map[string]discordgo.ChannelType{}, chanParents: map[string]string{}, botRoles: map[string][]string{}, seen: map[string]seenChannel{},
+		shown: map[string]shownPlan{}}
 	s.Dialer.NetDialContext = a.dialGateway
 	s.AddHandler(a.onMessage)
 	s.AddHandler(a.onGuild)
@@ -479,6 +483,7 @@ func (a *Adapter) Forget(th chat.Thread) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.chanTypes, th.Channel)
+	delete(a.shown, th.Channel)
 	if l, ok := a.limiters[th.Channel]; ok && l.Idle() {
 		delete(a.limiters, th.Channel)
 	}
@@ -547,7 +552,11 @@ func (a *Adapter) PostPlan(ctx context.Context, th chat.Thread, p chat.Plan) (ch
 	if key := chat.SendKey(ctx); key != "" {
 		n = nonce(key)
 	}
-	return a.postPlan(ctx, th, p, n)
+	ref, err := a.postPlan(ctx, th, p, n)
+	if err == nil {
+		a.remember(th.Channel, ref.ID, p, true)
+	}
+	return ref, err
 }
 
 // postPlan creates the plan message, with nonce (and enforce_nonce) if
@@ -624,14 +633,18 @@ func refusedV2(err error) bool {
 // EditPlan implements chat.Platform: a Components V2 message is edited as
 // one, with the flag and no content or embeds; any other as an embed.
 func (a *Adapter) EditPlan(ctx context.Context, th chat.Thread, ref chat.MessageRef, p chat.Plan) error {
+	var err error
 	if ref.Kind == refComponentsV2 {
 		endpoint := discordgo.EndpointChannelMessage(ref.Channel, ref.ID)
-		_, err := a.s.RequestWithBucketID(http.MethodPatch, endpoint, PlanMessageV2(p), discordgo.EndpointChannelMessage(ref.Channel, ""), discordgo.WithContext(ctx))
-		return classify("edit plan "+ref.ID, err, false)
+		_, err = a.s.RequestWithBucketID(http.MethodPatch, endpoint, PlanMessageV2(p), discordgo.EndpointChannelMessage(ref.Channel, ""), discordgo.WithContext(ctx))
+	} else {
+		embeds := []*discordgo.MessageEmbed{PlanEmbed(p)}
+		components := PlanComponents(p)
+		_, err = a.s.ChannelMessageEditComplex(&discordgo.MessageEdit{ID: ref.ID, Channel: ref.Channel, Embeds: &embeds, Components: &components, AllowedMentions: noMentions()}, discordgo.WithContext(ctx))
 	}
-	embeds := []*discordgo.MessageEmbed{PlanEmbed(p)}
-	components := PlanComponents(p)
-	_, err := a.s.ChannelMessageEditComplex(&discordgo.MessageEdit{ID: ref.ID, Channel: ref.Channel, Embeds: &embeds, Components: &components, AllowedMentions: noMentions()}, discordgo.WithContext(ctx))
+	if err == nil {
+		a.remember(ref.Channel, ref.ID, p, false)
+	}
 	return classify("edit plan "+ref.ID, err, false)
 }
 

@@ -72,8 +72,9 @@ func (a *Adapter) History(ctx context.Context, th chat.Thread, before string, li
 	return out, nil
 }
 
-// onInteraction answers a button press within Discord's 3 seconds: with
-// the pressed message updated (type 7), or an ephemeral note for the
+// onInteraction answers a button press, a choice in the item menu or a
+// submitted Add form within Discord's 3 seconds: with the pressed message
+// updated (type 7), a form (type 9), or an ephemeral note for the
 // presser (type 4, flags 64). It runs off the gateway goroutine.
 func (a *Adapter) onInteraction(_ *discordgo.Session, i *discordgo.InteractionCreate) {
 	if i.Interaction == nil || a.ctx == nil {
@@ -82,22 +83,47 @@ func (a *Adapter) onInteraction(_ *discordgo.Session, i *discordgo.InteractionCr
 	switch i.Type {
 	case discordgo.InteractionMessageComponent:
 		a.queue.Add("interaction/"+i.ID, func() { a.interact(a.ctx, i.Interaction) })
+	case discordgo.InteractionModalSubmit:
+		a.queue.Add("interaction/"+i.ID, func() { a.submit(a.ctx, i.Interaction) })
 	case discordgo.InteractionApplicationCommand:
 		a.queue.Add("interaction/"+i.ID, func() { a.command(a.ctx, i.Interaction) })
 	}
 }
 
+// interact handles a message component: the item menu (steer.go), Change,
+// or a button the router knows (Stop, Start, a card's).
 func (a *Adapter) interact(ctx context.Context, i *discordgo.Interaction) {
-	user := i.User
-	if i.Member != nil && i.Member.User != nil {
-		user = i.Member.User
-	}
-	if user == nil {
+	c, ok := clicker(i)
+	if !ok {
 		return
 	}
 	data := i.MessageComponentData()
-	th := chat.Thread{Platform: "discord", Key: Key(i.ChannelID), Channel: i.ChannelID}
-	res := a.in.Click(ctx, chat.Click{Thread: th, Button: data.CustomID, UserID: user.ID, UserName: cmp.Or(user.GlobalName, user.Username)})
+	switch data.CustomID {
+	case itemMenuID:
+		a.pick(ctx, i, c, data.Values)
+		return
+	case changeID:
+		a.respond(ctx, i, changeAnswer, true)
+		return
+	}
+	c.Button = data.CustomID
+	a.answer(ctx, i, a.in.Click(ctx, c))
+}
+
+// submit handles a submitted form: the Add form is the only one.
+func (a *Adapter) submit(ctx context.Context, i *discordgo.Interaction) {
+	if c, ok := clicker(i); ok {
+		a.submitAdd(ctx, i, c)
+	}
+}
+
+// answer answers interaction i with the router's result: the message
+// updated to the card or plan it now shows, else a note for the presser
+// alone.
+func (a *Adapter) answer(ctx context.Context, i *discordgo.Interaction, res chat.ClickResult) {
+	if res.Plan != nil && i.Message != nil {
+		a.remember(i.ChannelID, i.Message.ID, *res.Plan, false)
+	}
 	if res.Plan != nil && i.Message != nil && i.Message.Flags&discordgo.MessageFlagsIsComponentsV2 != 0 {
 		// A Components V2 plan is updated as one: the flag and the
 		// container, no content or embeds (discordgo's response data
@@ -117,7 +143,7 @@ func (a *Adapter) interact(ctx context.Context, i *discordgo.Interaction) {
 	case res.Card != nil:
 		resp.Data.Embeds = []*discordgo.MessageEmbed{CardEmbed(*res.Card)}
 		resp.Data.Components = CardComponents(*res.Card)
-	case res.Plan != nil:
+	case res.Plan != nil && i.Message != nil:
 		resp.Data.Embeds = []*discordgo.MessageEmbed{PlanEmbed(*res.Plan)}
 		resp.Data.Components = PlanComponents(*res.Plan)
 	default:

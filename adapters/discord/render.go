@@ -3,11 +3,13 @@ package discord
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/bwmarrin/discordgo"
 
+	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/todo"
 )
@@ -27,16 +29,23 @@ var mdEscaper = strings.NewReplacer(`\`, `\\`, "*", `\*`, "_", `\_`, "~", `\~`, 
 // escapeMarkdown makes text show as typed: no formatting, no mentions.
 func escapeMarkdown(s string) string { return mdEscaper.Replace(s) }
 
-// line is p's item it, cut to max runes, with its mark.
-func line(p chat.Plan, it todo.Item, max int) string {
+// line is p's item it, the n-th of the plan (1 on), cut to max runes,
+// with its mark: completed and skipped items struck through, the item in
+// progress bold. A steerable plan numbers its items: the item menu and
+// the Add form name them by these numbers (steer.go).
+func line(p chat.Plan, n int, it todo.Item, max int) string {
 	text := escapeMarkdown(chat.Shorten(strings.Join(strings.Fields(it.Content), " "), max))
-	switch it.Status {
-	case todo.Completed:
-		return p.ItemMark(it) + " ~~" + text + "~~"
-	case todo.InProgress:
-		return p.ItemMark(it) + " **" + text + "**"
+	mark := p.ItemMark(it)
+	if p.Steerable() {
+		mark += " " + strconv.Itoa(n) + "."
 	}
-	return p.ItemMark(it) + " " + text
+	switch it.Status {
+	case todo.Completed, chat.Skipped:
+		return mark + " ~~" + text + "~~"
+	case todo.InProgress:
+		return mark + " **" + text + "**"
+	}
+	return mark + " " + text
 }
 
 // Lengths an item and its evidence line are cut to, in runes before
@@ -61,7 +70,7 @@ func describe(p chat.Plan, items []todo.Item, evidence []string, max, ev int) st
 	}
 	lines := make([]string, 0, 2*len(items))
 	for i, it := range items {
-		lines = append(lines, line(p, it, max))
+		lines = append(lines, line(p, i+1, it, max))
 		if evidence[i] != "" && ev > 0 {
 			lines = append(lines, escapeMarkdown(chat.Shorten(evidence[i], ev)))
 		}
@@ -127,7 +136,7 @@ func leftOut(n int) string {
 // lines, then items, are shortened with … until the description fits
 // Discord's 4,096 characters.
 func PlanEmbed(p chat.Plan) *discordgo.MessageEmbed {
-	p = p.Clean()
+	p = cleanPlan(p)
 	desc := fit(p)
 	color := 0x2457c5
 	done, total := p.Progress()
@@ -143,6 +152,23 @@ func PlanEmbed(p chat.Plan) *discordgo.MessageEmbed {
 		Color:       color,
 		Footer:      &discordgo.MessageEmbedFooter{Text: chat.Shorten(p.Footer(), maxFooter)},
 	}
+}
+
+// cleanPlan is p without bidirectional control characters (chat.Plan.Clean),
+// in its marks too: a mark names its item by the item's text, so both are
+// cleaned alike for the item's line to say who changed it, and the name
+// of who did is shown as typed but for them.
+func cleanPlan(p chat.Plan) chat.Plan {
+	p = p.Clean()
+	if p.Marks != nil {
+		marks := make([]agent.Mark, len(p.Marks))
+		for i, m := range p.Marks {
+			m.Item, m.After, m.By = chat.StripBidi(m.Item), chat.StripBidi(m.After), chat.StripBidi(m.By)
+			marks[i] = m
+		}
+		p.Marks = marks
+	}
+	return p
 }
 
 // embedSize counts the characters Discord limits to 6,000 per message.
@@ -167,13 +193,15 @@ func PlanMessage(p chat.Plan) *discordgo.MessageSend {
 // stopID is the Stop button's custom_id; the session is the channel.
 var stopID = chat.ButtonID(chat.ActionStop, "plan")
 
-// PlanComponents is the Stop button while a turn runs, else none (an
-// empty list, so an edit removes the button).
+// PlanComponents are the embed's controls (planControls): the item menu
+// while the plan is steerable, Start and Change while it waits for Start,
+// Stop while a turn runs; else none (an empty list, so an edit removes
+// them).
 func PlanComponents(p chat.Plan) []discordgo.MessageComponent {
-	if !p.Stoppable {
-		return []discordgo.MessageComponent{}
+	if rows := planControls(p); len(rows) > 0 {
+		return rows
 	}
-	return []discordgo.MessageComponent{discordgo.ActionsRow{Components: []discordgo.MessageComponent{stopButton()}}}
+	return []discordgo.MessageComponent{}
 }
 
 // stopButton is the plan message's Stop button, as an embed's component

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/internal/fakediscord"
 	"github.com/pinplan/pinplan/internal/golden"
@@ -45,6 +46,25 @@ func plans() map[string]chat.Plan {
 		"stopped": {Revision: 5, State: chat.StateStopped, StoppedBy: "ann", Updated: at, Items: []todo.Item{
 			{Content: "Read the notes", Status: todo.InProgress},
 		}},
+		"waiting_for_start": waitingForStart(),
+	}
+}
+
+// waitingForStart is a turn's first plan waiting for Start
+// (PINPLAN_PLAN_APPROVAL=ask) after people changed it: an item skipped
+// where it was, one added, with who did each.
+func waitingForStart() chat.Plan {
+	return chat.Plan{Revision: 3, State: chat.StateWaiting, Updated: at, Stoppable: true, Start: chat.ButtonID(chat.ActionStart, "plan-1"),
+		Items: []todo.Item{
+			{Content: "Check the release branch", Status: todo.InProgress},
+			{Content: "Tag the *release* candidate", Status: chat.Skipped},
+			{Content: "Write the changelog", Status: todo.Pending},
+			{Content: "Publish the release notes", Status: todo.Pending},
+		},
+		Marks: []agent.Mark{
+			{Action: agent.SteerSkip, Item: "Tag the *release* candidate", After: "Check the release branch", By: "ann", At: at},
+			{Action: agent.SteerAdd, Item: "Write the changelog", By: "bo", At: at, Owed: true},
+		},
 	}
 }
 
@@ -115,10 +135,10 @@ func descriptionLines(desc string) (items, evidence []string) {
 // every item keeps one.
 func TestEvidenceUnderItsItem(t *testing.T) {
 	d := PlanEmbed(plans()["typical_evidence"]).Description
-	want := "✅ ~~Read the failing test~~\n↳ fs\\_\\_read\\_text\\_file ×2, fs\\_\\_search\\_files\n" +
-		"✅ ~~Check the old notes~~\n↳ no tool activity\n" +
-		"🔄 **Fix the parser\\_edge case**\n↳ fs\\_\\_write\\_file (denied), fs\\_\\_read\\_text\\_file (error)\n" +
-		"⬜ Run the suite & ping <\u200b@123\\>"
+	want := "✅ 1. ~~Read the failing test~~\n↳ fs\\_\\_read\\_text\\_file ×2, fs\\_\\_search\\_files\n" +
+		"✅ 2. ~~Check the old notes~~\n↳ no tool activity\n" +
+		"🔄 3. **Fix the parser\\_edge case**\n↳ fs\\_\\_write\\_file (denied), fs\\_\\_read\\_text\\_file (error)\n" +
+		"⬜ 4. Run the suite & ping <\u200b@123\\>"
 	if d != want {
 		t.Errorf("description\n%s\nwant\n%s", d, want)
 	}
