@@ -257,7 +257,7 @@ func (b *Board) planChanged(e agent.Event) {
 		// A person's change: the same plan, on whatever state it is in.
 		b.set(func(_ *boardRecord, want *Plan) {
 			p := planFrom(e.Plan, e.Marks, e.Revision, want.State, e.At)
-			p.Stoppable, p.Activity, p.StoppedBy = want.Stoppable, want.Activity, want.StoppedBy
+			p.Stoppable, p.Activity, p.StoppedBy, p.Start = want.Stoppable, want.Activity, want.StoppedBy, want.Start
 			p.Evidence, p.Calls, p.Approvals = e.Evidence, e.Calls, e.Approvals
 			*want = p
 		})
@@ -317,15 +317,14 @@ func (b *Board) waiting(e agent.Event) {
 	var th Thread
 	b.set(func(rec *boardRecord, want *Plan) {
 		want.State, want.Updated, want.Activity = StateWaiting, e.At, ""
+		if a := e.Approval; a != nil && a.Plan {
+			// The turn waits for its first plan's Start: the message
+			// carries it, in the same edit.
+			want.Start = ButtonID(ActionStart, a.CallID)
+		}
 		th = rec.Thread
 	})
 	b.moveSession(th, statusChange{state: SessionSuspended})
-}
-
-// askStart: the turn waits for a person to start its first plan; the
-// message carries the Start button (id) until then.
-func (b *Board) askStart(id string) {
-	b.set(func(_ *boardRecord, want *Plan) { want.Start = id })
 }
 
 // approvalDecided: the approval the turn waited for was decided; it works

@@ -235,24 +235,24 @@ type cardRecord struct {
 func (r *Router) Click(ctx context.Context, c Click) ClickResult {
 	action, id, ok := ParseButtonID(c.Button)
 	if !ok {
-		return ClickResult{Private: "I don't know that button."}
+		return ClickResult{Private: "I don't know that button.", Refused: true}
 	}
 	s := r.out.session(c.Thread.Key, nil)
 	if s == nil {
-		return ClickResult{Private: "This conversation no longer exists in pinplan, so there is nothing to decide here."}
+		return ClickResult{Private: "This conversation no longer exists in pinplan, so there is nothing to decide here.", Refused: true}
 	}
 	_, want := s.board.state()
 	log := r.opts.Logger.With("session", c.Thread.Key, "user", c.UserID, "action", action)
 	if action == ActionStop {
 		t := r.rules.turn(ctx, c.Thread.Key)
 		if !t.Running {
-			return ClickResult{Private: "Nothing is running in this thread."}
+			return ClickResult{Private: "Nothing is running in this thread.", Refused: true}
 		}
 		if !r.rules.mayStop(c.Thread.Platform, t, c.UserID) {
-			return ClickResult{Private: stopRefusal(t)}
+			return ClickResult{Private: stopRefusal(t), Refused: true}
 		}
 		if !r.runner.Stop(c.Thread.Key, c.UserName) {
-			return ClickResult{Private: "Nothing is running in this thread."}
+			return ClickResult{Private: "Nothing is running in this thread.", Refused: true}
 		}
 		log.Info("turn stopped from the plan message")
 		p := want
@@ -270,21 +270,21 @@ func (r *Router) Click(ctx context.Context, c Click) ClickResult {
 	var cr cardRecord
 	s.cards.read(func(v *cardsRecord) { cr, ok = v.Cards[id] })
 	if !ok {
-		return ClickResult{Private: "This card does not belong to this thread's conversation."}
+		return ClickResult{Private: "This card does not belong to this thread's conversation.", Refused: true}
 	}
 	if !cr.Card.Open() {
-		return ClickResult{Private: "This was already decided: " + cr.Card.Status()}
+		return ClickResult{Private: "This was already decided: " + cr.Card.Status(), Refused: true}
 	}
 	if !r.rules.mayDecide(c.Thread.Platform, cr.Card.Requester, c.UserID) {
-		return ClickResult{Private: "Only " + mention(cr.Card.Requester) + " or an approver can decide this."}
+		return ClickResult{Private: "Only " + mention(cr.Card.Requester) + " or an approver can decide this.", Refused: true}
 	}
 	d := agent.Decision{Allow: action != ActionDeny, Always: action == ActionAlways, By: c.UserID, ByName: c.UserName, At: r.opts.Now()}
 	if _, err := r.runner.Decide(ctx, c.Thread.Key, cr.CallID, d); err != nil {
 		if errors.Is(err, agent.ErrNotPending) {
-			return ClickResult{Private: "This approval is no longer pending."}
+			return ClickResult{Private: "This approval is no longer pending.", Refused: true}
 		}
 		log.Error("record a decision", "err", err)
-		return ClickResult{Private: "I couldn't record your decision (the database is unavailable). Please try again in a moment."}
+		return ClickResult{Private: "I couldn't record your decision (the database is unavailable). Please try again in a moment.", Refused: true}
 	}
 	log.Info("approval decided", "tool", cr.Card.Tool, "allow", d.Allow, "always", d.Always)
 	card := decided(cr.Card, d)

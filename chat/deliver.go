@@ -546,11 +546,8 @@ func (d *deliverer) apply(s *session, e agent.Event, have map[int64]bool) []queu
 			return awaitPlan(d.outbox.hold(th, trigger, e.Text, 0, e.Seq), b)
 		}
 	case agent.ApprovalNeeded:
-		b.waiting(e)
-		switch {
-		case e.Approval != nil && e.Approval.Plan:
-			b.askStart(ButtonID(ActionStart, e.Approval.CallID))
-		case e.Approval != nil:
+		b.waiting(e) // a plan's Start shows on the plan message
+		if e.Approval != nil && !e.Approval.Plan {
 			d.showCard(ctx, s, th, *e.Approval)
 		}
 	case agent.ApprovalDecided:

@@ -127,6 +127,14 @@ func TestStartButton(t *testing.T) {
 	if cards != 0 {
 		t.Errorf("%d approval cards posted for the plan's Start", cards)
 	}
+	// A change while the plan waits for Start keeps Start on the message.
+	st := agent.Steer{Action: agent.SteerSkip, Item: "b", Revision: 1, By: "ann"}
+	observe(r, agent.Event{Session: key, Kind: agent.PlanChanged, Revision: 2, Steer: &st, Plan: todo.NewSnapshot(items[:1]),
+		Marks: []agent.Mark{{Action: agent.SteerSkip, Item: "b", After: "a", By: "ann"}}, At: time.Now()})
+	settle(t, r, key)
+	if steered := p.onlyPlan(t); steered.Start != shown.Start || steered.Revision != 2 || !strings.Contains(steered.Footer(), "waiting for Start") {
+		t.Fatalf("after a change while waiting for Start: start %q, revision %d, footer %q", steered.Start, steered.Revision, steered.Footer())
+	}
 	ctx := context.Background()
 	if res := r.Click(ctx, Click{Thread: th, Button: shown.Start, UserID: "UBO", UserName: "bo"}); !strings.Contains(res.Private, "Only") {
 		t.Errorf("a stranger's Start: %+v, want a private refusal", res)
