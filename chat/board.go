@@ -252,7 +252,19 @@ func (b *Board) turnStarted(e agent.Event) (indicated string) {
 
 // planChanged: the agent committed a plan revision. After a finished plan,
 // a plan that shares no item with it is a new task and gets a new message.
+//
+// A revision older than the one wanted changes nothing: an entry applied
+// again after a restart (the cursor's save lagged behind a kill), whose
+// newer revision the board record already wants and the message may
+// show. Revisions only grow in a session (a reset starts the board over
+// at none), so the message never goes back to an older one (DESIGN §6).
 func (b *Board) planChanged(e agent.Event) {
+	b.mu.Lock()
+	older := e.Revision < b.want.Revision
+	b.mu.Unlock()
+	if older {
+		return
+	}
 	if e.Steer != nil {
 		// A person's change: the same plan, on whatever state it is in.
 		b.set(func(_ *boardRecord, want *Plan) {

@@ -1162,3 +1162,43 @@ func TestResumedStartAfterItsEndIsIgnored(t *testing.T) {
 		t.Errorf("%d replies, want the answer once", n)
 	}
 }
+
+// TestReplayAfterAKillShowsNoOlderRevision: a kill before the delivery
+// cursor was saved leaves entries the thread shows already behind it;
+// the next start applies them again, and the plan message must not go
+// back to an older revision on the way (DESIGN §6): what is shown is the
+// fold of the entries, not each one in turn. (The fake panics on an
+// older revision applied after a newer one.)
+func TestReplayAfterAKillShowsNoOlderRevision(t *testing.T) {
+	const n = 20
+	boards, logs, p := &slowBoards{Boards: &chattest.Boards{}}, &chattest.Log{}, &fakePlatform{}
+	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
+	r := NewRouter(Options{Runner: &chattest.Runner{}, Store: boards, Log: logs, Platforms: map[string]Platform{"test": p}})
+	r.out.board(th.Key, &th)
+	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
+	for rev := int64(1); rev <= n; rev++ {
+		logs.Append(th.Key, agent.Event{Kind: agent.PlanChanged, Revision: rev, Plan: plan(rev, todo.Pending)})
+	}
+	r.ResumeSession(t.Context(), th.Key) // catch up the lot
+	settle(t, r, th.Key)
+	r.Close()
+	if err := logs.SaveDelivered(t.Context(), th.Key, 1); err != nil { // the kill: the cursor's save lagged
+		t.Fatal(err)
+	}
+	r2 := NewRouter(Options{Runner: &chattest.Runner{}, Store: boards, Log: logs, Platforms: map[string]Platform{"test": p}})
+	t.Cleanup(r2.Close)
+	r2.ResumeSession(t.Context(), th.Key)
+	settle(t, r2, th.Key)
+	if got := p.onlyPlan(t).Revision; got != n {
+		t.Errorf("the plan shows revision %d, want %d", got, n)
+	}
+}
+
+// slowBoards saves board records as a disk does, a little slowly, so the
+// plan's loop runs between the entries a catch-up applies.
+type slowBoards struct{ *chattest.Boards }
+
+func (s *slowBoards) SaveBoard(ctx context.Context, key string, data []byte, pending bool) error {
+	time.Sleep(2 * time.Millisecond)
+	return s.Boards.SaveBoard(ctx, key, data, pending)
+}

@@ -270,7 +270,7 @@ func (l *Log) Append(key string, e agent.Event) agent.Event {
 	}
 	entry := agent.LogEntry{Seq: e.Seq, Kind: e.Kind, Turn: e.Turn, Plan: e.Plan.Items(), Revision: e.Revision, Text: e.Text,
 		Outcome: e.Outcome, StoppedBy: e.StoppedBy, Requester: e.Requester, Approval: e.Approval, Decision: e.Decision,
-		Evidence: e.Evidence, Calls: e.Calls, Approvals: e.Approvals, At: e.At}
+		Evidence: e.Evidence, Calls: e.Calls, Approvals: e.Approvals, Marks: e.Marks, Steer: e.Steer, Trigger: e.Trigger, At: e.At}
 	l.entries[key] = append(l.entries[key], entry)
 	return entry.Event(key)
 }
