@@ -349,9 +349,10 @@ func inputsOf(v *view) []input {
 }
 
 // ViewSubmission returns the view_submission payload Slack sends when
-// userID submits the open view viewID with values, text by block_id and
-// action_id of its plain_text_inputs (an input left out keeps its
-// initial_value). The view's state carries every input block. It refuses
+// userID submits the open view viewID with values by block_id and
+// action_id: the text of a plain_text_input, the value of the option
+// picked in a static_select or radio_buttons (an input left out keeps
+// its initial_value or initial_option). The view's state carries every input block. It refuses
 // (ErrNoView) a view that is not open, not userID's, not on top of its
 // stack or without a submit button, and (ErrNotInView) a value for
 // anything but a plain_text_input of the view, an empty required input
@@ -396,6 +397,16 @@ func (s *Server) ViewSubmission(userID, viewID string, values map[string]map[str
 				entry["value"] = val
 			}
 		}
+		if typ == "static_select" || typ == "radio_buttons" {
+			opt, given, err := chosen(in, values)
+			if err != nil {
+				return nil, fmt.Errorf("submit view %s: %w", viewID, err)
+			}
+			if given {
+				used++
+			}
+			entry["selected_option"] = opt
+		}
 		if state[in.block] == nil {
 			state[in.block] = map[string]any{}
 		}
@@ -405,7 +416,7 @@ func (s *Server) ViewSubmission(userID, viewID string, values map[string]map[str
 		var ids []string
 		for b, acts := range values {
 			for a := range acts {
-				if e, _ := state[b].(map[string]any); e == nil || e[a] == nil || e[a].(map[string]any)["type"] != "plain_text_input" {
+				if e, _ := state[b].(map[string]any); e == nil || e[a] == nil {
 					ids = append(ids, b+"/"+a)
 				}
 			}
@@ -431,6 +442,28 @@ func (s *Server) ViewSubmission(userID, viewID string, values map[string]map[str
 		"enterprise":            nil,
 		"is_enterprise_install": false,
 	}, nil
+}
+
+// chosen is the option a person picked in a static_select or
+// radio_buttons input: the one whose value values gives (given), else
+// its initial_option; a value it does not offer, or no choice in a
+// required input, is ErrNotInView. The option is as the view has it.
+func chosen(in input, values map[string]map[string]string) (opt map[string]any, given bool, err error) {
+	val, given := values[in.block][in.action]
+	if !given {
+		opt, _ = in.el["initial_option"].(map[string]any)
+		if opt == nil && !in.optional {
+			return nil, false, fmt.Errorf("%s/%s is required: %w", in.block, in.action, ErrNotInView)
+		}
+		return opt, false, nil
+	}
+	opts, _ := in.el["options"].([]any)
+	for _, o := range opts {
+		if m, _ := o.(map[string]any); m != nil && m["value"] == val {
+			return m, true, nil
+		}
+	}
+	return nil, true, fmt.Errorf("%s/%s offers no option %q: %w", in.block, in.action, val, ErrNotInView)
 }
 
 // checkEntered refuses what Slack's client does not submit: a required

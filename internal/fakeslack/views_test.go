@@ -589,3 +589,43 @@ func TestSlackGoModal(t *testing.T) {
 		t.Errorf("violations %q", v)
 	}
 }
+
+// TestViewSubmissionOfASelect: a static_select or radio_buttons input is
+// submitted with the option picked, as the view offers it; a value it
+// does not offer is refused, and a required one left empty too.
+func TestViewSubmissionOfASelect(t *testing.T) {
+	s := &Server{}
+	base := serve(t, s)
+	api := slack.New("xoxb-test", slack.OptionAPIURL(base+"/api/"))
+	ts := planIn(t, base)
+	cb := decode(t, s.Overflow("U2", "C1", ts, "item", "add:2"))
+	opts := []*slack.OptionBlockObject{slack.NewOptionBlockObject("1.a", plain("1. a"), nil), slack.NewOptionBlockObject("2.b", plain("2. b"), nil)}
+	sel := slack.NewOptionsSelectBlockElement(slack.OptTypeStatic, plain("Pick"), "pick", opts...)
+	radio := slack.NewRadioButtonsBlockElement("what", slack.NewOptionBlockObject("skip", plain("Skip"), nil), slack.NewOptionBlockObject("add", plain("Add"), nil))
+	view := slack.ModalViewRequest{Type: slack.VTModal, Title: plain("Change the plan"), Submit: plain("Change"), Close: plain("Cancel"),
+		Blocks: slack.Blocks{BlockSet: []slack.Block{slack.NewInputBlock("item", plain("Item"), nil, sel), slack.NewInputBlock("action", plain("What"), nil, radio)}}}
+	resp, err := api.OpenView(cb.TriggerID, view)
+	if err != nil {
+		t.Fatalf("views.open: %v (violations %q)", err, s.Violations())
+	}
+	id := resp.View.ID
+	if _, err := s.ViewSubmission("U2", id, map[string]map[string]string{"item": {"pick": "9.z"}, "action": {"what": "skip"}}); !errors.Is(err, ErrNotInView) {
+		t.Errorf("an option the select does not offer: %v", err)
+	}
+	if _, err := s.ViewSubmission("U2", id, map[string]map[string]string{"item": {"pick": "2.b"}}); !errors.Is(err, ErrNotInView) {
+		t.Errorf("a required choice left empty: %v", err)
+	}
+	p, err := s.ViewSubmission("U2", id, map[string]map[string]string{"item": {"pick": "2.b"}, "action": {"what": "skip"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(p)
+	var cbk slack.InteractionCallback
+	if err := json.Unmarshal(raw, &cbk); err != nil {
+		t.Fatal(err)
+	}
+	vals := cbk.View.State.Values
+	if vals["item"]["pick"].SelectedOption.Value != "2.b" || vals["action"]["what"].SelectedOption.Value != "skip" {
+		t.Errorf("state %+v", vals)
+	}
+}
