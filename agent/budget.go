@@ -159,8 +159,8 @@ func (r *Runner) build(ctx context.Context, s *session, drained []Entry, remind,
 // -1: it always goes in.
 func newestUser(hist []Entry) int {
 	for i := len(hist) - 1; i >= 0; i-- {
-		if e := hist[i]; e.Message.Role == openai.ChatMessageRoleUser && !e.Material && !e.Quote {
-			return i // what a person wrote, not the files or quotes it came with
+		if e := hist[i]; e.Message.Role == openai.ChatMessageRoleUser && !e.Material && !e.Quote && !e.Steer {
+			return i // what a person wrote, not the files or quotes it came with, nor a plan change
 		}
 	}
 	return -1

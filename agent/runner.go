@@ -534,6 +534,9 @@ type session struct {
 	grant int64
 	// unsaved: the turn is being ended after a failed save (endUnsaved).
 	unsaved bool
+	// announced is the approval this run committed and published: it
+	// is not announced again while the run goes on.
+	announced string
 }
 
 // turnContext returns a fresh context for one turn, which Stop cancels.
@@ -1058,7 +1061,9 @@ func (r *Runner) reload(s *session) error {
 		return fmt.Errorf("reload: %w", err)
 	}
 	if cp != nil {
-		s.cp.Decisions = cp.Decisions
+		// Changed with them: a round written while the turn waits
+		// (Round.Guard) follows the checkpoint as it is now.
+		s.cp.Decisions, s.cp.Changed = cp.Decisions, cp.Changed
 	}
 	return nil
 }
@@ -1109,7 +1114,7 @@ func (r *Runner) runTools(ctx context.Context, s *session, drained []Entry, ids 
 		}
 		r.attribute(att, tc, plan, work, before, out, start, d, decided)
 		if work.Revision() != before {
-			env.Marks = settleMarks(env.Marks, work.Snapshot().Items())
+			env.Marks = settleMarks(env.Marks, plan, work.Snapshot().Items())
 			rd.Plans = append(rd.Plans, PlanRevision{Revision: work.Revision(), Items: work.Snapshot().Items(), At: r.opts.Now(), ToolCallID: tc.ID, Evidence: att.ev.Clone()})
 		}
 		rd.Append = append(rd.Append, Entry{Message: openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, Content: out, ToolCallID: tc.ID}, At: r.opts.Now()})
@@ -1129,14 +1134,25 @@ func (r *Runner) runTools(ctx context.Context, s *session, drained []Entry, ids 
 	next.TurnCalls += calls // a call stopped before it ran is evidence, not a call made
 	countDecisions(&next, msg, decisions)
 	r.recordTools(s, rd, next, work, att)
+	_, stop := stopped(ctx)
+	var plan *Approval
+	if !stop && stopper == "" {
+		// The turn's first plan waits for Start in the round's own
+		// commit: a kill cannot come between the plan and its wait.
+		var err error
+		if plan, err = r.askPlan(s, rd, &next, work); err != nil {
+			return err
+		}
+	}
 	if err := r.commit(ctx, s, rd, next, work); err != nil {
 		return err
 	}
 	if by, stop := stopped(ctx); stop || stopper != "" {
 		return r.endStopped(ctx, s, nil, cmp.Or(by, stopper))
 	}
-	if r.opts.PlanApproval && len(rd.Plans) > 0 && s.cp.PlanApproved < s.cp.Turns {
-		return r.askPlan(ctx, s)
+	if plan != nil {
+		s.announced = plan.CallID
+		r.arm(s.key, *plan)
 	}
 	return nil
 }

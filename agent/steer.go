@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -89,7 +90,7 @@ func (r *Runner) Steer(ctx context.Context, key string, st Steer) error {
 	if st.At.IsZero() {
 		st.At = r.opts.Now()
 	}
-	st.Text = todo.TrimSpace(st.Text)
+	st.Text = todo.TrimSpace(invisible.Replace(st.Text))
 	var cp Checkpoint
 	err := r.opts.Store.UpdateCheckpoint(ctx, key, func(c *Checkpoint) error {
 		cp = Checkpoint{}
@@ -126,6 +127,13 @@ func (r *Runner) Steer(ctx context.Context, key string, st Steer) error {
 	return nil
 }
 
+// invisible are the characters a new item's text loses: zero-width
+// spaces and bidirectional controls, which no one typed on purpose and
+// the model would have to copy back exactly (todo_write compares items
+// by their text).
+var invisible = strings.NewReplacer("\u200b", "", "\u2060", "", "\ufeff", "", "\u200e", "", "\u200f", "", "\u061c", "",
+	"\u202a", "", "\u202b", "", "\u202c", "", "\u202d", "", "\u202e", "", "\u2066", "", "\u2067", "", "\u2068", "", "\u2069", "")
+
 // applySteer returns the agent's plan and the marks after st, or a
 // *SteerError when st does not apply to them.
 func applySteer(plan []todo.Item, marks []Mark, st Steer) ([]todo.Item, []Mark, error) {
@@ -137,9 +145,12 @@ func applySteer(plan []todo.Item, marks []Mark, st Steer) ([]todo.Item, []Mark, 
 		if i < 0 || plan[i].Status == todo.Completed {
 			return nil, nil, &SteerError{Reason: "only a pending or in-progress item can be skipped."}
 		}
+		// It stays shown after what it follows on the message now, a
+		// skipped item included, so that skips in a row keep their order.
 		after := ""
-		if i > 0 {
-			after = plan[i-1].Content
+		shown := ShownItems(plan, marks)
+		if j := slices.IndexFunc(shown, func(it todo.Item) bool { return it.Content == st.Item }); j > 0 {
+			after = shown[j-1].Content
 		}
 		plan = slices.Delete(plan, i, i+1)
 		marks = dropMarks(marks, st.Item)
@@ -147,13 +158,7 @@ func applySteer(plan []todo.Item, marks []Mark, st Steer) ([]todo.Item, []Mark, 
 	case SteerReopen:
 		switch {
 		case skipped >= 0:
-			at := 0
-			if a := marks[skipped].After; a != "" {
-				at = slices.IndexFunc(plan, func(it todo.Item) bool { return it.Content == a }) + 1
-				if at == 0 {
-					at = len(plan)
-				}
-			}
+			at := anchor(plan, marks, marks[skipped].After)
 			if len(plan) >= todo.MaxItems {
 				return nil, nil, &SteerError{Reason: fmt.Sprintf("the plan has %d items already, the most it may have.", todo.MaxItems)}
 			}
@@ -183,11 +188,7 @@ func applySteer(plan []todo.Item, marks []Mark, st Steer) ([]todo.Item, []Mark, 
 		case i >= 0:
 			at = i + 1
 		case skipped >= 0:
-			if a := marks[skipped].After; a != "" {
-				at = slices.IndexFunc(plan, func(it todo.Item) bool { return it.Content == a }) + 1
-			} else {
-				at = 0
-			}
+			at = anchor(plan, marks, marks[skipped].After)
 		case st.Item != "" || len(plan) > 0:
 			return nil, nil, &SteerError{Reason: "that item is no longer in the plan."}
 		}
@@ -197,6 +198,44 @@ func applySteer(plan []todo.Item, marks []Mark, st Steer) ([]todo.Item, []Mark, 
 		return nil, nil, &SteerError{Reason: "unknown change " + strconv.Quote(string(st.Action)) + "."}
 	}
 	return plan, marks, nil
+}
+
+// StatusSkipped is the status ShownItems gives an item a person skipped:
+// not one of the agent's three (todo), the person's mark.
+const StatusSkipped todo.Status = "skipped"
+
+// ShownItems is the plan as its message shows it: the agent's items, and
+// each item a person skipped (status StatusSkipped) where it was, after
+// the item it followed (anchor).
+func ShownItems(plan []todo.Item, marks []Mark) []todo.Item {
+	out := slices.Clone(plan)
+	for _, m := range marks {
+		if m.Action != SteerSkip {
+			continue
+		}
+		out = slices.Insert(out, anchor(out, marks, m.After), todo.Item{Content: m.Item, Status: StatusSkipped})
+	}
+	return out
+}
+
+// anchor is where an item that followed after goes in items: right after
+// it; when after is itself a skipped item not in items, where that one
+// would go; the top for "", the end when after is gone.
+func anchor(items []todo.Item, marks []Mark, after string) int {
+	for range len(marks) + 1 {
+		if after == "" {
+			return 0
+		}
+		if i := slices.IndexFunc(items, func(it todo.Item) bool { return it.Content == after }); i >= 0 {
+			return i + 1
+		}
+		j := slices.IndexFunc(marks, func(m Mark) bool { return m.Action == SteerSkip && m.Item == after })
+		if j < 0 {
+			break
+		}
+		after = marks[j].After
+	}
+	return len(items)
 }
 
 // dropMarks returns marks without those of item.
@@ -227,10 +266,25 @@ func checkMarks(items []todo.Item, marks []Mark) error {
 	return nil
 }
 
-// settleMarks returns marks after the agent's snapshot items was
-// accepted: what was owed is carried now, and the mark of an item that
-// left the plan goes, but a skip's.
-func settleMarks(marks []Mark, items []todo.Item) []Mark {
+// newTask reports whether the snapshot items replaces plan with another
+// task: they share no item. People's marks belong to the plan they were
+// made on: a new task's snapshot is not held to them, and drops them.
+func newTask(plan, items []todo.Item) bool {
+	for _, it := range items {
+		if slices.ContainsFunc(plan, func(p todo.Item) bool { return p.Content == it.Content }) {
+			return false
+		}
+	}
+	return len(plan) > 0
+}
+
+// settleMarks returns marks after the agent's snapshot items replaced
+// plan: what was owed is carried now, and the mark of an item that left
+// the plan goes, but a skip's; a new task (newTask) drops them all.
+func settleMarks(marks []Mark, plan, items []todo.Item) []Mark {
+	if newTask(plan, items) {
+		return nil
+	}
 	var out []Mark
 	for _, m := range marks {
 		if m.Action != SteerSkip && !slices.ContainsFunc(items, func(it todo.Item) bool { return it.Content == m.Item }) {
@@ -257,23 +311,24 @@ func steerText(st Steer, plan []todo.Item) string {
 	return "[plan change] " + what + "\nCurrent TODO list: " + todo.Encode(plan)
 }
 
-// steer applies the plan changes queued in inbox, in their order, in one
-// commit: the plan and its marks change, a PlanChanged entry per change
-// says who made it, and the model reads each at its next request. It
-// returns the rest of the inbox. While the turn waits for a decision the
-// commit is written only over the checkpoint it read (ErrChanged: read
-// again, apply again).
+// steer applies the plan changes at the head of the inbox, in their
+// order, in one commit: the plan and its marks change, a PlanChanged
+// entry per change says who made it, and the model reads each at its
+// next request. It returns the messages that follow them, up to the next
+// change: a change queued after a message is applied after it. While the
+// turn waits for a decision the commit is written only over the
+// checkpoint it read (ErrChanged: read again, apply again).
 func (r *Runner) steer(ctx context.Context, s *session, inbox []Inbound) ([]Inbound, error) {
-	var steers, rest []Inbound
-	for _, in := range inbox {
-		if in.Steer != nil {
-			steers = append(steers, in)
-		} else {
-			rest = append(rest, in)
-		}
+	n := 0
+	for n < len(inbox) && inbox[n].Steer != nil {
+		n++
+	}
+	steers, rest := inbox[:n], inbox[n:]
+	if i := slices.IndexFunc(rest, func(in Inbound) bool { return in.Steer != nil }); i >= 0 {
+		rest = rest[:i]
 	}
 	if len(steers) == 0 {
-		return inbox, nil
+		return rest, nil
 	}
 	if ctx == nil {
 		ctx = r.ctx
@@ -306,9 +361,11 @@ func (r *Runner) applySteers(ctx context.Context, s *session, steers []Inbound) 
 		rd.Drained = append(rd.Drained, in.ID)
 		p, m, err := applySteer(plan, marks, st)
 		if err != nil {
-			// Refused when it was made; what came before it since
-			// changed the plan (the model's own revision).
-			r.record(s, Event{Kind: Notice, Text: fmt.Sprintf("%s's change of the plan was not applied: %s", st.By, (err.(*SteerError)).Reason)})
+			// Taken when it was made, and no longer applicable: a
+			// second press of the same change, or one that a change
+			// queued just before it made moot. The person was told
+			// privately it was taken; the thread hears nothing.
+			r.opts.Logger.Info("plan change no longer applies; dropped", "session", s.key, "action", st.Action, "by", st.By, "reason", err)
 			continue
 		}
 		plan, marks = p, m
@@ -325,22 +382,23 @@ func (r *Runner) applySteers(ctx context.Context, s *session, steers []Inbound) 
 }
 
 // askPlan makes the turn wait for a person's Start on its first plan
-// (Options.PlanApproval): committed and announced as an approval the
-// chat layer shows on the plan message, its deadline armed.
-func (r *Runner) askPlan(ctx context.Context, s *session) error {
+// (Options.PlanApproval) when the round rd wrote it: the wait goes in
+// next, and its announcement in the round's log, so one commit writes
+// the plan and its wait. It returns the approval to arm once committed,
+// nil when nothing waits (approval off, no plan written, an empty plan
+// nobody could press Start on, or this turn's plan started already).
+func (r *Runner) askPlan(s *session, rd *Round, next *Checkpoint, work *todo.Tracker) (*Approval, error) {
+	if !r.opts.PlanApproval || len(rd.Plans) == 0 || next.PlanApproved >= next.Turns || work.Snapshot().Len() == 0 {
+		return nil, nil
+	}
 	now := r.opts.Now()
-	a := Approval{CallID: PlanCallID(s.cp.Turns), Tool: todo.ToolName, Arguments: s.tracker.Snapshot().String(),
-		Requester: s.cp.Requester, Deadline: now.Add(r.opts.ApprovalTimeout), Turn: s.cp.Turns, Asked: now, Plan: true}
-	next := s.cp.clone()
-	if err := (turn{&next}).waitPlan(a); err != nil {
-		return err
+	a := Approval{CallID: PlanCallID(next.Turns), Tool: todo.ToolName, Arguments: work.Snapshot().String(),
+		Requester: next.Requester, Deadline: now.Add(r.opts.ApprovalTimeout), Turn: next.Turns, Asked: now, Plan: true}
+	if err := (turn{next}).waitPlan(a); err != nil {
+		return nil, err
 	}
-	r.record(s, Event{Kind: ApprovalNeeded, Approval: &a, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision(), At: now})
-	if err := r.commit(ctx, s, &Round{}, next, s.tracker.Clone()); err != nil {
-		return err
-	}
-	r.arm(s.key, a)
-	return nil
+	r.record(s, Event{Kind: ApprovalNeeded, Approval: &a, Plan: work.Snapshot(), Revision: work.Revision(), At: now})
+	return &a, nil
 }
 
 // awaitPlan goes on from a turn that waits for its plan's Start: started,
@@ -359,7 +417,11 @@ func (r *Runner) awaitPlan(ctx context.Context, s *session) (waiting bool, err e
 	a := *s.cp.Waiting
 	d, decided := s.cp.Decisions[a.CallID]
 	if !decided {
-		r.publish(Event{Session: s.key, Kind: ApprovalNeeded, Approval: &a, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision(), Marks: s.cp.Marks})
+		if s.announced != a.CallID {
+			// After a restart or a takeover: announced again, unlogged.
+			r.publish(Event{Session: s.key, Kind: ApprovalNeeded, Approval: &a, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision(), Marks: s.cp.Marks})
+			s.announced = a.CallID
+		}
 		r.arm(s.key, a)
 		return true, nil
 	}

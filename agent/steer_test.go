@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/internal/fakeopenai"
+	"github.com/pinplan/pinplan/store"
 	"github.com/pinplan/pinplan/todo"
 )
 
@@ -155,7 +157,7 @@ func TestSteerWhileIdleStartsNoTurn(t *testing.T) {
 	if err := h.runner.Steer(ctx, key, agent.Steer{Action: agent.SteerAdd, Item: "b", Text: "d", Revision: 1, By: "bo"}); !errors.As(err, &stale) {
 		t.Errorf("a change on the revision the reopen replaced: %v, want a SteerError", err)
 	}
-	if err := h.runner.Steer(ctx, key, agent.Steer{Action: agent.SteerAdd, Item: "b", Text: "  d ", Revision: 2, By: "ann"}); err != nil {
+	if err := h.runner.Steer(ctx, key, agent.Steer{Action: agent.SteerAdd, Item: "b", Text: "  d\u200b ", Revision: 2, By: "ann"}); err != nil {
 		t.Fatal(err)
 	}
 	last := h.waitKind(t, key, agent.PlanChanged)
@@ -292,4 +294,75 @@ func TestPlanWaitsForStart(t *testing.T) {
 			t.Errorf("%d model requests, want 1", n)
 		}
 	})
+}
+
+// commitLog is a store that records the rounds it commits.
+type commitLog struct {
+	*store.DB
+	mu     sync.Mutex
+	rounds []agent.Round
+}
+
+func (c *commitLog) Commit(ctx context.Context, r *agent.Round) error {
+	c.mu.Lock()
+	c.rounds = append(c.rounds, *r)
+	c.mu.Unlock()
+	return c.DB.Commit(ctx, r)
+}
+
+// TestPlanAndItsWaitInOneCommit: the round that writes a turn's first
+// plan also writes its wait for Start, so no kill can come between them
+// and let a restarted turn go on without Start; an empty plan, which no
+// message shows, does not wait.
+func TestPlanAndItsWaitInOneCommit(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		plan string
+		wait bool
+	}{
+		{"a plan", plan3, true},
+		{"an empty plan", `{"todos":[]}`, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fake := &fakeopenai.Server{Respond: func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
+				if req.Messages[len(req.Messages)-1].Role == openai.ChatMessageRoleTool {
+					return fakeopenai.Reply{Content: "done"}
+				}
+				return fakeopenai.Reply{ToolCalls: []fakeopenai.Call{call("todo_write", tt.plan)}}
+			}}
+			db, err := store.Open(filepath.Join(t.TempDir(), "pinplan.db"), store.Options{BatchDelay: time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			cl := &commitLog{DB: db}
+			h := newHarness(t, fake, harnessOpts{planApproval: true, db: db})
+			r, err := agent.NewRunner(agent.Options{Model: h.model, Store: cl, PlanApproval: true, Events: publishTo(func(e agent.Event) { h.ch(e.Session) <- e })})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(r.Close)
+			if err := r.Submit(context.Background(), "web/one", agent.Inbound{Text: "go"}); err != nil {
+				t.Fatal(err)
+			}
+			if tt.wait {
+				h.waitKind(t, "web/one", agent.ApprovalNeeded)
+			} else {
+				h.waitEnd(t, "web/one")
+			}
+			cl.mu.Lock()
+			defer cl.mu.Unlock()
+			for _, rd := range cl.rounds {
+				if len(rd.Plans) == 0 {
+					continue
+				}
+				waits := rd.Checkpoint.State == agent.Waiting && rd.Checkpoint.Waiting != nil && rd.Checkpoint.Waiting.Plan
+				if waits != tt.wait {
+					t.Errorf("the round that wrote the plan: state %s, waiting %+v; want a wait: %v", rd.Checkpoint.State, rd.Checkpoint.Waiting, tt.wait)
+				}
+				return
+			}
+			t.Error("no round wrote the plan")
+		})
+	}
 }

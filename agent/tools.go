@@ -98,8 +98,10 @@ func TodoWrite() Tool {
 				if err != nil {
 					return "", err
 				}
-				if err := checkMarks(items, env.Marks); err != nil {
-					return "", err
+				if !newTask(env.Plan.Snapshot().Items(), items) {
+					if err := checkMarks(items, env.Marks); err != nil {
+						return "", err
+					}
 				}
 			}
 			snap, err := env.Plan.Write(arguments)

@@ -131,6 +131,11 @@ type Board struct {
 	// later; an answer does not wait for it meanwhile.
 	retrying bool
 	tries    tries // on the lane only
+	// floor is the newest plan revision of the session the board took
+	// (planChanged); an older one is an entry applied again after a
+	// restart, and changes nothing. A reset, or the session's records
+	// deleted while it is in use, starts it over at 0.
+	floor int64
 }
 
 // slotFresh is how long a slot a budget gave may wait for its call: one
@@ -260,7 +265,10 @@ func (b *Board) turnStarted(e agent.Event) (indicated string) {
 // at none), so the message never goes back to an older one (DESIGN §6).
 func (b *Board) planChanged(e agent.Event) {
 	b.mu.Lock()
-	older := e.Revision < b.want.Revision
+	older := e.Revision < b.floor
+	if !older {
+		b.floor = e.Revision
+	}
 	b.mu.Unlock()
 	if older {
 		return
@@ -392,6 +400,7 @@ func (b *Board) reset() {
 		}
 		*rec = boardRecord{Thread: rec.Thread, Unpin: unpin, Restore: rec.Restore}
 		*want = Plan{}
+		b.floor = 0
 	})
 	if sessioned {
 		b.moveSession(th, statusChange{state: SessionClosed})
@@ -1092,7 +1101,7 @@ func sameContent(a, b Plan) bool {
 }
 
 func planFrom(snap todo.Snapshot, marks []agent.Mark, rev int64, state PlanState, at time.Time) Plan {
-	return Plan{Items: shownItems(snap.Items(), marks), Marks: marks, Revision: rev, State: state, Updated: at}
+	return Plan{Items: agent.ShownItems(snap.Items(), marks), Marks: marks, Revision: rev, State: state, Updated: at}
 }
 
 // DecodeBoard reads a stored board record: the thread and what its plan

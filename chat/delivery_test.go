@@ -1202,3 +1202,37 @@ func (s *slowBoards) SaveBoard(ctx context.Context, key string, data []byte, pen
 	time.Sleep(2 * time.Millisecond)
 	return s.Boards.SaveBoard(ctx, key, data, pending)
 }
+
+// TestDeletedSessionInUseShowsItsNewPlan: retention deleted the
+// session's records while a message came; the new session's plan
+// revisions start at 1 again, below what the board in memory wanted,
+// and its plan shows all the same (the board ignores only a revision
+// older than its own session's).
+func TestDeletedSessionInUseShowsItsNewPlan(t *testing.T) {
+	logs, p := &chattest.Log{}, &fakePlatform{}
+	r := NewRouter(Options{Runner: &chattest.Runner{}, Store: &chattest.Boards{}, Log: logs, Platforms: map[string]Platform{"test": p}})
+	t.Cleanup(r.Close)
+	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
+	r.out.board(th.Key, &th)
+	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
+	for rev := int64(1); rev <= 3; rev++ {
+		observe(r, logs.Append(th.Key, agent.Event{Kind: agent.PlanChanged, Revision: rev, Plan: plan(rev, todo.Completed)}))
+	}
+	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Text: "the first answer"}))
+	settle(t, r, th.Key)
+
+	since := time.Now()
+	logs.Delete(th.Key) // retention
+	if err := r.Handle(t.Context(), Incoming{Thread: th, Text: "one more thing", Author: "Ann", AuthorID: "U1", MessageID: "2"}); err != nil {
+		t.Fatal(err)
+	}
+	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
+	r.Deleted(th.Key, since) // in use again: kept
+	newPlan := todo.NewSnapshot([]todo.Item{{Content: "a new task", Status: todo.InProgress}})
+	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.PlanChanged, Revision: 1, Plan: newPlan}))
+	settle(t, r, th.Key)
+	_, want := r.out.board(th.Key, nil).state()
+	if len(want.Items) != 1 || want.Items[0].Content != "a new task" {
+		t.Errorf("the board wants revision %d %+v, want the new session's plan", want.Revision, want.Items)
+	}
+}

@@ -157,6 +157,7 @@ func (d *deliverer) newBoard(key string, rec boardRecord) *Board {
 	if rec.Want != nil {
 		b.want = *rec.Want
 	}
+	b.floor = b.want.Revision
 	b.idle = sync.NewCond(&b.mu)
 	b.ctx, b.stop = context.WithCancel(d.ctx)
 	b.caps = d.caps[rec.Thread.Platform]
@@ -358,6 +359,11 @@ func (d *deliverer) deleted(key string, since time.Time) {
 		d.delivery.Add(key, func() {
 			if d.current(s) {
 				s.cursor = cursor{}
+				// Its plan's revisions are numbered from 1 again too: the
+				// board takes them (planChanged ignores older ones).
+				s.board.mu.Lock()
+				s.board.floor = 0
+				s.board.mu.Unlock()
 				d.catchUpNow(s)
 			}
 		})

@@ -42,7 +42,7 @@ const (
 // Skipped is the status a plan shows for an item a person skipped: not
 // one of the agent's (todo's three), it is the person's mark, shown
 // struck through with who skipped it.
-const Skipped todo.Status = "skipped"
+const Skipped = agent.StatusSkipped
 
 // MarkSkipped is the mark of a skipped item.
 const MarkSkipped = "⏭️"
@@ -76,26 +76,6 @@ func (p Plan) Actions(it todo.Item) []string {
 // Steerable reports whether the plan message offers item controls: a
 // plan with items, which the agent wrote (revision 1 on).
 func (p Plan) Steerable() bool { return len(p.Items) > 0 && p.Revision > 0 }
-
-// shownItems is the plan as its message shows it: the agent's items and
-// the items people skipped, each after the item it followed.
-func shownItems(items []todo.Item, marks []agent.Mark) []todo.Item {
-	out := slices.Clone(items)
-	for _, m := range marks {
-		if m.Action != agent.SteerSkip {
-			continue
-		}
-		at := 0
-		if m.After != "" {
-			at = slices.IndexFunc(out, func(it todo.Item) bool { return it.Content == m.After }) + 1
-			if at == 0 {
-				at = len(out)
-			}
-		}
-		out = slices.Insert(out, at, todo.Item{Content: m.Item, Status: Skipped})
-	}
-	return out
-}
 
 // markLine is what the plan says under an item a person changed: who
 // skipped, reopened or added it; "" for none.
@@ -170,6 +150,11 @@ func cmpOr(a, b string) string {
 // (Runner.Decide on the plan's approval); a refusal is private.
 // want is the plan as shown, answered with its Start gone.
 func start(ctx context.Context, p rules, c Click, id string, want Plan) ClickResult {
+	if !strings.HasPrefix(id, "plan-") {
+		// Only a plan's wait is started here: a tool call's card is
+		// decided by its own buttons, under its own rule (DESIGN §12).
+		return ClickResult{Private: "I don't know that button.", Refused: true}
+	}
 	t := p.turn(ctx, c.Thread.Key)
 	if !p.mayStop(c.Thread.Platform, t, c.UserID) {
 		return ClickResult{Private: "Only the person who asked, the one who started this conversation or an approver can start this plan.", Refused: true}
