@@ -177,7 +177,11 @@ func (p *discordPlatform) sessionStop(*thread) bool { return false }
 
 // Marks of the plan's items, as chat.Plan.ItemMark draws them: an item
 // left in progress by an ended run shows chat.MarkHalted.
-var marks = map[string]string{"✅": "completed", "🔄": "in_progress", "⏸️": "in_progress", "⬜": "pending"}
+var marks = map[string]string{"✅": "completed", "🔄": "in_progress", "⏸️": "in_progress", "⬜": "pending", "⏭️": "skipped"}
+
+// itemNumber is the number a steerable plan puts before each item on
+// Discord ("2. "), for its item menu (DESIGN §19).
+var itemNumber = regexp.MustCompile(`^[0-9]+\. `)
 
 // shownItem is an item as a plan message shows it.
 type shownItem struct {
@@ -192,7 +196,7 @@ func parsePlan(text string) (items []shownItem, revision int, state string) {
 		line = strings.TrimSpace(line)
 		for mark, status := range marks {
 			if rest, ok := strings.CutPrefix(line, mark+" "); ok {
-				rest = strings.Trim(rest, "~*")
+				rest = strings.Trim(itemNumber.ReplaceAllString(rest, ""), "~*")
 				items = append(items, shownItem{Content: strings.TrimSpace(rest), Status: status})
 			}
 		}

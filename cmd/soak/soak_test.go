@@ -158,6 +158,8 @@ func TestCheckPlan(t *testing.T) {
 	want := []todo.Item{{Content: "t0001 read the notes", Status: todo.Completed}, {Content: "t0001 draft the change", Status: todo.InProgress}, {Content: "t0001 ship it", Status: todo.Pending}}
 	slackText := "Plan · 1/3 done\n✅ t0001 read the notes\n↳ fs__read_text_file\n⏸️ t0001 draft the change\n⬜ t0001 ship it\nUpdated 2026-01-01 10:00:00 UTC · revision 3 · stopped by ann · 2 open items left"
 	discordText := "### Plan · 1/3 done\n✅ ~~t0001 read the notes~~\n🔄 **t0001 draft the change**\n⬜ t0001 ship it\n-# Updated 2026-01-01 10:00:00 UTC · revision 3 · done"
+	// A steerable plan on Discord numbers its items (DESIGN §19).
+	numbered := "### Plan · 1/3 done\n✅ 1. ~~t0001 read the notes~~\n🔄 2. **t0001 draft the change**\n⬜ 3. t0001 ship it\n-# Updated 2026-01-01 10:00:00 UTC · revision 3 · done"
 	older := "Plan · 0/3 done\n🔄 t0001 read the notes\n⬜ t0001 draft the change\n⬜ t0001 ship it\nUpdated 2026-01-01 09:59:00 UTC · revision 2 · working"
 	tests := []struct {
 		name   string
@@ -168,6 +170,7 @@ func TestCheckPlan(t *testing.T) {
 	}{
 		{"slack, stopped", []botMsg{{Text: slackText, Plan: true}}, "stopped", true, 3},
 		{"discord, done", []botMsg{{Text: discordText, Plan: true}}, "done", true, 3},
+		{"discord, numbered", []botMsg{{Text: numbered, Plan: true}}, "done", true, 3},
 		{"stopped wanted, done shown", []botMsg{{Text: discordText, Plan: true}}, "stopped", false, 3},
 		{"an older revision", []botMsg{{Text: older, Plan: true}}, "done", false, 2},
 		{"the newest plan message counts", []botMsg{{Text: older, Plan: true}, {Text: "a reply", Reply: true}, {Text: discordText, Plan: true}}, "done", true, 3},
