@@ -18,13 +18,17 @@ import (
 // waits for Start with no model request after it; the wait survives a
 // kill -9; after the restart a Skip made on the pinned plan and Start
 // go on: the model's next request names the change, and the turn
-// answers once.
+// answers once. A Reopen of the skipped item after the turn shows at
+// once, and the next turn's model reads it.
 func TestConsolePlanWaitsForStartAcrossAKill(t *testing.T) {
 	t.Parallel()
 	fake := &fakeopenai.Server{Respond: func(req *openai.ChatCompletionRequest) fakeopenai.Reply {
 		last := req.Messages[len(req.Messages)-1]
-		if last.Role == openai.ChatMessageRoleUser && strings.HasPrefix(last.Content, "[plan change]") {
+		switch {
+		case last.Role == openai.ChatMessageRoleUser && strings.HasPrefix(last.Content, "[plan change]"):
 			return fakeopenai.Reply{Content: "done, without the release"}
+		case last.Role == openai.ChatMessageRoleTool:
+			return fakeopenai.Reply{Content: "released"}
 		}
 		return fakeopenai.Reply{ToolCalls: []fakeopenai.Call{{Name: "todo_write", Arguments: `{"todos":[{"content":"Write the notes","status":"in_progress"},{"content":"Tag the release","status":"pending"}]}`}}}
 	}}
@@ -115,4 +119,54 @@ func TestConsolePlanWaitsForStartAcrossAKill(t *testing.T) {
 	if answers != 1 {
 		t.Errorf("%d answers, want 1: %+v", answers, view.Messages)
 	}
+
+	reopen := ""
+	for _, c := range view.Thread.Plan.View.Items[1].Controls {
+		if c.Action == "reopen" {
+			reopen = c.ID
+		}
+	}
+	if reopen == "" {
+		t.Fatalf("no Reopen on the skipped item: %+v", view.Thread.Plan.View.Items)
+	}
+	if res, err := postJSON(ctx, p.URL+"/api/threads/"+id+"/click", map[string]string{"button": reopen}); err != nil || !strings.Contains(res["private"].(string), "reopened") {
+		t.Fatalf("reopen: %v, %v", res, err)
+	}
+	waitFor(t, 30*time.Second, "the plan to show the reopen", func() bool {
+		read(p)
+		return view.Thread.Plan != nil && view.Thread.Plan.Revision == 3
+	})
+	if n := len(fake.Requests()); n != 2 {
+		t.Errorf("a reopen on an idle thread made model requests: %d, want 2", n)
+	}
+	if _, err := postJSON(ctx, p.URL+"/api/threads/"+id+"/messages", map[string]string{"text": "go on"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the second turn's plan waiting for Start", func() bool {
+		read(p)
+		return view.Thread.Plan != nil && view.Thread.Plan.View.Start != nil && view.Thread.Plan.Revision == 4
+	})
+	reqs = fake.Requests()
+	told := false
+	for _, m := range reqs[2].Messages {
+		if m.Role == openai.ChatMessageRoleUser && strings.Contains(m.Content, `reopened "Tag the release"`) {
+			told = true
+		}
+	}
+	if !told {
+		t.Errorf("the next turn's request does not tell the model of the reopen")
+	}
+	if _, err := postJSON(ctx, p.URL+"/api/threads/"+id+"/click", map[string]string{"button": view.Thread.Plan.View.Start.ID}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the second answer", func() bool {
+		read(p)
+		n := 0
+		for _, m := range view.Messages {
+			if m.Role == "assistant" {
+				n++
+			}
+		}
+		return view.Thread.State == "idle" && n == 2
+	})
 }
