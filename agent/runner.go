@@ -130,8 +130,10 @@ type Runner struct {
 
 	mu    sync.Mutex                         // guards stops, timers, paused and closed
 	stops map[string]context.CancelCauseFunc // cancels each session's running turn
-	// timers are approval deadlines, by session key.
+	// timers are approval deadlines, by session key; armed the call id
+	// each waits for: this process announced that wait (await).
 	timers map[string]*time.Timer
+	armed  map[string]string
 	// paused sessions start no work (a reset is archiving them): kicks
 	// are held back, and the value records that one came meanwhile.
 	paused map[string]bool
@@ -185,7 +187,7 @@ func NewRunner(opts Options) (*Runner, error) {
 		opts.Events = nopPublisher{}
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Runner{opts: opts, tracer: newTracer(opts.Tracer), ctx: ctx, cancel: cancel, stops: map[string]context.CancelCauseFunc{}, timers: map[string]*time.Timer{}, unsaved: map[string]time.Duration{}, paused: map[string]bool{}, early: map[string]string{}}, nil
+	return &Runner{opts: opts, tracer: newTracer(opts.Tracer), ctx: ctx, cancel: cancel, stops: map[string]context.CancelCauseFunc{}, timers: map[string]*time.Timer{}, armed: map[string]string{}, unsaved: map[string]time.Duration{}, paused: map[string]bool{}, early: map[string]string{}}, nil
 }
 
 // Submit persists a user message for the session and makes sure the
@@ -345,6 +347,7 @@ func (r *Runner) Reset(ctx context.Context, key, by string) error {
 		t.Stop()
 		delete(r.timers, key)
 	}
+	delete(r.armed, key)
 	r.mu.Unlock()
 	if err := r.opts.Store.Archive(ctx, key); err != nil {
 		return fmt.Errorf("agent: reset %s: %w", key, err)
@@ -385,6 +388,7 @@ func (r *Runner) settle(key string) {
 		t.Stop()
 		delete(r.timers, key)
 	}
+	delete(r.armed, key)
 	r.mu.Unlock()
 	r.kick(key)
 }
@@ -400,6 +404,7 @@ func (r *Runner) arm(key string, a Approval) {
 	if t, ok := r.timers[key]; ok {
 		t.Stop()
 	}
+	r.armed[key] = a.CallID
 	r.timers[key] = time.AfterFunc(max(time.Until(a.Deadline), 0), func() {
 		r.mu.Lock()
 		closed := r.closed
@@ -411,6 +416,17 @@ func (r *Runner) arm(key string, a Approval) {
 			r.opts.Logger.Error("deny an expired approval", "session", key, "err", err)
 		}
 	})
+}
+
+// announcedHere reports whether this process announced the session's
+// wait for callID (it armed its deadline): a run of the session that
+// finds it still waiting (a plan change applied meanwhile) does not
+// announce it again, which would edit its card again. After a restart or
+// a takeover it is announced once more.
+func (r *Runner) announcedHere(key, callID string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.armed[key] == callID
 }
 
 // Close stops every session at its next safe point and waits. A turn in a
@@ -534,9 +550,6 @@ type session struct {
 	grant int64
 	// unsaved: the turn is being ended after a failed save (endUnsaved).
 	unsaved bool
-	// announced is the approval this run committed and published: it
-	// is not announced again while the run goes on.
-	announced string
 }
 
 // turnContext returns a fresh context for one turn, which Stop cancels.
@@ -1041,7 +1054,7 @@ func (r *Runner) await(ctx context.Context, s *session) (waiting bool, err error
 			if err := r.commit(ctx, s, &Round{}, next, s.tracker.Clone()); err != nil {
 				return false, err
 			}
-		} else {
+		} else if !r.announcedHere(s.key, w.CallID) {
 			// Announced again after a restart or a takeover, unlogged:
 			// the card is posted once (its entry was logged when asked).
 			a := *w
@@ -1151,7 +1164,6 @@ func (r *Runner) runTools(ctx context.Context, s *session, drained []Entry, ids 
 		return r.endStopped(ctx, s, nil, cmp.Or(by, stopper))
 	}
 	if plan != nil {
-		s.announced = plan.CallID
 		r.arm(s.key, *plan)
 	}
 	return nil

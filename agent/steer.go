@@ -417,10 +417,9 @@ func (r *Runner) awaitPlan(ctx context.Context, s *session) (waiting bool, err e
 	a := *s.cp.Waiting
 	d, decided := s.cp.Decisions[a.CallID]
 	if !decided {
-		if s.announced != a.CallID {
+		if !r.announcedHere(s.key, a.CallID) {
 			// After a restart or a takeover: announced again, unlogged.
 			r.publish(Event{Session: s.key, Kind: ApprovalNeeded, Approval: &a, Plan: s.tracker.Snapshot(), Revision: s.tracker.Revision(), Marks: s.cp.Marks})
-			s.announced = a.CallID
 		}
 		r.arm(s.key, a)
 		return true, nil

@@ -83,6 +83,15 @@ func TestSteerReachesTheModelAndSticks(t *testing.T) {
 	if asked != 2 {
 		t.Errorf("%d model requests while the turn waits, want 2", asked)
 	}
+	// The card is not announced again for the change (its edit would
+	// spend the platform's budget): this process announced it already.
+	select {
+	case e := <-h.ch(key):
+		if e.Kind == agent.ApprovalNeeded {
+			t.Errorf("the approval announced again after a plan change: %+v", e)
+		}
+	case <-time.After(200 * time.Millisecond):
+	}
 
 	if _, err := h.runner.Decide(ctx, key, need.Approval.CallID, agent.Decision{Allow: true, By: "U1", ByName: "ann"}); err != nil {
 		t.Fatal(err)
