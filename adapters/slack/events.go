@@ -65,19 +65,7 @@ func (a *Adapter) runSocketMode(ctx context.Context) {
 			case socketmode.EventTypeInteractive:
 				cb, ok := evt.Data.(slack.InteractionCallback)
 				if ok && cb.Type == slack.InteractionTypeViewSubmission && evt.Request != nil {
-					// Answered in the ack (submitEdit), off this loop.
-					req := *evt.Request
-					a.queue.Add("interaction/"+cb.TriggerID+cb.View.ID, func() {
-						var err error
-						if ans := a.viewSubmitted(ctx, cb); ans != nil {
-							err = client.Ack(req, ans)
-						} else {
-							err = client.Ack(req)
-						}
-						if err != nil {
-							a.log.Warn("slack ack", "err", err)
-						}
-					})
+					a.ackSubmission(ctx, client, *evt.Request, cb)
 					continue
 				}
 				if evt.Request != nil {
@@ -340,4 +328,20 @@ func (a *Adapter) displayName(ctx context.Context, id string) string {
 // Key is the session key of a Slack thread.
 func Key(team, channel, threadTS string) string {
 	return "slack/" + team + "/" + channel + "/" + threadTS
+}
+
+// ackSubmission answers a modal's submission in its Socket Mode ack
+// (viewSubmitted), off the event loop.
+func (a *Adapter) ackSubmission(ctx context.Context, client *socketmode.Client, req socketmode.Request, cb slack.InteractionCallback) {
+	a.queue.Add("interaction/"+cb.TriggerID+cb.View.ID, func() {
+		var err error
+		if ans := a.viewSubmitted(ctx, cb); ans != nil {
+			err = client.Ack(req, ans)
+		} else {
+			err = client.Ack(req)
+		}
+		if err != nil {
+			a.log.Warn("slack ack", "err", err)
+		}
+	})
 }

@@ -308,48 +308,20 @@ func (r *steerRig) openEdit(t *testing.T, p chat.Plan, user string) fakeslack.Vi
 	return views[len(views)-1]
 }
 
-// choose sets what the person picked in a select or radio buttons of the
-// view in a view_submission payload, as Slack's state carries it: the
-// option as the view offers it (the fake submits text inputs only).
-func choose(t *testing.T, payload map[string]any, block, value string) {
-	t.Helper()
-	view := payload["view"].(map[string]any)
-	for _, raw := range view["blocks"].([]any) {
-		b := raw.(map[string]any)
-		if b["block_id"] != block {
-			continue
-		}
-		el := b["element"].(map[string]any)
-		for _, o := range el["options"].([]any) {
-			if o.(map[string]any)["value"] == value {
-				values := view["state"].(map[string]any)["values"].(map[string]any)
-				values[block] = map[string]any{el["action_id"].(string): map[string]any{"type": el["type"], "selected_option": o}}
-				return
-			}
-		}
-		t.Fatalf("block %s offers no option %q", block, value)
-	}
-	t.Fatalf("the view has no block %s", block)
-}
-
 // submit submits view as user with the item, action and text picked
 // (each left out when ""), over HTTP, and returns what Slack made of the
 // answer.
 func (r *steerRig) submit(t *testing.T, view fakeslack.View, user, item, action, text string) fakeslack.ViewAck {
 	t.Helper()
-	var values map[string]map[string]string
-	if text != "" {
-		values = map[string]map[string]string{blockText: {blockText: text}}
+	values := map[string]map[string]string{}
+	for block, v := range map[string]string{blockText: text, blockItem: item, blockAction: action} {
+		if v != "" {
+			values[block] = map[string]string{block: v} // each input's action_id is its block's id
+		}
 	}
 	payload, err := r.fake.ViewSubmission(user, view.ID, values)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if item != "" {
-		choose(t, payload, blockItem, item)
-	}
-	if action != "" {
-		choose(t, payload, blockAction, action)
 	}
 	start := time.Now()
 	w := r.interact(t, payload)

@@ -222,15 +222,15 @@ func TestSlackSteerStartSurvivesKill(t *testing.T) {
 	}
 }
 
-// slackChoose sets what the person picked in the view's select or
-// radio buttons block to the option whose text starts with label, in a
-// view_submission payload, as Slack's state carries it (the fake
-// submits text inputs only). It returns the option's value.
-func slackChoose(t *testing.T, payload map[string]any, block, label string) string {
+// slackOption is the value of the option whose label starts with label
+// in the view's input block: what a person picks there.
+func slackOption(t *testing.T, view fakeslack.View, block, label string) string {
 	t.Helper()
-	view := payload["view"].(map[string]any)
-	for _, raw := range view["blocks"].([]any) {
-		b := raw.(map[string]any)
+	var blocks []map[string]any
+	if err := json.Unmarshal([]byte(view.Blocks), &blocks); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range blocks {
 		if b["block_id"] != block {
 			continue
 		}
@@ -238,8 +238,6 @@ func slackChoose(t *testing.T, payload map[string]any, block, label string) stri
 		for _, o := range el["options"].([]any) {
 			om := o.(map[string]any)
 			if text, _ := om["text"].(map[string]any)["text"].(string); strings.HasPrefix(text, label) {
-				values := view["state"].(map[string]any)["values"].(map[string]any)
-				values[block] = map[string]any{el["action_id"].(string): map[string]any{"type": el["type"], "selected_option": om}}
 				return om["value"].(string)
 			}
 		}
@@ -295,12 +293,13 @@ func TestSlackSteerSkipFromTheModal(t *testing.T) {
 		}
 		return false
 	})
-	payload, err := r.slack.ViewSubmission("U1", view.ID, nil)
+	payload, err := r.slack.ViewSubmission("U1", view.ID, map[string]map[string]string{
+		"item":   {"item": slackOption(t, view, "item", "2. Write the summary")},
+		"action": {"action": slackOption(t, view, "action", "Skip")},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	slackChoose(t, payload, "item", "2. Write the summary")
-	slackChoose(t, payload, "action", "Skip")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ack, err := r.slack.PushViewSubmission(ctx, payload)
