@@ -150,7 +150,7 @@ func TestNewTaskDropsMarks(t *testing.T) {
 func TestSteersAfterAMessageWaitForIt(t *testing.T) {
 	st := &Steer{Action: SteerSkip, Item: "b"}
 	r := &Runner{}
-	rest, err := r.steer(nil, &session{}, []Inbound{{ID: 1, Text: "m1"}, {ID: 2, Steer: st}, {ID: 3, Text: "m2"}})
+	rest, err := r.steer(context.Background(), &session{}, []Inbound{{ID: 1, Text: "m1"}, {ID: 2, Steer: st}, {ID: 3, Text: "m2"}})
 	if err != nil || len(rest) != 1 || rest[0].ID != 1 {
 		t.Errorf("rest %+v, %v; want m1 alone", rest, err)
 	}
