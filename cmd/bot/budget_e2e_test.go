@@ -5,6 +5,7 @@ package main
 import (
 	"fmt"
 	"maps"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
@@ -106,6 +107,18 @@ func TestTokenBudgets(t *testing.T) {
 	waitReply(t, slack, "C1", other, "Here you are.")
 
 	_, metrics := httpGet(t, p.URL+"/metrics")
+	// Plain, even when the scraper takes gzip: the series are a few
+	// kilobytes, a gzip writer a megabyte of the bot's memory.
+	req, _ := http.NewRequest(http.MethodGet, p.URL+"/metrics", nil)
+	req.Header.Set("Accept-Encoding", "gzip")
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Error(err)
+	} else {
+		resp.Body.Close()
+		if enc := resp.Header.Get("Content-Encoding"); enc != "" {
+			t.Errorf("/metrics answered with Content-Encoding %q", enc)
+		}
+	}
 	for _, want := range []string{
 		`pinplan_budget_refusals_total{budget="turn"} 1`,
 		`pinplan_budget_refusals_total{budget="day"} 1`,

@@ -231,7 +231,9 @@ func (m *Main) releaseLease() {
 func (m *Main) buildHost(ctx context.Context) {
 	cfg := m.cfg
 	m.host = httphost.New(httphost.Options{Token: m.token, Logger: m.log.With("component", "http"),
-		Metrics: promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}),
+		// Uncompressed: the series are a few kilobytes, and a gzip
+		// writer holds about a megabyte of the bot's memory per scrape.
+		Metrics: promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{DisableCompression: true}),
 		Ready:   m.ready.Check, ReadyDetail: func() string { return mcpStatus(m.servers) + replica.Status(m.st.rep) + m.gw.Status() }})
 	if !cfg.WebOff {
 		m.ps.console.Register(m.host, m.in)
