@@ -47,6 +47,11 @@
 // and the bot's own requests are refused without the permission they
 // need (permissions.go).
 //
+// Forum and media channels (AddForum, AddMediaChannel) with their tags,
+// posts a person creates (Post), re-tags (SetPostTags), closes and
+// reopens, and the bot's PATCH of a forum's or a post's tags, checked
+// as Discord checks them (forum.go).
+//
 // Only tests import it.
 package fakediscord
 
@@ -110,6 +115,11 @@ type channel struct {
 	archived, locked            bool
 	archivedAt                  time.Time
 	members                     map[string]time.Time // a thread's members, when each joined
+	tags                        []Tag                // a forum's available tags (forum.go)
+	owner                       string               // who started the thread
+	post                        bool                 // a forum post: has applied_tags
+	applied                     []string             // a post's applied tags
+	tagHistory                  [][]string           // every set of tags the post has had
 }
 
 func (c *channel) json() map[string]any {
@@ -134,6 +144,7 @@ func (c *channel) json() map[string]any {
 		out["thread_metadata"] = map[string]any{"archived": c.archived, "locked": c.locked,
 			"auto_archive_duration": 1440, "archive_timestamp": at.UTC().Format(time.RFC3339)}
 	}
+	c.forumJSON(out)
 	return out
 }
 

@@ -393,6 +393,8 @@ func (s *Server) routeLocked(r *http.Request, rt route, body map[string]any) (in
 	switch name {
 	case "GET channel":
 		return 200, ch.json(), nil
+	case "PATCH channel":
+		return s.modifyChannelLocked(ch, body)
 	case "GET threadmember":
 		return s.threadMemberLocked(ch, p[3])
 	case "GET messages":
@@ -456,7 +458,12 @@ func (s *Server) memberLocked(rt route) (int, any, *apiError) {
 
 // postMessageLocked is Create Message in ch, a nonce enforced.
 func (s *Server) postMessageLocked(r *http.Request, rt route, ch *channel, body map[string]any) (int, any, *apiError) {
-	if ch.archived && ch.locked {
+	if isForum(ch.typ) {
+		return 0, nil, fail(400, codeNonText, "Cannot send messages in a non-text channel")
+	}
+	if ch.archived && ch.locked && s.permissionsLocked(ch.id, BotID)&PermManageThreads == 0 {
+		// Only MANAGE_THREADS may unarchive a locked thread, which a
+		// message does.
 		return 0, nil, threadArchived()
 	}
 	if ch.typ == 1 && s.noDMs[ch.recipient] {

@@ -1,0 +1,264 @@
+package fakediscord
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/bwmarrin/discordgo"
+)
+
+// restSession is a discordgo session for REST calls to the fake.
+func restSession(t *testing.T, base string) *discordgo.Session {
+	t.Helper()
+	target, _ := url.Parse(base)
+	dg, err := discordgo.New("Bot test-token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dg.Client = &http.Client{Transport: rewrite{target}}
+	dg.ShouldRetryOnRateLimit = false
+	return dg
+}
+
+func restCode(err error) int {
+	var re *discordgo.RESTError
+	if errors.As(err, &re) && re.Message != nil {
+		return re.Message.Code
+	}
+	return 0
+}
+
+func forumFixture(t *testing.T) (*Server, string) {
+	t.Helper()
+	s := &Server{}
+	s.AddChannel("C1", 0, "G1")
+	if err := s.AddForum("F1", "G1", Tag{Name: "planning"}, Tag{Name: "done", EmojiName: "✅"}, Tag{Name: "triaged", Moderated: true}); err != nil {
+		t.Fatal(err)
+	}
+	return s, serve(t, s)
+}
+
+func TestAddForumLimits(t *testing.T) {
+	s := &Server{}
+	var tags []Tag
+	for i := range 21 {
+		tags = append(tags, Tag{Name: "t" + string(rune('a'+i))})
+	}
+	if err := s.AddForum("F1", "G1", tags...); !errors.Is(err, ErrForum) {
+		t.Errorf("21 tags: %v, want ErrForum", err)
+	}
+	if err := s.AddForum("F2", "G1", tags[:20]...); err != nil {
+		t.Errorf("20 tags: %v", err)
+	}
+	if err := s.AddForum("F3", "G1", Tag{Name: strings.Repeat("x", 21)}); !errors.Is(err, ErrForum) {
+		t.Errorf("a 21-character tag name: %v, want ErrForum", err)
+	}
+	if err := s.AddMediaChannel("M1", "G1", Tag{Name: "pics"}); err != nil {
+		t.Fatal(err)
+	}
+	dg := restSession(t, serve(t, s))
+	for id, typ := range map[string]discordgo.ChannelType{"F2": discordgo.ChannelTypeGuildForum, "M1": discordgo.ChannelTypeGuildMedia} {
+		ch, err := dg.Channel(id)
+		if err != nil || ch.Type != typ {
+			t.Fatalf("GET %s: %v %+v, want type %d", id, err, ch, typ)
+		}
+		for _, tag := range ch.AvailableTags {
+			if tag.ID == "" {
+				t.Errorf("%s: a tag without an id: %+v", id, tag)
+			}
+		}
+	}
+	if ch, _ := dg.Channel("F2"); len(ch.AvailableTags) != 20 {
+		t.Errorf("F2 has %d tags, want 20", len(ch.AvailableTags))
+	}
+}
+
+func TestEditForumTags(t *testing.T) {
+	s, base := forumFixture(t)
+	dg := restSession(t, base)
+	tags := append(s.Tags("F1"), Tag{Name: "waiting"})
+	var edit []discordgo.ForumTag
+	for _, tag := range tags {
+		edit = append(edit, discordgo.ForumTag{ID: tag.ID, Name: tag.Name, Moderated: tag.Moderated, EmojiName: tag.EmojiName})
+	}
+	_, err := dg.ChannelEditComplex("F1", &discordgo.ChannelEdit{AvailableTags: &edit})
+	if restCode(err) != codeMissingPerms {
+		t.Fatalf("editing tags without MANAGE_CHANNELS: %v, want %d", err, codeMissingPerms)
+	}
+	s.SetPermissions("G1", BotID, DefaultBotPermissions|PermManageChannels)
+	ch, err := dg.ChannelEditComplex("F1", &discordgo.ChannelEdit{AvailableTags: &edit})
+	if err != nil || len(ch.AvailableTags) != 4 || s.TagID("F1", "waiting") == "" {
+		t.Fatalf("editing tags with MANAGE_CHANNELS: %v %+v", err, ch)
+	}
+	long := append(slices.Clone(edit), discordgo.ForumTag{Name: strings.Repeat("x", 21)})
+	if _, err := dg.ChannelEditComplex("F1", &discordgo.ChannelEdit{AvailableTags: &long}); restCode(err) != codeInvalidForm {
+		t.Errorf("a 21-character tag name: %v, want %d", err, codeInvalidForm)
+	}
+	var many []discordgo.ForumTag
+	for i := range 21 {
+		many = append(many, discordgo.ForumTag{Name: "t" + string(rune('a'+i))})
+	}
+	if _, err := dg.ChannelEditComplex("F1", &discordgo.ChannelEdit{AvailableTags: &many}); restCode(err) != codeInvalidForm {
+		t.Errorf("21 tags: %v, want %d", err, codeInvalidForm)
+	}
+	if got := len(s.Tags("F1")); got != 4 {
+		t.Errorf("a refused edit changed the tags: %d", got)
+	}
+}
+
+func TestPost(t *testing.T) {
+	s, base := forumFixture(t)
+	g := dialGateway(t, base)
+	g.identify(allIntents)
+	g.dispatch("GUILD_CREATE")
+	planning := s.TagID("F1", "planning")
+	id, err := s.Post("F1", "U1", "Fix the build", "it is red", true, planning)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := g.dispatch("THREAD_CREATE")["d"].(map[string]any)
+	if tc["id"] != id || tc["parent_id"] != "F1" || tc["type"] != 11.0 || tc["newly_created"] != true || tc["owner_id"] != "U1" {
+		t.Errorf("THREAD_CREATE %v", tc)
+	}
+	if tags, _ := tc["applied_tags"].([]any); len(tags) != 1 || tags[0] != planning {
+		t.Errorf("THREAD_CREATE applied_tags %v", tc["applied_tags"])
+	}
+	mc := g.dispatch("MESSAGE_CREATE")["d"].(map[string]any)
+	if mc["id"] != id || mc["channel_id"] != id || !strings.Contains(mc["content"].(string), "<@"+BotID+">") {
+		t.Errorf("starter MESSAGE_CREATE %v", mc)
+	}
+	ch, err := restSession(t, base).Channel(id)
+	if err != nil || ch.ParentID != "F1" || !slices.Equal(ch.AppliedTags, []string{planning}) || ch.ThreadMetadata == nil || ch.ThreadMetadata.Archived {
+		t.Errorf("GET the post: %v %+v", err, ch)
+	}
+
+	triaged := s.TagID("F1", "triaged")
+	for name, tags := range map[string][]string{
+		"an unknown tag":                     {"123"},
+		"six tags":                           {planning, planning, planning, planning, planning, planning},
+		"a moderated tag, no MANAGE_THREADS": {triaged},
+	} {
+		if _, err := s.Post("F1", "U1", "x", "y", false, tags...); !errors.Is(err, ErrForum) {
+			t.Errorf("a post with %s: %v, want ErrForum", name, err)
+		}
+	}
+	if _, err := s.Post("C1", "U1", "x", "y", false); !errors.Is(err, ErrForum) {
+		t.Errorf("a post in a text channel: %v, want ErrForum", err)
+	}
+	s.SetPermissions("G1", "MOD", DefaultPermissions|PermManageThreads)
+	if _, err := s.Post("F1", "MOD", "x", "y", false, triaged); err != nil {
+		t.Errorf("a moderator's post with a moderated tag: %v", err)
+	}
+	if _, err := restSession(t, base).ChannelMessageSend("F1", "hi"); restCode(err) != codeNonText {
+		t.Errorf("a message in the forum itself: %v, want %d", err, codeNonText)
+	}
+}
+
+func TestPostTags(t *testing.T) {
+	s, base := forumFixture(t)
+	dg := restSession(t, base)
+	planning, done, triaged := s.TagID("F1", "planning"), s.TagID("F1", "done"), s.TagID("F1", "triaged")
+	id, err := s.Post("F1", "U1", "task", "do it", true, planning)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := func(tags ...string) error {
+		_, err := dg.ChannelEditComplex(id, &discordgo.ChannelEdit{AppliedTags: &tags})
+		return err
+	}
+	if err := set(done); restCode(err) != codeMissingPerms {
+		t.Errorf("the bot re-tagging another's post without MANAGE_THREADS: %v, want %d", err, codeMissingPerms)
+	}
+	s.SetPermissions("G1", BotID, DefaultBotPermissions|PermManageThreads)
+	g := dialGateway(t, base)
+	g.identify(allIntents)
+	g.dispatch("GUILD_CREATE")
+	if err := set(done, triaged); err != nil {
+		t.Fatalf("re-tagging with MANAGE_THREADS: %v", err)
+	}
+	if d := g.dispatch("THREAD_UPDATE")["d"].(map[string]any); len(d["applied_tags"].([]any)) != 2 {
+		t.Errorf("THREAD_UPDATE %v", d)
+	}
+	if err := set("123"); restCode(err) != codeInvalidForm {
+		t.Errorf("an unknown tag: %v, want %d", err, codeInvalidForm)
+	}
+	if err := set(done, done, done, done, done, done); restCode(err) != codeInvalidForm {
+		t.Errorf("six tags: %v, want %d", err, codeInvalidForm)
+	}
+	// The post's author may re-tag it, but not touch a moderated tag.
+	if err := s.SetPostTags(id, "U1", done); !errors.Is(err, ErrForum) {
+		t.Errorf("the author removing a moderated tag: %v, want ErrForum", err)
+	}
+	if err := s.SetPostTags(id, "U1", done, triaged, planning); err != nil {
+		t.Errorf("the author adding a tag: %v", err)
+	}
+	if err := s.SetPostTags(id, "U2", done); !errors.Is(err, ErrForum) {
+		t.Errorf("another user re-tagging: %v, want ErrForum", err)
+	}
+	want := [][]string{{planning}, {done, triaged}, {done, triaged, planning}}
+	if got := s.TagHistory(id); len(got) != len(want) || !slices.Equal(got[1], want[1]) || !slices.Equal(got[2], want[2]) {
+		t.Errorf("TagHistory %v, want %v", got, want)
+	}
+}
+
+func TestClosedPost(t *testing.T) {
+	s, base := forumFixture(t)
+	dg := restSession(t, base)
+	id, _ := s.Post("F1", "U1", "task", "do it", true)
+	g := dialGateway(t, base)
+	g.identify(allIntents)
+	g.dispatch("GUILD_CREATE")
+	if err := s.ClosePost(id, "U2"); !errors.Is(err, ErrForum) {
+		t.Errorf("another user closing the post: %v, want ErrForum", err)
+	}
+	if err := s.ClosePost(id, "U1"); err != nil {
+		t.Fatal(err)
+	}
+	meta := func(d map[string]any) map[string]any { return d["thread_metadata"].(map[string]any) }
+	if d := g.dispatch("THREAD_UPDATE")["d"].(map[string]any); meta(d)["archived"] != true {
+		t.Errorf("close: THREAD_UPDATE %v", d)
+	}
+	if err := s.ReopenPost(id, "U1"); err != nil {
+		t.Fatal(err)
+	}
+	if d := g.dispatch("THREAD_UPDATE")["d"].(map[string]any); meta(d)["archived"] != false {
+		t.Errorf("reopen: THREAD_UPDATE %v", d)
+	}
+	// The bot's message unarchives a closed post that is not locked.
+	s.ClosePost(id, "U1")
+	g.dispatch("THREAD_UPDATE")
+	if _, err := dg.ChannelMessageSend(id, "still here"); err != nil {
+		t.Fatalf("a message in a closed post: %v", err)
+	}
+	if d := g.dispatch("THREAD_UPDATE")["d"].(map[string]any); meta(d)["archived"] != false {
+		t.Errorf("send: THREAD_UPDATE %v", d)
+	}
+	g.dispatch("MESSAGE_CREATE")
+	// A locked one refuses it without MANAGE_THREADS, and only a
+	// moderator reopens it.
+	s.LockThread(id)
+	if _, err := dg.ChannelMessageSend(id, "x"); restCode(err) != codeThreadArchived {
+		t.Errorf("a message in a locked post: %v, want %d", err, codeThreadArchived)
+	}
+	if err := s.ReopenPost(id, "U1"); !errors.Is(err, ErrForum) {
+		t.Errorf("the author reopening a locked post: %v, want ErrForum", err)
+	}
+	archived := false
+	if _, err := dg.ChannelEditComplex(id, &discordgo.ChannelEdit{Archived: &archived}); restCode(err) != codeMissingPerms {
+		t.Errorf("the bot unarchiving a locked post: %v, want %d", err, codeMissingPerms)
+	}
+	s.SetPermissions("G1", BotID, DefaultBotPermissions|PermManageThreads)
+	if _, err := dg.ChannelMessageSend(id, "moderator"); err != nil {
+		t.Errorf("a message in a locked post with MANAGE_THREADS: %v", err)
+	}
+	// A change to an archived thread must unarchive it.
+	s.ClosePost(id, "U1")
+	name := "renamed"
+	if _, err := dg.ChannelEditComplex(id, &discordgo.ChannelEdit{Name: name}); restCode(err) != codeThreadArchived {
+		t.Errorf("renaming an archived post: %v, want %d", err, codeThreadArchived)
+	}
+}
