@@ -182,8 +182,23 @@ type Server struct {
 	// BaseURL is the fake's own address (http://127.0.0.1:port), for
 	// attachment URLs; by default the Host of the latest REST request.
 	BaseURL string
-	files   attachments // UserMessageWithFiles
-	host    string      // guarded by mu
+	// Shards is what GET /gateway/bot recommends; default 1.
+	Shards int
+	// MaxConcurrency is session_start_limit.max_concurrency: how many
+	// identify buckets there are (a shard's is shard_id %
+	// MaxConcurrency); default 1.
+	MaxConcurrency int
+	// ShardGuildLimit is how many guilds one session may hold before
+	// the gateway closes an IDENTIFY with 4011 (Sharding required);
+	// default 2,500, as on Discord.
+	ShardGuildLimit int
+	// IdentifyWindow, when set, is how long a bucket waits between
+	// IDENTIFYs (Discord's is 5 s, IdentifyWindowDiscord); one too soon
+	// is answered op 9 d=false. Zero lets every IDENTIFY through, as
+	// tests that reconnect at once need.
+	IdentifyWindow time.Duration
+	files          attachments // UserMessageWithFiles
+	host           string      // guarded by mu
 
 	handlers sync.WaitGroup // gateway connections being served
 
@@ -220,6 +235,7 @@ type Server struct {
 	guildPerms     map[string]int64                // SetPermissions, by "guild/user"
 	permOverwrites map[string]map[string]overwrite // SetOverwrite, by channel and user or guild
 	modals         map[string]*modal               // the modal open for each user
+	lastIdentify   map[int]time.Time               // by identify bucket (shards.go)
 }
 
 func (s *Server) initLocked() {

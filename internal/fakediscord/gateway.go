@@ -34,6 +34,8 @@ type session struct {
 	events  []frame
 	conn    *conn // the connection serving it, nil while disconnected
 	ended   bool  // RESUME answers op 9 d=false
+	shard   int   // IDENTIFY's shard: [shard, shards]
+	shards  int   // 1 when IDENTIFY named none
 }
 
 // frame is one dispatch of a session.
@@ -268,6 +270,7 @@ func (s *Server) identifyLocked(c *conn, r *http.Request, d json.RawMessage) {
 	var id struct {
 		Token   string `json:"token"`
 		Intents *int64 `json:"intents"`
+		Shard   []int  `json:"shard"`
 	}
 	json.Unmarshal(d, &id)
 	switch {
@@ -286,20 +289,28 @@ func (s *Server) identifyLocked(c *conn, r *http.Request, d json.RawMessage) {
 		s.closeLocked(c, 4014, closeReasons[4014])
 		return
 	}
+	shard, shards, ok := s.checkShardLocked(c, id.Shard)
+	if !ok {
+		return
+	}
 	s.identifies++
-	sess := &session{id: fmt.Sprintf("fake-session-%d", s.identifies), intents: *id.Intents, conn: c}
+	sess := &session{id: fmt.Sprintf("fake-session-%d", s.identifies), intents: *id.Intents, conn: c, shard: shard, shards: shards}
 	s.sessions = append(s.sessions, sess)
 	s.sessionByID[sess.id] = sess
 	c.sess = sess
 	s.readyLocked(c)
-	guilds := s.guildsLocked()
+	guilds := s.shardGuildsLocked(shard, shards)
 	unavailable := make([]any, 0, len(guilds))
 	for _, g := range guilds {
 		unavailable = append(unavailable, map[string]any{"id": g, "unavailable": true})
 	}
-	s.sendOwnLocked(sess, "READY", map[string]any{"v": 9, "session_id": sess.id,
+	ready := map[string]any{"v": 9, "session_id": sess.id,
 		"user": userJSON(BotID), "guilds": unavailable, "private_channels": []any{},
-		"resume_gateway_url": "ws://" + r.Host + "/gateway", "application": map[string]any{"id": BotID, "flags": 0}})
+		"resume_gateway_url": "ws://" + r.Host + "/gateway", "application": map[string]any{"id": BotID, "flags": 0}}
+	if id.Shard != nil {
+		ready["shard"] = []any{shard, shards}
+	}
+	s.sendOwnLocked(sess, "READY", ready)
 	if sess.intents&intentGuilds != 0 {
 		for _, g := range guilds {
 			s.sendOwnLocked(sess, "GUILD_CREATE", s.guildCreateLocked(g))
@@ -364,7 +375,7 @@ func (s *Server) dispatchLocked(name string, data map[string]any) {
 	s.records = append(s.records, rec)
 	live, taken := 0, false
 	for _, sess := range s.sessions {
-		if sess.ended {
+		if sess.ended || !sess.owns(data) {
 			continue
 		}
 		live++

@@ -362,8 +362,7 @@ func (s *Server) routeLocked(r *http.Request, rt route, body map[string]any) (in
 	case "GET gateway":
 		out := map[string]any{"url": "ws://" + r.Host + "/gateway"}
 		if len(p) == 2 {
-			out["shards"] = 1
-			out["session_start_limit"] = map[string]any{"total": 1000, "remaining": 999, "reset_after": 86400000, "max_concurrency": 1}
+			s.gatewayBotLocked(out)
 		}
 		return 200, out, nil
 	case "GET user":
