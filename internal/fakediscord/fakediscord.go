@@ -52,6 +52,14 @@
 // reopens, and the bot's PATCH of a forum's or a post's tags, checked
 // as Discord checks them (forum.go).
 //
+// Gateway shards (shards.go): GET /gateway/bot says how many (Shards)
+// and the session start limit (MaxConcurrency), IDENTIFY may name its
+// shard, a guild's events go only to its shard ((guild_id >> 22) %
+// shards, ShardOf), 4010 and 4011 refuse a bad shard or too many guilds
+// for one, IdentifyWindow enforces the identify buckets, and DropShard
+// cuts one shard. Without a shard in IDENTIFY a session gets every event,
+// as before.
+//
 // Only tests import it.
 package fakediscord
 

@@ -14,9 +14,12 @@ import (
 // hold more guilds than a shard may (2,500) with 4011 (Sharding
 // required). Shards identify in buckets, rate_limit_key = shard_id %
 // max_concurrency, one IDENTIFY per bucket every 5 seconds; the gateway
-// answers one sent too soon with op 9 Invalid Session d=false (the
-// gateway "could not initialize a session after receiving an Opcode 2
-// Identify"), and the client identifies again later.
+// answers one sent too soon with op 9 Invalid Session d=false (Gateway,
+// Identifying: "if they exceed this limit, the gateway will respond with
+// an Opcode 9 Invalid Session", quoted in discord/discord-api-docs#1328),
+// and the client identifies again later. session_start_limit.total is
+// 1,000 IDENTIFYs a day; remaining counts them down (not enforced: on
+// Discord running out resets the token).
 
 // IdentifyWindowDiscord is Discord's wait between two IDENTIFYs of one
 // bucket (Sharding: max concurrency).

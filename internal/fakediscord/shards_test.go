@@ -1,10 +1,14 @@
 package fakediscord
 
 import (
+	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/bwmarrin/discordgo"
 )
 
 // Guild ids on shard 0 and 1 of 2: (id >> 22) % 2.
@@ -149,5 +153,50 @@ func TestShardRouting(t *testing.T) {
 	case m := <-g1.in:
 		t.Errorf("shard 1 got %v after its own messages", m)
 	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+// TestDiscordgoShard: discordgo identifying as shard 1 of 2 gets the
+// events of shard 1's guild only.
+func TestDiscordgoShard(t *testing.T) {
+	s := &Server{Shards: 2, HeartbeatInterval: time.Second}
+	s.AddChannel("C0", 0, guildShard0)
+	s.AddChannel("C1", 0, guildShard1)
+	base := serve(t, s)
+	target, _ := url.Parse(base)
+	dg, err := discordgo.New("Bot test-token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dg.Client = &http.Client{Transport: rewrite{target}}
+	dg.StateEnabled = false
+	dg.SyncEvents = true
+	dg.Identify.Intents = discordgo.IntentsGuilds | discordgo.IntentsGuildMessages | discordgo.IntentMessageContent
+	gb, err := dg.GatewayBot()
+	if err != nil || gb.Shards != 2 {
+		t.Fatalf("GatewayBot: %v %+v", err, gb)
+	}
+	dg.ShardID, dg.ShardCount = 1, gb.Shards
+	got := make(chan string, 10)
+	dg.AddHandler(func(_ *discordgo.Session, m *discordgo.MessageCreate) { got <- m.ChannelID })
+	if err := dg.Open(); err != nil {
+		t.Fatal(err)
+	}
+	defer dg.Close()
+	waitUntil(t, "shard 1 to connect", func() bool { return slices.Equal(s.ShardsConnected(), []int{1}) })
+	s.UserMessage("C0", "U1", "shard 0's", true)
+	s.UserMessage("C1", "U1", "shard 1's", true)
+	select {
+	case ch := <-got:
+		if ch != "C1" {
+			t.Errorf("shard 1 got a message of %s", ch)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no message on shard 1")
+	}
+	select {
+	case ch := <-got:
+		t.Errorf("shard 1 got a second message, of %s", ch)
+	case <-time.After(100 * time.Millisecond):
 	}
 }
