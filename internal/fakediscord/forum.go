@@ -222,7 +222,10 @@ func symmetricDiff(a, b []string) []string {
 // <@BotID> before it when mentionBot), whose id is the thread's. It
 // dispatches THREAD_CREATE (newly_created, owner_id, applied_tags) and
 // then the starter's MESSAGE_CREATE in the thread, in that order as
-// Discord sends them, and returns the post's id. What Discord would
+// Discord sends them (THREAD_CREATE carries no message; the starter
+// comes in the later MESSAGE_CREATE: discordjs/discord.js#9100; the
+// starter's id is the thread's: Threads, Forums), and returns the post's
+// id. What Discord would
 // refuse (not a forum, unknown or too many tags, a moderated tag from a
 // user without MANAGE_THREADS, an empty or over-100-character title) is
 // ErrForum.
@@ -251,6 +254,9 @@ func (s *Server) Post(forum, user, title, text string, mentionBot bool, tags ...
 	s.joinLocked(th, user)
 	ev := th.json()
 	ev["newly_created"] = true
+	// Forum threads count their messages, and the gateway says so only
+	// in the events (Threads, Forums).
+	ev["message_count"], ev["total_message_sent"], ev["member_count"] = 0, 0, 1
 	ev["member"] = map[string]any{"id": id, "user_id": user, "join_timestamp": time.Now().UTC().Format(time.RFC3339Nano), "flags": 0}
 	s.dispatchLocked("THREAD_CREATE", ev)
 	m := &Message{ID: id, ChannelID: id, AuthorID: user, Content: text, at: time.Now()}

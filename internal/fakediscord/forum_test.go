@@ -262,3 +262,35 @@ func TestClosedPost(t *testing.T) {
 		t.Errorf("renaming an archived post: %v, want %d", err, codeThreadArchived)
 	}
 }
+
+// TestBotsOwnThread: the bot archives and renames a thread it started
+// without MANAGE_THREADS, but not one a person started.
+func TestBotsOwnThread(t *testing.T) {
+	s := &Server{}
+	s.AddChannel("C1", 0, "G1")
+	base := serve(t, s)
+	dg := restSession(t, base)
+	m, err := dg.ChannelMessageSend("C1", "plan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	th, err := dg.MessageThreadStartComplex("C1", m.ID, &discordgo.ThreadStart{Name: "run", AutoArchiveDuration: 60})
+	if err != nil || th.OwnerID != BotID {
+		t.Fatalf("start a thread: %v %+v", err, th)
+	}
+	archived := true
+	if _, err := dg.ChannelEditComplex(th.ID, &discordgo.ChannelEdit{Name: "run 2", Archived: &archived}); err != nil {
+		t.Errorf("the bot archiving its own thread: %v", err)
+	}
+	locked := true
+	archived = false
+	if _, err := dg.ChannelEditComplex(th.ID, &discordgo.ChannelEdit{Archived: &archived, Locked: &locked}); restCode(err) != codeMissingPerms {
+		t.Errorf("the bot locking without MANAGE_THREADS: %v, want %d", err, codeMissingPerms)
+	}
+	s.AddForum("F1", "G1")
+	post, _ := s.Post("F1", "U1", "a person's", "text", false)
+	archived = true
+	if _, err := dg.ChannelEditComplex(post, &discordgo.ChannelEdit{Archived: &archived}); restCode(err) != codeMissingPerms {
+		t.Errorf("the bot closing a person's post without MANAGE_THREADS: %v, want %d", err, codeMissingPerms)
+	}
+}

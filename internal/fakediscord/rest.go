@@ -623,7 +623,7 @@ func (s *Server) startThreadLocked(ch *channel, msgID string, body map[string]an
 	if ch.typ == 5 {
 		typ = 10
 	}
-	th := &channel{id: m.ID, typ: typ, guildID: ch.guildID, parentID: ch.id, name: name}
+	th := &channel{id: m.ID, typ: typ, guildID: ch.guildID, parentID: ch.id, name: name, owner: BotID}
 	s.channels[th.id] = th
 	s.joinLocked(th, BotID) // who starts a thread is its member
 	m.thread = th.id
