@@ -3,6 +3,7 @@ package fakediscord
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"time"
 	"unicode/utf8"
@@ -443,4 +444,57 @@ func (s *Server) SetPostTags(thread, user string, tags ...string) error {
 		return fmt.Errorf("thread %s: %s: %w", thread, err.message, ErrForum)
 	}
 	return nil
+}
+
+// startPostLocked is Start Thread in Forum or Media Channel by the bot
+// (POST /channels/{forum}/threads): SEND_MESSAGES in the forum, a name of
+// 1 to 100 characters, applied_tags checked as a person's are, and a
+// message checked as Create Message checks one; the post and its
+// starter share an id, THREAD_CREATE comes before the starter's
+// MESSAGE_CREATE, and the answer is the thread with the message in it.
+// A thread without a message in a text channel is not faked (400
+// 50024).
+func (s *Server) startPostLocked(r *http.Request, rt route, ch *channel, body map[string]any) (int, any, *apiError) {
+	if !isForum(ch.typ) {
+		return 0, nil, fail(400, codeWrongChannelType, "Cannot execute action on this channel type")
+	}
+	if err := s.botMayLocked(ch, PermSendMessages); err != nil {
+		return 0, nil, err
+	}
+	name, _ := body["name"].(string)
+	if n := utf8.RuneCountInString(name); n < 1 || n > maxThreadName {
+		return 0, nil, formError("name", "BASE_TYPE_BAD_LENGTH", fmt.Sprintf("Must be between 1 and %d in length.", maxThreadName))
+	}
+	list, _ := body["applied_tags"].([]any)
+	tags := make([]string, 0, len(list))
+	for _, x := range list {
+		id, _ := x.(string)
+		tags = append(tags, id)
+	}
+	if err := s.checkAppliedLocked(ch, "", nil, tags, BotID); err != nil {
+		return 0, nil, err
+	}
+	msg, ok := body["message"].(map[string]any)
+	if !ok {
+		return 0, nil, formError("message", "BASE_TYPE_REQUIRED", "This field is required")
+	}
+	m := &Message{AuthorID: BotID}
+	if err := s.applyLocked(m, msg, true); err != nil {
+		return s.violationLocked(r, rt.major, err)
+	}
+	id := s.idLocked()
+	th := &channel{id: id, typ: 11, guildID: ch.guildID, parentID: ch.id, name: name, owner: BotID, post: true,
+		applied: tags, tagHistory: [][]string{slices.Clone(tags)}}
+	s.channels[id] = th
+	s.joinLocked(th, BotID)
+	ev := th.json()
+	ev["newly_created"] = true
+	ev["message_count"], ev["total_message_sent"], ev["member_count"] = 0, 0, 1
+	s.dispatchLocked("THREAD_CREATE", ev)
+	m.ID, m.ChannelID, m.at = id, id, time.Now()
+	s.addLocked(m)
+	s.dispatchLocked("MESSAGE_CREATE", s.messageJSONLocked(m))
+	out := th.json()
+	out["message"] = s.messageJSONLocked(m)
+	return 201, out, nil
 }

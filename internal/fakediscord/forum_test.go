@@ -294,3 +294,35 @@ func TestBotsOwnThread(t *testing.T) {
 		t.Errorf("the bot closing a person's post without MANAGE_THREADS: %v, want %d", err, codeMissingPerms)
 	}
 }
+
+// TestBotStartsPost: the bot's own post in a forum, as discordgo makes
+// one.
+func TestBotStartsPost(t *testing.T) {
+	s, base := forumFixture(t)
+	dg := restSession(t, base)
+	g := dialGateway(t, base)
+	g.identify(allIntents)
+	g.dispatch("GUILD_CREATE")
+	planning := s.TagID("F1", "planning")
+	th, err := dg.ForumThreadStartComplex("F1", &discordgo.ThreadStart{Name: "nightly", AppliedTags: []string{planning}},
+		&discordgo.MessageSend{Content: "the plan"})
+	if err != nil || th.ParentID != "F1" || th.OwnerID != BotID || !slices.Equal(th.AppliedTags, []string{planning}) {
+		t.Fatalf("ForumThreadStartComplex: %v %+v", err, th)
+	}
+	if d := g.dispatch("THREAD_CREATE")["d"].(map[string]any); d["id"] != th.ID {
+		t.Errorf("THREAD_CREATE %v", d)
+	}
+	if d := g.dispatch("MESSAGE_CREATE")["d"].(map[string]any); d["id"] != th.ID || d["channel_id"] != th.ID {
+		t.Errorf("the starter's MESSAGE_CREATE %v", d)
+	}
+	if _, err := dg.ForumThreadStartComplex("F1", &discordgo.ThreadStart{Name: "x", AppliedTags: []string{s.TagID("F1", "triaged")}},
+		&discordgo.MessageSend{Content: "y"}); restCode(err) != codeMissingPerms {
+		t.Errorf("a moderated tag without MANAGE_THREADS: %v, want %d", err, codeMissingPerms)
+	}
+	if _, err := dg.ForumThreadStartComplex("F1", &discordgo.ThreadStart{Name: "x"}, &discordgo.MessageSend{}); restCode(err) != codeEmptyMessage {
+		t.Errorf("an empty starter: %v, want %d", err, codeEmptyMessage)
+	}
+	if _, err := dg.ForumThreadStartComplex("C1", &discordgo.ThreadStart{Name: "x"}, &discordgo.MessageSend{Content: "y"}); restCode(err) != codeWrongChannelType {
+		t.Errorf("a post in a text channel: %v, want %d", err, codeWrongChannelType)
+	}
+}

@@ -111,6 +111,9 @@ func parseRoute(path string) (route, bool) {
 		return route{kind: "threadmember", major: p[1], parts: p}, true
 	case len(p) == 4 && p[0] == "channels" && p[2] == "messages" && p[3] != "pins":
 		return route{kind: "message", major: p[1], parts: p}, true
+	case len(p) == 3 && p[0] == "channels" && p[2] == "threads":
+		// Start Thread without Message; the fake has it for forums.
+		return route{kind: "threads", major: p[1], parts: p}, true
 	case len(p) == 5 && p[0] == "channels" && p[2] == "messages" && p[4] == "threads":
 		return route{kind: "threads", major: p[1], parts: p}, true
 	case len(p) == 4 && p[0] == "guilds" && p[2] == "members":
@@ -408,6 +411,9 @@ func (s *Server) routeLocked(r *http.Request, rt route, body map[string]any) (in
 		s.typing[ch.id]++
 		return 204, nil, nil
 	case "POST threads":
+		if len(p) == 3 {
+			return s.startPostLocked(r, rt, ch, body)
+		}
 		if err := s.botMayLocked(ch, PermCreatePublicThreads); err != nil {
 			return 0, nil, err
 		}
