@@ -140,6 +140,9 @@ func TestShardRouting(t *testing.T) {
 	if d := g1.dispatch("MESSAGE_CREATE")["d"].(map[string]any); d["channel_id"] != "C1" {
 		t.Errorf("shard 1 got %v", d)
 	}
+	if n := s.Missed(); n != 1 {
+		t.Errorf("Missed() = %d while shard 0 is down with one event, want 1", n)
+	}
 	g := dialGateway(t, base)
 	g.send(6, map[string]any{"token": "Bot test-token", "session_id": sid0, "seq": 4})
 	if d := g.dispatch("MESSAGE_CREATE")["d"].(map[string]any); d["channel_id"] != "C0" {
@@ -198,5 +201,22 @@ func TestDiscordgoShard(t *testing.T) {
 	case ch := <-got:
 		t.Errorf("shard 1 got a second message, of %s", ch)
 	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// TestShardingRequiredDefault: Discord's 2,500 guilds a session.
+func TestShardingRequiredDefault(t *testing.T) {
+	s := &Server{}
+	for i := range 2501 {
+		s.AddChannel("C"+strconv.Itoa(i), 0, strconv.FormatUint(uint64(i+1)<<22, 10))
+	}
+	base := serve(t, s)
+	g := dialGateway(t, base)
+	g.send(2, map[string]any{"token": "Bot test-token", "intents": allIntents, "properties": map[string]any{}})
+	if code := g.closeCode(); code != 4011 {
+		t.Errorf("one session for 2,501 guilds: closed with %d, want 4011", code)
+	}
+	if ready := dialGateway(t, base).identifyShard(0, 2); len(ready["guilds"].([]any)) != 1250 {
+		t.Errorf("shard 0 of 2 holds %d guilds, want 1250", len(ready["guilds"].([]any)))
 	}
 }
