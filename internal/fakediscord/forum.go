@@ -227,9 +227,9 @@ func symmetricDiff(a, b []string) []string {
 // comes in the later MESSAGE_CREATE: discordjs/discord.js#9100; the
 // starter's id is the thread's: Threads, Forums), and returns the post's
 // id. What Discord would
-// refuse (not a forum, unknown or too many tags, a moderated tag from a
-// user without MANAGE_THREADS, an empty or over-100-character title) is
-// ErrForum.
+// refuse (not a forum, a user without SEND_MESSAGES there, unknown or
+// too many tags, a moderated tag from a user without MANAGE_THREADS, an
+// empty or over-100-character title) is ErrForum.
 func (s *Server) Post(forum, user, title, text string, mentionBot bool, tags ...string) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -237,6 +237,10 @@ func (s *Server) Post(forum, user, title, text string, mentionBot bool, tags ...
 	f, ok := s.channels[forum]
 	if !ok || !isForum(f.typ) {
 		return "", fmt.Errorf("post in %s: not a forum: %w", forum, ErrForum)
+	}
+	if s.permissionsLocked(forum, user)&PermSendMessages == 0 {
+		// A post is a message in the forum: it needs SEND_MESSAGES.
+		return "", fmt.Errorf("post in %s by %s: Missing Permissions: %w", forum, user, ErrForum)
 	}
 	if n := utf8.RuneCountInString(title); n < 1 || n > maxThreadName {
 		return "", fmt.Errorf("post title %q: %w", title, ErrForum)

@@ -146,6 +146,13 @@ func TestPost(t *testing.T) {
 			t.Errorf("a post with %s: %v, want ErrForum", name, err)
 		}
 	}
+	s.SetOverwrite("F1", "MUTED", 0, PermSendMessages)
+	if _, err := s.Post("F1", "MUTED", "x", "y", false); !errors.Is(err, ErrForum) {
+		t.Errorf("a post by a user without SEND_MESSAGES: %v, want ErrForum", err)
+	}
+	if _, err := s.Post("F1", "U1", strings.Repeat("x", 101), "y", false); !errors.Is(err, ErrForum) {
+		t.Errorf("a 101-character title: %v, want ErrForum", err)
+	}
 	if _, err := s.Post("C1", "U1", "x", "y", false); !errors.Is(err, ErrForum) {
 		t.Errorf("a post in a text channel: %v, want ErrForum", err)
 	}
