@@ -1,6 +1,7 @@
 package fakediscord
 
 import (
+	"slices"
 	"strconv"
 	"time"
 )
@@ -118,7 +119,8 @@ func (s *Server) DropShard(shard int) {
 	}
 }
 
-// ShardsConnected reports the shards with a ready gateway connection.
+// ShardsConnected reports the shards with a ready gateway connection, in
+// order.
 func (s *Server) ShardsConnected() []int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -130,5 +132,6 @@ func (s *Server) ShardsConnected() []int {
 			out = append(out, c.sess.shard)
 		}
 	}
+	slices.Sort(out)
 	return out
 }

@@ -133,6 +133,9 @@ func TestShardRouting(t *testing.T) {
 	}
 	// Dropping shard 0 leaves shard 1 up; shard 0 resumes and gets
 	// what it missed, shard 1 nothing of it.
+	if got := s.ShardsConnected(); !slices.Equal(got, []int{0, 1}) {
+		t.Errorf("ShardsConnected() = %v, want [0 1]", got)
+	}
 	s.DropShard(0)
 	waitUntil(t, "shard 0 to drop", func() bool { return slices.Equal(s.ShardsConnected(), []int{1}) })
 	s.UserMessage("C0", "U1", "while shard 0 was down", true)
