@@ -211,8 +211,15 @@ func (p *botProc) stop(t testing.TB) {
 			t.Errorf("bot exited with %v after SIGINT\nstderr:\n%s", p.err, p.stderr)
 		}
 	case <-time.After(30 * time.Second):
-		t.Errorf("bot did not stop on SIGINT")
-		p.kill()
+		// Its goroutines, for what holds it: SIGQUIT makes a Go binary
+		// print them and exit.
+		syscall.Kill(p.cmd.Process.Pid, syscall.SIGQUIT)
+		select {
+		case <-p.done:
+		case <-time.After(5 * time.Second):
+			p.kill()
+		}
+		t.Errorf("bot did not stop on SIGINT\nstderr:\n%s", p.stderr)
 	}
 }
 
