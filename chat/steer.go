@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -116,10 +117,7 @@ func steer(ctx context.Context, p rules, c Click, action, id string, want Plan) 
 		return ClickResult{Private: "The plan changed since you looked at it; make your change on the pinned plan as it is now.", Refused: true}
 	}
 	item := want.Items[i].Content
-	by := c.UserName
-	if by == "" {
-		by = cmpOr(c.UserID, "someone")
-	}
+	by := cmp.Or(c.UserName, c.UserID, "someone")
 	err = p.runner.Steer(ctx, c.Thread.Key, agent.Steer{Action: agent.SteerAction(action), Item: item, Text: c.Text, Revision: rev, By: by, ByID: c.UserID})
 	var refused *agent.SteerError
 	switch {
@@ -136,13 +134,6 @@ func steer(ctx context.Context, p rules, c Click, action, id string, want Plan) 
 		subject = Shorten(todo.TrimSpace(c.Text), 80)
 	}
 	return ClickResult{Private: fmt.Sprintf("You %s “%s”. The agent takes it at its next step (at once if it is waiting), and the plan shows it then.", what, subject)}
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // start is a press of the plan's Start button: allowed to the requester,
