@@ -68,13 +68,23 @@ type Config struct {
 	SlackAPIURL        string // SLACK_API_URL
 	SlackPlanBlocks    bool   // PINPLAN_SLACK_PLAN_BLOCKS: native plan/task-card blocks
 	SlackEditsPerMin   int    // PINPLAN_SLACK_EDITS_PER_MINUTE: plan posts and edits per minute
+	// Many workspaces (DESIGN §14): with SlackClientID and
+	// SlackClientSecret the bot installs by OAuth v2 and keeps each
+	// workspace's installation in the store, its tokens sealed with
+	// SecretKey.
+	SlackClientID     string // SLACK_CLIENT_ID
+	SlackClientSecret Secret // SLACK_CLIENT_SECRET
+	SlackRedirectURL  string // SLACK_REDIRECT_URL: https://<host>/slack/oauth_redirect, as in the app's settings
+	SecretKey         Secret // PINPLAN_SECRET_KEY: seals installations' tokens at rest
 
-	DiscordBotToken      Secret // DISCORD_BOT_TOKEN
-	DiscordAPIURL        string // DISCORD_API_URL
-	DiscordThreadPerTask bool   // PINPLAN_DISCORD_THREAD_PER_TASK
-	DiscordComponentsV2  bool   // PINPLAN_DISCORD_COMPONENTS_V2: the plan as a Components V2 container
-	DiscordAppID         string // DISCORD_APPLICATION_ID: for `bot invite` when the token's first part is not the id
-	DiscordGuild         string // PINPLAN_DISCORD_GUILD: register /pinplan for this server only (shows at once)
+	DiscordBotToken      Secret   // DISCORD_BOT_TOKEN
+	DiscordAPIURL        string   // DISCORD_API_URL
+	DiscordThreadPerTask bool     // PINPLAN_DISCORD_THREAD_PER_TASK
+	DiscordComponentsV2  bool     // PINPLAN_DISCORD_COMPONENTS_V2: the plan as a Components V2 container
+	DiscordAppID         string   // DISCORD_APPLICATION_ID: for `bot invite` when the token's first part is not the id
+	DiscordGuild         string   // PINPLAN_DISCORD_GUILD: register /pinplan for this server only (shows at once)
+	DiscordForums        []string // PINPLAN_DISCORD_FORUMS: forum channel ids whose every new post is a task (DESIGN §20)
+	DiscordShards        int      // PINPLAN_DISCORD_SHARDS: gateway shards (0: as /gateway/bot says)
 
 	LogLevel string // PINPLAN_LOG_LEVEL: debug, info, warn, error
 
@@ -226,6 +236,10 @@ func (l *loader) read() *Config {
 		SlackAPIURL:        l.url("SLACK_API_URL", "https://slack.com/api/"),
 		SlackPlanBlocks:    l.boolean("PINPLAN_SLACK_PLAN_BLOCKS", false),
 		SlackEditsPerMin:   l.integer("PINPLAN_SLACK_EDITS_PER_MINUTE", 45, 1, 600),
+		SlackClientID:      l.str("SLACK_CLIENT_ID", ""),
+		SlackClientSecret:  l.secret("SLACK_CLIENT_SECRET"),
+		SlackRedirectURL:   l.optionalURL("SLACK_REDIRECT_URL"),
+		SecretKey:          l.secret("PINPLAN_SECRET_KEY"),
 
 		DiscordBotToken:      l.secret("DISCORD_BOT_TOKEN"),
 		DiscordAPIURL:        l.url("DISCORD_API_URL", "https://discord.com"),
@@ -233,6 +247,8 @@ func (l *loader) read() *Config {
 		DiscordComponentsV2:  l.boolean("PINPLAN_DISCORD_COMPONENTS_V2", true),
 		DiscordAppID:         l.str("DISCORD_APPLICATION_ID", ""),
 		DiscordGuild:         l.str("PINPLAN_DISCORD_GUILD", ""),
+		DiscordForums:        l.ids("PINPLAN_DISCORD_FORUMS", "channel"),
+		DiscordShards:        l.integer("PINPLAN_DISCORD_SHARDS", 0, 0, 65536),
 
 		LogLevel: l.oneOf("PINPLAN_LOG_LEVEL", "info", "debug", "info", "warn", "error"),
 
@@ -240,7 +256,7 @@ func (l *loader) read() *Config {
 
 		ToolResultBytes: l.integer("PINPLAN_TOOL_RESULT_BYTES", 16384, 256, 16<<20),
 		ToolTimeout:     l.duration("PINPLAN_TOOL_TIMEOUT", 120*time.Second),
-		Approvers:       l.ids("PINPLAN_APPROVERS"),
+		Approvers:       l.ids("PINPLAN_APPROVERS", "user"),
 		ApprovalTimeout: l.duration("PINPLAN_APPROVAL_TIMEOUT", 30*time.Minute),
 		PlanApproval:    l.oneOf("PINPLAN_PLAN_APPROVAL", "off", "off", "ask") == "ask",
 		ThreadContext:   l.integer("PINPLAN_THREAD_CONTEXT", 30, 0, 1000),
@@ -266,13 +282,35 @@ func (l *loader) read() *Config {
 }
 
 // checkSlack refuses a Slack bot token without a way to receive events,
-// and a way to receive them without the bot token.
+// and a way to receive them without the bot token or the OAuth app
+// that installs workspaces; the OAuth app needs its secret, its
+// redirect URL and the key that seals the tokens it stores.
 func checkSlack(l *loader, c *Config) {
-	if c.SlackBotToken != "" && c.SlackAppToken == "" && c.SlackSigningSecret == "" {
-		l.fail("SLACK_BOT_TOKEN", "is set, but neither SLACK_APP_TOKEN (Socket Mode) nor SLACK_SIGNING_SECRET (Events API) is")
+	oauth := c.SlackClientID != "" || c.SlackClientSecret != ""
+	if (c.SlackBotToken != "" || oauth) && c.SlackAppToken == "" && c.SlackSigningSecret == "" {
+		key := "SLACK_BOT_TOKEN"
+		if c.SlackBotToken == "" {
+			key = "SLACK_CLIENT_ID"
+		}
+		l.fail(key, "is set, but neither SLACK_APP_TOKEN (Socket Mode) nor SLACK_SIGNING_SECRET (Events API) is")
 	}
-	if (c.SlackAppToken != "" || c.SlackSigningSecret != "") && c.SlackBotToken == "" {
-		l.fail("SLACK_BOT_TOKEN", "must be set with SLACK_APP_TOKEN or SLACK_SIGNING_SECRET")
+	if (c.SlackAppToken != "" || c.SlackSigningSecret != "") && c.SlackBotToken == "" && !oauth {
+		l.fail("SLACK_BOT_TOKEN", "must be set with SLACK_APP_TOKEN or SLACK_SIGNING_SECRET (or SLACK_CLIENT_ID and SLACK_CLIENT_SECRET, to install in many workspaces)")
+	}
+	if !oauth {
+		return
+	}
+	switch {
+	case c.SlackClientID == "":
+		l.fail("SLACK_CLIENT_ID", "must be set with SLACK_CLIENT_SECRET (Basic Information -> App Credentials)")
+	case c.SlackClientSecret == "":
+		l.fail("SLACK_CLIENT_SECRET", "must be set with SLACK_CLIENT_ID (Basic Information -> App Credentials)")
+	}
+	if c.SlackRedirectURL == "" {
+		l.fail("SLACK_REDIRECT_URL", "must be set with SLACK_CLIENT_ID: the https://<your host>/slack/oauth_redirect URL listed in the app's OAuth & Permissions -> Redirect URLs")
+	}
+	if len(c.SecretKey) < 32 {
+		l.fail("PINPLAN_SECRET_KEY", "must be set with SLACK_CLIENT_ID, at least 32 characters (e.g. `openssl rand -base64 32`): it seals the workspaces' tokens in the store")
 	}
 }
 
@@ -665,6 +703,16 @@ func (l *loader) url(key, def string) string {
 	return v
 }
 
+// optionalURL reads an http or https URL that has no default: "" when
+// unset.
+func (l *loader) optionalURL(key string) string {
+	if l.str(key, "") == "" {
+		l.note(key, "", "an http or https URL")
+		return ""
+	}
+	return l.url(key, "")
+}
+
 func (l *loader) boolean(key string, def bool) bool {
 	v := l.str(key, "")
 	l.note(key, strconv.FormatBool(def), "`true` or `false`")
@@ -762,10 +810,11 @@ func (l *loader) endpoints(key string) []string {
 	return out
 }
 
-// ids reads a comma-separated list of platform user ids.
-func (l *loader) ids(key string) []string {
+// ids reads a comma-separated list of platform ids of what (user,
+// channel).
+func (l *loader) ids(key, what string) []string {
 	v := l.str(key, "")
-	l.note(key, "", "comma-separated user ids")
+	l.note(key, "", "comma-separated "+what+" ids")
 	if v == "" {
 		return nil
 	}
@@ -773,7 +822,7 @@ func (l *loader) ids(key string) []string {
 	for _, id := range strings.Split(v, ",") {
 		id = strings.TrimSpace(id)
 		if id == "" || strings.ContainsFunc(id, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) || r == '"' || r == '\'' }) {
-			l.fail(key, fmt.Sprintf("must be comma-separated user ids (U024BE7LH,123456789012345678), got %q", v))
+			l.fail(key, fmt.Sprintf("must be comma-separated %s ids (U024BE7LH,123456789012345678), got %q", what, v))
 			return nil
 		}
 		if !slices.Contains(out, id) {

@@ -50,6 +50,14 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"slack app token", map[string]string{"SLACK_BOT_TOKEN": "xoxb-1-2-abc", "SLACK_APP_TOKEN": "xoxb-1-2-abc"}, "xapp-"},
 		{"timeout", map[string]string{"PINPLAN_MODEL_TIMEOUT": "-1s"}, "PINPLAN_MODEL_TIMEOUT"},
 		{"web", map[string]string{"PINPLAN_WEB": "disabled"}, "PINPLAN_WEB"},
+		{"oauth key", oauthWithout("PINPLAN_SECRET_KEY"), "PINPLAN_SECRET_KEY"},
+		{"oauth short key", with(oauthWithout(""), "PINPLAN_SECRET_KEY", "too-short"), "PINPLAN_SECRET_KEY"},
+		{"oauth redirect", oauthWithout("SLACK_REDIRECT_URL"), "SLACK_REDIRECT_URL"},
+		{"oauth secret", oauthWithout("SLACK_CLIENT_SECRET"), "SLACK_CLIENT_SECRET"},
+		{"oauth id", oauthWithout("SLACK_CLIENT_ID"), "SLACK_CLIENT_ID"},
+		{"oauth events", oauthWithout("SLACK_APP_TOKEN"), "SLACK_APP_TOKEN"},
+		{"forums", map[string]string{"PINPLAN_DISCORD_FORUMS": "1, two words"}, "PINPLAN_DISCORD_FORUMS"},
+		{"shards", map[string]string{"PINPLAN_DISCORD_SHARDS": "-1"}, "PINPLAN_DISCORD_SHARDS"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -345,6 +353,12 @@ var settingSamples = map[string]struct {
 	"PINPLAN_DB":                      {value: "/tmp/sample/pinplan.db"},
 	"DISCORD_APPLICATION_ID":          {value: "123456789012345678"},
 	"PINPLAN_DISCORD_GUILD":           {value: "223456789012345678"},
+	"PINPLAN_DISCORD_FORUMS":          {value: "323456789012345678,423456789012345678"},
+	"PINPLAN_DISCORD_SHARDS":          {value: "4"},
+	"SLACK_CLIENT_ID":                 {value: "333.444", with: oauthWithout("SLACK_CLIENT_ID")},
+	"SLACK_CLIENT_SECRET":             {value: "another-client-secret", with: oauthWithout("SLACK_CLIENT_SECRET")},
+	"SLACK_REDIRECT_URL":              {value: "https://other.example/slack/oauth_redirect", with: oauthWithout("SLACK_REDIRECT_URL")},
+	"PINPLAN_SECRET_KEY":              {value: "another-key-of-32-characters-or-more", with: oauthWithout("PINPLAN_SECRET_KEY")},
 	"PINPLAN_MCP_STARTUP_TIMEOUT":     {value: "3s"},
 	"PINPLAN_TURN_TOKENS":             {value: "50000"},
 	"PINPLAN_USER_TOKENS_PER_DAY":     {value: "2000000"},
@@ -394,6 +408,20 @@ var settingSamples = map[string]struct {
 	"PINPLAN_FILE_BYTES":              {value: "65536"},
 	"PINPLAN_MODEL_VISION":            {value: "true"},
 	"PINPLAN_RETENTION":               {value: "720h"},
+}
+
+// oauthWithout is a valid many-workspaces Slack setup without key, which
+// the sample sets.
+func oauthWithout(key string) map[string]string {
+	m := map[string]string{"SLACK_APP_TOKEN": "xapp-sample", "SLACK_CLIENT_ID": "111.222", "SLACK_CLIENT_SECRET": "client-secret-sample", "SLACK_REDIRECT_URL": "https://pinplan.example/slack/oauth_redirect", "PINPLAN_SECRET_KEY": "0123456789abcdef0123456789abcdef"}
+	delete(m, key)
+	return m
+}
+
+// with returns m with key set to v.
+func with(m map[string]string, key, v string) map[string]string {
+	m[key] = v
+	return m
 }
 
 // TestEverySettingTakesEffect: each key of the list takes effect from the

@@ -54,12 +54,18 @@ var settings = []setting{
 	{name: "SLACK_API_URL", group: groupSlack, doc: "Slack's Web API base URL (the tests point it at a fake)"},
 	{name: "PINPLAN_SLACK_PLAN_BLOCKS", group: groupSlack, doc: "Slack's native plan/task-card blocks (falls back to standard Block Kit)"},
 	{name: "PINPLAN_SLACK_EDITS_PER_MINUTE", group: groupSlack, doc: "pace of Slack plan posts and edits for the workspace"},
+	{name: "SLACK_CLIENT_ID", group: groupSlack, doc: "with `SLACK_CLIENT_SECRET`: install in many workspaces by OAuth v2 (`/slack/install`); each workspace's installation is kept in the store (see [Slack](slack.md#many-workspaces)). `SLACK_BOT_TOKEN` may stay set for the one workspace it names"},
+	{name: "SLACK_CLIENT_SECRET", group: groupSlack, doc: "the app's client secret (Basic Information -> App Credentials)"},
+	{name: "SLACK_REDIRECT_URL", group: groupSlack, doc: "`https://<your host>/slack/oauth_redirect`, as listed in the app's OAuth & Permissions -> Redirect URLs; needed with `SLACK_CLIENT_ID`"},
+	{name: "PINPLAN_SECRET_KEY", group: groupSlack, doc: "at least 32 characters (`openssl rand -base64 32`): seals the installed workspaces' tokens in the store; needed with `SLACK_CLIENT_ID`. Keep it: tokens sealed with another key do not open (reinstall the app then)"},
 
 	{name: "DISCORD_BOT_TOKEN", group: groupDiscord, doc: "the bot token, alone (Developer Portal -> Bot -> Reset Token); Discord runs when it is set (see [Discord](discord.md))"},
 	{name: "DISCORD_API_URL", group: groupDiscord, doc: "replaces `https://discord.com` for every REST call and gateway discovery (the tests point it at a fake)"},
 	{name: "PINPLAN_DISCORD_THREAD_PER_TASK", group: groupDiscord, doc: "a mention in a text channel opens a public thread from the message, and the session lives there"},
 	{name: "PINPLAN_DISCORD_COMPONENTS_V2", group: groupDiscord, doc: "post the plan as one Components V2 container (falls back to an embed if Discord refuses it)"},
 	{name: "DISCORD_APPLICATION_ID", group: groupDiscord, doc: "the application's id, for `pinplan invite` when the bot token does not carry it (the token's first part is the id, base64)"},
+	{name: "PINPLAN_DISCORD_FORUMS", group: groupDiscord, doc: "forum channel ids (comma separated) whose every new post is a task, mention or not; in other forums a post whose first message mentions the bot is one. The post's tags follow the run (see [Discord](discord.md#forums))"},
+	{name: "PINPLAN_DISCORD_SHARDS", group: groupDiscord, doc: "gateway shards; 0 takes the count Discord recommends (`/gateway/bot`). With replicas each shard is held by one of them (see [Replicas](replicas.md))"},
 	{name: "PINPLAN_DISCORD_GUILD", group: groupDiscord, doc: "a server (guild) id: `/pinplan` is registered for that server only, where it shows at once, instead of globally"},
 
 	{name: "PINPLAN_TOOL_RESULT_BYTES", group: groupTools, doc: "a longer tool result is cut, with a note saying how much was left out"},
