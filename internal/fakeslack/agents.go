@@ -214,7 +214,7 @@ func (s *Server) startStreamLocked(method string, p map[string]string) (map[stri
 			return s.violationLocked(method, "team_not_found", fmt.Sprintf("recipient_team_id %s is not the team of %s (%s)", p["recipient_team_id"], p["recipient_user_id"], want))
 		}
 	}
-	m := &Message{Channel: channel, TS: s.tsLocked(), ThreadTS: p["thread_ts"], Text: text, User: s.BotUserID, BotID: "B1",
+	m := &Message{Channel: channel, TS: s.tsLocked(), ThreadTS: p["thread_ts"], Text: text, User: s.caller, BotID: "B1",
 		Streamed: true, Streaming: true, StreamUser: p["recipient_user_id"], StreamTeam: p["recipient_team_id"]}
 	s.messages[m.Channel+"/"+m.TS] = m
 	s.order = append(s.order, m.Channel+"/"+m.TS)
@@ -231,7 +231,7 @@ func (s *Server) streamingLocked(p map[string]string) (*Message, string) {
 	switch {
 	case !ok:
 		return nil, "message_not_found"
-	case !m.Streamed || !m.Streaming || m.User != s.BotUserID:
+	case !m.Streamed || !m.Streaming || m.User != s.caller:
 		return nil, "message_not_in_streaming_state"
 	}
 	return m, ""

@@ -43,10 +43,16 @@
 // messages (Streams), and a stream can be made to expire
 // (ExpireStreamOnAppend). AgentSessionsError turns sessions off.
 //
+// Teams (teams.go): several workspaces, each with its own channels, bot
+// user and tokens (AddTeam), a token refused on another workspace's
+// channel, events naming their workspace, org and authorizations, and
+// Uninstall sending tokens_revoked and app_uninstalled.
+//
 // Only tests import it.
 package fakeslack
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -165,6 +171,10 @@ type Server struct {
 	// refuses oauth.v2.access.
 	App   *App
 	oauth *oauthState
+	teams *teams // AddTeam (teams.go)
+	// caller is the bot user of the token of the call being answered,
+	// callerInstall its installation (a team or org id).
+	caller, callerInstall string
 	// BaseURL is the fake's own address (http://127.0.0.1:port) for the
 	// response_url of BlockActions payloads; by default the Host of the
 	// latest Web API request.
@@ -747,6 +757,11 @@ func (s *Server) answerLocked(h http.Header, method, token string, params map[st
 		return nil, code
 	}
 	h.Set("X-OAuth-Scopes", s.scopesLocked(token))
+	s.callerInstall = s.installOfLocked(token)
+	s.caller = s.botOfLocked(s.callerInstall)
+	if ch := cmp.Or(params["channel"], params["channel_id"]); ch != "" && !strings.HasPrefix(token, "xapp-") && !s.seesLocked(token, ch) {
+		return nil, "channel_not_found" // another workspace's channel
+	}
 	if q := s.failures[method]; len(q) > 0 {
 		code, s.failures[method] = q[0], q[1:]
 		return nil, code

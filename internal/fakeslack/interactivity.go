@@ -73,7 +73,7 @@ func (s *Server) postEphemeralLocked(method string, p map[string]string) (map[st
 		return resp, code
 	}
 	m := &Message{Channel: p["channel"], TS: s.tsLocked(), ThreadTS: p["thread_ts"], Text: p["text"], Blocks: p["blocks"],
-		User: s.BotUserID, BotID: "B1", Recipient: p["user"]}
+		User: s.caller, BotID: "B1", Recipient: p["user"]}
 	s.ephemerals = append(s.ephemerals, m)
 	return map[string]any{"message_ts": m.TS}, ""
 }
@@ -188,7 +188,7 @@ func (s *Server) blockActionLocked(userID, channel, messageTS, actionID string,
 	pick func(blocks []any) (blockID string, action, state map[string]any)) map[string]any {
 	s.initLocked()
 	m, ok := s.messages[channel+"/"+messageTS]
-	if !ok || m.BotID == "" || m.User != s.BotUserID || m.Blocks == "" {
+	if !ok || m.BotID == "" || m.User != s.botOfLocked(s.channelTeamLocked(channel)) || m.Blocks == "" {
 		return nil
 	}
 	var blocks []any
@@ -213,6 +213,7 @@ func (s *Server) blockActionLocked(userID, channel, messageTS, actionID string,
 		state = map[string]any{}
 	}
 	action["action_ts"] = s.tsLocked()
+	team := s.channelTeamLocked(channel)
 	s.memberLocked(channel, userID)
 	s.seq++
 	secret := fmt.Sprintf("%016x%08x", time.Now().UnixNano(), s.seq)
@@ -242,9 +243,9 @@ func (s *Server) blockActionLocked(userID, channel, messageTS, actionID string,
 		"token":                 "legacy",
 		"container":             container,
 		"trigger_id":            triggerID,
-		"team":                  map[string]any{"id": s.TeamID, "domain": strings.ToLower(s.TeamID)},
-		"enterprise":            nil,
-		"is_enterprise_install": false,
+		"team":                  map[string]any{"id": team, "domain": strings.ToLower(team)},
+		"enterprise":            enterpriseJSON(s.enterpriseOfLocked(team)),
+		"is_enterprise_install": s.orgWideLocked(team),
 		"channel":               map[string]any{"id": channel, "name": channelName},
 		"message":               message,
 		"state":                 map[string]any{"values": state},
@@ -369,8 +370,13 @@ func (s *Server) CommandBody(fields map[string]any) []byte {
 // response_url.
 func (s *Server) commandLocked(fields map[string]any) map[string]any {
 	s.initLocked()
-	p := map[string]any{"token": "legacy", "team_id": s.TeamID, "team_domain": "fake", "api_app_id": "A1", "command": "/pinplan",
-		"user_name": "someone", "channel_name": "general", "is_enterprise_install": false}
+	channel, _ := fields["channel_id"].(string)
+	team := s.channelTeamLocked(channel)
+	p := map[string]any{"token": "legacy", "team_id": team, "team_domain": "fake", "api_app_id": "A1", "command": "/pinplan",
+		"user_name": "someone", "channel_name": "general", "is_enterprise_install": s.orgWideLocked(team)}
+	if ent := s.enterpriseOfLocked(team); ent != "" {
+		p["enterprise_id"] = ent
+	}
 	for k, v := range fields {
 		p[k] = v
 	}
@@ -379,7 +385,7 @@ func (s *Server) commandLocked(fields map[string]any) map[string]any {
 		p["trigger_id"] = fmt.Sprintf("trig-%d", s.seq)
 	}
 	user, _ := p["user_id"].(string)
-	channel, _ := p["channel_id"].(string)
+	channel, _ = p["channel_id"].(string)
 	s.issueTriggerLocked(fmt.Sprint(p["trigger_id"]), user, channel)
 	if p["response_url"] == nil {
 		secret := fmt.Sprintf("%016x%08x", time.Now().UnixNano(), s.seq)
@@ -413,6 +419,7 @@ func (s *Server) MessageShortcut(userID, channel, callbackID string, message map
 	if base == "" {
 		base = "http://" + s.host
 	}
+	team := s.channelTeamLocked(channel)
 	msg := map[string]any{"type": "message"}
 	for k, v := range message {
 		msg[k] = v
@@ -432,10 +439,11 @@ func (s *Server) MessageShortcut(userID, channel, callbackID string, message map
 		"message":               msg,
 		"user":                  map[string]any{"id": userID, "name": username, "team_id": s.TeamID},
 		"channel":               map[string]any{"id": channel, "name": strings.ToLower(channel)},
-		"team":                  map[string]any{"id": s.TeamID, "domain": strings.ToLower(s.TeamID)},
+		"team":                  map[string]any{"id": team, "domain": strings.ToLower(team)},
+		"enterprise":            enterpriseJSON(s.enterpriseOfLocked(team)),
 		"token":                 "legacy",
 		"action_ts":             s.tsLocked(),
-		"is_enterprise_install": false,
+		"is_enterprise_install": s.orgWideLocked(team),
 	}
 }
 

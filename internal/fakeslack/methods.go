@@ -20,7 +20,7 @@ const (
 func (s *Server) handleLocked(method string, p map[string]string, r *http.Request) (map[string]any, string) {
 	switch method {
 	case "auth.test":
-		return map[string]any{"user_id": s.BotUserID, "team_id": s.TeamID, "user": "pinplan", "bot_id": "B1"}, ""
+		return s.authTestLocked(), ""
 	case "apps.connections.open":
 		s.seq++
 		ticket := fmt.Sprintf("ticket-%d", s.seq)
@@ -118,7 +118,7 @@ func (s *Server) postMessageLocked(method string, p map[string]string) (map[stri
 			return s.violationLocked(method, code, detail)
 		}
 	}
-	m := &Message{Channel: p["channel"], TS: s.tsLocked(), ThreadTS: p["thread_ts"], Text: p["text"], Blocks: p["blocks"], User: s.BotUserID, BotID: "B1", Metadata: meta}
+	m := &Message{Channel: p["channel"], TS: s.tsLocked(), ThreadTS: p["thread_ts"], Text: p["text"], Blocks: p["blocks"], User: s.caller, BotID: "B1", Metadata: meta}
 	s.messages[m.Channel+"/"+m.TS] = m
 	s.order = append(s.order, m.Channel+"/"+m.TS)
 	return map[string]any{"channel": m.Channel, "ts": m.TS, "message": s.messageJSONLocked(m)}, ""
@@ -129,7 +129,7 @@ func (s *Server) updateMessageLocked(method string, p map[string]string) (map[st
 	if !ok {
 		return nil, "message_not_found"
 	}
-	if m.User != s.BotUserID {
+	if m.User != s.caller {
 		return nil, "cant_update_message"
 	}
 	if resp, code := s.checkMessageLocked(method, p); code != "" {

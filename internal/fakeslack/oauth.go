@@ -212,11 +212,12 @@ func (s *Server) oauthAccessLocked(p map[string]string) (map[string]any, string)
 		id = in.EnterpriseID
 	}
 	s.seq++
-	resp := map[string]any{"token_type": "bot", "scope": strings.Join(in.Scopes, ","), "bot_user_id": s.BotUserID, "app_id": "A1",
+	resp := map[string]any{"token_type": "bot", "scope": strings.Join(in.Scopes, ","), "bot_user_id": s.botOfLocked(id), "app_id": "A1",
 		"team": map[string]any{"id": in.TeamID, "name": in.TeamName}, "enterprise": nil, "is_enterprise_install": in.Enterprise,
 		"authed_user": map[string]any{"id": in.UserID}}
 	if in.Enterprise {
 		resp["team"] = nil
+		s.teamsLocked().orgWide[id] = true
 	}
 	if in.EnterpriseID != "" {
 		resp["enterprise"] = map[string]any{"id": in.EnterpriseID, "name": "Org " + in.EnterpriseID}

@@ -373,10 +373,10 @@ func (s *Server) CallbackBody(eventID string, event map[string]any) []byte {
 	s.mu.Lock()
 	s.initLocked()
 	s.storeEventLocked(event)
-	team := s.TeamID
+	channel, _ := event["channel"].(string)
+	env := s.eventEnvelopeLocked(eventID, s.channelTeamLocked(channel), event)
 	s.mu.Unlock()
-	b, _ := json.Marshal(map[string]any{"token": "legacy", "team_id": team, "api_app_id": "A1", "type": "event_callback",
-		"event_id": eventID, "event_time": time.Now().Unix(), "event": event})
+	b, _ := json.Marshal(env)
 	return b
 }
 

@@ -1,0 +1,226 @@
+package fakeslack
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Many workspaces, as Slack keeps them apart: each Team has its own
+// channels, bot user and tokens (a fixed one, and those the OAuth flow
+// issues for it or for its Enterprise Grid org). A token works only on
+// the channels of the workspace it was issued for, or of every workspace
+// of its org for an org-wide install: on another team's channel Slack
+// answers channel_not_found, as it does for a channel the token cannot
+// see. Channels never given to a Team, and tokens the fake knows no team
+// of, are the default workspace's (TeamID), as before teams existed.
+// Events carry their channel's team_id, the org's enterprise_id and the
+// authorizations they were delivered for, as Events API payloads do.
+
+// Team is a workspace the fake serves besides its default one.
+type Team struct {
+	ID, Name string
+	// EnterpriseID is the Enterprise Grid org the workspace belongs to;
+	// "" for a standalone workspace.
+	EnterpriseID string
+	// BotUserID is the bot's user in the workspace; by default "UB" and
+	// the team id, or the org id for a workspace of an org (an org-wide
+	// install has one bot user across the org).
+	BotUserID string
+	// Token is a fixed bot token of the workspace, as a single-workspace
+	// install gives; "" for none (tokens then come from the OAuth flow).
+	Token    string
+	Channels []string
+}
+
+// teams is the fake's workspaces besides the default one.
+type teams struct {
+	byID     map[string]*Team
+	channels map[string]string // channel -> team id
+	tokens   map[string]string // fixed token -> team id
+	orgWide  map[string]bool   // org ids installed org-wide by OAuth
+}
+
+func (s *Server) teamsLocked() *teams {
+	if s.teams == nil {
+		s.teams = &teams{byID: map[string]*Team{}, channels: map[string]string{}, tokens: map[string]string{}, orgWide: map[string]bool{}}
+	}
+	return s.teams
+}
+
+// AddTeam adds a workspace with its channels and, when t.Token is set,
+// its fixed bot token.
+func (s *Server) AddTeam(t Team) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.initLocked()
+	ts := s.teamsLocked()
+	if t.BotUserID == "" {
+		t.BotUserID = "UB" + t.ID
+		if t.EnterpriseID != "" {
+			t.BotUserID = "UB" + t.EnterpriseID
+		}
+	}
+	ts.byID[t.ID] = &t
+	for _, c := range t.Channels {
+		ts.channels[c] = t.ID
+	}
+	if t.Token != "" {
+		ts.tokens[t.Token] = t.ID
+	}
+	if _, ok := s.users[t.BotUserID]; !ok {
+		s.users[t.BotUserID] = "pinplan"
+	}
+}
+
+// channelTeamLocked is the team a channel belongs to.
+func (s *Server) channelTeamLocked(channel string) string {
+	if s.teams != nil {
+		if t, ok := s.teams.channels[channel]; ok {
+			return t
+		}
+	}
+	return s.TeamID
+}
+
+// enterpriseOfLocked is the org of team, "" for none.
+func (s *Server) enterpriseOfLocked(team string) string {
+	if s.teams != nil {
+		if t, ok := s.teams.byID[team]; ok {
+			return t.EnterpriseID
+		}
+	}
+	return ""
+}
+
+// installOfLocked is the installation a token belongs to: a team id, an
+// org id for an org-wide install, or the default team for a token the
+// fake gave no team.
+func (s *Server) installOfLocked(token string) string {
+	if s.teams != nil {
+		if t, ok := s.teams.tokens[token]; ok {
+			return t
+		}
+	}
+	if s.oauth != nil {
+		if t, ok := s.oauth.tokens[token]; ok && t.team != "" {
+			return t.team
+		}
+	}
+	return s.TeamID
+}
+
+// botOfLocked is the bot user of an installation (team or org id).
+func (s *Server) botOfLocked(id string) string {
+	if s.teams != nil {
+		if t, ok := s.teams.byID[id]; ok {
+			return t.BotUserID
+		}
+		for _, t := range s.teams.byID {
+			if t.EnterpriseID == id {
+				return t.BotUserID
+			}
+		}
+	}
+	return s.BotUserID
+}
+
+// seesLocked reports whether token may act in channel: the channel is of
+// the token's workspace, or of a workspace of its org-wide install.
+func (s *Server) seesLocked(token, channel string) bool {
+	id, team := s.installOfLocked(token), s.channelTeamLocked(channel)
+	return id == team || (s.teams != nil && s.teams.orgWide[id] && s.enterpriseOfLocked(team) == id)
+}
+
+// eventEnvelopeLocked is an Events API event_callback for event: its
+// channel's team_id, the org's enterprise_id, and the authorizations
+// (the bot's installation) it was delivered for.
+func (s *Server) eventEnvelopeLocked(eventID, team string, event map[string]any) map[string]any {
+	ent := s.enterpriseOfLocked(team)
+	if team == "" {
+		team = s.TeamID
+	}
+	installed := team
+	if ent != "" && s.teams.orgWide[ent] {
+		installed = ent
+	}
+	auth := map[string]any{"enterprise_id": nilIfEmpty(ent), "team_id": team, "user_id": s.botOfLocked(installed),
+		"is_bot": true, "is_enterprise_install": installed == ent && ent != ""}
+	out := map[string]any{"token": "legacy", "team_id": team, "api_app_id": "A1", "type": "event_callback",
+		"event_id": eventID, "event_time": time.Now().Unix(), "event": event, "authorizations": []any{auth},
+		"is_ext_shared_channel": false, "event_context": "4-" + eventID}
+	if ent != "" {
+		out["enterprise_id"] = ent
+	}
+	return out
+}
+
+func nilIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// Uninstall is a person removing the app from a workspace (a team id) or
+// from an org (an org id, for an org-wide install): every token of the
+// installation is revoked (token_revoked from then on), and Slack sends
+// tokens_revoked (the bot's user) and then app_uninstalled, as events of
+// that workspace. They go to Socket Mode like any event (Push); the
+// bodies are returned for a test that posts them to an HTTP Request URL
+// (each signed as CallbackBody's are).
+func (s *Server) Uninstall(id string) [][]byte {
+	s.RevokeTokens(id)
+	s.mu.Lock()
+	s.initLocked()
+	s.seq++
+	n := s.seq
+	team := id
+	revoked := map[string]any{"type": "tokens_revoked", "tokens": map[string]any{"oauth": []string{}, "bot": []string{s.botOfLocked(id)}},
+		"event_ts": s.tsLocked()}
+	gone := map[string]any{"type": "app_uninstalled", "event_ts": s.tsLocked()}
+	var bodies [][]byte
+	for i, ev := range []map[string]any{revoked, gone} {
+		eventID := fmt.Sprintf("EvUninstall%d-%d", n, i)
+		env := s.eventEnvelopeLocked(eventID, team, ev)
+		if s.teamsLocked().orgWide[id] {
+			env["enterprise_id"] = id // an org's uninstall names the org
+		}
+		b, _ := json.Marshal(env)
+		bodies = append(bodies, b)
+		s.seq++
+		e := &envelope{id: fmt.Sprintf("env-%d", s.seq), eventID: eventID, payload: b}
+		s.pending = append(s.pending, e)
+	}
+	s.flushLocked()
+	s.mu.Unlock()
+	return bodies
+}
+
+// authTestLocked answers auth.test for the caller's token: its bot user
+// and workspace, or for an org-wide install the org.
+func (s *Server) authTestLocked() map[string]any {
+	id := s.callerInstall
+	out := map[string]any{"user_id": s.caller, "team_id": id, "user": "pinplan", "bot_id": "B1"}
+	if s.teams != nil && s.teams.orgWide[id] {
+		out["team_id"], out["enterprise_id"], out["is_enterprise_install"] = "", id, true
+	} else if ent := s.enterpriseOfLocked(id); ent != "" {
+		out["enterprise_id"] = ent
+	}
+	return out
+}
+
+// orgWideLocked reports whether team's org installed the app org-wide.
+func (s *Server) orgWideLocked(team string) bool {
+	ent := s.enterpriseOfLocked(team)
+	return ent != "" && s.teams.orgWide[ent]
+}
+
+// enterpriseJSON is an interaction payload's enterprise: null outside an
+// org.
+func enterpriseJSON(id string) any {
+	if id == "" {
+		return nil
+	}
+	return map[string]any{"id": id, "name": "Org " + id}
+}
