@@ -65,6 +65,9 @@ type Options struct {
 	// Sessions lists the sessions, for /pinplan status; nil: the command
 	// says it is not available.
 	Sessions func(ctx context.Context) ([]chat.Listed, error)
+	// Forums are forum (or media) channel ids whose every new post is a
+	// session, without a mention (PINPLAN_DISCORD_FORUMS; forum.go).
+	Forums []string
 }
 
 // Adapter is the Discord platform.
@@ -115,6 +118,7 @@ type Adapter struct {
 	flushing  bool       // a save of seen is scheduled
 	catching  int        // catch-ups queued or running
 	saveMu    sync.Mutex // one save of the marks at a time (not under mu)
+	forums    forums     // forums and their posts (forum.go); its own lock
 }
 
 var (
@@ -213,6 +217,7 @@ func New(opts Options) (*Adapter, error) {
 	s.AddHandler(a.onMessage)
 	s.AddHandler(a.onGuild)
 	s.AddHandler(a.onInteraction)
+	a.addForumHandlers(s) // forum.go
 	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Connect) { a.setConnected(true) })
 	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Disconnect) { a.onDisconnect() })
 	s.AddHandler(func(_ *discordgo.Session, r *discordgo.Ready) {
@@ -555,6 +560,7 @@ func (a *Adapter) PostPlan(ctx context.Context, th chat.Thread, p chat.Plan) (ch
 	ref, err := a.postPlan(ctx, th, p, n)
 	if err == nil {
 		a.remember(th.Channel, ref.ID, p, true)
+		a.forumPlan(th.Channel, p)
 	}
 	return ref, err
 }
@@ -644,6 +650,7 @@ func (a *Adapter) EditPlan(ctx context.Context, th chat.Thread, ref chat.Message
 	}
 	if err == nil {
 		a.remember(ref.Channel, ref.ID, p, false)
+		a.forumPlan(ref.Channel, p)
 	}
 	return classify("edit plan "+ref.ID, err, false)
 }

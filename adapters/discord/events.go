@@ -76,10 +76,16 @@ func (a *Adapter) process(ctx context.Context, m *discordgo.Message) {
 	mentioned, text := a.mention(m, bot)
 	channel := m.ChannelID
 	startThread, followUp, marked := false, false, true
+	post, starter := a.forumStarter(ctx, m)
+	if starter {
+		text = forumTask(post.title, text) // a post's task is its title and starter
+	}
 	switch {
 	case m.GuildID == "": // a DM channel is the session
 	case mentioned:
 		startThread = a.opts.ThreadPerTask && !isThread(a.channelType(ctx, channel))
+	case starter && a.forumListed(post.forum):
+		// A listed forum's every post is a task, mentioned or not.
 	default:
 		// Without a mention only threads hear the bot: a thread with a
 		// session, or one whose mention has not made its session yet
@@ -138,7 +144,10 @@ func (a *Adapter) process(ctx context.Context, m *discordgo.Message) {
 		trigger = "" // the message is in the parent channel, not the thread
 	}
 	err := a.in.Handle(ctx, chat.Incoming{Thread: th, Text: text, Author: cmp.Or(m.Author.GlobalName, m.Author.Username), AuthorID: m.Author.ID, MessageID: trigger, Event: event, FollowUp: followUp, Files: filesOf(m.Attachments)})
-	if err != nil && !errors.Is(err, chat.ErrRejected) {
+	switch {
+	case err == nil && !followUp:
+		a.wantTag(channel, tagPlanning, true) // a forum post's session has begun
+	case err != nil && !errors.Is(err, chat.ErrRejected):
 		a.log.Error("discord message not handled", "session", th.Key, "err", err)
 	}
 }
@@ -150,6 +159,7 @@ func (a *Adapter) onGuild(_ *discordgo.Session, g *discordgo.GuildCreate) {
 		return
 	}
 	a.guildChannels(g.Channels, g.Threads)
+	a.forumGuild(g.Channels, g.Threads)
 	bot := a.bot()
 	managed := map[string]bool{}
 	for _, r := range g.Roles {

@@ -1,0 +1,511 @@
+package discord
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/bwmarrin/discordgo"
+
+	"github.com/pinplan/pinplan/chat"
+)
+
+// Forum channels as task boards (DESIGN §20). A forum (type 15) or a
+// media channel (type 16) holds posts: public threads whose parent is
+// the forum, whose starter message has the thread's id, and which carry
+// applied_tags, ids of the forum's available_tags. A post whose starter
+// message mentions the bot, or any post in a forum of Options.Forums, is
+// a session keyed by the post (Key): its task is the post's title and
+// starter message, and its plan is posted and pinned in it as in any
+// thread.
+//
+// The post's tags follow the run (runTag): planning when the session
+// starts, then the tag of each plan rendered. The bot's run tags replace
+// each other; people's other tags stay. Discord's limits hold: at most
+// 20 tags on a forum (a missing run tag is created on it only where
+// there is room) and 5 on a post (a post whose people's tags fill it is
+// left alone, said once). Changing a forum's tags needs Manage Channels
+// and changing another's post's tags Manage Threads (Discord's Modify
+// Channel); where either is refused the forum's tags are left alone, said
+// once per forum. A tag change never holds up the plan: it runs on the
+// forum's own lane after the render, and only when the tag changes.
+//
+// A post closed (archived) by a person while its session exists ends
+// the turn as the plan's Stop does, as the post's owner (only the owner,
+// or a member with Manage Threads, may close a post). A reopened post
+// goes on as any thread: its next message is a follow-up. The bot never
+// archives a post, so every archive it hears of is a person's (or
+// Discord's, after the post's inactivity).
+
+// The run tags, in the order they are created on a forum.
+const (
+	tagPlanning = "planning"
+	tagWorking  = "working"
+	tagWaiting  = "waiting"
+	tagDone     = "done"
+	tagStopped  = "stopped"
+)
+
+var runTags = []string{tagPlanning, tagWorking, tagWaiting, tagDone, tagStopped}
+
+// Discord's limits on tags (Channel resource: forum tag object, Modify
+// Channel).
+const (
+	maxForumTags = 20
+	maxPostTags  = 5
+)
+
+// forumStopName is who stopped a turn, as the plan's footer says it:
+// "stopped by closing the post". The event does not say who closed it.
+const forumStopName = "closing the post"
+
+// forums is what the adapter knows of forums and their posts, from the
+// gateway (GUILD_CREATE, CHANNEL_UPDATE, THREAD_CREATE, THREAD_UPDATE)
+// and its own requests. The zero value is ready.
+type forums struct {
+	mu     sync.Mutex            // guards the maps and what they point to
+	boards map[string]*forumInfo // by forum id
+	posts  map[string]*forumPost // by post (thread) id
+}
+
+// forumInfo is a forum as last seen.
+type forumInfo struct {
+	tags     []discordgo.ForumTag // its available tags; nil until known
+	known    bool                 // tags were told or fetched
+	noManage bool                 // tags are left alone here (said once)
+	dirty    map[string]bool      // posts whose run tag is to be set
+}
+
+// forumPost is a post as last seen, and the run tag the bot wants on it.
+type forumPost struct {
+	forum, owner, title string
+	applied             []string // its tags, as Discord last said
+	archived, locked    bool
+	want                string // the run tag the bot wants; "" before any
+	full                bool   // people's tags fill it (said once)
+}
+
+// isForum reports whether a channel of type t holds posts.
+func isForum(t discordgo.ChannelType) bool {
+	return t == discordgo.ChannelTypeGuildForum || t == discordgo.ChannelTypeGuildMedia
+}
+
+// boardLocked returns forum id's record, made when new.
+func (f *forums) boardLocked(id string) *forumInfo {
+	if f.boards == nil {
+		f.boards = map[string]*forumInfo{}
+	}
+	b, ok := f.boards[id]
+	if !ok {
+		b = &forumInfo{}
+		f.boards[id] = b
+	}
+	return b
+}
+
+// notePost records a thread the gateway or a lookup told of, if its
+// parent is a forum; it returns the post's record, nil for another
+// thread.
+func (f *forums) notePost(ch *discordgo.Channel, parentIsForum bool) *forumPost {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if ch == nil || ch.ID == "" || ch.ParentID == "" {
+		return nil
+	}
+	_, known := f.boards[ch.ParentID]
+	if !known && !parentIsForum {
+		return nil
+	}
+	f.boardLocked(ch.ParentID)
+	if f.posts == nil {
+		f.posts = map[string]*forumPost{}
+	}
+	p, ok := f.posts[ch.ID]
+	if !ok {
+		p = &forumPost{forum: ch.ParentID}
+		f.posts[ch.ID] = p
+	}
+	p.owner, p.title = cmp.Or(ch.OwnerID, p.owner), cmp.Or(ch.Name, p.title)
+	p.applied = slices.Clone(ch.AppliedTags)
+	if md := ch.ThreadMetadata; md != nil {
+		p.archived, p.locked = md.Archived, md.Locked
+	}
+	return p
+}
+
+// noteForum records a forum's available tags.
+func (f *forums) noteForum(ch *discordgo.Channel) {
+	if ch == nil || !isForum(ch.Type) {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b := f.boardLocked(ch.ID)
+	b.tags, b.known = slices.Clone(ch.AvailableTags), true
+}
+
+// post returns a copy of the post's record.
+func (f *forums) post(id string) (forumPost, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p, ok := f.posts[id]; ok {
+		return *p, true
+	}
+	return forumPost{}, false
+}
+
+// forumGuild notes the forums and posts of a GUILD_CREATE.
+func (a *Adapter) forumGuild(chans, threads []*discordgo.Channel) {
+	forumIDs := map[string]bool{}
+	for _, ch := range chans {
+		if ch != nil && isForum(ch.Type) {
+			a.forums.noteForum(ch)
+			forumIDs[ch.ID] = true
+		}
+	}
+	for _, th := range threads {
+		if th != nil {
+			a.forums.notePost(th, forumIDs[th.ParentID])
+		}
+	}
+}
+
+// addForumHandlers adds the handlers of forum.go to a gateway session.
+func (a *Adapter) addForumHandlers(s *discordgo.Session) {
+	s.AddHandler(a.onThreadCreate)
+	s.AddHandler(a.onThreadUpdate)
+	s.AddHandler(a.onChannelCreate)
+	s.AddHandler(a.onChannelUpdate)
+}
+
+// onChannelCreate and onChannelUpdate learn a forum's tags as they
+// change: a moderator's edit, or the bot's own.
+func (a *Adapter) onChannelCreate(_ *discordgo.Session, ev *discordgo.ChannelCreate) {
+	a.forumChannel(ev.Channel)
+}
+
+func (a *Adapter) onChannelUpdate(_ *discordgo.Session, ev *discordgo.ChannelUpdate) {
+	a.forumChannel(ev.Channel)
+}
+
+func (a *Adapter) forumChannel(ch *discordgo.Channel) {
+	if ch != nil && isForum(ch.Type) {
+		a.mu.Lock()
+		a.chanTypes[ch.ID] = ch.Type
+		a.mu.Unlock()
+		a.forums.noteForum(ch)
+	}
+}
+
+// onThreadCreate notes a new thread's type, so its messages cost no
+// lookup, and a new forum post. The starter message comes after it, in
+// its own MESSAGE_CREATE.
+func (a *Adapter) onThreadCreate(_ *discordgo.Session, ev *discordgo.ThreadCreate) {
+	if ev.Channel == nil || ev.ID == "" {
+		return
+	}
+	a.mu.Lock()
+	a.chanTypes[ev.ID] = ev.Type
+	parent, ok := a.chanTypes[ev.ParentID]
+	a.mu.Unlock()
+	a.forums.notePost(ev.Channel, ok && isForum(parent))
+}
+
+// onThreadUpdate follows a post's tags and state. A post a person closed
+// while its session exists has its turn stopped, on the post's queue,
+// after the messages before it.
+func (a *Adapter) onThreadUpdate(_ *discordgo.Session, ev *discordgo.ThreadUpdate) {
+	if ev.Channel == nil || ev.ID == "" || a.ctx == nil {
+		return
+	}
+	before, _ := a.forums.post(ev.ID)
+	p := a.forums.notePost(ev.Channel, false)
+	if p == nil {
+		return
+	}
+	now, _ := a.forums.post(ev.ID)
+	switch {
+	case now.archived && !before.archived:
+		a.queue.Add(ev.ID, func() { a.postClosed(a.ctx, ev.ID, now.owner) })
+	case !now.archived && before.archived && now.want != "":
+		a.kickTags(now.forum, ev.ID) // a change held while it was closed
+	}
+}
+
+// postClosed stops the running turn of a post a person closed, as the
+// post's owner presses Stop.
+func (a *Adapter) postClosed(ctx context.Context, post, owner string) {
+	key := Key(post)
+	if !a.in.Known(key) {
+		return
+	}
+	th := chat.Thread{Platform: "discord", Key: key, Channel: post}
+	res := a.in.Click(ctx, chat.Click{Thread: th, Button: chat.ButtonID(chat.ActionStop, "forum"), UserID: owner, UserName: forumStopName})
+	if res.Private != "" {
+		a.log.Info("discord: forum post closed; its turn not stopped", "session", key, "why", res.Private)
+		return
+	}
+	a.log.Info("discord: forum post closed; its turn stopped", "session", key)
+}
+
+// forumStarter reports whether m is the starter message of a forum post
+// (its id is the post's) and returns the post. A post the gateway did
+// not tell of (a message fetched after a reconnect) is looked up.
+func (a *Adapter) forumStarter(ctx context.Context, m *discordgo.Message) (forumPost, bool) {
+	if m.GuildID == "" || m.ID != m.ChannelID {
+		return forumPost{}, false
+	}
+	if p, ok := a.forums.post(m.ChannelID); ok {
+		return p, true
+	}
+	ch, err := a.s.Channel(m.ChannelID, discordgo.WithContext(ctx))
+	if err != nil {
+		a.log.Warn("discord: look up a forum post", "channel", m.ChannelID, "err", err)
+		return forumPost{}, false
+	}
+	if p := a.forums.notePost(ch, ch.ParentID != "" && isForum(a.channelType(ctx, ch.ParentID))); p != nil {
+		return a.forums.post(ch.ID)
+	}
+	return forumPost{}, false
+}
+
+// forumListed reports whether forum takes every post without a mention
+// (Options.Forums).
+func (a *Adapter) forumListed(forum string) bool { return slices.Contains(a.opts.Forums, forum) }
+
+// forumTask is a post's task: its title, then its starter message.
+func forumTask(title, text string) string {
+	switch {
+	case title == "":
+		return text
+	case text == "":
+		return title
+	}
+	return title + "\n\n" + text
+}
+
+// runTag is the run tag of a post whose plan is p: waiting while the
+// turn waits for an approval or for Start, done, stopped for every other
+// ending (a stop, a limit, a budget, a failure), else working.
+func runTag(p chat.Plan) string {
+	switch {
+	case p.Start != "" || p.State == chat.StateWaiting:
+		return tagWaiting
+	case p.State == chat.StateDone:
+		return tagDone
+	case p.State == chat.StateStopped, p.State == chat.StateFailed, p.State == chat.StateLimited,
+		p.State == chat.StateTurnBudget, p.State == chat.StateDayBudget:
+		return tagStopped
+	}
+	return tagWorking
+}
+
+// forumPlan follows a plan rendered in channel with the post's run tag,
+// when channel is a forum post. It sends nothing itself.
+func (a *Adapter) forumPlan(channel string, p chat.Plan) { a.wantTag(channel, runTag(p), false) }
+
+// wantTag asks for tag on post; onlyFirst: only if the bot has wanted
+// none yet (planning comes before any plan, never after one).
+func (a *Adapter) wantTag(post, tag string, onlyFirst bool) {
+	a.forums.mu.Lock()
+	p, ok := a.forums.posts[post]
+	if !ok || p.want == tag || onlyFirst && p.want != "" {
+		a.forums.mu.Unlock()
+		return
+	}
+	p.want = tag
+	forum := p.forum
+	a.forums.mu.Unlock()
+	a.kickTags(forum, post)
+}
+
+// kickTags marks post as due and runs the forum's tag lane.
+func (a *Adapter) kickTags(forum, post string) {
+	a.forums.mu.Lock()
+	b := a.forums.boardLocked(forum)
+	if b.dirty == nil {
+		b.dirty = map[string]bool{}
+	}
+	b.dirty[post] = true
+	a.forums.mu.Unlock()
+	if a.ctx == nil {
+		return
+	}
+	a.queue.Kick("forum/"+forum, func() { a.syncTags(a.ctx, forum) })
+}
+
+// syncTags sets the run tag of each due post of forum, one request per
+// post whose tags change.
+func (a *Adapter) syncTags(ctx context.Context, forum string) {
+	a.forums.mu.Lock()
+	b := a.forums.boardLocked(forum)
+	due := make([]string, 0, len(b.dirty))
+	for id := range b.dirty {
+		due = append(due, id)
+	}
+	clear(b.dirty)
+	a.forums.mu.Unlock()
+	slices.Sort(due)
+	for _, post := range due {
+		if ctx.Err() != nil {
+			return
+		}
+		a.syncPost(ctx, forum, post)
+	}
+}
+
+// syncPost puts the wanted run tag on post in place of the bot's others.
+func (a *Adapter) syncPost(ctx context.Context, forum, post string) {
+	p, ok := a.forums.post(post)
+	if !ok || p.want == "" || p.archived {
+		return // a closed post takes no change; reopened, it is due again
+	}
+	id, ids, ok := a.forumTag(ctx, forum, p.want)
+	if !ok {
+		return
+	}
+	tags := make([]string, 0, maxPostTags)
+	for _, t := range p.applied {
+		if !slices.Contains(ids, t) {
+			tags = append(tags, t)
+		}
+	}
+	if len(tags) >= maxPostTags {
+		a.postFull(post, len(tags))
+		return
+	}
+	tags = append(tags, id)
+	if slices.Equal(tags, p.applied) {
+		return
+	}
+	ch, err := a.s.ChannelEdit(post, &discordgo.ChannelEdit{AppliedTags: &tags}, discordgo.WithContext(ctx))
+	switch c := restCode(err); {
+	case err == nil:
+		a.forums.notePost(ch, true)
+	case c == codeMissingPerms || c == codeMissingAccess:
+		a.leaveTags(forum, "Manage Threads", err)
+	default:
+		a.retryTags(ctx, forum, post, err)
+	}
+}
+
+// retryTags tries a post's tags again after a rate limit; another
+// failure is logged, and the next change of the run tries again.
+func (a *Adapter) retryTags(ctx context.Context, forum, post string, err error) {
+	var rl *discordgo.RateLimitError
+	if errors.As(err, &rl) && rl.RateLimit != nil {
+		a.queue.Later(ctx, "forum/"+forum, max(rl.RetryAfter, time.Second), func() { a.kickTags(forum, post) })
+		return
+	}
+	a.log.Warn("discord: set a forum post's run tag", "post", post, "err", err)
+}
+
+// postFull says once per post that people's tags leave no room for the
+// run tag.
+func (a *Adapter) postFull(post string, n int) {
+	a.forums.mu.Lock()
+	p := a.forums.posts[post]
+	said := p == nil || p.full
+	if p != nil {
+		p.full = true
+	}
+	a.forums.mu.Unlock()
+	if !said {
+		a.log.Info("discord: a forum post has 5 tags of people's; its run tag is left off", "post", post, "tags", n)
+	}
+}
+
+// leaveTags leaves forum's tags alone for the rest of the process, and
+// says so once.
+func (a *Adapter) leaveTags(forum, perm string, err error) {
+	a.forums.mu.Lock()
+	b := a.forums.boardLocked(forum)
+	said := b.noManage
+	b.noManage = true
+	clear(b.dirty)
+	a.forums.mu.Unlock()
+	if !said {
+		a.log.Info("discord: forum tags are left alone: the bot may not change them here (it needs Manage Channels to add tags to the forum and Manage Threads to tag people's posts)",
+			"forum", forum, "missing", perm, "err", err)
+	}
+}
+
+// forumTag returns the id of forum's tag named name, creating the
+// missing run tags when there is room, and the ids of every run tag the
+// forum has. ok is false when the tag is not there and cannot be made.
+func (a *Adapter) forumTag(ctx context.Context, forum, name string) (id string, runIDs []string, ok bool) {
+	tags, ok := a.forumTags(ctx, forum)
+	if !ok {
+		return "", nil, false
+	}
+	if id, ids := findTags(tags, name); id != "" {
+		return id, ids, true
+	}
+	var missing []string
+	for _, t := range runTags {
+		if i, _ := findTags(tags, t); i == "" {
+			missing = append(missing, t)
+		}
+	}
+	if len(tags)+len(missing) > maxForumTags {
+		missing = []string{name} // only the one wanted now, if that fits
+	}
+	if len(tags)+len(missing) > maxForumTags {
+		a.leaveTags(forum, "room for a tag (20 at most)", nil)
+		return "", nil, false
+	}
+	next := slices.Clone(tags)
+	for _, t := range missing {
+		next = append(next, discordgo.ForumTag{Name: t})
+	}
+	ch, err := a.s.ChannelEdit(forum, &discordgo.ChannelEdit{AvailableTags: &next}, discordgo.WithContext(ctx))
+	if c := restCode(err); c == codeMissingPerms || c == codeMissingAccess {
+		a.leaveTags(forum, "Manage Channels", err)
+		return "", nil, false
+	} else if err != nil {
+		a.log.Warn("discord: add run tags to a forum", "forum", forum, "err", err)
+		return "", nil, false
+	}
+	a.forums.noteForum(ch)
+	id, ids := findTags(ch.AvailableTags, name)
+	return id, ids, id != ""
+}
+
+// forumTags returns forum's available tags, fetched once when the
+// gateway has not told them; ok is false where tags are left alone.
+func (a *Adapter) forumTags(ctx context.Context, forum string) ([]discordgo.ForumTag, bool) {
+	a.forums.mu.Lock()
+	b := a.forums.boardLocked(forum)
+	tags, known, off := slices.Clone(b.tags), b.known, b.noManage
+	a.forums.mu.Unlock()
+	if off {
+		return nil, false
+	}
+	if known {
+		return tags, true
+	}
+	ch, err := a.s.Channel(forum, discordgo.WithContext(ctx))
+	if err != nil {
+		a.log.Warn("discord: look up a forum's tags", "forum", forum, "err", err)
+		return nil, false
+	}
+	a.forums.noteForum(ch)
+	return ch.AvailableTags, true
+}
+
+// findTags returns the id of the tag named name in tags, and the ids of
+// all run tags there.
+func findTags(tags []discordgo.ForumTag, name string) (id string, runIDs []string) {
+	for _, t := range tags {
+		if t.Name == name {
+			id = t.ID
+		}
+		if slices.Contains(runTags, t.Name) {
+			runIDs = append(runIDs, t.ID)
+		}
+	}
+	return id, runIDs
+}
