@@ -11,7 +11,6 @@
 package discord
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -65,6 +64,13 @@ type Options struct {
 	// Sessions lists the sessions, for /pinplan status; nil: the command
 	// says it is not available.
 	Sessions func(ctx context.Context) ([]chat.Listed, error)
+	// Shards is the gateway's shard count (PINPLAN_DISCORD_SHARDS); 0:
+	// the count GET /gateway/bot recommends (shards.go).
+	Shards int
+	// Identify, when set, shares the shards' identify buckets with other
+	// processes of the bot (replicas); this process paces its own either
+	// way.
+	Identify IdentifyLimiter
 	// Forums are forum (or media) channel ids whose every new post is a
 	// session, without a mention (PINPLAN_DISCORD_FORUMS; forum.go).
 	Forums []string
@@ -91,34 +97,29 @@ type Adapter struct {
 	// chanParents are threads' parent channels as looked up for
 	// /pinplan status ("" for a channel that is no thread).
 	chanParents map[string]string
-	connected   bool
 	noManage    bool // deleting the pin notice was refused
 	noContent   bool // the MessageContent intent is not enabled: messages without a mention come blank
 	v2Refused   bool // a Components V2 plan was refused and logged
 	// shown is, by channel, what its plan message shows of its items as
 	// this process last rendered it: the Add form's numbers (steer.go).
 	shown map[string]shownPlan
-	// gatewayOn admits gateway dials and reconnects: set by OpenGateway,
-	// cleared by CloseGateway, so that no connection is made while
-	// another replica holds the gateway. gateCtx lives as long as the
-	// current opening; gateStop ends it, and a dial or a reconnect wait
-	// under way with it.
-	gatewayOn    bool
-	gateCtx      context.Context
-	gateStop     context.CancelFunc
-	reconnecting bool // a reconnect loop runs
 	// botRoles are the bot's managed roles by guild: a mention of one is a
 	// mention of the bot.
 	botRoles map[string][]string
 	// seen is, per channel the bot listens in, the newest message it
 	// handled: the read marks (marks.go).
-	seen      map[string]seenChannel
-	downSince time.Time  // when the gap in the gateway began; zero while connected
-	dirty     bool       // seen changed since it was saved
-	flushing  bool       // a save of seen is scheduled
-	catching  int        // catch-ups queued or running
-	saveMu    sync.Mutex // one save of the marks at a time (not under mu)
-	forums    forums     // forums and their posts (forum.go); its own lock
+	seen     map[string]seenChannel
+	dirty    bool       // seen changed since it was saved
+	flushing bool       // a save of seen is scheduled
+	catching int        // catch-ups queued or running
+	saveMu   sync.Mutex // one save of the marks at a time (not under mu)
+	forums   forums     // forums and their posts (forum.go); its own lock
+
+	// shards are the gateway's connections (shards.go), made by
+	// StartREST and not changed after; their fields are guarded by mu.
+	shards   []*shard
+	buckets  *identifyBuckets // paces the shards' IDENTIFYs
+	idWindow time.Duration    // tests: the identify window instead of Discord's 5 s
 }
 
 var (
@@ -200,33 +201,28 @@ func New(opts Options) (*Adapter, error) {
 	s.ShouldRetryOnRateLimit = false // the plan board honours retry_after itself
 	s.MaxRestRetries = 1
 	s.StateEnabled = false
-	// The adapter reconnects the gateway itself (onDisconnect), on a
-	// goroutine it can stop: discordgo's loop cannot be stopped, and
-	// would reopen a gateway CloseGateway closed.
+	// This session is REST's: each shard has a gateway session of its
+	// own (shards.go), with these intents; this one never dials.
 	s.ShouldReconnectOnError = false
-	// websocket.DefaultDialer's settings, with the dial behind the gate.
-	s.Dialer = &websocket.Dialer{Proxy: http.ProxyFromEnvironment, HandshakeTimeout: 45 * time.Second}
-	// Handlers run in the gateway's reading goroutine, in the order Discord
-	// sent the events; onMessage only filters and queues per channel.
-	s.SyncEvents = true
+	s.Dialer = &websocket.Dialer{NetDialContext: func(context.Context, string, string) (net.Conn, error) { return nil, errGatewayClosed }}
 	s.Identify.Intents = discordgo.IntentsGuilds | discordgo.IntentsGuildMessages | discordgo.IntentsDirectMessages | discordgo.IntentsMessageContent
 	a := &Adapter{opts: opts, s: s, log: opts.Logger, limiters: map[string]*chat.Budget{}, lives: map[string]*liveReply{}, typing: map[string]context.CancelFunc{},
 		chanTypes: map[string]discordgo.ChannelType{}, chanParents: map[string]string{}, botRoles: map[string][]string{}, seen: map[string]seenChannel{},
 		shown: map[string]shownPlan{}}
-	s.Dialer.NetDialContext = a.dialGateway
+	return a, nil
+}
+
+// addHandlers adds the handlers of the gateway's events to s, a shard's
+// session (newShard): every shard's events go to the same handlers and
+// inbox. A handler of a new gateway event is added here, not in New.
+// Handlers run in the shard's reading goroutine (SyncEvents), in the
+// order Discord sent the events; onMessage only filters and queues per
+// channel, and a channel's events all come on its guild's shard.
+func (a *Adapter) addHandlers(s *discordgo.Session) {
 	s.AddHandler(a.onMessage)
 	s.AddHandler(a.onGuild)
 	s.AddHandler(a.onInteraction)
 	a.addForumHandlers(s) // forum.go
-	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Connect) { a.setConnected(true) })
-	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Disconnect) { a.onDisconnect() })
-	s.AddHandler(func(_ *discordgo.Session, r *discordgo.Ready) {
-		a.mu.Lock()
-		a.botID = r.User.ID
-		a.mu.Unlock()
-		a.onReady()
-	})
-	return a, nil
 }
 
 // ApplicationID reads a bot token's application id (its first segment is
@@ -267,10 +263,10 @@ func (a *Adapter) Start(ctx context.Context, in chat.Inbox) error {
 	return nil
 }
 
-// StartREST checks the token and learns the bot's user, without the
-// gateway: plans, replies, cards and typing work, and no event arrives
-// until OpenGateway; from then on they go to in. A replica that does not
-// hold the gateway runs so (DESIGN §14).
+// StartREST checks the token, learns the bot's user and the gateway's
+// shard count, without the gateway: plans, replies, cards and typing
+// work, and no event arrives until OpenGateway or OpenShard; from then
+// on they go to in. A replica that holds no shard runs so (DESIGN §14).
 func (a *Adapter) StartREST(ctx context.Context, in chat.Inbox) error {
 	a.ctx, a.in = ctx, in
 	u, err := a.s.User("@me", discordgo.WithContext(ctx))
@@ -280,142 +276,114 @@ func (a *Adapter) StartREST(ctx context.Context, in chat.Inbox) error {
 	a.mu.Lock()
 	a.botID = u.ID
 	a.mu.Unlock()
+	if err := a.makeShards(ctx); err != nil {
+		return err
+	}
 	if a.opts.Commands {
 		a.registerCommands(ctx)
 	}
 	return nil
 }
 
-// errGatewayClosed refuses a gateway dial between CloseGateway and
-// OpenGateway.
+// errGatewayClosed refuses a gateway dial of a shard between CloseShard
+// and OpenShard, and any dial of the REST session.
 var errGatewayClosed = errors.New("discord: the gateway is closed on this process")
-
-// OpenGateway connects the gateway after StartREST and keeps it
-// connected: a connection that ends is reopened, resuming its session.
-// The gateway being open already is no error.
-func (a *Adapter) OpenGateway(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("discord: open the gateway: %w", context.Cause(ctx))
-	}
-	a.mu.Lock()
-	if !a.gatewayOn {
-		a.gatewayOn = true
-		a.gateCtx, a.gateStop = context.WithCancel(cmp.Or[context.Context](a.ctx, context.Background()))
-	}
-	a.mu.Unlock()
-	if err := a.open(); err != nil && !errors.Is(err, discordgo.ErrWSAlreadyOpen) {
-		return fmt.Errorf("discord: open the gateway: %w", err)
-	}
-	return nil
-}
 
 // closeDisallowedIntents is the gateway's close code for a privileged
 // intent the application has not enabled.
 const closeDisallowedIntents = 4014
 
-// open opens the gateway. When Discord refuses the privileged
+// open opens a shard's gateway. When Discord refuses the privileged
 // MessageContent intent (4014: not enabled for this application), it
 // identifies again without it, and says what that means: pinplan works
 // through mentions, DMs and /pinplan, and in a thread a follow-up without
 // a mention is not heard (Discord sends no content without the intent).
-func (a *Adapter) open() error {
-	err := a.s.Open()
+// A shard opened after another learnt that asks without it at once.
+func (a *Adapter) open(sh *shard) error {
+	a.mu.Lock()
+	blank := a.noContent
+	a.mu.Unlock()
+	if blank {
+		a.dropContentIntent(sh)
+	}
+	err := sh.s.Open()
 	var ce *websocket.CloseError
 	if !errors.As(err, &ce) || ce.Code != closeDisallowedIntents {
 		return err
 	}
-	// Open reads Identify under the session's lock; OpenGateway and a
-	// reconnect can both be here.
-	a.s.Lock()
-	asked := a.s.Identify.Intents&discordgo.IntentsMessageContent != 0
-	a.s.Identify.Intents &^= discordgo.IntentsMessageContent
-	a.s.Unlock()
-	if asked {
+	if a.dropContentIntent(sh) {
 		a.mu.Lock()
+		said := a.noContent
 		a.noContent = true
 		a.mu.Unlock()
-		a.log.Warn("discord: the Message Content intent is not enabled for this application: pinplan answers mentions, DMs and /pinplan; " +
-			"follow-ups in a thread without a mention need the intent (Developer Portal -> Bot -> Privileged Gateway Intents -> Message Content Intent)")
+		if !said {
+			a.log.Warn("discord: the Message Content intent is not enabled for this application: pinplan answers mentions, DMs and /pinplan; " +
+				"follow-ups in a thread without a mention need the intent (Developer Portal -> Bot -> Privileged Gateway Intents -> Message Content Intent)")
+		}
 	}
-	return a.s.Open()
+	return sh.s.Open()
 }
 
-// CloseGateway closes the gateway with 1000, which ends its session on
-// Discord, and keeps it closed until OpenGateway: a reconnect under way
-// stops and cannot dial. REST goes on working.
-func (a *Adapter) CloseGateway() {
-	a.mu.Lock()
-	a.gatewayOn = false
-	if a.gateStop != nil {
-		a.gateStop()
-	}
-	a.mu.Unlock()
-	a.s.Close()
+// dropContentIntent takes MessageContent out of the shard's IDENTIFY and
+// reports whether it was in. Open reads Identify under the session's
+// lock; OpenShard and a reconnect can both be here.
+func (a *Adapter) dropContentIntent(sh *shard) bool {
+	sh.s.Lock()
+	defer sh.s.Unlock()
+	asked := sh.s.Identify.Intents&discordgo.IntentsMessageContent != 0
+	sh.s.Identify.Intents &^= discordgo.IntentsMessageContent
+	return asked
 }
 
-// dialGateway is the gateway's dialer behind the gate.
-func (a *Adapter) dialGateway(ctx context.Context, network, addr string) (net.Conn, error) {
-	a.mu.Lock()
-	on, gate := a.gatewayOn, a.gateCtx
-	a.mu.Unlock()
-	if !on {
-		return nil, errGatewayClosed
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(gate, cancel)()
-	var d net.Dialer
-	return d.DialContext(ctx, network, addr)
-}
-
-// onDisconnect runs when a gateway connection ends (discordgo emits
+// onDisconnect runs when a shard's connection ends (discordgo emits
 // Disconnect from Close, after a read error, a missed heartbeat ack or
-// op 7). While the gateway is wanted it is reopened, resuming its
-// session, with discordgo's own backoff (1 s, doubling to 10 min).
-func (a *Adapter) onDisconnect() {
+// op 7). While the shard is wanted it is reopened, resuming its session,
+// with discordgo's own backoff (1 s, doubling to 10 min); the other
+// shards are not touched.
+func (a *Adapter) onDisconnect(sh *shard) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.connected = false
-	if a.downSince.IsZero() {
-		a.downSince = time.Now()
+	sh.connected = false
+	if sh.downSince.IsZero() {
+		sh.downSince = time.Now()
 	}
-	if !a.gatewayOn || a.reconnecting {
+	if !sh.on || sh.reconnecting {
 		return
 	}
-	a.reconnecting = true
+	sh.reconnecting = true
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
-		a.reconnect()
+		a.reconnect(sh)
 	}()
 }
 
-// reconnect opens the gateway until it is connected or no longer wanted
+// reconnect opens a shard until it is connected or no longer wanted
 // (closed, or the adapter's context done). A connection that ends while
 // it runs finds it running and leaves the reconnect to it, so it is done
 // only when connected.
-func (a *Adapter) reconnect() {
+func (a *Adapter) reconnect(sh *shard) {
 	wait := time.Second
 	for {
 		a.mu.Lock()
-		if !a.gatewayOn || a.gateCtx.Err() != nil {
-			a.reconnecting = false
+		if !sh.on || sh.ctx.Err() != nil {
+			sh.reconnecting = false
 			a.mu.Unlock()
 			return
 		}
-		gate := a.gateCtx
+		gate := sh.ctx
 		a.mu.Unlock()
-		err := a.open()
+		err := a.open(sh)
 		opened := err == nil || errors.Is(err, discordgo.ErrWSAlreadyOpen)
 		a.mu.Lock()
-		if !a.gatewayOn || (opened && a.connected) {
-			a.reconnecting = false
+		if !sh.on || (opened && sh.connected) {
+			sh.reconnecting = false
 			a.mu.Unlock()
 			return
 		}
 		a.mu.Unlock()
 		if !opened {
-			a.log.Warn("discord: reconnect the gateway", "err", err, "retry_in", wait)
+			a.log.Warn("discord: reconnect the gateway", "shard", sh.id, "err", shardRefusal(err), "retry_in", wait)
 		}
 		select {
 		case <-gate.Done():
@@ -438,19 +406,31 @@ func (a *Adapter) Close() {
 	a.wg.Wait()
 }
 
-// Ready reports whether the gateway is connected.
+// Ready reports whether the shards this process holds (opened and not
+// closed since) are all connected; holding none, it is not ready. With
+// replicas the election asks only while it holds a shard.
 func (a *Adapter) Ready() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if !a.connected {
+	held := false
+	for _, sh := range a.shards {
+		if !sh.on {
+			continue
+		}
+		held = true
+		if !sh.connected {
+			return fmt.Errorf("discord: gateway shard %d of %d not connected", sh.id, len(a.shards))
+		}
+	}
+	if !held {
 		return errors.New("discord: gateway not connected")
 	}
 	return nil
 }
 
-func (a *Adapter) setConnected(v bool) {
+func (a *Adapter) setConnected(sh *shard, v bool) {
 	a.mu.Lock()
-	a.connected = v
+	sh.connected = v
 	a.mu.Unlock()
 }
 

@@ -129,7 +129,7 @@ func TestCloseGatewayStopsReconnects(t *testing.T) {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		a.mu.Lock()
-		running := a.reconnecting
+		running := a.shards[0].reconnecting
 		a.mu.Unlock()
 		if !running {
 			break

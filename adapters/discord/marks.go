@@ -159,9 +159,10 @@ func (a *Adapter) saveMarks(ctx context.Context) {
 }
 
 // loadMarks merges the saved marks into seen (the newer of two wins) and
-// moves the start of the gap back to when they were saved, when that is
-// earlier: the process that saved them stopped listening then.
-func (a *Adapter) loadMarks(ctx context.Context) {
+// moves the start of sh's gap back to when they were saved, when that is
+// earlier: the process that saved them (which may have held sh) stopped
+// listening then.
+func (a *Adapter) loadMarks(ctx context.Context, sh *shard) {
 	if a.opts.Marks == nil {
 		return
 	}
@@ -187,8 +188,8 @@ func (a *Adapter) loadMarks(ctx context.Context) {
 			a.seen[ch] = s
 		}
 	}
-	if a.downSince.IsZero() || rec.Saved.Before(a.downSince) {
-		a.downSince = rec.Saved
+	if sh.downSince.IsZero() || rec.Saved.Before(sh.downSince) {
+		sh.downSince = rec.Saved
 	}
 }
 
@@ -200,23 +201,26 @@ func newer(a, b string) bool {
 	return a > b
 }
 
-// onReady runs when a gateway session starts (READY), in the gateway's
-// goroutine, so the catch-ups are queued on their channels before any
-// event of the new session.
-func (a *Adapter) onReady() {
+// onReady runs when a shard's gateway session starts (READY), in the
+// shard's goroutine, so the catch-ups are queued on their channels before
+// any event of the new session. The gap is the shard's own: only the
+// channels of its guilds (its DMs on shard 0) are caught up, from when
+// it went down; the other shards' sessions go on, and their channels'
+// marks move on with them.
+func (a *Adapter) onReady(sh *shard) {
 	if a.ctx == nil {
 		return
 	}
-	a.loadMarks(a.ctx)
+	a.loadMarks(a.ctx, sh)
 	a.mu.Lock()
-	from := a.downSince
+	from := sh.downSince
 	if from.IsZero() {
 		from = time.Now()
 	}
-	a.downSince = time.Time{}
+	sh.downSince = time.Time{}
 	marks := map[string]seenChannel{}
 	for ch, s := range a.seen {
-		if from.Sub(s.At) <= catchUpWindow && s.Last != "" {
+		if from.Sub(s.At) <= catchUpWindow && s.Last != "" && ShardOf(s.GuildID, len(a.shards)) == sh.id {
 			marks[ch] = s
 		}
 	}
@@ -225,7 +229,7 @@ func (a *Adapter) onReady() {
 	if len(marks) == 0 {
 		return
 	}
-	a.log.Info("discord: new gateway session; fetching missed messages", "channels", len(marks), "gap_began", from)
+	a.log.Info("discord: new gateway session; fetching missed messages", "shard", sh.id, "channels", len(marks), "gap_began", from)
 	pace := rate.NewLimiter(catchUpPace, 5)
 	for ch, mark := range marks {
 		a.queue.Add(ch, func() {
