@@ -199,6 +199,11 @@ func (s *Server) serveGateway(ws *websocket.Conn, r *http.Request) {
 		hb = 45 * time.Second
 	}
 	c.send(map[string]any{"op": 10, "d": map[string]any{"heartbeat_interval": hb.Milliseconds()}})
+	if !apiVersionOK(r.URL.Query().Get("v")) {
+		s.mu.Lock()
+		s.closeLocked(c, 4012, closeReasons[4012])
+		s.mu.Unlock()
+	}
 	defer func() {
 		s.mu.Lock()
 		delete(s.conns, c)
@@ -227,6 +232,14 @@ func (s *Server) serveGateway(ws *websocket.Conn, r *http.Request) {
 		}
 		s.receive(c, r, raw)
 	}
+}
+
+// apiVersionOK reports whether the gateway serves API version v (the
+// URL's v): 9 and 10, as Discord does (API Versioning: 8 and below are
+// deprecated or discontinued, and their gateway closes with 4012);
+// none given is taken as the default.
+func apiVersionOK(v string) bool {
+	return v == "" || v == "9" || v == "10"
 }
 
 // receive answers one gateway payload from c: a heartbeat, Identify or

@@ -1,6 +1,7 @@
 package fakediscord
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"time"
@@ -18,7 +19,8 @@ import (
 // answers one sent too soon with op 9 Invalid Session d=false (Gateway,
 // Identifying: "if they exceed this limit, the gateway will respond with
 // an Opcode 9 Invalid Session", quoted in discord/discord-api-docs#1328),
-// and the client identifies again later. session_start_limit.total is
+// and the client identifies again later (Violations records it).
+// session_start_limit.total is
 // 1,000 IDENTIFYs a day; remaining counts them down (not enforced: on
 // Discord running out resets the token).
 
@@ -85,6 +87,8 @@ func (s *Server) checkShardLocked(c *conn, raw []int) (shard, shards int, ok boo
 		key := shard % s.maxConcurrency()
 		now := time.Now()
 		if last, seen := s.lastIdentify[key]; seen && now.Sub(last) < s.IdentifyWindow {
+			s.violations = append(s.violations, fmt.Sprintf("IDENTIFY of shard %d in bucket %d %s after the bucket's last, limit %s",
+				shard, key, now.Sub(last).Round(time.Millisecond), s.IdentifyWindow))
 			c.send(map[string]any{"op": 9, "d": false})
 			return 0, 0, false
 		}

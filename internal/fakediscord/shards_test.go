@@ -1,14 +1,17 @@
 package fakediscord
 
 import (
+	"errors"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/bwmarrin/discordgo"
+	"github.com/gorilla/websocket"
 )
 
 // Guild ids on shard 0 and 1 of 2: (id >> 22) % 2.
@@ -221,5 +224,35 @@ func TestShardingRequiredDefault(t *testing.T) {
 	}
 	if ready := dialGateway(t, base).identifyShard(0, 2); len(ready["guilds"].([]any)) != 1250 {
 		t.Errorf("shard 0 of 2 holds %d guilds, want 1250", len(ready["guilds"].([]any)))
+	}
+}
+
+// TestGatewayAPIVersion: a gateway URL asking for an API version Discord
+// no longer serves is said Hello and closed with 4012.
+func TestGatewayAPIVersion(t *testing.T) {
+	base := serve(t, &Server{})
+	for _, c := range []struct {
+		v    string
+		want int
+	}{{"8", 4012}, {"6", 4012}, {"10", 0}} {
+		ws, _, err := websocket.DefaultDialer.Dial(strings.Replace(base, "http", "ws", 1)+"/gateway?v="+c.v+"&encoding=json", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var hello map[string]any
+		if err := ws.ReadJSON(&hello); err != nil || hello["op"] != 10.0 {
+			t.Fatalf("v=%s: first %v, %v; want Hello", c.v, hello, err)
+		}
+		ws.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		_, _, err = ws.ReadMessage()
+		var ce *websocket.CloseError
+		got := 0
+		if errors.As(err, &ce) {
+			got = ce.Code
+		}
+		if got != c.want {
+			t.Errorf("v=%s: closed with %d (%v), want %d", c.v, got, err, c.want)
+		}
+		ws.Close()
 	}
 }
