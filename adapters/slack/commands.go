@@ -63,15 +63,16 @@ func (a *Adapter) command(ctx context.Context, cmd slack.SlashCommand) {
 		return
 	}
 	team := cmp.Or(cmd.TeamID, a.team())
-	author := cmp.Or(a.displayName(ctx, cmd.UserID), "<@"+cmd.UserID+">")
+	a.space(team).learn(cmd.EnterpriseID, "")
+	author := cmp.Or(a.displayName(ctx, team, cmd.UserID), "<@"+cmd.UserID+">")
 	quoted := "> " + strings.ReplaceAll(escape(text), "\n", "\n> ")
 	// A post in the channel, through the router's delivery step: paced
 	// by the channel's chat.postMessage budget as a first post,
 	// classified and retried.
 	var ts string
-	err := a.in.Post(ctx, chat.Thread{Platform: "slack", Channel: cmd.ChannelID}, func(ctx context.Context) error {
+	err := a.in.Post(ctx, chat.Thread{Platform: "slack", Key: Key(team, cmd.ChannelID, ""), Channel: cmd.ChannelID}, func(ctx context.Context) error {
 		var err error
-		_, ts, err = a.api.PostMessageContext(ctx, cmd.ChannelID, slack.MsgOptionText(fmt.Sprintf("<@%s> asked pinplan:\n%s", cmd.UserID, quoted), false),
+		_, ts, err = a.space(team).api.PostMessageContext(ctx, cmd.ChannelID, slack.MsgOptionText(fmt.Sprintf("<@%s> asked pinplan:\n%s", cmd.UserID, quoted), false),
 			slack.MsgOptionDisableLinkUnfurl())
 		return err
 	})
@@ -197,11 +198,4 @@ func (a *Adapter) CommandsHandler(ctx context.Context) http.Handler {
 // queueCommand handles cmd in the background, on a queue key of its own.
 func (a *Adapter) queueCommand(ctx context.Context, cmd slack.SlashCommand) {
 	a.queue.Add("command/"+cmd.ChannelID+"/"+cmd.TriggerID, func() { a.command(ctx, cmd) })
-}
-
-// team is the workspace the bot token belongs to.
-func (a *Adapter) team() string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.teamID
 }

@@ -24,7 +24,7 @@ import (
 const dedupeTTL = 6 * time.Hour
 
 func (a *Adapter) runSocketMode(ctx context.Context) {
-	client := socketmode.New(a.api)
+	client := socketmode.New(a.app)
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
@@ -176,11 +176,15 @@ const ackWithin = 2 * time.Second
 // leaves it unacknowledged, and Slack sends it again.
 func (a *Adapter) route(ctx context.Context, api slackevents.EventsAPIEvent, ack func()) {
 	ack = sync.OnceFunc(ack)
+	if a.routeInstall(ctx, api) {
+		ack()
+		return
+	}
 	if a.routeSession(ctx, api) {
 		ack()
 		return
 	}
-	m, ok := a.relevant(api)
+	m, ok := a.relevant(ctx, api)
 	if !ok {
 		ack()
 		return
@@ -199,16 +203,15 @@ func (a *Adapter) route(ctx context.Context, api slackevents.EventsAPIEvent, ack
 // the thread's session, or waits a minute for one (DESIGN §14), since
 // its mention may not have made the session yet, here or on another
 // replica.
-func (a *Adapter) relevant(api slackevents.EventsAPIEvent) (message, bool) {
+func (a *Adapter) relevant(ctx context.Context, api slackevents.EventsAPIEvent) (message, bool) {
 	cb, ok := api.Data.(*slackevents.EventsAPICallbackEvent)
 	if !ok || cb.EventID == "" {
 		return message{}, false
 	}
-	a.mu.Lock()
-	bot, team := a.botUserID, a.teamID
-	a.mu.Unlock()
-	if api.TeamID != "" {
-		team = api.TeamID
+	team := cmp.Or(api.TeamID, a.team())
+	bot, ok := a.botOf(ctx, team, api.EnterpriseID, cb)
+	if !ok {
+		return message{}, false
 	}
 	m := message{eventID: cb.EventID, team: team}
 	switch ev := api.InnerEvent.Data.(type) {
@@ -268,8 +271,8 @@ func (a *Adapter) dispatch(ctx context.Context, m message) {
 	if !m.followUp || a.in.Known(th.Key) {
 		a.noteAuthor(th.Key, m.ts, person{user: m.author, team: m.authorTeam})
 	}
-	author := cmp.Or(a.displayName(ctx, m.author), "<@"+m.author+">")
-	err := a.in.Handle(ctx, chat.Incoming{Thread: th, Text: a.mentions(ctx, m.text), Author: author, AuthorID: m.author, MessageID: m.ts, Event: event, FollowUp: m.followUp, Files: m.files})
+	author := cmp.Or(a.displayName(ctx, m.team, m.author), "<@"+m.author+">")
+	err := a.in.Handle(ctx, chat.Incoming{Thread: th, Text: a.mentions(ctx, m.team, m.text), Author: author, AuthorID: m.author, MessageID: m.ts, Event: event, FollowUp: m.followUp, Files: m.files})
 	if err != nil && !errors.Is(err, chat.ErrRejected) {
 		a.log.Error("slack message not handled", "session", th.Key, "err", err)
 	}
@@ -279,11 +282,10 @@ var reMention = regexp.MustCompile(`<@([UW][A-Z0-9]+)(?:\|([^>]*))?>`)
 
 // mentions removes the bot's own mention and writes other user mentions
 // as @name: from the mention's own label, or users.info (cached), or the
-// id as it was when the name cannot be had.
-func (a *Adapter) mentions(ctx context.Context, text string) string {
-	a.mu.Lock()
-	bot := a.botUserID
-	a.mu.Unlock()
+// id as it was when the name cannot be had. team is the workspace the
+// text was written in.
+func (a *Adapter) mentions(ctx context.Context, team, text string) string {
+	bot := a.space(team).bot()
 	text = reMention.ReplaceAllStringFunc(text, func(s string) string {
 		sub := reMention.FindStringSubmatch(s)
 		id, label := sub[1], sub[2]
@@ -293,7 +295,7 @@ func (a *Adapter) mentions(ctx context.Context, text string) string {
 		case label != "":
 			return "@" + label
 		}
-		if name := a.displayName(ctx, id); name != "" {
+		if name := a.displayName(ctx, team, id); name != "" {
 			return "@" + name
 		}
 		return s
@@ -301,8 +303,9 @@ func (a *Adapter) mentions(ctx context.Context, text string) string {
 	return strings.TrimSpace(text)
 }
 
-// displayName looks a user's display name up once; "" if Slack won't say.
-func (a *Adapter) displayName(ctx context.Context, id string) string {
+// displayName looks a user's display name up once, with the token of
+// team, the workspace the user was seen in; "" if Slack won't say.
+func (a *Adapter) displayName(ctx context.Context, team, id string) string {
 	a.mu.Lock()
 	name, ok := a.users[id]
 	a.mu.Unlock()
@@ -311,7 +314,7 @@ func (a *Adapter) displayName(ctx context.Context, id string) string {
 	}
 	// A failure is cached too (as ""), so a missing users:read scope
 	// costs one call per user, not one per message.
-	if u, err := a.api.GetUserInfoContext(ctx, id); err != nil {
+	if u, err := a.space(team).api.GetUserInfoContext(ctx, id); err != nil {
 		a.log.Debug("slack users.info", "user", id, "err", err)
 	} else {
 		name = cmp.Or(u.Profile.DisplayName, u.RealName, u.Name)

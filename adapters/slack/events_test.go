@@ -43,7 +43,7 @@ func push(t *testing.T, a *Adapter, fake *fakeslack.Server, id string, ev map[st
 func TestOnlyTheBotMentionIsStripped(t *testing.T) {
 	a, fake, rec, _ := eventAdapter(t)
 	fake.AddUser("U777", "Rita")
-	bot := a.botUserID
+	bot := a.one.bot()
 	push(t, a, fake, "Ev1", map[string]any{"type": "app_mention", "user": "U1", "channel": "C1", "ts": "1.1",
 		"text": "<@" + bot + "> ask <@U777> about the release, and <@U888|bob> too, not <@U999>"})
 	a.queue.Wait(context.Background())
@@ -63,7 +63,7 @@ func TestUnrelatedMessagesCostNoWrite(t *testing.T) {
 		push(t, a, fake, "Ev"+strings.Repeat("x", i%7)+string(rune('A'+i%26)), ev)
 	}
 	// A mention afterwards proves the events above had their chance.
-	push(t, a, fake, "EvMention", map[string]any{"type": "app_mention", "user": "U1", "channel": "C1", "ts": "3.1", "text": "<@" + a.botUserID + "> hi"})
+	push(t, a, fake, "EvMention", map[string]any{"type": "app_mention", "user": "U1", "channel": "C1", "ts": "3.1", "text": "<@" + a.one.bot() + "> hi"})
 	a.queue.Wait(context.Background())
 	if got := rec.Texts(); len(got) != 1 || got[0] != "hi" {
 		t.Fatalf("handled %q, want only the mention", got)
@@ -81,7 +81,7 @@ func TestThreadMessagesHandledInOrder(t *testing.T) {
 	a, fake, rec, _ := eventAdapter(t)
 	// The follow-ups arrive before the mention's session exists: they
 	// must wait for it in the thread's order, not be dropped.
-	push(t, a, fake, "EvM", map[string]any{"type": "app_mention", "user": "U1", "channel": "C1", "ts": "5.0", "text": "<@" + a.botUserID + "> task"})
+	push(t, a, fake, "EvM", map[string]any{"type": "app_mention", "user": "U1", "channel": "C1", "ts": "5.0", "text": "<@" + a.one.bot() + "> task"})
 	for i := range 20 {
 		push(t, a, fake, "EvF"+string(rune('a'+i)), map[string]any{"type": "message", "user": "U1", "channel": "C1", "ts": "5." + string(rune('a'+i)), "thread_ts": "5.0", "text": "follow-up " + string(rune('a'+i))})
 	}
@@ -118,7 +118,7 @@ func TestRepliesBeforeTheirMentionWait(t *testing.T) {
 	if n := len(rec.Held()); n != 3 {
 		t.Fatalf("held %q, want the three replies", rec.Held())
 	}
-	push(t, a, fake, "EvM", map[string]any{"type": "app_mention", "user": "U1", "channel": "C1", "ts": "6.000100", "text": "<@" + a.botUserID + "> the task"})
+	push(t, a, fake, "EvM", map[string]any{"type": "app_mention", "user": "U1", "channel": "C1", "ts": "6.000100", "text": "<@" + a.one.bot() + "> the task"})
 	a.queue.Wait(context.Background())
 	if got, want := strings.Join(rec.Texts(), "|"), "the task|first reply|second reply"; got != want {
 		t.Errorf("handled %q, want %q", got, want)
@@ -162,7 +162,7 @@ func TestHistoryQuotesEarlierThreadMessages(t *testing.T) {
 	for _, ev := range []map[string]any{
 		{"type": "message", "user": "U7", "channel": "C1", "ts": "9.000001", "text": "the release is friday"},
 		{"type": "message", "user": "U7", "channel": "C1", "ts": "9.000002", "thread_ts": "9.000001", "text": "and the notes are late"},
-		{"type": "message", "user": "U1", "channel": "C1", "ts": "9.000003", "thread_ts": "9.000001", "text": "<@" + a.botUserID + "> sum it up"},
+		{"type": "message", "user": "U1", "channel": "C1", "ts": "9.000003", "thread_ts": "9.000001", "text": "<@" + a.one.bot() + "> sum it up"},
 	} {
 		fake.CallbackBody("Ev"+ev["ts"].(string), ev)
 	}
@@ -185,7 +185,7 @@ func TestHistoryQuotesEarlierThreadMessages(t *testing.T) {
 // and clear the live sessions' ones.
 func TestStrayRepliesKeepNoAuthors(t *testing.T) {
 	a, fake, _, _ := eventAdapter(t)
-	push(t, a, fake, "EvM", map[string]any{"type": "app_mention", "user": "U1", "channel": "C1", "ts": "8.000100", "text": "<@" + a.botUserID + "> the task"})
+	push(t, a, fake, "EvM", map[string]any{"type": "app_mention", "user": "U1", "channel": "C1", "ts": "8.000100", "text": "<@" + a.one.bot() + "> the task"})
 	for i := range 5 {
 		ts := fmt.Sprintf("9.00010%d", i)
 		push(t, a, fake, "EvS"+ts, map[string]any{"type": "message", "user": "U2", "channel": "C1", "ts": ts + "1", "thread_ts": ts, "text": "chatter"})

@@ -42,7 +42,7 @@ func (a *Adapter) PostCard(ctx context.Context, th chat.Thread, c chat.Card) (ch
 	if key != "" {
 		opts = append(opts, tag(cardEvent, key))
 	}
-	_, ts, err := a.api.PostMessageContext(ctx, th.Channel, opts...)
+	_, ts, err := a.on(th).api.PostMessageContext(ctx, th.Channel, opts...)
 	if err != nil {
 		return chat.MessageRef{}, classify("post approval card", err)
 	}
@@ -50,8 +50,8 @@ func (a *Adapter) PostCard(ctx context.Context, th chat.Thread, c chat.Card) (ch
 }
 
 // EditCard implements chat.Interactive.
-func (a *Adapter) EditCard(ctx context.Context, _ chat.Thread, ref chat.MessageRef, c chat.Card) error {
-	_, _, _, err := a.api.UpdateMessageContext(ctx, ref.Channel, ref.ID, slack.MsgOptionText(CardText(c), false), slack.MsgOptionBlocks(CardBlocks(c)...))
+func (a *Adapter) EditCard(ctx context.Context, th chat.Thread, ref chat.MessageRef, c chat.Card) error {
+	_, _, _, err := a.on(th).api.UpdateMessageContext(ctx, ref.Channel, ref.ID, slack.MsgOptionText(CardText(c), false), slack.MsgOptionBlocks(CardBlocks(c)...))
 	return classify("update approval card "+ref.ID, err)
 }
 
@@ -62,23 +62,22 @@ func (a *Adapter) History(ctx context.Context, th chat.Thread, before string, li
 	if th.ThreadID == "" || th.ThreadID == before {
 		return nil, nil // a new thread has no earlier messages
 	}
-	msgs, _, _, err := a.api.GetConversationRepliesContext(ctx, &slack.GetConversationRepliesParameters{ChannelID: th.Channel, Timestamp: th.ThreadID, Limit: 200})
+	w := a.on(th)
+	msgs, _, _, err := w.api.GetConversationRepliesContext(ctx, &slack.GetConversationRepliesParameters{ChannelID: th.Channel, Timestamp: th.ThreadID, Limit: 200})
 	if err != nil {
 		return nil, classify("read thread", err)
 	}
-	a.mu.Lock()
-	bot := a.botUserID
-	a.mu.Unlock()
+	bot, team := w.bot(), teamOf(th.Key)
 	var out []agent.Quoted
 	for _, m := range msgs {
 		if m.BotID != "" || m.User == bot || m.User == "" || !tsBefore(m.Timestamp, before) {
 			continue
 		}
 		author := "<@" + m.User + ">"
-		if name := a.displayName(ctx, m.User); name != "" {
+		if name := a.displayName(ctx, team, m.User); name != "" {
 			author = name
 		}
-		out = append(out, agent.Quoted{Author: author, Text: a.mentions(ctx, m.Text)})
+		out = append(out, agent.Quoted{Author: author, Text: a.mentions(ctx, team, m.Text)})
 	}
 	if len(out) > limit {
 		out = out[len(out)-limit:]
@@ -111,10 +110,8 @@ func (a *Adapter) interact(ctx context.Context, cb slack.InteractionCallback) {
 	channel := cmp.Or(cb.Container.ChannelID, cb.Channel.ID)
 	msgTS := cmp.Or(cb.Container.MessageTs, cb.Message.Timestamp)
 	thread := cmp.Or(cb.Container.ThreadTs, cb.Message.ThreadTimestamp, msgTS)
-	a.mu.Lock()
-	team := a.teamID
-	a.mu.Unlock()
-	team = cmp.Or(cb.Team.ID, team)
+	team := cmp.Or(cb.Team.ID, a.team())
+	a.space(team).learn(cb.Enterprise.ID, "")
 	th := chat.Thread{Platform: "slack", Key: Key(team, channel, thread), Channel: channel, ThreadID: thread}
 	if action, _, _ := chat.ParseButtonID(act.ActionID); action == chat.ActionChange {
 		// Edit plan, or Change while the plan waits for Start: the
@@ -123,7 +120,7 @@ func (a *Adapter) interact(ctx context.Context, cb slack.InteractionCallback) {
 		return
 	}
 	name := cmp.Or(cb.User.Name, cb.User.Username, cb.User.ID)
-	if dn := a.displayName(ctx, cb.User.ID); dn != "" {
+	if dn := a.displayName(ctx, team, cb.User.ID); dn != "" {
 		name = dn
 	}
 	// A decided card is shown by the router, through its delivery step

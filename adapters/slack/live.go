@@ -156,17 +156,17 @@ func (a *Adapter) CloseLive(ctx context.Context, th chat.Thread, ref chat.Messag
 	if channel == "" {
 		channel = th.Channel
 	}
-	if err := a.appends.Wait(ctx); err != nil {
+	if err := a.on(th).appends.Wait(ctx); err != nil {
 		return fmt.Errorf("slack: close stream: %w", err)
 	}
-	_, _, err := a.api.AppendStreamContext(ctx, channel, ref.ID, slack.MsgOptionMarkdownText(noteText(note, false)))
+	_, _, err := a.on(th).api.AppendStreamContext(ctx, channel, ref.ID, slack.MsgOptionMarkdownText(noteText(note, false)))
 	if code := slackCode(err); err != nil {
 		if streamEnded(code) {
 			return nil
 		}
 		return classify("close stream "+ref.ID, err)
 	}
-	if _, _, err := a.api.StopStreamContext(ctx, channel, ref.ID); err != nil && !streamEnded(slackCode(err)) {
+	if _, _, err := a.on(th).api.StopStreamContext(ctx, channel, ref.ID); err != nil && !streamEnded(slackCode(err)) {
 		return classify("stop stream "+ref.ID, err)
 	}
 	return nil
@@ -181,7 +181,7 @@ func (a *Adapter) stopWithRest(ctx context.Context, th chat.Thread, l *liveReply
 		return nil
 	}
 	rest := l.md[l.sent:]
-	_, _, err := a.api.StopStreamContext(ctx, th.Channel, l.ts, slack.MsgOptionMarkdownText(rest))
+	_, _, err := a.on(th).api.StopStreamContext(ctx, th.Channel, l.ts, slack.MsgOptionMarkdownText(rest))
 	switch code := slackCode(err); {
 	case err == nil:
 		l.sent = len(l.md)
@@ -271,13 +271,13 @@ func (a *Adapter) pushLive(ctx context.Context, th chat.Thread, replyTo string, 
 			}
 			continue
 		}
-		if !final && !a.appends.Allow() {
+		if !final && !a.on(th).appends.Allow() {
 			return chat.ErrPaceLater
 		}
-		if err := a.waitAppend(ctx, final); err != nil {
+		if err := a.waitAppend(ctx, th, final); err != nil {
 			return err
 		}
-		_, _, err := a.api.AppendStreamContext(ctx, th.Channel, l.ts, slack.MsgOptionMarkdownText(piece))
+		_, _, err := a.on(th).api.AppendStreamContext(ctx, th.Channel, l.ts, slack.MsgOptionMarkdownText(piece))
 		switch code := slackCode(err); {
 		case err == nil:
 			l.sent += len(piece)
@@ -297,11 +297,11 @@ func (a *Adapter) pushLive(ctx context.Context, th chat.Thread, replyTo string, 
 
 // waitAppend waits for the workspace's append pace; an append before the
 // reply is whole took its slot already (Allow).
-func (a *Adapter) waitAppend(ctx context.Context, final bool) error {
+func (a *Adapter) waitAppend(ctx context.Context, th chat.Thread, final bool) error {
 	if !final {
 		return nil
 	}
-	if err := a.appends.Wait(ctx); err != nil {
+	if err := a.on(th).appends.Wait(ctx); err != nil {
 		return fmt.Errorf("slack: stream reply: %w", err)
 	}
 	return nil
@@ -310,9 +310,8 @@ func (a *Adapter) waitAppend(ctx context.Context, final bool) error {
 // startLive starts a streamed message with piece, the code block open
 // there opened again first.
 func (a *Adapter) startLive(ctx context.Context, th chat.Thread, replyTo string, l *liveReply, piece string) error {
-	a.mu.Lock()
-	off := a.noStreams
-	a.mu.Unlock()
+	w := a.on(th)
+	off := w.flag(&w.noStreams)
 	to, known := a.recipient(ctx, th, replyTo)
 	if off || (!known && !isDM(th.Channel)) {
 		l.whole = true // Slack streams to a channel only for a named recipient
@@ -348,7 +347,7 @@ func (a *Adapter) stopLive(ctx context.Context, th chat.Thread, l *liveReply) er
 	if l.ts == "" {
 		return nil
 	}
-	if _, _, err := a.api.StopStreamContext(ctx, th.Channel, l.ts); err != nil && !streamEnded(slackCode(err)) {
+	if _, _, err := a.on(th).api.StopStreamContext(ctx, th.Channel, l.ts); err != nil && !streamEnded(slackCode(err)) {
 		if err := classify("stop stream "+l.ts, err); !permanent(err) {
 			return err
 		}
@@ -363,7 +362,7 @@ func (a *Adapter) stopQuietly(ctx context.Context, th chat.Thread, l *liveReply)
 	if l.ts == "" {
 		return
 	}
-	if _, _, err := a.api.StopStreamContext(ctx, th.Channel, l.ts); err != nil {
+	if _, _, err := a.on(th).api.StopStreamContext(ctx, th.Channel, l.ts); err != nil {
 		a.log.Debug("slack stop of a stream left for a post", "session", th.Key, "ts", l.ts, "err", err)
 	}
 	l.ts, l.msgFrom = "", l.sent
@@ -389,10 +388,10 @@ func (a *Adapter) endLive(ctx context.Context, th chat.Thread, l *liveReply, not
 		return nil
 	}
 	if note != "" {
-		if err := a.appends.Wait(ctx); err != nil {
+		if err := a.on(th).appends.Wait(ctx); err != nil {
 			return fmt.Errorf("slack: end stream: %w", err)
 		}
-		_, _, err := a.api.AppendStreamContext(ctx, th.Channel, l.ts, slack.MsgOptionMarkdownText(noteText(note, l.reopen() != "")))
+		_, _, err := a.on(th).api.AppendStreamContext(ctx, th.Channel, l.ts, slack.MsgOptionMarkdownText(noteText(note, l.reopen() != "")))
 		if err != nil {
 			if streamEnded(slackCode(err)) {
 				l.ts = ""

@@ -87,7 +87,7 @@ func TestManifestDeclaresWhatTheAdapterUses(t *testing.T) {
 	r.a.Working(ctx, th, "1.1", true)
 	r.a.Working(ctx, th, "1.1", false)
 	r.a.SetSessionStatus(ctx, th, chat.SessionProcessing, "task")
-	r.a.displayName(ctx, "U2")
+	r.a.displayName(ctx, "", "U2")
 	push(t, r.a, fake, "EvStop", fake.StopSession("U2", "C1", "1.1"))
 	r.a.queue.Wait(ctx)
 	r.a.command(ctx, slack.SlashCommand{Command: "/pinplan", Text: "a task", UserID: "U2", ChannelID: "C1", TeamID: "T1", TriggerID: "t1"})

@@ -124,4 +124,17 @@ func (b *budgets) setShare(n int) {
 }
 
 // Budget implements chat.Paced.
-func (a *Adapter) Budget(req chat.Request) *chat.Budget { return a.budgets.of(req) }
+func (a *Adapter) Budget(req chat.Request) *chat.Budget { return a.on(req.Thread).budgets.of(req) }
+
+// idle reports whether nobody waits on any of the budgets and each has
+// its burst back: dropping them loses nothing.
+func (b *budgets) idle() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, p := range b.posts {
+		if !p.Idle() {
+			return false
+		}
+	}
+	return b.edit.Idle() && b.pin.Idle() && b.unpin.Idle() && b.react.Idle() && b.unreact.Idle()
+}

@@ -136,11 +136,36 @@ func holdRetryAfter(c *http.Client, now func() time.Time) (*http.Client, *heldTr
 }
 
 // HoldRetryAfter holds this process's calls of a Slack budget (a Web API
-// method, or "chat.postMessage/<channel>") until until: a Retry-After
-// another replica met (replica.ShareHolds).
-func (a *Adapter) HoldRetryAfter(key string, until time.Time) { a.held.hold(key, until) }
+// method, or "chat.postMessage/<channel>"; with Options.Installations
+// prefixed with its team and a colon, "T1:chat.update") until until: a
+// Retry-After another replica met (replica.ShareHolds).
+func (a *Adapter) HoldRetryAfter(key string, until time.Time) {
+	if a.one != nil {
+		a.one.held.hold(key, until)
+		return
+	}
+	if team, rest, ok := strings.Cut(key, ":"); ok {
+		a.space(team).held.hold(rest, until)
+	}
+}
 
 // OnRetryAfter sets whom a Retry-After this process meets is told to,
-// with the budget's key and its end (the other replicas, through etcd);
-// say must not block for long.
-func (a *Adapter) OnRetryAfter(say func(key string, until time.Time)) { a.held.sayHolds(say) }
+// with the budget's key (as HoldRetryAfter takes it) and its end (the
+// other replicas, through etcd); say must not block for long.
+func (a *Adapter) OnRetryAfter(say func(key string, until time.Time)) {
+	if a.one != nil {
+		a.one.held.sayHolds(say)
+		return
+	}
+	a.mu.Lock()
+	a.say = say
+	spaces := make([]*workspace, 0, len(a.spaces))
+	for _, w := range a.spaces {
+		spaces = append(spaces, w)
+	}
+	a.mu.Unlock()
+	for _, w := range spaces {
+		team := w.team
+		w.held.sayHolds(func(key string, until time.Time) { say(team+":"+key, until) })
+	}
+}

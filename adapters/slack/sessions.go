@@ -38,16 +38,14 @@ var _ Handler = (*chat.Router)(nil)
 // uses the working reaction), and says so in the log once. The title
 // comes cut to Slack's 200 characters (chat.SessionStatus).
 func (a *Adapter) SetSessionStatus(ctx context.Context, th chat.Thread, s chat.SessionState, title string) error {
-	a.mu.Lock()
-	off := a.noSessions
-	a.mu.Unlock()
-	if off {
+	w := a.on(th)
+	if w.flag(&w.noSessions) {
 		return fmt.Errorf("slack: agent sessions not available: %w", chat.ErrNoSessions)
 	}
-	_, err := a.api.SetAgentSessionStatusContext(ctx, slack.AgentSessionSetStatusParameters{
+	_, err := w.api.SetAgentSessionStatusContext(ctx, slack.AgentSessionSetStatusParameters{
 		Status: string(s), ChannelID: th.Channel, ThreadTS: th.ThreadID, Title: title})
 	if code := slackCode(err); appDenied(code) {
-		a.turnOff(&a.noSessions, "slack agent sessions are not available to this token or app; the working indicator is a reaction for this workspace (see slack-app-manifest.yaml: features.agent_view, assistant:write)", err)
+		a.turnOff(w, &w.noSessions, "slack agent sessions are not available to this token or app; the working indicator is a reaction for this workspace (see slack-app-manifest.yaml: features.agent_view, assistant:write)", err)
 		return fmt.Errorf("slack: set session status %s: %s: %w", s, code, chat.ErrNoSessions)
 	}
 	return classify("set session status "+string(s), err)
@@ -58,9 +56,7 @@ func (a *Adapter) SetSessionStatus(ctx context.Context, th chat.Thread, s chat.S
 // thread's messages. It reports whether api was one.
 func (a *Adapter) routeSession(ctx context.Context, api slackevents.EventsAPIEvent) bool {
 	cb, _ := api.Data.(*slackevents.EventsAPICallbackEvent)
-	a.mu.Lock()
-	team := cmp.Or(api.TeamID, a.teamID)
-	a.mu.Unlock()
+	team := cmp.Or(api.TeamID, a.team())
 	var eventID string
 	if cb != nil {
 		eventID = cb.EventID
@@ -102,7 +98,7 @@ func (a *Adapter) sessionStopped(ctx context.Context, eventID, team string, ev *
 		return
 	}
 	th := chat.Thread{Platform: "slack", Key: Key(team, ev.Channel, ev.ThreadTimestamp), Channel: ev.Channel, ThreadID: ev.ThreadTimestamp}
-	name := cmp.Or(a.displayName(ctx, ev.User), "<@"+ev.User+">")
+	name := cmp.Or(a.displayName(ctx, team, ev.User), "<@"+ev.User+">")
 	res := a.in.StopSession(ctx, chat.Click{Thread: th, UserID: ev.User, UserName: name})
 	if res.Private == "" {
 		a.log.Info("slack agent session stopped", "session", th.Key, "user", ev.User)

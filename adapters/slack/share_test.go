@@ -15,17 +15,17 @@ import (
 // every budget of the workspace, so together they keep to it.
 func TestShareDividesTheWorkspacePace(t *testing.T) {
 	a := New(Options{EditsPerMinute: 45, AppendsPerMinute: 90})
-	post := a.budgets.of(chat.Request{Method: chat.MethodPost, Thread: chat.Thread{Channel: "C1"}})
+	post := a.one.budgets.of(chat.Request{Method: chat.MethodPost, Thread: chat.Thread{Channel: "C1"}})
 	a.Share(3)
-	later := a.budgets.of(chat.Request{Method: chat.MethodPost, Thread: chat.Thread{Channel: "C2"}})
+	later := a.one.budgets.of(chat.Request{Method: chat.MethodPost, Thread: chat.Thread{Channel: "C2"}})
 	for name, c := range map[string]struct {
 		got, want float64
 	}{
-		"edit":           {a.budgets.edit.PerMinute(), 45.0 / 3},
-		"pin":            {a.budgets.pin.PerMinute(), pinsPerMinute / 3.0},
-		"unpin":          {a.budgets.unpin.PerMinute(), pinsPerMinute / 3.0},
-		"react":          {a.budgets.react.PerMinute(), reactsPerMinute / 3.0},
-		"unreact":        {a.budgets.unreact.PerMinute(), unreactsPerMinute / 3.0},
+		"edit":           {a.one.budgets.edit.PerMinute(), 45.0 / 3},
+		"pin":            {a.one.budgets.pin.PerMinute(), pinsPerMinute / 3.0},
+		"unpin":          {a.one.budgets.unpin.PerMinute(), pinsPerMinute / 3.0},
+		"react":          {a.one.budgets.react.PerMinute(), reactsPerMinute / 3.0},
+		"unreact":        {a.one.budgets.unreact.PerMinute(), unreactsPerMinute / 3.0},
 		"post (earlier)": {post.PerMinute(), postsPerMinute / 3.0},
 		"post (later)":   {later.PerMinute(), postsPerMinute / 3.0},
 	} {
@@ -33,11 +33,11 @@ func TestShareDividesTheWorkspacePace(t *testing.T) {
 			t.Errorf("%s pace = %v a minute, want %v", name, c.got, c.want)
 		}
 	}
-	if got, want := a.appends.Limit(), rate.Limit(90.0/60/3); got != want {
+	if got, want := a.one.appends.Limit(), rate.Limit(90.0/60/3); got != want {
 		t.Errorf("append pace = %v/s, want %v/s", got, want)
 	}
 	a.Share(1)
-	if got := a.budgets.edit.PerMinute(); math.Abs(got-45) > 1e-9 {
+	if got := a.one.budgets.edit.PerMinute(); math.Abs(got-45) > 1e-9 {
 		t.Errorf("back to one replica: edit pace = %v a minute, want the whole budget", got)
 	}
 }

@@ -39,14 +39,14 @@ func (a *Adapter) shortcut(ctx context.Context, cb slack.InteractionCallback) {
 	team := cmp.Or(cb.Team.ID, a.team())
 	th := chat.Thread{Platform: "slack", Key: Key(team, channel, thread), Channel: channel, ThreadID: thread}
 	a.noteAuthor(th.Key, msg.Timestamp, person{user: cb.User.ID, team: team})
-	author := cmp.Or(a.displayName(ctx, cb.User.ID), cb.User.Name, "<@"+cb.User.ID+">")
+	author := cmp.Or(a.displayName(ctx, team, cb.User.ID), cb.User.Name, "<@"+cb.User.ID+">")
 	wrote := cmp.Or(msg.Username, "a bot")
 	if msg.User != "" {
-		wrote = cmp.Or(a.displayName(ctx, msg.User), "<@"+msg.User+">")
+		wrote = cmp.Or(a.displayName(ctx, team, msg.User), "<@"+msg.User+">")
 	}
 	err := a.in.Handle(ctx, chat.Incoming{Thread: th, Text: handedText, Author: author, AuthorID: cb.User.ID, MessageID: msg.Timestamp,
 		Event:  "slack/shortcut/" + cb.TriggerID,
-		Handed: []agent.Quoted{{Author: wrote, Text: a.mentions(ctx, msg.Text)}}, Files: filesOf(msg.Files)})
+		Handed: []agent.Quoted{{Author: wrote, Text: a.mentions(ctx, team, msg.Text)}}, Files: filesOf(msg.Files)})
 	if err != nil && !errors.Is(err, chat.ErrRejected) {
 		a.log.Error("slack message shortcut not handled", "session", th.Key, "err", err)
 	}

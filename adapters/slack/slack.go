@@ -3,9 +3,11 @@
 // (SLACK_SIGNING_SECRET), Block Kit rendering of the plan message, the
 // chat.Platform the plan board drives, every thread as an agent session
 // (sessions.go) and, as an option, answers streamed into the thread
-// (stream.go).
+// (stream.go). One adapter serves one workspace (SLACK_BOT_TOKEN) or every
+// workspace pinplan is installed in by OAuth (workspace.go).
 //
-// It imports chat, agent (types) and todo; never store or another adapter.
+// It imports chat, agent (types), todo and its own install package;
+// never store or another adapter.
 package slack
 
 import (
@@ -18,8 +20,8 @@ import (
 	"time"
 
 	"github.com/slack-go/slack"
-	"golang.org/x/time/rate"
 
+	"github.com/pinplan/pinplan/adapters/slack/install"
 	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/internal/serial"
 )
@@ -52,32 +54,47 @@ type Options struct {
 	Logger     *slog.Logger
 	HTTPClient *http.Client
 	Now        func() time.Time
+
+	// Installations, when set, makes the adapter serve every workspace
+	// pinplan is installed in by OAuth (DESIGN §14, workspace.go): each
+	// call goes with the bot token of its workspace's installation (its
+	// own, or its org's org-wide one), refreshed with Refresh before it
+	// expires and once more when Slack answers token_expired. BotToken
+	// is then not used.
+	Installations *install.Installations
+	// Refresh exchanges a refresh token at oauth.v2.access
+	// (install.Flow.Refresh); needed with token rotation.
+	Refresh func(ctx context.Context, refreshToken string) (install.Refreshed, error)
+	// Uninstalled, when set, is told of an installation (a team id, or
+	// an org id for an org-wide install) that app_uninstalled or
+	// tokens_revoked deleted, after its pending sends were dropped, with
+	// the teams it served here: their sessions are to stop. It must not
+	// block for long.
+	Uninstalled func(id string, teams []string)
 }
 
 // Adapter is the Slack platform.
 type Adapter struct {
-	opts    Options
-	api     *slack.Client
-	budgets *budgets       // posts, edits and pins (pace.go)
-	held    *heldTransport // the Retry-After holds of its HTTP client (retryafter.go)
-	appends *rate.Limiter  // chat.appendStream, for the workspace
-	log     *slog.Logger
-	wg      sync.WaitGroup
+	opts Options
+	// one is SLACK_BOT_TOKEN's workspace; nil with Installations, where
+	// each team has its own (spaces, workspace.go).
+	one *workspace
+	// app opens the Socket Mode connection (SLACK_APP_TOKEN), one for
+	// every workspace.
+	app *slack.Client
+	log *slog.Logger
+	wg  sync.WaitGroup
 	// in is where events go, given to Start before any can arrive (the
 	// Socket Mode loop and the HTTP handlers run after it).
 	in Handler
 
 	queue serial.Queue // events handled in order per thread
 
-	mu        sync.Mutex // guards the fields below
-	botUserID string
-	teamID    string
-	// noSessions: the token or app may not use agent sessions
-	// (sessionsDenied), so the workspace falls back to the reaction.
-	noSessions bool
-	// noStreams: the token or app may not stream (streamsDenied), so
-	// replies are posted whole.
-	noStreams bool
+	mu sync.Mutex // guards the fields below
+	// spaces are the workspaces served, by team id, with Installations.
+	spaces map[string]*workspace
+	share  int                               // replicas sharing the budgets (Share)
+	say    func(key string, until time.Time) // OnRetryAfter
 	// parts is the progress of replies being streamed, by partKey; an
 	// entry lives while its part is partly delivered (stream.go).
 	parts map[string]*partStream
@@ -139,14 +156,16 @@ func New(opts Options) *Adapter {
 	if opts.HTTPClient == nil {
 		opts.HTTPClient = &http.Client{Timeout: 30 * time.Second}
 	}
-	var held *heldTransport
-	opts.HTTPClient, held = holdRetryAfter(opts.HTTPClient, opts.Now)
-	api := slack.New(opts.BotToken, slack.OptionAPIURL(opts.APIURL), slack.OptionHTTPClient(opts.HTTPClient), slack.OptionAppLevelToken(opts.AppToken))
-	return &Adapter{opts: opts, api: api, log: opts.Logger, held: held,
-		budgets: newBudgets(opts.EditsPerMinute),
-		appends: rate.NewLimiter(rate.Limit(opts.AppendsPerMinute/60), 5),
-		parts:   map[string]*partStream{}, lives: map[string]*liveReply{}, authors: map[string]map[string]person{}, askers: map[string]person{},
+	a := &Adapter{opts: opts, log: opts.Logger, share: 1, spaces: map[string]*workspace{},
+		parts: map[string]*partStream{}, lives: map[string]*liveReply{}, authors: map[string]map[string]person{}, askers: map[string]person{},
 		reacted: map[string]string{}, standard: map[string]bool{}, users: map[string]string{}}
+	if opts.Installations == nil {
+		a.one = a.newWorkspace("", opts.BotToken, nil)
+		a.app = a.one.api
+	} else {
+		a.app = slack.New("", slack.OptionAPIURL(opts.APIURL), slack.OptionHTTPClient(opts.HTTPClient), slack.OptionAppLevelToken(opts.AppToken))
+	}
+	return a
 }
 
 // Start checks the token (auth.test) and, in Socket Mode, connects. It
@@ -156,14 +175,18 @@ func New(opts Options) *Adapter {
 // inbox before.
 func (a *Adapter) Start(ctx context.Context, in Handler) error {
 	a.in = in
-	auth, err := a.api.AuthTestContext(ctx)
-	if err != nil {
-		return fmt.Errorf("slack: auth.test with SLACK_BOT_TOKEN: %w", err)
+	if a.one != nil {
+		auth, err := a.one.api.AuthTestContext(ctx)
+		if err != nil {
+			return fmt.Errorf("slack: auth.test with SLACK_BOT_TOKEN: %w", err)
+		}
+		a.one.mu.Lock()
+		a.one.botUserID, a.one.team = auth.UserID, auth.TeamID
+		a.one.mu.Unlock()
+		a.log.Info("slack connected", "bot_user", auth.UserID, "team", auth.TeamID, "mode", a.mode())
+	} else {
+		a.log.Info("slack serving its installed workspaces", "mode", a.mode())
 	}
-	a.mu.Lock()
-	a.botUserID, a.teamID = auth.UserID, auth.TeamID
-	a.mu.Unlock()
-	a.log.Info("slack connected", "bot_user", auth.UserID, "team", auth.TeamID, "mode", a.mode())
 	if a.opts.AppToken != "" {
 		a.wg.Add(1)
 		go func() {
@@ -342,7 +365,7 @@ func (a *Adapter) PostPlan(ctx context.Context, th chat.Thread, p chat.Plan) (ch
 		if key != "" {
 			opts = append(opts, tag(planEvent, key))
 		}
-		_, ts, err := a.api.PostMessageContext(ctx, th.Channel, opts...)
+		_, ts, err := a.on(th).api.PostMessageContext(ctx, th.Channel, opts...)
 		return ts, err
 	}
 	blocks, native := a.planBlocks("", p)
@@ -363,7 +386,7 @@ func (a *Adapter) PostPlan(ctx context.Context, th chat.Thread, p chat.Plan) (ch
 // EditPlan implements chat.Platform.
 func (a *Adapter) EditPlan(ctx context.Context, th chat.Thread, ref chat.MessageRef, p chat.Plan) error {
 	update := func(blocks []slack.Block) error {
-		_, _, _, err := a.api.UpdateMessageContext(ctx, ref.Channel, ref.ID,
+		_, _, _, err := a.on(th).api.UpdateMessageContext(ctx, ref.Channel, ref.ID,
 			slack.MsgOptionText(PlanText(p), false), slack.MsgOptionBlocks(blocks...))
 		return err
 	}
@@ -382,14 +405,15 @@ func (a *Adapter) EditPlan(ctx context.Context, th chat.Thread, ref chat.Message
 // Pin implements chat.Platform.
 func (a *Adapter) Pin(ctx context.Context, th chat.Thread, ref chat.MessageRef, pin bool) error {
 	item := slack.NewRefToMessage(ref.Channel, ref.ID)
+	api := a.on(th).api
 	if pin {
-		err := a.api.AddPinContext(ctx, ref.Channel, item)
+		err := api.AddPinContext(ctx, ref.Channel, item)
 		if slackCode(err) == "already_pinned" {
 			return nil
 		}
 		return classifyPin("pin "+ref.ID, err)
 	}
-	err := a.api.RemovePinContext(ctx, ref.Channel, item)
+	err := api.RemovePinContext(ctx, ref.Channel, item)
 	if c := slackCode(err); c == "no_pin" || c == "not_pinned" {
 		return nil
 	}
@@ -446,7 +470,7 @@ func (a *Adapter) post(ctx context.Context, th chat.Thread, text string) error {
 			}
 			opts = append(opts, tag(replyEvent, k))
 		}
-		if _, _, err := a.api.PostMessageContext(ctx, th.Channel, opts...); err != nil {
+		if _, _, err := a.on(th).api.PostMessageContext(ctx, th.Channel, opts...); err != nil {
 			return classify("reply", err)
 		}
 	}
@@ -501,13 +525,15 @@ func (a *Adapter) tagged(ctx context.Context, th chat.Thread, since time.Time, e
 		params.Oldest = fmt.Sprintf("%d.%06d", from.Unix(), from.Nanosecond()/1000)
 	}
 	found := map[string]string{}
+	w := a.on(th)
 	for range maxLookPages {
-		msgs, more, cursor, err := a.api.GetConversationRepliesContext(ctx, params)
+		msgs, more, cursor, err := w.api.GetConversationRepliesContext(ctx, params)
 		if err != nil {
 			return nil, err
 		}
+		bot := w.bot()
 		for _, m := range msgs {
-			if m.Metadata.EventType != event || (a.botUserID != "" && m.User != a.botUserID) {
+			if m.Metadata.EventType != event || (bot != "" && m.User != bot) {
 				continue
 			}
 			if k, ok := m.Metadata.EventPayload["send_key"].(string); ok {
@@ -541,7 +567,7 @@ func (a *Adapter) Working(ctx context.Context, th chat.Thread, trigger string, o
 		if ts == "" {
 			return nil
 		}
-		err := a.api.RemoveReactionContext(ctx, workingReaction, slack.NewRefToMessage(th.Channel, ts))
+		err := a.on(th).api.RemoveReactionContext(ctx, workingReaction, slack.NewRefToMessage(th.Channel, ts))
 		if slackCode(err) == "no_reaction" {
 			return nil
 		}
@@ -550,7 +576,7 @@ func (a *Adapter) Working(ctx context.Context, th chat.Thread, trigger string, o
 	if trigger == "" {
 		return nil
 	}
-	err := a.api.AddReactionContext(ctx, workingReaction, slack.NewRefToMessage(th.Channel, trigger))
+	err := a.on(th).api.AddReactionContext(ctx, workingReaction, slack.NewRefToMessage(th.Channel, trigger))
 	if err != nil && slackCode(err) != "already_reacted" {
 		return classify("add reaction", err)
 	}

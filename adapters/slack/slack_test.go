@@ -115,7 +115,7 @@ func tagAdapter(t *testing.T) (*Adapter, *fakeslack.Server, chat.Thread) {
 	if err := a.Start(t.Context(), nopHandler{}); err != nil {
 		t.Fatal(err)
 	}
-	_, root, err := a.api.PostMessage("C1", slack.MsgOptionText("the task", false))
+	_, root, err := a.one.api.PostMessage("C1", slack.MsgOptionText("the task", false))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -225,7 +225,7 @@ func (a *Adapter) openEdit(ctx context.Context, cb slack.InteractionCallback, th
 		a.in.Tell(ctx, th, cb.User.ID, "This plan message is out of date; press Edit plan on the pinned plan.")
 		return
 	}
-	if _, err := a.api.OpenViewContext(ctx, cb.TriggerID, view); err != nil {
+	if _, err := a.on(th).api.OpenViewContext(ctx, cb.TriggerID, view); err != nil {
 		a.log.Warn("slack plan modal not opened", "session", th.Key, "err", err)
 		a.in.Tell(ctx, th, cb.User.ID, "I couldn't open the plan's editor; please press the button again.")
 	}
@@ -270,7 +270,7 @@ func (a *Adapter) submitEdit(parent context.Context, cb slack.InteractionCallbac
 		return refuse(blockText, "Only Add takes a new item: clear this, or choose "+chat.LabelAdd+".")
 	}
 	th := chat.Thread{Platform: "slack", Key: meta.Key, Channel: meta.Channel, ThreadID: meta.Thread}
-	name := cmp.Or(a.displayName(ctx, cb.User.ID), cb.User.Name, cb.User.Username, cb.User.ID)
+	name := cmp.Or(a.displayName(ctx, teamOf(th.Key), cb.User.ID), cb.User.Name, cb.User.Username, cb.User.ID)
 	res := a.in.Click(ctx, chat.Click{Thread: th, Button: chat.ButtonID(action, chosen), UserID: cb.User.ID, UserName: name, Show: true, Text: text})
 	if res.Refused {
 		block := blockItem

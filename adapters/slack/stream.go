@@ -114,7 +114,7 @@ func (a *Adapter) Forget(th chat.Thread) {
 	if th.Platform != "slack" {
 		return
 	}
-	a.budgets.forget(th.Channel)
+	a.on(th).budgets.forget(th.Channel)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.nAuthors -= len(a.authors[th.Key])
@@ -134,12 +134,13 @@ func (a *Adapter) recipient(ctx context.Context, th chat.Thread, replyTo string)
 	if !ok {
 		p, ok = a.askers[th.Key]
 	}
-	bot, team := a.botUserID, a.teamID
 	a.mu.Unlock()
 	if ok || isDM(th.Channel) || th.ThreadID == "" {
 		return p, ok
 	}
-	msgs, _, _, err := a.api.GetConversationRepliesContext(ctx, &slack.GetConversationRepliesParameters{ChannelID: th.Channel, Timestamp: th.ThreadID, Limit: 1})
+	w, team := a.on(th), teamOf(th.Key)
+	bot := w.bot()
+	msgs, _, _, err := w.api.GetConversationRepliesContext(ctx, &slack.GetConversationRepliesParameters{ChannelID: th.Channel, Timestamp: th.ThreadID, Limit: 1})
 	if err != nil || len(msgs) == 0 || msgs[0].User == "" || msgs[0].User == bot || msgs[0].BotID != "" {
 		a.log.Info("slack: no recipient for a streamed reply", "session", th.Key, "err", err)
 		return person{}, false
@@ -217,13 +218,9 @@ func permanent(err error) bool {
 
 // turnOff turns off a feature Slack refused to this token or app (*off,
 // guarded by a.mu) and says so in the log the first time, with err.
-func (a *Adapter) turnOff(off *bool, msg string, err error) {
-	a.mu.Lock()
-	first := !*off
-	*off = true
-	a.mu.Unlock()
-	if first {
-		a.log.Warn(msg, "err", err)
+func (a *Adapter) turnOff(w *workspace, off *bool, msg string, err error) {
+	if w.turnOff(off) {
+		a.log.Warn(msg, "team", w.team, "err", err)
 	}
 }
 
@@ -237,11 +234,12 @@ func (a *Adapter) startStream(ctx context.Context, th chat.Thread, text string, 
 	if known {
 		opts = append(opts, slack.MsgOptionRecipientUserID(to.user), slack.MsgOptionRecipientTeamID(to.team))
 	}
-	_, ts, err = a.api.StartStreamContext(ctx, th.Channel, opts...)
+	_, ts, err = a.on(th).api.StartStreamContext(ctx, th.Channel, opts...)
 	if err != nil {
 		switch code := slackCode(err); {
 		case appDenied(code):
-			a.turnOff(&a.noStreams, "slack streaming is not available to this token or app; replies are posted whole", err)
+			w := a.on(th)
+			a.turnOff(w, &w.noStreams, "slack streaming is not available to this token or app; replies are posted whole", err)
 			return "", true, nil
 		case streamRefused(code):
 			a.log.Warn("slack refused a stream here; posting the reply whole", "session", th.Key, "err", err)
@@ -262,10 +260,7 @@ func (a *Adapter) streamReply(ctx context.Context, th chat.Thread, replyTo, text
 		return nil
 	}
 	key := partKey(th, replyTo, text)
-	a.mu.Lock()
-	off := a.noStreams
-	a.mu.Unlock()
-	if off {
+	if w := a.on(th); w.flag(&w.noStreams) {
 		return a.postRest(ctx, th, key, chunks, reopen)
 	}
 	to, known := a.recipient(ctx, th, replyTo)
@@ -297,10 +292,10 @@ func (a *Adapter) streamReply(ctx context.Context, th chat.Thread, replyTo, text
 			ps.sent++
 			continue
 		}
-		if err := a.appends.Wait(ctx); err != nil {
+		if err := a.on(th).appends.Wait(ctx); err != nil {
 			return fmt.Errorf("slack: stream reply: %w", err)
 		}
-		_, _, err := a.api.AppendStreamContext(ctx, th.Channel, ps.ts, slack.MsgOptionMarkdownText(chunks[ps.sent]))
+		_, _, err := a.on(th).api.AppendStreamContext(ctx, th.Channel, ps.ts, slack.MsgOptionMarkdownText(chunks[ps.sent]))
 		switch code := slackCode(err); {
 		case err == nil:
 			ps.sent++
@@ -315,7 +310,7 @@ func (a *Adapter) streamReply(ctx context.Context, th chat.Thread, replyTo, text
 		}
 	}
 	if ps.ts != "" {
-		_, _, err := a.api.StopStreamContext(ctx, th.Channel, ps.ts)
+		_, _, err := a.on(th).api.StopStreamContext(ctx, th.Channel, ps.ts)
 		if err != nil && !streamEnded(slackCode(err)) {
 			if err := classify("stop stream "+ps.ts, err); !permanent(err) {
 				return err
@@ -343,7 +338,7 @@ func (a *Adapter) postRest(ctx context.Context, th chat.Thread, key string, chun
 		if ps.ts != "" {
 			// So that the message stops showing as streaming; the rest
 			// is posted below it either way.
-			if _, _, err := a.api.StopStreamContext(ctx, th.Channel, ps.ts); err != nil {
+			if _, _, err := a.on(th).api.StopStreamContext(ctx, th.Channel, ps.ts); err != nil {
 				a.log.Debug("slack stop of a stream left for a post", "session", th.Key, "ts", ps.ts, "err", err)
 			}
 			ps.ts = ""
@@ -368,7 +363,7 @@ func (a *Adapter) postRest(ctx context.Context, th chat.Thread, key string, chun
 func (a *Adapter) postMarkdown(ctx context.Context, th chat.Thread, md string) error {
 	for _, part := range splitMarkdown(md, maxMarkdownRunes) {
 		block := slack.NewMarkdownBlock("", part)
-		if _, _, err := a.api.PostMessageContext(ctx, th.Channel, slack.MsgOptionTS(th.ThreadID),
+		if _, _, err := a.on(th).api.PostMessageContext(ctx, th.Channel, slack.MsgOptionTS(th.ThreadID),
 			slack.MsgOptionText(part, false), slack.MsgOptionBlocks(block)); err != nil {
 			return classify("reply", err)
 		}

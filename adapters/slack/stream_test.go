@@ -498,7 +498,7 @@ func TestStreamSlackConnectRecipient(t *testing.T) {
 	}
 	ctx := context.Background()
 	push(t, a, fake, "EvShared", map[string]any{"type": "app_mention", "user": "U5", "user_team": "T2", "source_team": "T2",
-		"channel": "C1", "ts": "8.1", "text": "<@" + a.botUserID + "> plan it"})
+		"channel": "C1", "ts": "8.1", "text": "<@" + a.one.bot() + "> plan it"})
 	a.queue.Wait(ctx)
 	th := chat.Thread{Platform: "slack", Key: Key("T1", "C1", "8.1"), Channel: "C1", ThreadID: "8.1"}
 	if err := a.Reply(ctx, th, "8.1", "hello"); err != nil {

@@ -270,3 +270,27 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return context.Cause(ctx)
 	}
 }
+
+// Expired records that Slack answered token_expired to token, an
+// installation's bot token: unless the installation holds another token
+// already (refreshed meanwhile, here or on another replica), its expiry
+// is moved to now, so that the next Token refreshes it, once across
+// replicas. An installation without token rotation is left as it is
+// (its token cannot be refreshed).
+func (x *Installations) Expired(ctx context.Context, id, token string) error {
+	now := x.now()
+	return x.store.UpdateInstallation(ctx, id, func(cur []byte) ([]byte, error) {
+		if cur == nil {
+			return nil, ErrNotInstalled
+		}
+		c, err := x.decode(id, cur)
+		if err != nil {
+			return nil, err
+		}
+		if c.BotToken != token || c.RefreshToken == "" || !c.Expires.After(now) {
+			return cur, nil
+		}
+		c.Expires = now
+		return x.encode(c)
+	})
+}

@@ -1,0 +1,167 @@
+package slack
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/slack-go/slack/slackevents"
+
+	"github.com/pinplan/pinplan/adapters/slack/install"
+)
+
+// Installs and uninstalls (DESIGN §14): app_uninstalled, and
+// tokens_revoked naming the bot's token, delete the workspace's
+// installation (or its org's, for an org-wide install); the workspace's
+// replies being streamed are dropped with a log line, its later calls
+// fail at once with ErrUninstalled (which chat drops as undeliverable),
+// and Options.Uninstalled is told, to stop its sessions. An event the
+// workspace sends after that means pinplan was installed again: its
+// workspace starts fresh, as it does when Installed is told.
+
+// routeInstall handles app_uninstalled and tokens_revoked, on a queue of
+// their own for the workspace; it reports whether api was one.
+func (a *Adapter) routeInstall(ctx context.Context, api slackevents.EventsAPIEvent) bool {
+	switch ev := api.InnerEvent.Data.(type) {
+	case *slackevents.AppUninstalledEvent:
+	case *slackevents.TokensRevokedEvent:
+		if len(ev.Tokens.Bot) == 0 {
+			return true // users' tokens only: the bot's still works
+		}
+	default:
+		return false
+	}
+	team := cmp.Or(api.TeamID, a.team())
+	a.queue.Add("install/"+team, func() { a.uninstall(ctx, team, api.EnterpriseID, api.InnerEvent.Type) })
+	return true
+}
+
+// uninstall deletes the installation that served team and closes its
+// workspaces.
+func (a *Adapter) uninstall(ctx context.Context, team, enterprise, why string) {
+	if a.one != nil {
+		a.log.Warn("slack app uninstalled or its bot token revoked; SLACK_BOT_TOKEN will be refused from now on", "team", team, "event", why)
+		return
+	}
+	w := a.space(team)
+	if w.tokens.uninstalled() {
+		return // the other of the two events
+	}
+	in, found := w.tokens.uninstall(a.opts.Now())
+	id := in.ID
+	if !found {
+		got, err := a.opts.Installations.Find(ctx, team, enterprise)
+		switch {
+		case err == nil:
+			id = got.ID
+		case !errors.Is(err, install.ErrNotInstalled):
+			a.log.Error("slack uninstall: look the installation up", "team", team, "err", err)
+		}
+	}
+	id = cmp.Or(id, team)
+	if err := a.opts.Installations.Delete(ctx, id); err != nil {
+		a.log.Error("slack uninstall: delete the installation", "installation", id, "err", err)
+	}
+	teams := a.closeSpaces(id, team)
+	dropped := a.dropSends(teams)
+	a.log.Warn("slack app uninstalled; installation deleted and the workspace's pending sends dropped",
+		"installation", id, "teams", teams, "event", why, "dropped", dropped)
+	if a.opts.Uninstalled != nil {
+		a.opts.Uninstalled(id, teams)
+	}
+}
+
+// closeSpaces marks uninstalled every workspace the installation id
+// served (team, and for an org-wide install the org's other workspaces
+// served here), and returns their teams.
+func (a *Adapter) closeSpaces(id, team string) []string {
+	now := a.opts.Now()
+	a.mu.Lock()
+	var served []*workspace
+	for t, w := range a.spaces {
+		w.mu.Lock()
+		ent := w.enterprise
+		w.mu.Unlock()
+		if t == team || t == id || ent == id {
+			served = append(served, w)
+		}
+	}
+	a.mu.Unlock()
+	teams := []string{}
+	for _, w := range served {
+		w.tokens.uninstall(now)
+		teams = append(teams, w.team)
+	}
+	slices.Sort(teams)
+	return teams
+}
+
+// dropSends drops what the adapter holds to send in teams' threads: the
+// replies being streamed in parts (a live reply's next call fails with
+// ErrUninstalled, and chat drops it). It returns how many.
+func (a *Adapter) dropSends(teams []string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for k := range a.parts {
+		if slices.Contains(teams, teamOf(k)) {
+			delete(a.parts, k)
+			n++
+		}
+	}
+	return n
+}
+
+// Installed tells the adapter of a new installation (install.Flow's
+// Installed): the workspaces it serves start fresh, with its token and
+// bot user, even where an earlier installation was uninstalled.
+func (a *Adapter) Installed(in install.Installation) {
+	if a.opts.Installations == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for t, w := range a.spaces {
+		w.mu.Lock()
+		ent := w.enterprise
+		w.mu.Unlock()
+		if t == in.ID || (in.Enterprise && ent == in.ID) {
+			delete(a.spaces, t)
+		}
+	}
+}
+
+// botOf is the bot user of team's workspace, for an event of it: the
+// installation's, or the one the event says it was delivered for
+// (authorizations). ok is false for a workspace pinplan is not installed
+// in: its events are dropped. An event sent after the workspace was
+// uninstalled means pinplan was installed again: the workspace starts
+// fresh.
+func (a *Adapter) botOf(ctx context.Context, team, enterprise string, cb *slackevents.EventsAPICallbackEvent) (string, bool) {
+	w := a.space(team)
+	if a.one != nil {
+		return w.bot(), true
+	}
+	if w.tokens.uninstalledBefore(time.Unix(int64(cb.EventTime), 0)) {
+		a.Installed(install.Installation{ID: team})
+		w = a.space(team)
+	}
+	var bot string
+	for _, au := range cb.Authorizations {
+		if au.IsBot {
+			bot = au.UserID
+			break
+		}
+	}
+	w.learn(enterprise, bot)
+	if b := w.bot(); b != "" {
+		return b, true
+	}
+	if _, err := w.tokens.token(ctx); err != nil {
+		a.log.Warn("slack event of a workspace not served; dropped", "team", team, "err", err)
+		return "", false
+	}
+	return w.bot(), true
+}

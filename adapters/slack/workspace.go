@@ -1,0 +1,320 @@
+package slack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/slack-go/slack"
+	"golang.org/x/time/rate"
+
+	"github.com/pinplan/pinplan/adapters/slack/install"
+	"github.com/pinplan/pinplan/chat"
+)
+
+// Many workspaces (DESIGN §14): with Options.Installations one adapter
+// serves every workspace pinplan is installed in, each through a
+// workspace of its own: its Web API client with its own bot token, its
+// budgets, its Retry-After holds and its append pace, as Slack counts
+// them per workspace, so a burst in one never slows another. Every call
+// picks the workspace of its thread's team (on), the team its session
+// key names; events name theirs (team_id, enterprise_id). Without
+// Installations there is one workspace, SLACK_BOT_TOKEN's.
+
+// ErrUninstalled is the error of a call for a workspace pinplan is not
+// (or no longer) installed in: app_uninstalled, tokens_revoked, or no
+// installation serves its team. It is permanent: chat drops the send
+// (chat.ErrUndeliverable).
+var ErrUninstalled = fmt.Errorf("slack: pinplan is not installed in this workspace: %w", chat.ErrUndeliverable)
+
+// workspace is the adapter in one Slack workspace.
+type workspace struct {
+	team    string         // "" for SLACK_BOT_TOKEN's until auth.test names it
+	api     *slack.Client  // its calls go with its own token
+	budgets *budgets       // posts, edits and pins (pace.go)
+	held    *heldTransport // its Retry-After holds (retryafter.go)
+	appends *rate.Limiter  // chat.appendStream
+	// tokens resolves the bot token from the installations; nil for
+	// SLACK_BOT_TOKEN's workspace, whose token slack-go sends itself.
+	tokens *tokenSource
+
+	mu         sync.Mutex // guards the fields below
+	enterprise string     // its Enterprise Grid org, as events name it
+	botUserID  string
+	// noSessions: the token or app may not use agent sessions
+	// (sessionsDenied), so the workspace falls back to the reaction.
+	noSessions bool
+	// noStreams: the token or app may not stream (streamsDenied), so
+	// replies are posted whole.
+	noStreams bool
+}
+
+// bot is the workspace's bot user id, "" while unknown.
+func (w *workspace) bot() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.botUserID
+}
+
+// learn records what an event says of the workspace: its org, and the
+// bot user it was delivered for (authorizations), where not known yet.
+func (w *workspace) learn(enterprise, bot string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if enterprise != "" {
+		w.enterprise = enterprise
+	}
+	if w.botUserID == "" {
+		w.botUserID = bot
+	}
+}
+
+// flag reads one of the workspace's fallbacks (noSessions, noStreams).
+func (w *workspace) flag(f *bool) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return *f
+}
+
+// turnOff sets a fallback for the workspace, reporting whether it was
+// off until now (the caller logs it once).
+func (w *workspace) turnOff(f *bool) (first bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	first = !*f
+	*f = true
+	return first
+}
+
+// newWorkspace builds a workspace of team: with tokens, its calls go
+// with the installation's token (a tokenTransport); without, with
+// token, SLACK_BOT_TOKEN.
+func (a *Adapter) newWorkspace(team, token string, tokens *tokenSource) *workspace {
+	client, held := holdRetryAfter(a.opts.HTTPClient, a.opts.Now)
+	opts := []slack.Option{slack.OptionAPIURL(a.opts.APIURL), slack.OptionHTTPClient(client)}
+	if tokens != nil {
+		c := *client
+		c.Transport = &tokenTransport{base: client.Transport, tokens: tokens}
+		opts[1] = slack.OptionHTTPClient(&c)
+	} else {
+		opts = append(opts, slack.OptionAppLevelToken(a.opts.AppToken))
+	}
+	w := &workspace{team: team, api: slack.New(token, opts...), held: held, tokens: tokens,
+		budgets: newBudgets(a.opts.EditsPerMinute), appends: rate.NewLimiter(rate.Limit(a.opts.AppendsPerMinute/60), 5)}
+	a.mu.Lock()
+	n, say := a.share, a.say
+	a.mu.Unlock()
+	if n > 1 {
+		w.share(n, a.opts.AppendsPerMinute)
+	}
+	if say != nil && team != "" {
+		held.sayHolds(func(key string, until time.Time) { say(team+":"+key, until) })
+	}
+	return w
+}
+
+// share divides the workspace's budgets by n replicas (Share).
+func (w *workspace) share(n int, appendsPerMinute float64) {
+	w.budgets.setShare(n)
+	w.appends.SetLimit(rate.Limit(appendsPerMinute / 60 / float64(n)))
+	w.appends.SetBurst(max(5/n, 1))
+}
+
+// on is the workspace of a thread: the team its session key names.
+func (a *Adapter) on(th chat.Thread) *workspace { return a.space(teamOf(th.Key)) }
+
+// space is the workspace of team: SLACK_BOT_TOKEN's in the one-workspace
+// mode, else the team's own, made on first use (no I/O: its token is
+// read from the installations at its first call).
+func (a *Adapter) space(team string) *workspace {
+	if a.opts.Installations == nil {
+		return a.one
+	}
+	a.mu.Lock()
+	w, ok := a.spaces[team]
+	a.mu.Unlock()
+	if ok {
+		return w
+	}
+	fresh := a.newWorkspace(team, "", &tokenSource{a: a, team: team})
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if w, ok := a.spaces[team]; ok {
+		return w // made meanwhile
+	}
+	if len(a.spaces) >= maxSpaces {
+		a.dropIdleLocked()
+	}
+	a.spaces[team] = fresh
+	return fresh
+}
+
+// maxSpaces bounds the workspaces kept in memory; past it, those no
+// session uses now are dropped (made again, from the store, when used).
+const maxSpaces = 10000
+
+// dropIdleLocked drops the workspaces whose budgets nobody waits on.
+func (a *Adapter) dropIdleLocked() {
+	for team, w := range a.spaces {
+		if w.budgets.idle() {
+			delete(a.spaces, team)
+		}
+	}
+}
+
+// teamOf is the team a session key names ("slack/<team>/<channel>/<ts>").
+func teamOf(key string) string {
+	rest, ok := strings.CutPrefix(key, "slack/")
+	if !ok {
+		return ""
+	}
+	team, _, _ := strings.Cut(rest, "/")
+	return team
+}
+
+// team is the workspace an event or payload without a team_id is of:
+// SLACK_BOT_TOKEN's.
+func (a *Adapter) team() string {
+	if a.one == nil {
+		return ""
+	}
+	a.one.mu.Lock()
+	defer a.one.mu.Unlock()
+	return a.one.team
+}
+
+// tokenSource is a workspace's bot token, from its installation: its
+// own, or its org's org-wide one.
+type tokenSource struct {
+	a    *Adapter
+	team string
+
+	mu    sync.Mutex // guards the fields below
+	in    install.Installation
+	found bool      // in is the installation that serves the team
+	gone  time.Time // when it was uninstalled; zero while installed
+}
+
+// token returns a bot token good for a while yet: the one in hand, or
+// refreshed before it expires (Installations.Token, once across
+// replicas). An uninstalled workspace fails at once with ErrUninstalled.
+func (s *tokenSource) token(ctx context.Context) (string, error) {
+	s.mu.Lock()
+	in, found, gone := s.in, s.found, s.gone
+	s.mu.Unlock()
+	switch {
+	case !gone.IsZero():
+		return "", fmt.Errorf("slack: workspace %s: %w", s.team, ErrUninstalled)
+	case found && (in.Expires.IsZero() || s.a.opts.Now().Add(install.RefreshEarly).Before(in.Expires)):
+		return in.BotToken, nil
+	}
+	in, err := s.load(ctx, in, found)
+	if err != nil {
+		return "", err
+	}
+	return in.BotToken, nil
+}
+
+// load reads the installation that serves the team (found: the one in
+// hand names it) and refreshes its token if it is near its end.
+func (s *tokenSource) load(ctx context.Context, in install.Installation, found bool) (install.Installation, error) {
+	x := s.a.opts.Installations
+	if !found {
+		var err error
+		if in, err = s.find(ctx); err != nil {
+			return in, err
+		}
+	}
+	in, err := x.Token(ctx, in.ID, s.a.opts.Refresh)
+	if errors.Is(err, install.ErrNotInstalled) {
+		return in, fmt.Errorf("slack: workspace %s: %w", s.team, ErrUninstalled)
+	}
+	if err != nil {
+		return in, fmt.Errorf("slack: workspace %s: the bot token: %w", s.team, err)
+	}
+	s.mu.Lock()
+	s.in, s.found = in, true
+	s.mu.Unlock()
+	w := s.a.space(s.team)
+	w.learn(in.EnterpriseID, in.BotUserID)
+	return in, nil
+}
+
+// find looks the team's installation up: its own, else its org's
+// (by the org events named), else, for a team no event named yet (a
+// session resumed after a restart), the one org-wide install if there
+// is exactly one.
+func (s *tokenSource) find(ctx context.Context) (install.Installation, error) {
+	w := s.a.space(s.team)
+	w.mu.Lock()
+	enterprise := w.enterprise
+	w.mu.Unlock()
+	x := s.a.opts.Installations
+	in, err := x.Find(ctx, s.team, enterprise)
+	if err == nil || !errors.Is(err, install.ErrNotInstalled) {
+		return in, err
+	}
+	if enterprise == "" {
+		all, lerr := x.List(ctx)
+		if lerr != nil {
+			return in, lerr
+		}
+		var orgs []install.Installation
+		for _, o := range all {
+			if o.Enterprise {
+				orgs = append(orgs, o)
+			}
+		}
+		if len(orgs) == 1 {
+			return orgs[0], nil
+		}
+	}
+	return in, fmt.Errorf("slack: workspace %s: %w", s.team, ErrUninstalled)
+}
+
+// renew answers a call that met token_expired: unless the installation
+// holds another token already (refreshed meanwhile, here or on another
+// replica), stale is marked expired so that it is refreshed now, once
+// across replicas; the token to retry with is returned.
+func (s *tokenSource) renew(ctx context.Context, stale string) (string, error) {
+	s.mu.Lock()
+	in, found := s.in, s.found
+	s.mu.Unlock()
+	if !found {
+		return s.token(ctx)
+	}
+	if err := s.a.opts.Installations.Expired(ctx, in.ID, stale); err != nil {
+		return "", fmt.Errorf("slack: workspace %s: %w", s.team, err)
+	}
+	in, err := s.load(ctx, in, true)
+	if err != nil {
+		return "", err
+	}
+	return in.BotToken, nil
+}
+
+// uninstall marks the workspace uninstalled: its calls fail at once.
+func (s *tokenSource) uninstall(at time.Time) (install.Installation, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gone = at
+	return s.in, s.found
+}
+
+// uninstalledBefore reports whether the workspace was uninstalled before
+// t (an event sent after it means pinplan was installed again).
+func (s *tokenSource) uninstalledBefore(t time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.gone.IsZero() && s.gone.Before(t)
+}
+
+// uninstalled reports whether the workspace is uninstalled.
+func (s *tokenSource) uninstalled() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.gone.IsZero()
+}
