@@ -1,0 +1,225 @@
+package discord
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pinplan/pinplan/internal/fakediscord"
+	"github.com/pinplan/pinplan/internal/inboxtest"
+)
+
+// Guild ids on shard 0 and 1 of 2: (id >> 22) % 2.
+var (
+	guildShard0 = strconv.FormatUint(2<<22, 10)
+	guildShard1 = strconv.FormatUint(3<<22, 10)
+)
+
+// shardFake is a fake Discord with a text channel on each of two shards'
+// guilds (C0, C1) and a DM (D1), one guild a shard at most, identify
+// buckets enforced.
+func shardFake() *fakediscord.Server {
+	fake := &fakediscord.Server{HeartbeatInterval: time.Second, Shards: 2, ShardGuildLimit: 1, IdentifyWindow: 200 * time.Millisecond}
+	fake.AddChannel("C0", 0, guildShard0)
+	fake.AddChannel("C1", 0, guildShard1)
+	fake.AddChannel("D1", 1, "")
+	return fake
+}
+
+// shardRig starts an adapter's REST side against fake with opts.
+func shardRig(t testing.TB, fake *fakediscord.Server, opts Options) (*Adapter, *inboxtest.Inbox) {
+	t.Helper()
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	t.Cleanup(fake.Close)
+	opts.Token, opts.APIURL = "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", srv.URL
+	a, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.idWindow = 250 * time.Millisecond // the fake's 200 ms, with room
+	rec := &inboxtest.Inbox{}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := a.StartREST(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); a.Close() })
+	return a, rec
+}
+
+func waitShards(t testing.TB, fake *fakediscord.Server, want ...int) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for got := fake.ShardsConnected(); !slices.Equal(got, want); got = fake.ShardsConnected() {
+		if time.Now().After(deadline) {
+			t.Fatalf("shards connected %v, want %v", got, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestShardsServeEveryGuild: with GET /gateway/bot's two shards and one
+// identify bucket, the adapter opens two sessions identified as [0, 2]
+// and [1, 2], a bucket's window apart, and hears the guilds of both
+// shards and the DMs (shard 0's) in one inbox.
+func TestShardsServeEveryGuild(t *testing.T) {
+	fake := shardFake()
+	a, rec := shardRig(t, fake, Options{})
+	if n := a.ShardCount(); n != 2 {
+		t.Fatalf("ShardCount() = %d, want GET /gateway/bot's 2", n)
+	}
+	if err := a.OpenGateway(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	waitShards(t, fake, 0, 1)
+	if err := a.Ready(); err != nil {
+		t.Errorf("Ready() = %v with both shards connected", err)
+	}
+	fake.UserMessage("C0", "111", "on shard 0", true)
+	fake.UserMessage("C1", "111", "on shard 1", true)
+	fake.UserMessage("D1", "111", "a DM", false)
+	got := waitTexts(t, rec, 3)
+	slices.Sort(got)
+	if want := []string{"a DM", "on shard 0", "on shard 1"}; !slices.Equal(got, want) {
+		t.Errorf("handled %q, want %q", got, want)
+	}
+	if ids, _ := fake.Sessions(); ids != 2 {
+		t.Errorf("%d IDENTIFYs, want one a shard", ids)
+	}
+	if v := fake.Violations(); len(v) > 0 {
+		t.Errorf("Discord would refuse %d times, first: %s", len(v), v[0])
+	}
+}
+
+// TestShardsOption: Options.Shards overrides GET /gateway/bot's count.
+func TestShardsOption(t *testing.T) {
+	fake := shardFake()
+	fake.Shards, fake.ShardGuildLimit = 1, 0
+	a, _ := shardRig(t, fake, Options{Shards: 2})
+	if n := a.ShardCount(); n != 2 {
+		t.Fatalf("ShardCount() = %d, want Options.Shards' 2", n)
+	}
+	if err := a.OpenGateway(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	waitShards(t, fake, 0, 1)
+}
+
+// TestShardingRequired: a shard count too small for the bot's guilds is
+// refused with 4011, which OpenGateway says plainly.
+func TestShardingRequired(t *testing.T) {
+	fake := shardFake()
+	a, _ := shardRig(t, fake, Options{Shards: 1})
+	err := a.OpenGateway(t.Context())
+	if !errors.Is(err, ErrShardingRequired) || !strings.Contains(err.Error(), "PINPLAN_DISCORD_SHARDS") {
+		t.Fatalf("OpenGateway with one shard for two guilds: %v, want %v", err, ErrShardingRequired)
+	}
+	if err := a.Ready(); err == nil {
+		t.Error("Ready() = nil with the shard refused")
+	}
+	if _, err := a.shard(1); err == nil {
+		t.Error("shard 1 of 1 exists")
+	}
+	if err := a.OpenShard(t.Context(), 1); err == nil {
+		t.Error("OpenShard(1) of 1 shard succeeded")
+	}
+}
+
+// TestShardDropResumes: a dropped shard resumes on its own and gets
+// what it missed; the other shard keeps its connection and its events
+// meanwhile, and nobody identifies again.
+func TestShardDropResumes(t *testing.T) {
+	fake := shardFake()
+	a, rec := shardRig(t, fake, Options{})
+	if err := a.OpenGateway(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	waitShards(t, fake, 0, 1)
+	fake.UserMessage("C0", "111", "task 0", true)
+	fake.UserMessage("C1", "111", "task 1", true)
+	waitTexts(t, rec, 2)
+	fake.DropShard(0)
+	fake.UserMessage("C1", "111", "shard 1 while 0 is down", true)
+	fake.UserMessage("C0", "111", "shard 0 missed this", true)
+	waitTexts(t, rec, 4)
+	waitShards(t, fake, 0, 1)
+	fake.UserMessage("C0", "111", "shard 0 back", true)
+	got := waitTexts(t, rec, 5)
+	var on0 []string
+	for _, s := range got {
+		if strings.HasPrefix(s, "task 0") || strings.HasPrefix(s, "shard 0") {
+			on0 = append(on0, s)
+		}
+	}
+	if want := []string{"task 0", "shard 0 missed this", "shard 0 back"}; !slices.Equal(on0, want) {
+		t.Errorf("shard 0's messages %q, want %q", on0, want)
+	}
+	if ids, res := fake.Sessions(); ids != 2 || res != 1 {
+		t.Errorf("%d IDENTIFYs and %d RESUMEs, want 2 and shard 0's one", ids, res)
+	}
+}
+
+// TestCloseShardLeavesTheOthers: CloseShard ends one shard's session and
+// leaves the other serving; reopened, the shard identifies a new session
+// and catches up what its channels received meanwhile, once.
+func TestCloseShardLeavesTheOthers(t *testing.T) {
+	fake := shardFake()
+	a, rec := shardRig(t, fake, Options{})
+	if err := a.OpenGateway(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	waitShards(t, fake, 0, 1)
+	fake.UserMessage("C1", "111", "task 1", true)
+	waitTexts(t, rec, 1)
+	a.CloseShard(1)
+	waitShards(t, fake, 0)
+	if err := a.Ready(); err != nil {
+		t.Errorf("Ready() = %v holding shard 0 only, connected", err)
+	}
+	fake.UserMessage("C1", "111", "while shard 1 is closed", true)
+	fake.UserMessage("C0", "111", "shard 0 serves on", true)
+	waitTexts(t, rec, 2)
+	if err := a.OpenShard(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	waitShards(t, fake, 0, 1)
+	got := waitTexts(t, rec, 3)
+	if want := []string{"task 1", "shard 0 serves on", "while shard 1 is closed"}; !slices.Equal(got, want) {
+		t.Errorf("handled %q, want %q (shard 1's gap caught up once)", got, want)
+	}
+	if ids, _ := fake.Sessions(); ids != 3 {
+		t.Errorf("%d IDENTIFYs, want 3: two, and shard 1's new session", ids)
+	}
+	if v := fake.Violations(); len(v) > 0 {
+		t.Errorf("Discord would refuse %d times, first: %s", len(v), v[0])
+	}
+}
+
+// TestOpenShardAbandoned: a shard waiting for its identify bucket when
+// OpenShard's ctx ends is closed again and never dials.
+func TestOpenShardAbandoned(t *testing.T) {
+	fake := shardFake()
+	a, _ := shardRig(t, fake, Options{})
+	a.buckets.window = time.Hour
+	if err := a.OpenShard(t.Context(), 0); err != nil {
+		t.Fatal(err)
+	}
+	waitShards(t, fake, 0)
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	// Shard 1 shares shard 0's bucket (max_concurrency 1).
+	if err := a.OpenShard(ctx, 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("OpenShard waiting past its ctx: %v, want %v", err, context.DeadlineExceeded)
+	}
+	if err := a.Ready(); err != nil {
+		t.Errorf("Ready() = %v: the abandoned shard is not held", err)
+	}
+	if ids, _ := fake.Sessions(); ids != 1 {
+		t.Errorf("%d IDENTIFYs, want shard 0's only", ids)
+	}
+}
