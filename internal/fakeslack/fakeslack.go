@@ -79,6 +79,9 @@ type Call struct {
 	// failure reads "http 500" and the like.
 	Error  string
 	Status int // the HTTP status answered
+	// Team is the installation the call's token belongs to: a team id,
+	// or an org id for an org-wide install (teams.go).
+	Team string
 }
 
 // Message is a message the fake holds: posted by the bot, or pushed by the
@@ -302,7 +305,9 @@ func (s *Server) initLocked() {
 	}
 }
 
-// Limit makes method answer 429 past n calls in any window of length per.
+// Limit makes method answer 429 past n calls in any window of length per,
+// counted per workspace as Slack counts them (a Team's calls apart from
+// the default workspace's and from each other's).
 func (s *Server) Limit(method string, n int, per time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -623,8 +628,13 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, method string,
 	}
 	now := time.Now()
 	s.mu.Lock()
-	call := Call{Method: method, Params: params, Began: began, At: now, Status: http.StatusOK}
-	if secs := s.admitLocked(method, params["channel"], r.RemoteAddr, began, now); secs > 0 {
+	team := s.installOfLocked(token)
+	call := Call{Method: method, Params: params, Began: began, At: now, Status: http.StatusOK, Team: team}
+	space := "" // the default workspace's limits and holds, as before teams
+	if team != s.TeamID {
+		space = team + " "
+	}
+	if secs := s.admitLocked(space, method, params["channel"], r.RemoteAddr, began, now); secs > 0 {
 		call.Error, call.Status = "ratelimited", http.StatusTooManyRequests
 		s.calls = append(s.calls, call)
 		s.mu.Unlock()
@@ -638,7 +648,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, method string,
 		call.Error, call.Status = fmt.Sprintf("http %d", f.status), f.status
 		s.calls = append(s.calls, call)
 		if f.status == http.StatusTooManyRequests {
-			s.holdLocked(method, r.RemoteAddr, now, 1)
+			s.holdLocked(space+method, r.RemoteAddr, now, 1)
 			w.Header().Set("Retry-After", "1")
 		}
 		s.mu.Unlock()
@@ -707,18 +717,20 @@ func (s *Server) arrive(w http.ResponseWriter, r *http.Request, method string, p
 // workspace's and the channel's. It returns the seconds of the
 // Retry-After to answer with a 429, holding them from now; 0 admits the
 // call, counted in every window it passes (one answered 429 is counted
-// in none).
-func (s *Server) admitLocked(method, channel, conn string, began, now time.Time) (retryAfter int) {
+// in none). Slack counts per workspace: space is the workspace's prefix
+// of the keys ("" for the default one), so that each has its own windows
+// and Retry-Afters.
+func (s *Server) admitLocked(space, method, channel, conn string, began, now time.Time) (retryAfter int) {
 	chanKey := method + " in " + channel // a per-channel Retry-After
-	for _, k := range []string{method, chanKey} {
+	for _, k := range []string{space + method, chanKey} {
 		s.checkHoldsLocked(k, conn, began, now)
 	}
 	var windows []*window
 	limited, secs := "", 0
-	if lim := s.limits[method]; lim != nil {
+	if lim := s.limitLocked(space, method); lim != nil {
 		windows = append(windows, lim)
 		if after := lim.full(now); after > 0 {
-			limited, secs = method, after
+			limited, secs = space+method, after
 		}
 	}
 	if cl := s.chanLimits[method]; cl != nil {
@@ -740,6 +752,20 @@ func (s *Server) admitLocked(method, channel, conn string, began, now time.Time)
 		win.times = append(win.times, now)
 	}
 	return 0
+}
+
+// limitLocked is the window of method's Limit in the workspace space.
+func (s *Server) limitLocked(space, method string) *window {
+	lim := s.limits[method]
+	if lim == nil || space == "" {
+		return lim
+	}
+	own, ok := s.limits[space+method]
+	if !ok {
+		own = &window{n: lim.n, per: lim.per}
+		s.limits[space+method] = own
+	}
+	return own
 }
 
 // answerLocked answers an admitted call: the token's error, a failure
