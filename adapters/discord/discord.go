@@ -619,14 +619,20 @@ func refusedV2(err error) bool {
 // EditPlan implements chat.Platform: a Components V2 message is edited as
 // one, with the flag and no content or embeds; any other as an embed.
 func (a *Adapter) EditPlan(ctx context.Context, th chat.Thread, ref chat.MessageRef, p chat.Plan) error {
-	var err error
-	if ref.Kind == refComponentsV2 {
-		endpoint := discordgo.EndpointChannelMessage(ref.Channel, ref.ID)
-		_, err = a.s.RequestWithBucketID(http.MethodPatch, endpoint, PlanMessageV2(p), discordgo.EndpointChannelMessage(ref.Channel, ""), discordgo.WithContext(ctx))
-	} else {
+	edit := func() (err error) {
+		if ref.Kind == refComponentsV2 {
+			endpoint := discordgo.EndpointChannelMessage(ref.Channel, ref.ID)
+			_, err = a.s.RequestWithBucketID(http.MethodPatch, endpoint, PlanMessageV2(p), discordgo.EndpointChannelMessage(ref.Channel, ""), discordgo.WithContext(ctx))
+			return err
+		}
 		embeds := []*discordgo.MessageEmbed{PlanEmbed(p)}
 		components := PlanComponents(p)
 		_, err = a.s.ChannelMessageEditComplex(&discordgo.MessageEdit{ID: ref.ID, Channel: ref.Channel, Embeds: &embeds, Components: &components, AllowedMentions: noMentions()}, discordgo.WithContext(ctx))
+		return err
+	}
+	err := edit()
+	if err != nil && a.reopenForPlan(ctx, ref.Channel, err) {
+		err = edit() // a forum post a person closed (forum.go)
 	}
 	if err == nil {
 		a.remember(ref.Channel, ref.ID, p, false)

@@ -20,6 +20,7 @@ func (a *Adapter) onMessage(_ *discordgo.Session, m *discordgo.MessageCreate) {
 	if m.Author == nil || a.ctx == nil {
 		return
 	}
+	a.forums.touch(m.ChannelID, m.Timestamp) // a forum post's activity, the bot's own included
 	bot := a.bot()
 	if m.Type == discordgo.MessageTypeChannelPinnedMessage && m.Author.ID == bot {
 		a.queue.Add(m.ChannelID, func() { a.removePinNotice(a.ctx, m.ChannelID, m.ID) })

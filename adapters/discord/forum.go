@@ -86,6 +86,11 @@ type forumPost struct {
 	archived, locked    bool
 	want                string // the run tag the bot wants; "" before any
 	full                bool   // people's tags fill it (said once)
+	// active is when its newest message the adapter saw was sent;
+	// autoArchive is its auto_archive_duration (the inactivity after
+	// which Discord archives it).
+	active      time.Time
+	autoArchive time.Duration
 }
 
 // isForum reports whether a channel of type t holds posts.
@@ -132,8 +137,26 @@ func (f *forums) notePost(ch *discordgo.Channel, parentIsForum bool) *forumPost 
 	p.applied = slices.Clone(ch.AppliedTags)
 	if md := ch.ThreadMetadata; md != nil {
 		p.archived, p.locked = md.Archived, md.Locked
+		p.autoArchive = time.Duration(md.AutoArchiveDuration) * time.Minute
 	}
 	return p
+}
+
+// touch notes a message sent in channel at, if it is a post.
+func (f *forums) touch(channel string, at time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p, ok := f.posts[channel]; ok && at.After(p.active) {
+		p.active = at
+	}
+}
+
+// closedByPerson reports whether a post that was just archived at now
+// was closed by a person, and not by Discord after its inactivity: a
+// post with a message within its auto-archive duration was still
+// active. A post whose activity is not known counts as closed.
+func closedByPerson(p forumPost, now time.Time) bool {
+	return p.autoArchive <= 0 || p.active.IsZero() || now.Sub(p.active) < p.autoArchive
 }
 
 // noteForum records a forum's available tags.
@@ -228,6 +251,8 @@ func (a *Adapter) onThreadUpdate(_ *discordgo.Session, ev *discordgo.ThreadUpdat
 	}
 	now, _ := a.forums.post(ev.ID)
 	switch {
+	case now.archived && !before.archived && !closedByPerson(now, time.Now()):
+		a.log.Info("discord: a forum post was archived after its inactivity; its session goes on", "post", ev.ID)
 	case now.archived && !before.archived:
 		a.queue.Add(ev.ID, func() { a.postClosed(a.ctx, ev.ID, now.owner) })
 	case !now.archived && before.archived && now.want != "":
@@ -249,6 +274,36 @@ func (a *Adapter) postClosed(ctx context.Context, post, owner string) {
 		return
 	}
 	a.log.Info("discord: forum post closed; its turn stopped", "session", key)
+}
+
+// codeThreadArchived is Discord's answer to a change in an archived
+// thread.
+const codeThreadArchived = 50083
+
+// reopenForPlan reopens a forum post a person closed, when the edit of
+// its plan was refused for it (50083), and reports whether the edit may
+// be made again. Discord reopens a post that is not locked for any
+// message the bot sends in it, so the turn's last plan and its answer
+// (a stopped turn's "Stopped.") show as they would in any thread,
+// rather than a stale plan and a note that it could not be updated. A
+// locked post stays closed (only Manage Threads reopens it).
+func (a *Adapter) reopenForPlan(ctx context.Context, post string, err error) bool {
+	if restCode(err) != codeThreadArchived {
+		return false
+	}
+	p, ok := a.forums.post(post)
+	if !ok || p.locked {
+		return false
+	}
+	open := false
+	ch, err := a.s.ChannelEdit(post, &discordgo.ChannelEdit{Archived: &open}, discordgo.WithContext(ctx))
+	if err != nil {
+		a.log.Warn("discord: reopen a closed forum post to show its plan", "post", post, "err", err)
+		return false
+	}
+	a.forums.notePost(ch, true)
+	a.log.Info("discord: reopened a closed forum post to show its plan", "post", post)
+	return true
 }
 
 // forumStarter reports whether m is the starter message of a forum post

@@ -28,6 +28,12 @@ func (l *logBuf) Write(p []byte) (int, error) {
 	return l.b.Write(p)
 }
 
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 func (l *logBuf) count(s string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -270,8 +276,10 @@ func TestForumPostFullOfPeoplesTags(t *testing.T) {
 }
 
 // TestForumPostClosedStopsTheTurn: a person closing a post with a
-// session stops its turn, as its owner pressing Stop; reopened, the
-// post's next message is a follow-up of the session.
+// session stops its turn, as its owner pressing Stop; the stopped plan
+// is shown all the same (the post reopened, as Discord reopens it for
+// the bot's answer), its tag stopped; a post closed and reopened by a
+// person goes on with its next message as a follow-up.
 func TestForumPostClosedStopsTheTurn(t *testing.T) {
 	r := newForumRig(t, true, Options{})
 	post, err := r.fake.Post("F1", "111", "Long job", "crunch the numbers", true)
@@ -279,19 +287,30 @@ func TestForumPostClosedStopsTheTurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitTexts(t, &r.in.Inbox, 1)
+	ctx := context.Background()
 	th := chat.Thread{Platform: "discord", Key: Key(post), Channel: post}
-	if _, err := r.a.PostPlan(context.Background(), th, forumPlan(chat.StateWorking)); err != nil {
+	ref, err := r.a.PostPlan(ctx, th, forumPlan(chat.StateWorking))
+	if err != nil {
 		t.Fatal(err)
 	}
 	r.waitTags(t, post, "working")
 	if err := r.fake.ClosePost(post, "111"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a stop", func() bool { return len(r.in.got()) > 0 }, func() any { return r.in.got() })
+	waitFor(t, "a stop", func() bool { return len(r.in.got()) == 1 }, func() any { return r.in.got() })
 	c := r.in.got()[0]
 	if action, _, _ := chat.ParseButtonID(c.Button); action != chat.ActionStop || c.UserID != "111" || c.Thread.Key != Key(post) {
 		t.Errorf("click %+v, want Stop of %s by the post's owner", c, Key(post))
 	}
+	if err := r.a.EditPlan(ctx, th, ref, forumPlan(chat.StateStopped)); err != nil {
+		t.Fatalf("the stopped plan in the closed post: %v\n%s", err, r.log.String())
+	}
+	r.waitTags(t, post, "stopped")
+
+	if err := r.fake.ClosePost(post, "111"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a second stop", func() bool { return len(r.in.got()) == 2 }, func() any { return r.in.got() })
 	if err := r.fake.ReopenPost(post, "111"); err != nil {
 		t.Fatal(err)
 	}
@@ -300,8 +319,30 @@ func TestForumPostClosedStopsTheTurn(t *testing.T) {
 	if in := r.in.Incoming()[1]; got[1] != "go on" || !in.FollowUp || in.Thread.Key != Key(post) {
 		t.Errorf("after reopening: %+v, want the follow-up of the post's session", in)
 	}
-	if n := len(r.in.got()); n != 1 {
-		t.Errorf("%d stops, want 1: reopening stops nothing", n)
+	if n := len(r.in.got()); n != 2 {
+		t.Errorf("%d stops, want 2: one per close, none for reopening", n)
+	}
+}
+
+func TestClosedByPerson(t *testing.T) {
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	day := 24 * time.Hour
+	tests := []struct {
+		name string
+		post forumPost
+		want bool
+	}{
+		{"active within its duration", forumPost{active: now.Add(-time.Hour), autoArchive: day}, true},
+		{"idle past its duration", forumPost{active: now.Add(-day - time.Minute), autoArchive: day}, false},
+		{"activity not known", forumPost{autoArchive: day}, true},
+		{"duration not known", forumPost{active: now.Add(-48 * time.Hour)}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := closedByPerson(tt.post, now); got != tt.want {
+				t.Errorf("got %v, want %v", got, tt.want)
+			}
+		})
 	}
 }
 
