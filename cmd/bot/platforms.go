@@ -1,10 +1,15 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
+	"net/http"
+	"strings"
+	"time"
 
 	discordadapter "github.com/pinplan/pinplan/adapters/discord"
 	slackadapter "github.com/pinplan/pinplan/adapters/slack"
+	"github.com/pinplan/pinplan/adapters/slack/install"
 	"github.com/pinplan/pinplan/adapters/web"
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
@@ -53,6 +58,9 @@ type platforms struct {
 	console *web.Console
 	slack   *slackadapter.Adapter   // nil without SLACK_BOT_TOKEN
 	discord *discordadapter.Adapter // nil without DISCORD_BOT_TOKEN
+	// slackInstall is Slack's OAuth v2 install (/slack/install and
+	// /slack/oauth_redirect), with SLACK_CLIENT_ID; nil without it.
+	slackInstall *install.Flow
 	byName  map[string]chat.Platform
 }
 
@@ -62,6 +70,11 @@ func newPlatforms(cfg *config.Config, st stores, demo bool, modelName string, lo
 	ws := web.NewReadModel(st.records, st.sessions)
 	console := web.New(web.Options{Store: ws, Usage: ws, DailyBudget: int64(cfg.UserTokens), Demo: demo, Model: modelName, Stream: cfg.Stream, FileBytes: int64(cfg.FileBytes), Logger: log.With("adapter", "web")})
 	ps := platforms{console: console, byName: map[string]chat.Platform{"web": console}}
+	_, flow, err := slackInstalls(cfg, st, log)
+	if err != nil {
+		return ps, err
+	}
+	ps.slackInstall = flow
 	if cfg.SlackBotToken != "" {
 		ps.slack = slackadapter.New(slackadapter.Options{
 			BotToken: cfg.SlackBotToken.Reveal(), AppToken: cfg.SlackAppToken.Reveal(), SigningSecret: cfg.SlackSigningSecret.Reveal(),
@@ -81,4 +94,30 @@ func newPlatforms(cfg *config.Config, st stores, demo bool, modelName string, lo
 		ps.byName["discord"] = dsc
 	}
 	return ps, nil
+}
+
+// slackInstalls makes the installations Slack's OAuth v2 install keeps in
+// the store, sealed with PINPLAN_SECRET_KEY, and the install's flow
+// (DESIGN §14); nil, nil without SLACK_CLIENT_ID.
+func slackInstalls(cfg *config.Config, st stores, log *slog.Logger) (*install.Installations, *install.Flow, error) {
+	if cfg.SlackClientID == "" {
+		return nil, nil, nil
+	}
+	seal, err := install.NewSealer(cfg.SecretKey.Reveal())
+	if err != nil {
+		return nil, nil, fmt.Errorf("PINPLAN_SECRET_KEY: %w", err)
+	}
+	installs := install.New(st.installs, seal)
+	flow := &install.Flow{ClientID: cfg.SlackClientID, ClientSecret: cfg.SlackClientSecret.Reveal(), RedirectURL: cfg.SlackRedirectURL,
+		Scopes: slackadapter.BotScopes, AuthorizeURL: slackAuthorizeURL(cfg.SlackAPIURL), APIURL: cfg.SlackAPIURL,
+		HTTP: &http.Client{Timeout: 30 * time.Second}, Seal: seal, Once: st.chat.Dedupe.FirstSeen, Installations: installs,
+		Logger: log.With("component", "slack-install")}
+	return installs, flow, nil
+}
+
+// slackAuthorizeURL is Slack's authorize URL beside its Web API's: the
+// API's https://slack.com/api/ gives https://slack.com/oauth/v2/authorize
+// (a fake's likewise).
+func slackAuthorizeURL(apiURL string) string {
+	return strings.TrimSuffix(strings.TrimSuffix(apiURL, "/"), "/api") + "/oauth/v2/authorize"
 }

@@ -241,6 +241,12 @@ func (m *Main) buildHost(ctx context.Context) {
 	if m.st.bolt != nil {
 		m.host.Handle("GET /api/backup", httphost.BackupHandler(m.st.bolt))
 	}
+	if f := m.ps.slackInstall; f != nil {
+		// Slack's OAuth v2 install: public pages, its state signed and
+		// bound to the browser's cookie (install.Flow).
+		m.host.HandlePublic("GET /slack/install", http.HandlerFunc(f.Install))
+		m.host.HandlePublic("GET /slack/oauth_redirect", http.HandlerFunc(f.Redirect))
+	}
 	if slk := m.ps.slack; slk != nil {
 		m.later(slk.Wait) // after the HTTP server stops: no more events
 		if cfg.SlackAppToken == "" {

@@ -7,6 +7,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/pinplan/pinplan/adapters/slack/install"
 	"github.com/pinplan/pinplan/adapters/web"
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/chat"
@@ -26,6 +27,7 @@ type stores struct {
 	records  web.Records
 	sessions func(context.Context) ([]web.Session, error)
 	marks    chat.MarkStore
+	installs install.Store // Slack's installations (DESIGN §14), sealed by install.Installations
 	count    metrics.SessionCounter
 	ping     func() error
 
@@ -38,7 +40,7 @@ type stores struct {
 
 func boltStores(db *store.DB) stores {
 	return stores{agent: db, chat: chat.Options{Store: db, Log: db, Cards: db, Listings: db, FollowUps: db, Outbox: db, Dedupe: db},
-		records: db, marks: db, count: db, ping: db.Ping, bolt: db,
+		records: db, marks: db, installs: db, count: db, ping: db.Ping, bolt: db,
 		sessions: func(ctx context.Context) ([]web.Session, error) {
 			infos, err := db.Sessions(ctx)
 			out := make([]web.Session, len(infos))
@@ -51,7 +53,7 @@ func boltStores(db *store.DB) stores {
 
 func etcdStores(es *etcdstore.Store) stores {
 	return stores{agent: es, chat: chat.Options{Store: es, Log: es, Cards: es, Listings: es, FollowUps: es, Outbox: es, Dedupe: es},
-		records: es, marks: es, count: es, ping: es.Ping, es: es,
+		records: es, marks: es, installs: es, count: es, ping: es.Ping, es: es,
 		sessions: func(ctx context.Context) ([]web.Session, error) {
 			infos, err := es.Sessions(ctx)
 			out := make([]web.Session, len(infos))
