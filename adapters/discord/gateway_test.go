@@ -31,6 +31,7 @@ func restRig(t *testing.T) (*Adapter, *fakediscord.Server, *inboxtest.Inbox) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	a.idWindow = 50 * time.Millisecond // a reconnect need not wait out Discord's 5 s
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := a.StartREST(ctx, rec); err != nil {
 		t.Fatal(err)

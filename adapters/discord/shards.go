@@ -21,7 +21,16 @@ import (
 // guilds with (guild_id >> 22) % count == id (DMs go to shard 0). The
 // count is GET /gateway/bot's recommendation or Options.Shards. Shards
 // identify in buckets, rate_limit_key = id % max_concurrency, one
-// IDENTIFY per bucket every 5 seconds; RESUMEs are not limited.
+// IDENTIFY per bucket every 5 seconds.
+//
+// Every connection a shard dials takes its bucket first, a RESUME's
+// too: discordgo answers a refused RESUME (op 9) with an IDENTIFY on the
+// same connection at once, and an IDENTIFY refused for its bucket with
+// another, as fast as the round trip allows, each counted against the
+// day's 1,000; there is no hook between. So a resume waits only when
+// another shard of its bucket connected in the last 5 s, as an identify
+// would. An op 9 in the middle of a session (rare) is still answered by
+// discordgo unpaced.
 //
 // Each shard has its own discordgo session with the same handlers, its
 // own reconnects and its own read-mark gap (marks.go); REST goes through
@@ -68,14 +77,13 @@ type shard struct {
 	ctx          context.Context
 	stop         context.CancelFunc
 	reconnecting bool      // a reconnect loop runs
-	connected    bool      // READY or RESUMED seen, no Disconnect since
-	resumable    bool      // its session may be resumed: the next dial need not wait for the bucket
+	connected    bool      // discordgo said Connect (READY or RESUMED read); no Disconnect since
 	downSince    time.Time // when its gap in the events began; zero while connected
 }
 
 // identifyBuckets paces this process's IDENTIFYs: one per bucket per
-// window. A bucket is taken before a dial that will identify, and moved
-// on again when the shard's READY arrives, so that the next IDENTIFY of
+// window. A bucket is taken before a shard dials, and moved on again
+// when the shard's READY arrives, so that the next IDENTIFY of
 // the bucket reaches Discord a window after the last one did, however
 // slow that one's dial was.
 type identifyBuckets struct {
@@ -183,10 +191,8 @@ func (a *Adapter) newShard(id, count int) *shard {
 	a.addHandlers(s)
 	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Connect) { a.setConnected(sh, true) })
 	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Disconnect) { a.onDisconnect(sh) })
-	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Resumed) { a.setResumable(sh) })
 	s.AddHandler(func(_ *discordgo.Session, r *discordgo.Ready) {
 		a.buckets.identified(id)
-		a.setResumable(sh)
 		a.mu.Lock()
 		a.botID = r.User.ID
 		a.mu.Unlock()
@@ -205,7 +211,7 @@ func (a *Adapter) shard(i int) (*shard, error) {
 
 // OpenShard connects shard i's gateway after StartREST and keeps it
 // connected: a connection that ends is reopened, resuming its session.
-// A shard that is to identify waits for its bucket first. ctx bounds the
+// It waits for the shard's identify bucket first. ctx bounds the
 // opening: if it ends first, the shard is closed again. The shard being
 // open already is no error.
 func (a *Adapter) OpenShard(ctx context.Context, i int) error {
@@ -260,7 +266,7 @@ func (a *Adapter) CloseShard(i int) {
 		return
 	}
 	a.mu.Lock()
-	sh.on, sh.resumable = false, false
+	sh.on = false
 	if sh.stop != nil {
 		sh.stop()
 	}
@@ -294,11 +300,11 @@ func (a *Adapter) CloseGateway() {
 }
 
 // dialShard is a shard's gateway dialer behind its gate: refused while
-// the shard is closed, ended with its opening, and, unless the shard has
-// a session to resume, after its identify bucket is free.
+// the shard is closed, ended with its opening, and made once its
+// identify bucket is free (whether it is to identify or resume).
 func (a *Adapter) dialShard(ctx context.Context, sh *shard, network, addr string) (net.Conn, error) {
 	a.mu.Lock()
-	on, gate, resumable := sh.on, sh.ctx, sh.resumable
+	on, gate := sh.on, sh.ctx
 	a.mu.Unlock()
 	if !on {
 		return nil, errGatewayClosed
@@ -306,18 +312,9 @@ func (a *Adapter) dialShard(ctx context.Context, sh *shard, network, addr string
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(gate, cancel)()
-	if !resumable {
-		if err := a.buckets.wait(ctx, sh.id); err != nil {
-			return nil, fmt.Errorf("discord: shard %d waits to identify: %w", sh.id, err)
-		}
+	if err := a.buckets.wait(ctx, sh.id); err != nil {
+		return nil, fmt.Errorf("discord: shard %d waits for its identify bucket: %w", sh.id, err)
 	}
 	var d net.Dialer
 	return d.DialContext(ctx, network, addr)
-}
-
-// setResumable notes that sh has a session Discord can resume.
-func (a *Adapter) setResumable(sh *shard) {
-	a.mu.Lock()
-	sh.resumable = true
-	a.mu.Unlock()
 }
