@@ -243,10 +243,10 @@ func (s *tokenSource) load(ctx context.Context, in install.Installation, found b
 	return in, nil
 }
 
-// find looks the team's installation up: its own, else its org's
-// (by the org events named), else, for a team no event named yet (a
-// session resumed after a restart), the one org-wide install if there
-// is exactly one.
+// find looks the team's installation up: its own, else its org's (by
+// the org events named), else, for a team no event named yet (a session
+// resumed after a restart), the org-wide install whose token sees the
+// team (team.info).
 func (s *tokenSource) find(ctx context.Context) (install.Installation, error) {
 	w := s.a.space(s.team)
 	w.mu.Lock()
@@ -258,21 +258,29 @@ func (s *tokenSource) find(ctx context.Context) (install.Installation, error) {
 		return in, err
 	}
 	if enterprise == "" {
-		all, lerr := x.List(ctx)
-		if lerr != nil {
-			return in, lerr
+		all, err := x.List(ctx)
+		if err != nil {
+			return in, err
 		}
-		var orgs []install.Installation
 		for _, o := range all {
-			if o.Enterprise {
-				orgs = append(orgs, o)
+			if o.Enterprise && s.inOrg(ctx, o) {
+				w.learn(o.EnterpriseID, "")
+				return o, nil
 			}
-		}
-		if len(orgs) == 1 {
-			return orgs[0], nil
 		}
 	}
 	return in, fmt.Errorf("slack: workspace %s: %w", s.team, ErrUninstalled)
+}
+
+// inOrg reports whether the org-wide install org serves the team: its
+// token sees the team (team.info answers).
+func (s *tokenSource) inOrg(ctx context.Context, org install.Installation) bool {
+	api := slack.New(org.BotToken, slack.OptionAPIURL(s.a.opts.APIURL), slack.OptionHTTPClient(s.a.opts.HTTPClient))
+	_, err := api.GetOtherTeamInfoContext(ctx, s.team)
+	if err != nil {
+		s.a.log.Debug("slack team.info with an org's token", "team", s.team, "org", org.ID, "err", err)
+	}
+	return err == nil
 }
 
 // renew answers a call that met token_expired: unless the installation

@@ -65,6 +65,8 @@ func (s *Server) handleLocked(method string, p map[string]string, r *http.Reques
 		return s.openViewLocked(method, p)
 	case "views.update":
 		return s.updateViewLocked(method, p)
+	case "team.info":
+		return s.teamInfoLocked(p["team"])
 	case "users.info":
 		name, ok := s.users[p["user"]]
 		if !ok {

@@ -3,6 +3,7 @@ package fakeslack
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -223,4 +224,23 @@ func enterpriseJSON(id string) any {
 		return nil
 	}
 	return map[string]any{"id": id, "name": "Org " + id}
+}
+
+// teamInfoLocked answers team.info for the caller: its own workspace
+// (team "" or its id), or with an org-wide install's token any
+// workspace of the org; another is team_not_found.
+func (s *Server) teamInfoLocked(team string) (map[string]any, string) {
+	id := s.callerInstall
+	if team == "" {
+		team = id
+	}
+	org := s.teams != nil && s.teams.orgWide[id]
+	if team != id && !(org && s.enterpriseOfLocked(team) == id) {
+		return nil, "team_not_found"
+	}
+	info := map[string]any{"id": team, "name": "Team " + team, "domain": strings.ToLower(team)}
+	if ent := s.enterpriseOfLocked(team); ent != "" {
+		info["enterprise_id"] = ent
+	}
+	return map[string]any{"team": info}, ""
 }

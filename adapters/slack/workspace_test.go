@@ -1,0 +1,418 @@
+package slack
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/slack-go/slack"
+	"github.com/slack-go/slack/slackevents"
+
+	"github.com/pinplan/pinplan/adapters/slack/install"
+	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/internal/fakeslack"
+	"github.com/pinplan/pinplan/internal/inboxtest"
+	"github.com/pinplan/pinplan/todo"
+)
+
+// memInstalls is an install.Store in memory.
+type memInstalls struct {
+	mu   sync.Mutex // guards recs
+	recs map[string][]byte
+}
+
+func (m *memInstalls) Installation(_ context.Context, id string) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.recs[id], nil
+}
+
+func (m *memInstalls) UpdateInstallation(_ context.Context, id string, fn func(cur []byte) ([]byte, error)) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	next, err := fn(m.recs[id])
+	if err != nil {
+		return err
+	}
+	if m.recs == nil {
+		m.recs = map[string][]byte{}
+	}
+	if next == nil {
+		delete(m.recs, id)
+	} else {
+		m.recs[id] = next
+	}
+	return nil
+}
+
+func (m *memInstalls) Installations(context.Context) ([]string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ids := make([]string, 0, len(m.recs))
+	for id := range m.recs {
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+// manyRig is an adapter serving the workspaces installed in a fake Slack
+// by its OAuth flow.
+type manyRig struct {
+	a    *Adapter
+	fake *fakeslack.Server
+	x    *install.Installations
+	flow *install.Flow
+	rec  *inboxtest.Inbox
+	api  string
+
+	mu          sync.Mutex // guards uninstalled
+	uninstalled []string
+}
+
+func newManyRig(t *testing.T, rotation bool, teams ...fakeslack.Team) *manyRig {
+	t.Helper()
+	fake := &fakeslack.Server{App: &fakeslack.App{ClientID: "1.2", ClientSecret: "s3cret", RedirectURL: "https://bot.example/slack/oauth_redirect", TokenRotation: rotation}}
+	for _, tm := range teams {
+		fake.AddTeam(tm)
+	}
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	seal, err := install.NewSealer("0123456789abcdef0123456789abcdef-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &manyRig{fake: fake, x: install.New(&memInstalls{}, seal), rec: &inboxtest.Inbox{}, api: srv.URL + "/api/"}
+	r.flow = &install.Flow{ClientID: "1.2", ClientSecret: "s3cret", APIURL: r.api, HTTP: srv.Client()}
+	r.a = New(Options{APIURL: r.api, Installations: r.x, Refresh: r.flow.Refresh, Dedupe: &inboxtest.Dedupe{},
+		Uninstalled: func(id string, teams []string) {
+			r.mu.Lock()
+			r.uninstalled = append(r.uninstalled, id+":"+strings.Join(teams, ","))
+			r.mu.Unlock()
+		}})
+	if err := r.a.Start(t.Context(), r.rec); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.a.Wait)
+	return r
+}
+
+// install runs the OAuth exchange for in as the Flow does and stores
+// the installation.
+func (r *manyRig) install(t *testing.T, in fakeslack.Install) install.Installation {
+	t.Helper()
+	back, err := r.fake.Authorize("https://slack.com/oauth/v2/authorize?client_id=1.2&scope=chat:write&state=s", in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(back)
+	ctx := context.Background()
+	resp, err := slack.GetOAuthV2ResponseContext(ctx, http.DefaultClient, "1.2", "s3cret", u.Query().Get("code"), "", slack.OAuthOptionAPIURL(r.api))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := install.Installation{ID: resp.Team.ID, TeamID: resp.Team.ID, EnterpriseID: resp.Enterprise.ID, Enterprise: resp.IsEnterpriseInstall,
+		BotToken: resp.AccessToken, BotUserID: resp.BotUserID, RefreshToken: resp.RefreshToken}
+	if got.Enterprise {
+		got.ID = got.EnterpriseID
+	}
+	if resp.ExpiresIn > 0 {
+		got.Expires = time.Now().Add(time.Duration(resp.ExpiresIn) * time.Second)
+	}
+	if err := r.x.Save(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	r.a.Installed(got)
+	return got
+}
+
+// mention pushes a mention of the workspace's bot in channel and waits
+// for it to be handed on; it returns the session's thread.
+func (r *manyRig) mention(t *testing.T, id, channel, bot, ts string) chat.Thread {
+	t.Helper()
+	push(t, r.a, r.fake, id, map[string]any{"type": "app_mention", "user": "U1", "channel": channel, "ts": ts, "text": "<@" + bot + "> the task"})
+	r.a.queue.Wait(context.Background())
+	for _, in := range r.rec.Incoming() {
+		if in.Thread.Channel == channel && in.MessageID == ts {
+			return in.Thread
+		}
+	}
+	t.Fatalf("the mention in %s was not handed on: %+v", channel, r.rec.Incoming())
+	return chat.Thread{}
+}
+
+func plan() chat.Plan {
+	return chat.Plan{Revision: 1, Updated: time.Now(), Items: []todo.Item{{Content: "a", Status: todo.Pending}}}
+}
+
+// botPosts lists who posted the bot messages of channel.
+func botPosts(fake *fakeslack.Server, channel string) []string {
+	var out []string
+	for _, m := range fake.Messages(channel) {
+		if m.BotID != "" {
+			out = append(out, m.User)
+		}
+	}
+	return out
+}
+
+// TestWorkspacesAnswerInTheirOwnThreads: two installed workspaces, each
+// mention handed on under its own team's key with the mention of its own
+// bot stripped, and each answered with its own token (the fake refuses
+// another team's token on the channel).
+func TestWorkspacesAnswerInTheirOwnThreads(t *testing.T) {
+	r := newManyRig(t, false, fakeslack.Team{ID: "T2", Channels: []string{"C2"}}, fakeslack.Team{ID: "T3", Channels: []string{"C3"}})
+	r.install(t, fakeslack.Install{TeamID: "T2"})
+	r.install(t, fakeslack.Install{TeamID: "T3"})
+	ctx := context.Background()
+	for _, w := range []struct{ team, channel, bot string }{{"T2", "C2", "UBT2"}, {"T3", "C3", "UBT3"}} {
+		th := r.mention(t, "Ev"+w.team, w.channel, w.bot, "1.00000"+w.team[1:])
+		if th.Key != Key(w.team, w.channel, th.ThreadID) {
+			t.Errorf("session key %s, want team %s", th.Key, w.team)
+		}
+		ref, err := r.a.PostPlan(ctx, th, plan())
+		if err != nil {
+			t.Fatalf("%s: post plan: %v", w.team, err)
+		}
+		if err := r.a.EditPlan(ctx, th, ref, plan()); err != nil {
+			t.Fatalf("%s: edit plan: %v", w.team, err)
+		}
+		if err := r.a.Pin(ctx, th, ref, true); err != nil {
+			t.Fatalf("%s: pin: %v", w.team, err)
+		}
+		if err := r.a.Reply(ctx, th, "", "done"); err != nil {
+			t.Fatalf("%s: reply: %v", w.team, err)
+		}
+		if got := botPosts(r.fake, w.channel); len(got) != 2 || got[0] != w.bot || got[1] != w.bot {
+			t.Errorf("%s: bot messages by %v, want two by %s", w.team, got, w.bot)
+		}
+	}
+	for _, in := range r.rec.Incoming() {
+		if in.Text != "the task" {
+			t.Errorf("got text %q, want the bot's mention stripped", in.Text)
+		}
+	}
+	for _, c := range r.fake.Calls("") {
+		if c.Error != "" && c.Method != "users.info" { // U1 is no user the fake knows
+			t.Errorf("%s for %s answered %s", c.Method, c.Team, c.Error)
+		}
+		if ch := c.Params["channel"]; ch != "" && c.Team != "T"+ch[1:] {
+			t.Errorf("%s in %s with a token of %s", c.Method, ch, c.Team)
+		}
+	}
+}
+
+// TestWorkspaceBudgetsApart: a burst that spends one workspace's edit
+// budget and meets a Retry-After leaves the other's budget and holds
+// untouched: its first edit goes at once.
+func TestWorkspaceBudgetsApart(t *testing.T) {
+	r := newManyRig(t, false, fakeslack.Team{ID: "T2", Channels: []string{"C2"}}, fakeslack.Team{ID: "T3", Channels: []string{"C3"}})
+	r.install(t, fakeslack.Install{TeamID: "T2"})
+	r.install(t, fakeslack.Install{TeamID: "T3"})
+	ctx := context.Background()
+	two := chat.Thread{Platform: "slack", Key: Key("T2", "C2", "1.1"), Channel: "C2", ThreadID: "1.1"}
+	three := chat.Thread{Platform: "slack", Key: Key("T3", "C3", "1.1"), Channel: "C3", ThreadID: "1.1"}
+	edit := func(th chat.Thread) *chat.Budget { return r.a.Budget(chat.Request{Thread: th, Method: chat.MethodEdit}) }
+	if edit(two) == edit(three) {
+		t.Fatal("the two workspaces share one edit budget")
+	}
+	spent := 0
+	for edit(two).TryNow(0) {
+		spent++
+	}
+	if spent != editBurst || !edit(three).TryNow(0) {
+		t.Errorf("T2 spent %d (want its burst, %d); T3's first edit waits: %v", spent, editBurst, !edit(three).Idle())
+	}
+	ref2, err := r.a.PostPlan(ctx, two, plan())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref3, err := r.a.PostPlan(ctx, three, plan())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.fake.Limit("chat.update", 1, time.Minute) // per workspace, as Slack counts
+	if err := r.a.EditPlan(ctx, two, ref2, plan()); err != nil {
+		t.Fatal(err)
+	}
+	var rl *chat.RateLimitError
+	if err := r.a.EditPlan(ctx, two, ref2, plan()); !errors.As(err, &rl) {
+		t.Fatalf("T2's second edit: %v, want a 429", err)
+	}
+	held2, held3 := heldUntil(r.a.space("T2"), "chat.update"), heldUntil(r.a.space("T3"), "chat.update")
+	if !held2.After(time.Now()) || !held3.IsZero() {
+		t.Errorf("holds: T2 until %v, T3 until %v; want T2's only", held2, held3)
+	}
+	if err := r.a.EditPlan(ctx, three, ref3, plan()); err != nil {
+		t.Errorf("T3's edit during T2's Retry-After: %v", err)
+	}
+	if v := r.fake.Violations(); len(v) != 0 {
+		t.Errorf("violations: %v", v)
+	}
+}
+
+func heldUntil(w *workspace, method string) time.Time {
+	w.held.mu.Lock()
+	defer w.held.mu.Unlock()
+	return w.held.until[method]
+}
+
+// TestTokenRefreshedBeforeExpiry: a token within install.RefreshEarly of
+// its end is refreshed before the call, which goes with the new one.
+func TestTokenRefreshedBeforeExpiry(t *testing.T) {
+	r := newManyRig(t, true, fakeslack.Team{ID: "T2", Channels: []string{"C2"}})
+	in := r.install(t, fakeslack.Install{TeamID: "T2"})
+	ctx := context.Background()
+	in.Expires = time.Now().Add(install.RefreshEarly / 2)
+	if err := r.x.Save(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	r.a.Installed(in)
+	th := chat.Thread{Platform: "slack", Key: Key("T2", "C2", "1.1"), Channel: "C2", ThreadID: "1.1"}
+	if _, err := r.a.PostPlan(ctx, th, plan()); err != nil {
+		t.Fatal(err)
+	}
+	now, _ := r.x.Get(ctx, "T2")
+	if r.fake.Refreshes() != 1 || now.BotToken == in.BotToken || !now.Expires.After(time.Now().Add(install.RefreshEarly)) {
+		t.Errorf("%d refreshes, token %q -> %q; want one refresh", r.fake.Refreshes(), in.BotToken, now.BotToken)
+	}
+	for _, c := range r.fake.Calls("chat.postMessage") {
+		if c.Error != "" {
+			t.Errorf("post answered %s", c.Error)
+		}
+	}
+	if _, err := r.a.PostPlan(ctx, th, plan()); err != nil || r.fake.Refreshes() != 1 {
+		t.Errorf("the next call: %v, %d refreshes; want no other", err, r.fake.Refreshes())
+	}
+}
+
+// TestTokenExpiredRetriedOnce: a call Slack answers token_expired (the
+// token ended sooner than the installation said) succeeds after exactly
+// one refresh.
+func TestTokenExpiredRetriedOnce(t *testing.T) {
+	r := newManyRig(t, true, fakeslack.Team{ID: "T2", Channels: []string{"C2"}})
+	in := r.install(t, fakeslack.Install{TeamID: "T2"})
+	ctx := context.Background()
+	th := chat.Thread{Platform: "slack", Key: Key("T2", "C2", "1.1"), Channel: "C2", ThreadID: "1.1"}
+	ref, err := r.a.PostPlan(ctx, th, plan())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.fake.ExpireToken(in.BotToken)
+	if err := r.a.EditPlan(ctx, th, ref, plan()); err != nil {
+		t.Fatalf("edit with an expired token: %v", err)
+	}
+	var codes []string
+	for _, c := range r.fake.Calls("chat.update") {
+		codes = append(codes, cmpOr(c.Error, "ok"))
+	}
+	if r.fake.Refreshes() != 1 || !slices.Equal(codes, []string{"token_expired", "ok"}) {
+		t.Errorf("%d refreshes, chat.update answered %v; want one refresh, token_expired then ok", r.fake.Refreshes(), codes)
+	}
+	if err := r.a.Reply(ctx, th, "", "done"); err != nil || r.fake.Refreshes() != 1 {
+		t.Errorf("the next call: %v, %d refreshes", err, r.fake.Refreshes())
+	}
+}
+
+func cmpOr(s, or string) string {
+	if s == "" {
+		return or
+	}
+	return s
+}
+
+// routeBody routes an Events API body as the HTTP handler does.
+func routeBody(t *testing.T, a *Adapter, body []byte) {
+	t.Helper()
+	api, err := slackevents.ParseEvent(json.RawMessage(body), slackevents.OptionNoVerifyToken())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.route(context.Background(), api, func() {})
+	a.queue.Wait(context.Background())
+}
+
+// TestUninstallDeletesAndStops: app_uninstalled and tokens_revoked
+// delete the installation, tell Uninstalled once, and the workspace's
+// later sends fail at once as undeliverable, with no call to Slack; the
+// other workspace goes on, and a reinstall starts fresh.
+func TestUninstallDeletesAndStops(t *testing.T) {
+	r := newManyRig(t, false, fakeslack.Team{ID: "T2", Channels: []string{"C2"}}, fakeslack.Team{ID: "T3", Channels: []string{"C3"}})
+	r.install(t, fakeslack.Install{TeamID: "T2"})
+	r.install(t, fakeslack.Install{TeamID: "T3"})
+	ctx := context.Background()
+	two := chat.Thread{Platform: "slack", Key: Key("T2", "C2", "1.1"), Channel: "C2", ThreadID: "1.1"}
+	three := chat.Thread{Platform: "slack", Key: Key("T3", "C3", "1.1"), Channel: "C3", ThreadID: "1.1"}
+	if err := r.a.Reply(ctx, two, "", "before"); err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range r.fake.Uninstall("T2") {
+		routeBody(t, r.a, body)
+	}
+	if _, err := r.x.Get(ctx, "T2"); !errors.Is(err, install.ErrNotInstalled) {
+		t.Errorf("installation after uninstall: %v", err)
+	}
+	r.mu.Lock()
+	told := slices.Clone(r.uninstalled)
+	r.mu.Unlock()
+	if !slices.Equal(told, []string{"T2:T2"}) {
+		t.Errorf("Uninstalled told %v, want T2 once", told)
+	}
+	calls := len(r.fake.Calls(""))
+	err := r.a.Reply(ctx, two, "", "after")
+	if o, _ := chat.Classify(err); !errors.Is(err, ErrUninstalled) || o != chat.Permanent {
+		t.Errorf("a reply after uninstall: %v, want ErrUninstalled, permanent", err)
+	}
+	if n := len(r.fake.Calls("")); n != calls {
+		t.Errorf("%d calls to Slack after the uninstall", n-calls)
+	}
+	if err := r.a.Reply(ctx, three, "", "still here"); err != nil {
+		t.Errorf("the other workspace: %v", err)
+	}
+	r.install(t, fakeslack.Install{TeamID: "T2"})
+	if err := r.a.Reply(ctx, two, "", "again"); err != nil {
+		t.Errorf("after a reinstall: %v", err)
+	}
+	if got := botPosts(r.fake, "C2"); len(got) != 2 {
+		t.Errorf("C2 has %d bot messages, want before and again", len(got))
+	}
+}
+
+// TestOrgInstallServesItsWorkspaces: an org-wide install answers in
+// every workspace of the org, with the org's token and bot, and in no
+// workspace outside it.
+func TestOrgInstallServesItsWorkspaces(t *testing.T) {
+	r := newManyRig(t, false, fakeslack.Team{ID: "T5", EnterpriseID: "E1", Channels: []string{"C5"}},
+		fakeslack.Team{ID: "T6", EnterpriseID: "E1", Channels: []string{"C6"}}, fakeslack.Team{ID: "T7", Channels: []string{"C7"}})
+	org := r.install(t, fakeslack.Install{EnterpriseID: "E1", Enterprise: true})
+	if org.ID != "E1" || org.BotUserID != "UBE1" {
+		t.Fatalf("org install %+v", org)
+	}
+	ctx := context.Background()
+	for _, ch := range []string{"C5", "C6"} {
+		th := r.mention(t, "Ev"+ch, ch, "UBE1", "2.00000"+ch[1:])
+		if _, err := r.a.PostPlan(ctx, th, plan()); err != nil {
+			t.Fatalf("%s: %v", ch, err)
+		}
+		if got := botPosts(r.fake, ch); len(got) != 1 || got[0] != "UBE1" {
+			t.Errorf("%s: bot messages by %v, want the org's bot", ch, got)
+		}
+	}
+	// After a restart: a session of the org that no event named yet.
+	r.a.Installed(org)
+	resumed := chat.Thread{Platform: "slack", Key: Key("T6", "C6", "3.1"), Channel: "C6", ThreadID: "3.1"}
+	if _, err := r.a.PostPlan(ctx, resumed, plan()); err != nil {
+		t.Errorf("a resumed session of the org: %v", err)
+	}
+	outside := chat.Thread{Platform: "slack", Key: Key("T7", "C7", "1.1"), Channel: "C7", ThreadID: "1.1"}
+	if _, err := r.a.PostPlan(ctx, outside, plan()); !errors.Is(err, ErrUninstalled) {
+		t.Errorf("a workspace outside the org: %v, want ErrUninstalled", err)
+	}
+}
