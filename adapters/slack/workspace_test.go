@@ -219,7 +219,9 @@ func TestWorkspaceBudgetsApart(t *testing.T) {
 	ctx := context.Background()
 	two := chat.Thread{Platform: "slack", Key: Key("T2", "C2", "1.1"), Channel: "C2", ThreadID: "1.1"}
 	three := chat.Thread{Platform: "slack", Key: Key("T3", "C3", "1.1"), Channel: "C3", ThreadID: "1.1"}
-	edit := func(th chat.Thread) *chat.Budget { return r.a.Budget(chat.Request{Thread: th, Method: chat.MethodEdit}) }
+	edit := func(th chat.Thread) *chat.Budget {
+		return r.a.Budget(chat.Request{Thread: th, Method: chat.MethodEdit})
+	}
 	if edit(two) == edit(three) {
 		t.Fatal("the two workspaces share one edit budget")
 	}
@@ -414,5 +416,64 @@ func TestOrgInstallServesItsWorkspaces(t *testing.T) {
 	outside := chat.Thread{Platform: "slack", Key: Key("T7", "C7", "1.1"), Channel: "C7", ThreadID: "1.1"}
 	if _, err := r.a.PostPlan(ctx, outside, plan()); !errors.Is(err, ErrUninstalled) {
 		t.Errorf("a workspace outside the org: %v, want ErrUninstalled", err)
+	}
+}
+
+// TestSocketModeServesEveryWorkspace: one app-level connection takes the
+// events of every installed workspace, routed by team, and the
+// uninstall events Slack sends over it.
+func TestSocketModeServesEveryWorkspace(t *testing.T) {
+	fake := &fakeslack.Server{App: &fakeslack.App{ClientID: "1.2", ClientSecret: "s3cret", RedirectURL: "https://bot.example/slack/oauth_redirect"}}
+	fake.AddTeam(fakeslack.Team{ID: "T2", Channels: []string{"C2"}})
+	fake.AddTeam(fakeslack.Team{ID: "T3", Channels: []string{"C3"}})
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	t.Cleanup(fake.Close)
+	seal, err := install.NewSealer("0123456789abcdef0123456789abcdef-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &manyRig{fake: fake, x: install.New(&memInstalls{}, seal), rec: &inboxtest.Inbox{}, api: srv.URL + "/api/"}
+	var gone []string
+	var mu sync.Mutex
+	r.a = New(Options{APIURL: r.api, AppToken: "xapp-1", Installations: r.x, Dedupe: &inboxtest.Dedupe{},
+		Uninstalled: func(id string, _ []string) { mu.Lock(); gone = append(gone, id); mu.Unlock() }})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); r.a.Wait() })
+	if err := r.a.Start(ctx, r.rec); err != nil {
+		t.Fatal(err)
+	}
+	r.install(t, fakeslack.Install{TeamID: "T2"})
+	r.install(t, fakeslack.Install{TeamID: "T3"})
+	fake.Push("EvS2", map[string]any{"type": "app_mention", "user": "U1", "channel": "C2", "ts": "4.000002", "text": "<@UBT2> two"})
+	fake.Push("EvS3", map[string]any{"type": "app_mention", "user": "U1", "channel": "C3", "ts": "4.000003", "text": "<@UBT3> three"})
+	waitFor(t, "both mentions", func() bool { return len(r.rec.Incoming()) == 2 })
+	keys := []string{}
+	for _, in := range r.rec.Incoming() {
+		keys = append(keys, in.Thread.Key)
+	}
+	slices.Sort(keys)
+	if want := []string{Key("T2", "C2", "4.000002"), Key("T3", "C3", "4.000003")}; !slices.Equal(keys, want) {
+		t.Errorf("got sessions %v, want %v", keys, want)
+	}
+	fake.Uninstall("T3")
+	waitFor(t, "the uninstall", func() bool { mu.Lock(); defer mu.Unlock(); return len(gone) == 1 })
+	if _, err := r.x.Get(ctx, "T3"); !errors.Is(err, install.ErrNotInstalled) {
+		t.Errorf("T3's installation: %v", err)
+	}
+	if _, err := r.x.Get(ctx, "T2"); err != nil {
+		t.Errorf("T2's installation: %v", err)
+	}
+}
+
+// waitFor polls cond for up to 5 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
