@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -123,8 +124,25 @@ func limitLikeSlack(s *fakeslack.Server) {
 	s.LimitPerChannel("chat.postMessage", 5, 5*time.Second)
 }
 
+// TestSlackHeldBackBurst runs the held-back burst on one process and over
+// three replicas on etcd, side by side: each waits about two minutes on
+// Slack's budgets (40 pins at 20 a minute), not on a core, so the two
+// share one slot of -parallel (subtests run from goroutines without
+// t.Parallel do not take slots of their own) and leave the others to the
+// rest of the package. They share no port and no file.
 func TestSlackHeldBackBurst(t *testing.T) {
 	t.Parallel()
+	var wg sync.WaitGroup
+	for _, v := range []struct {
+		name string
+		run  func(*testing.T)
+	}{{"OneProcess", burstOneProcess}, {"Replicas", burstReplicas}} {
+		wg.Go(func() { t.Run(v.name, v.run) })
+	}
+	wg.Wait()
+}
+
+func burstOneProcess(t *testing.T) {
 	r := newSlackRig(t, 3, 100*time.Millisecond, true)
 	limitLikeSlack(r.slack)
 	p := r.start(t)
@@ -132,12 +150,10 @@ func TestSlackHeldBackBurst(t *testing.T) {
 	heldBackBurst(t, r.slack, "EvBurst", "17000020")
 }
 
-// TestSlackHeldBackBurstReplicas: the same burst over three replicas on
-// etcd, which share Slack's budgets (each takes a third of the pace) and
-// run a third of the threads each, as the envelopes spread over their
-// connections.
-func TestSlackHeldBackBurstReplicas(t *testing.T) {
-	t.Parallel()
+// burstReplicas: the same burst over three replicas on etcd, which share
+// Slack's budgets (each takes a third of the pace) and run a third of
+// the threads each, as the envelopes spread over their connections.
+func burstReplicas(t *testing.T) {
 	r := newReplicaRig(t, 3)
 	r.delay = 100 * time.Millisecond
 	limitLikeSlack(r.slack)
