@@ -5,8 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -19,63 +20,100 @@ import (
 
 // Gateway is what the election needs of a platform's gateway (the
 // Discord adapter): the whole adapter started at once without etcd, or
-// its REST side at start and its gateway opened and closed as terms
-// begin and end. Either start gives it the inbox its events go to.
+// its REST side at start and each of its shards opened and closed as
+// terms begin and end. Either start gives it the inbox its events go to.
 type Gateway interface {
-	Start(ctx context.Context, in chat.Inbox) error     // REST and gateway, without etcd
-	StartREST(ctx context.Context, in chat.Inbox) error // REST only, with replicas
-	OpenGateway(ctx context.Context) error
-	CloseGateway()
+	Start(ctx context.Context, in chat.Inbox) error     // REST and every shard, without etcd
+	StartREST(ctx context.Context, in chat.Inbox) error // REST only, with replicas; learns the shard count
+	ShardCount() int
+	OpenShard(ctx context.Context, shard int) error
+	CloseShard(shard int)
 	Close()
 	Ready() error
 }
 
-// Election puts the Discord gateway where it belongs (DESIGN §14).
-// Discord gives a bot one session per shard, so with replicas the
-// gateway is held by one of them, elected under <prefix>election/discord
-// on the replica's own lease: it holds the gateway exactly as long as it
-// is a live replica, and when it dies or loses its lease the key goes
-// with the lease and the next in line opens the gateway within the TTL.
-// Every replica makes the REST calls of the threads it holds. Without
-// etcd the process holds the gateway, as it always did.
+// Election puts each shard of the Discord gateway where it belongs
+// (DESIGN §14, §20). Discord gives a bot one session per shard, so with
+// replicas each shard is held by one of them, elected under
+// <prefix>election/discord/<shard> on the replica's own lease: it holds
+// the shard exactly as long as it is a live replica, and when it dies or
+// loses its lease the key goes with the lease and the next in line opens
+// the shard within the TTL. Every replica stands for every shard, so the
+// oldest one standing holds them all and the next takes them over one
+// by one; shards are not spread (a replica cannot tell which others run
+// Discord). Every replica makes the REST calls of the threads it holds.
+// Without etcd the process holds every shard.
 type Election struct {
 	gw  Gateway
 	cli *clientv3.Client   // nil without etcd
 	rep *etcdstore.Replica // nil without etcd
-	pfx string             // the election's prefix
+	pfx string             // the elections' prefix, a shard's number after it
 	log *slog.Logger
 
 	sess       *concurrency.Session // on the replica's lease; never closed here (Close would revoke it)
 	stopClient context.CancelFunc   // ends the election client's context
-	held       atomic.Bool          // this process holds the gateway
-	wg         sync.WaitGroup       // the campaign and the observer
+	wg         sync.WaitGroup       // the campaigns and the observers
 
-	mu     sync.Mutex // guards leader
-	leader string     // the elected replica's id, as last observed
+	mu      sync.Mutex     // guards held, leaders and shards
+	held    map[int]bool   // the shards this process holds now
+	leaders map[int]string // each shard's elected replica id, as last observed
+	shards  int            // the shard count, once started
 }
 
 // NewElection returns the election for gw under <prefix>election/discord
-// (cli and rep nil: no etcd, this process holds the gateway); Start runs
-// the gateway or the campaign for it.
+// (cli and rep nil: no etcd, this process holds every shard); Start runs
+// the gateway or the campaigns for its shards.
 func NewElection(gw Gateway, cli *clientv3.Client, rep *etcdstore.Replica, prefix string, log *slog.Logger) *Election {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Election{gw: gw, cli: cli, rep: rep, pfx: prefix + "election/discord", log: log}
+	return &Election{gw: gw, cli: cli, rep: rep, pfx: prefix + "election/discord", log: log, held: map[int]bool{}, leaders: map[int]string{}}
 }
 
-// Held reports whether this process holds the gateway now.
-func (g *Election) Held() bool { return g.held.Load() }
+// Held reports whether this process holds a shard of the gateway now.
+func (g *Election) Held() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.held) > 0
+}
 
-// Start opens the gateway without etcd. With replicas it starts the
-// adapter's REST side and campaigns on its own goroutine until ctx ends.
-// The gateway's events go to in.
+// HeldShards lists the shards this process holds now, in order.
+func (g *Election) HeldShards() []int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]int, 0, len(g.held))
+	for i := range g.shards {
+		if g.held[i] {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+func (g *Election) setHeld(shard int, v bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if v {
+		g.held[shard] = true
+	} else {
+		delete(g.held, shard)
+	}
+}
+
+// Start opens every shard without etcd. With replicas it starts the
+// adapter's REST side and campaigns for each shard on goroutines of its
+// own until ctx ends. The gateway's events go to in.
 func (g *Election) Start(ctx context.Context, in chat.Inbox) error {
 	if g.rep == nil {
 		if err := g.gw.Start(ctx, in); err != nil {
 			return err
 		}
-		g.held.Store(true)
+		g.mu.Lock()
+		g.shards = g.gw.ShardCount()
+		for i := range g.shards {
+			g.held[i] = true
+		}
+		g.mu.Unlock()
 		return nil
 	}
 	if err := g.gw.StartREST(ctx, in); err != nil {
@@ -95,21 +133,27 @@ func (g *Election) Start(ctx context.Context, in chat.Inbox) error {
 		return fmt.Errorf("discord gateway: join the election %s: %w", g.pfx, err)
 	}
 	g.sess, g.stopClient = sess, stopClient
-	g.log.Info("campaigning for the discord gateway", "election", g.pfx)
-	g.wg.Add(2)
-	go func() {
-		defer g.wg.Done()
-		g.campaign(ctx)
-	}()
-	go func() {
-		defer g.wg.Done()
-		g.observe(ctx)
-	}()
+	n := g.gw.ShardCount()
+	g.mu.Lock()
+	g.shards = n
+	g.mu.Unlock()
+	g.log.Info("campaigning for the discord gateway", "election", g.pfx, "shards", n)
+	for shard := range n {
+		g.wg.Add(2)
+		go func() {
+			defer g.wg.Done()
+			g.campaign(ctx, shard)
+		}()
+		go func() {
+			defer g.wg.Done()
+			g.observe(ctx, shard)
+		}()
+	}
 	return nil
 }
 
-// Stop runs once ctx is done: it waits for the campaign (a leader has
-// closed the gateway and resigned by then) and closes the adapter.
+// Stop runs once ctx is done: it waits for the campaigns (a leader has
+// closed its shards and resigned by then) and closes the adapter.
 func (g *Election) Stop() {
 	if g.sess != nil {
 		giveUp := time.AfterFunc(10*time.Second, g.stopClient) // etcd out of reach: skip the clean-up
@@ -119,55 +163,69 @@ func (g *Election) Stop() {
 		g.sess.Orphan() // ends the session's keep-alive; the lease is the replica's to revoke
 	}
 	g.gw.Close()
-	g.held.Store(false)
+	g.mu.Lock()
+	clear(g.held)
+	g.mu.Unlock()
 }
 
-// Ready implements the readiness check: only the process holding the
-// gateway needs it connected; the others' REST was checked at start.
+// Ready implements the readiness check: only a process holding shards
+// needs them connected; the others' REST was checked at start.
 func (g *Election) Ready() error {
-	if g.held.Load() {
+	if g.Held() {
 		return g.gw.Ready()
 	}
 	return nil
 }
 
-// Status is the /readyz line with replicas: whether this replica holds
-// the gateway, and if not, who was last seen to.
+// Status is the /readyz text with replicas: for each shard whether this
+// replica holds it, and if not, who was last seen to. With one shard it
+// is one line about "the discord gateway".
 func (g *Election) Status() string {
 	if g == nil || g.rep == nil {
 		return ""
 	}
-	if g.held.Load() {
-		return fmt.Sprintf("discord gateway: held by this replica (%s)\n", g.rep.ID())
-	}
 	g.mu.Lock()
-	leader := g.leader
-	g.mu.Unlock()
-	if leader == "" || leader == g.rep.ID() {
-		return "discord gateway: not held by this replica (REST only here)\n"
+	defer g.mu.Unlock()
+	var b strings.Builder
+	for i := range g.shards {
+		name := "discord gateway: "
+		if g.shards > 1 {
+			name = fmt.Sprintf("discord gateway: shard %d of %d ", i, g.shards)
+		}
+		switch leader := g.leaders[i]; {
+		case g.held[i]:
+			fmt.Fprintf(&b, "%sheld by this replica (%s)\n", name, g.rep.ID())
+		case leader == "" || leader == g.rep.ID():
+			fmt.Fprintf(&b, "%snot held by this replica (REST only here)\n", name)
+		default:
+			fmt.Fprintf(&b, "%snot held by this replica (REST only here); held by replica %s\n", name, leader)
+		}
 	}
-	return fmt.Sprintf("discord gateway: not held by this replica (REST only here); held by replica %s\n", leader)
+	return b.String()
 }
 
-// campaign stands for the gateway until ctx ends or the replica is lost,
+// key is the election prefix of shard.
+func (g *Election) key(shard int) string { return g.pfx + "/" + strconv.Itoa(shard) }
+
+// campaign stands for a shard until ctx ends or the replica is lost,
 // and holds it for each term it wins.
-func (g *Election) campaign(ctx context.Context) {
+func (g *Election) campaign(ctx context.Context, shard int) {
 	wait := time.Second
 	for g.alive(ctx) {
-		e := concurrency.NewElection(g.sess, g.pfx)
+		e := concurrency.NewElection(g.sess, g.key(shard))
 		// Blocks until this replica's key is the oldest. On ctx's end it
 		// removes the key (not the leader any more, or never).
 		if err := e.Campaign(ctx, g.rep.ID()); err != nil {
 			if !g.alive(ctx) {
 				return
 			}
-			g.log.Warn("campaign for the discord gateway", "err", err, "retry_in", wait)
+			g.log.Warn("campaign for the discord gateway", "shard", shard, "err", err, "retry_in", wait)
 			g.sleep(ctx, wait)
 			wait = min(2*wait, g.rep.TTL())
 			continue
 		}
 		wait = time.Second
-		g.lead(ctx, e)
+		g.lead(ctx, e, shard)
 	}
 }
 
@@ -192,51 +250,54 @@ func (g *Election) sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// lead is one term: it opens the gateway (again and again if Discord
-// refuses) until the term ends (ctx done, the lease lost, the leader key
-// gone), then closes the gateway before it resigns, so that a hand-over
-// never has two replicas holding it. (A lease that expired under a
-// paused replica elects the next one before the paused one can know.)
-func (g *Election) lead(ctx context.Context, e *concurrency.Election) {
+// lead is one term of a shard: it opens the shard (again and again if
+// Discord refuses) until the term ends (ctx done, the lease lost, the
+// leader key gone), then closes the shard before it resigns, so that a
+// hand-over never has two replicas holding it. (A lease that expired
+// under a paused replica elects the next one before the paused one can
+// know.) The opening is bounded by the term: a shard still waiting for
+// its identify bucket when the term ends never dials.
+func (g *Election) lead(ctx context.Context, e *concurrency.Election, shard int) {
+	term, endTerm := context.WithCancel(ctx)
+	defer endTerm()
 	ended := make(chan struct{}) // the term is over, for why
 	var why error
 	go func() {
 		defer close(ended)
 		why = g.watchTerm(ctx, e)
+		endTerm()
 	}()
-	g.held.Store(true)
-	g.log.Info("elected to hold the discord gateway", "key", e.Key())
-open:
+	g.setHeld(shard, true)
+	g.log.Info("elected to hold the discord gateway", "shard", shard, "key", e.Key())
 	for wait := time.Second; ; wait = min(2*wait, time.Minute) {
-		err := g.gw.OpenGateway(ctx)
+		err := g.gw.OpenShard(term, shard)
 		if err == nil {
-			g.log.Info("discord gateway open on this replica")
+			g.log.Info("discord gateway open on this replica", "shard", shard)
 			break
 		}
-		if ctx.Err() != nil {
+		if term.Err() != nil {
 			break
 		}
-		g.log.Error("open the discord gateway", "err", err, "retry_in", wait)
-		select {
-		case <-ended:
-			break open
-		case <-time.After(wait):
+		g.log.Error("open the discord gateway", "shard", shard, "err", err, "retry_in", wait)
+		g.sleep(term, wait)
+		if term.Err() != nil {
+			break
 		}
 	}
 	<-ended
-	g.gw.CloseGateway()
-	g.held.Store(false)
+	g.gw.CloseShard(shard)
+	g.setHeld(shard, false)
 	if why != nil {
-		g.log.Warn("gave the discord gateway up", "why", why)
+		g.log.Warn("gave the discord gateway up", "shard", shard, "why", why)
 		return
 	}
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer rcancel()
 	if err := e.Resign(rctx); err != nil {
-		g.log.Warn("resign the discord gateway", "err", err)
+		g.log.Warn("resign the discord gateway", "shard", shard, "err", err)
 		return
 	}
-	g.log.Info("resigned the discord gateway")
+	g.log.Info("resigned the discord gateway", "shard", shard)
 }
 
 // Why a term ends other than by ctx.
@@ -298,9 +359,9 @@ func (g *Election) watchTerm(ctx context.Context, e *concurrency.Election) error
 	}
 }
 
-// observe follows who holds the gateway, for /readyz and the log.
-func (g *Election) observe(ctx context.Context) {
-	e := concurrency.NewElection(g.sess, g.pfx)
+// observe follows who holds a shard, for /readyz and the log.
+func (g *Election) observe(ctx context.Context, shard int) {
+	e := concurrency.NewElection(g.sess, g.key(shard))
 	for ctx.Err() == nil {
 		for resp := range e.Observe(ctx) { // closed when ctx ends or the watch breaks
 			if len(resp.Kvs) == 0 {
@@ -308,11 +369,11 @@ func (g *Election) observe(ctx context.Context) {
 			}
 			id := string(resp.Kvs[0].Value)
 			g.mu.Lock()
-			changed := g.leader != id
-			g.leader = id
+			changed := g.leaders[shard] != id
+			g.leaders[shard] = id
 			g.mu.Unlock()
 			if changed {
-				g.log.Info("discord gateway leader", "replica", id)
+				g.log.Info("discord gateway leader", "shard", shard, "replica", id)
 			}
 		}
 		select {

@@ -307,6 +307,10 @@ func (g *fakeGateway) CloseGateway() {
 	}
 }
 
+// The fake has one shard, the whole gateway.
+func (*fakeGateway) ShardCount() int                                 { return 1 }
+func (g *fakeGateway) OpenShard(ctx context.Context, _ int) error    { return g.OpenGateway(ctx) }
+func (g *fakeGateway) CloseShard(int)                                { g.CloseGateway() }
 func (g *fakeGateway) Start(ctx context.Context, _ chat.Inbox) error { return g.OpenGateway(ctx) }
 func (*fakeGateway) StartREST(context.Context, chat.Inbox) error     { return nil }
 func (g *fakeGateway) Close()                                        { g.CloseGateway() }
