@@ -77,7 +77,8 @@ func (a *Adapter) process(ctx context.Context, m *discordgo.Message) {
 	mentioned, text := a.mention(m, bot)
 	channel := m.ChannelID
 	startThread, followUp, marked := false, false, true
-	post, starter := a.forumStarter(ctx, m)
+	post, inPost := a.forumPostOf(ctx, m, mentioned)
+	starter := inPost && m.ID == m.ChannelID
 	if starter {
 		text = forumTask(post.title, text) // a post's task is its title and starter
 	}
@@ -103,6 +104,9 @@ func (a *Adapter) process(ctx context.Context, m *discordgo.Message) {
 		// A thread without a session gets no read marks: what it said
 		// while the gateway was down was not for pinplan.
 		marked = a.in.Known(Key(channel))
+		if starter && !marked {
+			a.forums.drop(channel) // a post that is no task: not kept
+		}
 	}
 	if marked {
 		// The mark moves past the message once it is handed on; a
@@ -146,7 +150,7 @@ func (a *Adapter) process(ctx context.Context, m *discordgo.Message) {
 	}
 	err := a.in.Handle(ctx, chat.Incoming{Thread: th, Text: text, Author: cmp.Or(m.Author.GlobalName, m.Author.Username), AuthorID: m.Author.ID, MessageID: trigger, Event: event, FollowUp: followUp, Files: filesOf(m.Attachments)})
 	switch {
-	case err == nil && !followUp:
+	case err == nil && !followUp && inPost:
 		a.wantTag(channel, tagPlanning, true) // a forum post's session has begun
 	case err != nil && !errors.Is(err, chat.ErrRejected):
 		a.log.Error("discord message not handled", "session", th.Key, "err", err)

@@ -111,25 +111,25 @@ func (f *forums) boardLocked(id string) *forumInfo {
 	return b
 }
 
-// notePost records a thread the gateway or a lookup told of, if its
-// parent is a forum; it returns the post's record, nil for another
-// thread.
-func (f *forums) notePost(ch *discordgo.Channel, parentIsForum bool) *forumPost {
+// notePost records what the gateway or a lookup told of a thread: a
+// post known already, or a new one when its parent is a forum (create).
+// It returns the post's record, nil for another thread.
+func (f *forums) notePost(ch *discordgo.Channel, create bool) *forumPost {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if ch == nil || ch.ID == "" || ch.ParentID == "" {
 		return nil
 	}
-	_, known := f.boards[ch.ParentID]
-	if !known && !parentIsForum {
-		return nil
-	}
-	f.boardLocked(ch.ParentID)
-	if f.posts == nil {
-		f.posts = map[string]*forumPost{}
-	}
 	p, ok := f.posts[ch.ID]
-	if !ok {
+	switch {
+	case ok:
+	case !create:
+		return nil
+	default:
+		f.boardLocked(ch.ParentID)
+		if f.posts == nil {
+			f.posts = map[string]*forumPost{}
+		}
 		p = &forumPost{forum: ch.ParentID}
 		f.posts[ch.ID] = p
 	}
@@ -140,6 +140,14 @@ func (f *forums) notePost(ch *discordgo.Channel, parentIsForum bool) *forumPost 
 		p.autoArchive = time.Duration(md.AutoArchiveDuration) * time.Minute
 	}
 	return p
+}
+
+// drop forgets a post that is no session: a new one is noted again by
+// the events that tell of it, or looked up.
+func (f *forums) drop(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.posts, id)
 }
 
 // touch notes a message sent in channel at, if it is a post.
@@ -232,6 +240,7 @@ func (a *Adapter) onThreadCreate(_ *discordgo.Session, ev *discordgo.ThreadCreat
 	}
 	a.mu.Lock()
 	a.chanTypes[ev.ID] = ev.Type
+	a.chanParents[ev.ID] = ev.ParentID
 	parent, ok := a.chanTypes[ev.ParentID]
 	a.mu.Unlock()
 	a.forums.notePost(ev.Channel, ok && isForum(parent))
@@ -306,25 +315,53 @@ func (a *Adapter) reopenForPlan(ctx context.Context, post string, err error) boo
 	return true
 }
 
-// forumStarter reports whether m is the starter message of a forum post
-// (its id is the post's) and returns the post. A post the gateway did
-// not tell of (a message fetched after a reconnect) is looked up.
-func (a *Adapter) forumStarter(ctx context.Context, m *discordgo.Message) (forumPost, bool) {
-	if m.GuildID == "" || m.ID != m.ChannelID {
+// forumPostOf returns the forum post m was sent in, when m is a post's
+// starter message (its id is the post's) or mentions the bot in a
+// thread. A post the gateway did not tell of (after a restart, or a
+// message fetched after a reconnect) is looked up, once per thread.
+func (a *Adapter) forumPostOf(ctx context.Context, m *discordgo.Message, mentioned bool) (forumPost, bool) {
+	if m.GuildID == "" || m.ID != m.ChannelID && !(mentioned && isThread(a.channelType(ctx, m.ChannelID))) {
 		return forumPost{}, false
 	}
-	if p, ok := a.forums.post(m.ChannelID); ok {
+	return a.lookUpPost(ctx, m.ChannelID)
+}
+
+// lookUpPost returns thread's post: as known, else looked up unless the
+// thread's parent is known not to be a forum.
+func (a *Adapter) lookUpPost(ctx context.Context, thread string) (forumPost, bool) {
+	if p, ok := a.forums.post(thread); ok {
 		return p, true
 	}
-	ch, err := a.s.Channel(m.ChannelID, discordgo.WithContext(ctx))
-	if err != nil {
-		a.log.Warn("discord: look up a forum post", "channel", m.ChannelID, "err", err)
+	if a.noPost(thread) {
 		return forumPost{}, false
 	}
-	if p := a.forums.notePost(ch, ch.ParentID != "" && isForum(a.channelType(ctx, ch.ParentID))); p != nil {
-		return a.forums.post(ch.ID)
+	ch, err := a.s.Channel(thread, discordgo.WithContext(ctx))
+	if err != nil {
+		a.log.Warn("discord: look up a thread's parent", "channel", thread, "err", err)
+		return forumPost{}, false
 	}
-	return forumPost{}, false
+	parent := ""
+	if isThread(ch.Type) {
+		parent = ch.ParentID
+	}
+	a.mu.Lock()
+	a.chanParents[thread], a.chanTypes[thread] = parent, ch.Type
+	a.mu.Unlock()
+	if parent == "" || !isForum(a.channelType(ctx, parent)) {
+		return forumPost{}, false
+	}
+	a.forums.notePost(ch, true)
+	return a.forums.post(thread)
+}
+
+// noPost reports whether channel is known, without a lookup, to be no
+// forum post: no thread, or a thread whose parent is no forum.
+func (a *Adapter) noPost(channel string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	parent, known := a.chanParents[channel]
+	pt, typed := a.chanTypes[parent]
+	return known && (parent == "" || typed && !isForum(pt))
 }
 
 // forumListed reports whether forum takes every post without a mention
@@ -359,8 +396,27 @@ func runTag(p chat.Plan) string {
 }
 
 // forumPlan follows a plan rendered in channel with the post's run tag,
-// when channel is a forum post. It sends nothing itself.
-func (a *Adapter) forumPlan(channel string, p chat.Plan) { a.wantTag(channel, runTag(p), false) }
+// when channel is a forum post. It sends nothing itself: a thread not
+// known as a post or as another thread is looked up on its own lane
+// (a post whose session began before a restart).
+func (a *Adapter) forumPlan(channel string, p chat.Plan) {
+	tag := runTag(p)
+	if _, ok := a.forums.post(channel); ok {
+		a.wantTag(channel, tag, false)
+		return
+	}
+	a.mu.Lock()
+	t, typed := a.chanTypes[channel]
+	a.mu.Unlock()
+	if !typed || !isThread(t) || a.noPost(channel) || a.ctx == nil {
+		return
+	}
+	a.queue.Add("forum-post/"+channel, func() {
+		if _, ok := a.lookUpPost(a.ctx, channel); ok {
+			a.wantTag(channel, tag, false)
+		}
+	})
+}
 
 // wantTag asks for tag on post; onlyFirst: only if the bot has wanted
 // none yet (planning comes before any plan, never after one).

@@ -146,6 +146,9 @@ func TestForumPostMentionIsASession(t *testing.T) {
 		t.Errorf("incoming %+v, want the post's session, answering its starter", in)
 	}
 	r.waitTags(t, post, "bug", "planning")
+	if calls := r.fake.Calls("GET channels/" + post); len(calls) != 0 {
+		t.Errorf("%d lookups of a post the gateway told of", len(calls))
+	}
 
 	ctx := context.Background()
 	th := in.Thread
@@ -343,6 +346,42 @@ func TestClosedByPerson(t *testing.T) {
 				t.Errorf("got %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestForumMentionLaterInAPost: a post that was no task becomes one
+// when a later message in it mentions the bot (that message is the
+// task); and a post whose plan is rendered before the adapter knew it
+// (a session begun before a restart) is looked up and tagged.
+func TestForumMentionLaterInAPost(t *testing.T) {
+	r := newForumRig(t, true, Options{})
+	post, err := r.fake.Post("F1", "111", "Idea", "maybe later", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the starter held", func() bool { return len(r.in.Held()) == 1 }, func() any { return r.in.Texts() })
+	if _, ok := r.a.forums.post(post); ok {
+		t.Errorf("post %s kept though it is no task", post)
+	}
+	r.fake.UserMessage(post, "222", "now do it", true)
+	if got := waitTexts(t, &r.in.Inbox, 1); got[0] != "now do it" {
+		t.Errorf("task %q, want the mentioning message", got[0])
+	}
+	r.waitTags(t, post, "planning")
+
+	other, err := r.fake.Post("F1", "111", "Old task", "from before", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the second starter held", func() bool { return slices.Contains(r.in.Held(), "Old task\n\nfrom before") },
+		func() any { return r.in.Held() })
+	th := chat.Thread{Platform: "discord", Key: Key(other), Channel: other}
+	if _, err := r.a.PostPlan(context.Background(), th, forumPlan(chat.StateWorking)); err != nil {
+		t.Fatal(err)
+	}
+	r.waitTags(t, other, "working")
+	if n := len(r.fake.Calls("GET channels/" + other)); n != 1 {
+		t.Errorf("%d lookups of the post, want 1", n)
 	}
 }
 
