@@ -382,3 +382,72 @@ func (g *Election) observe(ctx context.Context, shard int) {
 		}
 	}
 }
+
+// IdentifyBuckets shares the Discord gateway's identify buckets among
+// replicas (it implements discord.IdentifyLimiter): each replica paces
+// the shards it holds, and two replicas holding shards of one bucket
+// would each identify in it. A bucket is taken by creating
+// <prefix>identify/discord/<bucket> on a lease of its own that outlives
+// Discord's 5 s window; who finds it taken waits for it to go.
+type IdentifyBuckets struct {
+	cli    *clientv3.Client
+	pfx    string
+	window time.Duration // Discord's 5 s; tests shorten it
+}
+
+// NewIdentifyBuckets returns the buckets under prefix on cli.
+func NewIdentifyBuckets(cli *clientv3.Client, prefix string) *IdentifyBuckets {
+	return &IdentifyBuckets{cli: cli, pfx: prefix + "identify/discord/", window: 5 * time.Second}
+}
+
+// WaitIdentify returns once bucket is this replica's to identify in,
+// for the next window. buckets (max_concurrency) is in the key, so
+// that a count Discord changed does not share keys with the old one.
+func (b *IdentifyBuckets) WaitIdentify(ctx context.Context, bucket, buckets int) error {
+	key := b.pfx + strconv.Itoa(buckets) + "/" + strconv.Itoa(bucket)
+	// A lease expires no sooner than its TTL, in whole seconds: one
+	// more than the window, for the IDENTIFY's own way to Discord.
+	ttl := int64((b.window+time.Second-1)/time.Second) + 1
+	for {
+		lease, err := b.cli.Grant(ctx, ttl)
+		if err != nil {
+			return fmt.Errorf("discord identify bucket %s: %w", key, err)
+		}
+		resp, err := b.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, "", clientv3.WithLease(lease.ID))).Commit()
+		if err == nil && resp.Succeeded {
+			return nil
+		}
+		b.cli.Revoke(context.WithoutCancel(ctx), lease.ID) // unused; it would expire anyway
+		if err != nil {
+			return fmt.Errorf("discord identify bucket %s: %w", key, err)
+		}
+		if err := b.waitGone(ctx, key, resp.Header.Revision); err != nil {
+			return err
+		}
+	}
+}
+
+// waitGone returns when key is deleted after rev, or after a window at
+// most (a watch that breaks is not waited on), or ctx's error.
+func (b *IdentifyBuckets) waitGone(ctx context.Context, key string, rev int64) error {
+	wctx, cancel := context.WithTimeout(ctx, b.window+time.Second)
+	defer cancel()
+	for wr := range b.cli.Watch(wctx, key, clientv3.WithRev(rev+1)) {
+		for _, ev := range wr.Events {
+			if ev.Type == mvccpb.DELETE {
+				return nil
+			}
+		}
+		if wr.Err() != nil {
+			// Compacted past rev, or canceled by the server: look again
+			// shortly.
+			select {
+			case <-wctx.Done():
+			case <-time.After(250 * time.Millisecond):
+			}
+			break
+		}
+	}
+	return context.Cause(ctx)
+}
