@@ -77,17 +77,12 @@ func (a *Adapter) process(ctx context.Context, m *discordgo.Message) {
 	mentioned, text := a.mention(m, bot)
 	channel := m.ChannelID
 	startThread, followUp, marked := false, false, true
-	post, inPost := a.forumPostOf(ctx, m, mentioned)
-	starter := inPost && m.ID == m.ChannelID
-	if starter {
-		text = forumTask(post.title, text) // a post's task is its title and starter
-	}
+	post, starter, text := a.forumMessage(ctx, m, mentioned, text)
 	switch {
 	case m.GuildID == "": // a DM channel is the session
 	case mentioned:
 		startThread = a.opts.ThreadPerTask && !isThread(a.channelType(ctx, channel))
-	case starter && a.forumListed(post.forum):
-		// A listed forum's every post is a task, mentioned or not.
+	case starter && a.forumListed(post.forum): // a listed forum's every post is a task
 	default:
 		// Without a mention only threads hear the bot: a thread with a
 		// session, or one whose mention has not made its session yet
@@ -150,7 +145,7 @@ func (a *Adapter) process(ctx context.Context, m *discordgo.Message) {
 	}
 	err := a.in.Handle(ctx, chat.Incoming{Thread: th, Text: text, Author: cmp.Or(m.Author.GlobalName, m.Author.Username), AuthorID: m.Author.ID, MessageID: trigger, Event: event, FollowUp: followUp, Files: filesOf(m.Attachments)})
 	switch {
-	case err == nil && !followUp && inPost:
+	case err == nil && !followUp && post.forum != "":
 		a.wantTag(channel, tagPlanning, true) // a forum post's session has begun
 	case err != nil && !errors.Is(err, chat.ErrRejected):
 		a.log.Error("discord message not handled", "session", th.Key, "err", err)

@@ -315,6 +315,20 @@ func (a *Adapter) reopenForPlan(ctx context.Context, post string, err error) boo
 	return true
 }
 
+// forumMessage returns the forum post m was sent in (forumPostOf; the
+// zero post for another message), whether m is the post's starter, and
+// the text as the task: a starter's is the post's title and the text.
+func (a *Adapter) forumMessage(ctx context.Context, m *discordgo.Message, mentioned bool, text string) (forumPost, bool, string) {
+	post, ok := a.forumPostOf(ctx, m, mentioned)
+	if !ok {
+		return forumPost{}, false, text
+	}
+	if m.ID != m.ChannelID {
+		return post, false, text
+	}
+	return post, true, forumTask(post.title, text)
+}
+
 // forumPostOf returns the forum post m was sent in, when m is a post's
 // starter message (its id is the post's) or mentions the bot in a
 // thread. A post the gateway did not tell of (after a restart, or a
