@@ -56,7 +56,11 @@ func (a *Adapter) FetchFile(ctx context.Context, f agent.File, max int64) ([]byt
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+a.opts.BotToken)
+	token, err := a.fileToken(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
 	client := *a.opts.HTTPClient
 	client.CheckRedirect = func(next *http.Request, via []*http.Request) error {
 		if len(via) >= 10 {
@@ -167,4 +171,23 @@ func hostOf(u *url.URL) string {
 		return ""
 	}
 	return u.Host
+}
+
+// fileToken is the bot token a file is fetched with: SLACK_BOT_TOKEN, or
+// with many workspaces the token of the workspace the file belongs to,
+// which its address names (.../files-pri/<team>-<file>/...).
+func (a *Adapter) fileToken(ctx context.Context, u *url.URL) (string, error) {
+	if a.one != nil {
+		return a.opts.BotToken, nil
+	}
+	segs := strings.Split(u.Path, "/")
+	for i, seg := range segs[:len(segs)-1] {
+		if seg != "files-pri" {
+			continue
+		}
+		if team, _, ok := strings.Cut(segs[i+1], "-"); ok && team != "" {
+			return a.space(team).tokens.token(ctx)
+		}
+	}
+	return "", &chat.FileError{Reason: "its address names no Slack workspace"}
 }

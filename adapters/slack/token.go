@@ -37,8 +37,18 @@ func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	resp, err := t.base.RoundTrip(withToken(req, body, token))
-	if err != nil || !tokenExpired(resp) {
+	if err != nil {
 		return resp, err
+	}
+	switch answerError(resp) {
+	case "token_expired":
+	case "token_revoked", "invalid_auth", "account_inactive":
+		// Uninstalled, perhaps through another replica, or installed
+		// again since: the next call reads the installation again.
+		t.tokens.drop(token)
+		return resp, nil
+	default:
+		return resp, nil
 	}
 	fresh, rerr := t.tokens.renew(ctx, token)
 	if rerr != nil || fresh == token {
@@ -84,21 +94,24 @@ func withToken(req *http.Request, body []byte, token string) *http.Request {
 	return out
 }
 
-// tokenExpired reports whether Slack answered token_expired, keeping the
-// answer's body readable.
-func tokenExpired(resp *http.Response) bool {
+// answerError is the error code of a Slack answer, "" for none, keeping
+// the answer's body readable.
+func answerError(resp *http.Response) string {
 	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
-		return false
+		return ""
 	}
 	raw, err := io.ReadAll(resp.Body) // slack-go reads it whole next
 	resp.Body.Close()
 	resp.Body = io.NopCloser(bytes.NewReader(raw))
 	if err != nil {
-		return false
+		return ""
 	}
 	var ans struct {
 		OK    bool   `json:"ok"`
 		Error string `json:"error"`
 	}
-	return json.Unmarshal(raw, &ans) == nil && !ans.OK && ans.Error == "token_expired"
+	if json.Unmarshal(raw, &ans) != nil || ans.OK {
+		return ""
+	}
+	return ans.Error
 }

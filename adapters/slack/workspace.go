@@ -304,6 +304,16 @@ func (s *tokenSource) renew(ctx context.Context, stale string) (string, error) {
 	return in.BotToken, nil
 }
 
+// drop forgets the installation in hand if its token is still token
+// (Slack refused it): the next call reads the installation again.
+func (s *tokenSource) drop(token string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.in.BotToken == token {
+		s.in, s.found = install.Installation{}, false
+	}
+}
+
 // uninstall marks the workspace uninstalled: its calls fail at once.
 func (s *tokenSource) uninstall(at time.Time) (install.Installation, bool) {
 	s.mu.Lock()

@@ -477,3 +477,29 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestFilesFetchedWithTheirWorkspacesToken: a file is fetched with the
+// token of the workspace its address names.
+func TestFilesFetchedWithTheirWorkspacesToken(t *testing.T) {
+	r := newManyRig(t, false, fakeslack.Team{ID: "T2", Channels: []string{"C2"}}, fakeslack.Team{ID: "T3", Channels: []string{"C3"}})
+	two := r.install(t, fakeslack.Install{TeamID: "T2"})
+	r.install(t, fakeslack.Install{TeamID: "T3"})
+	for _, team := range []string{"T2", "T3"} {
+		f := filesOf([]slack.File{fileOf(r.fake.AddTeamFile(team, "notes.txt", "text/plain", []byte("of "+team)))})[0]
+		got, err := r.a.FetchFile(context.Background(), f, 1<<20)
+		if err != nil || string(got) != "of "+team {
+			t.Errorf("%s's file: %q, %v", team, got, err)
+		}
+	}
+	if fetches := r.fake.FileFetches(); len(fetches) != 2 || fetches[0].Token != two.BotToken || !fetches[1].OK {
+		t.Errorf("fetches %+v, want T2's with T2's token, both served", fetches)
+	}
+}
+
+// fileOf is a file as a message event carries it.
+func fileOf(m map[string]any) slack.File {
+	raw, _ := json.Marshal(m)
+	var f slack.File
+	json.Unmarshal(raw, &f)
+	return f
+}

@@ -42,6 +42,13 @@ type FileFetch struct {
 // AddFile stores a file and returns it as a message event's files list
 // carries it (id, name, mimetype, size, url_private_download, ...).
 func (s *Server) AddFile(name, mimetype string, content []byte) map[string]any {
+	return s.AddTeamFile("", name, mimetype, content)
+}
+
+// AddTeamFile is AddFile for a file of team ("" for the default
+// workspace): served only to a token of that workspace (or of its org's
+// org-wide install).
+func (s *Server) AddTeamFile(team, name, mimetype string, content []byte) map[string]any {
 	s.mu.Lock()
 	s.initLocked()
 	s.seq++
@@ -50,7 +57,9 @@ func (s *Server) AddFile(name, mimetype string, content []byte) map[string]any {
 	if base == "" {
 		base = "http://" + s.host
 	}
-	team := s.TeamID
+	if team == "" {
+		team = s.TeamID
+	}
 	s.mu.Unlock()
 	path := fmt.Sprintf("%s%s-%s/download/%s", filesPrefix, team, id, name)
 	s.files.mu.Lock()
@@ -77,6 +86,10 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 	token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	s.mu.Lock()
 	scoped := !s.NoFilesRead
+	if team, _, ok := strings.Cut(strings.TrimPrefix(r.URL.Path, filesPrefix), "-"); ok && scoped {
+		id := s.installOfLocked(token)
+		scoped = id == team || (s.teams != nil && s.teams.orgWide[id] && s.enterpriseOfLocked(team) == id)
+	}
 	s.mu.Unlock()
 	path := strings.Replace(r.URL.Path, "/download/", "/", 1)
 	s.files.mu.Lock()
@@ -88,7 +101,7 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	ok := f != nil && strings.HasPrefix(token, "xoxb-") && scoped
+	ok := f != nil && strings.HasPrefix(strings.TrimPrefix(token, "xoxe."), "xoxb-") && scoped
 	s.files.fetches = append(s.files.fetches, FileFetch{Path: r.URL.Path, Token: token, OK: ok})
 	s.files.mu.Unlock()
 	switch {
