@@ -3,13 +3,16 @@ package discord
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/internal/fakediscord"
 	"github.com/pinplan/pinplan/internal/inboxtest"
 )
@@ -222,4 +225,67 @@ func TestOpenShardAbandoned(t *testing.T) {
 	if ids, _ := fake.Sessions(); ids != 1 {
 		t.Errorf("%d IDENTIFYs, want shard 0's only", ids)
 	}
+}
+
+// countInbox counts the messages handed to it and says when it has want.
+type countInbox struct {
+	*inboxtest.Inbox
+	n    atomic.Int64
+	want int64
+	done chan struct{}
+}
+
+func (c *countInbox) Handle(ctx context.Context, in chat.Incoming) error {
+	if c.n.Add(1) == c.want {
+		close(c.done)
+	}
+	return nil
+}
+
+// BenchmarkShardEvents measures messages a second per shard from the
+// fake Discord's gateway through the adapter (decoding, filtering, the
+// per-channel queue, the mention check, the read marks) to its inbox:
+// two shards in one process, four channels on each shard's guild, b.N
+// mentions sent round-robin over the eight channels, timed from the
+// first send to the last message handed on. The fake's own encoding and
+// loopback websocket are in the measure.
+func BenchmarkShardEvents(b *testing.B) {
+	fake := &fakediscord.Server{HeartbeatInterval: time.Minute, Shards: 2}
+	var channels []string
+	for i := range 4 {
+		for shard, guild := range []string{guildShard0, guildShard1} {
+			ch := fmt.Sprintf("C%d-%d", shard, i)
+			fake.AddChannel(ch, 0, guild)
+			channels = append(channels, ch)
+		}
+	}
+	in := &countInbox{Inbox: &inboxtest.Inbox{}, want: int64(b.N), done: make(chan struct{})}
+	srv := httptest.NewServer(fake)
+	b.Cleanup(srv.Close)
+	b.Cleanup(fake.Close)
+	a, err := New(Options{Token: "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", APIURL: srv.URL})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(func() { cancel(); a.Close() })
+	if err := a.Start(ctx, in); err != nil {
+		b.Fatal(err)
+	}
+	waitShards(b, fake, 0, 1)
+	b.ResetTimer()
+	start := time.Now()
+	for i := range b.N {
+		fake.UserMessage(channels[i%len(channels)], "111", "event", true)
+	}
+	sent := time.Since(start)
+	select {
+	case <-in.done:
+	case <-time.After(time.Minute):
+		b.Fatalf("%d of %d messages handed on after a minute", in.n.Load(), b.N)
+	}
+	took := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/took.Seconds()/2, "events/s/shard")
+	b.ReportMetric(float64(b.N)/sent.Seconds(), "sent/s") // the fake's pace: well above 2 × events/s/shard, the adapter's side bounds the measure
 }
