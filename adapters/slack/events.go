@@ -176,8 +176,7 @@ const ackWithin = 2 * time.Second
 // leaves it unacknowledged, and Slack sends it again.
 func (a *Adapter) route(ctx context.Context, api slackevents.EventsAPIEvent, ack func()) {
 	ack = sync.OnceFunc(ack)
-	if a.routeInstall(ctx, api) {
-		ack()
+	if a.routeInstall(ctx, api, ack) {
 		return
 	}
 	if a.routeSession(ctx, api) {

@@ -185,7 +185,13 @@ func (a *Adapter) Start(ctx context.Context, in Handler) error {
 		a.one.mu.Unlock()
 		a.log.Info("slack connected", "bot_user", auth.UserID, "team", auth.TeamID, "mode", a.mode())
 	} else {
-		a.log.Info("slack serving its installed workspaces", "mode", a.mode())
+		// Read them all once: a wrong PINPLAN_SECRET_KEY or an
+		// unreadable store is said here, not at the first event.
+		all, err := a.opts.Installations.List(ctx)
+		if err != nil {
+			return fmt.Errorf("slack: read the installations: %w", err)
+		}
+		a.log.Info("slack serving its installed workspaces", "installations", len(all), "mode", a.mode())
 	}
 	if a.opts.AppToken != "" {
 		a.wg.Add(1)

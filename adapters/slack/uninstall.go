@@ -22,19 +22,26 @@ import (
 // workspace starts fresh, as it does when Installed is told.
 
 // routeInstall handles app_uninstalled and tokens_revoked, on a queue of
-// their own for the workspace; it reports whether api was one.
-func (a *Adapter) routeInstall(ctx context.Context, api slackevents.EventsAPIEvent) bool {
+// their own for the workspace, acknowledged once handled (or after
+// ackWithin); it reports whether api was one.
+func (a *Adapter) routeInstall(ctx context.Context, api slackevents.EventsAPIEvent, ack func()) bool {
 	switch ev := api.InnerEvent.Data.(type) {
 	case *slackevents.AppUninstalledEvent:
 	case *slackevents.TokensRevokedEvent:
 		if len(ev.Tokens.Bot) == 0 {
+			ack()
 			return true // users' tokens only: the bot's still works
 		}
 	default:
 		return false
 	}
 	team := cmp.Or(api.TeamID, a.team())
-	a.queue.Add("install/"+team, func() { a.uninstall(ctx, team, api.EnterpriseID, api.InnerEvent.Type) })
+	late := time.AfterFunc(ackWithin, ack)
+	a.queue.Add("install/"+team, func() {
+		a.uninstall(ctx, team, api.EnterpriseID, api.InnerEvent.Type)
+		late.Stop()
+		ack()
+	})
 	return true
 }
 
