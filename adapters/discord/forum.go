@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,11 +27,12 @@ import (
 // starts, then the tag of each plan rendered. The bot's run tags replace
 // each other; people's other tags stay. Discord's limits hold: at most
 // 20 tags on a forum (a missing run tag is created on it only where
-// there is room) and 5 on a post (a post whose people's tags fill it is
-// left alone, said once). Changing a forum's tags needs Manage Channels
-// and changing another's post's tags Manage Threads (Discord's Modify
-// Channel); where either is refused the forum's tags are left alone, said
-// once per forum. A tag change never holds up the plan: it runs on the
+// there is room, said once per forum) and 5 on a post (a post whose
+// people's tags fill it is left alone, said once). Changing a forum's
+// tags needs Manage Channels and changing another's post's tags Manage
+// Threads (Discord's Modify Channel); where either is refused the
+// forum's tags are left alone until the forum changes (CHANNEL_UPDATE:
+// its permissions may have), said once per forum. A tag change never holds up the plan: it runs on the
 // forum's own lane after the render, and only when the tag changes.
 //
 // A post closed (archived) by a person while its session exists ends
@@ -75,7 +77,8 @@ type forums struct {
 type forumInfo struct {
 	tags     []discordgo.ForumTag // its available tags; nil until known
 	known    bool                 // tags were told or fetched
-	noManage bool                 // tags are left alone here (said once)
+	noManage bool                 // tags are left alone here until the forum changes
+	said     bool                 // that they are left alone was logged
 	dirty    map[string]bool      // posts whose run tag is to be set
 }
 
@@ -210,6 +213,7 @@ func (a *Adapter) addForumHandlers(s *discordgo.Session) {
 	s.AddHandler(a.onThreadUpdate)
 	s.AddHandler(a.onChannelCreate)
 	s.AddHandler(a.onChannelUpdate)
+	s.AddHandler(a.onThreadDelete)
 }
 
 // onChannelCreate and onChannelUpdate learn a forum's tags as they
@@ -218,8 +222,23 @@ func (a *Adapter) onChannelCreate(_ *discordgo.Session, ev *discordgo.ChannelCre
 	a.forumChannel(ev.Channel)
 }
 
+// A forum changed (its permission overwrites among what may have) is
+// tried again: its tags are left alone only while the bot is refused.
 func (a *Adapter) onChannelUpdate(_ *discordgo.Session, ev *discordgo.ChannelUpdate) {
+	if ev.Channel == nil || !isForum(ev.Type) {
+		return
+	}
+	a.forums.mu.Lock()
+	a.forums.boardLocked(ev.ID).noManage = false
+	a.forums.mu.Unlock()
 	a.forumChannel(ev.Channel)
+}
+
+// onThreadDelete forgets a deleted post.
+func (a *Adapter) onThreadDelete(_ *discordgo.Session, ev *discordgo.ThreadDelete) {
+	if ev.Channel != nil {
+		a.forums.drop(ev.ID)
+	}
 }
 
 func (a *Adapter) forumChannel(ch *discordgo.Channel) {
@@ -511,7 +530,7 @@ func (a *Adapter) syncPost(ctx context.Context, forum, post string) {
 	case err == nil:
 		a.forums.notePost(ch, true)
 	case c == codeMissingPerms || c == codeMissingAccess:
-		a.leaveTags(forum, "Manage Threads", err)
+		a.leaveTags(forum, "the bot may not tag people's posts here (Manage Threads)", err)
 	default:
 		a.retryTags(ctx, forum, post, err)
 	}
@@ -543,18 +562,26 @@ func (a *Adapter) postFull(post string, n int) {
 	}
 }
 
-// leaveTags leaves forum's tags alone for the rest of the process, and
-// says so once.
-func (a *Adapter) leaveTags(forum, perm string, err error) {
+// leaveTags leaves forum's tags alone until the forum changes, and says
+// why once per forum (sayTags).
+func (a *Adapter) leaveTags(forum, why string, err error) {
 	a.forums.mu.Lock()
 	b := a.forums.boardLocked(forum)
-	said := b.noManage
 	b.noManage = true
 	clear(b.dirty)
 	a.forums.mu.Unlock()
+	a.sayTags(forum, why, err)
+}
+
+// sayTags says once per forum why its run tags are not all shown.
+func (a *Adapter) sayTags(forum, why string, err error) {
+	a.forums.mu.Lock()
+	b := a.forums.boardLocked(forum)
+	said := b.said
+	b.said = true
+	a.forums.mu.Unlock()
 	if !said {
-		a.log.Info("discord: forum tags are left alone: the bot may not change them here (it needs Manage Channels to add tags to the forum and Manage Threads to tag people's posts)",
-			"forum", forum, "missing", perm, "err", err)
+		a.log.Info("discord: forum tags are left alone; sessions go on without them", "forum", forum, "why", why, "err", err)
 	}
 }
 
@@ -579,7 +606,8 @@ func (a *Adapter) forumTag(ctx context.Context, forum, name string) (id string, 
 		missing = []string{name} // only the one wanted now, if that fits
 	}
 	if len(tags)+len(missing) > maxForumTags {
-		a.leaveTags(forum, "room for a tag (20 at most)", nil)
+		// The run tags the forum has are still used.
+		a.sayTags(forum, "the forum has no room for the run tags it lacks (20 tags at most)", nil)
 		return "", nil, false
 	}
 	next := slices.Clone(tags)
@@ -588,7 +616,7 @@ func (a *Adapter) forumTag(ctx context.Context, forum, name string) (id string, 
 	}
 	ch, err := a.s.ChannelEdit(forum, &discordgo.ChannelEdit{AvailableTags: &next}, discordgo.WithContext(ctx))
 	if c := restCode(err); c == codeMissingPerms || c == codeMissingAccess {
-		a.leaveTags(forum, "Manage Channels", err)
+		a.leaveTags(forum, "the bot may not add tags to the forum (Manage Channels)", err)
 		return "", nil, false
 	} else if err != nil {
 		a.log.Warn("discord: add run tags to a forum", "forum", forum, "err", err)
@@ -622,13 +650,13 @@ func (a *Adapter) forumTags(ctx context.Context, forum string) ([]discordgo.Foru
 }
 
 // findTags returns the id of the tag named name in tags, and the ids of
-// all run tags there.
+// all run tags there; a forum's own "Done" is the run tag done.
 func findTags(tags []discordgo.ForumTag, name string) (id string, runIDs []string) {
 	for _, t := range tags {
-		if t.Name == name {
+		if strings.EqualFold(t.Name, name) {
 			id = t.ID
 		}
-		if slices.Contains(runTags, t.Name) {
+		if slices.ContainsFunc(runTags, func(r string) bool { return strings.EqualFold(r, t.Name) }) {
 			runIDs = append(runIDs, t.ID)
 		}
 	}

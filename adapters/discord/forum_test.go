@@ -278,6 +278,43 @@ func TestForumPostFullOfPeoplesTags(t *testing.T) {
 	}
 }
 
+// TestForumFullOfTags: a forum with room for one more tag gets the run
+// tag wanted first; later ones it has no room for are left off, said
+// once; a run tag of its own ("Done") is used as it is.
+func TestForumFullOfTags(t *testing.T) {
+	tags := []fakediscord.Tag{{Name: "Done"}}
+	for i := range 18 {
+		tags = append(tags, fakediscord.Tag{Name: "topic " + string(rune('a'+i))})
+	}
+	r := newForumRig(t, true, Options{}, tags...)
+	post, err := r.fake.Post("F1", "111", "Crowded", "a task", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitTexts(t, &r.in.Inbox, 1)
+	r.waitTags(t, post, "planning")
+	th := chat.Thread{Platform: "discord", Key: Key(post), Channel: post}
+	ctx := context.Background()
+	ref, err := r.a.PostPlan(ctx, th, forumPlan(chat.StateWorking))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.idle(t)
+	if got := r.tagNames(post); !slices.Equal(got, []string{"planning"}) {
+		t.Errorf("tags %v with the forum full, want planning kept", got)
+	}
+	if err := r.a.EditPlan(ctx, th, ref, forumPlan(chat.StateDone)); err != nil {
+		t.Fatal(err)
+	}
+	r.waitTags(t, post, "Done")
+	if n := len(r.fake.Tags("F1")); n != 20 {
+		t.Errorf("the forum has %d tags, want 20", n)
+	}
+	if n := r.log.count("no room for the run tags"); n != 1 {
+		t.Errorf("said %d times that the forum is full, want once", n)
+	}
+}
+
 // TestForumPostClosedStopsTheTurn: a person closing a post with a
 // session stops its turn, as its owner pressing Stop; the stopped plan
 // is shown all the same (the post reopened, as Discord reopens it for
