@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/slack-go/slack"
-	"github.com/slack-go/slack/slackevents"
 
 	"github.com/pinplan/pinplan/adapters/slack/install"
 	"github.com/pinplan/pinplan/chat"
@@ -91,7 +90,7 @@ func newManyRig(t *testing.T, rotation bool, teams ...fakeslack.Team) *manyRig {
 	}
 	r := &manyRig{fake: fake, x: install.New(&memInstalls{}, seal), rec: &inboxtest.Inbox{}, api: srv.URL + "/api/"}
 	r.flow = &install.Flow{ClientID: "1.2", ClientSecret: "s3cret", APIURL: r.api, HTTP: srv.Client()}
-	r.a = New(Options{APIURL: r.api, Installations: r.x, Refresh: r.flow.Refresh, Dedupe: &inboxtest.Dedupe{},
+	r.a = New(Options{APIURL: r.api, SigningSecret: "secret", Installations: r.x, Refresh: r.flow.Refresh, Dedupe: &inboxtest.Dedupe{},
 		Uninstalled: func(id string, teams []string) {
 			r.mu.Lock()
 			r.uninstalled = append(r.uninstalled, id+":"+strings.Join(teams, ","))
@@ -330,14 +329,15 @@ func cmpOr(s, or string) string {
 	return s
 }
 
-// routeBody routes an Events API body as the HTTP handler does.
-func routeBody(t *testing.T, a *Adapter, body []byte) {
+// postEvent posts an Events API body to the adapter's HTTP handler,
+// signed, and waits for what it queued.
+func postEvent(t *testing.T, a *Adapter, body []byte) {
 	t.Helper()
-	api, err := slackevents.ParseEvent(json.RawMessage(body), slackevents.OptionNoVerifyToken())
-	if err != nil {
-		t.Fatal(err)
+	w := httptest.NewRecorder()
+	a.HTTPHandler(context.Background()).ServeHTTP(w, signed(t, "/slack/events", "secret", body))
+	if w.Code != http.StatusOK {
+		t.Fatalf("event answered %d %s", w.Code, w.Body)
 	}
-	a.route(context.Background(), api, func() {})
 	a.queue.Wait(context.Background())
 }
 
@@ -356,7 +356,7 @@ func TestUninstallDeletesAndStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, body := range r.fake.Uninstall("T2") {
-		routeBody(t, r.a, body)
+		postEvent(t, r.a, body)
 	}
 	if _, err := r.x.Get(ctx, "T2"); !errors.Is(err, install.ErrNotInstalled) {
 		t.Errorf("installation after uninstall: %v", err)
