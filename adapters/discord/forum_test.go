@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bwmarrin/discordgo"
+
 	"github.com/pinplan/pinplan/chat"
 	"github.com/pinplan/pinplan/internal/fakediscord"
 	"github.com/pinplan/pinplan/todo"
@@ -241,6 +243,17 @@ func TestForumWithoutPermissionLeavesTags(t *testing.T) {
 	if n := r.log.count("forum tags are left alone"); n != 1 {
 		t.Errorf("said %d times that the forum's tags are left alone, want once", n)
 	}
+
+	// Granted the permissions, the forum changes (Discord sends
+	// CHANNEL_UPDATE for a change of its overwrites): tags are tried
+	// again at the next run tag.
+	r.fake.SetPermissions("G1", fakediscord.BotID, fakediscord.DefaultBotPermissions|fakediscord.PermManageChannels|fakediscord.PermManageThreads)
+	r.a.onChannelUpdate(nil, &discordgo.ChannelUpdate{Channel: &discordgo.Channel{ID: "F1", Type: discordgo.ChannelTypeGuildForum}})
+	th := chat.Thread{Platform: "discord", Key: Key(posts[1]), Channel: posts[1]}
+	if _, err := r.a.PostPlan(ctx, th, forumPlan(chat.StateWorking)); err != nil {
+		t.Fatal(err)
+	}
+	r.waitTags(t, posts[1], "working")
 }
 
 // TestForumPostFullOfPeoplesTags: a post with 5 tags of people's keeps
