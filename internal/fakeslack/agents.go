@@ -127,7 +127,7 @@ func (s *Server) RenameSession(user, channel, threadTS, title string) map[string
 		return nil
 	}
 	ev := map[string]any{"type": "agent_session_title_changed", "channel": channel, "thread_ts": threadTS, "user": user,
-		"team_id": s.TeamID, "title": title, "event_ts": s.tsLocked()}
+		"team_id": s.channelTeamLocked(channel), "title": title, "event_ts": s.tsLocked()}
 	if sess.title != "" {
 		ev["previous_title"] = sess.title
 	}

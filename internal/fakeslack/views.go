@@ -240,13 +240,14 @@ func (s *Server) viewJSONLocked(v *view) map[string]any {
 	for k, x := range v.body {
 		out[k] = x
 	}
-	out["id"], out["team_id"], out["hash"] = v.id, s.TeamID, v.hash
+	team := s.channelTeamLocked(v.channel)
+	out["id"], out["team_id"], out["hash"] = v.id, team, v.hash
 	out["state"] = map[string]any{"values": map[string]any{}}
 	out["root_view_id"], out["previous_view_id"] = v.root, nil
 	if v.previous != "" {
 		out["previous_view_id"] = v.previous
 	}
-	out["app_id"], out["bot_id"], out["app_installed_team_id"] = "A1", "B1", s.TeamID
+	out["app_id"], out["bot_id"], out["app_installed_team_id"] = "A1", "B1", team
 	return out
 }
 
@@ -432,7 +433,7 @@ func (s *Server) ViewSubmission(userID, viewID string, values map[string]map[str
 	vj["state"] = map[string]any{"values": state}
 	return map[string]any{
 		"type":                  "view_submission",
-		"team":                  map[string]any{"id": s.TeamID, "domain": strings.ToLower(s.TeamID)},
+		"team":                  map[string]any{"id": s.channelTeamLocked(v.channel), "domain": strings.ToLower(s.channelTeamLocked(v.channel))},
 		"user":                  s.interactionUserLocked(userID),
 		"api_app_id":            "A1",
 		"token":                 "legacy",
