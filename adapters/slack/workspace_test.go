@@ -503,3 +503,33 @@ func fileOf(m map[string]any) slack.File {
 	json.Unmarshal(raw, &f)
 	return f
 }
+
+// TestClicksAnsweredInTheirWorkspace: a press of a plan's Edit button in
+// each workspace opens the modal with that workspace's token.
+func TestClicksAnsweredInTheirWorkspace(t *testing.T) {
+	r := newManyRig(t, false, fakeslack.Team{ID: "T2", Channels: []string{"C2"}}, fakeslack.Team{ID: "T3", Channels: []string{"C3"}})
+	r.install(t, fakeslack.Install{TeamID: "T2"})
+	r.install(t, fakeslack.Install{TeamID: "T3"})
+	ctx := context.Background()
+	for _, team := range []string{"T2", "T3"} {
+		ch := "C" + team[1:]
+		th := chat.Thread{Platform: "slack", Key: Key(team, ch, "1.1"), Channel: ch, ThreadID: "1.1"}
+		ref, err := r.a.PostPlan(ctx, th, plan())
+		if err != nil {
+			t.Fatal(err)
+		}
+		payload := r.fake.BlockActions("U1", ch, ref.ID, editID)
+		if payload == nil {
+			t.Fatalf("%s: no Edit plan button", team)
+		}
+		req := signed(t, "/slack/interactions", "secret", r.fake.InteractionBody(payload))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		w := httptest.NewRecorder()
+		r.a.InteractionsHandler(ctx).ServeHTTP(w, req)
+		r.a.queue.Wait(ctx)
+		opened := r.fake.Calls("views.open")
+		if len(opened) == 0 || opened[len(opened)-1].Team != team || opened[len(opened)-1].Error != "" {
+			t.Errorf("%s: views.open %+v, want one with %s's token", team, opened, team)
+		}
+	}
+}
