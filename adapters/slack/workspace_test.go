@@ -533,3 +533,34 @@ func TestClicksAnsweredInTheirWorkspace(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenExpiredRefreshedOnceAcrossReplicas: two replicas over one
+// store meet token_expired at once; the token is refreshed once and
+// both calls succeed.
+func TestTokenExpiredRefreshedOnceAcrossReplicas(t *testing.T) {
+	r := newManyRig(t, true, fakeslack.Team{ID: "T2", Channels: []string{"C2"}})
+	in := r.install(t, fakeslack.Install{TeamID: "T2"})
+	other := New(Options{APIURL: r.api, Installations: r.x, Refresh: r.flow.Refresh, Dedupe: &inboxtest.Dedupe{}})
+	if err := other.Start(t.Context(), &inboxtest.Inbox{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	th := chat.Thread{Platform: "slack", Key: Key("T2", "C2", "1.1"), Channel: "C2", ThreadID: "1.1"}
+	ref, err := r.a.PostPlan(ctx, th, plan())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.EditPlan(ctx, th, ref, plan()); err != nil { // the other replica has the token in hand too
+		t.Fatal(err)
+	}
+	r.fake.ExpireToken(in.BotToken)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, a := range []*Adapter{r.a, other} {
+		wg.Go(func() { errs[i] = a.EditPlan(ctx, th, ref, plan()) })
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil || r.fake.Refreshes() != 1 {
+		t.Errorf("edits: %v, %v; %d refreshes, want both done after one", errs[0], errs[1], r.fake.Refreshes())
+	}
+}
