@@ -88,10 +88,7 @@ func (a *Adapter) closeSpaces(id, team string) []string {
 	a.mu.Lock()
 	var served []*workspace
 	for t, w := range a.spaces {
-		w.mu.Lock()
-		ent := w.enterprise
-		w.mu.Unlock()
-		if t == team || t == id || ent == id {
+		if t == team || t == id || w.org() == id {
 			served = append(served, w)
 		}
 	}
@@ -131,10 +128,7 @@ func (a *Adapter) Installed(in install.Installation) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for t, w := range a.spaces {
-		w.mu.Lock()
-		ent := w.enterprise
-		w.mu.Unlock()
-		if t == in.ID || (in.Enterprise && ent == in.ID) {
+		if t == in.ID || (in.Enterprise && w.org() == in.ID) {
 			delete(a.spaces, t)
 		}
 	}

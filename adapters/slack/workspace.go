@@ -72,6 +72,13 @@ func (w *workspace) learn(enterprise, bot string) {
 	}
 }
 
+// org is the workspace's Enterprise Grid org, "" if none is known.
+func (w *workspace) org() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.enterprise
+}
+
 // flag reads one of the workspace's fallbacks (noSessions, noStreams).
 func (w *workspace) flag(f *bool) bool {
 	w.mu.Lock()
@@ -196,18 +203,29 @@ type tokenSource struct {
 	in    install.Installation
 	found bool      // in is the installation that serves the team
 	gone  time.Time // when it was uninstalled; zero while installed
+	// checked is when the store was last read for a reinstall of an
+	// uninstalled workspace (reinstalled).
+	checked time.Time
 }
+
+// recheckGone is how often an uninstalled workspace's calls read the
+// store for a reinstall made through another replica; between two
+// reads they fail at once.
+const recheckGone = 30 * time.Second
 
 // token returns a bot token good for a while yet: the one in hand, or
 // refreshed before it expires (Installations.Token, once across
-// replicas). An uninstalled workspace fails at once with ErrUninstalled.
+// replicas). An uninstalled workspace fails at once with ErrUninstalled,
+// unless it was installed again (reinstalled).
 func (s *tokenSource) token(ctx context.Context) (string, error) {
 	s.mu.Lock()
 	in, found, gone := s.in, s.found, s.gone
 	s.mu.Unlock()
 	switch {
-	case !gone.IsZero():
+	case !gone.IsZero() && !s.reinstalled(ctx):
 		return "", fmt.Errorf("slack: workspace %s: %w", s.team, ErrUninstalled)
+	case !gone.IsZero():
+		found = false // installed again: read it below
 	case found && (in.Expires.IsZero() || s.a.opts.Now().Add(install.RefreshEarly).Before(in.Expires)):
 		return in.BotToken, nil
 	}
@@ -249,9 +267,7 @@ func (s *tokenSource) load(ctx context.Context, in install.Installation, found b
 // team (team.info).
 func (s *tokenSource) find(ctx context.Context) (install.Installation, error) {
 	w := s.a.space(s.team)
-	w.mu.Lock()
-	enterprise := w.enterprise
-	w.mu.Unlock()
+	enterprise := w.org()
 	x := s.a.opts.Installations
 	in, err := x.Find(ctx, s.team, enterprise)
 	if err == nil || !errors.Is(err, install.ErrNotInstalled) {
@@ -314,11 +330,35 @@ func (s *tokenSource) drop(token string) {
 	}
 }
 
+// reinstalled reports whether an uninstalled workspace was installed
+// again (an installation that serves it, made after it was uninstalled),
+// reading the store at most every recheckGone; the workspace then serves
+// again.
+func (s *tokenSource) reinstalled(ctx context.Context) bool {
+	now := s.a.opts.Now()
+	s.mu.Lock()
+	if now.Sub(s.checked) < recheckGone {
+		s.mu.Unlock()
+		return false
+	}
+	s.checked = now
+	gone := s.gone
+	s.mu.Unlock()
+	in, err := s.a.opts.Installations.Find(ctx, s.team, s.a.space(s.team).org())
+	if err != nil || (!in.InstalledAt.IsZero() && !in.InstalledAt.After(gone)) {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gone, s.found = time.Time{}, false
+	return true
+}
+
 // uninstall marks the workspace uninstalled: its calls fail at once.
 func (s *tokenSource) uninstall(at time.Time) (install.Installation, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.gone = at
+	s.gone, s.checked = at, at
 	return s.in, s.found
 }
 

@@ -72,8 +72,16 @@ type manyRig struct {
 	rec  *inboxtest.Inbox
 	api  string
 
-	mu          sync.Mutex // guards uninstalled
+	mu          sync.Mutex // guards uninstalled and skew
 	uninstalled []string
+	skew        time.Duration // the adapter's clock ahead of the wall's
+}
+
+// later moves the adapter's clock d ahead.
+func (r *manyRig) later(d time.Duration) {
+	r.mu.Lock()
+	r.skew += d
+	r.mu.Unlock()
 }
 
 func newManyRig(t *testing.T, rotation bool, teams ...fakeslack.Team) *manyRig {
@@ -90,7 +98,12 @@ func newManyRig(t *testing.T, rotation bool, teams ...fakeslack.Team) *manyRig {
 	}
 	r := &manyRig{fake: fake, x: install.New(&memInstalls{}, seal), rec: &inboxtest.Inbox{}, api: srv.URL + "/api/"}
 	r.flow = &install.Flow{ClientID: "1.2", ClientSecret: "s3cret", APIURL: r.api, HTTP: srv.Client()}
-	r.a = New(Options{APIURL: r.api, SigningSecret: "secret", Installations: r.x, Refresh: r.flow.Refresh, Dedupe: &inboxtest.Dedupe{},
+	now := func() time.Time {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return time.Now().Add(r.skew)
+	}
+	r.a = New(Options{APIURL: r.api, SigningSecret: "secret", Installations: r.x, Refresh: r.flow.Refresh, Dedupe: &inboxtest.Dedupe{}, Now: now,
 		Uninstalled: func(id string, teams []string) {
 			r.mu.Lock()
 			r.uninstalled = append(r.uninstalled, id+":"+strings.Join(teams, ","))
@@ -103,9 +116,18 @@ func newManyRig(t *testing.T, rotation bool, teams ...fakeslack.Team) *manyRig {
 	return r
 }
 
-// install runs the OAuth exchange for in as the Flow does and stores
-// the installation.
+// install runs the OAuth exchange for in as the Flow does, stores the
+// installation and tells the adapter (the Flow's Installed).
 func (r *manyRig) install(t *testing.T, in fakeslack.Install) install.Installation {
+	t.Helper()
+	got := r.installQuietly(t, in)
+	r.a.Installed(got)
+	return got
+}
+
+// installQuietly is install as another replica's Flow makes it: the
+// adapter is not told.
+func (r *manyRig) installQuietly(t *testing.T, in fakeslack.Install) install.Installation {
 	t.Helper()
 	back, err := r.fake.Authorize("https://slack.com/oauth/v2/authorize?client_id=1.2&scope=chat:write&state=s", in)
 	if err != nil {
@@ -118,7 +140,7 @@ func (r *manyRig) install(t *testing.T, in fakeslack.Install) install.Installati
 		t.Fatal(err)
 	}
 	got := install.Installation{ID: resp.Team.ID, TeamID: resp.Team.ID, EnterpriseID: resp.Enterprise.ID, Enterprise: resp.IsEnterpriseInstall,
-		BotToken: resp.AccessToken, BotUserID: resp.BotUserID, RefreshToken: resp.RefreshToken}
+		BotToken: resp.AccessToken, BotUserID: resp.BotUserID, RefreshToken: resp.RefreshToken, InstalledAt: time.Now()}
 	if got.Enterprise {
 		got.ID = got.EnterpriseID
 	}
@@ -128,7 +150,6 @@ func (r *manyRig) install(t *testing.T, in fakeslack.Install) install.Installati
 	if err := r.x.Save(ctx, got); err != nil {
 		t.Fatal(err)
 	}
-	r.a.Installed(got)
 	return got
 }
 
@@ -562,5 +583,27 @@ func TestTokenExpiredRefreshedOnceAcrossReplicas(t *testing.T) {
 	wg.Wait()
 	if errs[0] != nil || errs[1] != nil || r.fake.Refreshes() != 1 {
 		t.Errorf("edits: %v, %v; %d refreshes, want both done after one", errs[0], errs[1], r.fake.Refreshes())
+	}
+}
+
+// TestReinstallThroughAnotherReplica: a workspace uninstalled here and
+// installed again through another replica's Flow serves again once its
+// calls read the store again (recheckGone); until then they fail at
+// once.
+func TestReinstallThroughAnotherReplica(t *testing.T) {
+	r := newManyRig(t, false, fakeslack.Team{ID: "T2", Channels: []string{"C2"}})
+	r.install(t, fakeslack.Install{TeamID: "T2"})
+	ctx := context.Background()
+	th := chat.Thread{Platform: "slack", Key: Key("T2", "C2", "1.1"), Channel: "C2", ThreadID: "1.1"}
+	for _, body := range r.fake.Uninstall("T2") {
+		postEvent(t, r.a, body)
+	}
+	r.installQuietly(t, fakeslack.Install{TeamID: "T2"})
+	if err := r.a.Reply(ctx, th, "", "too soon"); !errors.Is(err, ErrUninstalled) {
+		t.Errorf("before the store is read again: %v, want ErrUninstalled", err)
+	}
+	r.later(recheckGone + time.Second)
+	if err := r.a.Reply(ctx, th, "", "again"); err != nil {
+		t.Errorf("after the reinstall: %v", err)
 	}
 }
