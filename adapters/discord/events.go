@@ -211,6 +211,9 @@ func (a *Adapter) guildChannels(lists ...[]*discordgo.Channel) {
 		for _, ch := range list {
 			if ch != nil && ch.ID != "" {
 				a.chanTypes[ch.ID] = ch.Type
+				if isThread(ch.Type) && ch.ParentID != "" {
+					a.chanParents[ch.ID] = ch.ParentID // a forum post or not, without a lookup
+				}
 			}
 		}
 	}
