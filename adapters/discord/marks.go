@@ -1,8 +1,10 @@
 package discord
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strconv"
 	"time"
@@ -23,14 +25,15 @@ import (
 // began, the messages after the mark, oldest first. They go through the
 // same queue and dedupe as live ones, so nothing runs twice.
 //
-// The marks are saved in Options.Marks, so that a restarted process or
-// the next replica to hold the gateway has them: a channel's first mark
-// before its message is handed on, later ones at most marksEvery after.
+// The marks are saved in Options.Marks, a record a shard, so that a
+// restarted process or the next replica to hold the shard has them: a
+// channel's first mark before its message is handed on, later ones at
+// most marksEvery after.
 // A saved mark behind the truth only refetches messages the dedupe
 // already knows. Messages older than staleAfter are not caught up: their
 // dedupe keys may be gone, so whether they ran cannot be told.
 const (
-	marksName     = "discord"   // the record in the MarkStore
+	marksName     = "discord"   // the record in the MarkStore (marksRecord)
 	marksEvery    = time.Second // how often changed marks are saved
 	catchUpWindow = time.Hour   // channels heard from this long before a gap are caught up
 	catchUpPages  = 5           // pages of 100 fetched per channel at most
@@ -127,25 +130,25 @@ func (a *Adapter) saveMarks(ctx context.Context) {
 		a.mu.Unlock()
 		return
 	}
-	now := time.Now()
-	rec := savedMarks{Saved: now, Channels: make(map[string]seenChannel, len(a.seen))}
-	for ch, s := range a.seen {
-		// Any later gap begins after now, so a mark this old is never
-		// caught up from again; unless a catch-up is under way, which
-		// began from marks older than that.
-		if now.Sub(s.At) > catchUpWindow && a.catching == 0 {
-			delete(a.seen, ch)
-			continue
-		}
-		rec.Channels[ch] = s
-	}
+	recs, closed := a.marksToSaveLocked(time.Now())
 	a.dirty = false
 	a.mu.Unlock()
-	data, err := json.Marshal(rec)
+	var err error
+	for name, rec := range recs {
+		data, merr := json.Marshal(rec)
+		if merr == nil {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			merr = a.opts.Marks.SaveMarks(ctx, name, data)
+			cancel()
+		}
+		err = cmp.Or(err, merr)
+	}
 	if err == nil {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		err = a.opts.Marks.SaveMarks(ctx, marksName, data)
-		cancel()
+		a.mu.Lock()
+		for _, sh := range closed {
+			sh.flush = false
+		}
+		a.mu.Unlock()
 	}
 	if err != nil {
 		a.log.Warn("discord: save the read marks", "err", err)
@@ -158,6 +161,46 @@ func (a *Adapter) saveMarks(ctx context.Context) {
 	}
 }
 
+// marksToSaveLocked drops the marks too old to be caught up ever again
+// and returns, by record name, the marks of each shard this process
+// holds or closed since its last save (closed lists those). A shard held
+// elsewhere is that replica's to save: writing it here again would put
+// back marks older than its own.
+func (a *Adapter) marksToSaveLocked(now time.Time) (recs map[string]*savedMarks, closed []*shard) {
+	recs = map[string]*savedMarks{}
+	for _, sh := range a.shards {
+		if sh.on || sh.flush {
+			recs[a.marksRecord(sh.id)] = &savedMarks{Saved: now, Channels: map[string]seenChannel{}}
+		}
+		if !sh.on && sh.flush {
+			closed = append(closed, sh)
+		}
+	}
+	for ch, s := range a.seen {
+		// Any later gap begins after now, so a mark this old is never
+		// caught up from again; unless a catch-up is under way, which
+		// began from marks older than that.
+		if now.Sub(s.At) > catchUpWindow && a.catching == 0 {
+			delete(a.seen, ch)
+			continue
+		}
+		if rec := recs[a.marksRecord(ShardOf(s.GuildID, len(a.shards)))]; rec != nil {
+			rec.Channels[ch] = s
+		}
+	}
+	return recs, closed
+}
+
+// marksRecord names shard's record in the MarkStore: marksName for an
+// unsharded gateway, marksName/<shard>-of-<count> else. (A new shard
+// count starts without marks: its first sessions catch nothing up.)
+func (a *Adapter) marksRecord(shard int) string {
+	if len(a.shards) <= 1 {
+		return marksName
+	}
+	return fmt.Sprintf("%s/%d-of-%d", marksName, shard, len(a.shards))
+}
+
 // loadMarks merges the saved marks into seen (the newer of two wins) and
 // moves the start of sh's gap back to when they were saved, when that is
 // earlier: the process that saved them (which may have held sh) stopped
@@ -168,7 +211,7 @@ func (a *Adapter) loadMarks(ctx context.Context, sh *shard) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	data, err := a.opts.Marks.Marks(ctx, marksName)
+	data, err := a.opts.Marks.Marks(ctx, a.marksRecord(sh.id))
 	if err != nil {
 		a.log.Warn("discord: read the saved read marks; catching up only what this process saw", "err", err)
 		return

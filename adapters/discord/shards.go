@@ -79,6 +79,7 @@ type shard struct {
 	reconnecting bool      // a reconnect loop runs
 	connected    bool      // discordgo said Connect (READY or RESUMED read); no Disconnect since
 	downSince    time.Time // when its gap in the events began; zero while connected
+	flush        bool      // closed since the marks were last saved: its marks are saved once more
 }
 
 // identifyBuckets paces this process's IDENTIFYs: one per bucket per
@@ -266,6 +267,7 @@ func (a *Adapter) CloseShard(i int) {
 		return
 	}
 	a.mu.Lock()
+	sh.flush = sh.flush || sh.on // a shard never opened here is not this process's to save
 	sh.on = false
 	if sh.stop != nil {
 		sh.stop()

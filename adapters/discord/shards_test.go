@@ -2,6 +2,7 @@ package discord
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http/httptest"
@@ -288,4 +289,66 @@ func BenchmarkShardEvents(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/took.Seconds()/2, "events/s/shard")
 	b.ReportMetric(float64(b.N)/sent.Seconds(), "sent/s") // the fake's pace: well above 2 × events/s/shard, the adapter's side bounds the measure
+}
+
+// TestShardMarksMoveWithTheShard: two processes share the marks store,
+// each holding one shard; each keeps its shard's marks in a record of
+// its own, so neither writes back the other's. Shard 1 moved from the
+// second to the first, the first catches up what shard 1's channel got
+// meanwhile, once, and the records still hold both channels.
+func TestShardMarksMoveWithTheShard(t *testing.T) {
+	fake := shardFake()
+	fake.IdentifyWindow = 0
+	marks := &inboxtest.Marks{}
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	t.Cleanup(fake.Close)
+	events := &inboxtest.Dedupe{}
+	start := func(shard int) (*Adapter, *inboxtest.Inbox) {
+		a, err := New(Options{Token: "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", APIURL: srv.URL, Marks: marks})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.idWindow = 250 * time.Millisecond
+		in := &inboxtest.Inbox{Events: events}
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(func() { cancel(); a.Close() })
+		if err := a.StartREST(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.OpenShard(ctx, shard); err != nil {
+			t.Fatal(err)
+		}
+		return a, in
+	}
+	first, in0 := start(0)
+	second, in1 := start(1)
+	waitShards(t, fake, 0, 1)
+	fake.UserMessage("C0", "111", "task 0", true)
+	fake.UserMessage("C1", "111", "task 1", true)
+	waitTexts(t, in0, 1)
+	waitTexts(t, in1, 1)
+	for name, ch := range map[string]string{"discord/0-of-2": "C0", "discord/1-of-2": "C1"} {
+		data, _ := marks.Marks(t.Context(), name)
+		var rec savedMarks
+		if err := json.Unmarshal(data, &rec); err != nil || len(rec.Channels) != 1 || rec.Channels[ch].Last == "" {
+			t.Errorf("record %s: %s (%v), want %s's mark alone", name, data, err, ch)
+		}
+	}
+	second.CloseShard(1)
+	waitShards(t, fake, 0)
+	fake.UserMessage("C1", "111", "while shard 1 moves", true)
+	if err := first.OpenShard(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	waitShards(t, fake, 0, 1)
+	got := waitTexts(t, in0, 2)
+	if want := []string{"task 0", "while shard 1 moves"}; !slices.Equal(got, want) {
+		t.Errorf("the first handled %q, want %q", got, want)
+	}
+	fake.UserMessage("C1", "111", "after the move", true)
+	waitTexts(t, in0, 3)
+	if got := in1.Texts(); !slices.Equal(got, []string{"task 1"}) {
+		t.Errorf("the second handled %q, want its task alone", got)
+	}
 }
