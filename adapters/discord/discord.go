@@ -4,8 +4,8 @@
 // Components V2 container (or an embed where Discord refuses that) pinned
 // through the current pins route, and the chat.Platform the plan board
 // drives. Start opens everything; with replicas, StartREST serves the
-// REST side alone and OpenGateway and CloseGateway move the gateway to
-// the one replica that holds it.
+// REST side alone and OpenShard and CloseShard move each gateway shard
+// (shards.go) to the one replica that holds it.
 //
 // It imports chat, agent (types) and todo; never store or another adapter.
 package discord

@@ -228,10 +228,12 @@ func (a *Adapter) OpenShard(ctx context.Context, i int) error {
 		sh.on = true
 		sh.ctx, sh.stop = context.WithCancel(cmp.Or[context.Context](a.ctx, context.Background()))
 	}
+	stop := sh.stop
 	a.mu.Unlock()
-	abandon := context.AfterFunc(ctx, func() { a.CloseShard(i) })
+	abandon := context.AfterFunc(ctx, stop) // ends a bucket wait or a dial under way
 	err = a.open(sh)
 	if !abandon() {
+		a.CloseShard(i)
 		return fmt.Errorf("discord: open gateway shard %d: %w", i, context.Cause(ctx))
 	}
 	if err != nil && !errors.Is(err, discordgo.ErrWSAlreadyOpen) {
