@@ -80,7 +80,7 @@ func TestThreadRepliesBeforeTheSessionWait(t *testing.T) {
 	for _, in := range rec.Incoming() {
 		t.Errorf("handled %q before its thread had a session", in.Text)
 	}
-	if calls := fake.Calls("GET /api/v9/channels/T1"); len(calls) != 0 {
+	if calls := channelLookups(fake, "T1"); len(calls) != 0 {
 		t.Errorf("%d lookups of a thread the gateway told of", len(calls))
 	}
 }
@@ -103,7 +103,7 @@ func TestUnrelatedMessagesCostNoWriteOrLookup(t *testing.T) {
 	if in := rec.Incoming()[0]; in.Event != "discord/msg/"+in.MessageID {
 		t.Errorf("the mention's event key = %q, want discord/msg/%s", in.Event, in.MessageID)
 	}
-	if calls := fake.Calls("GET /api/v9/channels/C1"); len(calls) != 0 {
+	if calls := channelLookups(fake, "C1"); len(calls) != 0 {
 		t.Errorf("%d channel lookups for messages without a session", len(calls))
 	}
 }
@@ -145,4 +145,16 @@ func TestHistoryQuotesEarlierChannelMessages(t *testing.T) {
 	if len(got) != 2 || got[0].Text != "the release is friday" || got[1].Text != "and the notes are late" {
 		t.Errorf("history = %+v, want the two earlier user messages, oldest first", got)
 	}
+}
+
+// channelLookups are the GET /channels/{id} calls the fake answered for
+// id (the fake records paths without /api/v9/).
+func channelLookups(fake *fakediscord.Server, id string) []fakediscord.Call {
+	var out []fakediscord.Call
+	for _, c := range fake.Calls("GET channels/" + id) {
+		if c.Path == "channels/"+id {
+			out = append(out, c)
+		}
+	}
+	return out
 }

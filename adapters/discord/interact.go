@@ -123,6 +123,7 @@ func (a *Adapter) submit(ctx context.Context, i *discordgo.Interaction) {
 func (a *Adapter) answer(ctx context.Context, i *discordgo.Interaction, res chat.ClickResult) {
 	if res.Plan != nil && i.Message != nil {
 		a.remember(i.ChannelID, i.Message.ID, *res.Plan, false)
+		a.forumPlan(i.ChannelID, *res.Plan) // a press that moves the plan moves its post's tag
 	}
 	if res.Plan != nil && i.Message != nil && i.Message.Flags&discordgo.MessageFlagsIsComponentsV2 != 0 {
 		// A Components V2 plan is updated as one: the flag and the

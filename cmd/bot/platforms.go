@@ -85,7 +85,7 @@ func newPlatforms(cfg *config.Config, st stores, demo bool, modelName string, lo
 	}
 	if cfg.DiscordBotToken != "" {
 		dsc, err := discordadapter.New(discordadapter.Options{Token: cfg.DiscordBotToken.Reveal(), APIURL: cfg.DiscordAPIURL,
-			ThreadPerTask: cfg.DiscordThreadPerTask, ComponentsV2: cfg.DiscordComponentsV2, Stream: cfg.Stream, Marks: st.marks, Logger: log.With("adapter", "discord"),
+			ThreadPerTask: cfg.DiscordThreadPerTask, Forums: cfg.DiscordForums, ComponentsV2: cfg.DiscordComponentsV2, Stream: cfg.Stream, Marks: st.marks, Logger: log.With("adapter", "discord"),
 			Commands: true, Guild: cfg.DiscordGuild, ApplicationID: cfg.DiscordAppID, Sessions: ws.Listed})
 		if err != nil {
 			return ps, err
