@@ -103,8 +103,8 @@ func answerError(resp *http.Response) string {
 	raw, err := io.ReadAll(resp.Body) // slack-go reads it whole next
 	resp.Body.Close()
 	resp.Body = io.NopCloser(bytes.NewReader(raw))
-	if err != nil {
-		return ""
+	if err != nil || !bytes.Contains(raw, []byte(`"error"`)) {
+		return "" // an answer that is no error is not decoded twice
 	}
 	var ans struct {
 		OK    bool   `json:"ok"`
