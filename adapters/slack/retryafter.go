@@ -165,7 +165,6 @@ func (a *Adapter) OnRetryAfter(say func(key string, until time.Time)) {
 	}
 	a.mu.Unlock()
 	for _, w := range spaces {
-		team := w.team
-		w.held.sayHolds(func(key string, until time.Time) { say(team+":"+key, until) })
+		w.adopt(1, a.opts.AppendsPerMinute, say)
 	}
 }

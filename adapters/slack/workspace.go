@@ -109,18 +109,20 @@ func (a *Adapter) newWorkspace(team, token string, tokens *tokenSource) *workspa
 	} else {
 		opts = append(opts, slack.OptionAppLevelToken(a.opts.AppToken))
 	}
-	w := &workspace{team: team, api: slack.New(token, opts...), held: held, tokens: tokens,
+	return &workspace{team: team, api: slack.New(token, opts...), held: held, tokens: tokens,
 		budgets: newBudgets(a.opts.EditsPerMinute), appends: rate.NewLimiter(rate.Limit(a.opts.AppendsPerMinute/60), 5)}
-	a.mu.Lock()
-	n, say := a.share, a.say
-	a.mu.Unlock()
+}
+
+// adopt gives a workspace of many the replicas' share of its budgets
+// (Share) and whom its Retry-Afters are told to (OnRetryAfter), its
+// keys prefixed with its team.
+func (w *workspace) adopt(n int, appendsPerMinute float64, say func(key string, until time.Time)) {
 	if n > 1 {
-		w.share(n, a.opts.AppendsPerMinute)
+		w.share(n, appendsPerMinute)
 	}
-	if say != nil && team != "" {
-		held.sayHolds(func(key string, until time.Time) { say(team+":"+key, until) })
+	if say != nil {
+		w.held.sayHolds(func(key string, until time.Time) { say(w.team+":"+key, until) })
 	}
-	return w
 }
 
 // share divides the workspace's budgets by n replicas (Share).
@@ -148,14 +150,19 @@ func (a *Adapter) space(team string) *workspace {
 	}
 	fresh := a.newWorkspace(team, "", &tokenSource{a: a, team: team})
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	if w, ok := a.spaces[team]; ok {
+		a.mu.Unlock()
 		return w // made meanwhile
 	}
 	if len(a.spaces) >= maxSpaces {
 		a.dropIdleLocked()
 	}
 	a.spaces[team] = fresh
+	// Read with the insertion: a Share or OnRetryAfter after it sees
+	// fresh among the spaces, one before it is read here.
+	n, say := a.share, a.say
+	a.mu.Unlock()
+	fresh.adopt(n, a.opts.AppendsPerMinute, say)
 	return fresh
 }
 

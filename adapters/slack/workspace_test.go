@@ -607,3 +607,33 @@ func TestReinstallThroughAnotherReplica(t *testing.T) {
 		t.Errorf("after the reinstall: %v", err)
 	}
 }
+
+// TestHoldsSharedPerWorkspace: with replicas, a Retry-After is told
+// with its workspace's team, and one another replica met holds that
+// workspace's calls only.
+func TestHoldsSharedPerWorkspace(t *testing.T) {
+	r := newManyRig(t, false, fakeslack.Team{ID: "T2", Channels: []string{"C2"}}, fakeslack.Team{ID: "T3", Channels: []string{"C3"}})
+	r.install(t, fakeslack.Install{TeamID: "T2"})
+	var mu sync.Mutex
+	var said []string
+	r.a.OnRetryAfter(func(key string, _ time.Time) { mu.Lock(); said = append(said, key); mu.Unlock() })
+	ctx := context.Background()
+	th := chat.Thread{Platform: "slack", Key: Key("T2", "C2", "1.1"), Channel: "C2", ThreadID: "1.1"}
+	ref, err := r.a.PostPlan(ctx, th, plan())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.fake.FailHTTP("chat.update", http.StatusTooManyRequests, 1)
+	r.a.EditPlan(ctx, th, ref, plan())
+	mu.Lock()
+	got := slices.Clone(said)
+	mu.Unlock()
+	if !slices.Equal(got, []string{"T2:chat.update"}) {
+		t.Errorf("told %v, want T2:chat.update", got)
+	}
+	until := time.Now().Add(time.Minute)
+	r.a.HoldRetryAfter("T3:chat.update", until)
+	if !heldUntil(r.a.space("T3"), "chat.update").Equal(until) || heldUntil(r.a.space("T2"), "chat.update").After(until) {
+		t.Error("another replica's hold of T3 did not hold T3's calls alone")
+	}
+}
