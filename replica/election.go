@@ -401,9 +401,12 @@ func NewIdentifyBuckets(cli *clientv3.Client, prefix string) *IdentifyBuckets {
 }
 
 // WaitIdentify returns once bucket is this replica's to identify in,
-// for the next window. buckets (max_concurrency) is in the key, so
+// for the next window; at once on a nil *IdentifyBuckets. buckets (max_concurrency) is in the key, so
 // that a count Discord changed does not share keys with the old one.
 func (b *IdentifyBuckets) WaitIdentify(ctx context.Context, bucket, buckets int) error {
+	if b == nil { // no etcd: the adapter's own pacing is all there is
+		return nil
+	}
 	key := b.pfx + strconv.Itoa(buckets) + "/" + strconv.Itoa(bucket)
 	// A lease expires no sooner than its TTL, in whole seconds: one
 	// more than the window, for the IDENTIFY's own way to Discord.
