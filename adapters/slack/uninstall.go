@@ -19,7 +19,8 @@ import (
 // fail at once with ErrUninstalled (which chat drops as undeliverable),
 // and Options.Uninstalled is told, to stop its sessions. An event the
 // workspace sends after that means pinplan was installed again: its
-// workspace starts fresh, as it does when Installed is told.
+// workspace starts fresh, as it does when Installed is told, or when
+// its calls find a new installation in the store (recheckGone).
 
 // routeInstall handles app_uninstalled and tokens_revoked, on a queue of
 // their own for the workspace, acknowledged once handled (or after
@@ -93,10 +94,14 @@ func (a *Adapter) closeSpaces(id, team string) []string {
 		}
 	}
 	a.mu.Unlock()
-	teams := []string{}
+	teams, org := []string{}, false
 	for _, w := range served {
 		w.tokens.uninstall(now)
 		teams = append(teams, w.team)
+		org = org || w.org() == id
+	}
+	if org { // id is the org's, not a workspace's
+		teams = slices.DeleteFunc(teams, func(t string) bool { return t == id })
 	}
 	slices.Sort(teams)
 	return teams
@@ -119,18 +124,24 @@ func (a *Adapter) dropSends(teams []string) int {
 }
 
 // Installed tells the adapter of a new installation (install.Flow's
-// Installed): the workspaces it serves start fresh, with its token and
-// bot user, even where an earlier installation was uninstalled.
+// Installed): the workspaces it serves start fresh, with its token, bot
+// user and scopes, even where an earlier installation was uninstalled.
+// Their budgets and Retry-Afters go on: Slack counts them per workspace,
+// whatever the installation.
 func (a *Adapter) Installed(in install.Installation) {
 	if a.opts.Installations == nil {
 		return
 	}
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	var served []*workspace
 	for t, w := range a.spaces {
 		if t == in.ID || (in.Enterprise && w.org() == in.ID) {
-			delete(a.spaces, t)
+			served = append(served, w)
 		}
+	}
+	a.mu.Unlock()
+	for _, w := range served {
+		w.reset()
 	}
 }
 
@@ -146,8 +157,7 @@ func (a *Adapter) botOf(ctx context.Context, team, enterprise string, cb *slacke
 		return w.bot(), true
 	}
 	if w.tokens.uninstalledBefore(time.Unix(int64(cb.EventTime), 0)) {
-		a.Installed(install.Installation{ID: team})
-		w = a.space(team)
+		w.reset()
 	}
 	var bot string
 	for _, au := range cb.Authorizations {

@@ -79,6 +79,17 @@ func (w *workspace) org() string {
 	return w.enterprise
 }
 
+// reset makes the workspace start fresh (installed again): its
+// installation is read again, its bot user and fallbacks forgotten.
+func (w *workspace) reset() {
+	w.mu.Lock()
+	w.botUserID, w.noSessions, w.noStreams = "", false, false
+	w.mu.Unlock()
+	if w.tokens != nil {
+		w.tokens.reset()
+	}
+}
+
 // flag reads one of the workspace's fallbacks (noSessions, noStreams).
 func (w *workspace) flag(f *bool) bool {
 	w.mu.Lock()
@@ -351,14 +362,20 @@ func (s *tokenSource) reinstalled(ctx context.Context) bool {
 	s.checked = now
 	gone := s.gone
 	s.mu.Unlock()
-	in, err := s.a.opts.Installations.Find(ctx, s.team, s.a.space(s.team).org())
+	w := s.a.space(s.team)
+	in, err := s.a.opts.Installations.Find(ctx, s.team, w.org())
 	if err != nil || (!in.InstalledAt.IsZero() && !in.InstalledAt.After(gone)) {
 		return false
 	}
+	w.reset()
+	return true
+}
+
+// reset forgets the installation in hand and any uninstall.
+func (s *tokenSource) reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.gone, s.found = time.Time{}, false
-	return true
+	s.in, s.found, s.gone, s.checked = install.Installation{}, false, time.Time{}, time.Time{}
 }
 
 // uninstall marks the workspace uninstalled: its calls fail at once.

@@ -102,9 +102,9 @@ func BenchmarkWorkspaceRound(b *testing.B) {
 
 // BenchmarkWorkspaceLookup measures what many workspaces add to each
 // call, without Slack: the workspace of a thread and its bot token.
-// warm: the workspace is in memory (every call after a workspace's
-// first); cold: it is made again and its installation read and opened
-// from the store each time (a workspace's first call, or one after
+// warm: the workspace and its token are in memory (every call after a
+// workspace's first); cold: its installation is read and opened from
+// the store each time (a workspace's first call, or one after
 // Installed).
 func BenchmarkWorkspaceLookup(b *testing.B) {
 	for _, kind := range benchStores {

@@ -438,6 +438,18 @@ func TestOrgInstallServesItsWorkspaces(t *testing.T) {
 	if _, err := r.a.PostPlan(ctx, outside, plan()); !errors.Is(err, ErrUninstalled) {
 		t.Errorf("a workspace outside the org: %v, want ErrUninstalled", err)
 	}
+	for _, body := range r.fake.Uninstall("E1") {
+		postEvent(t, r.a, body)
+	}
+	r.mu.Lock()
+	told := slices.Clone(r.uninstalled)
+	r.mu.Unlock()
+	if _, err := r.x.Get(ctx, "E1"); !errors.Is(err, install.ErrNotInstalled) || !slices.Equal(told, []string{"E1:T5,T6"}) {
+		t.Errorf("the org's uninstall: installation %v, told %v; want it deleted, E1:T5,T6 told", err, told)
+	}
+	if _, err := r.a.PostPlan(ctx, resumed, plan()); !errors.Is(err, ErrUninstalled) {
+		t.Errorf("a workspace of the uninstalled org: %v, want ErrUninstalled", err)
+	}
 }
 
 // TestSocketModeServesEveryWorkspace: one app-level connection takes the
