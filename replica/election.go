@@ -35,29 +35,34 @@ type Gateway interface {
 // Election puts each shard of the Discord gateway where it belongs
 // (DESIGN §14, §20). Discord gives a bot one session per shard, so with
 // replicas each shard is held by one of them, elected under
-// <prefix>election/discord/<shard> on the replica's own lease: it holds
-// the shard exactly as long as it is a live replica, and when it dies or
-// loses its lease the key goes with the lease and the next in line opens
-// the shard within the TTL. Every replica stands for every shard, so the
-// oldest one standing holds them all and the next takes them over one
-// by one; shards are not spread (a replica cannot tell which others run
-// Discord). Every replica makes the REST calls of the threads it holds.
-// Without etcd the process holds every shard.
+// <prefix>election/discord/<shard>-of-<count> on the replica's own
+// lease: it holds the shard exactly as long as it is a live replica, and
+// when it dies or loses its lease the key goes with the lease and the
+// next in line opens the shard within the TTL. Every replica stands for
+// every shard, so the oldest one standing holds them all and the next
+// takes them over one by one; shards are not spread (moving a held shard
+// costs an IDENTIFY and a gap to catch up). The count is in the key:
+// replicas that disagree on it (PINPLAN_DISCORD_SHARDS set on some, or
+// GET /gateway/bot's count changed between their starts) then each hold
+// a whole set, whose events the dedupe takes once, rather than a mix of
+// shards of two counts that misses guilds. Every replica makes the REST
+// calls of the threads it holds. Without etcd the process holds every
+// shard.
 type Election struct {
 	gw  Gateway
 	cli *clientv3.Client   // nil without etcd
 	rep *etcdstore.Replica // nil without etcd
-	pfx string             // the elections' prefix, a shard's number after it
+	pfx string             // the elections' prefix (key)
 	log *slog.Logger
 
 	sess       *concurrency.Session // on the replica's lease; never closed here (Close would revoke it)
 	stopClient context.CancelFunc   // ends the election client's context
 	wg         sync.WaitGroup       // the campaigns and the observers
 
-	mu      sync.Mutex     // guards held, leaders and shards
+	mu      sync.Mutex     // guards held and leaders, and shards until Start returns
 	held    map[int]bool   // the shards this process holds now
 	leaders map[int]string // each shard's elected replica id, as last observed
-	shards  int            // the shard count, once started
+	shards  int            // the shard count, set by Start before the campaigns
 }
 
 // NewElection returns the election for gw under <prefix>election/discord
@@ -204,8 +209,10 @@ func (g *Election) Status() string {
 	return b.String()
 }
 
-// key is the election prefix of shard.
-func (g *Election) key(shard int) string { return g.pfx + "/" + strconv.Itoa(shard) }
+// key is the election prefix of shard: <shard>-of-<count> under pfx.
+func (g *Election) key(shard int) string {
+	return g.pfx + "/" + strconv.Itoa(shard) + "-of-" + strconv.Itoa(g.shards)
+}
 
 // campaign stands for a shard until ctx ends or the replica is lost,
 // and holds it for each term it wins.
