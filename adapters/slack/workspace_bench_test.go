@@ -32,10 +32,8 @@ func spacesRig(b *testing.B, kind string) (*Adapter, func(i int) chat.Thread) {
 	opts := Options{APIURL: srv.URL + "/api/", EditsPerMinute: 1e9}
 	if kind == "one-token" {
 		opts.BotToken = "xoxb-bench"
-		a := New(opts)
-		return a, func(int) chat.Thread {
-			return chat.Thread{Platform: "slack", Key: Key("T1", "C1", "1.1"), Channel: "C1", ThreadID: "1.1"}
-		}
+		th := chat.Thread{Platform: "slack", Key: Key("T1", "C1", "1.1"), Channel: "C1", ThreadID: "1.1"}
+		return New(opts), func(int) chat.Thread { return th }
 	}
 	var st install.Store = &memInstalls{}
 	if kind == "bbolt" {
