@@ -34,7 +34,7 @@ var allowed = map[string][]string{
 	"chat":               {"agent", "todo", "internal/serial"},
 	"chat/chattest":      {"agent", "todo", "internal/serial"},
 	"adapters/web":       {"chat", "agent", "todo", "internal/serial"},
-	"adapters/slack":     {"chat", "agent", "todo", "internal/serial"},
+	"adapters/slack":     {"chat", "agent", "todo", "internal/serial", "adapters/slack/install"},
 	"adapters/discord":   {"chat", "agent", "todo", "internal/serial"},
 	// adapters/slack/install is the Slack installations (OAuth, sealed
 	// tokens, refresh): it keeps them through a small Store interface,

@@ -281,6 +281,10 @@ func (l *loader) read() *Config {
 	}
 }
 
+// Slack reports whether Slack runs: with one workspace's bot token, or
+// with the OAuth app that installs many (DESIGN §14).
+func (c *Config) Slack() bool { return c.SlackBotToken != "" || c.SlackClientID != "" }
+
 // checkSlack refuses a Slack bot token without a way to receive events,
 // and a way to receive them without the bot token or the OAuth app
 // that installs workspaces; the OAuth app needs its secret, its
@@ -299,6 +303,9 @@ func checkSlack(l *loader, c *Config) {
 	}
 	if !oauth {
 		return
+	}
+	if c.SlackBotToken != "" {
+		l.fail("SLACK_BOT_TOKEN", "and SLACK_CLIENT_ID are both set: set one. With the OAuth app, install the bot token's workspace too, at https://<your host>/slack/install, and unset SLACK_BOT_TOKEN")
 	}
 	switch {
 	case c.SlackClientID == "":
@@ -527,7 +534,7 @@ func (c *Config) Describe(demo bool) string {
 	}
 	return fmt.Sprintf("%s http=%s web=%s %s stream=%t slack=%t discord=%t mcp=%s",
 		db, c.HTTPAddr, web, model, c.Stream,
-		c.SlackBotToken != "", c.DiscordBotToken != "", strings.Join(names, ","))
+		c.Slack(), c.DiscordBotToken != "", strings.Join(names, ","))
 }
 
 // RedactURL keeps a URL's scheme, host and path and replaces its user

@@ -56,6 +56,7 @@ func TestErrorsNameTheKey(t *testing.T) {
 		{"oauth secret", oauthWithout("SLACK_CLIENT_SECRET"), "SLACK_CLIENT_SECRET"},
 		{"oauth id", oauthWithout("SLACK_CLIENT_ID"), "SLACK_CLIENT_ID"},
 		{"oauth events", oauthWithout("SLACK_APP_TOKEN"), "SLACK_APP_TOKEN"},
+		{"oauth and a token", with(oauthWithout(""), "SLACK_BOT_TOKEN", "xoxb-1-2-abc"), "set one"},
 		{"forums", map[string]string{"PINPLAN_DISCORD_FORUMS": "1, two words"}, "PINPLAN_DISCORD_FORUMS"},
 		{"shards", map[string]string{"PINPLAN_DISCORD_SHARDS": "-1"}, "PINPLAN_DISCORD_SHARDS"},
 	}

@@ -54,7 +54,7 @@ var settings = []setting{
 	{name: "SLACK_API_URL", group: groupSlack, doc: "Slack's Web API base URL (the tests point it at a fake)"},
 	{name: "PINPLAN_SLACK_PLAN_BLOCKS", group: groupSlack, doc: "Slack's native plan/task-card blocks (falls back to standard Block Kit)"},
 	{name: "PINPLAN_SLACK_EDITS_PER_MINUTE", group: groupSlack, doc: "pace of Slack plan posts and edits for the workspace"},
-	{name: "SLACK_CLIENT_ID", group: groupSlack, doc: "with `SLACK_CLIENT_SECRET`: install in many workspaces by OAuth v2 (`/slack/install`); each workspace's installation is kept in the store (see [Slack](slack.md#many-workspaces)). `SLACK_BOT_TOKEN` may stay set for the one workspace it names"},
+	{name: "SLACK_CLIENT_ID", group: groupSlack, doc: "with `SLACK_CLIENT_SECRET`: install in many workspaces by OAuth v2 (`/slack/install`); each workspace's installation is kept in the store (see [Slack](slack.md#many-workspaces)). Set it instead of `SLACK_BOT_TOKEN`, not beside it: the one-token workspace is installed at `/slack/install` like the others"},
 	{name: "SLACK_CLIENT_SECRET", group: groupSlack, doc: "the app's client secret (Basic Information -> App Credentials)"},
 	{name: "SLACK_REDIRECT_URL", group: groupSlack, doc: "`https://<your host>/slack/oauth_redirect`, as listed in the app's OAuth & Permissions -> Redirect URLs; needed with `SLACK_CLIENT_ID`"},
 	{name: "PINPLAN_SECRET_KEY", group: groupSlack, doc: "at least 32 characters (`openssl rand -base64 32`): seals the installed workspaces' tokens in the store; needed with `SLACK_CLIENT_ID`. Keep it: tokens sealed with another key do not open (reinstall the app then)"},

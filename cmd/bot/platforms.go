@@ -66,22 +66,31 @@ type platforms struct {
 
 // newPlatforms makes the console, and Slack and Discord when their
 // tokens are set; each is given its inbox when it starts (Main.Start).
-func newPlatforms(cfg *config.Config, st stores, demo bool, modelName string, log *slog.Logger) (platforms, error) {
+// uninstalled is told of a Slack installation deleted by app_uninstalled
+// or tokens_revoked, with the teams it served here.
+func newPlatforms(cfg *config.Config, st stores, demo bool, modelName string, uninstalled func(id string, teams []string), log *slog.Logger) (platforms, error) {
 	ws := web.NewReadModel(st.records, st.sessions)
 	console := web.New(web.Options{Store: ws, Usage: ws, DailyBudget: int64(cfg.UserTokens), Demo: demo, Model: modelName, Stream: cfg.Stream, FileBytes: int64(cfg.FileBytes), Logger: log.With("adapter", "web")})
 	ps := platforms{console: console, byName: map[string]chat.Platform{"web": console}}
-	_, flow, err := slackInstalls(cfg, st, log)
+	installs, flow, err := slackInstalls(cfg, st, log)
 	if err != nil {
 		return ps, err
 	}
-	ps.slackInstall = flow
-	if cfg.SlackBotToken != "" {
-		ps.slack = slackadapter.New(slackadapter.Options{
+	if cfg.Slack() {
+		opts := slackadapter.Options{
 			BotToken: cfg.SlackBotToken.Reveal(), AppToken: cfg.SlackAppToken.Reveal(), SigningSecret: cfg.SlackSigningSecret.Reveal(),
 			APIURL: cfg.SlackAPIURL, NativePlan: cfg.SlackPlanBlocks, EditsPerMinute: float64(cfg.SlackEditsPerMin), Stream: cfg.Stream,
 			Dedupe: st.chat.Dedupe, Sessions: ws.Listed, Logger: log.With("adapter", "slack"),
-		})
+		}
+		if installs != nil { // many workspaces (DESIGN §14)
+			opts.Installations, opts.Refresh, opts.Uninstalled = installs, flow.Refresh, uninstalled
+		}
+		ps.slack = slackadapter.New(opts)
 		ps.byName["slack"] = ps.slack
+	}
+	if flow != nil {
+		flow.Installed = ps.slack.Installed // a reinstall starts fresh at once
+		ps.slackInstall = flow
 	}
 	if cfg.DiscordBotToken != "" {
 		dsc, err := discordadapter.New(discordadapter.Options{Token: cfg.DiscordBotToken.Reveal(), APIURL: cfg.DiscordAPIURL,

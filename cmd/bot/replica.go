@@ -76,7 +76,7 @@ func replicaID(cfg *config.Config) string {
 // only sessions of these (DESIGN §14).
 func replicaPlatforms(cfg *config.Config) []string {
 	platforms := []string{"web"}
-	if cfg.SlackBotToken != "" {
+	if cfg.Slack() {
 		platforms = append(platforms, "slack")
 	}
 	if cfg.DiscordBotToken != "" {

@@ -145,7 +145,7 @@ func (m *Main) build(ctx context.Context) error {
 		return err
 	}
 	m.later(m.wg.Wait)
-	if m.ps, err = newPlatforms(cfg, m.st, m.demo, modelName, log); err != nil {
+	if m.ps, err = newPlatforms(cfg, m.st, m.demo, modelName, m.slackUninstalled, log); err != nil {
 		return err
 	}
 	if m.ps.discord != nil { // before the listener serves
@@ -361,4 +361,31 @@ func (m *Main) resume(ctx context.Context) (n, pending int, err error) {
 		m.log.Error("resume sessions", "err", err)
 	}
 	return n, pending, nil
+}
+
+// slackUninstalled stops the turns of the sessions of the Slack teams an
+// installation served once it is uninstalled (DESIGN §14): a turn this
+// replica runs, or one waiting for a decision on any replica. Their
+// sends to Slack are dropped by the adapter (slackadapter.ErrUninstalled).
+func (m *Main) slackUninstalled(id string, teams []string) {
+	if m.runner == nil || len(teams) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	infos, err := m.st.sessions(ctx)
+	if err != nil {
+		m.log.Error("stop the sessions of an uninstalled Slack workspace", "installation", id, "err", err)
+		return
+	}
+	stopped := 0
+	for _, in := range infos {
+		key := in.Checkpoint.Key
+		for _, team := range teams {
+			if strings.HasPrefix(key, "slack/"+team+"/") && m.runner.Stop(key, "the workspace's uninstall") {
+				stopped++
+			}
+		}
+	}
+	m.log.Info("Slack workspace uninstalled: its sessions stopped", "installation", id, "teams", teams, "stopped", stopped)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -143,5 +144,116 @@ func TestSlackInstallByOAuth(t *testing.T) {
 	}
 	if bytes.Contains(raw, []byte("xoxb-")) || !bytes.Contains(raw, []byte("T2")) {
 		t.Errorf("the bbolt file holds a bot token in the clear (xoxb-), or no installation of T2")
+	}
+}
+
+// workspaceRig is a bot on the OAuth app (no SLACK_BOT_TOKEN) with the
+// fake's workspaces T2 and T3, and T4 and T5 of the org E1, each with
+// its channel C2 to C5.
+func workspaceRig(t *testing.T) *slackRig {
+	t.Helper()
+	r := newSlackRig(t, 3, 20*time.Millisecond, true)
+	r.slack.App = &fakeslack.App{ClientID: oauthClientID, ClientSecret: oauthClientSecret, RedirectURL: oauthRedirect, TokenRotation: true}
+	for _, tm := range []fakeslack.Team{{ID: "T2", Name: "Second", Channels: []string{"C2"}}, {ID: "T3", Name: "Third", Channels: []string{"C3"}},
+		{ID: "T4", Name: "Org one", EnterpriseID: "E1", Channels: []string{"C4"}}, {ID: "T5", Name: "Org two", EnterpriseID: "E1", Channels: []string{"C5"}}} {
+		r.slack.AddTeam(tm)
+	}
+	env := oauthEnv(r.env["PINPLAN_DB"], r.slackURL)
+	for _, k := range []string{"OPENAI_BASE_URL", "OPENAI_API_KEY"} {
+		env[k] = r.env[k]
+	}
+	r.env = env
+	return r
+}
+
+// workspaceMention is a mention of the bot user bot in channel.
+func workspaceMention(bot, channel, ts, text string) map[string]any {
+	m := mention(channel, ts, text)
+	m["text"] = "<@" + bot + "> " + text
+	return m
+}
+
+// callsIn are the calls of method made on channel.
+func callsIn(s *fakeslack.Server, method, channel string) []fakeslack.Call {
+	var out []fakeslack.Call
+	for _, c := range s.Calls(method) {
+		if c.Params["channel"] == channel {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// TestSlackWorkspacesByOAuth: through the binary with the OAuth app and no
+// SLACK_BOT_TOKEN, two workspaces and an org-wide install of two more,
+// each installed by the OAuth flow, answer in their own threads with
+// their own tokens; a call that meets token_expired is answered after
+// one refresh; an uninstalled workspace gets nothing more, while the
+// others go on.
+func TestSlackWorkspacesByOAuth(t *testing.T) {
+	t.Parallel()
+	r := workspaceRig(t)
+	p := r.start(t)
+	defer p.stop(t)
+	installWorkspace(t, p, r.slack, fakeslack.Install{TeamID: "T2", TeamName: "Second", UserID: "U9"})
+	installWorkspace(t, p, r.slack, fakeslack.Install{TeamID: "T3", TeamName: "Third", UserID: "U9"})
+	installWorkspace(t, p, r.slack, fakeslack.Install{EnterpriseID: "E1", Enterprise: true, UserID: "U9"})
+
+	spaces := []struct{ channel, bot, install string }{{"C2", "UBT2", "T2"}, {"C3", "UBT3", "T3"}, {"C4", "UBE1", "E1"}, {"C5", "UBE1", "E1"}}
+	for i, w := range spaces {
+		if _, err := r.slack.Push(fmt.Sprintf("EvWs%d", i), workspaceMention(w.bot, w.channel, fmt.Sprintf("1700000%d00.000100", i), "plan it")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, w := range spaces {
+		waitReply(t, r.slack, w.channel, fmt.Sprintf("1700000%d00.000100", i), "All done")
+		for _, c := range append(callsIn(r.slack, "chat.postMessage", w.channel), callsIn(r.slack, "chat.update", w.channel)...) {
+			if c.Team != w.install {
+				t.Errorf("%s on %s with the token of %q, want %s's", c.Method, w.channel, c.Team, w.install)
+			}
+		}
+		if n := len(r.slack.Pinned(w.channel)); n != 1 {
+			t.Errorf("%s: %d pinned, want the plan", w.channel, n)
+		}
+	}
+	for _, c := range r.slack.Calls("") {
+		if c.Error == "channel_not_found" || c.Error == "not_authed" || c.Error == "invalid_auth" {
+			t.Errorf("%s on %s answered %s", c.Method, c.Params["channel"], c.Error)
+		}
+	}
+
+	// T2's token expires under it: the next call meets token_expired and
+	// goes through after one refresh.
+	before := r.slack.Refreshes()
+	r.slack.ExpireTokens("T2")
+	if _, err := r.slack.Push("EvWsExpired", workspaceMention("UBT2", "C2", "1700000900.000100", "plan it again")); err != nil {
+		t.Fatal(err)
+	}
+	waitReply(t, r.slack, "C2", "1700000900.000100", "All done")
+	expired := 0
+	for _, c := range r.slack.Calls("") {
+		if c.Error == "token_expired" {
+			expired++
+		}
+	}
+	if got := r.slack.Refreshes() - before; got != 1 || expired != 1 {
+		t.Errorf("after T2's token expired: %d refreshes, %d calls answered token_expired; want 1 and 1", got, expired)
+	}
+
+	// T3 uninstalls: nothing more is sent there; T2 goes on.
+	r.slack.Uninstall("T3")
+	waitFor(t, 10*time.Second, "the uninstall handled", func() bool { return strings.Contains(p.stderr.String(), "Slack workspace uninstalled") })
+	sent := len(r.slack.Calls(""))
+	if _, err := r.slack.Push("EvWsGone", workspaceMention("UBT3", "C3", "1700000950.000100", "are you there")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.slack.Push("EvWsStill", workspaceMention("UBT2", "C2", "1700000960.000100", "still here")); err != nil {
+		t.Fatal(err)
+	}
+	waitReply(t, r.slack, "C2", "1700000960.000100", "All done")
+	for _, c := range r.slack.Calls("")[sent:] {
+		if c.Team == "T3" || c.Params["channel"] == "C3" {
+			t.Errorf("after T3's uninstall: %s on %q (%s)", c.Method, c.Params["channel"], c.Team)
+		}
 	}
 }

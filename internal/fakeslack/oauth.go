@@ -129,6 +129,21 @@ func (s *Server) ExpireToken(token string) {
 	}
 }
 
+// ExpireTokens makes every token issued to installation id (a team or
+// org id) expire now, as ExpireToken does for one: for a test that does
+// not see the bot's tokens.
+func (s *Server) ExpireTokens(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.oauthLocked()
+	for tok, t := range o.tokens {
+		if t.team == id {
+			t.expires = time.Now().Add(-time.Second)
+			o.tokens[tok] = t
+		}
+	}
+}
+
 // tokenCodeLocked is the error a call with an OAuth-issued token meets:
 // token_expired once it expired, token_revoked once its installation
 // went; "" for a good one or a token the OAuth flow did not issue.
