@@ -61,7 +61,7 @@ type platforms struct {
 	// slackInstall is Slack's OAuth v2 install (/slack/install and
 	// /slack/oauth_redirect), with SLACK_CLIENT_ID; nil without it.
 	slackInstall *install.Flow
-	byName  map[string]chat.Platform
+	byName       map[string]chat.Platform
 }
 
 // newPlatforms makes the console, and Slack and Discord when their
