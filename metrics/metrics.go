@@ -202,17 +202,24 @@ func Replica(reg *prometheus.Registry, rep *etcdstore.Replica) {
 	)
 }
 
-// Gateway registers pinplan_discord_gateway_leader: whether gw, the
-// Discord gateway's election, is held here.
-func Gateway(reg *prometheus.Registry, gw interface{ Held() bool }) {
+// Gateway registers pinplan_discord_gateway_leader, whether gw, the
+// Discord gateway's elections, are held here (any shard), and
+// pinplan_discord_shards_held, how many of its shards are (DESIGN §20).
+func Gateway(reg *prometheus.Registry, gw interface {
+	Held() bool
+	HeldShards() []int
+}) {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pinplan_discord_gateway_leader",
-		Help: "1 while this process holds the Discord gateway: the elected replica, or the only process without etcd."},
+		Help: "1 while this process holds the Discord gateway (at least one shard): an elected replica, or the only process without etcd."},
 		func() float64 {
 			if gw.Held() {
 				return 1
 			}
 			return 0
-		}))
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pinplan_discord_shards_held",
+			Help: "The Discord gateway's shards this process holds."},
+			func() float64 { return float64(len(gw.HeldShards())) }))
 }
 
 // Dropped registers pinplan_events_dropped_total: the agent's events each

@@ -95,7 +95,8 @@ func newPlatforms(cfg *config.Config, st stores, demo bool, modelName string, un
 	if cfg.DiscordBotToken != "" {
 		dsc, err := discordadapter.New(discordadapter.Options{Token: cfg.DiscordBotToken.Reveal(), APIURL: cfg.DiscordAPIURL,
 			ThreadPerTask: cfg.DiscordThreadPerTask, Forums: cfg.DiscordForums, ComponentsV2: cfg.DiscordComponentsV2, Stream: cfg.Stream, Marks: st.marks, Logger: log.With("adapter", "discord"),
-			Commands: true, Guild: cfg.DiscordGuild, ApplicationID: cfg.DiscordAppID, Sessions: ws.Listed})
+			Commands: true, Guild: cfg.DiscordGuild, ApplicationID: cfg.DiscordAppID, Sessions: ws.Listed, Shards: cfg.DiscordShards,
+			Identify: identifyLimiter(st, cfg.EtcdPrefix)})
 		if err != nil {
 			return ps, err
 		}
@@ -129,4 +130,14 @@ func slackInstalls(cfg *config.Config, st stores, log *slog.Logger) (*install.In
 // (a fake's likewise).
 func slackAuthorizeURL(apiURL string) string {
 	return strings.TrimSuffix(strings.TrimSuffix(apiURL, "/"), "/api") + "/oauth/v2/authorize"
+}
+
+// identifyLimiter shares Discord's identify buckets among the replicas
+// on etcd (DESIGN §20); nil without etcd, where the adapter paces its
+// own shards.
+func identifyLimiter(st stores, prefix string) discordadapter.IdentifyLimiter {
+	if st.etcd == nil {
+		return nil
+	}
+	return replica.NewIdentifyBuckets(st.etcd, prefix)
 }
