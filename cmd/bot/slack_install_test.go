@@ -257,3 +257,70 @@ func TestSlackWorkspacesByOAuth(t *testing.T) {
 		}
 	}
 }
+
+// TestSlackWorkspacesOnReplicas: the same on three replicas on etcd. An
+// install begun at one replica is finished at another; both workspaces
+// answer in their own threads, spread over the replicas' connections;
+// when T2's token expires under mentions that reach every replica, it is
+// refreshed once across them.
+func TestSlackWorkspacesOnReplicas(t *testing.T) {
+	t.Parallel()
+	r := newReplicaRig(t, 2)
+	r.slack.App = &fakeslack.App{ClientID: oauthClientID, ClientSecret: oauthClientSecret, RedirectURL: oauthRedirect, TokenRotation: true}
+	r.slack.AddTeam(fakeslack.Team{ID: "T2", Name: "Second", Channels: []string{"C2"}})
+	r.slack.AddTeam(fakeslack.Team{ID: "T3", Name: "Third", Channels: []string{"C3"}})
+	delete(r.env, "SLACK_BOT_TOKEN")
+	for k, v := range oauthEnv("", "") {
+		if k != "PINPLAN_DB" && k != "SLACK_API_URL" && k != "PINPLAN_HTTP_ADDR" {
+			r.env[k] = v
+		}
+	}
+	ps := []*botProc{r.start(t, 0), r.start(t, 1), r.start(t, 2)}
+	defer func() {
+		for _, p := range ps {
+			p.stop(t)
+		}
+	}()
+	b := newInstallBrowser(t)
+	back := b.beginInstall(t, ps[0], r.slack, fakeslack.Install{TeamID: "T2", TeamName: "Second", UserID: "U9"})
+	if status, _, body := b.get(t, ps[1].URL, back); status != http.StatusOK || !strings.Contains(body, "installed in Second") {
+		t.Fatalf("install begun at r0, finished at r1: %d %s\n%s", status, body, stderrs(ps...))
+	}
+	installWorkspace(t, ps[2], r.slack, fakeslack.Install{TeamID: "T3", TeamName: "Third", UserID: "U9"})
+
+	threads := func(prefix string, round int) {
+		for i := range 3 {
+			for _, w := range []struct{ channel, bot string }{{"C2", "UBT2"}, {"C3", "UBT3"}} {
+				ts := fmt.Sprintf("17%s%d%d0.000100", w.channel[1:], round, i)
+				if _, err := r.slack.Push(fmt.Sprintf("%s%s%d", prefix, w.channel, i), workspaceMention(w.bot, w.channel, ts, "plan it")); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for i := range 3 {
+			for _, ch := range []string{"C2", "C3"} {
+				waitReply(t, r.slack, ch, fmt.Sprintf("17%s%d%d0.000100", ch[1:], round, i), "All done")
+			}
+		}
+	}
+	threads("EvRep", 1)
+	for _, c := range r.slack.Calls("") {
+		if ch := c.Params["channel"]; (ch == "C2" && c.Team != "T2") || (ch == "C3" && c.Team != "T3") {
+			t.Errorf("%s on %s with the token of %q", c.Method, ch, c.Team)
+		}
+	}
+
+	before := r.slack.Refreshes()
+	r.slack.ExpireTokens("T2")
+	threads("EvRepExp", 2)
+	expired := 0
+	for _, c := range r.slack.Calls("") {
+		if c.Error == "token_expired" {
+			expired++
+		}
+	}
+	if got := r.slack.Refreshes() - before; got != 1 || expired == 0 {
+		t.Errorf("%d refreshes of T2's expired token across three replicas, %d calls met token_expired; want 1 refresh\n%s", got, expired, stderrs(ps...))
+	}
+	t.Logf("%d calls met token_expired; 1 refresh", expired)
+}
