@@ -9,6 +9,8 @@ import (
 
 	"github.com/pinplan/pinplan/adapters/slack/install"
 	"github.com/pinplan/pinplan/chat"
+	"github.com/pinplan/pinplan/etcdstore"
+	"github.com/pinplan/pinplan/internal/etcdtest"
 	"github.com/pinplan/pinplan/internal/fakeslack"
 	"github.com/pinplan/pinplan/store"
 )
@@ -18,8 +20,9 @@ import (
 const benchSpaces = 1000
 
 // benchStores are the installation stores the benchmarks run on: none
-// (SLACK_BOT_TOKEN alone), in memory, and a real bbolt file.
-var benchStores = []string{"one-token", "mem", "bbolt"}
+// (SLACK_BOT_TOKEN alone), in memory, a real bbolt file and an embedded
+// etcd (one member, over loopback).
+var benchStores = []string{"one-token", "mem", "bbolt", "etcd"}
 
 // spacesRig is an adapter on a fake Slack with benchSpaces workspaces
 // (team T<i>, channel C<i>, token xoxb-T<i>), installed in the named
@@ -36,13 +39,20 @@ func spacesRig(b *testing.B, kind string) (*Adapter, func(i int) chat.Thread) {
 		return New(opts), func(int) chat.Thread { return th }
 	}
 	var st install.Store = &memInstalls{}
-	if kind == "bbolt" {
+	switch kind {
+	case "bbolt":
 		db, err := store.Open(filepath.Join(b.TempDir(), "pinplan.db"), store.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { db.Close() })
 		st = db
+	case "etcd":
+		es, err := etcdstore.New(context.Background(), etcdtest.Start(b).Client(b), etcdstore.Options{Prefix: "/pinplan/"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		st = es
 	}
 	seal, err := install.NewSealer("0123456789abcdef0123456789abcdef-bench")
 	if err != nil {
