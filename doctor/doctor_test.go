@@ -366,3 +366,26 @@ func TestMCPServerThatDoesNotStart(t *testing.T) {
 	rep, out := run(t, w.env, doctor.Options{Timeout: 5 * time.Second})
 	want(t, rep, out, "mcp", "gone", doctor.Failed, "[mcp.gone] in PINPLAN_CONFIG")
 }
+
+// TestSlackOAuthApp: with the OAuth app of many workspaces, the doctor
+// checks its client id and secret at oauth.v2.access with a code Slack
+// never issued: right ones pass, a wrong secret or id is named.
+func TestSlackOAuthApp(t *testing.T) {
+	w := newWorld(t)
+	w.slack.App = &fakeslack.App{ClientID: "1111.2222", ClientSecret: "app-client-secret", RedirectURL: "https://pinplan.test/slack/oauth_redirect"}
+	delete(w.env, "SLACK_BOT_TOKEN")
+	w.env["SLACK_CLIENT_ID"], w.env["SLACK_CLIENT_SECRET"] = "1111.2222", "app-client-secret"
+	w.env["SLACK_REDIRECT_URL"], w.env["PINPLAN_SECRET_KEY"] = "https://pinplan.test/slack/oauth_redirect", "0123456789abcdef0123456789abcdef-doctor"
+	rep, out := run(t, w.env, doctor.Options{})
+	want(t, rep, out, "slack", "OAuth app", doctor.OK, "SLACK_CLIENT_ID", "/slack/install")
+	if strings.Contains(out, "app-client-secret") || strings.Contains(out, "0123456789abcdef0123456789abcdef-doctor") {
+		t.Errorf("the report shows the client secret or the secret key:\n%s", out)
+	}
+
+	w.env["SLACK_CLIENT_SECRET"] = "another-secret"
+	rep, out = run(t, w.env, doctor.Options{})
+	want(t, rep, out, "slack", "OAuth app", doctor.Failed, "SLACK_CLIENT_SECRET")
+	w.env["SLACK_CLIENT_ID"], w.env["SLACK_CLIENT_SECRET"] = "9999.0000", "app-client-secret"
+	rep, out = run(t, w.env, doctor.Options{})
+	want(t, rep, out, "slack", "OAuth app", doctor.Failed, "SLACK_CLIENT_ID")
+}

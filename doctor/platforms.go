@@ -1,11 +1,13 @@
 package doctor
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -37,14 +39,21 @@ var manifestScopes = []struct {
 // slackCall calls a Slack Web API method with token and returns the
 // decoded answer and the token's scopes (X-OAuth-Scopes).
 func (d *doctor) slackCall(ctx context.Context, method, token string) (map[string]any, string, error) {
+	return d.slackForm(ctx, method, token, nil)
+}
+
+// slackForm is slackCall with form values; token "" sends none.
+func (d *doctor) slackForm(ctx context.Context, method, token string, form url.Values) (map[string]any, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.opts.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.cfg.SlackAPIURL+method, strings.NewReader(""))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.cfg.SlackAPIURL+method, strings.NewReader(form.Encode()))
 	if err != nil {
 		return nil, "", err
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Authorization", "Bearer "+token)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := d.opts.HTTPClient.Do(req)
 	if err != nil {
 		return nil, "", fmt.Errorf("no answer from Slack at %s: %w", config.RedactURL(d.cfg.SlackAPIURL), err)
@@ -75,13 +84,15 @@ func slackRefusal(code, key string) string {
 // hands out a Socket Mode URL and connects nothing).
 func (d *doctor) slack(ctx context.Context) {
 	d.tokenRows("slack")
-	if d.cfg.SlackBotToken == "" {
+	switch {
+	case d.cfg.SlackClientID != "":
+		d.slackApp(ctx)
+	case d.cfg.SlackBotToken == "":
 		d.r.add("slack", "tokens", Skipped, "SLACK_BOT_TOKEN", "not set: Slack does not run")
 		return
-	}
-	if d.bad["SLACK_BOT_TOKEN"] {
+	case d.bad["SLACK_BOT_TOKEN"]:
 		d.r.add("slack", "auth.test", Skipped, "SLACK_BOT_TOKEN", "not asked: fix the token's shape first")
-	} else {
+	default:
 		d.slackBot(ctx)
 	}
 	switch {
@@ -102,6 +113,30 @@ func (d *doctor) slack(ctx context.Context) {
 		default:
 			d.r.add("slack", "Socket Mode", OK, "SLACK_APP_TOKEN", "apps.connections.open gives a connection URL")
 		}
+	}
+}
+
+// slackApp checks the OAuth app's credentials (many workspaces, DESIGN
+// §14): oauth.v2.access with a code Slack never issued answers
+// invalid_code when the client id and secret are right, and names the
+// one that is wrong otherwise. No installation is made or read.
+func (d *doctor) slackApp(ctx context.Context) {
+	out, _, err := d.slackForm(ctx, "oauth.v2.access", "", url.Values{"client_id": {d.cfg.SlackClientID},
+		"client_secret": {d.cfg.SlackClientSecret.Reveal()}, "code": {"pinplan-doctor-check"}, "redirect_uri": {d.cfg.SlackRedirectURL}})
+	code, _ := out["error"].(string)
+	switch {
+	case err != nil:
+		d.r.add("slack", "OAuth app", Failed, "SLACK_API_URL", err.Error())
+	case code == "invalid_code":
+		d.r.add("slack", "OAuth app", OK, "SLACK_CLIENT_ID", "Slack takes the client id and secret; install workspaces at /slack/install (sends them back to "+d.cfg.SlackRedirectURL+")")
+	case code == "invalid_client_id":
+		d.r.add("slack", "OAuth app", Failed, "SLACK_CLIENT_ID", "Slack knows no app with this client id (Basic Information -> App Credentials)")
+	case code == "bad_client_secret":
+		d.r.add("slack", "OAuth app", Failed, "SLACK_CLIENT_SECRET", "the client secret is not this app's (Basic Information -> App Credentials)")
+	case code == "bad_redirect_uri":
+		d.r.add("slack", "OAuth app", Failed, "SLACK_REDIRECT_URL", "Slack does not list this redirect URL for the app (OAuth & Permissions -> Redirect URLs)")
+	default:
+		d.r.add("slack", "OAuth app", Warning, "SLACK_CLIENT_ID", "Slack answered "+cmp.Or(code, "ok")+" to a code it never issued; the credentials were not confirmed")
 	}
 }
 
