@@ -379,13 +379,31 @@ func (m *Main) slackUninstalled(id string, teams []string) {
 		return
 	}
 	stopped := 0
-	for _, in := range infos {
-		key := in.Checkpoint.Key
-		for _, team := range teams {
-			if strings.HasPrefix(key, "slack/"+team+"/") && m.runner.Stop(key, "the workspace's uninstall") {
-				stopped++
-			}
+	for _, key := range turnsOf(infos, teams) {
+		if m.runner.Stop(key, "the workspace's uninstall") {
+			stopped++
 		}
 	}
 	m.log.Info("Slack workspace uninstalled: its sessions stopped", "installation", id, "teams", teams, "stopped", stopped)
+}
+
+// turnsOf are the sessions of the Slack teams whose turn runs or waits:
+// the ones to stop. A session with no turn is left alone: with replicas
+// a stop of a session another replica holds is a request kept until
+// that session is taken, which would stop its next turn, after a
+// reinstall too.
+func turnsOf(infos []web.Session, teams []string) []string {
+	var out []string
+	for _, in := range infos {
+		c := in.Checkpoint
+		if c.State != agent.Running && c.State != agent.Waiting {
+			continue
+		}
+		for _, team := range teams {
+			if strings.HasPrefix(c.Key, "slack/"+team+"/") {
+				out = append(out, c.Key)
+			}
+		}
+	}
+	return out
 }
