@@ -224,6 +224,8 @@ type tokenSource struct {
 	// checked is when the store was last read for a reinstall of an
 	// uninstalled workspace (reinstalled).
 	checked time.Time
+	// warned is until when a failed refresh was logged (stale).
+	warned time.Time
 }
 
 // recheckGone is how often an uninstalled workspace's calls read the
@@ -233,8 +235,10 @@ const recheckGone = 30 * time.Second
 
 // token returns a bot token good for a while yet: the one in hand, or
 // refreshed before it expires (Installations.Token, once across
-// replicas). An uninstalled workspace fails at once with ErrUninstalled,
-// unless it was installed again (reinstalled).
+// replicas); while the refresh fails, the token in hand serves until it
+// expires, and the refresh is tried again after install.RefreshBackoff.
+// An uninstalled workspace fails at once with ErrUninstalled, unless it
+// was installed again (reinstalled).
 func (s *tokenSource) token(ctx context.Context) (string, error) {
 	s.mu.Lock()
 	in, found, gone := s.in, s.found, s.gone
@@ -244,7 +248,7 @@ func (s *tokenSource) token(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("slack: workspace %s: %w", s.team, ErrUninstalled)
 	case !gone.IsZero():
 		found = false // installed again: read it below
-	case found && (in.Expires.IsZero() || s.a.opts.Now().Add(install.RefreshEarly).Before(in.Expires)):
+	case found && good(in, s.a.opts.Now()):
 		return in.BotToken, nil
 	}
 	in, err := s.load(ctx, in, found)
@@ -252,6 +256,14 @@ func (s *tokenSource) token(ctx context.Context) (string, error) {
 		return "", err
 	}
 	return in.BotToken, nil
+}
+
+// good reports whether in's token serves a call at now without asking
+// the store: it does not expire, or not within install.RefreshEarly, or
+// a failed refresh is held off (RetryRefresh) while it is still good.
+func good(in install.Installation, now time.Time) bool {
+	return in.Expires.IsZero() || now.Add(install.RefreshEarly).Before(in.Expires) ||
+		(now.Before(in.RetryRefresh) && now.Before(in.Expires))
 }
 
 // load reads the installation that serves the team (found: the one in
@@ -264,19 +276,48 @@ func (s *tokenSource) load(ctx context.Context, in install.Installation, found b
 			return in, err
 		}
 	}
-	in, err := x.Token(ctx, in.ID, s.a.opts.Refresh)
+	got, err := x.Token(ctx, in.ID, s.a.opts.Refresh)
 	if errors.Is(err, install.ErrNotInstalled) {
-		return in, fmt.Errorf("slack: workspace %s: %w", s.team, ErrUninstalled)
+		return got, fmt.Errorf("slack: workspace %s: %w", s.team, ErrUninstalled)
 	}
 	if err != nil {
-		return in, fmt.Errorf("slack: workspace %s: the bot token: %w", s.team, err)
+		if got.BotToken == "" {
+			got = in // the store did not answer: the installation in hand
+		}
+		if !s.stale(got, err) {
+			return got, fmt.Errorf("slack: workspace %s: the bot token: %w", s.team, err)
+		}
 	}
 	s.mu.Lock()
-	s.in, s.found = in, true
+	s.in, s.found = got, true
 	s.mu.Unlock()
 	w := s.a.space(s.team)
-	w.learn(in.EnterpriseID, in.BotUserID)
-	return in, nil
+	w.learn(got.EnterpriseID, got.BotUserID)
+	return got, nil
+}
+
+// stale reports whether in's token, which was to be refreshed but
+// could not be (err), is still good for a call; if so it logs the
+// failure, once per refresh backoff.
+func (s *tokenSource) stale(in install.Installation, err error) bool {
+	now := s.a.opts.Now()
+	if in.BotToken == "" || !now.Before(in.Expires) {
+		return false
+	}
+	s.mu.Lock()
+	first := !now.Before(s.warned)
+	if first {
+		s.warned = now.Add(install.RefreshBackoff)
+		if in.RetryRefresh.After(s.warned) {
+			s.warned = in.RetryRefresh
+		}
+	}
+	s.mu.Unlock()
+	if first {
+		s.a.log.Warn("slack bot token not refreshed; the token in hand serves until it expires",
+			"team", s.team, "installation", in.ID, "expires", in.Expires, "retry", in.RetryRefresh, "err", err)
+	}
+	return true
 }
 
 // find looks the team's installation up: its own, else its org's (by

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -647,5 +648,41 @@ func TestHoldsSharedPerWorkspace(t *testing.T) {
 	r.a.HoldRetryAfter("T3:chat.update", until)
 	if !heldUntil(r.a.space("T3"), "chat.update").Equal(until) || heldUntil(r.a.space("T2"), "chat.update").After(until) {
 		t.Error("another replica's hold of T3 did not hold T3's calls alone")
+	}
+}
+
+// TestFailedEarlyRefreshUsesTokenInHand: a token 5 minutes from its end
+// whose early refresh fails still serves the calls, here and on another
+// replica, and the refresh is not tried again by every call.
+func TestFailedEarlyRefreshUsesTokenInHand(t *testing.T) {
+	r := newManyRig(t, true, fakeslack.Team{ID: "T2", Channels: []string{"C2"}})
+	in := r.install(t, fakeslack.Install{TeamID: "T2"})
+	ctx := context.Background()
+	in.Expires = time.Now().Add(install.RefreshEarly / 2)
+	if err := r.x.Save(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	r.a.Installed(in)
+	var n atomic.Int32
+	refresh := func(context.Context, string) (install.Refreshed, error) {
+		n.Add(1)
+		return install.Refreshed{}, errors.New("oauth.v2.access: http 503")
+	}
+	r.a.opts.Refresh = refresh
+	other := New(Options{APIURL: r.api, Installations: r.x, Refresh: refresh, Dedupe: &inboxtest.Dedupe{}})
+	if err := other.Start(t.Context(), &inboxtest.Inbox{}); err != nil {
+		t.Fatal(err)
+	}
+	th := chat.Thread{Platform: "slack", Key: Key("T2", "C2", "1.1"), Channel: "C2", ThreadID: "1.1"}
+	for i, a := range []*Adapter{r.a, r.a, r.a, other, other} {
+		if _, err := a.PostPlan(ctx, th, plan()); err != nil {
+			t.Errorf("call %d: %v; want it sent with the token in hand", i, err)
+		}
+	}
+	if got := n.Load(); got != 1 {
+		t.Errorf("%d refresh attempts, want 1 (then a backoff across replicas)", got)
+	}
+	if got := len(r.fake.Calls("chat.postMessage")); got != 5 {
+		t.Errorf("%d chat.postMessage calls, want 5", got)
 	}
 }

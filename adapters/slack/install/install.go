@@ -30,6 +30,10 @@ type Installation struct {
 	// Refreshing is when the refresh one replica claimed ends: until
 	// then the others use the token they have (Token).
 	Refreshing time.Time `json:"refreshing,omitzero"`
+	// RetryRefresh is when a refresh may be tried again after one
+	// failed: until then no replica tries, and the token in hand serves
+	// while it is good (Token).
+	RetryRefresh time.Time `json:"retry_refresh,omitzero"`
 }
 
 // Store keeps installation records by id, opaque to it: store.DB and
@@ -158,12 +162,20 @@ type Refreshed struct {
 	Expires      time.Time
 }
 
-// Refresh timing: a token is refreshed this long before it expires, and
-// a replica's claim on the refresh lasts claimFor.
+// Refresh timing: a token is refreshed this long before it expires, a
+// replica's claim on the refresh lasts claimFor, and after a failed
+// refresh no replica tries again for RefreshBackoff.
 const (
-	RefreshEarly = 10 * time.Minute
-	claimFor     = 30 * time.Second
+	RefreshEarly   = 10 * time.Minute
+	RefreshBackoff = time.Minute
+	claimFor       = 30 * time.Second
 )
+
+// ErrRefreshFailed is Token's error while a token's refresh fails: the
+// installation it returns with it holds the token as it was (good until
+// its Expires, if that is still ahead) and when the refresh is tried
+// again (RetryRefresh).
+var ErrRefreshFailed = errors.New("the bot token's refresh failed")
 
 // Token returns installation id with a bot token good for at least
 // RefreshEarly more when token rotation is on: refreshed first if it
@@ -172,7 +184,10 @@ const (
 // and stores its result, the others go on with the token they have (it
 // is still good) until the new one is stored. A token already expired
 // with a claim of another replica's running is waited for, up to the
-// claim's end.
+// claim's end. A failed refresh holds every replica's next attempt for
+// RefreshBackoff (RetryRefresh): meanwhile Token returns the
+// installation as it is with ErrRefreshFailed, and the caller may use
+// its token until it expires.
 func (x *Installations) Token(ctx context.Context, id string, refresh func(ctx context.Context, refreshToken string) (Refreshed, error)) (Installation, error) {
 	for {
 		in, err := x.Get(ctx, id)
@@ -182,6 +197,9 @@ func (x *Installations) Token(ctx context.Context, id string, refresh func(ctx c
 		now := x.now()
 		if now.Add(RefreshEarly).Before(in.Expires) {
 			return in, nil // good for a while yet
+		}
+		if now.Before(in.RetryRefresh) {
+			return in, fmt.Errorf("install: %s: %w; tried again after %s", id, ErrRefreshFailed, in.RetryRefresh.UTC().Format(time.RFC3339))
 		}
 		claimed, err := x.claim(ctx, id, now)
 		if err != nil {
@@ -196,30 +214,37 @@ func (x *Installations) Token(ctx context.Context, id string, refresh func(ctx c
 			}
 			continue
 		}
-		got, err := refresh(ctx, in.RefreshToken)
-		if err != nil {
-			x.release(ctx, id)
-			return in, fmt.Errorf("install: refresh the token of %s: %w", id, err)
-		}
-		err = x.store.UpdateInstallation(ctx, id, func(cur []byte) ([]byte, error) {
-			if cur == nil {
-				return nil, ErrNotInstalled // uninstalled meanwhile
-			}
-			c, err := x.decode(id, cur)
-			if err != nil {
-				return nil, err
-			}
-			c.BotToken, c.Expires, c.Refreshing = got.BotToken, got.Expires, time.Time{}
-			if got.RefreshToken != "" {
-				c.RefreshToken = got.RefreshToken
-			}
-			return x.encode(c)
-		})
-		if err != nil {
-			return in, err
-		}
-		return x.Get(ctx, id)
+		return x.refresh(ctx, in, now, refresh)
 	}
+}
+
+// refresh refreshes in's token under this replica's claim and stores
+// the result; a failure holds the next attempt for RefreshBackoff.
+func (x *Installations) refresh(ctx context.Context, in Installation, now time.Time, refresh func(ctx context.Context, refreshToken string) (Refreshed, error)) (Installation, error) {
+	got, err := refresh(ctx, in.RefreshToken)
+	if err != nil {
+		in.RetryRefresh = now.Add(RefreshBackoff)
+		x.backOff(ctx, in.ID, in.RetryRefresh)
+		return in, fmt.Errorf("install: refresh the token of %s: %w: %w", in.ID, ErrRefreshFailed, err)
+	}
+	err = x.store.UpdateInstallation(ctx, in.ID, func(cur []byte) ([]byte, error) {
+		if cur == nil {
+			return nil, ErrNotInstalled // uninstalled meanwhile
+		}
+		c, err := x.decode(in.ID, cur)
+		if err != nil {
+			return nil, err
+		}
+		c.BotToken, c.Expires, c.Refreshing, c.RetryRefresh = got.BotToken, got.Expires, time.Time{}, time.Time{}
+		if got.RefreshToken != "" {
+			c.RefreshToken = got.RefreshToken
+		}
+		return x.encode(c)
+	})
+	if err != nil {
+		return in, err
+	}
+	return x.Get(ctx, in.ID)
 }
 
 // claim takes the refresh of installation id for claimFor unless another
@@ -235,8 +260,8 @@ func (x *Installations) claim(ctx context.Context, id string, now time.Time) (bo
 		if err := json.Unmarshal(cur, &rec); err != nil {
 			return nil, err
 		}
-		if now.Add(RefreshEarly).Before(rec.Expires) || now.Before(rec.Refreshing) {
-			return cur, nil // refreshed already, or another's claim runs
+		if now.Add(RefreshEarly).Before(rec.Expires) || now.Before(rec.Refreshing) || now.Before(rec.RetryRefresh) {
+			return cur, nil // refreshed already, another's claim runs, or a failed one holds
 		}
 		rec.Refreshing = now.Add(claimFor)
 		claimed = true
@@ -245,8 +270,9 @@ func (x *Installations) claim(ctx context.Context, id string, now time.Time) (bo
 	return claimed, err
 }
 
-// release gives a claim back after a failed refresh.
-func (x *Installations) release(ctx context.Context, id string) {
+// backOff gives a claim back after a failed refresh, holding the next
+// attempt, this replica's or another's, until retry.
+func (x *Installations) backOff(ctx context.Context, id string, retry time.Time) {
 	_ = x.store.UpdateInstallation(ctx, id, func(cur []byte) ([]byte, error) {
 		if cur == nil {
 			return nil, nil
@@ -255,7 +281,7 @@ func (x *Installations) release(ctx context.Context, id string) {
 		if err := json.Unmarshal(cur, &rec); err != nil {
 			return cur, nil
 		}
-		rec.Refreshing = time.Time{}
+		rec.Refreshing, rec.RetryRefresh = time.Time{}, retry
 		return json.Marshal(rec)
 	})
 }

@@ -174,3 +174,44 @@ func TestExpiredTokenWaitsForTheRefresh(t *testing.T) {
 		t.Errorf("got %q, %v; want the other replica's new token", in.BotToken, err)
 	}
 }
+
+// TestFailedRefreshBacksOffAcrossReplicas: a refresh that fails keeps
+// the token in hand (still good) and holds every replica's next attempt
+// until the installation's RetryRefresh; after it one replica tries
+// again, and its success clears the hold.
+func TestFailedRefreshBacksOffAcrossReplicas(t *testing.T) {
+	ctx := context.Background()
+	db := openDB(t)
+	seal := sealer(t, key1)
+	now := time.Now()
+	clock := func() time.Time { return now }
+	one, two := New(db, seal), New(db, seal)
+	one.now, two.now = clock, clock
+	if err := one.Save(ctx, Installation{ID: "T1", BotToken: "xoxe.xoxb-old", RefreshToken: "xoxe-r1", Expires: now.Add(5 * time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	fail := true
+	refresh := func(context.Context, string) (Refreshed, error) {
+		calls.Add(1)
+		if fail {
+			return Refreshed{}, errors.New("oauth.v2.access: http 503")
+		}
+		return Refreshed{BotToken: "xoxe.xoxb-new", RefreshToken: "xoxe-r2", Expires: now.Add(12 * time.Hour)}, nil
+	}
+	for i, x := range []*Installations{one, two, one} {
+		in, err := x.Token(ctx, "T1", refresh)
+		if !errors.Is(err, ErrRefreshFailed) || in.BotToken != "xoxe.xoxb-old" || !in.RetryRefresh.After(now) {
+			t.Errorf("call %d: %q (retry at %v), %v; want the token in hand and ErrRefreshFailed", i, in.BotToken, in.RetryRefresh, err)
+		}
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("%d refreshes within the backoff, want 1", n)
+	}
+	now = now.Add(RefreshBackoff + time.Second)
+	fail = false
+	in, err := two.Token(ctx, "T1", refresh)
+	if err != nil || in.BotToken != "xoxe.xoxb-new" || !in.RetryRefresh.IsZero() || calls.Load() != 2 {
+		t.Errorf("after the backoff: %q (retry %v), %v, %d refreshes; want the new token after a second refresh", in.BotToken, in.RetryRefresh, err, calls.Load())
+	}
+}
