@@ -163,14 +163,24 @@ func (a *Adapter) saveMarks(ctx context.Context) {
 
 // marksToSaveLocked drops the marks too old to be caught up ever again
 // and returns, by record name, the marks of each shard this process
-// holds or closed since its last save (closed lists those). A shard held
-// elsewhere is that replica's to save: writing it here again would put
-// back marks older than its own.
+// holds and has read the record of (at its READY), and of each it closed
+// since its last save (closed lists those: their record is written once
+// more, with the marks taken before the close). A shard held elsewhere,
+// or held here but not read yet (waiting for its bucket, dialling), is
+// not written: this process's view of it is older than the record, and
+// writing it would lose the marks the shard's last holder saved.
+//
+// A record's Saved is when its shard's gap began, if it is down: a save
+// never moves the start of a gap later than it was.
 func (a *Adapter) marksToSaveLocked(now time.Time) (recs map[string]*savedMarks, closed []*shard) {
 	recs = map[string]*savedMarks{}
 	for _, sh := range a.shards {
-		if sh.on || sh.flush {
-			recs[a.marksRecord(sh.id)] = &savedMarks{Saved: now, Channels: map[string]seenChannel{}}
+		if sh.on && sh.loaded || sh.flush {
+			saved := now
+			if !sh.downSince.IsZero() && sh.downSince.Before(now) {
+				saved = sh.downSince
+			}
+			recs[a.marksRecord(sh.id)] = &savedMarks{Saved: saved, Channels: map[string]seenChannel{}}
 		}
 		if !sh.on && sh.flush {
 			closed = append(closed, sh)
@@ -256,6 +266,7 @@ func (a *Adapter) onReady(sh *shard) {
 	}
 	a.loadMarks(a.ctx, sh)
 	a.mu.Lock()
+	sh.loaded = sh.on // its record may be written from now on
 	from := sh.downSince
 	if from.IsZero() {
 		from = time.Now()

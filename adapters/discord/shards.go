@@ -80,6 +80,7 @@ type shard struct {
 	connected    bool      // discordgo said Connect (READY or RESUMED read); no Disconnect since
 	downSince    time.Time // when its gap in the events began; zero while connected
 	flush        bool      // closed since the marks were last saved: its marks are saved once more
+	loaded       bool      // its saved marks were read (at READY) since OpenShard: its record may be written
 }
 
 // identifyBuckets paces this process's IDENTIFYs: one per bucket per
@@ -269,8 +270,18 @@ func (a *Adapter) CloseShard(i int) {
 		return
 	}
 	a.mu.Lock()
-	sh.flush = sh.flush || sh.on // a shard never opened here is not this process's to save
-	sh.on = false
+	// A shard whose record was never read here is not this process's to
+	// save. One that was is saved once more, soon: its next holder reads
+	// the record at its READY.
+	sh.flush = sh.flush || sh.on && sh.loaded
+	sh.on, sh.loaded = false, false
+	if sh.downSince.IsZero() {
+		sh.downSince = time.Now()
+	}
+	if sh.flush {
+		a.dirty = true
+		a.scheduleSaveLocked()
+	}
 	if sh.stop != nil {
 		sh.stop()
 	}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -350,5 +351,96 @@ func TestShardMarksMoveWithTheShard(t *testing.T) {
 	waitTexts(t, in0, 3)
 	if got := in1.Texts(); !slices.Equal(got, []string{"task 1"}) {
 		t.Errorf("the second handled %q, want its task alone", got)
+	}
+}
+
+// gatedLimiter is an IdentifyLimiter that holds every IDENTIFY while
+// hold is set, until it is cleared.
+type gatedLimiter struct {
+	mu   sync.Mutex
+	hold chan struct{} // closed to let the held through; nil: none held
+}
+
+// WaitIdentify implements IdentifyLimiter.
+func (g *gatedLimiter) WaitIdentify(ctx context.Context, _, _ int) error {
+	g.mu.Lock()
+	hold := g.hold
+	g.mu.Unlock()
+	if hold == nil {
+		return nil
+	}
+	select {
+	case <-hold:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// TestShardMarksKeptWhileTheShardWaits: a shard moved to a process
+// that waits for its identify bucket; meanwhile another shard's message
+// has that process save its marks. It must not write the waiting
+// shard's record before it read it (at READY): the message sent in the
+// moving shard's channel while it moved is caught up.
+func TestShardMarksKeptWhileTheShardWaits(t *testing.T) {
+	fake := shardFake()
+	fake.IdentifyWindow = 0
+	marks := &inboxtest.Marks{}
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	t.Cleanup(fake.Close)
+	events := &inboxtest.Dedupe{}
+	gate := &gatedLimiter{}
+	start := func(shard int) (*Adapter, *inboxtest.Inbox) {
+		a, err := New(Options{Token: "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", APIURL: srv.URL, Marks: marks, Identify: gate})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.idWindow = 250 * time.Millisecond
+		in := &inboxtest.Inbox{Events: events}
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(func() { cancel(); a.Close() })
+		if err := a.StartREST(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.OpenShard(ctx, shard); err != nil {
+			t.Fatal(err)
+		}
+		return a, in
+	}
+	first, in0 := start(0)
+	second, in1 := start(1)
+	waitShards(t, fake, 0, 1)
+	fake.UserMessage("C0", "111", "task 0", true)
+	fake.UserMessage("C1", "111", "task 1", true)
+	waitTexts(t, in0, 1)
+	waitTexts(t, in1, 1)
+	second.CloseShard(1)
+	waitShards(t, fake, 0)
+	fake.UserMessage("C1", "111", "while shard 1 moves", true)
+
+	release := make(chan struct{})
+	gate.mu.Lock()
+	gate.hold = release
+	gate.mu.Unlock()
+	done := make(chan error, 1)
+	go func() { done <- first.OpenShard(t.Context(), 1) }()
+	later := fake.UserMessage("C0", "111", "shard 0 goes on", true)
+	waitFor(t, "the first to save shard 0's marks while shard 1 waits", func() bool {
+		data, _ := marks.Marks(t.Context(), "discord/0-of-2")
+		var rec savedMarks
+		return json.Unmarshal(data, &rec) == nil && rec.Channels["C0"].Last == later
+	}, func() any { data, _ := marks.Marks(t.Context(), "discord/0-of-2"); return string(data) })
+	gate.mu.Lock()
+	gate.hold = nil
+	gate.mu.Unlock()
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	waitShards(t, fake, 0, 1)
+	got := waitTexts(t, in0, 3)
+	if !slices.Contains(got, "while shard 1 moves") {
+		t.Errorf("the first handled %q: the message sent while shard 1 moved was lost", got)
 	}
 }
