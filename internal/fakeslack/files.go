@@ -22,6 +22,10 @@ const signInPage = "<!DOCTYPE html><html><head><title>Slack</title></head><body>
 type file struct {
 	name, mimetype string
 	content        []byte
+	// shared is the channel the file was shared into, when that is a
+	// channel of another workspace (Slack Connect): the bot of a
+	// workspace that sees it may read the file too.
+	shared string
 }
 
 // files are the fake's files, beside the Server's own state (a file is
@@ -49,6 +53,14 @@ func (s *Server) AddFile(name, mimetype string, content []byte) map[string]any {
 // workspace): served only to a token of that workspace (or of its org's
 // org-wide install).
 func (s *Server) AddTeamFile(team, name, mimetype string, content []byte) map[string]any {
+	return s.ShareFile(team, "", name, mimetype, content)
+}
+
+// ShareFile is AddTeamFile for a file a person of team shared into
+// channel, a Slack Connect channel of another workspace ("" for none):
+// its address names team, the uploader's, and Slack serves it to a
+// token of team and to one that sees channel.
+func (s *Server) ShareFile(team, channel, name, mimetype string, content []byte) map[string]any {
 	s.mu.Lock()
 	s.initLocked()
 	s.seq++
@@ -66,7 +78,7 @@ func (s *Server) AddTeamFile(team, name, mimetype string, content []byte) map[st
 	if s.files.byPath == nil {
 		s.files.byPath = map[string]*file{}
 	}
-	s.files.byPath[path] = &file{name: name, mimetype: mimetype, content: content}
+	s.files.byPath[path] = &file{name: name, mimetype: mimetype, content: content, shared: channel}
 	s.files.mu.Unlock()
 	filetype := name[strings.LastIndexByte(name, '.')+1:]
 	return map[string]any{"id": id, "name": name, "title": name, "mimetype": mimetype, "filetype": filetype, "size": len(content),
@@ -84,13 +96,6 @@ func (s *Server) FileFetches() []FileFetch {
 // files:read (not NoFilesRead), and the sign-in page to anything else.
 func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 	token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	s.mu.Lock()
-	scoped := !s.NoFilesRead
-	if team, _, ok := strings.Cut(strings.TrimPrefix(r.URL.Path, filesPrefix), "-"); ok && scoped {
-		id := s.installOfLocked(token)
-		scoped = id == team || (s.teams != nil && s.teams.orgWide[id] && s.enterpriseOfLocked(team) == id)
-	}
-	s.mu.Unlock()
 	path := strings.Replace(r.URL.Path, "/download/", "/", 1)
 	s.files.mu.Lock()
 	f := s.files.byPath[r.URL.Path]
@@ -101,7 +106,17 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	s.files.mu.Unlock()
+	s.mu.Lock()
+	scoped := !s.NoFilesRead
+	if team, _, ok := strings.Cut(strings.TrimPrefix(r.URL.Path, filesPrefix), "-"); ok && scoped {
+		id := s.installOfLocked(token)
+		scoped = id == team || (s.teams != nil && s.teams.orgWide[id] && s.enterpriseOfLocked(team) == id) ||
+			(f != nil && f.shared != "" && s.seesLocked(token, f.shared))
+	}
+	s.mu.Unlock()
 	ok := f != nil && strings.HasPrefix(strings.TrimPrefix(token, "xoxe."), "xoxb-") && scoped
+	s.files.mu.Lock()
 	s.files.fetches = append(s.files.fetches, FileFetch{Path: r.URL.Path, Token: token, OK: ok})
 	s.files.mu.Unlock()
 	switch {
