@@ -21,9 +21,20 @@ var _ chat.FileFetcher = (*Adapter)(nil)
 // Files in (DESIGN §12): a message's files come with its event (files,
 // with the files:read scope), by reference; the agent reads them when
 // the turn takes the message in, through FetchFile.
+//
+// With many workspaces a file is fetched with the token of the workspace
+// of the thread it was shared in: a file shared into a Slack Connect
+// channel names its uploader's workspace in its address, which may have
+// no pinplan, or another installation. FetchFile is given the file
+// alone, so filesOf marks its URL with the thread's team, in a fragment
+// (#team=T...), which no request carries.
 
-// filesOf is a message's files as the agent takes them.
-func filesOf(fs []slack.File) []agent.File {
+// fileTeamKey names the thread's team in the fragment of a file's URL.
+const fileTeamKey = "team"
+
+// filesOf is a message's files as the agent takes them; team is the
+// workspace of the thread they were shared in.
+func (a *Adapter) filesOf(team string, fs []slack.File) []agent.File {
 	var out []agent.File
 	for _, f := range fs {
 		name := f.Name
@@ -33,6 +44,9 @@ func filesOf(fs []slack.File) []agent.File {
 		u := f.URLPrivateDownload
 		if u == "" {
 			u = f.URLPrivate
+		}
+		if a.one == nil && team != "" && u != "" {
+			u += "#" + url.Values{fileTeamKey: {team}}.Encode()
 		}
 		out = append(out, agent.File{Name: name, Type: f.Mimetype, Size: int64(f.Size), URL: u})
 	}
@@ -52,11 +66,12 @@ func (a *Adapter) FetchFile(ctx context.Context, f agent.File, max int64) ([]byt
 		a.log.Warn("slack: a file's address is not Slack's over https; not fetched, the token not sent", "file", f.Name, "scheme", schemeOf(u), "host", hostOf(u))
 		return nil, &chat.FileError{Reason: "its address is not Slack's (https)"}
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	token, err := a.fileToken(ctx, u)
 	if err != nil {
 		return nil, err
 	}
-	token, err := a.fileToken(ctx, u)
+	u.Fragment, u.RawFragment = "", ""
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -173,12 +188,17 @@ func hostOf(u *url.URL) string {
 	return u.Host
 }
 
-// fileToken is the bot token a file is fetched with: SLACK_BOT_TOKEN, or
-// with many workspaces the token of the workspace the file belongs to,
-// which its address names (.../files-pri/<team>-<file>/...).
+// fileToken is the bot token a file is fetched with: SLACK_BOT_TOKEN,
+// or with many workspaces the token of the workspace of the thread it
+// was shared in, which filesOf wrote in its URL's fragment; a URL
+// without one (not made by filesOf) falls back to the workspace its
+// address names (.../files-pri/<team>-<file>/...).
 func (a *Adapter) fileToken(ctx context.Context, u *url.URL) (string, error) {
 	if a.one != nil {
 		return a.opts.BotToken, nil
+	}
+	if frag, err := url.ParseQuery(u.Fragment); err == nil && frag.Get(fileTeamKey) != "" {
+		return a.space(frag.Get(fileTeamKey)).tokens.token(ctx)
 	}
 	segs := strings.Split(u.Path, "/")
 	for i, seg := range segs[:len(segs)-1] {

@@ -519,7 +519,7 @@ func TestFilesFetchedWithTheirWorkspacesToken(t *testing.T) {
 	two := r.install(t, fakeslack.Install{TeamID: "T2"})
 	r.install(t, fakeslack.Install{TeamID: "T3"})
 	for _, team := range []string{"T2", "T3"} {
-		f := filesOf([]slack.File{fileOf(r.fake.AddTeamFile(team, "notes.txt", "text/plain", []byte("of "+team)))})[0]
+		f := r.a.filesOf(team, []slack.File{fileOf(r.fake.AddTeamFile(team, "notes.txt", "text/plain", []byte("of "+team)))})[0]
 		got, err := r.a.FetchFile(context.Background(), f, 1<<20)
 		if err != nil || string(got) != "of "+team {
 			t.Errorf("%s's file: %q, %v", team, got, err)
@@ -684,5 +684,38 @@ func TestFailedEarlyRefreshUsesTokenInHand(t *testing.T) {
 	}
 	if got := len(r.fake.Calls("chat.postMessage")); got != 5 {
 		t.Errorf("%d chat.postMessage calls, want 5", got)
+	}
+}
+
+// TestFilesFetchedWithTheThreadsToken: files shared into a Slack Connect
+// channel name their uploader's workspace in their address; they are
+// fetched with the token of the thread's workspace, whether the
+// uploader's has pinplan installed too (T3) or not (T9).
+func TestFilesFetchedWithTheThreadsToken(t *testing.T) {
+	r := newManyRig(t, false, fakeslack.Team{ID: "T2", Channels: []string{"C2"}}, fakeslack.Team{ID: "T3", Channels: []string{"C3"}})
+	two := r.install(t, fakeslack.Install{TeamID: "T2"})
+	r.install(t, fakeslack.Install{TeamID: "T3"})
+	files := []any{r.fake.ShareFile("T3", "C2", "three.txt", "text/plain", []byte("of T3")),
+		r.fake.ShareFile("T9", "C2", "nine.txt", "text/plain", []byte("of T9"))}
+	push(t, r.a, r.fake, "EvF1", map[string]any{"type": "app_mention", "user": "U1", "channel": "C2", "ts": "5.1",
+		"text": "<@UBT2> read these", "files": files})
+	r.a.queue.Wait(context.Background())
+	var got []string
+	for _, in := range r.rec.Incoming() {
+		for _, f := range in.Files {
+			raw, err := r.a.FetchFile(context.Background(), f, 1<<20)
+			got = append(got, string(raw))
+			if err != nil {
+				t.Errorf("%s: %v", f.Name, err)
+			}
+		}
+	}
+	if !slices.Equal(got, []string{"of T3", "of T9"}) {
+		t.Errorf("fetched %q, want both files", got)
+	}
+	for _, f := range r.fake.FileFetches() {
+		if f.Token != two.BotToken || !f.OK {
+			t.Errorf("fetch of %s: with T2's token %v, served %v; want T2's, the thread's", f.Path, f.Token == two.BotToken, f.OK)
+		}
 	}
 }
