@@ -786,6 +786,9 @@ func (s *Server) answerLocked(h http.Header, method, token string, params map[st
 	s.callerInstall = s.installOfLocked(token)
 	s.caller = s.botOfLocked(s.callerInstall)
 	if ch := cmp.Or(params["channel"], params["channel_id"]); ch != "" && !strings.HasPrefix(token, "xapp-") && !s.seesLocked(token, ch) {
+		if s.revokedLocked(token, ch) {
+			return nil, "team_access_not_granted" // a workspace removed from the org-wide install
+		}
 		return nil, "channel_not_found" // another workspace's channel
 	}
 	if q := s.failures[method]; len(q) > 0 {

@@ -111,7 +111,7 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 	scoped := !s.NoFilesRead
 	if team, _, ok := strings.Cut(strings.TrimPrefix(r.URL.Path, filesPrefix), "-"); ok && scoped {
 		id := s.installOfLocked(token)
-		scoped = id == team || (s.teams != nil && s.teams.orgWide[id] && s.enterpriseOfLocked(team) == id) ||
+		scoped = id == team || s.orgServesLocked(id, team) ||
 			(f != nil && f.shared != "" && s.seesLocked(token, f.shared))
 	}
 	s.mu.Unlock()

@@ -40,11 +40,14 @@ type teams struct {
 	channels map[string]string // channel -> team id
 	tokens   map[string]string // fixed token -> team id
 	orgWide  map[string]bool   // org ids installed org-wide by OAuth
+	// revoked are the workspaces removed from their org's org-wide
+	// install (RevokeTeamAccess): its token no longer serves them.
+	revoked map[string]bool
 }
 
 func (s *Server) teamsLocked() *teams {
 	if s.teams == nil {
-		s.teams = &teams{byID: map[string]*Team{}, channels: map[string]string{}, tokens: map[string]string{}, orgWide: map[string]bool{}}
+		s.teams = &teams{byID: map[string]*Team{}, channels: map[string]string{}, tokens: map[string]string{}, orgWide: map[string]bool{}, revoked: map[string]bool{}}
 	}
 	return s.teams
 }
@@ -130,7 +133,21 @@ func (s *Server) botOfLocked(id string) string {
 // the token's workspace, or of a workspace of its org-wide install.
 func (s *Server) seesLocked(token, channel string) bool {
 	id, team := s.installOfLocked(token), s.channelTeamLocked(channel)
-	return id == team || (s.teams != nil && s.teams.orgWide[id] && s.enterpriseOfLocked(team) == id)
+	return id == team || s.orgServesLocked(id, team)
+}
+
+// orgServesLocked reports whether id is an org-wide install that serves
+// team: a workspace of the org whose access was not revoked.
+func (s *Server) orgServesLocked(id, team string) bool {
+	return s.teams != nil && s.teams.orgWide[id] && s.enterpriseOfLocked(team) == id && !s.teams.revoked[team]
+}
+
+// revokedLocked reports whether token is an org-wide install's and
+// channel is of a workspace removed from it: Slack answers
+// team_access_not_granted there.
+func (s *Server) revokedLocked(token, channel string) bool {
+	id, team := s.installOfLocked(token), s.channelTeamLocked(channel)
+	return s.teams != nil && s.teams.orgWide[id] && s.enterpriseOfLocked(team) == id && s.teams.revoked[team]
 }
 
 // eventEnvelopeLocked is an Events API event_callback for event: its
@@ -142,7 +159,7 @@ func (s *Server) eventEnvelopeLocked(eventID, team string, event map[string]any)
 		team = s.TeamID
 	}
 	installed := team
-	if ent != "" && s.teams.orgWide[ent] {
+	if ent != "" && s.orgServesLocked(ent, team) {
 		installed = ent
 	}
 	auth := map[string]any{"enterprise_id": nilIfEmpty(ent), "team_id": team, "user_id": s.botOfLocked(installed),
@@ -198,6 +215,31 @@ func (s *Server) Uninstall(id string) [][]byte {
 	return bodies
 }
 
+// RevokeTeamAccess is an org admin removing the org-wide install org
+// from some of the org's workspaces: its token no longer serves them,
+// and Slack sends team_access_revoked naming them, an event of the org
+// (Push); its body is returned for a test that posts it to an HTTP
+// Request URL.
+func (s *Server) RevokeTeamAccess(org string, teams ...string) [][]byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.initLocked()
+	ts := s.teamsLocked()
+	for _, t := range teams {
+		ts.revoked[t] = true
+	}
+	s.seq++
+	eventID := fmt.Sprintf("EvAccess%d", s.seq)
+	ev := map[string]any{"type": "team_access_revoked", "team_ids": teams, "event_ts": s.tsLocked()}
+	env := s.eventEnvelopeLocked(eventID, teams[0], ev)
+	env["enterprise_id"] = org
+	b, _ := json.Marshal(env)
+	s.seq++
+	s.pending = append(s.pending, &envelope{id: fmt.Sprintf("env-%d", s.seq), eventID: eventID, payload: b})
+	s.flushLocked()
+	return [][]byte{b}
+}
+
 // authTestLocked answers auth.test for the caller's token: its bot user
 // and workspace, or for an org-wide install the org.
 func (s *Server) authTestLocked() map[string]any {
@@ -214,7 +256,7 @@ func (s *Server) authTestLocked() map[string]any {
 // orgWideLocked reports whether team's org installed the app org-wide.
 func (s *Server) orgWideLocked(team string) bool {
 	ent := s.enterpriseOfLocked(team)
-	return ent != "" && s.teams.orgWide[ent]
+	return ent != "" && s.orgServesLocked(ent, team)
 }
 
 // enterpriseJSON is an interaction payload's enterprise: null outside an
@@ -234,8 +276,7 @@ func (s *Server) teamInfoLocked(team string) (map[string]any, string) {
 	if team == "" {
 		team = id
 	}
-	org := s.teams != nil && s.teams.orgWide[id]
-	if team != id && !(org && s.enterpriseOfLocked(team) == id) {
+	if team != id && !s.orgServesLocked(id, team) {
 		return nil, "team_not_found"
 	}
 	info := map[string]any{"id": team, "name": "Team " + team, "domain": strings.ToLower(team)}

@@ -109,3 +109,54 @@ func TestUninstall(t *testing.T) {
 		t.Errorf("after: %v", out)
 	}
 }
+
+// TestTeamAccessRevoked: a workspace removed from an org-wide install
+// is no longer served by the org's token (team_access_not_granted on
+// its channels, team_not_found from team.info), while the org's other
+// workspaces are; team_access_revoked goes out naming it.
+func TestTeamAccessRevoked(t *testing.T) {
+	s := &Server{App: &App{ClientID: "1", ClientSecret: "2", RedirectURL: "https://bot.example/r"}}
+	base := serve(t, s)
+	s.AddTeam(Team{ID: "T5", EnterpriseID: "E1", Channels: []string{"C5"}})
+	s.AddTeam(Team{ID: "T6", EnterpriseID: "E1", Channels: []string{"C6"}})
+	back, err := s.Authorize("https://slack.com/oauth/v2/authorize?client_id=1&scope=chat:write&state=x", Install{EnterpriseID: "E1", Enterprise: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(back)
+	out, _ := call(t, base, "", "oauth.v2.access", map[string]string{"client_id": "1", "client_secret": "2", "code": u.Query().Get("code")})
+	token, _ := out["access_token"].(string)
+	bodies := s.RevokeTeamAccess("E1", "T5")
+	if len(bodies) != 1 {
+		t.Fatalf("got %d bodies, want 1", len(bodies))
+	}
+	var env struct {
+		EnterpriseID string `json:"enterprise_id"`
+		Event        struct {
+			Type    string   `json:"type"`
+			TeamIDs []string `json:"team_ids"`
+		} `json:"event"`
+	}
+	if err := json.Unmarshal(bodies[0], &env); err != nil || env.EnterpriseID != "E1" || env.Event.Type != "team_access_revoked" ||
+		len(env.Event.TeamIDs) != 1 || env.Event.TeamIDs[0] != "T5" {
+		t.Errorf("event %s, %v", bodies[0], err)
+	}
+	tests := []struct {
+		name, method string
+		params       map[string]string
+		want         string
+	}{
+		{"the revoked workspace's channel", "chat.postMessage", map[string]string{"channel": "C5", "text": "hi"}, "team_access_not_granted"},
+		{"another workspace of the org", "chat.postMessage", map[string]string{"channel": "C6", "text": "hi"}, ""},
+		{"team.info of the revoked workspace", "team.info", map[string]string{"team": "T5"}, "team_not_found"},
+		{"team.info of another workspace", "team.info", map[string]string{"team": "T6"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, _ := call(t, base, token, tt.method, tt.params)
+			if got, _ := out["error"].(string); got != tt.want {
+				t.Errorf("got %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
