@@ -121,7 +121,8 @@ type channel struct {
 	typ                         int
 	recipient                   string // a DM's other user
 	archived, locked            bool
-	archivedAt                  time.Time
+	archivedAt                  time.Time            // archive_timestamp: when archived changed last; zero: at creation
+	lastMessage                 string               // last_message_id: its newest message (a forum's: its newest post)
 	members                     map[string]time.Time // a thread's members, when each joined
 	tags                        []Tag                // a forum's available tags (forum.go)
 	owner                       string               // who started the thread
@@ -144,19 +145,56 @@ func (c *channel) json() map[string]any {
 	if c.parentID != "" {
 		out["parent_id"] = c.parentID
 	}
+	if c.typ != 4 { // every channel with messages or posts, null before the first
+		out["last_message_id"] = nil
+		if c.lastMessage != "" {
+			out["last_message_id"] = c.lastMessage
+		}
+	}
 	if isThread(c.typ) {
 		at := c.archivedAt
 		if at.IsZero() {
-			at = time.Now()
+			at = createdAt(c.id)
 		}
 		out["thread_metadata"] = map[string]any{"archived": c.archived, "locked": c.locked,
-			"auto_archive_duration": 1440, "archive_timestamp": at.UTC().Format(time.RFC3339)}
+			"auto_archive_duration": int(autoArchive / time.Minute), "archive_timestamp": timestamp(at)}
 	}
 	c.forumJSON(out)
 	return out
 }
 
 func isThread(typ int) bool { return typ == 10 || typ == 11 || typ == 12 }
+
+// autoArchive is every thread's auto_archive_duration: Discord's default,
+// a day of inactivity.
+const autoArchive = 24 * time.Hour
+
+// discordEpoch is the first millisecond of 2015 (Unix ms), where
+// snowflakes count from.
+const discordEpoch = 1420070400000
+
+// snowflakeTime is when the snowflake id was made; zero for an id that is
+// none (a test's "T1").
+func snowflakeTime(id string) time.Time {
+	n, err := strconv.ParseUint(id, 10, 64)
+	if err != nil || n>>22 == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(int64(n>>22) + discordEpoch)
+}
+
+// createdAt is when channel id was made: its snowflake's time, or now
+// for a test's own id.
+func createdAt(id string) time.Time {
+	if t := snowflakeTime(id); !t.IsZero() {
+		return t
+	}
+	return time.Now()
+}
+
+// timestamp formats t as Discord's ISO8601 timestamps are:
+// microseconds and an explicit offset.
+func timestamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000000+00:00") }
 
 type window struct {
 	n     int
@@ -266,8 +304,11 @@ func (s *Server) initLocked() {
 	}
 }
 
+// idLocked returns a new snowflake: its time in the top bits, as
+// Discord's (the adapter reads a message's time from its id), and
+// greater than every earlier one.
 func (s *Server) idLocked() string {
-	s.nextID++
+	s.nextID = max(s.nextID+1, (time.Now().UnixMilli()-discordEpoch)<<22)
 	return strconv.FormatInt(s.nextID, 10)
 }
 
@@ -285,18 +326,21 @@ func (s *Server) AddChannel(id string, typ int, guildID string) {
 
 // ArchiveThread archives a thread, as Discord does after its inactivity
 // period: edits, deletes and pins in it answer 400 code 50083, and a new
-// message unarchives it (THREAD_UPDATE), as on Discord.
+// message unarchives it (THREAD_UPDATE), as on Discord. The fake does
+// not make the test wait a day: the archive_timestamp is the thread's
+// last activity (its newest message, its creation or its last archive
+// change) plus its auto_archive_duration, as Discord's would be.
 func (s *Server) ArchiveThread(id string) {
-	s.setArchived(id, false)
+	s.setArchived(id, false, true)
 }
 
 // LockThread archives and locks a thread, as a moderator does: posting in
 // it answers 50083 too.
 func (s *Server) LockThread(id string) {
-	s.setArchived(id, true)
+	s.setArchived(id, true, false)
 }
 
-func (s *Server) setArchived(id string, locked bool) {
+func (s *Server) setArchived(id string, locked, idle bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.initLocked()
@@ -304,7 +348,19 @@ func (s *Server) setArchived(id string, locked bool) {
 	if !ok || !isThread(ch.typ) {
 		return
 	}
-	ch.archived, ch.locked, ch.archivedAt = true, locked, time.Now()
+	at := time.Now()
+	if idle {
+		active := createdAt(ch.id)
+		for _, t := range []time.Time{snowflakeTime(ch.lastMessage), ch.archivedAt} {
+			if t.After(active) {
+				active = t
+			}
+		}
+		if due := active.Add(autoArchive); due.After(at) {
+			at = due
+		}
+	}
+	ch.archived, ch.locked, ch.archivedAt = true, locked, at
 	s.dispatchLocked("THREAD_UPDATE", ch.json())
 }
 

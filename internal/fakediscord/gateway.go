@@ -550,6 +550,11 @@ func (s *Server) userMessage(channel, userID, content string, files ...Attachmen
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.initLocked()
+	if ch, ok := s.channels[channel]; ok && ch.archived && !ch.locked {
+		// A person's message unarchives a thread that is not locked.
+		ch.archived, ch.archivedAt = false, time.Now()
+		s.dispatchLocked("THREAD_UPDATE", ch.json())
+	}
 	m := &Message{ID: s.idLocked(), ChannelID: channel, AuthorID: userID, Content: content, at: time.Now()}
 	for _, f := range files {
 		m.attachments = append(m.attachments, s.attachmentJSON(channel, s.idLocked(), f))

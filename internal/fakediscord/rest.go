@@ -585,7 +585,7 @@ func (s *Server) pinLocked(r *http.Request, ch *channel, msgID string) (int, any
 func (s *Server) createLocked(ch *channel, m *Message) {
 	if ch.archived {
 		// Sending a message unarchives a thread that is not locked.
-		ch.archived = false
+		ch.archived, ch.archivedAt = false, time.Now()
 		s.dispatchLocked("THREAD_UPDATE", ch.json())
 	}
 	m.ID, m.at = s.idLocked(), time.Now()
@@ -976,6 +976,12 @@ func checkAllowedMentions(am map[string]any) *apiError {
 func (s *Server) addLocked(m *Message) {
 	s.messages[m.ID] = m
 	s.order = append(s.order, m.ID)
+	if ch := s.channels[m.ChannelID]; ch != nil {
+		ch.lastMessage = m.ID
+		if f := s.channels[ch.parentID]; f != nil && isForum(f.typ) && m.ID == ch.id {
+			f.lastMessage = m.ID // a forum's last_message_id is its newest post
+		}
+	}
 }
 
 var (
