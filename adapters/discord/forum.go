@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -91,9 +92,12 @@ type forumPost struct {
 	full                bool   // people's tags fill it (said once)
 	// active is when its newest message the adapter saw was sent;
 	// autoArchive is its auto_archive_duration (the inactivity after
-	// which Discord archives it).
+	// which Discord archives it); archivedAt its archive_timestamp (when
+	// it was last archived or reopened); last its last_message_id.
 	active      time.Time
 	autoArchive time.Duration
+	archivedAt  time.Time
+	last        string
 }
 
 // isForum reports whether a channel of type t holds posts.
@@ -141,6 +145,10 @@ func (f *forums) notePost(ch *discordgo.Channel, create bool) *forumPost {
 	if md := ch.ThreadMetadata; md != nil {
 		p.archived, p.locked = md.Archived, md.Locked
 		p.autoArchive = time.Duration(md.AutoArchiveDuration) * time.Minute
+		p.archivedAt = md.ArchiveTimestamp
+	}
+	if ch.LastMessageID != "" && newer(ch.LastMessageID, p.last) {
+		p.last = ch.LastMessageID
 	}
 	return p
 }
@@ -162,12 +170,44 @@ func (f *forums) touch(channel string, at time.Time) {
 	}
 }
 
-// closedByPerson reports whether a post that was just archived at now
-// was closed by a person, and not by Discord after its inactivity: a
-// post with a message within its auto-archive duration was still
-// active. A post whose activity is not known counts as closed.
-func closedByPerson(p forumPost, now time.Time) bool {
-	return p.autoArchive <= 0 || p.active.IsZero() || now.Sub(p.active) < p.autoArchive
+// closedByPerson reports whether post id, just archived (now, as the
+// THREAD_UPDATE tells it; before, as known until then), was closed by a
+// person and not by Discord after its inactivity. Discord archives a
+// post auto_archive_duration after its last activity: its newest
+// message (last_message_id: a snowflake holds its time), its creation
+// (the post's id) or its last reopening (the archive_timestamp before);
+// an archive stamped at or after that is Discord's. The payload decides,
+// so a process that saw none of the post's messages (restarted, or its
+// shard moved here) tells the two apart as well. A post whose payload
+// tells neither its duration nor its archive time counts as closed.
+func closedByPerson(id string, before, now forumPost) bool {
+	if now.autoArchive <= 0 || now.archivedAt.IsZero() {
+		return true
+	}
+	active := before.active
+	for _, t := range []time.Time{snowflakeTime(id), snowflakeTime(now.last), before.archivedAt} {
+		if t.After(active) {
+			active = t
+		}
+	}
+	if active.IsZero() {
+		return true
+	}
+	return now.archivedAt.Before(active.Add(now.autoArchive))
+}
+
+// discordEpoch is the first millisecond of 2015 (Unix ms), where
+// snowflakes count from.
+const discordEpoch = 1420070400000
+
+// snowflakeTime is when snowflake id was made, (id >> 22) ms after
+// discordEpoch; zero for an id that is none.
+func snowflakeTime(id string) time.Time {
+	n, err := strconv.ParseUint(id, 10, 64)
+	if err != nil || n>>22 == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(int64(n>>22) + discordEpoch)
 }
 
 // noteForum records a forum's available tags.
@@ -279,7 +319,7 @@ func (a *Adapter) onThreadUpdate(_ *discordgo.Session, ev *discordgo.ThreadUpdat
 	}
 	now, _ := a.forums.post(ev.ID)
 	switch {
-	case now.archived && !before.archived && !closedByPerson(now, time.Now()):
+	case now.archived && !before.archived && !closedByPerson(ev.ID, before, now):
 		a.log.Info("discord: a forum post was archived after its inactivity; its session goes on", "post", ev.ID)
 	case now.archived && !before.archived:
 		a.queue.Add(ev.ID, func() { a.postClosed(a.ctx, ev.ID, now.owner) })

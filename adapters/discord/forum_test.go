@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -377,22 +378,36 @@ func TestForumPostClosedStopsTheTurn(t *testing.T) {
 	}
 }
 
+// TestClosedByPerson: an archive stamped at or after the post's last
+// activity plus its auto_archive_duration is Discord's, whatever this
+// process saw of the post; an earlier one is a person's.
 func TestClosedByPerson(t *testing.T) {
-	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	created := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
 	day := 24 * time.Hour
+	snowflake := func(at time.Time) string {
+		return strconv.FormatUint(uint64(at.UnixMilli()-discordEpoch)<<22, 10)
+	}
+	id := snowflake(created)
+	lastMsg := snowflake(created.Add(time.Hour))
+	archived := func(at time.Time, last string) forumPost {
+		return forumPost{archived: true, autoArchive: day, archivedAt: at, last: last}
+	}
 	tests := []struct {
-		name string
-		post forumPost
-		want bool
+		name         string
+		before, post forumPost
+		want         bool
 	}{
-		{"active within its duration", forumPost{active: now.Add(-time.Hour), autoArchive: day}, true},
-		{"idle past its duration", forumPost{active: now.Add(-day - time.Minute), autoArchive: day}, false},
-		{"activity not known", forumPost{autoArchive: day}, true},
-		{"duration not known", forumPost{active: now.Add(-48 * time.Hour)}, true},
+		{"closed within a day of the last message", forumPost{}, archived(created.Add(2*time.Hour), lastMsg), true},
+		{"a day after the last message", forumPost{}, archived(created.Add(25*time.Hour), lastMsg), false},
+		{"a day after creation, no message since", forumPost{}, archived(created.Add(day), ""), false},
+		{"within a day of a reopening", forumPost{archivedAt: created.Add(30 * time.Hour)}, archived(created.Add(31*time.Hour), lastMsg), true},
+		{"within a day of a message seen here", forumPost{active: created.Add(10 * time.Hour)}, archived(created.Add(26*time.Hour), lastMsg), true},
+		{"no archive time", forumPost{}, forumPost{archived: true, autoArchive: day, last: lastMsg}, true},
+		{"no duration", forumPost{}, forumPost{archived: true, archivedAt: created.Add(48 * time.Hour)}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := closedByPerson(tt.post, now); got != tt.want {
+			if got := closedByPerson(id, tt.before, tt.post); got != tt.want {
 				t.Errorf("got %v, want %v", got, tt.want)
 			}
 		})
@@ -453,4 +468,58 @@ func TestMediaChannelPostIsASession(t *testing.T) {
 		id := r.fake.TagID("M1", "planning")
 		return id != "" && slices.Equal(r.fake.AppliedTags(post), []string{id})
 	}, func() any { return r.fake.AppliedTags(post) })
+}
+
+// TestForumInactivityArchiveAfterRestart: a process that never saw a
+// post's messages (restarted, or the shard moved to it) tells Discord's
+// archive of the post after its inactivity from a person's close by the
+// THREAD_UPDATE alone: the first leaves the session going, the second
+// stops its turn.
+func TestForumInactivityArchiveAfterRestart(t *testing.T) {
+	fake := &fakediscord.Server{HeartbeatInterval: time.Second}
+	if err := fake.AddForum("F1", "G1"); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	t.Cleanup(fake.Close)
+	in := &clickInbox{} // the store: it outlives the process
+	start := func() (*Adapter, func()) {
+		a, err := New(Options{Token: "OTAwMDAwMDAwMDAwMDAwMDAx.x.y", APIURL: srv.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		if err := a.Start(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+		var once sync.Once
+		stop := func() { once.Do(func() { cancel(); a.Close() }) }
+		t.Cleanup(stop)
+		return a, stop
+	}
+	_, stop := start()
+	post, err := fake.Post("F1", "111", "Long job", "crunch the numbers", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitTexts(t, &in.Inbox, 1)
+	stop()
+	waitGateway(t, fake, 0)
+	start() // knows the post from GUILD_CREATE alone
+	waitGateway(t, fake, 1)
+
+	fake.ArchiveThread(post) // Discord, after the post's inactivity
+	fake.UserMessage(post, "111", "still there?", false)
+	waitTexts(t, &in.Inbox, 2) // the archive was handled before it, on the post's queue
+	if got := in.got(); len(got) != 0 {
+		t.Fatalf("clicks %+v after Discord archived the post for its inactivity, want none", got)
+	}
+	if err := fake.ClosePost(post, "111"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a stop for the person's close", func() bool { return len(in.got()) == 1 }, func() any { return in.got() })
+	if action, _, _ := chat.ParseButtonID(in.got()[0].Button); action != chat.ActionStop {
+		t.Errorf("click %+v, want Stop", in.got()[0])
+	}
 }
