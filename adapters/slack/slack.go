@@ -67,9 +67,10 @@ type Options struct {
 	Refresh func(ctx context.Context, refreshToken string) (install.Refreshed, error)
 	// Uninstalled, when set, is told of an installation (a team id, or
 	// an org id for an org-wide install) that app_uninstalled or
-	// tokens_revoked deleted, after its pending sends were dropped, with
-	// the teams it served here: their sessions are to stop. It must not
-	// block for long.
+	// tokens_revoked deleted, or that team_access_revoked removed from
+	// some of its org's workspaces, after their pending sends were
+	// dropped, with the teams it no longer serves here: their sessions
+	// are to stop. It must not block for long.
 	Uninstalled func(id string, teams []string)
 }
 

@@ -42,9 +42,11 @@ func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	switch answerError(resp) {
 	case "token_expired":
-	case "token_revoked", "invalid_auth", "account_inactive":
+	case "token_revoked", "invalid_auth", "account_inactive", "team_access_not_granted":
 		// Uninstalled, perhaps through another replica, or installed
-		// again since: the next call reads the installation again.
+		// again since, or an org install removed from the workspace
+		// (team_access_revoked): the next call reads the installation
+		// again.
 		t.tokens.drop(token)
 		return resp, nil
 	default:

@@ -14,18 +14,24 @@ import (
 
 // Installs and uninstalls (DESIGN §14): app_uninstalled, and
 // tokens_revoked naming the bot's token, delete the workspace's
-// installation (or its org's, for an org-wide install); the workspace's
-// replies being streamed are dropped with a log line, its later calls
-// fail at once with ErrUninstalled (which chat drops as undeliverable),
-// and Options.Uninstalled is told, to stop its sessions. An event the
+// installation (or its org's, for an org-wide install), unless it was
+// installed after the event was sent (installed again meanwhile); the
+// workspace's replies being streamed are dropped with a log line, its
+// later calls fail at once with ErrUninstalled (which chat drops as
+// undeliverable), and Options.Uninstalled is told, to stop its
+// sessions. team_access_revoked (an org admin removed the org-wide
+// install from some of the org's workspaces) does the same for those
+// workspaces, the org's installation kept for the others. An event the
 // workspace sends after that means pinplan was installed again: its
 // workspace starts fresh, as it does when Installed is told, or when
 // its calls find a new installation in the store (recheckGone).
 
-// routeInstall handles app_uninstalled and tokens_revoked, on a queue of
-// their own for the workspace, acknowledged once handled (or after
-// ackWithin); it reports whether api was one.
+// routeInstall handles app_uninstalled, tokens_revoked and
+// team_access_revoked, on a queue of their own for the workspace (or
+// org), acknowledged once handled (or after ackWithin); it reports
+// whether api was one.
 func (a *Adapter) routeInstall(ctx context.Context, api slackevents.EventsAPIEvent, ack func()) bool {
+	var revoked []string
 	switch ev := api.InnerEvent.Data.(type) {
 	case *slackevents.AppUninstalledEvent:
 	case *slackevents.TokensRevokedEvent:
@@ -33,51 +39,117 @@ func (a *Adapter) routeInstall(ctx context.Context, api slackevents.EventsAPIEve
 			ack()
 			return true // users' tokens only: the bot's still works
 		}
+	case *slackevents.TeamAccessRevokedEvent:
+		revoked = ev.TeamIDs
 	default:
 		return false
 	}
+	var sent time.Time
+	if cb, ok := api.Data.(*slackevents.EventsAPICallbackEvent); ok {
+		sent = time.Unix(int64(cb.EventTime), 0)
+	}
 	team := cmp.Or(api.TeamID, a.team())
 	late := time.AfterFunc(ackWithin, ack)
-	a.queue.Add("install/"+team, func() {
-		a.uninstall(ctx, team, api.EnterpriseID, api.InnerEvent.Type)
+	a.queue.Add("install/"+cmp.Or(api.EnterpriseID, team), func() {
+		if api.InnerEvent.Type == "team_access_revoked" {
+			a.revokeTeams(ctx, api.EnterpriseID, revoked)
+		} else {
+			a.uninstall(ctx, team, api.EnterpriseID, api.InnerEvent.Type, sent)
+		}
 		late.Stop()
 		ack()
 	})
 	return true
 }
 
-// uninstall deletes the installation that served team and closes its
-// workspaces.
-func (a *Adapter) uninstall(ctx context.Context, team, enterprise, why string) {
+// uninstall deletes the installation that served team, unless it was
+// made after the event was sent (at), and closes its workspaces.
+func (a *Adapter) uninstall(ctx context.Context, team, enterprise, why string, sent time.Time) {
 	if a.one != nil {
 		a.log.Warn("slack app uninstalled or its bot token revoked; SLACK_BOT_TOKEN will be refused from now on", "team", team, "event", why)
 		return
 	}
 	w := a.space(team)
-	if w.tokens.uninstalled() {
-		return // the other of the two events
-	}
-	in, found := w.tokens.uninstall(a.opts.Now())
-	id := in.ID
-	if !found {
-		got, err := a.opts.Installations.Find(ctx, team, enterprise)
-		switch {
-		case err == nil:
-			id = got.ID
-		case !errors.Is(err, install.ErrNotInstalled):
-			a.log.Error("slack uninstall: look the installation up", "team", team, "err", err)
-		}
-	}
-	id = cmp.Or(id, team)
-	if err := a.opts.Installations.Delete(ctx, id); err != nil {
-		a.log.Error("slack uninstall: delete the installation", "installation", id, "err", err)
+	already := w.tokens.uninstalled() // the other of the two events, or seen gone in the store
+	id, deleted, ok := a.deleteInstallation(ctx, w, team, enterprise, sent)
+	if !ok {
+		return
 	}
 	teams := a.closeSpaces(id, team)
 	dropped := a.dropSends(teams)
+	if already && !deleted {
+		return // told already
+	}
 	a.log.Warn("slack app uninstalled; installation deleted and the workspace's pending sends dropped",
 		"installation", id, "teams", teams, "event", why, "dropped", dropped)
 	if a.opts.Uninstalled != nil {
 		a.opts.Uninstalled(id, teams)
+	}
+}
+
+// deleteInstallation deletes the installation that serves team's
+// workspace w, as the store has it, if it was installed before the
+// uninstall event was sent: Slack sends event_time in seconds, so one
+// installed within the second after it is deleted too (no reinstall
+// takes so little). It returns the installation's id, whether it was
+// deleted, and ok false for an installation made after the event (a
+// reinstall the event is not about: kept, and the workspace served).
+func (a *Adapter) deleteInstallation(ctx context.Context, w *workspace, team, enterprise string, sent time.Time) (id string, deleted, ok bool) {
+	in, _ := w.tokens.current()
+	id = cmp.Or(in.ID, team)
+	got, err := a.opts.Installations.Find(ctx, team, enterprise)
+	switch {
+	case errors.Is(err, install.ErrNotInstalled):
+		return id, false, true // deleted already, here or on another replica
+	case err != nil:
+		a.log.Error("slack uninstall: look the installation up", "team", team, "err", err)
+	default:
+		id = got.ID
+	}
+	before := a.opts.Now().Add(time.Hour) // an event without its time: any installation
+	if !sent.IsZero() {
+		before = sent.Add(time.Second)
+	}
+	deleted, err = a.opts.Installations.DeleteBefore(ctx, id, before)
+	switch {
+	case err != nil:
+		a.log.Error("slack uninstall: delete the installation", "installation", id, "err", err)
+	case !deleted && got.ID == id && got.InstalledAt.After(before):
+		a.log.Info("slack uninstall sent before the installation was made; kept", "installation", id, "team", team, "sent", sent)
+		return id, false, false
+	}
+	return id, deleted, true
+}
+
+// revokeTeams handles team_access_revoked: the org-wide install org no
+// longer serves teams, which is recorded with it (install.RevokeTeams)
+// for every replica; those of teams it served here are closed, their
+// pending sends dropped, and Uninstalled is told of them. A team with
+// an installation of its own goes on with it.
+func (a *Adapter) revokeTeams(ctx context.Context, org string, teams []string) {
+	if a.one != nil || org == "" || len(teams) == 0 {
+		return
+	}
+	if err := a.opts.Installations.RevokeTeams(ctx, org, teams); err != nil && !errors.Is(err, install.ErrNotInstalled) {
+		a.log.Error("slack team access revoked: record it", "installation", org, "err", err)
+	}
+	now := a.opts.Now()
+	var closed []string
+	for _, team := range teams {
+		w := a.space(team)
+		if own, err := a.opts.Installations.Get(ctx, team); err == nil && own.Serves(team) {
+			w.tokens.drop(w.tokens.orgToken(org)) // its own installation serves it
+			continue
+		}
+		w.tokens.absent(now)
+		closed = append(closed, team)
+	}
+	slices.Sort(closed)
+	dropped := a.dropSends(closed)
+	a.log.Warn("slack org install removed from workspaces; their pending sends dropped",
+		"installation", org, "teams", closed, "event", "team_access_revoked", "dropped", dropped)
+	if a.opts.Uninstalled != nil && len(closed) > 0 {
+		a.opts.Uninstalled(org, closed)
 	}
 }
 

@@ -220,7 +220,10 @@ type tokenSource struct {
 	mu    sync.Mutex // guards the fields below
 	in    install.Installation
 	found bool      // in is the installation that serves the team
-	gone  time.Time // when it was uninstalled; zero while installed
+	gone  time.Time // when it was uninstalled or found not installed; zero while served
+	// told: gone was told by an uninstall event; else the store had no
+	// installation serving the team (absent).
+	told bool
 	// checked is when the store was last read for a reinstall of an
 	// uninstalled workspace (reinstalled).
 	checked time.Time
@@ -273,11 +276,15 @@ func (s *tokenSource) load(ctx context.Context, in install.Installation, found b
 	if !found {
 		var err error
 		if in, err = s.find(ctx); err != nil {
+			if errors.Is(err, ErrUninstalled) {
+				s.absent(s.a.opts.Now())
+			}
 			return in, err
 		}
 	}
 	got, err := x.Token(ctx, in.ID, s.a.opts.Refresh)
 	if errors.Is(err, install.ErrNotInstalled) {
+		s.absent(s.a.opts.Now())
 		return got, fmt.Errorf("slack: workspace %s: %w", s.team, ErrUninstalled)
 	}
 	if err != nil {
@@ -338,7 +345,7 @@ func (s *tokenSource) find(ctx context.Context) (install.Installation, error) {
 			return in, err
 		}
 		for _, o := range all {
-			if o.Enterprise && s.inOrg(ctx, o) {
+			if o.Enterprise && o.Serves(s.team) && s.inOrg(ctx, o) {
 				w.learn(o.EnterpriseID, "")
 				return o, nil
 			}
@@ -384,15 +391,33 @@ func (s *tokenSource) renew(ctx context.Context, stale string) (string, error) {
 func (s *tokenSource) drop(token string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.in.BotToken == token {
+	if token != "" && s.in.BotToken == token {
 		s.in, s.found = install.Installation{}, false
 	}
 }
 
+// current is the installation in hand, found false for none.
+func (s *tokenSource) current() (install.Installation, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.in, s.found
+}
+
+// orgToken is the bot token in hand if it is org's org-wide install's,
+// "" otherwise.
+func (s *tokenSource) orgToken(org string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.found && s.in.ID == org {
+		return s.in.BotToken
+	}
+	return ""
+}
+
 // reinstalled reports whether an uninstalled workspace was installed
-// again (an installation that serves it, made after it was uninstalled),
-// reading the store at most every recheckGone; the workspace then serves
-// again.
+// again (an installation that serves it, made after an uninstall event,
+// or any one where the store had none), reading the store at most every
+// recheckGone; the workspace then serves again.
 func (s *tokenSource) reinstalled(ctx context.Context) bool {
 	now := s.a.opts.Now()
 	s.mu.Lock()
@@ -401,11 +426,11 @@ func (s *tokenSource) reinstalled(ctx context.Context) bool {
 		return false
 	}
 	s.checked = now
-	gone := s.gone
+	gone, told := s.gone, s.told
 	s.mu.Unlock()
 	w := s.a.space(s.team)
 	in, err := s.a.opts.Installations.Find(ctx, s.team, w.org())
-	if err != nil || (!in.InstalledAt.IsZero() && !in.InstalledAt.After(gone)) {
+	if err != nil || (told && !in.InstalledAt.IsZero() && !in.InstalledAt.After(gone)) {
 		return false
 	}
 	w.reset()
@@ -416,15 +441,27 @@ func (s *tokenSource) reinstalled(ctx context.Context) bool {
 func (s *tokenSource) reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.in, s.found, s.gone, s.checked = install.Installation{}, false, time.Time{}, time.Time{}
+	s.in, s.found, s.gone, s.checked, s.told = install.Installation{}, false, time.Time{}, time.Time{}, false
 }
 
-// uninstall marks the workspace uninstalled: its calls fail at once.
+// uninstall marks the workspace uninstalled (an event told it): its
+// calls fail at once.
 func (s *tokenSource) uninstall(at time.Time) (install.Installation, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.gone, s.checked = at, at
+	s.gone, s.checked, s.told = at, at, true
 	return s.in, s.found
+}
+
+// absent marks the workspace not installed, as the store said (an
+// uninstall another replica handled, an org install removed from it):
+// its calls fail at once, and any installation found for it later
+// serves it (reinstalled).
+func (s *tokenSource) absent(at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.in, s.found = install.Installation{}, false
+	s.gone, s.checked, s.told = at, at, false
 }
 
 // uninstalledBefore reports whether the workspace was uninstalled before

@@ -719,3 +719,145 @@ func TestFilesFetchedWithTheThreadsToken(t *testing.T) {
 		}
 	}
 }
+
+// TestUninstallSeenElsewhereCachedAsGone: a replica that did not get
+// the uninstall events meets token_revoked once; its later calls for
+// the workspace fail at once, without reading every installation and
+// asking team.info of each org install, until recheckGone, when a
+// reinstall made meanwhile serves again.
+func TestUninstallSeenElsewhereCachedAsGone(t *testing.T) {
+	r := newManyRig(t, false, fakeslack.Team{ID: "T2", Channels: []string{"C2"}}, fakeslack.Team{ID: "T5", EnterpriseID: "E1", Channels: []string{"C5"}})
+	r.install(t, fakeslack.Install{TeamID: "T2"})
+	r.install(t, fakeslack.Install{EnterpriseID: "E1", Enterprise: true})
+	other := New(Options{APIURL: r.api, Installations: r.x, Dedupe: &inboxtest.Dedupe{}, Now: r.a.opts.Now})
+	if err := other.Start(t.Context(), &inboxtest.Inbox{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	th := chat.Thread{Platform: "slack", Key: Key("T2", "C2", "1.1"), Channel: "C2", ThreadID: "1.1"}
+	if err := other.Reply(ctx, th, "", "before"); err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range r.fake.Uninstall("T2") {
+		postEvent(t, r.a, body) // this replica only
+	}
+	if err := other.Reply(ctx, th, "", "revoked"); err == nil {
+		t.Error("a reply with a revoked token succeeded")
+	}
+	if err := other.Reply(ctx, th, "", "after"); !errors.Is(err, ErrUninstalled) { // reads the store once
+		t.Errorf("the call after token_revoked: %v, want ErrUninstalled", err)
+	}
+	calls := len(r.fake.Calls(""))
+	for i := range 3 {
+		if err := other.Reply(ctx, th, "", "after"); !errors.Is(err, ErrUninstalled) {
+			t.Errorf("call %d after the uninstall: %v, want ErrUninstalled", i, err)
+		}
+	}
+	if n := len(r.fake.Calls("")); n != calls {
+		t.Errorf("%d calls to Slack (team.info: %d) for an uninstalled workspace, want none", n-calls, len(r.fake.Calls("team.info")))
+	}
+	r.installQuietly(t, fakeslack.Install{TeamID: "T2"})
+	r.later(recheckGone + time.Second)
+	if err := other.Reply(ctx, th, "", "again"); err != nil {
+		t.Errorf("after a reinstall: %v", err)
+	}
+}
+
+// TestUninstallAgainAfterReinstallElsewhere: uninstalled here,
+// installed again through another replica, and uninstalled again within
+// recheckGone: the new installation is deleted too, and told.
+func TestUninstallAgainAfterReinstallElsewhere(t *testing.T) {
+	r := newManyRig(t, false, fakeslack.Team{ID: "T2", Channels: []string{"C2"}})
+	r.install(t, fakeslack.Install{TeamID: "T2"})
+	ctx := context.Background()
+	for _, body := range r.fake.Uninstall("T2") {
+		postEvent(t, r.a, body)
+	}
+	r.installQuietly(t, fakeslack.Install{TeamID: "T2"})
+	for _, body := range r.fake.Uninstall("T2") {
+		postEvent(t, r.a, body)
+	}
+	if in, err := r.x.Get(ctx, "T2"); !errors.Is(err, install.ErrNotInstalled) {
+		t.Errorf("the second installation after its uninstall: %+v, %v; want it deleted", in.ID, err)
+	}
+	r.mu.Lock()
+	told := slices.Clone(r.uninstalled)
+	r.mu.Unlock()
+	if !slices.Equal(told, []string{"T2:T2", "T2:T2"}) {
+		t.Errorf("Uninstalled told %v, want T2 twice", told)
+	}
+}
+
+// TestTeamAccessRevoked: an org admin removes the org-wide install from
+// one workspace (team_access_revoked): that workspace is no longer
+// served by the org's token, here or on another replica, its sessions
+// are told to stop, and the org's other workspace goes on.
+func TestTeamAccessRevoked(t *testing.T) {
+	r := newManyRig(t, false, fakeslack.Team{ID: "T5", EnterpriseID: "E1", Channels: []string{"C5"}},
+		fakeslack.Team{ID: "T6", EnterpriseID: "E1", Channels: []string{"C6"}})
+	r.install(t, fakeslack.Install{EnterpriseID: "E1", Enterprise: true})
+	ctx := context.Background()
+	five := r.mention(t, "Ev5", "C5", "UBE1", "5.1")
+	six := r.mention(t, "Ev6", "C6", "UBE1", "6.1")
+	for _, body := range r.fake.RevokeTeamAccess("E1", "T5") {
+		postEvent(t, r.a, body)
+	}
+	calls := len(r.fake.Calls(""))
+	if err := r.a.Reply(ctx, five, "", "after"); !errors.Is(err, ErrUninstalled) {
+		t.Errorf("a reply in the removed workspace: %v, want ErrUninstalled", err)
+	}
+	if n := len(r.fake.Calls("")); n != calls {
+		t.Errorf("%d calls to Slack for the removed workspace", n-calls)
+	}
+	if err := r.a.Reply(ctx, six, "", "still"); err != nil {
+		t.Errorf("the org's other workspace: %v", err)
+	}
+	if _, err := r.x.Get(ctx, "E1"); err != nil {
+		t.Errorf("the org install: %v, want it kept", err)
+	}
+	r.mu.Lock()
+	told := slices.Clone(r.uninstalled)
+	r.mu.Unlock()
+	if !slices.Equal(told, []string{"E1:T5"}) {
+		t.Errorf("Uninstalled told %v, want E1:T5", told)
+	}
+	other := New(Options{APIURL: r.api, Installations: r.x, Dedupe: &inboxtest.Dedupe{}})
+	if err := other.Start(t.Context(), &inboxtest.Inbox{}); err != nil {
+		t.Fatal(err)
+	}
+	other.space("T5").learn("E1", "") // as an event of T5 told it
+	if err := other.Reply(ctx, five, "", "elsewhere"); !errors.Is(err, ErrUninstalled) {
+		t.Errorf("another replica's reply in the removed workspace: %v, want ErrUninstalled", err)
+	}
+}
+
+// TestUninstallOlderThanTheInstallationKeepsIt: an uninstall event sent
+// before the installation in the store was made (a late delivery, the
+// workspace installed again since) deletes nothing and stops nothing.
+func TestUninstallOlderThanTheInstallationKeepsIt(t *testing.T) {
+	r := newManyRig(t, false, fakeslack.Team{ID: "T2", Channels: []string{"C2"}})
+	r.install(t, fakeslack.Install{TeamID: "T2"})
+	ctx := context.Background()
+	bodies := r.fake.Uninstall("T2")
+	again := r.installQuietly(t, fakeslack.Install{TeamID: "T2"})
+	again.InstalledAt = time.Now().Add(time.Minute) // made well after the events were sent
+	if err := r.x.Save(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	r.a.Installed(again)
+	for _, body := range bodies {
+		postEvent(t, r.a, body)
+	}
+	if _, err := r.x.Get(ctx, "T2"); err != nil {
+		t.Errorf("the newer installation: %v, want it kept", err)
+	}
+	th := chat.Thread{Platform: "slack", Key: Key("T2", "C2", "1.1"), Channel: "C2", ThreadID: "1.1"}
+	if err := r.a.Reply(ctx, th, "", "still here"); err != nil {
+		t.Errorf("a reply after a stale uninstall: %v", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.uninstalled) != 0 {
+		t.Errorf("Uninstalled told %v, want nothing", r.uninstalled)
+	}
+}

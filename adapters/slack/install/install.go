@@ -34,6 +34,16 @@ type Installation struct {
 	// failed: until then no replica tries, and the token in hand serves
 	// while it is good (Token).
 	RetryRefresh time.Time `json:"retry_refresh,omitzero"`
+	// Revoked are the workspaces an org-wide install no longer serves:
+	// an org admin removed it from them (team_access_revoked).
+	Revoked []string `json:"revoked_teams,omitempty"`
+}
+
+// Serves reports whether the installation serves team: it is the
+// team's own, or its org's org-wide one not removed from the team.
+// That team is of the org is the caller's to know (events name it).
+func (in Installation) Serves(team string) bool {
+	return in.ID == team || (in.Enterprise && !slices.Contains(in.Revoked, team))
 }
 
 // Store keeps installation records by id, opaque to it: store.DB and
@@ -120,7 +130,7 @@ func (x *Installations) Find(ctx context.Context, teamID, enterpriseID string) (
 	}
 	if enterpriseID != "" {
 		in, err := x.Get(ctx, enterpriseID)
-		if err == nil && !in.Enterprise {
+		if err == nil && (!in.Enterprise || !in.Serves(teamID)) {
 			return Installation{}, ErrNotInstalled
 		}
 		return in, err
@@ -131,6 +141,47 @@ func (x *Installations) Find(ctx context.Context, teamID, enterpriseID string) (
 // Delete removes installation id (app_uninstalled, tokens_revoked).
 func (x *Installations) Delete(ctx context.Context, id string) error {
 	return x.store.UpdateInstallation(ctx, id, func([]byte) ([]byte, error) { return nil, nil })
+}
+
+// DeleteBefore removes installation id if it was installed before t,
+// and reports whether it did: an uninstall Slack sent at t is not of an
+// installation made after it (installed again meanwhile).
+func (x *Installations) DeleteBefore(ctx context.Context, id string, t time.Time) (bool, error) {
+	var deleted bool
+	err := x.store.UpdateInstallation(ctx, id, func(cur []byte) ([]byte, error) {
+		deleted = false
+		if cur == nil {
+			return nil, nil
+		}
+		var rec Installation
+		if err := json.Unmarshal(cur, &rec); err == nil && rec.InstalledAt.After(t) {
+			return cur, nil
+		}
+		deleted = true
+		return nil, nil
+	})
+	return deleted, err
+}
+
+// RevokeTeams records that the org-wide install id no longer serves
+// teams (team_access_revoked): Find does not give it for them. A
+// reinstall (Save) serves them again.
+func (x *Installations) RevokeTeams(ctx context.Context, id string, teams []string) error {
+	return x.store.UpdateInstallation(ctx, id, func(cur []byte) ([]byte, error) {
+		if cur == nil {
+			return nil, ErrNotInstalled
+		}
+		var rec Installation
+		if err := json.Unmarshal(cur, &rec); err != nil {
+			return nil, fmt.Errorf("installation %s: unreadable record: %w", id, err)
+		}
+		for _, t := range teams {
+			if !slices.Contains(rec.Revoked, t) {
+				rec.Revoked = append(rec.Revoked, t)
+			}
+		}
+		return json.Marshal(rec) // tokens as stored, sealed
+	})
 }
 
 // List returns every installation, in id order.
