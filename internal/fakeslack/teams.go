@@ -221,16 +221,33 @@ func (s *Server) Uninstall(id string) [][]byte {
 // (Push); its body is returned for a test that posts it to an HTTP
 // Request URL.
 func (s *Server) RevokeTeamAccess(org string, teams ...string) [][]byte {
+	return s.teamAccess("team_access_revoked", org, teams)
+}
+
+// GrantTeamAccess is an org admin adding the org-wide install org to
+// some of the org's workspaces again: its token serves them, and Slack
+// sends team_access_granted naming them.
+func (s *Server) GrantTeamAccess(org string, teams ...string) [][]byte {
+	return s.teamAccess("team_access_granted", org, teams)
+}
+
+// teamAccess changes which of org's workspaces its org-wide install
+// serves and sends the event (kind) that says so.
+func (s *Server) teamAccess(kind, org string, teams []string) [][]byte {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.initLocked()
 	ts := s.teamsLocked()
 	for _, t := range teams {
-		ts.revoked[t] = true
+		if kind == "team_access_revoked" {
+			ts.revoked[t] = true
+		} else {
+			delete(ts.revoked, t)
+		}
 	}
 	s.seq++
 	eventID := fmt.Sprintf("EvAccess%d", s.seq)
-	ev := map[string]any{"type": "team_access_revoked", "team_ids": teams, "event_ts": s.tsLocked()}
+	ev := map[string]any{"type": kind, "team_ids": teams, "event_ts": s.tsLocked()}
 	env := s.eventEnvelopeLocked(eventID, teams[0], ev)
 	env["enterprise_id"] = org
 	b, _ := json.Marshal(env)

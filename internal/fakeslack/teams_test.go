@@ -159,4 +159,8 @@ func TestTeamAccessRevoked(t *testing.T) {
 			}
 		})
 	}
+	s.GrantTeamAccess("E1", "T5")
+	if out, _ := call(t, base, token, "chat.postMessage", map[string]string{"channel": "C5", "text": "hi"}); out["ok"] != true {
+		t.Errorf("after team_access_granted: %v", out)
+	}
 }
