@@ -86,6 +86,7 @@ type forumInfo struct {
 // forumPost is a post as last seen, and the run tag the bot wants on it.
 type forumPost struct {
 	forum, owner, title string
+	guild               string   // its guild, whose shard hears of it
 	applied             []string // its tags, as Discord last said
 	archived, locked    bool
 	want                string // the run tag the bot wants; "" before any
@@ -141,6 +142,7 @@ func (f *forums) notePost(ch *discordgo.Channel, create bool) *forumPost {
 		f.posts[ch.ID] = p
 	}
 	p.owner, p.title = cmp.Or(ch.OwnerID, p.owner), cmp.Or(ch.Name, p.title)
+	p.guild = cmp.Or(ch.GuildID, p.guild)
 	p.applied = slices.Clone(ch.AppliedTags)
 	if md := ch.ThreadMetadata; md != nil {
 		p.archived, p.locked = md.Archived, md.Locked
@@ -469,9 +471,11 @@ func runTag(p chat.Plan) string {
 }
 
 // forumPlan follows a plan rendered in channel with the post's run tag,
-// when channel is a forum post. It sends nothing itself: a thread not
-// known as a post or as another thread is looked up on its own lane
-// (a post whose session began before a restart).
+// when channel is a forum post. It sends nothing itself: a channel not
+// known as a post, nor as something else, is looked up on its own lane,
+// once (a post whose session began before a restart, or one on a shard
+// another replica holds: the owner renders the plan, and only the
+// shard's holder hears of the post).
 func (a *Adapter) forumPlan(channel string, p chat.Plan) {
 	tag := runTag(p)
 	if _, ok := a.forums.post(channel); ok {
@@ -481,7 +485,7 @@ func (a *Adapter) forumPlan(channel string, p chat.Plan) {
 	a.mu.Lock()
 	t, typed := a.chanTypes[channel]
 	a.mu.Unlock()
-	if !typed || !isThread(t) || a.noPost(channel) || a.ctx == nil {
+	if typed && !isThread(t) || a.noPost(channel) || a.ctx == nil {
 		return
 	}
 	a.queue.Add("forum-post/"+channel, func() {
@@ -547,6 +551,9 @@ func (a *Adapter) syncPost(ctx context.Context, forum, post string) {
 	if !ok || p.want == "" || p.archived {
 		return // a closed post takes no change; reopened, it is due again
 	}
+	if p, ok = a.freshPost(ctx, forum, post, p); !ok || p.want == "" || p.archived {
+		return
+	}
 	id, ids, ok := a.forumTag(ctx, forum, p.want)
 	if !ok {
 		return
@@ -574,6 +581,36 @@ func (a *Adapter) syncPost(ctx context.Context, forum, post string) {
 	default:
 		a.retryTags(ctx, forum, post, err)
 	}
+}
+
+// freshPost returns post's record p, fetched anew (GET /channels/{id})
+// when this process does not hear its guild's events: the replica that
+// renders a session's plan need not hold the post's shard, and its copy
+// of the post's applied tags would miss a person's change since, which
+// the tag change would then undo. ok is false when the fetch failed.
+func (a *Adapter) freshPost(ctx context.Context, forum, post string, p forumPost) (forumPost, bool) {
+	if a.hears(p.guild) {
+		return p, true
+	}
+	ch, err := a.s.Channel(post, discordgo.WithContext(ctx))
+	if err != nil {
+		a.retryTags(ctx, forum, post, err)
+		return forumPost{}, false
+	}
+	a.forums.notePost(ch, true)
+	return a.forums.post(post)
+}
+
+// hears reports whether this process gets guild's gateway events: it
+// holds the guild's shard, connected.
+func (a *Adapter) hears(guild string) bool {
+	if guild == "" || len(a.shards) == 0 {
+		return false
+	}
+	sh := a.shards[ShardOf(guild, len(a.shards))]
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return sh.on && sh.connected
 }
 
 // retryTags tries a post's tags again after a rate limit; another

@@ -444,3 +444,45 @@ func TestShardMarksKeptWhileTheShardWaits(t *testing.T) {
 		t.Errorf("the first handled %q: the message sent while shard 1 moved was lost", got)
 	}
 }
+
+// TestForumTagsFromTheOwnerReplica: with replicas, a session's plan is
+// rendered by its owner, which need not hold the shard of the post's
+// guild and so hears no THREAD_CREATE or THREAD_UPDATE of it. Its plan
+// edits move the post's run tag all the same, and a tag a person added
+// since its last change is kept.
+func TestForumTagsFromTheOwnerReplica(t *testing.T) {
+	fake := shardFake()
+	if err := fake.AddForum("F1", guildShard1, fakediscord.Tag{Name: "bug"}, fakediscord.Tag{Name: "urgent"}); err != nil {
+		t.Fatal(err)
+	}
+	fake.SetPermissions(guildShard1, fakediscord.BotID, fakediscord.DefaultBotPermissions|fakediscord.PermManageChannels|fakediscord.PermManageThreads)
+	holder, hin := shardRig(t, fake, Options{})
+	if err := holder.OpenShard(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	waitShards(t, fake, 1)
+	owner, _ := shardRig(t, fake, Options{}) // REST alone: no shard
+	r := &forumRig{fake: fake}
+	bug, urgent := fake.TagID("F1", "bug"), fake.TagID("F1", "urgent")
+	post, err := fake.Post("F1", "111", "Release", "plan the release", true, bug)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitTexts(t, hin, 1)
+	r.waitTags(t, post, "bug", "planning")
+
+	ctx := context.Background()
+	th := chat.Thread{Platform: "discord", Key: Key(post), Channel: post}
+	ref, err := owner.PostPlan(ctx, th, forumPlan(chat.StateWorking))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.waitTags(t, post, "bug", "working")
+	if err := fake.SetPostTags(post, "111", bug, fake.TagID("F1", "working"), urgent); err != nil {
+		t.Fatal(err)
+	}
+	if err := owner.EditPlan(ctx, th, ref, forumPlan(chat.StateDone)); err != nil {
+		t.Fatal(err)
+	}
+	r.waitTags(t, post, "bug", "urgent", "done")
+}
