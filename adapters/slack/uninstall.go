@@ -21,17 +21,18 @@ import (
 // undeliverable), and Options.Uninstalled is told, to stop its
 // sessions. team_access_revoked (an org admin removed the org-wide
 // install from some of the org's workspaces) does the same for those
-// workspaces, the org's installation kept for the others. An event the
+// workspaces, the org's installation kept for the others, until
+// team_access_granted gives them back. An event the
 // workspace sends after that means pinplan was installed again: its
 // workspace starts fresh, as it does when Installed is told, or when
 // its calls find a new installation in the store (recheckGone).
 
-// routeInstall handles app_uninstalled, tokens_revoked and
-// team_access_revoked, on a queue of their own for the workspace (or
+// routeInstall handles app_uninstalled, tokens_revoked,
+// team_access_revoked and team_access_granted, on a queue of their own for the workspace (or
 // org), acknowledged once handled (or after ackWithin); it reports
 // whether api was one.
 func (a *Adapter) routeInstall(ctx context.Context, api slackevents.EventsAPIEvent, ack func()) bool {
-	var revoked []string
+	var access []string
 	switch ev := api.InnerEvent.Data.(type) {
 	case *slackevents.AppUninstalledEvent:
 	case *slackevents.TokensRevokedEvent:
@@ -40,7 +41,9 @@ func (a *Adapter) routeInstall(ctx context.Context, api slackevents.EventsAPIEve
 			return true // users' tokens only: the bot's still works
 		}
 	case *slackevents.TeamAccessRevokedEvent:
-		revoked = ev.TeamIDs
+		access = ev.TeamIDs
+	case *slackevents.TeamAccessGrantedEvent:
+		access = ev.TeamIDs
 	default:
 		return false
 	}
@@ -51,9 +54,12 @@ func (a *Adapter) routeInstall(ctx context.Context, api slackevents.EventsAPIEve
 	team := cmp.Or(api.TeamID, a.team())
 	late := time.AfterFunc(ackWithin, ack)
 	a.queue.Add("install/"+cmp.Or(api.EnterpriseID, team), func() {
-		if api.InnerEvent.Type == "team_access_revoked" {
-			a.revokeTeams(ctx, api.EnterpriseID, revoked)
-		} else {
+		switch api.InnerEvent.Type {
+		case "team_access_revoked":
+			a.revokeTeams(ctx, api.EnterpriseID, access)
+		case "team_access_granted":
+			a.grantTeams(ctx, api.EnterpriseID, access)
+		default:
 			a.uninstall(ctx, team, api.EnterpriseID, api.InnerEvent.Type, sent)
 		}
 		late.Stop()
@@ -151,6 +157,26 @@ func (a *Adapter) revokeTeams(ctx context.Context, org string, teams []string) {
 	if a.opts.Uninstalled != nil && len(closed) > 0 {
 		a.opts.Uninstalled(org, closed)
 	}
+}
+
+// grantTeams handles team_access_granted: the org-wide install org
+// serves teams again, which is recorded with it for every replica (the
+// others serve them once they read the store again, recheckGone); here
+// their workspaces start fresh.
+func (a *Adapter) grantTeams(ctx context.Context, org string, teams []string) {
+	if a.one != nil || org == "" || len(teams) == 0 {
+		return
+	}
+	if err := a.opts.Installations.GrantTeams(ctx, org, teams); err != nil {
+		a.log.Error("slack team access granted: record it", "installation", org, "err", err)
+		return
+	}
+	for _, team := range teams {
+		w := a.space(team)
+		w.learn(org, "")
+		w.reset()
+	}
+	a.log.Info("slack org install added to workspaces", "installation", org, "teams", teams)
 }
 
 // closeSpaces marks uninstalled every workspace the installation id

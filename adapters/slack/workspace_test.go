@@ -861,3 +861,35 @@ func TestUninstallOlderThanTheInstallationKeepsIt(t *testing.T) {
 		t.Errorf("Uninstalled told %v, want nothing", r.uninstalled)
 	}
 }
+
+// TestTeamAccessGrantedAgain: a workspace the org-wide install was
+// removed from and then given again (team_access_granted) is served by
+// the org's token again, here at once and on another replica once it
+// reads the store again (recheckGone).
+func TestTeamAccessGrantedAgain(t *testing.T) {
+	r := newManyRig(t, false, fakeslack.Team{ID: "T5", EnterpriseID: "E1", Channels: []string{"C5"}})
+	r.install(t, fakeslack.Install{EnterpriseID: "E1", Enterprise: true})
+	ctx := context.Background()
+	five := r.mention(t, "Ev5", "C5", "UBE1", "5.1")
+	other := New(Options{APIURL: r.api, Installations: r.x, Dedupe: &inboxtest.Dedupe{}, Now: r.a.opts.Now})
+	if err := other.Start(t.Context(), &inboxtest.Inbox{}); err != nil {
+		t.Fatal(err)
+	}
+	other.space("T5").learn("E1", "")
+	for _, body := range r.fake.RevokeTeamAccess("E1", "T5") {
+		postEvent(t, r.a, body)
+	}
+	if err := other.Reply(ctx, five, "", "removed"); err == nil {
+		t.Error("another replica's reply in the removed workspace succeeded")
+	}
+	for _, body := range r.fake.GrantTeamAccess("E1", "T5") {
+		postEvent(t, r.a, body)
+	}
+	if err := r.a.Reply(ctx, five, "", "back"); err != nil {
+		t.Errorf("a reply after team_access_granted: %v", err)
+	}
+	r.later(recheckGone + time.Second)
+	if err := other.Reply(ctx, five, "", "back elsewhere"); err != nil {
+		t.Errorf("another replica's reply after team_access_granted: %v", err)
+	}
+}

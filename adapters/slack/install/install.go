@@ -165,8 +165,27 @@ func (x *Installations) DeleteBefore(ctx context.Context, id string, t time.Time
 
 // RevokeTeams records that the org-wide install id no longer serves
 // teams (team_access_revoked): Find does not give it for them. A
-// reinstall (Save) serves them again.
+// reinstall (Save) or GrantTeams serves them again.
 func (x *Installations) RevokeTeams(ctx context.Context, id string, teams []string) error {
+	return x.revoked(ctx, id, func(rec *Installation) {
+		for _, t := range teams {
+			if !slices.Contains(rec.Revoked, t) {
+				rec.Revoked = append(rec.Revoked, t)
+			}
+		}
+	})
+}
+
+// GrantTeams records that the org-wide install id serves teams again
+// (team_access_granted).
+func (x *Installations) GrantTeams(ctx context.Context, id string, teams []string) error {
+	return x.revoked(ctx, id, func(rec *Installation) {
+		rec.Revoked = slices.DeleteFunc(rec.Revoked, func(t string) bool { return slices.Contains(teams, t) })
+	})
+}
+
+// revoked changes the Revoked teams of installation id by fn.
+func (x *Installations) revoked(ctx context.Context, id string, fn func(rec *Installation)) error {
 	return x.store.UpdateInstallation(ctx, id, func(cur []byte) ([]byte, error) {
 		if cur == nil {
 			return nil, ErrNotInstalled
@@ -175,11 +194,7 @@ func (x *Installations) RevokeTeams(ctx context.Context, id string, teams []stri
 		if err := json.Unmarshal(cur, &rec); err != nil {
 			return nil, fmt.Errorf("installation %s: unreadable record: %w", id, err)
 		}
-		for _, t := range teams {
-			if !slices.Contains(rec.Revoked, t) {
-				rec.Revoked = append(rec.Revoked, t)
-			}
-		}
+		fn(&rec)
 		return json.Marshal(rec) // tokens as stored, sealed
 	})
 }
