@@ -646,8 +646,12 @@ func TestHoldsSharedPerWorkspace(t *testing.T) {
 	}
 	until := time.Now().Add(time.Minute)
 	r.a.HoldRetryAfter("T3:chat.update", until)
-	if !heldUntil(r.a.space("T3"), "chat.update").Equal(until) || heldUntil(r.a.space("T2"), "chat.update").After(until) {
-		t.Error("another replica's hold of T3 did not hold T3's calls alone")
+	if got := heldUntil(r.a.space("T3"), "chat.update"); !got.Equal(until) {
+		t.Errorf("T3 held until %v, want %v (the other replica's hold)", got, until)
+	}
+	// T2 is held by its own 429 alone (Retry-After: 1), never by T3's.
+	if got := heldUntil(r.a.space("T2"), "chat.update"); !got.IsZero() && got.After(time.Now().Add(2*time.Second)) {
+		t.Errorf("T2 held until %v, %v from now; want no hold or its own second, not T3's minute", got, time.Until(got).Round(time.Second))
 	}
 }
 
