@@ -302,11 +302,16 @@ func (a *Adapter) mentions(ctx context.Context, team, text string) string {
 	return strings.TrimSpace(text)
 }
 
-// displayName looks a user's display name up once, with the token of
-// team, the workspace the user was seen in; "" if Slack won't say.
+// displayName looks a user's display name up once per workspace, with
+// the token of team, the workspace the user was seen in; "" if Slack
+// won't say. Names are kept by team and user: what users.info answers
+// depends on the token's workspace (a Slack Connect user's profile as
+// that workspace sees it, or no answer at all), so one workspace's
+// answer is not another's.
 func (a *Adapter) displayName(ctx context.Context, team, id string) string {
+	key := team + "/" + id
 	a.mu.Lock()
-	name, ok := a.users[id]
+	name, ok := a.users[key]
 	a.mu.Unlock()
 	if ok {
 		return name
@@ -322,7 +327,7 @@ func (a *Adapter) displayName(ctx context.Context, team, id string) string {
 	if len(a.users) >= 10000 {
 		clear(a.users)
 	}
-	a.users[id] = name
+	a.users[key] = name
 	a.mu.Unlock()
 	return name
 }

@@ -115,7 +115,7 @@ type Adapter struct {
 	// standard holds plan messages that Slack refused native blocks for;
 	// their edits use standard blocks. Other messages still try native.
 	standard  map[string]bool
-	users     map[string]string // display names by user id
+	users     map[string]string // display names by team and user id ("T1/U1")
 	connected bool
 }
 

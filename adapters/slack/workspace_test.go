@@ -897,3 +897,25 @@ func TestTeamAccessGrantedAgain(t *testing.T) {
 		t.Errorf("another replica's reply after team_access_granted: %v", err)
 	}
 }
+
+// TestDisplayNamesPerWorkspace: a user's display name is cached per
+// workspace: what users.info answered with one workspace's token (here
+// a failure, cached as no name) is not taken for another's.
+func TestDisplayNamesPerWorkspace(t *testing.T) {
+	r := newManyRig(t, false, fakeslack.Team{ID: "T2", Channels: []string{"C2"}}, fakeslack.Team{ID: "T3", Channels: []string{"C3"}})
+	r.install(t, fakeslack.Install{TeamID: "T2"})
+	r.install(t, fakeslack.Install{TeamID: "T3"})
+	r.fake.AddUser("U777", "Rita")
+	r.fake.Fail("users.info", "user_not_found", "user_not_found") // T2's token sees neither the author nor U777
+	push(t, r.a, r.fake, "EvN2", map[string]any{"type": "app_mention", "user": "U1", "channel": "C2", "ts": "7.1", "text": "<@UBT2> ask <@U777>"})
+	r.a.queue.Wait(context.Background())
+	push(t, r.a, r.fake, "EvN3", map[string]any{"type": "app_mention", "user": "U1", "channel": "C3", "ts": "7.2", "text": "<@UBT3> ask <@U777>"})
+	r.a.queue.Wait(context.Background())
+	got := map[string]string{}
+	for _, in := range r.rec.Incoming() {
+		got[in.Thread.Channel] = in.Text
+	}
+	if got["C2"] != "ask <@U777>" || got["C3"] != "ask @Rita" {
+		t.Errorf("got C2 %q, C3 %q; want ask <@U777> and ask @Rita", got["C2"], got["C3"])
+	}
+}
