@@ -215,3 +215,40 @@ func TestFailedRefreshBacksOffAcrossReplicas(t *testing.T) {
 		t.Errorf("after the backoff: %q (retry %v), %v, %d refreshes; want the new token after a second refresh", in.BotToken, in.RetryRefresh, err, calls.Load())
 	}
 }
+
+// TestOrgAccessAndDeleteBefore: an org-wide install removed from a
+// workspace (RevokeTeams) is not found for it until given back
+// (GrantTeams), and serves the org's other workspaces meanwhile; an
+// uninstall sent before an installation was made does not delete it.
+func TestOrgAccessAndDeleteBefore(t *testing.T) {
+	ctx := context.Background()
+	x := New(openDB(t), sealer(t, key1))
+	now := time.Now()
+	if err := x.Save(ctx, Installation{ID: "E1", EnterpriseID: "E1", Enterprise: true, BotToken: "xoxb-org", InstalledAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.RevokeTeams(ctx, "E1", []string{"T5"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.Find(ctx, "T5", "E1"); !errors.Is(err, ErrNotInstalled) {
+		t.Errorf("a workspace removed from the org install: %v, want ErrNotInstalled", err)
+	}
+	if in, err := x.Find(ctx, "T6", "E1"); err != nil || in.BotToken != "xoxb-org" {
+		t.Errorf("another workspace of the org: %q, %v", in.BotToken, err)
+	}
+	if err := x.GrantTeams(ctx, "E1", []string{"T5"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.Find(ctx, "T5", "E1"); err != nil {
+		t.Errorf("a workspace given back: %v", err)
+	}
+	if deleted, err := x.DeleteBefore(ctx, "E1", now.Add(-time.Minute)); err != nil || deleted {
+		t.Errorf("an uninstall sent before the install: deleted %v, %v; want kept", deleted, err)
+	}
+	if deleted, err := x.DeleteBefore(ctx, "E1", now.Add(time.Second)); err != nil || !deleted {
+		t.Errorf("an uninstall sent after the install: deleted %v, %v; want deleted", deleted, err)
+	}
+	if _, err := x.Get(ctx, "E1"); !errors.Is(err, ErrNotInstalled) {
+		t.Errorf("after the uninstall: %v", err)
+	}
+}
