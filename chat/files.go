@@ -28,9 +28,11 @@ import (
 // FileFetcher is a platform that serves the files attached to its
 // messages.
 type FileFetcher interface {
-	// FetchFile returns f's bytes, reading at most max+1 of them: more
-	// than max means the file is over the limit.
-	FetchFile(ctx context.Context, f agent.File, max int64) ([]byte, error)
+	// FetchFile returns f's bytes, attached in session's thread,
+	// reading at most max+1 of them: more than max means the file is
+	// over the limit. The session names where the file was shared
+	// (Slack fetches it with that workspace's token).
+	FetchFile(ctx context.Context, session string, f agent.File, max int64) ([]byte, error)
 }
 
 // DefaultFileBytes is PINPLAN_FILE_BYTES' default: 256 KiB.
@@ -103,7 +105,7 @@ func (fs *Files) ReadFiles(ctx context.Context, session string, files []agent.Fi
 			continue
 		}
 		fctx, cancel := context.WithTimeout(ctx, timeout)
-		raw, err := fetcher.FetchFile(fctx, f, max)
+		raw, err := fetcher.FetchFile(fctx, session, f, max)
 		cancel()
 		switch {
 		case err != nil:

@@ -19,7 +19,7 @@ type filePlatform struct {
 
 func (p *filePlatform) Caps() Caps { return testCaps(p) }
 
-func (p *filePlatform) FetchFile(ctx context.Context, f agent.File, max int64) ([]byte, error) {
+func (p *filePlatform) FetchFile(ctx context.Context, _ string, f agent.File, max int64) ([]byte, error) {
 	if p.slow > 0 {
 		select {
 		case <-time.After(p.slow):

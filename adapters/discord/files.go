@@ -37,7 +37,7 @@ func filesOf(as []*discordgo.MessageAttachment) []agent.File {
 // FetchFile implements chat.FileFetcher: the attachment from its signed
 // CDN URL, which needs no token (none is sent). Only Discord's CDN hosts
 // are fetched from (or DISCORD_API_URL's, for a stand-in).
-func (a *Adapter) FetchFile(ctx context.Context, f agent.File, max int64) ([]byte, error) {
+func (a *Adapter) FetchFile(ctx context.Context, _ string, f agent.File, max int64) ([]byte, error) {
 	u, err := url.Parse(f.URL)
 	if err != nil || !a.cdnHost(u) {
 		return nil, &chat.FileError{Reason: "its address is not Discord's"}

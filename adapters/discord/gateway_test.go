@@ -220,7 +220,7 @@ func TestFetchFileOnlyFromDiscord(t *testing.T) {
 	defer other.Close()
 	for _, u := range []string{other.URL + "/a.txt", "http://cdn.discordapp.com/a.txt", "https://cdn.discordapp.com.evil.example/a.txt"} {
 		var fe *chat.FileError
-		if _, err := a.FetchFile(t.Context(), agent.File{Name: "a.txt", URL: u}, 100); !errors.As(err, &fe) {
+		if _, err := a.FetchFile(t.Context(), "discord/C1", agent.File{Name: "a.txt", URL: u}, 100); !errors.As(err, &fe) {
 			t.Errorf("FetchFile(%s) = %v, want refused as not Discord's", u, err)
 		}
 	}

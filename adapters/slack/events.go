@@ -220,7 +220,7 @@ func (a *Adapter) relevant(ctx context.Context, api slackevents.EventsAPIEvent) 
 		}
 		m.channel, m.thread, m.ts, m.author, m.text = ev.Channel, ev.ThreadTimeStamp, ev.TimeStamp, ev.User, ev.Text
 		m.authorTeam = cmp.Or(ev.UserTeam, team)
-		m.files = a.filesOf(team, ev.Files)
+		m.files = a.filesOf(ev.Files)
 	case *slackevents.MessageEvent:
 		if ev.BotID != "" || ev.User == bot || ev.User == "" {
 			return m, false
@@ -233,7 +233,7 @@ func (a *Adapter) relevant(ctx context.Context, api slackevents.EventsAPIEvent) 
 		m.channel, m.thread, m.ts, m.author, m.text = ev.Channel, ev.ThreadTimeStamp, ev.TimeStamp, ev.User, ev.Text
 		m.authorTeam = cmp.Or(ev.UserTeam, team)
 		if ev.Message != nil {
-			m.files = a.filesOf(team, ev.Message.Files)
+			m.files = a.filesOf(ev.Message.Files)
 		}
 		if !ev.IsIM() {
 			// In channels a mention arrives as app_mention; a reply

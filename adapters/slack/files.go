@@ -23,18 +23,12 @@ var _ chat.FileFetcher = (*Adapter)(nil)
 // the turn takes the message in, through FetchFile.
 //
 // With many workspaces a file is fetched with the token of the workspace
-// of the thread it was shared in: a file shared into a Slack Connect
-// channel names its uploader's workspace in its address, which may have
-// no pinplan, or another installation. FetchFile is given the file
-// alone, so filesOf marks its URL with the thread's team, in a fragment
-// (#team=T...), which no request carries.
+// of the thread it was shared in (its session key's team): a file shared
+// into a Slack Connect channel names its uploader's workspace in its
+// address, which may have no pinplan, or another installation.
 
-// fileTeamKey names the thread's team in the fragment of a file's URL.
-const fileTeamKey = "team"
-
-// filesOf is a message's files as the agent takes them; team is the
-// workspace of the thread they were shared in.
-func (a *Adapter) filesOf(team string, fs []slack.File) []agent.File {
+// filesOf is a message's files as the agent takes them.
+func (a *Adapter) filesOf(fs []slack.File) []agent.File {
 	var out []agent.File
 	for _, f := range fs {
 		name := f.Name
@@ -44,9 +38,6 @@ func (a *Adapter) filesOf(team string, fs []slack.File) []agent.File {
 		u := f.URLPrivateDownload
 		if u == "" {
 			u = f.URLPrivate
-		}
-		if a.one == nil && team != "" && u != "" {
-			u += "#" + url.Values{fileTeamKey: {team}}.Encode()
 		}
 		out = append(out, agent.File{Name: name, Type: f.Mimetype, Size: int64(f.Size), URL: u})
 	}
@@ -60,17 +51,16 @@ func (a *Adapter) filesOf(team string, fs []slack.File) []agent.File {
 // included; any other address is refused and logged, the token never
 // sent. Without files:read Slack answers with its sign-in page, an HTML
 // page with status 200: that is told as such, not given as the file.
-func (a *Adapter) FetchFile(ctx context.Context, f agent.File, max int64) ([]byte, error) {
+func (a *Adapter) FetchFile(ctx context.Context, session string, f agent.File, max int64) ([]byte, error) {
 	u, err := url.Parse(f.URL)
 	if err != nil || !a.tokenHost(u) {
 		a.log.Warn("slack: a file's address is not Slack's over https; not fetched, the token not sent", "file", f.Name, "scheme", schemeOf(u), "host", hostOf(u))
 		return nil, &chat.FileError{Reason: "its address is not Slack's (https)"}
 	}
-	token, err := a.fileToken(ctx, u)
+	token, err := a.fileToken(ctx, session, u)
 	if err != nil {
 		return nil, err
 	}
-	u.Fragment, u.RawFragment = "", ""
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, err
@@ -189,16 +179,16 @@ func hostOf(u *url.URL) string {
 }
 
 // fileToken is the bot token a file is fetched with: SLACK_BOT_TOKEN,
-// or with many workspaces the token of the workspace of the thread it
-// was shared in, which filesOf wrote in its URL's fragment; a URL
-// without one (not made by filesOf) falls back to the workspace its
-// address names (.../files-pri/<team>-<file>/...).
-func (a *Adapter) fileToken(ctx context.Context, u *url.URL) (string, error) {
+// or with many workspaces the token of the workspace of session, the
+// thread it was shared in; a session that names none (not Slack's)
+// falls back to the workspace the file's address names
+// (.../files-pri/<team>-<file>/...).
+func (a *Adapter) fileToken(ctx context.Context, session string, u *url.URL) (string, error) {
 	if a.one != nil {
 		return a.opts.BotToken, nil
 	}
-	if frag, err := url.ParseQuery(u.Fragment); err == nil && frag.Get(fileTeamKey) != "" {
-		return a.space(frag.Get(fileTeamKey)).tokens.token(ctx)
+	if team := teamOf(session); team != "" {
+		return a.space(team).tokens.token(ctx)
 	}
 	segs := strings.Split(u.Path, "/")
 	for i, seg := range segs[:len(segs)-1] {

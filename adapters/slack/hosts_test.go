@@ -67,7 +67,7 @@ func TestFetchFileRedirectStaysOnSlack(t *testing.T) {
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	a := New(Options{BotToken: "xoxb-t", APIURL: srv.URL + "/api/"})
-	if _, err := a.FetchFile(context.Background(), agent.File{Name: "a.txt", URL: srv.URL + "/moved/a.txt"}, 100); err == nil {
+	if _, err := a.FetchFile(context.Background(), "slack/T1/C1/1.1", agent.File{Name: "a.txt", URL: srv.URL + "/moved/a.txt"}, 100); err == nil {
 		t.Errorf("a redirect away from Slack was followed")
 	}
 	if len(seen) != 0 {

@@ -46,7 +46,7 @@ func (a *Adapter) shortcut(ctx context.Context, cb slack.InteractionCallback) {
 	}
 	err := a.in.Handle(ctx, chat.Incoming{Thread: th, Text: handedText, Author: author, AuthorID: cb.User.ID, MessageID: msg.Timestamp,
 		Event:  "slack/shortcut/" + cb.TriggerID,
-		Handed: []agent.Quoted{{Author: wrote, Text: a.mentions(ctx, team, msg.Text)}}, Files: a.filesOf(team, msg.Files)})
+		Handed: []agent.Quoted{{Author: wrote, Text: a.mentions(ctx, team, msg.Text)}}, Files: a.filesOf(msg.Files)})
 	if err != nil && !errors.Is(err, chat.ErrRejected) {
 		a.log.Error("slack message shortcut not handled", "session", th.Key, "err", err)
 	}

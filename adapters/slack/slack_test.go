@@ -272,7 +272,7 @@ func TestCardFoundByItsKey(t *testing.T) {
 func TestFetchFileOnlyFromSlack(t *testing.T) {
 	a, fake, _ := tagAdapter(t)
 	f := fake.AddFile("a.txt", "text/plain", []byte("hello"))
-	got, err := a.FetchFile(t.Context(), agent.File{Name: "a.txt", Type: "text/plain", URL: f["url_private_download"].(string)}, 100)
+	got, err := a.FetchFile(t.Context(), "slack/T1/C1/1.1", agent.File{Name: "a.txt", Type: "text/plain", URL: f["url_private_download"].(string)}, 100)
 	if err != nil || string(got) != "hello" {
 		t.Fatalf("FetchFile = %q, %v", got, err)
 	}
@@ -281,14 +281,14 @@ func TestFetchFileOnlyFromSlack(t *testing.T) {
 	defer other.Close()
 	for _, u := range []string{other.URL + "/a.txt", "http://files.slack.com/a.txt", "https://slack.com.evil.example/a.txt", "::"} {
 		var fe *chat.FileError
-		if _, err := a.FetchFile(t.Context(), agent.File{Name: "a.txt", URL: u}, 100); !errors.As(err, &fe) {
+		if _, err := a.FetchFile(t.Context(), "slack/T1/C1/1.1", agent.File{Name: "a.txt", URL: u}, 100); !errors.As(err, &fe) {
 			t.Errorf("FetchFile(%s) = %v, want refused as not Slack's", u, err)
 		}
 	}
 	if len(seen) != 0 {
 		t.Errorf("the token went to another host: %q", seen)
 	}
-	if got, err := a.FetchFile(t.Context(), agent.File{Name: "big.txt", Type: "text/plain", URL: fake.AddFile("big.txt", "text/plain", []byte("0123456789"))["url_private_download"].(string)}, 4); err != nil || len(got) != 5 {
+	if got, err := a.FetchFile(t.Context(), "slack/T1/C1/1.1", agent.File{Name: "big.txt", Type: "text/plain", URL: fake.AddFile("big.txt", "text/plain", []byte("0123456789"))["url_private_download"].(string)}, 4); err != nil || len(got) != 5 {
 		t.Errorf("a file over max: %d bytes, %v; want max+1 read", len(got), err)
 	}
 }

@@ -519,8 +519,8 @@ func TestFilesFetchedWithTheirWorkspacesToken(t *testing.T) {
 	two := r.install(t, fakeslack.Install{TeamID: "T2"})
 	r.install(t, fakeslack.Install{TeamID: "T3"})
 	for _, team := range []string{"T2", "T3"} {
-		f := r.a.filesOf(team, []slack.File{fileOf(r.fake.AddTeamFile(team, "notes.txt", "text/plain", []byte("of "+team)))})[0]
-		got, err := r.a.FetchFile(context.Background(), f, 1<<20)
+		f := r.a.filesOf([]slack.File{fileOf(r.fake.AddTeamFile(team, "notes.txt", "text/plain", []byte("of "+team)))})[0]
+		got, err := r.a.FetchFile(context.Background(), Key(team, "C"+team[1:], "1.1"), f, 1<<20)
 		if err != nil || string(got) != "of "+team {
 			t.Errorf("%s's file: %q, %v", team, got, err)
 		}
@@ -707,7 +707,7 @@ func TestFilesFetchedWithTheThreadsToken(t *testing.T) {
 	var got []string
 	for _, in := range r.rec.Incoming() {
 		for _, f := range in.Files {
-			raw, err := r.a.FetchFile(context.Background(), f, 1<<20)
+			raw, err := r.a.FetchFile(context.Background(), in.Thread.Key, f, 1<<20)
 			got = append(got, string(raw))
 			if err != nil {
 				t.Errorf("%s: %v", f.Name, err)

@@ -127,7 +127,7 @@ func (c *Console) takeFiles(in []postFile, base int) ([]agent.File, []FileInfo, 
 
 // FetchFile implements chat.FileFetcher: a console file's bytes are in
 // its data: URL; nothing else is fetched.
-func (c *Console) FetchFile(_ context.Context, f agent.File, max int64) ([]byte, error) {
+func (c *Console) FetchFile(_ context.Context, _ string, f agent.File, max int64) ([]byte, error) {
 	if f.URL == dropped {
 		return nil, &chat.FileError{Reason: fmt.Sprintf("the console keeps a message with its files up to %d KiB, and this one's files came to more", maxStored>>10)}
 	}

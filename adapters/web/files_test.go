@@ -51,7 +51,7 @@ func TestMessageWithFiles(t *testing.T) {
 	if len(got) != 2 || !strings.HasPrefix(got[0].URL, "data:text/plain;base64,") || got[1].URL != "" || got[1].Size != 4 {
 		t.Fatalf("the router got files %+v", got)
 	}
-	raw, err := c.FetchFile(context.Background(), got[0], 100)
+	raw, err := c.FetchFile(context.Background(), "web/1", got[0], 100)
 	if err != nil || string(raw) != "ship on friday" {
 		t.Errorf("FetchFile = %q, %v", raw, err)
 	}
@@ -66,7 +66,7 @@ func TestMessageWithFiles(t *testing.T) {
 		t.Errorf("a file by its size: %+v, message %q", big, res.Message.Text)
 	}
 	var fe *chat.FileError
-	if _, err := c.FetchFile(context.Background(), agent.File{Name: "x", URL: "http://127.0.0.1:1/secret"}, 100); !errors.As(err, &fe) {
+	if _, err := c.FetchFile(context.Background(), "web/1", agent.File{Name: "x", URL: "http://127.0.0.1:1/secret"}, 100); !errors.As(err, &fe) {
 		t.Errorf("FetchFile of an http URL: %v, want refused", err)
 	}
 	many := make([]string, maxFiles+1)
@@ -149,7 +149,7 @@ func TestMessageStaysOneStoreWrite(t *testing.T) {
 			kept++
 			continue
 		}
-		if _, err := c.FetchFile(context.Background(), f, 1<<20); err == nil || !strings.Contains(err.Error(), "KiB") {
+		if _, err := c.FetchFile(context.Background(), "web/1", f, 1<<20); err == nil || !strings.Contains(err.Error(), "KiB") {
 			t.Errorf("FetchFile of %s (not kept): %v, want the limit said", f.Name, err)
 		}
 	}
