@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -396,23 +397,36 @@ func (g *Election) observe(ctx context.Context, shard int) {
 // would each identify in it. A bucket is taken by creating
 // <prefix>identify/discord/<bucket> on a lease of its own that outlives
 // Discord's 5 s window; who finds it taken waits for it to go.
+//
+// The key is kept alive until the shard's READY (release), then lives a
+// full lease TTL more (the window and a second): a slow dial (TCP, TLS,
+// HELLO) cannot let another replica's IDENTIFY reach Discord within a
+// window of this one's. A release never called (a dial that never reaches
+// READY) stops the keep-alive after hold.
 type IdentifyBuckets struct {
 	cli    *clientv3.Client
 	pfx    string
 	window time.Duration // Discord's 5 s; tests shorten it
+	hold   time.Duration // a bucket is kept at most this long awaiting READY
 }
+
+// identifyHold bounds how long a bucket waits for its shard's READY: the
+// gateway dialer's 45 s handshake, HELLO and READY, with room.
+const identifyHold = time.Minute
 
 // NewIdentifyBuckets returns the buckets under prefix on cli.
 func NewIdentifyBuckets(cli *clientv3.Client, prefix string) *IdentifyBuckets {
-	return &IdentifyBuckets{cli: cli, pfx: prefix + "identify/discord/", window: 5 * time.Second}
+	return &IdentifyBuckets{cli: cli, pfx: prefix + "identify/discord/", window: 5 * time.Second, hold: identifyHold}
 }
 
-// WaitIdentify returns once bucket is this replica's to identify in,
-// for the next window; at once on a nil *IdentifyBuckets. buckets (max_concurrency) is in the key, so
-// that a count Discord changed does not share keys with the old one.
-func (b *IdentifyBuckets) WaitIdentify(ctx context.Context, bucket, buckets int) error {
+// WaitIdentify implements discord.IdentifyLimiter: it returns once
+// bucket is this replica's to identify in, held until release and a
+// window after; at once on a nil *IdentifyBuckets. buckets
+// (max_concurrency) is in the key, so that a count Discord changed does
+// not share keys with the old one.
+func (b *IdentifyBuckets) WaitIdentify(ctx context.Context, bucket, buckets int) (release func(), err error) {
 	if b == nil { // no etcd: the adapter's own pacing is all there is
-		return nil
+		return func() {}, nil
 	}
 	key := b.pfx + strconv.Itoa(buckets) + "/" + strconv.Itoa(bucket)
 	// A lease expires no sooner than its TTL, in whole seconds: one
@@ -421,20 +435,51 @@ func (b *IdentifyBuckets) WaitIdentify(ctx context.Context, bucket, buckets int)
 	for {
 		lease, err := b.cli.Grant(ctx, ttl)
 		if err != nil {
-			return fmt.Errorf("discord identify bucket %s: %w", key, err)
+			return nil, fmt.Errorf("discord identify bucket %s: %w", key, err)
 		}
 		resp, err := b.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 			Then(clientv3.OpPut(key, "", clientv3.WithLease(lease.ID))).Commit()
 		if err == nil && resp.Succeeded {
-			return nil
+			return b.keep(lease.ID), nil
 		}
 		b.cli.Revoke(context.WithoutCancel(ctx), lease.ID) // unused; it would expire anyway
 		if err != nil {
-			return fmt.Errorf("discord identify bucket %s: %w", key, err)
+			return nil, fmt.Errorf("discord identify bucket %s: %w", key, err)
 		}
 		if err := b.waitGone(ctx, key, resp.Header.Revision); err != nil {
-			return err
+			return nil, err
 		}
+	}
+}
+
+// keep keeps a bucket's lease alive until the returned release is called
+// (more than once is fine) or b.hold has passed; release then renews it
+// once, so that it expires a full TTL (the window and a second) after
+// the READY at the soonest.
+func (b *IdentifyBuckets) keep(lease clientv3.LeaseID) (release func()) {
+	ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(b.hold, identifyHold))
+	done := make(chan struct{})
+	ch, err := b.cli.KeepAlive(ctx, lease)
+	if err != nil {
+		close(done) // the lease lives its TTL from the grant, as before
+	} else {
+		go func() {
+			defer close(done)
+			for range ch { // closed when ctx ends or the lease is gone
+			}
+		}()
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer rcancel()
+			// Failing (etcd away), the lease lapses at most a TTL after
+			// its last renewal, as without a hold.
+			_, _ = b.cli.KeepAliveOnce(rctx, lease)
+		})
 	}
 }
 

@@ -165,30 +165,87 @@ func TestShardsAcrossReplicas(t *testing.T) {
 }
 
 // TestIdentifyBucketsAcrossReplicas: two replicas' limiters on one
-// etcd give a bucket to one at a time, a window apart; another bucket
-// is free meanwhile.
+// etcd give a bucket to one at a time, a window after the holder's READY;
+// another bucket is free meanwhile.
 func TestIdentifyBucketsAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	cli := etcdtest.Start(t).Client(t)
 	a, b := NewIdentifyBuckets(cli, prefix), NewIdentifyBuckets(cli, prefix)
 	a.window, b.window = time.Second, time.Second
 	ctx := t.Context()
-	start := time.Now()
-	if err := a.WaitIdentify(ctx, 0, 2); err != nil {
+	releaseA, err := a.WaitIdentify(ctx, 0, 2)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.WaitIdentify(ctx, 1, 2); err != nil || time.Since(start) > time.Second {
-		t.Fatalf("bucket 1 while bucket 0 is taken: %v after %s, want at once", err, time.Since(start))
-	}
-	if err := b.WaitIdentify(ctx, 0, 2); err != nil {
-		t.Fatal(err)
-	}
-	if took := time.Since(start); took < time.Second {
-		t.Errorf("bucket 0 taken again after %s, want a window (1 s) at least", took)
-	}
-	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	// Bucket 0 is held until the first's READY (release), a minute at
+	// most: bucket 1 taken before that release was not waiting for it.
+	within, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	if err := a.WaitIdentify(short, 0, 2); err == nil {
+	if _, err := b.WaitIdentify(within, 1, 2); err != nil {
+		t.Fatalf("bucket 1 while bucket 0 is held: %v, want it free", err)
+	}
+	releaseA()
+	ready := time.Now()
+	if _, err := b.WaitIdentify(ctx, 0, 2); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(ready); took < a.window {
+		t.Errorf("bucket 0 taken again %s after the first's READY, want a window (1 s) at least", took)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancelShort()
+	if _, err := a.WaitIdentify(short, 0, 2); err == nil {
 		t.Error("bucket 0 taken a third time at once")
+	}
+}
+
+// TestIdentifyBucketHeldUntilReady: a replica whose dial is slow (TCP,
+// TLS, HELLO) holds its bucket until its READY and a window more, so
+// that no other replica's IDENTIFY in the bucket reaches Discord within
+// a window of its own, however long its dial took.
+func TestIdentifyBucketHeldUntilReady(t *testing.T) {
+	t.Parallel()
+	cli := etcdtest.Start(t).Client(t)
+	a, b := NewIdentifyBuckets(cli, prefix), NewIdentifyBuckets(cli, prefix)
+	a.window, b.window = time.Second, time.Second
+	ctx := t.Context()
+	release, err := a.WaitIdentify(ctx, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		if _, err := b.WaitIdentify(ctx, 0, 1); err == nil {
+			got <- time.Now()
+		}
+		close(got)
+	}()
+	time.Sleep(3 * time.Second) // the dial: past the window and a second
+	ready := time.Now()
+	release() // READY
+	at, ok := <-got
+	if !ok {
+		t.Fatal("the second replica never had the bucket")
+	}
+	if early := ready.Add(a.window).Sub(at); early > 0 {
+		t.Errorf("the second replica had the bucket %s before the first's READY + the window", early)
+	}
+}
+
+// TestIdentifyBucketHoldBounded: a dial that never reaches READY (its
+// release never called) lets go of its bucket after the hold.
+func TestIdentifyBucketHoldBounded(t *testing.T) {
+	t.Parallel()
+	cli := etcdtest.Start(t).Client(t)
+	a, b := NewIdentifyBuckets(cli, prefix), NewIdentifyBuckets(cli, prefix)
+	a.window, b.window = time.Second, time.Second
+	a.hold = 2 * time.Second
+	if _, err := a.WaitIdentify(t.Context(), 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	within, cancel := context.WithTimeout(t.Context(), 20*time.Second) // the hold and a TTL, with room
+	defer cancel()
+	if _, err := b.WaitIdentify(within, 0, 1); err != nil {
+		t.Fatalf("the bucket of a dial that never reached READY: %v, want it free after the hold", err)
 	}
 }

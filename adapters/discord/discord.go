@@ -307,6 +307,7 @@ func (a *Adapter) open(sh *shard) error {
 		a.dropContentIntent(sh)
 	}
 	err := sh.s.Open()
+	a.releaseIdentify(sh) // READY or RESUMED read, or the opening failed
 	var ce *websocket.CloseError
 	if !errors.As(err, &ce) || ce.Code != closeDisallowedIntents {
 		return err
@@ -321,7 +322,9 @@ func (a *Adapter) open(sh *shard) error {
 				"follow-ups in a thread without a mention need the intent (Developer Portal -> Bot -> Privileged Gateway Intents -> Message Content Intent)")
 		}
 	}
-	return sh.s.Open()
+	err = sh.s.Open()
+	a.releaseIdentify(sh)
+	return err
 }
 
 // dropContentIntent takes MessageContent out of the shard's IDENTIFY and

@@ -56,11 +56,17 @@ var (
 )
 
 // IdentifyLimiter shares the identify buckets with other processes that
-// hold shards of the same bot (replicas): WaitIdentify returns when
-// bucket (of buckets, max_concurrency) may identify, at most once per
-// 5 s across them all. The adapter's own pacing comes first.
+// hold shards of the same bot (replicas). WaitIdentify returns when
+// bucket (of buckets, max_concurrency) may identify, and holds it for
+// this process until release is called and 5 s more: the adapter calls
+// release once the shard's dial has ended, at its READY (or RESUMED) or
+// its failure, so that a slow dial cannot let another process's
+// IDENTIFY in the bucket follow this one's within the window. The
+// limiter bounds the hold itself, so that a dial hung before its READY
+// does not keep the bucket for ever. release may be called more than
+// once. The adapter's own pacing comes first.
 type IdentifyLimiter interface {
-	WaitIdentify(ctx context.Context, bucket, buckets int) error
+	WaitIdentify(ctx context.Context, bucket, buckets int) (release func(), err error)
 }
 
 // shard is one gateway connection of the bot.
@@ -80,6 +86,7 @@ type shard struct {
 	connected    bool      // discordgo said Connect (READY or RESUMED read); no Disconnect since
 	downSince    time.Time // when its gap in the events began; zero while connected
 	flush        bool      // closed since the marks were last saved: its marks are saved once more
+	release      func()    // lets go of the identify bucket its dial took (IdentifyLimiter); nil: none held
 	loaded       bool      // its saved marks were read (at READY) since OpenShard: its record may be written
 }
 
@@ -97,8 +104,9 @@ type identifyBuckets struct {
 	free map[int]time.Time // when each bucket may identify next
 }
 
-// wait returns when shard's bucket is this caller's to identify in.
-func (b *identifyBuckets) wait(ctx context.Context, shard int) error {
+// wait returns when shard's bucket is this caller's to identify in, and
+// the release of the other processes' hold on it.
+func (b *identifyBuckets) wait(ctx context.Context, shard int) (release func(), err error) {
 	key := shard % b.n
 	for {
 		b.mu.Lock()
@@ -113,14 +121,14 @@ func (b *identifyBuckets) wait(ctx context.Context, shard int) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return context.Cause(ctx)
+			return nil, context.Cause(ctx)
 		case <-t.C:
 		}
 	}
 	if b.limit != nil {
 		return b.limit.WaitIdentify(ctx, key, b.n)
 	}
-	return nil
+	return func() {}, nil
 }
 
 // identified moves shard's bucket a window past now: its IDENTIFY was
@@ -193,8 +201,10 @@ func (a *Adapter) newShard(id, count int) *shard {
 	a.addHandlers(s)
 	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Connect) { a.setConnected(sh, true) })
 	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Disconnect) { a.onDisconnect(sh) })
+	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Resumed) { a.releaseIdentify(sh) })
 	s.AddHandler(func(_ *discordgo.Session, r *discordgo.Ready) {
 		a.buckets.identified(id)
+		a.releaseIdentify(sh)
 		a.mu.Lock()
 		a.botID = r.User.ID
 		a.mu.Unlock()
@@ -327,9 +337,34 @@ func (a *Adapter) dialShard(ctx context.Context, sh *shard, network, addr string
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(gate, cancel)()
-	if err := a.buckets.wait(ctx, sh.id); err != nil {
+	release, err := a.buckets.wait(ctx, sh.id)
+	if err != nil {
 		return nil, fmt.Errorf("discord: shard %d waits for its identify bucket: %w", sh.id, err)
 	}
+	a.mu.Lock()
+	prev := sh.release
+	sh.release = release
+	a.mu.Unlock()
+	if prev != nil {
+		prev()
+	}
 	var d net.Dialer
-	return d.DialContext(ctx, network, addr)
+	conn, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		a.releaseIdentify(sh) // no IDENTIFY went out
+	}
+	return conn, err
+}
+
+// releaseIdentify lets go of the identify bucket sh's dial took, if it
+// still holds it: its READY or RESUMED came, or its dial or opening
+// ended without one.
+func (a *Adapter) releaseIdentify(sh *shard) {
+	a.mu.Lock()
+	release := sh.release
+	sh.release = nil
+	a.mu.Unlock()
+	if release != nil {
+		release()
+	}
 }

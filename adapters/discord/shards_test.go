@@ -362,18 +362,18 @@ type gatedLimiter struct {
 }
 
 // WaitIdentify implements IdentifyLimiter.
-func (g *gatedLimiter) WaitIdentify(ctx context.Context, _, _ int) error {
+func (g *gatedLimiter) WaitIdentify(ctx context.Context, _, _ int) (func(), error) {
 	g.mu.Lock()
 	hold := g.hold
 	g.mu.Unlock()
 	if hold == nil {
-		return nil
+		return func() {}, nil
 	}
 	select {
 	case <-hold:
-		return nil
+		return func() {}, nil
 	case <-ctx.Done():
-		return context.Cause(ctx)
+		return nil, context.Cause(ctx)
 	}
 }
 
