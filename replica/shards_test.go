@@ -149,7 +149,10 @@ func TestShardsAcrossReplicas(t *testing.T) {
 	})
 	took := time.Since(revoked)
 	t.Logf("shard 1 moved from r%d to r%d in %s (TTL %s)", loser, moved[1], took.Round(10*time.Millisecond), rs[0].rep.TTL())
-	if limit := rs[0].rep.TTL() + 2*time.Second; took > limit {
+	// A bound that holds on a loaded 2-core machine under -race (an
+	// election round, a bucket wait and a dial on top of the TTL); how
+	// fast the move is, is measured in BENCHMARKS, not asserted here.
+	if limit := rs[0].rep.TTL() + 5*time.Second; took > limit {
 		t.Errorf("shard 1 moved after %s, want within %s", took, limit)
 	}
 	if n, _ := fake.Sessions(); n <= identifies {
