@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bwmarrin/discordgo"
 )
@@ -331,5 +332,49 @@ func TestBotStartsPost(t *testing.T) {
 	}
 	if _, err := dg.ForumThreadStartComplex("C1", &discordgo.ThreadStart{Name: "x"}, &discordgo.MessageSend{Content: "y"}); restCode(err) != codeWrongChannelType {
 		t.Errorf("a post in a text channel: %v, want %d", err, codeWrongChannelType)
+	}
+}
+
+// TestArchiveTimestamps: a thread's THREAD_UPDATE carries what tells
+// Discord's archive after inactivity from a person's close, as Discord's
+// does: last_message_id (a snowflake with its time), the
+// auto_archive_duration and archive_timestamp, when the archive state
+// last changed.
+func TestArchiveTimestamps(t *testing.T) {
+	s, base := forumFixture(t)
+	id, _ := s.Post("F1", "U1", "task", "do it", true)
+	last := s.UserMessage(id, "U1", "more", false)
+	g := dialGateway(t, base)
+	g.identify(allIntents)
+	g.dispatch("GUILD_CREATE")
+	meta := func(d map[string]any) (time.Time, time.Duration) {
+		t.Helper()
+		md := d["thread_metadata"].(map[string]any)
+		at, err := time.Parse(time.RFC3339Nano, md["archive_timestamp"].(string))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return at, time.Duration(md["auto_archive_duration"].(float64)) * time.Minute
+	}
+	sent := snowflakeTime(last)
+	if sent.IsZero() || time.Since(sent) > time.Minute || time.Since(sent) < 0 {
+		t.Fatalf("message id %s holds the time %s, want about now", last, sent)
+	}
+	s.ArchiveThread(id)
+	d := g.dispatch("THREAD_UPDATE")["d"].(map[string]any)
+	at, idle := meta(d)
+	if d["last_message_id"] != last || idle != 24*time.Hour || at.Before(sent.Add(idle)) {
+		t.Errorf("inactivity archive: last_message_id %v, duration %s, archive_timestamp %s; want %s, a day, a day after %s",
+			d["last_message_id"], idle, at, last, sent)
+	}
+	s.UserMessage(id, "U1", "back", false) // unarchives it
+	g.dispatch("THREAD_UPDATE")
+	g.dispatch("MESSAGE_CREATE")
+	if err := s.ClosePost(id, "U1"); err != nil {
+		t.Fatal(err)
+	}
+	d = g.dispatch("THREAD_UPDATE")["d"].(map[string]any)
+	if at, idle := meta(d); !at.Before(snowflakeTime(d["last_message_id"].(string)).Add(idle)) {
+		t.Errorf("a person's close stamped %s, want before the post's inactivity ran out", at)
 	}
 }
