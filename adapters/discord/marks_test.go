@@ -281,3 +281,38 @@ func TestCatchUpThatFailsTellsTheChannel(t *testing.T) {
 		t.Errorf("the channel was told %d times that messages were missed (%+v), want once", told, rec.Notes())
 	}
 }
+
+// TestMarksToSave: which shards' records a save writes, and from when
+// each says its shard's gap began. A shard held but not read yet (before
+// its READY) is not written; a closed shard's record and a down shard's
+// say the gap began when it went down, not at the save.
+func TestMarksToSave(t *testing.T) {
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	down := now.Add(-30 * time.Second)
+	tests := []struct {
+		name      string
+		sh        shard
+		written   bool
+		wantSaved time.Time
+	}{
+		{"held and read", shard{on: true, loaded: true}, true, now},
+		{"held, not read yet", shard{on: true}, false, time.Time{}},
+		{"held, read, reconnecting", shard{on: true, loaded: true, downSince: down}, true, down},
+		{"closed since the last save", shard{flush: true, downSince: down}, true, down},
+		{"held elsewhere", shard{}, false, time.Time{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sh := tt.sh
+			a := &Adapter{shards: []*shard{&sh}, seen: map[string]seenChannel{"C1": {Last: "5", At: now}}}
+			recs, _ := a.marksToSaveLocked(now)
+			rec, ok := recs[marksName]
+			if ok != tt.written {
+				t.Fatalf("written %v, want %v", ok, tt.written)
+			}
+			if ok && (!rec.Saved.Equal(tt.wantSaved) || rec.Channels["C1"].Last != "5") {
+				t.Errorf("record saved %s with %v, want saved %s with C1's mark", rec.Saved, rec.Channels, tt.wantSaved)
+			}
+		})
+	}
+}
