@@ -90,7 +90,11 @@ type forumPost struct {
 	applied             []string // its tags, as Discord last said
 	archived, locked    bool
 	want                string // the run tag the bot wants; "" before any
-	full                bool   // people's tags fill it (said once)
+	// rendered: a plan of the post's session was rendered here, so its
+	// run tag is this process's to keep; a replica that only heard the
+	// post's mention (planning) leaves the owner's tag alone.
+	rendered bool
+	full     bool // people's tags fill it (said once)
 	// active is when its newest message the adapter saw was sent;
 	// autoArchive is its auto_archive_duration (the inactivity after
 	// which Discord archives it); archivedAt its archive_timestamp (when
@@ -325,7 +329,7 @@ func (a *Adapter) onThreadUpdate(_ *discordgo.Session, ev *discordgo.ThreadUpdat
 		a.log.Info("discord: a forum post was archived after its inactivity; its session goes on", "post", ev.ID)
 	case now.archived && !before.archived:
 		a.queue.Add(ev.ID, func() { a.postClosed(a.ctx, ev.ID, now.owner) })
-	case !now.archived && before.archived && now.want != "":
+	case !now.archived && before.archived && now.want != "" && now.rendered:
 		a.kickTags(now.forum, ev.ID) // a change held while it was closed
 	}
 }
@@ -500,6 +504,9 @@ func (a *Adapter) forumPlan(channel string, p chat.Plan) {
 func (a *Adapter) wantTag(post, tag string, onlyFirst bool) {
 	a.forums.mu.Lock()
 	p, ok := a.forums.posts[post]
+	if ok && !onlyFirst {
+		p.rendered = true
+	}
 	if !ok || p.want == tag || onlyFirst && p.want != "" {
 		a.forums.mu.Unlock()
 		return
@@ -548,11 +555,11 @@ func (a *Adapter) syncTags(ctx context.Context, forum string) {
 // syncPost puts the wanted run tag on post in place of the bot's others.
 func (a *Adapter) syncPost(ctx context.Context, forum, post string) {
 	p, ok := a.forums.post(post)
-	if !ok || p.want == "" || p.archived {
-		return // a closed post takes no change; reopened, it is due again
+	if !ok || p.want == "" {
+		return
 	}
 	if p, ok = a.freshPost(ctx, forum, post, p); !ok || p.want == "" || p.archived {
-		return
+		return // a closed post takes no change; reopened, it is due again
 	}
 	id, ids, ok := a.forumTag(ctx, forum, p.want)
 	if !ok {

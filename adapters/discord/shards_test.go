@@ -485,4 +485,22 @@ func TestForumTagsFromTheOwnerReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.waitTags(t, post, "bug", "urgent", "done")
+
+	// The holder heard the post's mention (planning) and none of the
+	// owner's plans: a person closing and reopening the post does not
+	// have it put its planning back.
+	if err := fake.ClosePost(post, "111"); err != nil {
+		t.Fatal(err)
+	}
+	if err := fake.ReopenPost(post, "111"); err != nil {
+		t.Fatal(err)
+	}
+	fake.UserMessage(post, "111", "after reopening", false)
+	waitTexts(t, hin, 2) // the holder had the reopening before it
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	holder.queue.Wait(ctx)
+	if got := r.tagNames(post); !slices.Equal(got, []string{"bug", "urgent", "done"}) {
+		t.Errorf("tags after reopening %v, want the owner's done kept", got)
+	}
 }
