@@ -90,11 +90,11 @@ type forumPost struct {
 	applied             []string // its tags, as Discord last said
 	archived, locked    bool
 	want                string // the run tag the bot wants; "" before any
+	full                bool   // people's tags fill it (said once)
 	// rendered: a plan of the post's session was rendered here, so its
 	// run tag is this process's to keep; a replica that only heard the
 	// post's mention (planning) leaves the owner's tag alone.
 	rendered bool
-	full     bool // people's tags fill it (said once)
 	// active is when its newest message the adapter saw was sent;
 	// autoArchive is its auto_archive_duration (the inactivity after
 	// which Discord archives it); archivedAt its archive_timestamp (when
