@@ -28,6 +28,10 @@ const (
 	Waiting RunState = "waiting"
 )
 
+// InTurn reports whether a session in this state is in a turn: running,
+// or waiting for a decision.
+func (s RunState) InTurn() bool { return s == Running || s == Waiting }
+
 // Approval is a tool call waiting for a person's decision (DESIGN.md §12).
 type Approval struct {
 	CallID    string    `json:"call_id"`

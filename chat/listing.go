@@ -90,7 +90,7 @@ const maxStatusLines = 20
 func StatusList(all []Listed, keep func(Listed) bool, where string, line func(s Listed, state string) string) string {
 	var busy []Listed
 	for _, s := range all {
-		if (s.State == agent.Running || s.State == agent.Waiting) && keep(s) {
+		if s.State.InTurn() && keep(s) {
 			busy = append(busy, s)
 		}
 	}

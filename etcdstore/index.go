@@ -42,7 +42,7 @@ func (s *Store) indexOp(name, key string, in bool) clientv3.Op {
 
 // runningOp notes in the index whether a record in state runs.
 func (s *Store) runningOp(key string, state agent.RunState) clientv3.Op {
-	return s.indexOp(idxRunning, key, state == agent.Running || state == agent.Waiting)
+	return s.indexOp(idxRunning, key, state.InTurn())
 }
 
 // undeliveredOp keeps session key in the index of undelivered logs unless
@@ -114,7 +114,7 @@ func (s *Store) buildIndexes(ctx context.Context) error {
 		}
 		_ = json.Unmarshal(kv.Value, &cp) // unreadable: not running; said when it is loaded
 		key := s.sessionOf("rec", kv.Key)
-		if cp.State == agent.Running || cp.State == agent.Waiting {
+		if cp.State.InTurn() {
 			if err := add(s.indexOp(idxRunning, key, true)); err != nil {
 				return err
 			}

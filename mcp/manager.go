@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -280,6 +281,18 @@ func (m *Manager) Status() map[string]string {
 		out[s.cfg.Name] = s.status()
 	}
 	return out
+}
+
+// StatusText is Status as /readyz shows it: "mcp <name>: <state>" a
+// line, by name. A server that is down does not make the bot unready:
+// its tools answer tool_unavailable and it is retried.
+func (m *Manager) StatusText() string {
+	st := m.Status()
+	var b strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(st)) {
+		fmt.Fprintf(&b, "mcp %s: %s\n", name, st[name])
+	}
+	return b.String()
 }
 
 // Ready returns nil when every server is ready, else an error wrapping

@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -89,5 +90,30 @@ exec sleep 30
 	}
 	if !strings.Contains(logs, "key is ") {
 		t.Errorf("the stderr line was not logged:\n%s", logs)
+	}
+}
+
+// TestMCPStatusRedactsURL is what /readyz shows for a URL server whose
+// URL carries credentials.
+func TestMCPStatusRedactsURL(t *testing.T) {
+	// Nothing listens on port 1: the error names the URL.
+	m := New(Options{Servers: []Server{{Name: "tracker", URL: "https://user:pw@127.0.0.1:1/mcp?api_key=SECRET"}}})
+	t.Cleanup(func() { m.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.WaitStarted(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := m.StatusText()
+	if !strings.HasPrefix(got, "mcp tracker: failed: ") {
+		t.Fatalf("got %q, want the server failed", got)
+	}
+	for _, secret := range []string{"SECRET", "pw"} {
+		if strings.Contains(got, secret) {
+			t.Errorf("/readyz shows %q: %q", secret, got)
+		}
 	}
 }

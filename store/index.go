@@ -53,7 +53,7 @@ func resumable(sb *bolt.Bucket, state agent.RunState) bool {
 			return true
 		}
 	}
-	return state == agent.Running || state == agent.Waiting
+	return state.InTurn()
 }
 
 // listIndex returns the keys of the index bucket name, in key order.

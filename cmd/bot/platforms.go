@@ -3,9 +3,6 @@ package main
 import (
 	"fmt"
 	"log/slog"
-	"net/http"
-	"strings"
-	"time"
 
 	discordadapter "github.com/pinplan/pinplan/adapters/discord"
 	slackadapter "github.com/pinplan/pinplan/adapters/slack"
@@ -118,18 +115,9 @@ func slackInstalls(cfg *config.Config, st stores, log *slog.Logger) (*install.In
 		return nil, nil, fmt.Errorf("PINPLAN_SECRET_KEY: %w", err)
 	}
 	installs := install.New(st.installs, seal)
-	flow := &install.Flow{ClientID: cfg.SlackClientID, ClientSecret: cfg.SlackClientSecret.Reveal(), RedirectURL: cfg.SlackRedirectURL,
-		Scopes: slackadapter.BotScopes, AuthorizeURL: slackAuthorizeURL(cfg.SlackAPIURL), APIURL: cfg.SlackAPIURL,
-		HTTP: &http.Client{Timeout: 30 * time.Second}, Seal: seal, Once: st.chat.Dedupe.FirstSeen, Installations: installs,
-		Logger: log.With("component", "slack-install")}
-	return installs, flow, nil
-}
-
-// slackAuthorizeURL is Slack's authorize URL beside its Web API's: the
-// API's https://slack.com/api/ gives https://slack.com/oauth/v2/authorize
-// (a fake's likewise).
-func slackAuthorizeURL(apiURL string) string {
-	return strings.TrimSuffix(strings.TrimSuffix(apiURL, "/"), "/api") + "/oauth/v2/authorize"
+	return installs, &install.Flow{ClientID: cfg.SlackClientID, ClientSecret: cfg.SlackClientSecret.Reveal(), RedirectURL: cfg.SlackRedirectURL,
+		Scopes: slackadapter.BotScopes, APIURL: cfg.SlackAPIURL, Seal: seal, Once: st.chat.Dedupe.FirstSeen, Installations: installs,
+		Logger: log.With("component", "slack-install")}, nil
 }
 
 // identifyLimiter shares Discord's identify buckets among the replicas

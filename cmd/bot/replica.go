@@ -3,12 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/pinplan/pinplan/agent"
 	"github.com/pinplan/pinplan/config"
@@ -19,47 +16,8 @@ import (
 // dialEtcd connects to the cluster of PINPLAN_ETCD_ENDPOINTS with the TLS
 // and auth settings, and checks that it answers.
 func dialEtcd(ctx context.Context, cfg *config.Config) (*clientv3.Client, error) {
-	cc := clientv3.Config{Endpoints: cfg.EtcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		Username: cfg.EtcdUsername, Password: cfg.EtcdPassword.Reveal(), DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 3 * time.Second}
-	if cfg.EtcdCA != "" || cfg.EtcdCert != "" {
-		tc, setting, err := etcdstore.ClientTLS(cfg.EtcdCA, cfg.EtcdCert, cfg.EtcdKey)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", setting, err)
-		}
-		cc.TLS = tc
-	}
-	cli, err := clientv3.New(cc)
-	if err != nil {
-		return nil, fmt.Errorf("etcd at %v: %w", cfg.EtcdEndpoints, err)
-	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := cli.Get(pctx, cfg.EtcdPrefix+"meta/schema"); err != nil {
-		cli.Close()
-		return nil, fmt.Errorf("etcd at %v does not answer: %w", cfg.EtcdEndpoints, err)
-	}
-	return cli, nil
-}
-
-// warnOldEtcd warns when the cluster runs etcd older than 3.5: Debian 12
-// ships 3.4, which answers every call pinplan makes, but the tests run
-// the etcd of go.mod (3.7), and 3.4 is out of support. The first member
-// that answers speaks for the cluster.
-func warnOldEtcd(ctx context.Context, cli *clientv3.Client, log *slog.Logger) {
-	for _, ep := range cli.Endpoints() {
-		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		st, err := cli.Status(sctx, ep)
-		cancel()
-		if err != nil {
-			continue
-		}
-		if etcdstore.Before35(st.Version) {
-			log.Warn("etcd is older than 3.5: it answers pinplan's calls, but only 3.5 and later are supported and tested; upgrade when you can", "etcd_version", st.Version, "endpoint", config.RedactURL(ep))
-		} else {
-			log.Debug("etcd version", "etcd_version", st.Version)
-		}
-		return
-	}
+	return etcdstore.Dial(ctx, etcdstore.DialOptions{Endpoints: cfg.EtcdEndpoints, Username: cfg.EtcdUsername, Password: cfg.EtcdPassword.Reveal(),
+		CA: cfg.EtcdCA, Cert: cfg.EtcdCert, Key: cfg.EtcdKey, Prefix: cfg.EtcdPrefix})
 }
 
 // replicaID is PINPLAN_REPLICA_ID, or the host name and pid.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -234,7 +235,7 @@ func (m *Main) buildHost(ctx context.Context) {
 		// Uncompressed: the series are a few kilobytes, and a gzip
 		// writer holds about a megabyte of the bot's memory per scrape.
 		Metrics: promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{DisableCompression: true}),
-		Ready:   m.ready.Check, ReadyDetail: func() string { return mcpStatus(m.servers) + replica.Status(m.st.rep) + m.gw.Status() }})
+		Ready:   m.ready.Check, ReadyDetail: func() string { return m.servers.StatusText() + replica.Status(m.st.rep) + m.gw.Status() }})
 	if !cfg.WebOff {
 		m.ps.console.Register(m.host, m.in)
 	}
@@ -363,10 +364,9 @@ func (m *Main) resume(ctx context.Context) (n, pending int, err error) {
 	return n, pending, nil
 }
 
-// slackUninstalled stops the turns of the sessions of the Slack teams an
-// installation served once it is uninstalled (DESIGN §14): a turn this
-// replica runs, or one waiting for a decision on any replica. Their
-// sends to Slack are dropped by the adapter (slackadapter.ErrUninstalled).
+// slackUninstalled stops the turns (running here, or waiting on any
+// replica) of the Slack teams an installation served once it is
+// uninstalled (DESIGN §14); the adapter drops their sends.
 func (m *Main) slackUninstalled(id string, teams []string) {
 	if m.runner == nil || len(teams) == 0 {
 		return
@@ -395,14 +395,8 @@ func (m *Main) slackUninstalled(id string, teams []string) {
 func turnsOf(infos []web.Session, teams []string) []string {
 	var out []string
 	for _, in := range infos {
-		c := in.Checkpoint
-		if c.State != agent.Running && c.State != agent.Waiting {
-			continue
-		}
-		for _, team := range teams {
-			if strings.HasPrefix(c.Key, "slack/"+team+"/") {
-				out = append(out, c.Key)
-			}
+		if c := in.Checkpoint; c.State.InTurn() && slices.ContainsFunc(teams, func(team string) bool { return strings.HasPrefix(c.Key, "slack/"+team+"/") }) {
+			out = append(out, c.Key)
 		}
 	}
 	return out

@@ -40,28 +40,28 @@ type stores struct {
 
 func boltStores(db *store.DB) stores {
 	return stores{agent: db, chat: chat.Options{Store: db, Log: db, Cards: db, Listings: db, FollowUps: db, Outbox: db, Dedupe: db},
-		records: db, marks: db, installs: db, count: db, ping: db.Ping, bolt: db,
-		sessions: func(ctx context.Context) ([]web.Session, error) {
-			infos, err := db.Sessions(ctx)
-			out := make([]web.Session, len(infos))
-			for i, in := range infos {
-				out[i] = web.Session{Checkpoint: in.Checkpoint, Board: in.Board, Listing: in.Listing}
-			}
-			return out, err
-		}}
+		records: db, marks: db, installs: db, count: db, ping: db.Ping, bolt: db, sessions: listed(db.Sessions)}
 }
 
 func etcdStores(es *etcdstore.Store) stores {
 	return stores{agent: es, chat: chat.Options{Store: es, Log: es, Cards: es, Listings: es, FollowUps: es, Outbox: es, Dedupe: es},
-		records: es, marks: es, installs: es, count: es, ping: es.Ping, es: es,
-		sessions: func(ctx context.Context) ([]web.Session, error) {
-			infos, err := es.Sessions(ctx)
-			out := make([]web.Session, len(infos))
-			for i, in := range infos {
-				out[i] = web.Session{Checkpoint: in.Checkpoint, Board: in.Board, Listing: in.Listing}
-			}
-			return out, err
-		}}
+		records: es, marks: es, installs: es, count: es, ping: es.Ping, es: es, sessions: listed(es.Sessions)}
+}
+
+// listed is a store's listing of its sessions as the console reads it
+// (store.SessionInfo and etcdstore.SessionInfo are web.Session's shape).
+func listed[T ~struct {
+	Checkpoint     agent.Checkpoint
+	Board, Listing []byte
+}](list func(context.Context) ([]T, error)) func(context.Context) ([]web.Session, error) {
+	return func(ctx context.Context) ([]web.Session, error) {
+		infos, err := list(ctx)
+		out := make([]web.Session, len(infos))
+		for i, in := range infos {
+			out[i] = web.Session(in)
+		}
+		return out, err
+	}
 }
 
 // openStores opens etcd (PINPLAN_ETCD_ENDPOINTS) with this replica's
@@ -80,7 +80,7 @@ func openStores(ctx context.Context, cfg *config.Config, later func(func()), log
 		return stores{}, err
 	}
 	later(func() { cli.Close() })
-	warnOldEtcd(ctx, cli, log)
+	etcdstore.WarnOld(ctx, cli, log)
 	takes := &replica.Takes{}
 	rep, err := etcdstore.NewReplica(ctx, cli, etcdstore.ReplicaOptions{Prefix: cfg.EtcdPrefix, ID: replicaID(cfg), TTL: cfg.LeaseTTL, Logger: log.With("component", "replica"),
 		Platforms: replicaPlatforms(cfg), OnTake: takes.Taken})

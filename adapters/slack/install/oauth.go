@@ -42,9 +42,11 @@ type Flow struct {
 	Scopes      []string // the bot scopes the manifest asks for
 	// AuthorizeURL is Slack's (https://slack.com/oauth/v2/authorize);
 	// APIURL the Web API's, for oauth.v2.access (https://slack.com/api/).
+	// An empty AuthorizeURL is the one beside APIURL: .../api/ gives
+	// .../oauth/v2/authorize (a fake's likewise).
 	AuthorizeURL string
 	APIURL       string
-	HTTP         *http.Client
+	HTTP         *http.Client // nil: a client with a 30 s timeout
 	Seal         *Sealer
 	// Once reports whether key is seen for the first time in ttl, across
 	// replicas (store.DB.FirstSeen): a state is used once.
@@ -93,7 +95,11 @@ func (f *Flow) Install(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: stateCookie, Value: nonce, Path: "/slack/", MaxAge: int(StateLife / time.Second),
 		HttpOnly: true, Secure: strings.HasPrefix(f.RedirectURL, "https://"), SameSite: http.SameSiteLaxMode})
 	q := url.Values{"client_id": {f.ClientID}, "scope": {strings.Join(f.Scopes, ",")}, "state": {state}, "redirect_uri": {f.RedirectURL}}
-	http.Redirect(w, r, f.AuthorizeURL+"?"+q.Encode(), http.StatusFound)
+	authorize := f.AuthorizeURL
+	if authorize == "" {
+		authorize = strings.TrimSuffix(strings.TrimSuffix(f.APIURL, "/"), "/api") + "/oauth/v2/authorize"
+	}
+	http.Redirect(w, r, authorize+"?"+q.Encode(), http.StatusFound)
 }
 
 // checkState says what is wrong with the state Slack sent back, in words
@@ -174,8 +180,10 @@ func (f *Flow) httpClient() *http.Client {
 	if f.HTTP != nil {
 		return f.HTTP
 	}
-	return http.DefaultClient
+	return defaultHTTP
 }
+
+var defaultHTTP = &http.Client{Timeout: 30 * time.Second}
 
 // fromResponse is the installation an oauth.v2.access answer made.
 func fromResponse(resp *slack.OAuthV2Response, now time.Time) Installation {

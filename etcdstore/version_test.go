@@ -1,4 +1,4 @@
-package main
+package etcdstore_test
 
 import (
 	"bytes"
@@ -7,16 +7,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pinplan/pinplan/etcdstore"
 	"github.com/pinplan/pinplan/internal/etcdtest"
 )
 
-// TestWarnOldEtcdAsksTheCluster: the start reads the version of a real
+// TestWarnOldEtcdAsksTheCluster: WarnOld reads the version of a real
 // etcd (the embedded one of go.mod, 3.7) and does not warn of it.
 func TestWarnOldEtcdAsksTheCluster(t *testing.T) {
 	srv := etcdtest.Start(t)
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	warnOldEtcd(context.Background(), srv.Client(t), log)
+	etcdstore.WarnOld(context.Background(), srv.Client(t), log)
 	if out := buf.String(); !strings.Contains(out, "etcd_version=3.") || strings.Contains(out, "older than 3.5") {
 		t.Errorf("log %q: want the cluster's version read and no warning", out)
 	}
