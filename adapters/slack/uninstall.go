@@ -48,19 +48,29 @@ func (a *Adapter) routeInstall(ctx context.Context, api slackevents.EventsAPIEve
 		return false
 	}
 	var sent time.Time
+	org := api.EnterpriseID
+	orgWide := api.TeamID == "" || api.TeamID == org
 	if cb, ok := api.Data.(*slackevents.EventsAPICallbackEvent); ok {
 		sent = time.Unix(int64(cb.EventTime), 0)
+		if len(cb.Authorizations) > 0 {
+			// The installation the event was delivered for: an org-wide
+			// one, or the workspace's own (which a workspace of an org
+			// may have beside its org's). Slack's examples of
+			// team_access_* name the org there only.
+			auth := cb.Authorizations[0]
+			orgWide, org = auth.IsEnterpriseInstall, cmp.Or(org, auth.EnterpriseID)
+		}
 	}
 	team := cmp.Or(api.TeamID, a.team())
 	late := time.AfterFunc(ackWithin, ack)
-	a.queue.Add("install/"+cmp.Or(api.EnterpriseID, team), func() {
+	a.queue.Add("install/"+cmp.Or(org, team), func() {
 		switch api.InnerEvent.Type {
 		case "team_access_revoked":
-			a.revokeTeams(ctx, api.EnterpriseID, access)
+			a.revokeTeams(ctx, org, access)
 		case "team_access_granted":
-			a.grantTeams(ctx, api.EnterpriseID, access)
+			a.grantTeams(ctx, org, access)
 		default:
-			a.uninstall(ctx, team, api.EnterpriseID, api.InnerEvent.Type, sent)
+			a.uninstall(ctx, team, org, orgWide, api.InnerEvent.Type, sent)
 		}
 		late.Stop()
 		ack()
@@ -68,16 +78,21 @@ func (a *Adapter) routeInstall(ctx context.Context, api slackevents.EventsAPIEve
 	return true
 }
 
-// uninstall deletes the installation that served team, unless it was
-// made after the event was sent (at), and closes its workspaces.
-func (a *Adapter) uninstall(ctx context.Context, team, enterprise, why string, sent time.Time) {
+// uninstall deletes the installation the event was about (the org-wide
+// install of enterprise, or team's own), unless it was made after the
+// event was sent, and closes its workspaces.
+func (a *Adapter) uninstall(ctx context.Context, team, enterprise string, orgWide bool, why string, sent time.Time) {
 	if a.one != nil {
 		a.log.Warn("slack app uninstalled or its bot token revoked; SLACK_BOT_TOKEN will be refused from now on", "team", team, "event", why)
 		return
 	}
 	w := a.space(team)
-	already := w.tokens.uninstalled() // the other of the two events, or seen gone in the store
-	id, deleted, ok := a.deleteInstallation(ctx, w, team, enterprise, sent)
+	already := w.tokens.toldGone() // by the other of the two events
+	id := team
+	if orgWide && enterprise != "" {
+		id = enterprise
+	}
+	deleted, ok := a.deleteInstallation(ctx, id, team, sent)
 	if !ok {
 		return
 	}
@@ -93,24 +108,20 @@ func (a *Adapter) uninstall(ctx context.Context, team, enterprise, why string, s
 	}
 }
 
-// deleteInstallation deletes the installation that serves team's
-// workspace w, as the store has it, if it was installed before the
-// uninstall event was sent: Slack sends event_time in seconds, so one
-// installed within the second after it is deleted too (no reinstall
-// takes so little). It returns the installation's id, whether it was
-// deleted, and ok false for an installation made after the event (a
-// reinstall the event is not about: kept, and the workspace served).
-func (a *Adapter) deleteInstallation(ctx context.Context, w *workspace, team, enterprise string, sent time.Time) (id string, deleted, ok bool) {
-	in, _ := w.tokens.current()
-	id = cmp.Or(in.ID, team)
-	got, err := a.opts.Installations.Find(ctx, team, enterprise)
+// deleteInstallation deletes installation id (the one an uninstall of
+// team's was about) as the store has it, if it was installed before
+// the uninstall event was sent: Slack sends event_time in seconds, so
+// one installed within the second after it is deleted too (no reinstall
+// takes so little). It reports whether it was deleted, and ok false for
+// an installation made after the event (a reinstall the event is not
+// about: kept, and the workspace served).
+func (a *Adapter) deleteInstallation(ctx context.Context, id, team string, sent time.Time) (deleted, ok bool) {
+	got, err := a.opts.Installations.Get(ctx, id)
 	switch {
 	case errors.Is(err, install.ErrNotInstalled):
-		return id, false, true // deleted already, here or on another replica
+		return false, true // deleted already, here or on another replica
 	case err != nil:
-		a.log.Error("slack uninstall: look the installation up", "team", team, "err", err)
-	default:
-		id = got.ID
+		a.log.Error("slack uninstall: look the installation up", "installation", id, "err", err)
 	}
 	before := a.opts.Now().Add(time.Hour) // an event without its time: any installation
 	if !sent.IsZero() {
@@ -122,9 +133,9 @@ func (a *Adapter) deleteInstallation(ctx context.Context, w *workspace, team, en
 		a.log.Error("slack uninstall: delete the installation", "installation", id, "err", err)
 	case !deleted && got.ID == id && got.InstalledAt.After(before):
 		a.log.Info("slack uninstall sent before the installation was made; kept", "installation", id, "team", team, "sent", sent)
-		return id, false, false
+		return false, false
 	}
-	return id, deleted, true
+	return deleted, true
 }
 
 // revokeTeams handles team_access_revoked: the org-wide install org no

@@ -345,7 +345,13 @@ func (s *tokenSource) find(ctx context.Context) (install.Installation, error) {
 			return in, err
 		}
 		for _, o := range all {
-			if o.Enterprise && o.Serves(s.team) && s.inOrg(ctx, o) {
+			if !o.Enterprise || !o.Serves(s.team) {
+				continue
+			}
+			switch ok, err := s.inOrg(ctx, o); {
+			case err != nil:
+				return in, err // not known: tried again at the next call
+			case ok:
 				w.learn(o.EnterpriseID, "")
 				return o, nil
 			}
@@ -355,14 +361,21 @@ func (s *tokenSource) find(ctx context.Context) (install.Installation, error) {
 }
 
 // inOrg reports whether the org-wide install org serves the team: its
-// token sees the team (team.info answers).
-func (s *tokenSource) inOrg(ctx context.Context, org install.Installation) bool {
+// token sees the team (team.info answers). Slack's refusal says it does
+// not; an error is a failure to ask (a rate limit, the network), which
+// says nothing of it.
+func (s *tokenSource) inOrg(ctx context.Context, org install.Installation) (bool, error) {
 	api := slack.New(org.BotToken, slack.OptionAPIURL(s.a.opts.APIURL), slack.OptionHTTPClient(s.a.opts.HTTPClient))
 	_, err := api.GetOtherTeamInfoContext(ctx, s.team)
-	if err != nil {
+	var refused slack.SlackErrorResponse
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &refused):
 		s.a.log.Debug("slack team.info with an org's token", "team", s.team, "org", org.ID, "err", err)
+		return false, nil
 	}
-	return err == nil
+	return false, fmt.Errorf("slack: workspace %s: ask whether the org-wide install %s serves it: %w", s.team, org.ID, err)
 }
 
 // renew answers a call that met token_expired: unless the installation
@@ -472,9 +485,10 @@ func (s *tokenSource) uninstalledBefore(t time.Time) bool {
 	return !s.gone.IsZero() && s.gone.Before(t)
 }
 
-// uninstalled reports whether the workspace is uninstalled.
-func (s *tokenSource) uninstalled() bool {
+// toldGone reports whether an uninstall event marked the workspace
+// uninstalled (not the store's having no installation for it: absent).
+func (s *tokenSource) toldGone() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return !s.gone.IsZero()
+	return !s.gone.IsZero() && s.told
 }

@@ -919,3 +919,90 @@ func TestDisplayNamesPerWorkspace(t *testing.T) {
 		t.Errorf("got C2 %q, C3 %q; want ask <@U777> and ask @Rita", got["C2"], got["C3"])
 	}
 }
+
+// TestWorkspaceUninstallKeepsItsOrgsInstall: a workspace of an org with
+// an installation of its own, besides the org-wide one, removes its own
+// app: its installation goes, the org's stays and serves the org's other
+// workspaces, and only that workspace is told.
+func TestWorkspaceUninstallKeepsItsOrgsInstall(t *testing.T) {
+	r := newManyRig(t, false, fakeslack.Team{ID: "T5", EnterpriseID: "E1", Channels: []string{"C5"}},
+		fakeslack.Team{ID: "T6", EnterpriseID: "E1", Channels: []string{"C6"}})
+	r.install(t, fakeslack.Install{EnterpriseID: "E1", Enterprise: true})
+	r.install(t, fakeslack.Install{TeamID: "T5", EnterpriseID: "E1"})
+	ctx := context.Background()
+	six := r.mention(t, "EvC6", "C6", "UBE1", "2.000006")
+	if _, err := r.a.PostPlan(ctx, six, plan()); err != nil {
+		t.Fatalf("T6 by the org's install: %v", err)
+	}
+	for _, body := range r.fake.Uninstall("T5") {
+		postEvent(t, r.a, body)
+	}
+	r.mu.Lock()
+	told := slices.Clone(r.uninstalled)
+	r.mu.Unlock()
+	_, errOwn := r.x.Get(ctx, "T5")
+	_, errOrg := r.x.Get(ctx, "E1")
+	if !errors.Is(errOwn, install.ErrNotInstalled) || errOrg != nil || !slices.Equal(told, []string{"T5:T5"}) {
+		t.Errorf("T5's own uninstall: its installation %v, the org's %v, told %v; want T5's deleted, E1's kept, T5:T5 told", errOwn, errOrg, told)
+	}
+	if _, err := r.a.PostPlan(ctx, six, plan()); err != nil {
+		t.Errorf("T6 after T5's own uninstall: %v", err)
+	}
+}
+
+// TestUninstallToldWhereTheStoreSawItGone: one replica handles
+// tokens_revoked and deletes the installation; another, whose call found
+// the store empty already, gets app_uninstalled: it still tells
+// Uninstalled, to stop the turns it runs there.
+func TestUninstallToldWhereTheStoreSawItGone(t *testing.T) {
+	r := newManyRig(t, false, fakeslack.Team{ID: "T2", Channels: []string{"C2"}})
+	r.install(t, fakeslack.Install{TeamID: "T2"})
+	var told []string
+	var mu sync.Mutex
+	other := New(Options{APIURL: r.api, SigningSecret: "secret", Installations: r.x, Dedupe: &inboxtest.Dedupe{}, Now: r.a.opts.Now,
+		Uninstalled: func(id string, teams []string) { mu.Lock(); told = append(told, id); mu.Unlock() }})
+	if err := other.Start(t.Context(), &inboxtest.Inbox{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Wait)
+	ctx := context.Background()
+	th := chat.Thread{Platform: "slack", Key: Key("T2", "C2", "1.1"), Channel: "C2", ThreadID: "1.1"}
+	if err := other.Reply(ctx, th, "", "before"); err != nil {
+		t.Fatal(err)
+	}
+	bodies := r.fake.Uninstall("T2") // tokens_revoked, then app_uninstalled
+	postEvent(t, r.a, bodies[0])
+	if err := other.Reply(ctx, th, "", "revoked"); err == nil {
+		t.Error("a reply with a revoked token succeeded")
+	}
+	if err := other.Reply(ctx, th, "", "after"); !errors.Is(err, ErrUninstalled) { // the store has none now
+		t.Fatalf("the call after the uninstall elsewhere: %v, want ErrUninstalled", err)
+	}
+	postEvent(t, other, bodies[1])
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(told, []string{"T2"}) {
+		t.Errorf("the replica that got app_uninstalled told %v, want T2", told)
+	}
+}
+
+// TestOrgProbeFailureIsNotAnUninstall: a session of an org's workspace
+// that no event named yet is matched to the org-wide install by
+// team.info; a team.info that fails (a 500) says nothing of the
+// install: that call fails, and the next one asks again and is served,
+// not refused as uninstalled for recheckGone.
+func TestOrgProbeFailureIsNotAnUninstall(t *testing.T) {
+	r := newManyRig(t, false, fakeslack.Team{ID: "T6", EnterpriseID: "E1", Channels: []string{"C6"}})
+	r.install(t, fakeslack.Install{EnterpriseID: "E1", Enterprise: true})
+	resumed := chat.Thread{Platform: "slack", Key: Key("T6", "C6", "3.1"), Channel: "C6", ThreadID: "3.1"}
+	r.fake.FailHTTP("team.info", http.StatusInternalServerError, 1)
+	ctx := context.Background()
+	_, err := r.a.PostPlan(ctx, resumed, plan())
+	t.Logf("the post while team.info fails: %v", err)
+	if err == nil || errors.Is(err, ErrUninstalled) {
+		t.Errorf("a post while team.info fails: %v, want a failure that is not ErrUninstalled", err)
+	}
+	if _, err := r.a.PostPlan(ctx, resumed, plan()); err != nil {
+		t.Errorf("the next post: %v, want it served by the org's install", err)
+	}
+}

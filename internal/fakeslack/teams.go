@@ -201,9 +201,14 @@ func (s *Server) Uninstall(id string) [][]byte {
 	for i, ev := range []map[string]any{revoked, gone} {
 		eventID := fmt.Sprintf("EvUninstall%d-%d", n, i)
 		env := s.eventEnvelopeLocked(eventID, team, ev)
-		if s.teamsLocked().orgWide[id] {
+		org := s.teamsLocked().orgWide[id]
+		if org {
 			env["enterprise_id"] = id // an org's uninstall names the org
 		}
+		// Delivered for the installation removed: a workspace's own, even
+		// where its org's org-wide install serves it too.
+		env["authorizations"] = []any{map[string]any{"enterprise_id": env["enterprise_id"], "team_id": team, "user_id": s.botOfLocked(id),
+			"is_bot": true, "is_enterprise_install": org}}
 		b, _ := json.Marshal(env)
 		bodies = append(bodies, b)
 		s.seq++
