@@ -95,16 +95,23 @@ func (x *Installations) decode(id string, raw []byte) (Installation, error) {
 }
 
 // Save stores in under its ID, replacing what was there (a reinstall
-// starts fresh).
+// starts fresh), but for an org-wide install's Revoked workspaces: an
+// org admin's install again (new scopes, say) does not give the org's
+// install back to the workspaces it was removed from; only
+// team_access_granted does (GrantTeams).
 func (x *Installations) Save(ctx context.Context, in Installation) error {
 	if in.ID == "" || in.BotToken == "" {
 		return errors.New("install: an installation needs an id and a bot token")
 	}
-	raw, err := x.encode(in)
-	if err != nil {
-		return err
-	}
-	return x.store.UpdateInstallation(ctx, in.ID, func([]byte) ([]byte, error) { return raw, nil })
+	return x.store.UpdateInstallation(ctx, in.ID, func(cur []byte) ([]byte, error) {
+		next := in
+		if in.Enterprise && cur != nil {
+			if was, err := x.decode(in.ID, cur); err == nil && was.Enterprise {
+				next.Revoked = slices.Clone(was.Revoked)
+			}
+		}
+		return x.encode(next)
+	})
 }
 
 // Get returns installation id.

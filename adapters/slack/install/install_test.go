@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -250,5 +251,29 @@ func TestOrgAccessAndDeleteBefore(t *testing.T) {
 	}
 	if _, err := x.Get(ctx, "E1"); !errors.Is(err, ErrNotInstalled) {
 		t.Errorf("after the uninstall: %v", err)
+	}
+}
+
+// TestOrgReinstallKeepsRevokedWorkspaces: an org admin installs the
+// org-wide app again (new scopes, say); the workspaces it was removed
+// from stay removed until team_access_granted, and the new token is
+// stored.
+func TestOrgReinstallKeepsRevokedWorkspaces(t *testing.T) {
+	ctx := context.Background()
+	x := New(openDB(t), sealer(t, key1))
+	org := Installation{ID: "E1", EnterpriseID: "E1", Enterprise: true, BotToken: "xoxb-org", InstalledAt: time.Now()}
+	if err := x.Save(ctx, org); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.RevokeTeams(ctx, "E1", []string{"T5"}); err != nil {
+		t.Fatal(err)
+	}
+	org.BotToken = "xoxb-org-again"
+	if err := x.Save(ctx, org); err != nil {
+		t.Fatal(err)
+	}
+	got, err := x.Get(ctx, "E1")
+	if err != nil || got.BotToken != "xoxb-org-again" || !slices.Equal(got.Revoked, []string{"T5"}) {
+		t.Errorf("after the reinstall: token %q, revoked %v, %v; want the new token and T5 still removed", got.BotToken, got.Revoked, err)
 	}
 }
