@@ -60,9 +60,11 @@ type Host struct {
 	mux      *http.ServeMux
 	failures failureLimiter
 
-	mu   sync.Mutex   // guards addr and srv
+	mu   sync.Mutex   // guards addr, srv and down
 	addr string       // the listener's address, for the Host check
 	srv  *http.Server // set by Serve
+	// down: Shutdown came before Serve, which then serves nothing.
+	down bool
 }
 
 // New returns a host with /healthz, /readyz and /metrics mounted.
@@ -141,9 +143,15 @@ func (h *Host) Listen(addr string) (net.Listener, error) {
 	return ln, nil
 }
 
-// Serve serves on ln until Shutdown; it returns http.ErrServerClosed then.
+// Serve serves on ln until Shutdown; it returns http.ErrServerClosed then,
+// at once (ln closed) if Shutdown came first.
 func (h *Host) Serve(ln net.Listener) error {
 	h.mu.Lock()
+	if h.down {
+		h.mu.Unlock()
+		ln.Close()
+		return http.ErrServerClosed
+	}
 	if h.srv == nil {
 		h.srv = &http.Server{
 			Handler:           h.Handler(),
@@ -161,10 +169,12 @@ func (h *Host) Serve(ln net.Listener) error {
 }
 
 // Shutdown stops the server gracefully, waiting for requests in flight
-// until ctx is done, then closes what is left.
+// until ctx is done, then closes what is left. One that comes before
+// Serve makes Serve serve nothing.
 func (h *Host) Shutdown(ctx context.Context) error {
 	h.mu.Lock()
 	srv := h.srv
+	h.down = true
 	h.mu.Unlock()
 	if srv == nil {
 		return nil
