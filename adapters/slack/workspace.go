@@ -409,13 +409,6 @@ func (s *tokenSource) drop(token string) {
 	}
 }
 
-// current is the installation in hand, found false for none.
-func (s *tokenSource) current() (install.Installation, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.in, s.found
-}
-
 // orgToken is the bot token in hand if it is org's org-wide install's,
 // "" otherwise.
 func (s *tokenSource) orgToken(org string) string {
