@@ -1453,7 +1453,7 @@ func (r *Runner) allIdempotent(msg openai.ChatCompletionMessage) bool {
 func (r *Runner) userEntries(ctx context.Context, s *session, inbox []Inbound) ([]Entry, []uint64) {
 	var entries []Entry
 	var ids []uint64
-	for _, in := range inbox {
+	for _, in := range inSentOrder(inbox) {
 		if len(in.Context) > 0 {
 			entries = append(entries, Entry{Message: openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: quote(in.Context)}, At: in.At, Quote: true})
 		}
@@ -1470,6 +1470,40 @@ func (r *Runner) userEntries(ctx context.Context, s *session, inbox []Inbound) (
 		ids = append(ids, in.ID)
 	}
 	return entries, ids
+}
+
+// inSentOrder is inbox with its messages that carry a platform message
+// id in the order of those ids (Slack's ts, Discord's snowflakes, which
+// compare as numbers): a reply that waited for its thread's session on
+// another replica can be queued after the next one (DESIGN §14: in the
+// order they were sent). Messages without an id keep their places.
+func inSentOrder(inbox []Inbound) []Inbound {
+	var slots []int
+	for i, in := range inbox {
+		if in.MessageID != "" {
+			slots = append(slots, i)
+		}
+	}
+	msgs := make([]Inbound, len(slots))
+	for j, i := range slots {
+		msgs[j] = inbox[i]
+	}
+	slices.SortStableFunc(msgs, func(a, b Inbound) int { return cmp.Compare(sentOrder(a.MessageID), sentOrder(b.MessageID)) })
+	out := slices.Clone(inbox)
+	for j, i := range slots {
+		out[i] = msgs[j]
+	}
+	return out
+}
+
+// sentOrder pads a message id on the left so that ids of one platform
+// compare as their numbers do.
+func sentOrder(id string) string {
+	const width = 32
+	if len(id) >= width {
+		return id
+	}
+	return strings.Repeat("0", width-len(id)) + id
 }
 
 func (r *Runner) publish(e Event) {

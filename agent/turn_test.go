@@ -293,3 +293,47 @@ func TestTurnsCarryTheirMessage(t *testing.T) {
 	}
 	check(turn("U3", "m3"), "m3", "U3", "U3")
 }
+
+// TestQueuedMessagesInTheirSentOrder: messages queued together reach the
+// model in the order the platform numbered them (Slack's ts, Discord's
+// snowflakes), whatever order they were queued in: with replicas a reply
+// that waited for its thread's session can be queued after the next
+// one (DESIGN §14). Messages without an id keep their places.
+func TestQueuedMessagesInTheirSentOrder(t *testing.T) {
+	ctx := context.Background()
+	db, err := store.Open(filepath.Join(t.TempDir(), "pinplan.db"), store.Options{BatchDelay: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	const key = "slack/T1/C1/1700000500.000100"
+	for _, in := range []agent.Inbound{{Text: "task", MessageID: "1700000500.000100"}, {Text: "follow-up 2", MessageID: "1700000500.000202"},
+		{Text: "no id"}, {Text: "follow-up 1", MessageID: "1700000500.000201"}, {Text: "follow-up 3", MessageID: "1700000500.000203"}} {
+		if _, err := db.Enqueue(ctx, key, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fake := &fakeopenai.Server{Respond: func(*openai.ChatCompletionRequest) fakeopenai.Reply { return fakeopenai.Reply{Content: "done"} }}
+	h := newHarness(t, fake, harnessOpts{db: db})
+	h.runner.Wake(key)
+	h.waitEnd(t, key)
+	reqs := fake.Requests()
+	if len(reqs) == 0 {
+		t.Fatal("no model request")
+	}
+	var got []string
+	for _, m := range reqs[0].Messages {
+		if m.Role == openai.ChatMessageRoleUser {
+			got = append(got, m.Content)
+		}
+	}
+	want := []string{"task", "follow-up 1", "no id", "follow-up 2", "follow-up 3"}
+	if len(got) != len(want) {
+		t.Fatalf("user messages %q, want %q", got, want)
+	}
+	for i := range want {
+		if !strings.Contains(got[i], want[i]) {
+			t.Fatalf("user messages %q, want %q", got, want)
+		}
+	}
+}

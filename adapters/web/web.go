@@ -387,6 +387,14 @@ func sameCard(a, b chat.Card) bool {
 // SetState, which cmd/bot calls for every session.
 func (c *Console) Working(context.Context, chat.Thread, string, bool) error { return nil }
 
+// messageID is a console message's id: the time it was sent (as 16 hex
+// digits of Unix nanoseconds) and 8 random bytes, so that ids compare as
+// the messages were sent, as Slack's and Discord's do (the agent takes
+// messages queued together in that order).
+func messageID(at time.Time) string {
+	return fmt.Sprintf("%016x", at.UnixNano()) + randomID()
+}
+
 func randomID() string {
 	var b [8]byte
 	rand.Read(b[:])
@@ -549,7 +557,7 @@ func (c routes) send(w http.ResponseWriter, r *http.Request, id string, b postBo
 	}
 	key := "web/" + id
 	th := chat.Thread{Platform: "web", Key: key, Channel: key, ThreadID: id}
-	in := chat.Incoming{Thread: th, Text: b.Text, Author: author, MessageID: randomID(), Sync: true}
+	in := chat.Incoming{Thread: th, Text: b.Text, Author: author, MessageID: messageID(time.Now()), Sync: true}
 	sized := in
 	if utf8.RuneCountInString(sized.Text) > chat.MaxMessageRunes {
 		sized.Text = "" // refused for its length by the router, which says the limit
