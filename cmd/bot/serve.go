@@ -80,8 +80,8 @@ func serve(ctx context.Context, cfg *config.Config, demo bool, getenv func(strin
 	if err := m.build(ctx); err != nil {
 		return err
 	}
-	if err := m.Start(ctx); err != nil {
-		return err
+	if err := m.Start(ctx); err != nil && ctx.Err() == nil {
+		return err // a stop during the start (a gateway still opening) is a clean one
 	}
 	<-ctx.Done()
 	m.log.Info("shutting down")
