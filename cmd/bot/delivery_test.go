@@ -167,18 +167,26 @@ func TestDiscordReconnectGapIsFetched(t *testing.T) {
 	defer p.stop(t)
 	r.dc.UserMessage("T7", "111", "watch this thread", true)
 	waitDiscordReply(t, r.dc, "T7", "done")
-	identifies, _ := r.dc.Sessions()
-	r.dc.InvalidSession(false) // the session ends: Discord replays nothing
-	r.dc.UserMessage("T7", "111", "sent in the gap", false)
-	waitFor(t, 30*time.Second, "a new gateway session", func() bool { id, _ := r.dc.Sessions(); return id > identifies && r.dc.Connected() > 0 })
+	// The session ends (Discord replays nothing) and a message is sent
+	// before the bot identifies again. On a loaded machine the bot can
+	// identify before the message is sent, and the gateway delivers it:
+	// then the gap is made again, with another message.
+	var sent []string
+	for try := 1; r.dc.Missed() == 0; try++ {
+		if try > 5 {
+			t.Fatal("the fake delivered every gap's message: this test would prove nothing")
+		}
+		identifies, _ := r.dc.Sessions()
+		r.dc.InvalidSession(false)
+		sent = append(sent, fmt.Sprint("sent in gap ", try))
+		r.dc.UserMessage("T7", "111", sent[len(sent)-1], false)
+		waitFor(t, 30*time.Second, "a new gateway session", func() bool { id, _ := r.dc.Sessions(); return id > identifies && r.dc.Connected() > 0 })
+	}
 	r.dc.UserMessage("T7", "111", "after the gap", false)
 	waitFor(t, 60*time.Second, "the message after the gap at the model", func() bool {
 		return strings.Contains(strings.Join(userTexts(r.model.Requests(), "watch this thread"), "\n"), "after the gap")
 	})
-	if r.dc.Missed() == 0 {
-		t.Fatal("the fake delivered the gap's message: this test would prove nothing")
-	}
-	onceEach(t, userTexts(r.model.Requests(), "watch this thread"), "sent in the gap", "after the gap")
+	onceEach(t, userTexts(r.model.Requests(), "watch this thread"), append(sent, "after the gap")...)
 }
 
 // TestDiscordMessagesWhileDownAreFetched: a mention and a follow-up

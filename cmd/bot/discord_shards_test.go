@@ -2,9 +2,12 @@ package main
 
 import (
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -149,5 +152,30 @@ func TestDiscordShardsAcrossReplicas(t *testing.T) {
 	}
 	if v := r.dc.Violations(); len(v) > 0 {
 		t.Errorf("Discord protocol violations: %v", v)
+	}
+}
+
+// TestStopWhileTheGatewayOpens: a SIGINT while Discord's gateway is still
+// being opened at the start (here /gateway/bot answers slowly) is a
+// clean stop, as one after the start is.
+func TestStopWhileTheGatewayOpens(t *testing.T) {
+	t.Parallel()
+	r := newDiscordRig(t, 1, 0)
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if strings.HasSuffix(req.URL.Path, "/gateway/bot") {
+			select {
+			case <-time.After(10 * time.Second):
+			case <-req.Context().Done():
+				return
+			}
+		}
+		r.dc.ServeHTTP(w, req)
+	}))
+	t.Cleanup(slow.Close)
+	r.env["DISCORD_API_URL"] = slow.URL
+	p := startBot(t, r.env, botBinary) // returns once the console is served, before the gateway
+	p.stop(t)
+	if !strings.Contains(p.stderr.String(), "msg=stopped") {
+		t.Errorf("no clean stop in the log:\n%s", p.stderr)
 	}
 }
