@@ -1488,7 +1488,7 @@ func inSentOrder(inbox []Inbound) []Inbound {
 	for j, i := range slots {
 		msgs[j] = inbox[i]
 	}
-	slices.SortStableFunc(msgs, func(a, b Inbound) int { return cmp.Compare(sentOrder(a.MessageID), sentOrder(b.MessageID)) })
+	slices.SortStableFunc(msgs, func(a, b Inbound) int { return cmp.Compare(SentOrder(a.MessageID), SentOrder(b.MessageID)) })
 	out := slices.Clone(inbox)
 	for j, i := range slots {
 		out[i] = msgs[j]
@@ -1496,9 +1496,9 @@ func inSentOrder(inbox []Inbound) []Inbound {
 	return out
 }
 
-// sentOrder pads a message id on the left so that ids of one platform
-// compare as their numbers do.
-func sentOrder(id string) string {
+// SentOrder pads a platform message id on the left with zeros so that
+// ids of one platform compare, as strings, as their numbers do.
+func SentOrder(id string) string {
 	const width = 32
 	if len(id) >= width {
 		return id

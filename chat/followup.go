@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/pinplan/pinplan/agent"
 )
 
 // FollowUpWait is how long a follow-up waits for its thread's session
@@ -45,15 +47,9 @@ func followUpOrder(in Incoming) string {
 // compare as the ids do.
 func MessageOrder(in Incoming) string { return padID(in.MessageID) }
 
-// padID pads a message id on the left with zeros so that ids of the
-// same platform compare as their numbers do.
-func padID(id string) string {
-	const width = 32
-	if len(id) >= width {
-		return id
-	}
-	return strings.Repeat("0", width-len(id)) + id
-}
+// padID pads a message id so that ids of the same platform compare as
+// their numbers do (agent.SentOrder).
+func padID(id string) string { return agent.SentOrder(id) }
 
 // Hold keeps a follow-up (Incoming.FollowUp) of a thread whose session
 // does not exist yet, for Options.FollowUpWait: the session created for
