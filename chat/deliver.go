@@ -57,8 +57,14 @@ import (
 // approval card: adapter -> Router.Click (rules.mayDecide) ->
 // Runner.Decide (the agent logs the decision and starts the tool) -> the
 // entry comes back through deliverer.apply -> deliverer.closeCard ->
-// Caps.Cards.EditCard.
-// which hands each to the session's owner; the rest is the same.
+// Caps.Cards.EditCard. A status move or the working indicator:
+// deliverer.apply -> Board.turnStarted or turnOver -> deliverer.queueMove,
+// tidy-up on the session's lane (serial.Queue.AddIdle), after everything
+// else queued there -> SessionStatus.SetSessionStatus or
+// Platform.Working, a failed move's next attempt queued after its backoff
+// (serial.Queue.Later), the session's later moves behind it. With
+// replicas, a mention that reaches a replica not holding the session is
+// handed to the session's owner; the rest is the same.
 
 // LogStore reads the sessions' logs and keeps their delivery cursors.
 // store.DB and etcdstore.Store implement it.
@@ -108,9 +114,9 @@ type cursor struct {
 // memory, applies each one's log to its thread from its cursor on the
 // session's key of the delivery queue, and sends what that asks for on
 // the session's lane, one send at a time: the plan board's loop, the
-// replies of the outbox, the live answer. Status moves and the working
-// indicator have a queue of their own, so that what only tidies up never
-// holds up what people read. The router (the way in) hands it nothing
+// replies of the outbox, the live answer, and as tidy-up, when nothing
+// else waits, the status moves and the working indicator (queueMove), so
+// that what only tidies up never holds up what people read. The router (the way in) hands it nothing
 // but the events the agent publishes and the sessions it looks up.
 type deliverer struct {
 	opts     Options
@@ -132,13 +138,17 @@ type deliverer struct {
 	delivery serial.Queue
 	// lane is each session's sends, by session key, one at a time and in
 	// order: the plan board's posts, edits and pins (Board.loop), the
-	// replies (outbox), the live answer. A reply that must come after the
-	// plan's state shows it first, on the lane (Board.showFirst).
+	// replies (outbox), the live answer; the status moves and the
+	// working indicator last (serial.Queue.AddIdle). A reply that must
+	// come after the plan's state shows it first, on the lane
+	// (Board.showFirst).
 	lane   serial.Queue
 	outbox *outbox
-	// statuses sends the sessions' status moves and working indicator
-	// (status.go), by session key.
-	statuses serial.Queue
+	// moves are the sessions' status moves and working indicator not
+	// made yet, by session key, oldest first (queueMove): tidy-up on the
+	// lane.
+	movesMu sync.Mutex
+	moves   map[string][]move
 
 	mu       sync.Mutex // guards sessions and pins
 	sessions map[string]*session
@@ -180,7 +190,6 @@ func (d *deliverer) close() {
 		d.settleCursors()
 		d.wg.Wait()
 		d.lane.Wait(context.Background())
-		d.statuses.Wait(context.Background())
 		close(done)
 	}()
 	select {
@@ -594,38 +603,71 @@ func awaitPlan(qs []queued, b *Board) []queued {
 }
 
 // working queues showing (on) or clearing the working indicator on
-// message msg behind the session's status moves (status.go). There it
-// waits for its own budgets (reactions.add and reactions.remove on Slack,
-// each counted apart), never holding the session's deliverer, its plan or
-// its replies; the moves of one session keep their order. An indicator
-// still waiting when its turn is over is not shown (indicator.shows).
+// message msg on the session's lane, as tidy-up: behind the plan, the
+// cards' and the answer's sends, the session's earlier status moves
+// first. An indicator still waiting when its turn is over is not shown
+// (indicator.shows).
 func (d *deliverer) working(b *Board, th Thread, msg string, on bool) {
 	b.indicator.want(msg, on)
 	since := d.opts.Now()
-	d.queueMove(th.Key, func() {
-		if on && !b.indicator.shows(msg) {
-			return
-		}
-		if err := d.indicate(b.platform, th, msg, on, since); err != nil && !d.leftToNext(err) {
-			b.log.Warn("working indicator", "on", on, "err", err)
-		}
+	d.queueMove(th.Key, func() time.Duration {
+		d.indicate(b.platform, th, msg, on, since, func() bool { return !on || b.indicator.shows(msg) })
+		return 0
 	})
 }
 
-// indicate shows or clears the working indicator through the delivery
-// step, in one attempt once its budget let it go: an indicator is not
-// worth a retry.
-func (d *deliverer) indicate(p Platform, th Thread, msg string, on bool, since time.Time) error {
+// indicate shows or clears the working indicator on message msg, on the
+// session's lane, in one attempt (an indicator is not worth a retry):
+// at once when its budget (reactions.add and reactions.remove on Slack,
+// each counted apart) has a slot now, otherwise when the budget gives it
+// one. It never waits on the lane for the slot: the budget calls back
+// and the send is queued again, so what the session sends meanwhile goes
+// first. still reports whether it is wanted yet when it goes.
+func (d *deliverer) indicate(p Platform, th Thread, msg string, on bool, since time.Time, still func() bool) {
+	if !still() || d.ctx.Err() != nil {
+		return
+	}
 	op, m, prio := "working", MethodReaction, PriorityIntermediate
 	if !on {
 		op, m, prio = "not_working", MethodUnreaction, PriorityFinal
 	}
+	req := Request{Thread: th, Method: m, Priority: func() Priority { return prio }, Since: since}
+	if pacer := d.caps[th.Platform].Paced; pacer != nil {
+		if bud := pacer.Budget(req); bud != nil && !bud.TryNow(0) {
+			bud.Notify(d.ctx, req.Priority, since, func() {
+				given := time.Now()
+				d.lane.Add(th.Key, func() {
+					if bud.Held() || time.Since(given) >= slotFresh {
+						// A 429 came since, or the slot waited too long
+						// for its call: ask again.
+						d.indicate(p, th, msg, on, since, still)
+						return
+					}
+					d.indicateNow(p, th, op, msg, on, since, still)
+				})
+			})
+			return
+		}
+	}
+	d.indicateNow(p, th, op, msg, on, since, still)
+}
+
+// indicateNow makes the indicator's call, its budget's slot in hand.
+func (d *deliverer) indicateNow(p Platform, th Thread, op, msg string, on bool, since time.Time, still func() bool) {
+	if !still() {
+		return // its turn ended while it waited for the slot
+	}
 	_, err := d.deliver(d.ctx, op, th, since, func(ctx context.Context) error {
-		return d.paceSend(ctx, p, th, m, prio, since, func(ctx context.Context) error {
-			return p.Working(ctx, th, msg, on)
-		})
+		ctx, cancel := context.WithTimeout(ctx, sendTimeout)
+		defer cancel()
+		if err := d.held(ctx, th.Key); err != nil {
+			return err
+		}
+		return p.Working(ctx, th, msg, on)
 	})
-	return err
+	if err != nil && !d.leftToNext(err) {
+		d.opts.Logger.Warn("working indicator", "session", th.Key, "platform", th.Platform, "on", on, "err", err)
+	}
 }
 
 // leftToNext reports whether a send failed because it is left to whoever

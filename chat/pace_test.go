@@ -127,7 +127,7 @@ func TestBudgetHoldAndCancel(t *testing.T) {
 	})
 }
 
-func waitUntil(t *testing.T, cond func() bool) {
+func waitUntil(t testing.TB, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {

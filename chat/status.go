@@ -6,16 +6,15 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/pinplan/pinplan/agent"
 )
 
 // Sessions a platform shows natively (Slack's agent sessions, DESIGN §7):
 // every thread session is one, with a status that says what it is doing.
 // The plan board's event methods (board.go) say which status the session
-// moves to; the moves go out on the router's status queue, one session's
-// in the order they happened, each through the delivery layer's policy
-// (sendUntil and Classify), like every other send.
+// moves to; the moves go out on the session's lane as tidy-up, when
+// nothing else the session sends waits (queueMove), in the order they
+// happened, each retried by the delivery layer's policy for set_status,
+// its waits off the lane.
 //
 // On such a platform the processing status is the working indicator: the
 // router does not call Platform.Working for the turn. Only when the
@@ -97,7 +96,7 @@ func (b *Board) moveSession(th Thread, c statusChange) {
 }
 
 // indicator is what a board's working indicator should show: set when a
-// move is queued, read when it is sent on the session's status queue.
+// move is queued, read when it is sent on the session's lane.
 type indicator struct {
 	mu  sync.Mutex
 	msg string // the message wanted on or off last
@@ -131,45 +130,107 @@ func (b *Board) sessionTitle() string {
 
 func (d *deliverer) queueStatus(ss SessionStatus, b *Board, th Thread, c statusChange) {
 	c.since = d.opts.Now()
-	d.queueMove(b.key, func() { d.sendStatus(ss, b.platform, th, c, &b.indicator) })
+	d.queueMove(b.key, d.statusMove(ss, b.platform, th, func() statusChange { return c }, &b.indicator))
 }
 
-// queueMove queues f on the session's status queue, behind its earlier
-// moves.
-func (d *deliverer) queueMove(key string, f func()) {
+// move is one tidy-up send of a session (a status move, the working
+// indicator): it makes one attempt and returns how long to wait before
+// the next one, 0 when it is done (sent, or given up), or moveParked.
+type move func() time.Duration
+
+// moveParked is what a move returns that cannot go yet: it stays first
+// among the session's moves, and whoever makes it ready queues the next
+// attempt (resumeMoves).
+const moveParked time.Duration = -1
+
+// queueMove queues m behind the session's earlier moves. The moves go on
+// the session's lane as tidy-up (DESIGN §1: serial.Queue.AddIdle), one at
+// a time and in order: each goes when nothing else the session sends
+// waits, and a move that failed waits for its next attempt off the lane,
+// the later moves behind it. A status or an indicator never holds up a
+// plan, a card or an answer.
+func (d *deliverer) queueMove(key string, m move) {
 	if d.ctx.Err() != nil {
 		return // shutting down: the next start sets the status again
 	}
-	d.statuses.Add(key, f)
+	d.movesMu.Lock()
+	q := d.moves[key]
+	if d.moves == nil {
+		d.moves = map[string][]move{}
+	}
+	d.moves[key] = append(q, m)
+	d.movesMu.Unlock()
+	if len(q) == 0 {
+		d.lane.AddIdle(key, func() { d.nextMove(key) })
+	}
 }
 
-// sendStatus applies one move, retried by the delivery policy; where the
-// platform cannot show sessions it shows or clears the working indicator
-// in its place.
-// ind, if not nil, is the board's indicator, for the fallback.
-func (d *deliverer) sendStatus(ss SessionStatus, p Platform, th Thread, c statusChange, ind *indicator) {
-	ctx := d.ctx
-	log := d.opts.Logger.With("session", th.Key, "platform", th.Platform)
-	_, err := d.deliver(ctx, "set_status", th, c.since, func(ctx context.Context) error {
-		if err := d.held(ctx, th.Key); err != nil {
-			return err // another replica holds the session and moves its status
+// nextMove makes the session's oldest move's next attempt, on its lane.
+func (d *deliverer) nextMove(key string) {
+	d.movesMu.Lock()
+	q := d.moves[key]
+	d.movesMu.Unlock()
+	if len(q) == 0 {
+		return
+	}
+	switch wait := q[0](); {
+	case wait == moveParked && d.ctx.Err() == nil:
+		return
+	case wait > 0 && d.ctx.Err() == nil:
+		d.lane.Later(d.ctx, key, wait, func() { d.resumeMoves(key) })
+		return
+	}
+	d.movesMu.Lock()
+	q = d.moves[key][1:]
+	if len(q) == 0 {
+		delete(d.moves, key)
+	} else {
+		d.moves[key] = q
+	}
+	d.movesMu.Unlock()
+	if len(q) > 0 {
+		d.lane.AddIdle(key, func() { d.nextMove(key) })
+	}
+}
+
+// resumeMoves queues the next attempt of the session's first move.
+func (d *deliverer) resumeMoves(key string) {
+	d.lane.AddIdle(key, func() { d.nextMove(key) })
+}
+
+// statusMove is a move of the session's status to what change says when
+// the move goes; where the platform cannot show sessions it shows or
+// clears the working indicator in its place. ind, if not nil, is the
+// board's indicator, for the fallback.
+func (d *deliverer) statusMove(ss SessionStatus, p Platform, th Thread, change func() statusChange, ind *indicator) move {
+	n := 0
+	return func() time.Duration {
+		if d.ctx.Err() != nil {
+			return 0
 		}
-		ctx, cancel := context.WithTimeout(ctx, statusTimeout)
-		defer cancel()
-		return ss.SetSessionStatus(ctx, th, c.state, c.title)
-	})
-	switch {
-	case err == nil:
-	case errors.Is(err, ErrNoSessions):
-		if c.working == nil || *c.working && (c.trigger == "" || ind != nil && !ind.shows(c.trigger)) {
-			return
+		n++
+		c := change()
+		wait, err := d.attempt(d.ctx, "set_status", th, c.since, n, func(ctx context.Context) error {
+			if err := d.held(ctx, th.Key); err != nil {
+				return err // another replica holds the session and moves its status
+			}
+			ctx, cancel := context.WithTimeout(ctx, statusTimeout)
+			defer cancel()
+			return ss.SetSessionStatus(ctx, th, c.state, c.title)
+		})
+		switch {
+		case err == nil, wait > 0:
+		case errors.Is(err, ErrNoSessions):
+			if c.working == nil || *c.working && c.trigger == "" {
+				break
+			}
+			on := *c.working
+			d.indicate(p, th, c.trigger, on, c.since, func() bool { return !on || ind == nil || ind.shows(c.trigger) })
+		case d.leftToNext(err):
+		default:
+			d.opts.Logger.Warn("set the session status", "session", th.Key, "platform", th.Platform, "status", c.state, "err", err)
 		}
-		if err := d.indicate(p, th, c.trigger, *c.working, c.since); err != nil && !d.leftToNext(err) {
-			log.Warn("working indicator in place of the session status", "on", *c.working, "err", err)
-		}
-	case ctx.Err() != nil, errors.Is(err, agent.ErrFenced):
-	default:
-		log.Warn("set the session status", "status", c.state, "err", err)
+		return wait
 	}
 }
 
@@ -182,10 +243,11 @@ func (d *deliverer) sendStatus(ss SessionStatus, p Platform, th Thread, c status
 // is doing (processing while a turn runs, suspended while it waits for
 // an approval, active when nothing runs).
 //
-// The move is queued before the Stop is decided, and what a refusal moves
-// to is read from the board when the move is sent: a turn that ends, or
-// starts, meanwhile queues its own move behind this one, so this move is
-// never the last one unless what it says still holds.
+// The move is queued before the Stop is decided (it waits, parked, if
+// its turn comes first), and what a refusal moves to is read from the
+// board when the move is sent: a turn that ends, or starts, meanwhile
+// queues its own move behind this one, so this move is never the last
+// one unless what it says still holds.
 func (r *Router) StopSession(ctx context.Context, c Click) ClickResult {
 	c.Button = ButtonID(ActionStop, "session")
 	p := r.opts.Platforms[c.Thread.Platform]
@@ -193,28 +255,44 @@ func (r *Router) StopSession(ctx context.Context, c Click) ClickResult {
 	if ss == nil {
 		return r.Click(ctx, c)
 	}
-	decided := make(chan ClickResult, 1)
-	r.out.queueMove(c.Thread.Key, func() {
-		var res ClickResult
-		select {
-		case res = <-decided:
-		case <-r.ctx.Done():
-			return
-		}
-		th, st := c.Thread, SessionActive
-		if s := r.out.session(c.Thread.Key, nil); s != nil {
-			rec, want := s.board.state()
-			th = rec.Thread
-			if res.Private != "" && want.Stoppable { // the plan shows a turn running
+	var (
+		mu              sync.Mutex
+		decided, parked bool
+		res             ClickResult
+	)
+	th, since := c.Thread, r.opts.Now()
+	if s := r.out.session(c.Thread.Key, nil); s != nil {
+		rec, _ := s.board.state()
+		th = rec.Thread
+	}
+	status := r.out.statusMove(ss, p, th, func() statusChange {
+		st := SessionActive
+		if s := r.out.session(c.Thread.Key, nil); s != nil && res.Private != "" {
+			if _, want := s.board.state(); want.Stoppable { // the plan shows a turn running
 				st = SessionProcessing
 				if want.State == StateWaiting {
 					st = SessionSuspended
 				}
 			}
 		}
-		r.out.sendStatus(ss, p, th, statusChange{state: st}, nil)
+		return statusChange{state: st, since: since}
+	}, nil)
+	r.out.queueMove(c.Thread.Key, func() time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		if !decided {
+			parked = true
+			return moveParked
+		}
+		return status()
 	})
-	res := r.Click(ctx, c)
-	decided <- res
-	return res
+	out := r.Click(ctx, c)
+	mu.Lock()
+	decided, res = true, out
+	resume := parked
+	mu.Unlock()
+	if resume {
+		r.out.resumeMoves(c.Thread.Key)
+	}
+	return out
 }

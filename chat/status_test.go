@@ -72,15 +72,17 @@ func (s *sessionPlatform) working() []string {
 	return out
 }
 
-// settleStatuses waits for the board, the outbox and the status moves.
+// settleStatuses waits for the board, the outbox and the status moves,
+// those waiting for their next attempt included.
 func settleStatuses(t testing.TB, r *Router, key string) {
 	t.Helper()
 	settle(t, r, key)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := r.out.statuses.Wait(ctx); err != nil {
-		t.Fatalf("status moves still queued after 10s: %v", err)
-	}
+	waitUntil(t, func() bool {
+		r.out.movesMu.Lock()
+		n := len(r.out.moves[key])
+		r.out.movesMu.Unlock()
+		return n == 0 && !r.out.lane.Busy(key)
+	})
 }
 
 func sessionRig(t *testing.T, p *sessionPlatform) (*Router, *decider, Thread) {
@@ -385,5 +387,35 @@ func TestResetAfterTheStoppedTurnIsShown(t *testing.T) {
 	}
 	if rec, want := r.out.board(th.Key, nil).state(); !rec.Ref.IsZero() || len(want.Items) != 0 {
 		t.Errorf("after the reset the board shows %+v on %q, want it started over", want, rec.Ref.ID)
+	}
+}
+
+// TestStatusRetryHoldsUpNoAnswer: a status move that failed waits for
+// its next attempt off the session's lane, so the turn's answer goes out
+// meanwhile, and the moves behind it keep their order.
+func TestStatusRetryHoldsUpNoAnswer(t *testing.T) {
+	p := &sessionPlatform{transient: 1}
+	r := NewRouter(Options{Runner: &decider{}, Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, Outbox: &chattest.Outbox{},
+		RetryDelay: 2 * time.Second}) // the move's next attempt 1 to 2 s after its first
+	t.Cleanup(r.Close)
+	th := Thread{Platform: "test", Key: "test/1", Channel: "C1", ThreadID: "1.1"}
+	if err := r.Handle(context.Background(), Incoming{Thread: th, Text: "plan the release", AuthorID: "UANN", MessageID: "m1"}); err != nil {
+		t.Fatal(err)
+	}
+	observe(r, agent.Event{Session: th.Key, Kind: agent.TurnStarted, Requester: "UANN", Trigger: "m1"})
+	waitUntil(t, func() bool { // the move's first attempt failed
+		p.smu.Lock()
+		defer p.smu.Unlock()
+		return p.transient == 0
+	})
+	observe(r, chattest.Revision(th.Key, 1))
+	observe(r, agent.Event{Session: th.Key, Kind: agent.TurnEnded, Outcome: agent.Done, Text: "the answer", Trigger: "m1"})
+	waitUntil(t, func() bool { return p.count("reply") == 1 })
+	if got := p.recorded(); len(got) != 0 {
+		t.Errorf("status moves %q made before the answer: the answer waited for the move's retry", got)
+	}
+	settleStatuses(t, r, th.Key)
+	if got, want := p.recorded(), []string{"processing:plan the release", "active"}; !slices.Equal(got, want) {
+		t.Errorf("status moves %q, want %q", got, want)
 	}
 }

@@ -80,6 +80,22 @@ func (d *deliverer) deliver(ctx context.Context, op string, th Thread, since tim
 	})
 }
 
+// attempt is the n-th attempt (1-based) of a delivery of op to th, in its
+// span, for a send that retries off its lane instead of waiting on it: it
+// returns the send's error and, when op's policy tries again after it,
+// how long to wait first (0: no further attempt).
+func (d *deliverer) attempt(ctx context.Context, op string, th Thread, since time.Time, n int, send func(ctx context.Context) error) (time.Duration, error) {
+	p := policies[op]
+	_, err := d.traced(ctx, op, th, func(ctx context.Context) (int, error) { return n, send(ctx) })
+	if o, _ := Classify(err); err == nil || o != Retry && o != RetryAfter || ctx.Err() != nil {
+		return 0, err
+	}
+	if p.attempts > 0 && n >= p.attempts || p.maxAge > 0 && d.opts.Now().Sub(since) > p.maxAge {
+		return 0, err
+	}
+	return d.backoff(p.max).Wait(n, err), err
+}
+
 // deliveryOutcome is the typed outcome of a delivery, for its span.
 func deliveryOutcome(ctx context.Context, err error) string {
 	switch {

@@ -24,9 +24,13 @@ import (
 //   - Different keys run in parallel, with no limit: each key with work has
 //     its own goroutine, which ends as soon as the key has nothing left.
 //     An idle key costs nothing, not even a map entry.
-//   - Add and Kick never block on the functions (they may be called from
-//     one, for any key, its own included: the new function runs after the
-//     caller returns).
+//   - A function queued with AddIdle runs only when nothing queued with
+//     Add or Kick waits for its key, even what was queued after it: the
+//     key's tidy-up goes last. AddIdle's functions keep their order among
+//     themselves.
+//   - Add, AddIdle and Kick never block on the functions (they may be
+//     called from one, for any key, its own included: the new function
+//     runs after the caller returns).
 //
 // A function must not wait for anything queued behind it on its own key,
 // directly or through Wait: that cannot start before it returns, so it
@@ -43,6 +47,8 @@ type Queue struct {
 // fifo is one key's functions not started yet, oldest first.
 type fifo struct {
 	fs []func()
+	// idle are AddIdle's functions, run when fs is empty.
+	idle []func()
 	// kicked: the last of fs came from Kick. It is false when fs is
 	// empty, so a Kick while the key's last function runs queues another.
 	kicked bool
@@ -56,6 +62,19 @@ func (q *Queue) Add(key string, f func()) {
 	k := q.fifoLocked(key)
 	k.fs = append(k.fs, f)
 	k.kicked = false
+}
+
+// AddIdle queues f for key to run when nothing queued with Add or Kick
+// waits: behind what is queued for key now, and behind what Add and Kick
+// queue for it later, until f starts. It is for what only tidies up
+// (DESIGN §1: unpins, a status, a clearing), which must never hold up what
+// the key's other functions send. A function AddIdle queued runs after the
+// ones it queued before.
+func (q *Queue) AddIdle(key string, f func()) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	k := q.fifoLocked(key)
+	k.idle = append(k.idle, f)
 }
 
 // Later queues f on key d from now, behind what is queued for key then:
@@ -116,6 +135,14 @@ func (q *Queue) fifoLocked(key string) *fifo {
 func (q *Queue) run(key string, k *fifo) {
 	for {
 		q.mu.Lock()
+		if len(k.fs) == 0 && len(k.idle) > 0 {
+			f := k.idle[0]
+			k.idle[0] = nil
+			k.idle = k.idle[1:]
+			q.mu.Unlock()
+			f()
+			continue
+		}
 		if len(k.fs) == 0 {
 			delete(q.keys, key)
 			if len(q.keys) == 0 && q.idle != nil {

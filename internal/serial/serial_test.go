@@ -378,3 +378,37 @@ func TestLaterQueuedWhenContextEnds(t *testing.T) {
 		t.Error("the function ran twice")
 	}
 }
+
+func TestAddIdleRunsWhenNothingElseWaits(t *testing.T) {
+	var q Queue
+	var order []string // only the key's goroutine touches it
+	release := make(chan struct{})
+	log := func(s string) func() { return func() { order = append(order, s) } }
+	q.Add("k", func() { <-release; order = append(order, "first") })
+	q.AddIdle("k", log("tidy 1"))
+	q.Add("k", log("second"))
+	q.AddIdle("k", func() {
+		order = append(order, "tidy 2")
+		// Queued from inside an idle function: the next one waits for it.
+		q.Add("k", log("from tidy 2"))
+	})
+	q.AddIdle("k", log("tidy 3"))
+	q.Kick("k", log("kicked"))
+	close(release)
+	wait(t, &q)
+	want := []string{"first", "second", "kicked", "tidy 1", "tidy 2", "from tidy 2", "tidy 3"}
+	if !slices.Equal(order, want) {
+		t.Errorf("order %q, want %q", order, want)
+	}
+	if q.Busy("k") {
+		t.Error("key busy after Wait")
+	}
+}
+
+func TestAddIdleAloneRunsAtOnce(t *testing.T) {
+	var q Queue
+	done := make(chan struct{})
+	q.AddIdle("k", func() { close(done) })
+	recv(t, done, "idle function on an idle key")
+	wait(t, &q)
+}
