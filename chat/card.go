@@ -330,8 +330,9 @@ func mention(requester string) string {
 }
 
 // showCard posts the approval's card, unless the session has it already
-// (after a restart the same approval is announced again).
-func (d *deliverer) showCard(ctx context.Context, s *session, th Thread, a agent.Approval) {
+// (after a restart the same approval is announced again). It reports
+// false when the card is left to the next deliverer.
+func (d *deliverer) showCard(ctx context.Context, s *session, th Thread, a agent.Approval) bool {
 	b := s.board
 	id := cardID(th.Key, a)
 	var cr cardRecord
@@ -341,7 +342,7 @@ func (d *deliverer) showCard(ctx context.Context, s *session, th Thread, a agent
 	ip := b.caps.Cards
 	if ip == nil {
 		b.log.Error("platform shows no approval cards", "platform", th.Platform)
-		return
+		return true
 	}
 	if have && !cr.Ref.IsZero() {
 		// Announced again after a restart: the card is there. Show it
@@ -352,7 +353,7 @@ func (d *deliverer) showCard(ctx context.Context, s *session, th Thread, a agent
 		if err != nil {
 			b.log.Warn("refresh approval card", "err", err)
 		}
-		return
+		return true
 	}
 	card := Card{ID: id, Tool: a.Tool, Server: a.Server, Arguments: compactArguments(a.Arguments), Requester: requester, Deadline: a.Deadline}
 	if have {
@@ -390,16 +391,17 @@ func (d *deliverer) showCard(ctx context.Context, s *session, th Thread, a agent
 		// card stays recorded as being posted, and the approval is
 		// announced again to whoever delivers next.
 		b.log.Info("approval card left to the next deliverer", "err", err)
-		return
+		return false
 	}
 	if err != nil {
 		// The turn still waits: say so in words, with the way out.
 		b.log.Error("post approval card", "err", err)
 		d.outbox.add(th, "", fmt.Sprintf("A call to %s needs approval, but I could not post its approval card here (the bot's log has the details). It will be denied at %s unless decided; send `stop` to end this turn now.",
 			card.Tool, card.Deadline.UTC().Format("15:04 UTC")))
-		return
+		return true
 	}
 	d.cardPosted(ctx, s, th, id, ref)
+	return true
 }
 
 // cardPosted records the ref of card id, posted as ref, and shows a
@@ -426,18 +428,19 @@ func (d *deliverer) cardPosted(ctx context.Context, s *session, th Thread, id st
 	}
 }
 
-// closeCard shows a decision on the card, unless a click already did.
-func (d *deliverer) closeCard(ctx context.Context, s *session, th Thread, a agent.Approval, dec agent.Decision) {
-	d.closeCardID(ctx, s, th, cardID(th.Key, a), dec)
+// closeCard shows a decision on the card, unless a click already did. It
+// reports false when that is left to the next deliverer.
+func (d *deliverer) closeCard(ctx context.Context, s *session, th Thread, a agent.Approval, dec agent.Decision) bool {
+	return d.closeCardID(ctx, s, th, cardID(th.Key, a), dec)
 }
 
-func (d *deliverer) closeCardID(ctx context.Context, s *session, th Thread, id string, dec agent.Decision) {
+func (d *deliverer) closeCardID(ctx context.Context, s *session, th Thread, id string, dec agent.Decision) bool {
 	b := s.board
 	var cr cardRecord
 	var ok bool
 	s.cards.read(func(v *cardsRecord) { cr, ok = v.Cards[id] })
 	if !ok || !cr.Card.Open() {
-		return
+		return true
 	}
 	card := decided(cr.Card, dec)
 	if ip := b.caps.Cards; ip != nil {
@@ -448,7 +451,7 @@ func (d *deliverer) closeCardID(ctx context.Context, s *session, th Thread, id s
 			})
 		})
 		if d.leftToNext(err) {
-			return // still open in the record: the next deliverer closes it
+			return false // still open in the record: the next deliverer closes it
 		}
 		if err != nil {
 			b.log.Warn("edit approval card", "err", err)
@@ -460,6 +463,7 @@ func (d *deliverer) closeCardID(ctx context.Context, s *session, th Thread, id s
 			v.Cards[id] = got
 		}
 	})
+	return true
 }
 
 // CardInfo is a card as Cards lists it.

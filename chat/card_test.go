@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -329,5 +330,87 @@ func TestCardPostInDoubtIsLookedFor(t *testing.T) {
 	settle(t, r2, "test/1")
 	if len(p2.keys) == 0 || p2.keys[0] != p.keys[0] || !p2.maybe[0] {
 		t.Errorf("after a restart: keys %q, SentMaybe %v; want %q and true from the first attempt", p2.keys, p2.maybe, p.keys[0])
+	}
+}
+
+// laneCards is cardPlatform whose cards count among the requests in
+// flight, and which records the order of its posts.
+type laneCards struct {
+	cardPlatform
+	omu   sync.Mutex
+	order []string
+}
+
+func (p *laneCards) Caps() Caps { return testCaps(p) }
+
+func (p *laneCards) note(op string) {
+	p.omu.Lock()
+	defer p.omu.Unlock()
+	p.order = append(p.order, op)
+}
+
+func (p *laneCards) PostPlan(ctx context.Context, th Thread, pl Plan) (MessageRef, error) {
+	p.note("plan")
+	return p.cardPlatform.PostPlan(ctx, th, pl)
+}
+
+func (p *laneCards) Reply(ctx context.Context, th Thread, replyTo, text string) error {
+	p.note("reply")
+	return p.cardPlatform.Reply(ctx, th, replyTo, text)
+}
+
+func (p *laneCards) PostCard(ctx context.Context, th Thread, card Card) (MessageRef, error) {
+	p.enter("card")
+	defer p.leave()
+	p.note("card")
+	return p.cardPlatform.PostCard(ctx, th, card)
+}
+
+func (p *laneCards) EditCard(ctx context.Context, th Thread, ref MessageRef, card Card) error {
+	p.enter("card edit")
+	defer p.leave()
+	p.note("card edit")
+	return p.cardPlatform.EditCard(ctx, th, ref, card)
+}
+
+// TestCardsOnTheSessionsLane: a session's approval cards go on its one
+// lane with its plan and its answer (DESIGN §1): one request in flight
+// for the session at a time, the plan's post before the card that came
+// after it, the card's decision before the turn's answer.
+func TestCardsOnTheSessionsLane(t *testing.T) {
+	p := &laneCards{}
+	p.hold = func(string) { time.Sleep(20 * time.Millisecond) } // each request takes a while
+	logs := &chattest.Log{}
+	r := NewRouter(Options{Runner: &decider{}, Store: &chattest.Boards{}, Log: logs, Outbox: &chattest.Outbox{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond})
+	t.Cleanup(r.Close)
+	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
+	r.out.board(th.Key, &th)
+	a := agent.Approval{CallID: "call_1", Tool: "fs__write_file", Server: "fs", Arguments: "{}", Requester: "UANN", Deadline: time.Now().Add(time.Hour)}
+	for _, e := range []agent.Event{
+		{Kind: agent.TurnStarted, Turn: 1},
+		{Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress)},
+		{Kind: agent.ApprovalNeeded, Turn: 1, Approval: &a},
+		{Kind: agent.ApprovalDecided, Turn: 1, Approval: &a, Decision: &agent.Decision{Allow: true, By: "UANN"}},
+		{Kind: agent.PlanChanged, Revision: 2, Plan: plan(2, todo.Completed)},
+		{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Text: "the answer"},
+	} {
+		observe(r, logs.Append(th.Key, e))
+	}
+	settle(t, r, th.Key)
+	waitFor(t, "the answer", func() bool { return p.count("reply") == 1 })
+	p.mu.Lock()
+	maxIn := p.maxIn
+	p.mu.Unlock()
+	if maxIn != 1 {
+		t.Errorf("%d of the session's requests in flight at once, want 1", maxIn)
+	}
+	p.omu.Lock()
+	order := slices.Clone(p.order)
+	p.omu.Unlock()
+	if want := []string{"plan", "card", "card edit", "reply"}; !slices.Equal(order, want) {
+		t.Errorf("posts and card edits %q, want %q", order, want)
+	}
+	if got := p.card("card1"); got.Open() {
+		t.Errorf("card %+v still open after its decision", got)
 	}
 }

@@ -32,7 +32,9 @@ import (
 // Applying an entry hands its effect to the stage that sends it, durably:
 // the board records the content it wants before it posts or edits, the
 // outbox stores the answer before it sends it. The cursor moves once that
-// is done, so an entry is applied at least once; applying one again is
+// is done; a card's post or close, queued on the session's lane, holds
+// the stored cursor before its entry until it is sent (onLane). So an
+// entry is applied at least once; applying one again is
 // harmless (the board wants the same content, a card is posted once, an
 // answer is stored under its entry's number once, and sent only after
 // the cursor has moved past it).
@@ -56,8 +58,9 @@ import (
 // within the channel's post budget -> Platform.Reply. A click on an
 // approval card: adapter -> Router.Click (rules.mayDecide) ->
 // Runner.Decide (the agent logs the decision and starts the tool) -> the
-// entry comes back through deliverer.apply -> deliverer.closeCard ->
-// Caps.Cards.EditCard. A status move or the working indicator:
+// entry comes back through deliverer.apply -> deliverer.onLane, queued on
+// the session's lane -> deliverer.closeCard -> Caps.Cards.EditCard ->
+// deliverer.paid, back on the delivery queue: the cursor may pass it. A status move or the working indicator:
 // deliverer.apply -> Board.turnStarted or turnOver -> deliverer.queueMove,
 // tidy-up on the session's lane (serial.Queue.AddIdle), after everything
 // else queued there -> SessionStatus.SetSessionStatus or
@@ -104,6 +107,11 @@ type cursor struct {
 	// a row).
 	retrying bool
 	failures int
+	// owed are the entries whose cards wait on the session's lane to be
+	// posted or closed (onLane): the cursor is not stored past the
+	// oldest, and the answers from it on wait for it, so that a card is
+	// in the thread before its entry is passed and before a later answer.
+	owed map[int64]*int // the token of the send owed (onLane)
 	// ended is the newest turn whose end was applied: a resumed turn's
 	// start (not logged) that comes off the queue after a catch-up read
 	// that turn's end from the log is stale, and is dropped.
@@ -190,6 +198,8 @@ func (d *deliverer) close() {
 		d.settleCursors()
 		d.wg.Wait()
 		d.lane.Wait(context.Background())
+		d.delivery.Wait(context.Background()) // the cards' sends done on the lane (paid)
+		d.settleCursors()
 		close(done)
 	}()
 	select {
@@ -309,9 +319,84 @@ func (d *deliverer) release(s *session, c *cursor, replies []queued) {
 		d.retryLater(s)
 		return
 	}
-	held := c.held
-	c.held = nil
-	d.outbox.enqueue(s.board.key, held...)
+	var ready []queued
+	c.held = slices.DeleteFunc(c.held, func(q queued) bool {
+		if c.owes(q.item.Seq) {
+			return false // after a card still to be sent
+		}
+		ready = append(ready, q)
+		return true
+	})
+	d.outbox.enqueue(s.board.key, ready...)
+}
+
+// onLane queues send, what entry seq does to the thread besides the plan
+// and the answer (a card posted or closed), on the session's lane, behind
+// what the session sends already; send reports whether it is done, false
+// when it is left to the next deliverer (shutdown, another replica holds
+// the session now). Until it is done the cursor is not stored past seq,
+// and the answers of entries from seq on wait (paid), so a card is in the
+// thread before its entry is passed, after a kill -9 too. A session
+// forgotten before its turn on the lane sends nothing: its cursor was not
+// stored past seq, so whoever loads it next applies the entry again.
+func (d *deliverer) onLane(s *session, seq int64, send func() bool) {
+	key := s.board.key
+	tok := new(int) // a cursor started over since (deleted) owes nothing of it
+	if seq > 0 {
+		c := &s.cursor
+		if c.owed == nil {
+			c.owed = map[int64]*int{}
+		}
+		c.owed[seq] = tok
+	}
+	d.lane.Add(key, func() {
+		if !d.current(s) {
+			return // forgotten since: whoever loads it next applies the entry again
+		}
+		if send() && seq > 0 {
+			d.delivery.Add(key, func() { d.paid(s, seq, tok) })
+		}
+	})
+}
+
+// paid is told, on the session's deliverer, that entry seq's sends on the
+// lane are done: the cursor may be stored past it, and the answers that
+// waited for it go.
+func (d *deliverer) paid(s *session, seq int64, tok *int) {
+	c := &s.cursor
+	if c.owed[seq] != tok {
+		return
+	}
+	delete(c.owed, seq)
+	if d.ctx.Err() != nil || !d.current(s) {
+		return // the next start applies the entry again, which changes nothing
+	}
+	d.release(s, c, nil)
+	d.noteCursor(s)
+}
+
+// storable is the newest entry the cursor may be stored at: the one
+// before the oldest entry still owed, or the last one applied.
+func (c *cursor) storable() int64 {
+	to := c.seq
+	for seq := range c.owed {
+		to = min(to, seq-1)
+	}
+	return to
+}
+
+// owes reports whether an entry at or before seq still owes a send on the
+// lane; an item of no entry (seq 0) owes nothing.
+func (c *cursor) owes(seq int64) bool {
+	if seq == 0 {
+		return false
+	}
+	for o := range c.owed {
+		if o <= seq {
+			return true
+		}
+	}
+	return false
 }
 
 // retryLater queues a catch-up of the session from its cursor after a
@@ -371,7 +456,7 @@ func (d *deliverer) current(s *session) bool {
 // stored, answers waiting for the save, or a retry queued.
 func (d *deliverer) noteCursor(s *session) {
 	c := &s.cursor
-	s.unsettled.Store(d.logs != nil && (c.seq > c.saved || len(c.held) > 0 || c.retrying))
+	s.unsettled.Store(len(c.owed) > 0 || d.logs != nil && (c.seq > c.saved || len(c.held) > 0 || c.retrying))
 }
 
 // cursorOf returns the session's cursor, read from the store the first
@@ -416,9 +501,9 @@ func (d *deliverer) catchUp(s *session, c *cursor, through int64) ([]queued, err
 		}
 		replies = append(replies, d.apply(s, l.Event(key), c.have)...)
 		if d.ctx.Err() != nil {
-			// Shut down while applying it (a card waiting for its
-			// budget): the cursor stays before it, and the next start
-			// applies it again, which changes nothing done already.
+			// Shut down while applying it: the cursor stays before
+			// it, and the next start applies it again, which changes
+			// nothing done already.
 			break
 		}
 		c.seq = l.Seq
@@ -432,14 +517,15 @@ func (d *deliverer) catchUp(s *session, c *cursor, through int64) ([]queued, err
 // settleCursor stores the cursor now, if it moved, and reports whether
 // it is stored.
 func (d *deliverer) settleCursor(s *session, c *cursor) bool {
-	if d.logs == nil || c.seq <= c.saved {
+	to := c.storable()
+	if d.logs == nil || to <= c.saved {
 		return true
 	}
-	if err := d.logs.SaveDelivered(context.WithoutCancel(d.ctx), s.board.key, c.seq); err != nil {
-		s.board.log.Error("save the session's delivery cursor; trying again shortly", "seq", c.seq, "err", err)
+	if err := d.logs.SaveDelivered(context.WithoutCancel(d.ctx), s.board.key, to); err != nil {
+		s.board.log.Error("save the session's delivery cursor; trying again shortly", "seq", to, "err", err)
 		return false
 	}
-	c.saved = c.seq
+	c.saved = to
 	return true
 }
 
@@ -556,12 +642,12 @@ func (d *deliverer) apply(s *session, e agent.Event, have map[int64]bool) []queu
 		}
 	case agent.ApprovalNeeded:
 		b.waiting(e) // a plan's Start shows on the plan message
-		if e.Approval != nil && !e.Approval.Plan {
-			d.showCard(ctx, s, th, *e.Approval)
+		if a := e.Approval; a != nil && !a.Plan {
+			d.onLane(s, e.Seq, func() bool { return d.showCard(ctx, s, th, *a) })
 		}
 	case agent.ApprovalDecided:
-		if e.Approval != nil && e.Decision != nil {
-			d.closeCard(ctx, s, th, *e.Approval, *e.Decision)
+		if a, dec := e.Approval, e.Decision; a != nil && dec != nil {
+			d.onLane(s, e.Seq, func() bool { return d.closeCard(ctx, s, th, *a, *dec) })
 		}
 		b.approvalDecided(e)
 	case agent.TurnEnded:

@@ -311,14 +311,28 @@ func sharesItem(a, b []todo.Item) bool {
 }
 
 // closeOpenCards marks the cards still open when a turn ends as not run
-// (the turn was stopped or failed while they waited).
+// (the turn was stopped or failed while they waited), on the session's
+// lane, after the cards' own posts. It runs on the session's deliverer.
 func (d *deliverer) closeOpenCards(ctx context.Context, s *session, th Thread, e agent.Event) {
+	var open int
+	s.cards.read(func(v *cardsRecord) { open = len(v.open()) })
+	if open == 0 && len(s.cursor.owed) == 0 {
+		return // no card open, none on its way
+	}
+	dec := agent.Decision{Reason: "stopped", ByName: e.StoppedBy, At: e.At}
+	d.onLane(s, e.Seq, func() bool { return d.closeOpen(ctx, s, th, dec) })
+}
+
+// closeOpen closes the session's open cards with dec; it reports false
+// when a card is left to the next deliverer.
+func (d *deliverer) closeOpen(ctx context.Context, s *session, th Thread, dec agent.Decision) bool {
 	var open []cardRecord
 	s.cards.read(func(v *cardsRecord) { open = v.open() })
+	done := true
 	for _, cr := range open {
-		dec := agent.Decision{Reason: "stopped", ByName: e.StoppedBy, At: e.At}
-		d.closeCardID(ctx, s, th, cr.Card.ID, dec)
+		done = d.closeCardID(ctx, s, th, cr.Card.ID, dec) && done
 	}
+	return done
 }
 
 // History is implemented by platforms that can list a thread's earlier

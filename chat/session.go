@@ -374,6 +374,17 @@ func (d *deliverer) deleted(key string, since time.Time) {
 	d.tellForgotten([]Thread{th})
 }
 
+// waitLane waits until the session's lane has sent what was queued on it
+// so far, or the router is closed. It must not be called from the lane.
+func (d *deliverer) waitLane(key string) {
+	done := make(chan struct{})
+	d.lane.Add(key, func() { close(done) })
+	select {
+	case <-done:
+	case <-d.ctx.Done():
+	}
+}
+
 // archived is reset's and Delete's one path once the runner archived the
 // session (stopping its turn first): open cards are closed as not run,
 // the board starts over (the plan message is unpinned and left in the
@@ -385,7 +396,8 @@ func (d *deliverer) archived(ctx context.Context, s *session, by string, hidden 
 	// What the stopped turn logged (its end, its decided cards) is shown
 	// before the board starts over.
 	d.Flush(th.Key)
-	d.closeOpenCards(ctx, s, th, agent.Event{StoppedBy: by, At: d.opts.Now()})
+	d.waitLane(th.Key) // its cards' posts too
+	d.closeOpen(ctx, s, th, agent.Decision{Reason: "stopped", ByName: by, At: d.opts.Now()})
 	s.board.reset()
 	s.cards.update(func(v *cardsRecord) { *v = cardsRecord{} })
 	s.listing.update(func(l *listingRecord) { l.Hidden = hidden })
