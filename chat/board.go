@@ -619,7 +619,7 @@ func (b *Board) after(ver uint64, th Thread, ref MessageRef, err error) (wait ti
 		outcome = Permanent
 	}
 	if err != nil && outcome == Permanent {
-		t.failures = maxFailures - 1 // no retry can help: the failure path now
+		t.failures = policies[opRender].attempts - 1 // no retry can help: the failure path now
 	}
 	switch {
 	case err == nil:
@@ -639,7 +639,7 @@ func (b *Board) after(ver uint64, th Thread, ref MessageRef, err error) (wait ti
 			b.hooks.RateLimitWait(th.Platform, retryAfter)
 		}
 		b.log.Info("plan board rate limited", "retry_after", retryAfter)
-		return b.owner.backoff(maxBoardBackoff).Wait(t.failures, err)
+		return b.owner.backoff(policies[opRender].max).Wait(t.failures, err)
 	case outcome == MessageGone:
 		t.reposts++
 		b.log.Warn("plan message gone; posting a new one", "ref", ref.ID, "repost", t.reposts, "err", err)
@@ -652,8 +652,8 @@ func (b *Board) after(ver uint64, th Thread, ref MessageRef, err error) (wait ti
 	default:
 		t.failures++
 		b.log.Error("plan board update failed", "attempt", t.failures, "err", err)
-		if t.failures < maxFailures {
-			return b.owner.backoff(maxBoardBackoff).Wait(t.failures, err)
+		if p := policies[opRender]; t.failures < p.attempts {
+			return b.owner.backoff(p.max).Wait(t.failures, err)
 		}
 		// Give up on this content; the next revision tries again. The
 		// thread hears about it once, the log has the detail.

@@ -124,11 +124,17 @@ type policy struct {
 	maxAge   time.Duration
 }
 
+// opRender is a plan message's post, edit or pin: the board's loop
+// (Board.after) reads its policy, and besides retrying it reposts a
+// message gone and gives up per content.
+const opRender = "render_plan"
+
 // policies are the retry policies of the operations, by name (the name
-// a delivery's span carries). Plan renders keep theirs in the board's
-// loop (Board.after), which also reposts a message gone and gives up per
-// content.
+// a delivery's span carries), the one table every send's retries follow.
 var policies = map[string]policy{
+	// A plan's content: a few tries, then the thread is told once and
+	// the next revision tries again. Its waits are off the lane.
+	opRender: {max: maxBoardBackoff, attempts: maxFailures},
 	// An answer is retried until delivered, refused for good or a day
 	// old; it is stored meanwhile.
 	"reply":           {max: maxReplyBackoff, maxAge: maxReplyAge},
