@@ -353,7 +353,11 @@ func (d *deliverer) onLane(s *session, seq int64, send func() bool) {
 		if !d.current(s) {
 			return // forgotten since: whoever loads it next applies the entry again
 		}
-		if send() && seq > 0 {
+		// Left to the next deliverer by a shutdown, it stays owed: the
+		// cursor is stored before it. Left to another replica that holds
+		// the session now, it is paid all the same: the cursor's save is
+		// that replica's, and the session leaves this one's memory.
+		if done := send(); (done || d.ctx.Err() == nil) && seq > 0 {
 			d.delivery.Add(key, func() { d.paid(s, seq, tok) })
 		}
 	})
