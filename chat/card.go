@@ -292,7 +292,7 @@ func (r *Router) Click(ctx context.Context, c Click) ClickResult {
 		// Edited as the deliverer closes a card decided elsewhere, and
 		// recorded once shown: one left to the next deliverer stays open
 		// in the record, and that deliverer closes it.
-		r.out.closeCardID(ctx, s, c.Thread, id, d)
+		r.out.closeCardID(ctx, s, c.Thread, id, d, 0)
 		return ClickResult{Card: &card}
 	}
 	s.cards.update(func(v *cardsRecord) {
@@ -330,9 +330,10 @@ func mention(requester string) string {
 }
 
 // showCard posts the approval's card, unless the session has it already
-// (after a restart the same approval is announced again). It reports
-// false when the card is left to the next deliverer.
-func (d *deliverer) showCard(ctx context.Context, s *session, th Thread, a agent.Approval) bool {
+// (after a restart the same approval is announced again), in its n-th
+// attempt (retried): it returns how long to wait before the next one, or
+// whether it is done, false when the card is left to the next deliverer.
+func (d *deliverer) showCard(ctx context.Context, s *session, th Thread, a agent.Approval, n int) (time.Duration, bool) {
 	b := s.board
 	id := cardID(th.Key, a)
 	var cr cardRecord
@@ -342,7 +343,7 @@ func (d *deliverer) showCard(ctx context.Context, s *session, th Thread, a agent
 	ip := b.caps.Cards
 	if ip == nil {
 		b.log.Error("platform shows no approval cards", "platform", th.Platform)
-		return true
+		return 0, true
 	}
 	if have && !cr.Ref.IsZero() {
 		// Announced again after a restart: the card is there. Show it
@@ -353,7 +354,7 @@ func (d *deliverer) showCard(ctx context.Context, s *session, th Thread, a agent
 		if err != nil {
 			b.log.Warn("refresh approval card", "err", err)
 		}
-		return true
+		return 0, true
 	}
 	card := Card{ID: id, Tool: a.Tool, Server: a.Server, Arguments: compactArguments(a.Arguments), Requester: requester, Deadline: a.Deadline}
 	if have {
@@ -378,7 +379,7 @@ func (d *deliverer) showCard(ctx context.Context, s *session, th Thread, a agent
 		}
 	})
 	var ref MessageRef
-	_, err := d.deliver(ctx, "post_card", th, since, func(ctx context.Context) error {
+	wait, err := d.retried(ctx, "post_card", th, since, n, func(ctx context.Context) error {
 		return d.paceSend(ctx, b.platform, th, MethodPost, PriorityFinal, since, func(ctx context.Context) error {
 			var err error
 			ref, err = ip.PostCard(withSend(ctx, "card/"+id, since, unsure), th, card)
@@ -386,22 +387,25 @@ func (d *deliverer) showCard(ctx context.Context, s *session, th Thread, a agent
 			return err
 		})
 	})
+	if wait > 0 {
+		return wait, false
+	}
 	if d.leftToNext(err) {
 		// Shutting down, or another replica holds the session now: the
 		// card stays recorded as being posted, and the approval is
 		// announced again to whoever delivers next.
 		b.log.Info("approval card left to the next deliverer", "err", err)
-		return false
+		return 0, false
 	}
 	if err != nil {
 		// The turn still waits: say so in words, with the way out.
 		b.log.Error("post approval card", "err", err)
 		d.outbox.add(th, "", fmt.Sprintf("A call to %s needs approval, but I could not post its approval card here (the bot's log has the details). It will be denied at %s unless decided; send `stop` to end this turn now.",
 			card.Tool, card.Deadline.UTC().Format("15:04 UTC")))
-		return true
+		return 0, true
 	}
 	d.cardPosted(ctx, s, th, id, ref)
-	return true
+	return 0, true
 }
 
 // cardPosted records the ref of card id, posted as ref, and shows a
@@ -428,30 +432,38 @@ func (d *deliverer) cardPosted(ctx context.Context, s *session, th Thread, id st
 	}
 }
 
-// closeCard shows a decision on the card, unless a click already did. It
-// reports false when that is left to the next deliverer.
-func (d *deliverer) closeCard(ctx context.Context, s *session, th Thread, a agent.Approval, dec agent.Decision) bool {
-	return d.closeCardID(ctx, s, th, cardID(th.Key, a), dec)
+// closeCard shows a decision on the card, unless a click already did
+// (closeCardID).
+func (d *deliverer) closeCard(ctx context.Context, s *session, th Thread, a agent.Approval, dec agent.Decision, n int) (time.Duration, bool) {
+	return d.closeCardID(ctx, s, th, cardID(th.Key, a), dec, n)
 }
 
-func (d *deliverer) closeCardID(ctx context.Context, s *session, th Thread, id string, dec agent.Decision) bool {
+// closeCardID shows decision dec on card id and records it, in its n-th
+// attempt (retried): it returns how long to wait before the next one, or
+// whether it is done, false when the card is left to the next deliverer.
+// A card not posted yet is only recorded as decided: its post shows the
+// decision (cardPosted).
+func (d *deliverer) closeCardID(ctx context.Context, s *session, th Thread, id string, dec agent.Decision, n int) (time.Duration, bool) {
 	b := s.board
 	var cr cardRecord
 	var ok bool
 	s.cards.read(func(v *cardsRecord) { cr, ok = v.Cards[id] })
 	if !ok || !cr.Card.Open() {
-		return true
+		return 0, true
 	}
 	card := decided(cr.Card, dec)
-	if ip := b.caps.Cards; ip != nil {
+	if ip := b.caps.Cards; ip != nil && !cr.Ref.IsZero() {
 		since := time.Now()
-		_, err := d.deliver(ctx, "edit_card", th, since, func(ctx context.Context) error {
+		wait, err := d.retried(ctx, "edit_card", th, since, n, func(ctx context.Context) error {
 			return d.paceSend(ctx, b.platform, th, MethodEdit, PriorityFinal, since, func(ctx context.Context) error {
 				return ip.EditCard(ctx, th, cr.Ref, card)
 			})
 		})
+		if wait > 0 {
+			return wait, false
+		}
 		if d.leftToNext(err) {
-			return false // still open in the record: the next deliverer closes it
+			return 0, false // still open in the record: the next deliverer closes it
 		}
 		if err != nil {
 			b.log.Warn("edit approval card", "err", err)
@@ -463,7 +475,7 @@ func (d *deliverer) closeCardID(ctx context.Context, s *session, th Thread, id s
 			v.Cards[id] = got
 		}
 	})
-	return true
+	return 0, true
 }
 
 // CardInfo is a card as Cards lists it.

@@ -296,6 +296,11 @@ func TestCardPostInDoubtIsLookedFor(t *testing.T) {
 	r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	a := agent.Approval{CallID: "c1", Tool: "fs__write_file", Requester: "UANN", Deadline: time.Now().Add(time.Hour)}
 	observe(r, agent.Event{Session: "test/1", Kind: agent.ApprovalNeeded, Approval: &a})
+	waitFor(t, "the post's second attempt, after its backoff", func() bool {
+		p.cmu.Lock()
+		defer p.cmu.Unlock()
+		return len(p.keys) >= 2
+	})
 	settle(t, r, "test/1")
 	r.Close()
 	if len(p.keys) != 2 || p.keys[0] == "" || p.keys[1] != p.keys[0] {

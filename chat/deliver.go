@@ -157,6 +157,9 @@ type deliverer struct {
 	// lane.
 	movesMu sync.Mutex
 	moves   map[string][]move
+	// movesIdle is closed, and set to nil, when moves becomes empty; nil
+	// while no one waits (waitMoves).
+	movesIdle chan struct{}
 
 	mu       sync.Mutex // guards sessions and pins
 	sessions map[string]*session
@@ -198,8 +201,10 @@ func (d *deliverer) close() {
 		d.settleCursors()
 		d.wg.Wait()
 		d.lane.Wait(context.Background())
+		d.waitMoves()                         // those waiting for a budget's slot or their next attempt
 		d.delivery.Wait(context.Background()) // the cards' sends done on the lane (paid)
 		d.settleCursors()
+		d.lane.Wait(context.Background()) // the answers they released
 		close(done)
 	}()
 	select {
@@ -319,27 +324,33 @@ func (d *deliverer) release(s *session, c *cursor, replies []queued) {
 		d.retryLater(s)
 		return
 	}
-	var ready []queued
-	c.held = slices.DeleteFunc(c.held, func(q queued) bool {
-		if c.owes(q.item.Seq) {
-			return false // after a card still to be sent
-		}
-		ready = append(ready, q)
-		return true
-	})
+	// In order, up to the first that comes after a card still to be sent.
+	n := 0
+	for n < len(c.held) && !c.owes(c.held[n].item.Seq) {
+		n++
+	}
+	ready := c.held[:n]
+	c.held = slices.Clone(c.held[n:])
 	d.outbox.enqueue(s.board.key, ready...)
 }
 
 // onLane queues send, what entry seq does to the thread besides the plan
 // and the answer (a card posted or closed), on the session's lane, behind
-// what the session sends already; send reports whether it is done, false
-// when it is left to the next deliverer (shutdown, another replica holds
-// the session now). Until it is done the cursor is not stored past seq,
-// and the answers of entries from seq on wait (paid), so a card is in the
-// thread before its entry is passed, after a kill -9 too. A session
-// forgotten before its turn on the lane sends nothing: its cursor was not
-// stored past seq, so whoever loads it next applies the entry again.
-func (d *deliverer) onLane(s *session, seq int64, send func() bool) {
+// what the session sends already. send makes its n-th attempt and
+// returns how long to wait before the next one, or whether it is done,
+// false when it is left to the next deliverer (a shutdown, another
+// replica holding the session now). A wait is off the lane
+// (serial.Queue.Later): what the session sends meanwhile goes first.
+//
+// Until it is done the cursor is not stored past seq, and the answers of
+// entries from seq on wait (paid), so a card is in the thread before its
+// entry is passed, after a kill -9 too. A send left to the next process
+// by a shutdown stays owed: the cursor is stored before it, and the next
+// start applies the entry again. One left to another replica is paid all
+// the same: the cursor's save is that replica's. A session forgotten
+// before its send's turn sends nothing: its cursor was not stored past
+// seq, so whoever loads it next applies the entry again.
+func (d *deliverer) onLane(s *session, seq int64, send func(n int) (time.Duration, bool)) {
 	key := s.board.key
 	tok := new(int) // a cursor started over since (deleted) owes nothing of it
 	if seq > 0 {
@@ -349,18 +360,21 @@ func (d *deliverer) onLane(s *session, seq int64, send func() bool) {
 		}
 		c.owed[seq] = tok
 	}
-	d.lane.Add(key, func() {
-		if !d.current(s) {
-			return // forgotten since: whoever loads it next applies the entry again
+	var run func(n int)
+	run = func(n int) {
+		if d.ctx.Err() != nil || !d.current(s) {
+			return // shut down (owed still), or forgotten
 		}
-		// Left to the next deliverer by a shutdown, it stays owed: the
-		// cursor is stored before it. Left to another replica that holds
-		// the session now, it is paid all the same: the cursor's save is
-		// that replica's, and the session leaves this one's memory.
-		if done := send(); (done || d.ctx.Err() == nil) && seq > 0 {
+		wait, done := send(n)
+		if wait > 0 && d.ctx.Err() == nil {
+			d.lane.Later(d.ctx, key, wait, func() { run(n + 1) })
+			return
+		}
+		if (done || d.ctx.Err() == nil) && seq > 0 {
 			d.delivery.Add(key, func() { d.paid(s, seq, tok) })
 		}
-	})
+	}
+	d.lane.Add(key, func() { run(1) })
 }
 
 // paid is told, on the session's deliverer, that entry seq's sends on the
@@ -647,11 +661,11 @@ func (d *deliverer) apply(s *session, e agent.Event, have map[int64]bool) []queu
 	case agent.ApprovalNeeded:
 		b.waiting(e) // a plan's Start shows on the plan message
 		if a := e.Approval; a != nil && !a.Plan {
-			d.onLane(s, e.Seq, func() bool { return d.showCard(ctx, s, th, *a) })
+			d.onLane(s, e.Seq, func(n int) (time.Duration, bool) { return d.showCard(ctx, s, th, *a, n) })
 		}
 	case agent.ApprovalDecided:
 		if a, dec := e.Approval, e.Decision; a != nil && dec != nil {
-			d.onLane(s, e.Seq, func() bool { return d.closeCard(ctx, s, th, *a, *dec) })
+			d.onLane(s, e.Seq, func(n int) (time.Duration, bool) { return d.closeCard(ctx, s, th, *a, *dec, n) })
 		}
 		b.approvalDecided(e)
 	case agent.TurnEnded:
@@ -700,53 +714,49 @@ func awaitPlan(qs []queued, b *Board) []queued {
 func (d *deliverer) working(b *Board, th Thread, msg string, on bool) {
 	b.indicator.want(msg, on)
 	since := d.opts.Now()
-	d.queueMove(th.Key, func() time.Duration {
-		d.indicate(b.platform, th, msg, on, since, func() bool { return !on || b.indicator.shows(msg) })
-		return 0
-	})
+	d.queueMove(th.Key, d.indicate(b.platform, th, msg, on, since, func() bool { return !on || b.indicator.shows(msg) }))
 }
 
-// indicate shows or clears the working indicator on message msg, on the
-// session's lane, in one attempt (an indicator is not worth a retry):
-// at once when its budget (reactions.add and reactions.remove on Slack,
-// each counted apart) has a slot now, otherwise when the budget gives it
-// one. It never waits on the lane for the slot: the budget calls back
-// and the send is queued again, so what the session sends meanwhile goes
-// first. still reports whether it is wanted yet when it goes.
-func (d *deliverer) indicate(p Platform, th Thread, msg string, on bool, since time.Time, still func() bool) {
-	if !still() || d.ctx.Err() != nil {
-		return
-	}
+// indicate is the move that shows or clears the working indicator on
+// message msg, in one attempt (an indicator is not worth a retry): at
+// once when its budget (reactions.add and reactions.remove on Slack, each
+// counted apart) has a slot now, otherwise once the budget gives it one.
+// It never waits on the lane for the slot: it parks, the session's later
+// moves behind it, and the budget's call queues it again. still reports
+// whether it is wanted yet when it goes.
+func (d *deliverer) indicate(p Platform, th Thread, msg string, on bool, since time.Time, still func() bool) move {
 	op, m, prio := "working", MethodReaction, PriorityIntermediate
 	if !on {
 		op, m, prio = "not_working", MethodUnreaction, PriorityFinal
 	}
 	req := Request{Thread: th, Method: m, Priority: func() Priority { return prio }, Since: since}
-	if pacer := d.caps[th.Platform].Paced; pacer != nil {
-		if bud := pacer.Budget(req); bud != nil && !bud.TryNow(0) {
-			bud.Notify(d.ctx, req.Priority, since, func() {
-				given := time.Now()
-				d.lane.Add(th.Key, func() {
-					if bud.Held() || time.Since(given) >= slotFresh {
-						// A 429 came since, or the slot waited too long
-						// for its call: ask again.
-						d.indicate(p, th, msg, on, since, still)
-						return
-					}
-					d.indicateNow(p, th, op, msg, on, since, still)
-				})
-			})
-			return
+	var given time.Time // when the budget gave the slot asked for
+	return func() time.Duration {
+		if !still() || d.ctx.Err() != nil {
+			return 0
 		}
+		var bud *Budget
+		if pacer := d.caps[th.Platform].Paced; pacer != nil {
+			bud = pacer.Budget(req)
+		}
+		fresh := !given.IsZero() && time.Since(given) < slotFresh
+		if bud != nil && !(fresh && !bud.Held()) && !bud.TryNow(0) {
+			// No slot now, or the one given went stale (a 429 came
+			// since, or it waited too long for its call): ask.
+			given = time.Time{}
+			bud.Notify(d.ctx, req.Priority, since, func() {
+				given = time.Now() // read on the lane after the queue's lock
+				d.lane.Add(th.Key, func() { d.nextMove(th.Key) })
+			})
+			return moveParked
+		}
+		d.indicateNow(p, th, op, msg, on, since)
+		return 0
 	}
-	d.indicateNow(p, th, op, msg, on, since, still)
 }
 
 // indicateNow makes the indicator's call, its budget's slot in hand.
-func (d *deliverer) indicateNow(p Platform, th Thread, op, msg string, on bool, since time.Time, still func() bool) {
-	if !still() {
-		return // its turn ended while it waited for the slot
-	}
+func (d *deliverer) indicateNow(p Platform, th Thread, op, msg string, on bool, since time.Time) {
 	_, err := d.deliver(d.ctx, op, th, since, func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, sendTimeout)
 		defer cancel()

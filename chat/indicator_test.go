@@ -75,7 +75,8 @@ func (p *gatedReactions) ops(prefix string) []string {
 // TestIndicatorWaitsForItsBudgetAlone: the working indicator keeps to
 // the platform's reaction budgets, and while it waits for a slot the
 // session's plan and answer go out: a short reaction budget never holds
-// the session's lane.
+// the session's lane. An indicator whose slot comes after its turn ended
+// is not shown; one whose slot is there is.
 func TestIndicatorWaitsForItsBudgetAlone(t *testing.T) {
 	p := newGatedReactions()
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
@@ -84,7 +85,9 @@ func TestIndicatorWaitsForItsBudgetAlone(t *testing.T) {
 	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnStarted, Trigger: "msg-1"})
 	p.waitAsked(t, MethodReaction) // waiting for its slot
 	observe(r, chattest.Revision("test/1", 1))
+	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "the answer", Trigger: "msg-1"})
 	settle(t, r, "test/1")
+	waitUntil(t, func() bool { return p.count("reply") == 1 })
 	if p.count("post") != 1 {
 		t.Fatalf("with the indicator waiting: %d plan posts, want 1", p.count("post"))
 	}
@@ -92,16 +95,14 @@ func TestIndicatorWaitsForItsBudgetAlone(t *testing.T) {
 		t.Fatalf("indicator calls %v before its budget had a slot", got)
 	}
 	openGate(p.gate)
-	waitUntil(t, func() bool { return len(p.ops("working")) == 1 })
-	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "the answer", Trigger: "msg-1"})
 	settleStatuses(t, r, "test/1")
-	waitUntil(t, func() bool { return p.gate.Waiting() == 0 })
+	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnStarted, Trigger: "msg-2"})
+	waitUntil(t, func() bool { return len(p.ops("working")) == 2 }) // shown while its turn runs
+	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Trigger: "msg-2"})
 	settleStatuses(t, r, "test/1")
-	if p.count("reply") != 1 {
-		t.Errorf("%d replies, want 1", p.count("reply"))
-	}
-	if got, want := p.ops("working"), []string{"working-true:msg-1", "working-false:msg-1"}; !slices.Equal(got, want) {
-		t.Errorf("indicator calls %v, want %v", got, want)
+	want := []string{"working-false:msg-1", "working-true:msg-2", "working-false:msg-2"}
+	if got := p.ops("working"); !slices.Equal(got, want) {
+		t.Errorf("indicator calls %v, want %v (msg-1's slot came after its turn)", got, want)
 	}
 	if !slices.Contains(p.methods(), MethodUnreaction) {
 		t.Errorf("asked to pace %v, want the clearing counted as an unreaction", p.methods())
@@ -109,9 +110,9 @@ func TestIndicatorWaitsForItsBudgetAlone(t *testing.T) {
 }
 
 // TestIndicatorNotShownAfterItsTurn: an indicator whose turn is over
-// before its budget gives it a slot is not shown, whether it waited on
-// the session's lane or for the slot; every clearing is sent (clearing
-// what is not shown changes nothing).
+// before its budget gives it a slot is not shown, whether it waited for
+// the slot or behind another move; every clearing is sent (clearing what
+// is not shown changes nothing), in order.
 func TestIndicatorNotShownAfterItsTurn(t *testing.T) {
 	p := newGatedReactions()
 	r := NewRouter(Options{Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
@@ -124,9 +125,8 @@ func TestIndicatorNotShownAfterItsTurn(t *testing.T) {
 		}
 		observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Trigger: msg})
 	}
-	settleStatuses(t, r, "test/1")
+	settle(t, r, "test/1")
 	openGate(p.gate)
-	waitUntil(t, func() bool { return p.gate.Waiting() == 0 })
 	settleStatuses(t, r, "test/1")
 	if got, want := p.ops("working"), []string{"working-false:msg-1", "working-false:msg-2"}; !slices.Equal(got, want) {
 		t.Errorf("indicator calls %v, want %v (both turns were over before a slot came)", got, want)
@@ -208,5 +208,52 @@ func TestCardsKeepToTheBudgets(t *testing.T) {
 	}
 	if p.posts != 1 || posts != 1 || edits != 1 {
 		t.Errorf("%d cards posted; paced %d card posts and %d card edits as final states, want 1 each (asked %d)", p.posts, posts, edits, len(p.asked))
+	}
+}
+
+// TestCardHoldsTheCursorUntilSent: a card waiting on the session's lane
+// for its budget keeps the stored cursor before its entry, and the
+// turn's answer after it waits; once it is posted (and closed) the
+// cursor passes both and the answer goes.
+func TestCardHoldsTheCursorUntilSent(t *testing.T) {
+	p := &pacedCards{gatedPacer: gatedPacer{gate: newGate(), gated: []Method{MethodPost}}}
+	logs := &chattest.Log{}
+	r := NewRouter(Options{Runner: &decider{}, Store: &chattest.Boards{}, Log: logs, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
+	t.Cleanup(r.Close)
+	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
+	r.out.board(th.Key, &th)
+	a := agent.Approval{CallID: "call_1", Tool: "fs__write_file", Server: "fs", Arguments: "{}", Requester: "UANN", Deadline: time.Now().Add(time.Hour)}
+	var card agent.Event
+	for _, e := range []agent.Event{
+		{Kind: agent.TurnStarted, Turn: 1},
+		{Kind: agent.ApprovalNeeded, Turn: 1, Approval: &a},
+		{Kind: agent.ApprovalDecided, Turn: 1, Approval: &a, Decision: &agent.Decision{Allow: true, By: "UANN"}},
+		{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Text: "the answer"},
+	} {
+		e = logs.Append(th.Key, e)
+		if e.Kind == agent.ApprovalNeeded {
+			card = e
+		}
+		observe(r, e)
+	}
+	p.waitAsked(t, MethodPost)
+	r.out.Flush(th.Key) // every entry applied, the cursor stored as far as it may go
+	if seq, err := logs.Delivered(t.Context(), th.Key); err != nil || seq >= card.Seq {
+		t.Errorf("cursor stored at %d (%v) while the card waits, want it before the card's entry %d", seq, err, card.Seq)
+	}
+	if n := p.count("reply"); n != 0 {
+		t.Errorf("%d replies before the card, want 0", n)
+	}
+	openGate(p.gate)
+	waitFor(t, "the answer after the card", func() bool { return p.count("reply") == 1 })
+	r.out.Flush(th.Key)
+	if seq, _ := logs.Delivered(t.Context(), th.Key); seq != card.Seq+2 {
+		t.Errorf("cursor stored at %d once the card is sent, want %d", seq, card.Seq+2)
+	}
+	p.cmu.Lock()
+	posts := p.posts
+	p.cmu.Unlock()
+	if posts != 1 || p.card("card1").Open() {
+		t.Errorf("%d cards posted, card %+v: want one, closed", posts, p.card("card1"))
 	}
 }

@@ -232,8 +232,9 @@ func (e *Rejection) Is(target error) bool { return target == ErrRejected }
 // Flush waits until the session's deliverer has applied every event
 // queued for it so far and stored its cursor, and its plan board has
 // shown what they asked for (its posts, edits, pins and unpins), or
-// given up on it; or the router is closed. Replies and status moves
-// queued meanwhile may still be on their way. It loads the session if
+// given up on it; or the router is closed. Replies, approval cards and
+// status moves queued meanwhile on the session's lane may still be on
+// their way. It loads the session if
 // it is not in memory. Tests and tools call it; it must not be called
 // on the delivery queue or the session's lane.
 func (r *Router) Flush(key string) {
@@ -320,19 +321,23 @@ func (d *deliverer) closeOpenCards(ctx context.Context, s *session, th Thread, e
 		return // no card open, none on its way
 	}
 	dec := agent.Decision{Reason: "stopped", ByName: e.StoppedBy, At: e.At}
-	d.onLane(s, e.Seq, func() bool { return d.closeOpen(ctx, s, th, dec) })
+	d.onLane(s, e.Seq, func(n int) (time.Duration, bool) { return d.closeOpen(ctx, s, th, dec, n) })
 }
 
-// closeOpen closes the session's open cards with dec; it reports false
-// when a card is left to the next deliverer.
-func (d *deliverer) closeOpen(ctx context.Context, s *session, th Thread, dec agent.Decision) bool {
+// closeOpen closes the session's open cards with dec, as closeCardID
+// does each (attempt n, or retried where it is with n 0).
+func (d *deliverer) closeOpen(ctx context.Context, s *session, th Thread, dec agent.Decision, n int) (time.Duration, bool) {
 	var open []cardRecord
 	s.cards.read(func(v *cardsRecord) { open = v.open() })
 	done := true
 	for _, cr := range open {
-		done = d.closeCardID(ctx, s, th, cr.Card.ID, dec) && done
+		wait, ok := d.closeCardID(ctx, s, th, cr.Card.ID, dec, n)
+		if wait > 0 {
+			return wait, false // the next attempt reads what is still open
+		}
+		done = ok && done
 	}
-	return done
+	return 0, done
 }
 
 // History is implemented by platforms that can list a thread's earlier

@@ -397,7 +397,7 @@ func (d *deliverer) archived(ctx context.Context, s *session, by string, hidden 
 	// before the board starts over.
 	d.Flush(th.Key)
 	d.waitLane(th.Key) // its cards' posts too
-	d.closeOpen(ctx, s, th, agent.Decision{Reason: "stopped", ByName: by, At: d.opts.Now()})
+	d.closeOpen(ctx, s, th, agent.Decision{Reason: "stopped", ByName: by, At: d.opts.Now()}, 0)
 	s.board.reset()
 	s.cards.update(func(v *cardsRecord) { *v = cardsRecord{} })
 	s.listing.update(func(l *listingRecord) { l.Hidden = hidden })

@@ -184,12 +184,36 @@ func (d *deliverer) nextMove(key string) {
 	q = d.moves[key][1:]
 	if len(q) == 0 {
 		delete(d.moves, key)
+		if len(d.moves) == 0 && d.movesIdle != nil {
+			close(d.movesIdle)
+			d.movesIdle = nil
+		}
 	} else {
 		d.moves[key] = q
 	}
 	d.movesMu.Unlock()
 	if len(q) > 0 {
 		d.lane.AddIdle(key, func() { d.nextMove(key) })
+	}
+}
+
+// waitMoves waits until no session has a move left, or the router is
+// shut down (a move parked for a budget's slot at the end of the drain
+// stays undone: the next start shows the status again).
+func (d *deliverer) waitMoves() {
+	d.movesMu.Lock()
+	if len(d.moves) == 0 {
+		d.movesMu.Unlock()
+		return
+	}
+	if d.movesIdle == nil {
+		d.movesIdle = make(chan struct{})
+	}
+	idle := d.movesIdle
+	d.movesMu.Unlock()
+	select {
+	case <-idle:
+	case <-d.ctx.Done():
 	}
 }
 
@@ -204,9 +228,13 @@ func (d *deliverer) resumeMoves(key string) {
 // board's indicator, for the fallback.
 func (d *deliverer) statusMove(ss SessionStatus, p Platform, th Thread, change func() statusChange, ind *indicator) move {
 	n := 0
+	var fallback move // the indicator in its place, once it is needed
 	return func() time.Duration {
 		if d.ctx.Err() != nil {
 			return 0
+		}
+		if fallback != nil {
+			return fallback() // parked for its slot: the status is known to be unavailable
 		}
 		n++
 		c := change()
@@ -225,7 +253,8 @@ func (d *deliverer) statusMove(ss SessionStatus, p Platform, th Thread, change f
 				break
 			}
 			on := *c.working
-			d.indicate(p, th, c.trigger, on, c.since, func() bool { return !on || ind == nil || ind.shows(c.trigger) })
+			fallback = d.indicate(p, th, c.trigger, on, c.since, func() bool { return !on || ind == nil || ind.shows(c.trigger) })
+			return fallback()
 		case d.leftToNext(err):
 		default:
 			d.opts.Logger.Warn("set the session status", "session", th.Key, "platform", th.Platform, "status", c.state, "err", err)

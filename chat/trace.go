@@ -80,6 +80,19 @@ func (d *deliverer) deliver(ctx context.Context, op string, th Thread, since tim
 	})
 }
 
+// retried delivers op to th: with n 0 retried by op's policy where it is
+// (deliver), for a caller that may wait; with n 1 or more as its n-th
+// attempt alone (attempt), for a send on the session's lane, whose waits
+// are off the lane (onLane). It returns how long to wait before the next
+// attempt (0: none) and the send's error.
+func (d *deliverer) retried(ctx context.Context, op string, th Thread, since time.Time, n int, send func(ctx context.Context) error) (time.Duration, error) {
+	if n == 0 {
+		_, err := d.deliver(ctx, op, th, since, send)
+		return 0, err
+	}
+	return d.attempt(ctx, op, th, since, n, send)
+}
+
 // attempt is the n-th attempt (1-based) of a delivery of op to th, in its
 // span, for a send that retries off its lane instead of waiting on it: it
 // returns the send's error and, when op's policy tries again after it,
