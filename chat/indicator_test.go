@@ -257,3 +257,43 @@ func TestCardHoldsTheCursorUntilSent(t *testing.T) {
 		t.Errorf("%d cards posted, card %+v: want one, closed", posts, p.card("card1"))
 	}
 }
+
+// TestFencedCardOwesNothing: a card another replica holds the session
+// for now (the fence answers fenced) is left to that replica: this
+// one's cursor owes it nothing, and the answers after it are not held
+// here for ever.
+func TestFencedCardOwesNothing(t *testing.T) {
+	p := &pacedCards{}
+	logs := &chattest.Log{}
+	r := NewRouter(Options{Runner: &decider{}, Store: &chattest.Boards{}, Log: logs, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond,
+		Outbox: &chattest.Outbox{}, Fence: &fenceAfter{}})
+	t.Cleanup(r.Close)
+	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
+	s := r.out.session(th.Key, &th)
+	a := agent.Approval{CallID: "call_1", Tool: "fs__write_file", Server: "fs", Arguments: "{}", Requester: "UANN", Deadline: time.Now().Add(time.Hour)}
+	for _, e := range []agent.Event{
+		{Kind: agent.TurnStarted, Turn: 1},
+		{Kind: agent.ApprovalNeeded, Turn: 1, Approval: &a},
+		{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Stopped, Text: "stopped"},
+	} {
+		observe(r, logs.Append(th.Key, e))
+	}
+	r.out.waitLane(th.Key)
+	r.out.Flush(th.Key) // the cards' outcomes, back on the deliverer
+	done := make(chan struct{})
+	var owed, held int
+	r.out.delivery.Add(th.Key, func() {
+		owed, held = len(s.cursor.owed), len(s.cursor.held)
+		close(done)
+	})
+	<-done
+	if owed != 0 || held != 0 {
+		t.Errorf("after the fenced card: %d entries owed, %d answers held, want 0 and 0", owed, held)
+	}
+	p.cmu.Lock()
+	posts := p.posts
+	p.cmu.Unlock()
+	if posts != 0 {
+		t.Errorf("%d cards posted past the fence, want 0", posts)
+	}
+}
