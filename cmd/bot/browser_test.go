@@ -194,6 +194,7 @@ func (b *tab) diag() string {
 	  threads: [...document.querySelectorAll("#thread-list > li")].map((li) => li.textContent.replace(/\s+/g, " ").trim()).slice(0, 8),
 	  messages: [...document.querySelectorAll("#messages > li")].map((li) => li.className + ": " + li.textContent.replace(/\s+/g, " ").trim().slice(0, 100)),
 	  plan: (document.getElementById("plan-footer") || {}).textContent,
+	  note: (document.getElementById("plan-note") || {}).textContent,
 	  seen: window.__seen,
 	})`))
 	if err != nil {
@@ -240,18 +241,25 @@ func (b *tab) showThreads() {
 }
 
 // click clicks the element sel names once nothing covers it (a drawer
-// sliding away, a dialog): a real click lands on whatever is on top.
+// sliding away, a dialog) and it stays where it is over two looks (a
+// message just added may still be scrolling the page): a real click
+// lands on whatever is at that point of the screen.
 func (b *tab) click(sel string) {
 	b.t.Helper()
-	b.waitJS(10*time.Second, "nothing covering "+sel, `(() => {
+	b.waitJS(10*time.Second, "nothing covering "+sel+", and it not moving", `(() => {
 	  const e = document.querySelector(`+jsString(sel)+`);
 	  if (!e) return false;
 	  e.scrollIntoView({ block: "nearest" });
 	  const r = e.getBoundingClientRect();
 	  const top = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
-	  return !!top && (top === e || e.contains(top));
+	  if (!top || !(top === e || e.contains(top))) return false;
+	  const at = [`+jsString(sel)+`, r.left, r.top, r.width, r.height].join(" ");
+	  const still = window.__clickAt === at;
+	  window.__clickAt = at;
+	  return still;
 	})()`)
 	b.do(chromedp.Click(chromedp.CSS(sel)))
+	b.eval(`window.__clickAt = ""`) // the next click looks twice again
 }
 
 // newThread goes to an empty composer for a new thread.
