@@ -452,7 +452,29 @@ func (d *deliverer) closeCardID(ctx context.Context, s *session, th Thread, id s
 		return 0, true
 	}
 	card := decided(cr.Card, dec)
-	if ip := b.caps.Cards; ip != nil && !cr.Ref.IsZero() {
+	if cr.Ref.IsZero() {
+		// Not posted yet, or posted and its ref not recorded yet: the
+		// decision is recorded, and whichever of this and cardPosted
+		// comes second shows it.
+		var posted MessageRef
+		s.cards.update(func(v *cardsRecord) {
+			if got, ok := v.Cards[id]; ok && got.Card.Open() {
+				got.Card = card
+				v.Cards[id] = got
+				posted = got.Ref
+			}
+		})
+		if ip := b.caps.Cards; ip != nil && !posted.IsZero() {
+			err := d.paceSend(ctx, b.platform, th, MethodEdit, PriorityFinal, time.Now(), func(ctx context.Context) error {
+				return ip.EditCard(ctx, th, posted, card)
+			})
+			if err != nil && !d.leftToNext(err) {
+				b.log.Warn("edit approval card", "err", err)
+			}
+		}
+		return 0, true
+	}
+	if ip := b.caps.Cards; ip != nil {
 		since := time.Now()
 		wait, err := d.retried(ctx, "edit_card", th, since, n, func(ctx context.Context) error {
 			return d.paceSend(ctx, b.platform, th, MethodEdit, PriorityFinal, since, func(ctx context.Context) error {

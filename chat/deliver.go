@@ -202,7 +202,7 @@ func (d *deliverer) close() {
 		d.wg.Wait()
 		d.lane.Wait(context.Background())
 		d.waitMoves()                         // those waiting for a budget's slot or their next attempt
-		d.delivery.Wait(context.Background()) // the cards' sends done on the lane (paid)
+		d.delivery.Wait(context.Background()) // the outcomes of the cards' sends made on the lane (paid)
 		d.settleCursors()
 		d.lane.Wait(context.Background()) // the answers they released
 		close(done)
@@ -360,12 +360,16 @@ func (d *deliverer) onLane(s *session, seq int64, send func(n int) (time.Duratio
 		}
 		c.owed[seq] = tok
 	}
+	archives := s.archives.Load()
 	var run func(n int)
 	run = func(n int) {
 		if d.ctx.Err() != nil || !d.current(s) {
 			return // shut down (owed still), or forgotten
 		}
-		wait, done := send(n)
+		wait, done := time.Duration(0), true
+		if s.archives.Load() == archives { // else archived since: its cards went with it
+			wait, done = send(n)
+		}
 		if wait > 0 && d.ctx.Err() == nil {
 			d.lane.Later(d.ctx, key, wait, func() { run(n + 1) })
 			return

@@ -1,8 +1,10 @@
 package chat
 
 import (
+	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -241,8 +243,10 @@ func TestCardHoldsTheCursorUntilSent(t *testing.T) {
 	if seq, err := logs.Delivered(t.Context(), th.Key); err != nil || seq >= card.Seq {
 		t.Errorf("cursor stored at %d (%v) while the card waits, want it before the card's entry %d", seq, err, card.Seq)
 	}
-	if n := p.count("reply"); n != 0 {
-		t.Errorf("%d replies before the card, want 0", n)
+	held := make(chan int)
+	r.out.delivery.Add(th.Key, func() { held <- len(r.out.session(th.Key, nil).cursor.held) })
+	if n := <-held; n != 1 {
+		t.Errorf("%d answers held behind the card, want 1", n)
 	}
 	openGate(p.gate)
 	waitFor(t, "the answer after the card", func() bool { return p.count("reply") == 1 })
@@ -295,5 +299,49 @@ func TestFencedCardOwesNothing(t *testing.T) {
 	p.cmu.Unlock()
 	if posts != 0 {
 		t.Errorf("%d cards posted past the fence, want 0", posts)
+	}
+}
+
+// failFirstCards is cardPlatform whose first card post fails as a 5xx
+// does (tried again after a backoff).
+type failFirstCards struct {
+	cardPlatform
+	tries atomic.Int32
+}
+
+func (p *failFirstCards) Caps() Caps { return testCaps(p) }
+
+func (p *failFirstCards) PostCard(ctx context.Context, th Thread, card Card) (MessageRef, error) {
+	if p.tries.Add(1) == 1 {
+		return MessageRef{}, errTransient
+	}
+	return p.cardPlatform.PostCard(ctx, th, card)
+}
+
+// TestArchiveDropsACardWaitingToRetry: a card whose post failed and waits
+// for its next attempt when the session is reset is not posted after the
+// reset: its approval went with the session, and the entry owes nothing.
+func TestArchiveDropsACardWaitingToRetry(t *testing.T) {
+	p := &failFirstCards{}
+	logs := &chattest.Log{}
+	r := NewRouter(Options{Runner: &decider{}, Store: &chattest.Boards{}, Log: logs, Platforms: map[string]Platform{"test": p},
+		RetryDelay: 300 * time.Millisecond, Outbox: &chattest.Outbox{}})
+	t.Cleanup(r.Close)
+	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
+	s := r.out.session(th.Key, &th)
+	a := agent.Approval{CallID: "call_1", Tool: "fs__write_file", Server: "fs", Arguments: "{}", Requester: "UANN", Deadline: time.Now().Add(time.Hour)}
+	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.ApprovalNeeded, Turn: 1, Approval: &a}))
+	waitUntil(t, func() bool { return p.tries.Load() == 1 }) // failed; the next attempt waits
+	r.out.archived(t.Context(), s, "ann", false)
+	waitUntil(t, func() bool { // the dropped attempt's turn came, and paid its entry
+		owed := make(chan int)
+		r.out.delivery.Add(th.Key, func() { owed <- len(s.cursor.owed) })
+		return <-owed == 0
+	})
+	if n := p.tries.Load(); n != 1 {
+		t.Errorf("%d card posts tried, want only the first, before the reset", n)
+	}
+	if cards := r.Cards(th.Key); len(cards) != 0 {
+		t.Errorf("cards after the reset %+v, want none", cards)
 	}
 }

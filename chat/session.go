@@ -27,6 +27,10 @@ type session struct {
 	// undelivered: the thread was told that an answer could not be
 	// delivered (outbox), which it is only once.
 	undelivered atomic.Bool
+	// archives counts the session's archives (reset, delete): a card's
+	// send queued before one, still waiting for its next attempt, is
+	// dropped (onLane).
+	archives atomic.Int64
 }
 
 // record is a session's record of one kind (its cards, its listing), kept
@@ -397,6 +401,7 @@ func (d *deliverer) archived(ctx context.Context, s *session, by string, hidden 
 	// before the board starts over.
 	d.Flush(th.Key)
 	d.waitLane(th.Key) // its cards' posts too
+	s.archives.Add(1)  // and not those still to be tried again
 	d.closeOpen(ctx, s, th, agent.Decision{Reason: "stopped", ByName: by, At: d.opts.Now()}, 0)
 	s.board.reset()
 	s.cards.update(func(v *cardsRecord) { *v = cardsRecord{} })
