@@ -60,8 +60,9 @@ import (
 // Runner.Decide (the agent logs the decision and starts the tool) -> the
 // entry comes back through deliverer.apply -> deliverer.onLane, queued on
 // the session's lane -> deliverer.closeCard -> Caps.Cards.EditCard ->
-// deliverer.paid, back on the delivery queue: the cursor may pass it. A status move or the working indicator:
-// deliverer.apply -> Board.turnStarted or turnOver -> deliverer.queueMove,
+// deliverer.paid, back on the delivery queue: the cursor may pass it. A
+// status move or the working indicator: deliverer.apply ->
+// Board.turnStarted or turnOver -> deliverer.queueMove,
 // tidy-up on the session's lane (serial.Queue.AddIdle), after everything
 // else queued there -> SessionStatus.SetSessionStatus or
 // Platform.Working, a failed move's next attempt queued after its backoff
@@ -124,8 +125,9 @@ type cursor struct {
 // the session's lane, one send at a time: the plan board's loop, the
 // replies of the outbox, the live answer, and as tidy-up, when nothing
 // else waits, the status moves and the working indicator (queueMove), so
-// that what only tidies up never holds up what people read. The router (the way in) hands it nothing
-// but the events the agent publishes and the sessions it looks up.
+// that what only tidies up never holds up what people read. The router
+// (the way in) hands it nothing but the events the agent publishes and
+// the sessions it looks up.
 type deliverer struct {
 	opts     Options
 	caps     map[string]Caps

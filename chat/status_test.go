@@ -396,7 +396,7 @@ func TestResetAfterTheStoppedTurnIsShown(t *testing.T) {
 func TestStatusRetryHoldsUpNoAnswer(t *testing.T) {
 	p := &sessionPlatform{transient: 1}
 	r := NewRouter(Options{Runner: &decider{}, Store: &chattest.Boards{}, Platforms: map[string]Platform{"test": p}, Outbox: &chattest.Outbox{},
-		RetryDelay: 2 * time.Second}) // the move's next attempt 1 to 2 s after its first
+		RetryDelay: 5 * time.Second}) // the move's next attempt 2.5 to 5 s after its first
 	t.Cleanup(r.Close)
 	th := Thread{Platform: "test", Key: "test/1", Channel: "C1", ThreadID: "1.1"}
 	if err := r.Handle(context.Background(), Incoming{Thread: th, Text: "plan the release", AuthorID: "UANN", MessageID: "m1"}); err != nil {

@@ -66,11 +66,7 @@ func (d *deliverer) traced(ctx context.Context, op string, th Thread, send func(
 // policy (policies); since is when the send was first wanted, which a
 // policy with a maximum age reads.
 func (d *deliverer) deliver(ctx context.Context, op string, th Thread, since time.Time, send func(ctx context.Context) error) (int, error) {
-	p, ok := policies[op]
-	if !ok {
-		d.opts.Logger.Error("no delivery policy for the operation; a few attempts", "op", op)
-		p = policy{max: 10 * time.Second, attempts: 3}
-	}
+	p := d.policyOf(op)
 	var giveUp func() bool
 	if p.maxAge > 0 {
 		giveUp = func() bool { return d.opts.Now().Sub(since) > p.maxAge }
@@ -78,6 +74,17 @@ func (d *deliverer) deliver(ctx context.Context, op string, th Thread, since tim
 	return d.traced(ctx, op, th, func(ctx context.Context) (int, error) {
 		return sendUntil(ctx, d.backoff(p.max), p.attempts, giveUp, send)
 	})
+}
+
+// policyOf is op's retry policy (policies); an operation missing from
+// the table is a bug, logged, and gets a few attempts.
+func (d *deliverer) policyOf(op string) policy {
+	p, ok := policies[op]
+	if !ok {
+		d.opts.Logger.Error("no delivery policy for the operation; a few attempts", "op", op)
+		p = policy{max: 10 * time.Second, attempts: 3}
+	}
+	return p
 }
 
 // retried delivers op to th: with n 0 retried by op's policy where it is
@@ -98,7 +105,7 @@ func (d *deliverer) retried(ctx context.Context, op string, th Thread, since tim
 // returns the send's error and, when op's policy tries again after it,
 // how long to wait first (0: no further attempt).
 func (d *deliverer) attempt(ctx context.Context, op string, th Thread, since time.Time, n int, send func(ctx context.Context) error) (time.Duration, error) {
-	p := policies[op]
+	p := d.policyOf(op)
 	_, err := d.traced(ctx, op, th, func(ctx context.Context) (int, error) { return n, send(ctx) })
 	if o, _ := Classify(err); err == nil || o != Retry && o != RetryAfter || ctx.Err() != nil {
 		return 0, err
