@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -23,11 +22,17 @@ import (
 // The deliverer applies those events in their place among the session's
 // other events, so a later turn's words never come before an earlier
 // turn's answer: each adds to the session's live buffer, and one flush
-// job at a time on the session's outbox queue hands the buffered text to
-// a LiveReplier, whole words only (the rest waits for the next delta).
-// While a flush waits (the platform's pace, a slow call), the deltas that
-// come meanwhile are gathered, so the next append carries them all:
-// nothing is lost or repeated, and the appends keep to the pace.
+// job at a time on the session's lane hands the buffered text to a
+// LiveReplier, whole words only (the rest waits for the next delta).
+//
+// The pace is chat's, as every other send's: the first words start the
+// message as a post, and each later append takes a slot of the
+// platform's MethodAppend budget (Slack's chat.appendStream for the
+// workspace, a Discord channel's edits). The slot is asked for without
+// waiting (Budget.Notify), and the flush is queued when it comes; the
+// deltas that come meanwhile are gathered, so the next append carries
+// them all: nothing is lost or repeated, and no goroutine, timer or
+// lane waits on the pace.
 //
 // The answer itself is still the TurnEnded entry's, stored in the outbox
 // as one item marked live: sending it finishes the live reply on the
@@ -44,71 +49,45 @@ import (
 // resumed turn answers again.
 
 // LiveReplier is a platform that shows an answer as the model writes it.
-// The router calls it for one session at a time, in order.
+// The router calls it for one session at a time, in order, and paces
+// it: an adapter renders and sends, and returns the refs of the
+// messages it starts.
 type LiveReplier interface {
 	// Live reports whether answers are shown as written (the platform's
 	// streaming is on); if not, the router sends answers with Reply.
 	Live() bool
-	// AppendLive adds text to live reply id in the thread, starting it,
-	// as a reply to replyTo, with its first text. The platform keeps the
-	// text once called: what a failed call did not show, the next call
-	// for id shows. It returns the message being written now (a new one
-	// when the platform went on in another), the zero ref when nothing
-	// is in the thread yet.
+	// AppendLive adds text to live reply id in the thread. It makes one
+	// request: it starts the reply's message, as a reply to replyTo, with
+	// its first text (the router paced it as a post), or it adds to the
+	// message being written (the router took a slot of the MethodAppend
+	// budget for it). The platform keeps the text once called: what it
+	// did not show yet it keeps for the next call for id, and says so
+	// with ErrLiveMore. It returns the message being written now (a new
+	// one when it started one), the zero ref when nothing is in the
+	// thread yet.
 	AppendLive(ctx context.Context, th Thread, replyTo, id, text string) (MessageRef, error)
-	// FinishLive ends live reply id on text, the reply whole. When what
-	// id shows is the start of text, the rest follows and the message
-	// ends; otherwise (a reply that is not the answer, or an id the
-	// platform does not know, such as "" after a restart) what id shows
-	// ends with note, and text follows below it, split as the platform
-	// needs. Text "" only ends what id shows, with note. A failed call
-	// is made again with the same arguments.
-	FinishLive(ctx context.Context, th Thread, replyTo, id, text, note string) error
+	// FinishLive ends live reply id on text, the reply whole, pacing its
+	// own requests as a final state's. When what id shows is the start
+	// of text, the rest follows and the message ends; otherwise (a reply
+	// that is not the answer, or an id the platform does not know, such
+	// as "" after a restart) what id shows ends with note, and text
+	// follows below it, split as the platform needs. Text "" only ends
+	// what id shows, with note. When it starts a message, it returns
+	// right after, with the message's ref and ErrLiveMore: the router
+	// stores the message's close item and calls again with the same
+	// arguments. A failed call is made again with the same arguments.
+	FinishLive(ctx context.Context, th Thread, replyTo, id, text, note string) (MessageRef, error)
 	// CloseLive ends message ref, a live reply a stopped process left
 	// open, with note.
 	CloseLive(ctx context.Context, th Thread, ref MessageRef, note string) error
 }
 
-// liveStartedKey carries the router's note of a live message a platform
-// starts in the middle of a call (LiveStarted).
-type liveStartedKey struct{}
-
-// LiveStarted tells the router, from inside AppendLive or FinishLive,
-// that the call has just started message ref of a live reply (its first
-// words, or the next message after a roll-over) and goes on: the router
-// stores the message's close item now, so that a kill before the call
-// returns leaves the message to be ended with a note by the next start
-// instead of open. A call the router did not make is not noted.
-func LiveStarted(ctx context.Context, ref MessageRef) {
-	if f, ok := ctx.Value(liveStartedKey{}).(func(MessageRef)); ok && !ref.IsZero() {
-		f(ref)
-	}
-}
-
-// WithLiveStarted is the context the router gives a live call, for a
-// platform's tests: f is called with each message LiveStarted reports.
-func WithLiveStarted(ctx context.Context, f func(MessageRef)) context.Context {
-	return context.WithValue(ctx, liveStartedKey{}, f)
-}
-
-// noteStarted returns ctx noting the live messages a call starts for s.
-func (d *deliverer) noteStarted(ctx context.Context, s *session, th Thread) context.Context {
-	return WithLiveStarted(ctx, func(ref MessageRef) {
-		if ref != s.live.ref {
-			d.keepCloser(s, th, ref)
-		}
-	})
-}
-
-// ErrPaceLater is what AppendLive returns when the platform's pace has
-// no room for the text now and it kept the text for later: the router
-// calls again shortly (livePaceRetry), with the words that came
-// meanwhile, rather than hold the session's deliveries on the pace.
-var ErrPaceLater = errors.New("chat: live text kept for later: no room in the platform's pace now")
-
-// livePaceRetry is how soon a live reply whose text was kept for later
-// (ErrPaceLater) is given another try when no new words come first.
-const livePaceRetry = 250 * time.Millisecond
+// ErrLiveMore is what AppendLive and FinishLive return when they
+// stopped with text of the reply kept to show: after starting a message
+// (its close item is stored before the text goes on in it), or with an
+// append's worth shown of more. The router calls again: FinishLive at
+// once, AppendLive with its next slot of the append budget.
+var ErrLiveMore = errors.New("chat: live reply goes on in the next call")
 
 // Notes that end a live reply that is not the answer.
 const (
@@ -122,26 +101,34 @@ const (
 const liveAppendAttempts = 3
 
 // live is a session's live reply: the text the deliverer buffered for
-// it, and what the outbox queue has shown.
+// it, and what the lane has shown.
 type live struct {
-	mu      sync.Mutex // guards segs, queued, nudging and epoch
-	segs    []liveSeg  // buffered, oldest first
-	queued  bool       // a flush is queued on the outbox queue
-	nudging bool       // a retry of text kept for later is scheduled
-	epoch   int        // sealLive's count: a flush queued before the last one finds nothing
+	mu     sync.Mutex // guards the fields up to the lane's own
+	segs   []liveSeg  // buffered, oldest first
+	queued bool       // a flush is queued on the lane
+	// asking: a slot of the append budget is asked for (appendSlot);
+	// granted: when one was given that no append used yet.
+	asking  bool
+	granted time.Time
+	epoch   int    // sealLive's count: a flush queued before the last one finds nothing
+	showing string // open, for liveText and eviction
 
-	showing atomic.Bool // open is not "": read by eviction
-
-	// On the session's outbox queue only:
+	// On the session's lane only:
 	open   string     // the reply being shown, not yet finished ("" for none)
+	kept   bool       // the platform keeps text of open it has not shown (ErrLiveMore)
 	ref    MessageRef // the message it is being written in
 	closer uint64     // the outbox id of ref's close item, 0 for none
 }
 
-// setOpen records the reply being shown, on the outbox queue.
+// setOpen records the reply being shown, on the lane.
 func (l *live) setOpen(id string) {
 	l.open = id
-	l.showing.Store(id != "")
+	if id == "" {
+		l.kept = false
+	}
+	l.mu.Lock()
+	l.showing = id
+	l.mu.Unlock()
 }
 
 // busy reports whether the live reply has text waiting or a message open
@@ -150,7 +137,7 @@ func (l *live) setOpen(id string) {
 func (l *live) busy() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.segs) > 0 || l.queued || l.nudging || l.showing.Load()
+	return len(l.segs) > 0 || l.queued || l.asking || l.showing != ""
 }
 
 // liveSeg is buffered text of one reply, or its end (done).
@@ -159,9 +146,6 @@ type liveSeg struct {
 	turn int64 // the turn the reply is written in
 	text string
 	done bool // TextDone: text is the reply whole
-	// nudge: show what the platform kept for later (ErrPaceLater), even
-	// with no new words.
-	nudge bool
 }
 
 // liveReplier returns the session's platform as a LiveReplier, if it
@@ -171,7 +155,9 @@ func liveReplier(c Caps) (LiveReplier, bool) {
 }
 
 // liveText buffers a TextDelta or TextDone on the session's deliverer,
-// and queues a flush if none is queued.
+// and queues a flush if none is queued. Words for the message being
+// written while its next append slot is asked for only wait with the
+// rest: the slot's coming queues the flush.
 func (d *deliverer) liveText(s *session, th Thread, replyTo string, e agent.Event) {
 	if _, ok := liveReplier(s.board.caps); !ok || d.ctx.Err() != nil {
 		return
@@ -183,23 +169,31 @@ func (d *deliverer) liveText(s *session, th Thread, replyTo string, e agent.Even
 	} else {
 		l.segs = append(l.segs, liveSeg{id: e.Reply, turn: e.Turn, text: e.Text, done: e.Kind == agent.TextDone})
 	}
-	queue, epoch := !l.queued, l.epoch
-	l.queued = true
+	paced := l.asking && e.Kind == agent.TextDelta && e.Reply == l.showing
+	queue := !l.queued && !paced
+	l.queued = l.queued || queue
+	epoch := l.epoch
 	l.mu.Unlock()
 	if queue {
-		// The answer's words wait on the lane behind the plan's edit in
-		// flight: that edit goes first in its budget meanwhile.
-		s.board.awaitedBy(1)
-		d.lane.Add(th.Key, func() {
-			s.board.awaitedBy(-1)
-			d.flushLive(s, th, replyTo, epoch)
-		})
+		d.queueFlush(s, th, replyTo, epoch)
 	}
 }
 
-// flushLive shows what is buffered, on the session's outbox queue: a
-// reply superseded by a later one is ended with a note, a finished one
-// ends on its whole text, and the current one gets its whole words.
+// queueFlush queues a flush of the live buffer on the session's lane
+// (l.queued is set). The answer's words wait there behind the plan's
+// edit in flight: that edit goes first in its budget meanwhile.
+func (d *deliverer) queueFlush(s *session, th Thread, replyTo string, epoch int) {
+	s.board.awaitedBy(1)
+	d.lane.Add(th.Key, func() {
+		s.board.awaitedBy(-1)
+		d.flushLive(s, th, replyTo, epoch)
+	})
+}
+
+// flushLive shows what is buffered, on the session's lane: a reply
+// superseded by a later one is ended with a note, a finished one ends on
+// its whole text, and the current one gets its whole words, in the
+// append slot it has (or they wait for the slot, asked for).
 func (d *deliverer) flushLive(s *session, th Thread, replyTo string, epoch int) {
 	l := &s.live
 	l.mu.Lock()
@@ -209,12 +203,12 @@ func (d *deliverer) flushLive(s *session, th Thread, replyTo string, epoch int) 
 	}
 	segs := l.segs
 	l.segs, l.queued = nil, false
-	var turn int64 // the batch's; a nudge has none
+	var turn int64
 	for i, seg := range segs {
 		if turn == 0 {
 			turn = seg.turn
 		}
-		if seg.turn != 0 && seg.turn != turn {
+		if seg.turn != turn {
 			// A later turn's words (its earlier turn's end is read late
 			// from the log) wait for that end's seal: they are shown
 			// behind the earlier answer.
@@ -223,6 +217,9 @@ func (d *deliverer) flushLive(s *session, th Thread, replyTo string, epoch int) 
 		}
 	}
 	l.mu.Unlock()
+	if len(segs) == 0 && l.kept {
+		segs = []liveSeg{{id: l.open}} // what the platform kept, with no new words
+	}
 	for i, seg := range segs {
 		switch {
 		case seg.done:
@@ -232,61 +229,83 @@ func (d *deliverer) flushLive(s *session, th Thread, replyTo string, epoch int) 
 			if l.open == seg.id {
 				d.finishLive(s, th, replyTo, seg.id, "", noteInterrupted)
 			}
+		case i < len(segs)-1:
+			// Its end follows in this batch: the whole text shows it.
 		default:
-			if seg.nudge && seg.text == "" && l.open != seg.id {
-				continue // finished meanwhile: nothing kept to show
-			}
 			words, rest := wholeWords(seg.text)
-			if rest != "" && i == len(segs)-1 { // an earlier one's rest is covered by its end in this batch
-				l.mu.Lock()
-				if l.epoch != epoch {
-					// Sealed meanwhile: the answer's whole text covers it.
-				} else if n := len(l.segs); n > 0 && l.segs[0].id == seg.id && !l.segs[0].done {
-					l.segs[0].text = rest + l.segs[0].text
-				} else {
-					l.segs = append([]liveSeg{{id: seg.id, turn: seg.turn, text: rest}}, l.segs...)
-				}
-				l.mu.Unlock()
+			if words == "" && !(l.kept && l.open == seg.id) {
+				d.keepLive(s, seg, rest, epoch)
+				continue
 			}
-			if words != "" || seg.nudge {
-				d.appendLive(s, th, replyTo, seg.id, words, epoch)
+			if l.open == seg.id && !d.appendSlot(s, th, replyTo, true) {
+				d.keepLive(s, seg, seg.text, epoch) // for the slot asked for
+				continue
 			}
+			d.keepLive(s, seg, rest, epoch)
+			d.appendLive(s, th, replyTo, seg.id, words)
 		}
 	}
 }
 
-// nudgeLive has reply id's kept text tried again in a moment, unless new
-// words or the turn's end come first.
-func (d *deliverer) nudgeLive(s *session, th Thread, replyTo, id string, epoch int) {
+// keepLive puts text of seg's reply back at the head of the buffer, for
+// the next flush: the rest of a word, or words waiting for their slot.
+func (d *deliverer) keepLive(s *session, seg liveSeg, text string, epoch int) {
+	if text == "" {
+		return
+	}
 	l := &s.live
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.nudging {
-		return
+	switch {
+	case l.epoch != epoch:
+		// Sealed meanwhile: the answer's whole text covers it.
+	case len(l.segs) > 0 && l.segs[0].id == seg.id && !l.segs[0].done:
+		l.segs[0].text = text + l.segs[0].text
+	default:
+		l.segs = append([]liveSeg{{id: seg.id, turn: seg.turn, text: text}}, l.segs...)
 	}
-	l.nudging = true
-	d.lane.Later(d.ctx, th.Key, livePaceRetry, func() {
-		l.mu.Lock()
-		l.nudging = false
-		if l.epoch != epoch || d.ctx.Err() != nil {
+}
+
+// appendSlot reports whether the session's live reply has a slot of the
+// platform's append budget for its next append, taking it when take is
+// set. When it has none, it asks for one without waiting (Budget.Notify)
+// and a flush is queued when the slot comes. A slot left unused past
+// slotFresh, or across a 429's hold, is asked for again: used late, it
+// would land beside later ones in the platform's count.
+func (d *deliverer) appendSlot(s *session, th Thread, replyTo string, take bool) bool {
+	l := &s.live
+	var bud *Budget
+	if p := s.board.pacer; p != nil {
+		bud = p.Budget(Request{Thread: th, Method: MethodAppend})
+	}
+	if bud == nil {
+		return true // the platform paces no appends
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.granted.IsZero() && !bud.Held() && time.Since(l.granted) < slotFresh {
+		if take {
+			l.granted = time.Time{}
+		}
+		return true
+	}
+	l.granted = time.Time{}
+	if !l.asking {
+		l.asking = true
+		intermediate := func() Priority { return PriorityIntermediate }
+		bud.Notify(s.board.ctx, intermediate, time.Now(), func() {
+			l.mu.Lock()
+			l.asking, l.granted = false, time.Now()
+			queue := !l.queued
+			l.queued = true
+			epoch := l.epoch
 			l.mu.Unlock()
-			return
-		}
-		if n := len(l.segs); n == 0 || l.segs[n-1].id != id || l.segs[n-1].done {
-			if n > 0 {
-				l.mu.Unlock()
-				return // another reply, or its end, came: that flush shows it
+			if queue {
+				d.queueFlush(s, th, replyTo, epoch)
 			}
-			l.segs = append(l.segs, liveSeg{id: id})
-		}
-		l.segs[len(l.segs)-1].nudge = true
-		queue := !l.queued
-		l.queued = true
-		l.mu.Unlock()
-		if queue {
-			d.lane.Add(th.Key, func() { d.flushLive(s, th, replyTo, epoch) })
-		}
-	})
+		})
+	}
+	return false
 }
 
 // wholeWords cuts text after its last run of whitespace that a word
@@ -308,8 +327,10 @@ func wholeWords(text string) (words, rest string) {
 
 // appendLive hands words of reply id to the platform, through the
 // delivery step: paced as a post, after the plan's first post, when it
-// starts the reply's message.
-func (d *deliverer) appendLive(s *session, th Thread, replyTo, id, words string, epoch int) {
+// starts the reply's message; in the append slot flushLive took
+// otherwise. What the platform keeps (ErrLiveMore) goes out with the
+// next slot, asked for now.
+func (d *deliverer) appendLive(s *session, th Thread, replyTo, id, words string) {
 	lr, _ := liveReplier(s.board.caps)
 	l := &s.live
 	ctx := d.ctx
@@ -322,7 +343,7 @@ func (d *deliverer) appendLive(s *session, th Thread, replyTo, id, words string,
 	first, since := l.open != id, d.opts.Now()
 	text := words
 	var ref MessageRef
-	later := false
+	more := false
 	_, err := d.deliver(ctx, "reply_live", th, since, func(ctx context.Context) error {
 		if first {
 			if err := Pace(ctx, s.board.caps.Paced, Request{Thread: th, Method: MethodPost, Priority: func() Priority { return PriorityFinal }, Since: since}); err != nil {
@@ -337,21 +358,31 @@ func (d *deliverer) appendLive(s *session, th Thread, replyTo, id, words string,
 		t := text
 		text = "" // the platform keeps it from now on
 		var err error
-		ref, err = lr.AppendLive(d.noteStarted(actx, s, th), th, replyTo, id, t)
-		if errors.Is(err, ErrPaceLater) {
-			later, err = true, nil
+		ref, err = lr.AppendLive(actx, th, replyTo, id, t)
+		if more = errors.Is(err, ErrLiveMore); more {
+			err = nil
 		}
 		return err
 	})
-	if later {
-		d.nudgeLive(s, th, replyTo, id, epoch)
-	}
 	l.setOpen(id)
+	l.kept = more
 	if err != nil && ctx.Err() == nil && !errors.Is(err, agent.ErrFenced) {
 		s.board.log.Warn("live reply not shown yet; the answer is finished whole", "reply", id, "err", err)
 	}
 	if ref.ID != "" && ref != l.ref {
 		d.keepCloser(s, th, ref)
+	}
+	if more && d.appendSlot(s, th, replyTo, false) {
+		// A slot is there already (or the platform paces no appends):
+		// the kept text goes on in the next flush.
+		l.mu.Lock()
+		queue := !l.queued
+		l.queued = true
+		epoch := l.epoch
+		l.mu.Unlock()
+		if queue {
+			d.queueFlush(s, th, replyTo, epoch)
+		}
 	}
 }
 
@@ -413,7 +444,7 @@ func (d *deliverer) finishLive(s *session, th Thread, replyTo, id, text, note st
 		}
 		actx, cancel := context.WithTimeout(ctx, replyTimeout)
 		defer cancel()
-		return lr.FinishLive(d.noteStarted(actx, s, th), th, replyTo, id, text, note)
+		return d.finishSteps(actx, s, th, lr, replyTo, id, text, note)
 	})
 	if err != nil && d.ctx.Err() == nil && !errors.Is(err, agent.ErrFenced) {
 		s.board.log.Warn("live reply not finished", "reply", id, "err", err)
@@ -486,12 +517,33 @@ func (d *deliverer) finishAnswer(ctx context.Context, s *session, th Thread, rep
 	if l.open != "" && l.open != id {
 		d.finishLive(s, th, replyTo, l.open, "", note)
 	}
-	if err := lr.FinishLive(d.noteStarted(ctx, s, th), th, replyTo, id, text, note); err != nil {
+	if err := d.finishSteps(ctx, s, th, lr, replyTo, id, text, note); err != nil {
 		return err
 	}
 	l.setOpen("")
 	d.dropCloser(s)
 	return nil
+}
+
+// finishSteps calls FinishLive until the reply is finished, storing the
+// close item of each message it starts before the text goes on in it
+// (ErrLiveMore): a kill between two calls leaves that message to be
+// ended with a note by the next start, not open.
+func (d *deliverer) finishSteps(ctx context.Context, s *session, th Thread, lr LiveReplier, replyTo, id, text, note string) error {
+	var last MessageRef
+	for {
+		ref, err := lr.FinishLive(ctx, th, replyTo, id, text, note)
+		if !errors.Is(err, ErrLiveMore) {
+			return err
+		}
+		if ref.IsZero() || ref == last {
+			return fmt.Errorf("chat: finish live reply %q: the platform went on without starting a message", id)
+		}
+		last = ref
+		if ref != s.live.ref {
+			d.keepCloser(s, th, ref)
+		}
+	}
 }
 
 // noteFor is the note that ends a live reply that is not the turn's

@@ -17,11 +17,12 @@ import (
 // every live call, in order.
 type livePlatform struct {
 	fakePlatform
-	lmu   sync.Mutex
-	calls []string // "append id text", "finish id text|note", "close ref note"
-	later int      // appends still to be answered ErrPaceLater
-	slow  time.Duration
-	gate  chan struct{} // if not nil, the first append waits for it to close
+	lmu     sync.Mutex
+	calls   []string // "append id text", "finish id text|note", "close ref note"
+	later   int      // appends still to be answered ErrLiveMore
+	appends *Budget  // if not nil, its MethodAppend budget
+	slow    time.Duration
+	gate    chan struct{} // if not nil, the first append waits for it to close
 }
 
 func (p *livePlatform) Caps() Caps { return testCaps(p) }
@@ -54,13 +55,21 @@ func (p *livePlatform) AppendLive(_ context.Context, th Thread, _, id, text stri
 	defer p.lmu.Unlock()
 	if p.later > 0 {
 		p.later--
-		return MessageRef{Channel: th.Channel, ID: "m-" + id}, ErrPaceLater
+		return MessageRef{Channel: th.Channel, ID: "m-" + id}, ErrLiveMore
 	}
 	return MessageRef{Channel: th.Channel, ID: "m-" + id}, nil
 }
 
-func (p *livePlatform) FinishLive(_ context.Context, _ Thread, _, id, text, note string) error {
+func (p *livePlatform) FinishLive(_ context.Context, _ Thread, _, id, text, note string) (MessageRef, error) {
 	p.record("finish " + id + " " + text + "|" + note)
+	return MessageRef{}, nil
+}
+
+// Budget implements Paced: appends count against p.appends, if set.
+func (p *livePlatform) Budget(req Request) *Budget {
+	if req.Method == MethodAppend && p.appends != nil {
+		return p.appends
+	}
 	return nil
 }
 
@@ -126,9 +135,9 @@ func TestLiveTurnsInOrder(t *testing.T) {
 	}
 }
 
-// TestLiveKeptTextIsTriedAgain: the platform kept words for later (its
-// pace had no room) and the model wrote nothing more for a while: the
-// router tries again on its own, without waiting for the turn's end.
+// TestLiveKeptTextIsTriedAgain: the platform kept words for its next
+// call (ErrLiveMore) and the model wrote nothing more for a while: the
+// router calls again on its own, without waiting for the turn's end.
 func TestLiveKeptTextIsTriedAgain(t *testing.T) {
 	logs, boards, ob := &chattest.Log{}, &chattest.Boards{}, &chattest.Outbox{}
 	p := &livePlatform{later: 2}
@@ -396,17 +405,24 @@ func waitCalls(t *testing.T, p *livePlatform, want string) {
 	}
 }
 
-// hangingFinish starts a fresh message in FinishLive, says so, and never
-// returns until the router stops: a kill in the middle of the call.
-type hangingFinish struct{ livePlatform }
+// hangingFinish starts a fresh message in FinishLive and returns it
+// (ErrLiveMore); the next call never returns until the router stops: a
+// kill in the middle of the finish.
+type hangingFinish struct {
+	livePlatform
+	started bool
+}
 
 func (p *hangingFinish) Caps() Caps { return testCaps(p) }
 
-func (p *hangingFinish) FinishLive(ctx context.Context, th Thread, _, id, text, note string) error {
+func (p *hangingFinish) FinishLive(ctx context.Context, th Thread, _, id, text, note string) (MessageRef, error) {
 	p.record("finish " + id + " " + text + "|" + note)
-	LiveStarted(ctx, MessageRef{Channel: th.Channel, ID: "m-fresh"})
+	if !p.started {
+		p.started = true
+		return MessageRef{Channel: th.Channel, ID: "m-fresh"}, ErrLiveMore
+	}
 	<-ctx.Done()
-	return ctx.Err()
+	return MessageRef{}, ctx.Err()
 }
 
 // TestLiveMessageStartedInFinishIsClosedAfterAKill (review finding 6):
@@ -477,5 +493,50 @@ func TestLiveWordsRaiseThePlansEdit(t *testing.T) {
 	settle(t, r, th.Key)
 	if got := b.priority(); got != PriorityIntermediate {
 		t.Errorf("once the words are shown: priority %d, want intermediate (%d) again", got, PriorityIntermediate)
+	}
+}
+
+// TestLiveAppendsTakeTheirSlots: the live answer's appends are paced by
+// chat, in the platform's MethodAppend budget: the first words start the
+// message, each later append waits for its slot without holding the
+// lane, and the words written meanwhile go out together in the next
+// append, none lost or repeated.
+func TestLiveAppendsTakeTheirSlots(t *testing.T) {
+	logs, boards, ob := &chattest.Log{}, &chattest.Boards{}, &chattest.Outbox{}
+	bud := NewBudget(6, 1) // a slot every ten seconds: the test never sees a second one come on its own
+	p := &livePlatform{appends: bud}
+	th := Thread{Platform: "test", Key: "test/paced", Channel: "C1"}
+	r := NewRouter(Options{Store: boards, Outbox: ob, Log: logs, Platforms: map[string]Platform{"test": p}})
+	defer r.Close()
+	r.out.board(th.Key, &th)
+	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
+	for _, e := range deltas(th.Key, "a", 1, "One", " two") {
+		r.Observe(e)
+	}
+	waitCalls(t, p, "append a One ") // the start: a post, not an append
+	r.Observe(deltas(th.Key, "a", 1, " three")[0])
+	waitCalls(t, p, "append a two ") // the burst's one slot
+	for _, e := range deltas(th.Key, "a", 1, " four", " five", " six", " seven") {
+		r.Observe(e)
+	}
+	r.out.Flush(th.Key)
+	ran := make(chan struct{})
+	r.out.lane.Add(th.Key, func() { close(ran) })
+	select {
+	case <-ran: // the lane is not held by the words waiting for their slot
+	case <-time.After(5 * time.Second):
+		t.Fatal("the session's lane is held while the live words wait for their slot")
+	}
+	if got := len(p.liveCalls()); got != 2 {
+		t.Fatalf("live calls %q before the budget's next slot, want the start and one append", p.liveCalls())
+	}
+	bud.SetPerMinute(60000) // the next slot comes now
+	waitCalls(t, p, "append a three four five six ")
+	r.Observe(logs.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Text: "One two three four five six seven"}))
+	r.out.Flush(th.Key)
+	settle(t, r, th.Key)
+	want := []string{"append a One ", "append a two ", "append a three four five six ", "finish a One two three four five six seven|interrupted; answered again below"}
+	if got := p.liveCalls(); !slices.Equal(got, want) {
+		t.Errorf("live calls %q, want %q", got, want)
 	}
 }

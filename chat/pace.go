@@ -32,8 +32,8 @@ const (
 // reactions.remove), Discord per route.
 type Method string
 
-// Methods the plan board, the cards, the working indicator and the
-// outbox pace.
+// Methods the plan board, the cards, the working indicator, the outbox
+// and the live answer pace.
 const (
 	MethodPost       Method = "post"       // a new message: a plan's first post, a card, a reply
 	MethodEdit       Method = "edit"       // an edit of the plan message or of a card
@@ -41,6 +41,9 @@ const (
 	MethodUnpin      Method = "unpin"      // an unpin (Slack counts pins.remove apart from pins.add)
 	MethodReaction   Method = "reaction"   // a reaction added: the working indicator
 	MethodUnreaction Method = "unreaction" // a reaction removed (Slack counts reactions.remove apart)
+	// MethodAppend: more of a live answer in the message being written
+	// (Slack's chat.appendStream, counted per workspace; a Discord edit).
+	MethodAppend Method = "append"
 )
 
 // Request is one platform request about to be made, as a budget sees it.

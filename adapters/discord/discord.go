@@ -441,7 +441,7 @@ func (a *Adapter) setConnected(sh *shard, v bool) {
 // channel, as Discord buckets them, the board's priorities deciding who
 // goes next; pins and replies keep to discordgo's buckets.
 func (a *Adapter) Budget(req chat.Request) *chat.Budget {
-	if req.Method != chat.MethodEdit && (req.Method != chat.MethodPost || req.Priority == nil || req.Priority() != chat.PriorityFirstPost) {
+	if req.Method != chat.MethodEdit && req.Method != chat.MethodAppend && (req.Method != chat.MethodPost || req.Priority == nil || req.Priority() != chat.PriorityFirstPost) {
 		return nil
 	}
 	return a.budget(req.Thread.Channel)

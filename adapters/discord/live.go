@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -20,12 +21,15 @@ import (
 // streamed message, so an answer is posted at its first words and edited
 // as it grows. The edits share the channel's budget with the plan's
 // (budget, from Options.EditEvery: within Discord's 5 edits per 5 s per
-// channel), an intermediate edit after the plan's final states; while an
-// edit waits for the budget, the router gathers the words that come
-// meanwhile, so the next edit shows them all. A message is written up to
-// 2,000 characters (at a word where it can, so what it shows stays the
-// start of what it will show), and the reply goes on in the next one.
-// The last edit shows the whole text.
+// channel): the router takes a slot of it (chat.MethodAppend) for each
+// intermediate edit, as one of the plan's, and gathers the words that
+// come while it waits, so the next edit shows them all; the reply's
+// last edits wait for theirs here, as a final state's. A message is
+// written up to 2,000 characters (at a word where it can, so what it
+// shows stays the start of what it will show), and the reply goes on in
+// the next one. A call that posts a message returns its id at once, so
+// that the router notes the message before text goes on in it. The last
+// edit shows the whole text.
 
 // liveReply is one live reply's progress. Only its session's deliveries
 // touch it, one at a time.
@@ -79,8 +83,14 @@ func (a *Adapter) AppendLive(ctx context.Context, th chat.Thread, replyTo, id, t
 	return chat.MessageRef{Channel: th.Channel, ID: l.cur}, err
 }
 
+// liveMore is the ref and chat.ErrLiveMore a call returns when it
+// stopped after posting message l.cur.
+func liveMore(th chat.Thread, l *liveReply) (chat.MessageRef, error) {
+	return chat.MessageRef{Channel: th.Channel, ID: l.cur}, chat.ErrLiveMore
+}
+
 // FinishLive implements chat.LiveReplier.
-func (a *Adapter) FinishLive(ctx context.Context, th chat.Thread, replyTo, id, text, note string) error {
+func (a *Adapter) FinishLive(ctx context.Context, th chat.Thread, replyTo, id, text, note string) (chat.MessageRef, error) {
 	if id == "" {
 		h := sha256.Sum256([]byte(text))
 		id = "\x00" + th.Key + "\x00" + hex.EncodeToString(h[:16])
@@ -90,13 +100,13 @@ func (a *Adapter) FinishLive(ctx context.Context, th chat.Thread, replyTo, id, t
 	a.mu.Unlock()
 	if l != nil && (text == "" || !strings.HasPrefix(text, l.raw)) {
 		if l.cur != "" && note != "" {
-			if err := a.editLive(ctx, th, l.cur, withNote(l.shown, note), chat.PriorityFinal); err != nil && restCode(err) != codeUnknownMessage {
-				return err
+			if err := a.editLive(ctx, th, l.cur, withNote(l.shown, note), false); err != nil && restCode(err) != codeUnknownMessage {
+				return chat.MessageRef{}, err
 			}
 		}
 		if text == "" {
 			a.liveDone(id)
-			return nil
+			return chat.MessageRef{}, nil
 		}
 		// The text follows in a message of its own; a retry of this call
 		// goes on with it.
@@ -106,17 +116,20 @@ func (a *Adapter) FinishLive(ctx context.Context, th chat.Thread, replyTo, id, t
 		a.mu.Unlock()
 	}
 	if text == "" {
-		return nil
+		return chat.MessageRef{}, nil
 	}
 	if l == nil {
 		l = a.liveOf(id)
 	}
 	l.raw = text
 	if err := a.pushLive(ctx, th, replyTo, id, l, true); err != nil {
-		return err
+		if errors.Is(err, chat.ErrLiveMore) {
+			return liveMore(th, l)
+		}
+		return chat.MessageRef{}, err
 	}
 	a.liveDone(id)
-	return nil
+	return chat.MessageRef{}, nil
 }
 
 // CloseLive implements chat.LiveReplier: the message a stopped process
@@ -139,7 +152,7 @@ func (a *Adapter) CloseLive(ctx context.Context, th chat.Thread, ref chat.Messag
 	if strings.HasSuffix(m.Content, withNote("", note)) {
 		return nil // closed already
 	}
-	err = a.editLive(ctx, chat.Thread{Platform: th.Platform, Key: th.Key, Channel: channel}, ref.ID, withNote(m.Content, note), chat.PriorityFinal)
+	err = a.editLive(ctx, chat.Thread{Platform: th.Platform, Key: th.Key, Channel: channel}, ref.ID, withNote(m.Content, note), false)
 	if restCode(err) == codeUnknownMessage {
 		return nil
 	}
@@ -161,9 +174,14 @@ func withNote(shown, note string) string {
 
 // pushLive shows what the reply's messages do not yet: the message being
 // written is edited (posted, if there is none), and text past 2,000
-// characters goes on in the next. final: the reply is whole, and its
-// last edit goes first in the channel's budget.
+// characters goes on in the next. It stops right after posting a
+// message, with chat.ErrLiveMore when the router is to call again (the
+// reply is being finished, or text is left). Before the reply is whole
+// (final false) it makes one edit, in the slot the router took for it,
+// and says so with chat.ErrLiveMore when text is left; final: the
+// reply's last edits wait for their slots here, as a final state's.
 func (a *Adapter) pushLive(ctx context.Context, th chat.Thread, replyTo, id string, l *liveReply, final bool) error {
+	edited := false
 	for {
 		part, used, more := livePart(l.raw[l.frozen:], l.shown)
 		if l.cur == "" && strings.TrimSpace(part) == "" {
@@ -180,19 +198,24 @@ func (a *Adapter) pushLive(ctx context.Context, th chat.Thread, replyTo, id stri
 				return err
 			}
 			l.cur, l.shown = msgID, part
-		case part != l.shown:
-			prio := chat.PriorityIntermediate
 			if final || more {
-				prio = chat.PriorityFinal
+				return chat.ErrLiveMore // a message posted: noted before it goes on
 			}
-			if err := a.editLive(ctx, th, l.cur, part, prio); err != nil {
+			return nil
+		case part != l.shown:
+			if edited && !final {
+				return chat.ErrLiveMore
+			}
+			// A call before the reply is whole has the router's slot
+			// for its one edit.
+			if err := a.editLive(ctx, th, l.cur, part, !final); err != nil {
 				if restCode(err) == codeUnknownMessage {
 					l.cur, l.shown = "", "" // deleted: the part is posted again
 					continue
 				}
 				return err
 			}
-			l.shown = part
+			l.shown, edited = part, true
 		}
 		if !more {
 			return nil
@@ -214,26 +237,18 @@ func (a *Adapter) postLive(ctx context.Context, th chat.Thread, replyTo, n, cont
 		return "", classify("reply", err, false)
 	}
 	ref, err := created(th, body)
-	if err == nil {
-		chat.LiveStarted(ctx, ref) // ended with a note should this process die now
-	}
 	return ref.ID, classify("reply", err, false)
 }
 
-// editLive edits a live reply's message to content, within the
-// channel's budget at prio.
-//
-// An intermediate edit does not wait: it takes a slot only if one is free
-// with one more left for the edits that would wait (the plan's, the
-// reply's last), and otherwise the text is kept for the router's next
-// call (chat.ErrPaceLater).
-func (a *Adapter) editLive(ctx context.Context, th chat.Thread, msgID, content string, prio chat.Priority) error {
-	if prio == chat.PriorityIntermediate {
-		if !a.budget(th.Channel).TryNow(1) {
-			return chat.ErrPaceLater
+// editLive edits a live reply's message to content: in the slot the
+// router took for it (slot: chat.MethodAppend, the channel's budget), or
+// in one it waits for here, as a final state's.
+func (a *Adapter) editLive(ctx context.Context, th chat.Thread, msgID, content string, slot bool) error {
+	if !slot {
+		final := func() chat.Priority { return chat.PriorityFinal }
+		if err := a.budget(th.Channel).Wait(ctx, final, time.Now()); err != nil {
+			return fmt.Errorf("discord: edit live reply: %w", err)
 		}
-	} else if err := a.budget(th.Channel).Wait(ctx, func() chat.Priority { return prio }, time.Now()); err != nil {
-		return fmt.Errorf("discord: edit live reply: %w", err)
 	}
 	endpoint := discordgo.EndpointChannelMessage(th.Channel, msgID)
 	body := map[string]any{"content": content, "allowed_mentions": noMentions()}

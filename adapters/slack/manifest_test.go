@@ -94,6 +94,15 @@ func TestManifestDeclaresWhatTheAdapterUses(t *testing.T) {
 	r.a.queue.Wait(ctx)
 	r.a.opts.Stream = true
 	r.a.Reply(ctx, th, "", words(200))
+	// An answer shown as written: started, appended to, stopped.
+	r.a.noteAuthor(th.Key, "1.1", person{user: "U2", team: "T1"})
+	answer := "first " + words(600) // over one message: the finish appends
+	if _, err := appendAll(ctx, fake, r.a, th, "1.1", "live1", "first "); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := finishAll(ctx, fake, r.a, th, "1.1", "live1", answer, "interrupted"); err != nil {
+		t.Fatal(err)
+	}
 
 	seen := map[string]bool{}
 	for _, c := range fake.Calls("") {

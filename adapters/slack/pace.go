@@ -11,8 +11,9 @@ import (
 // another: chat.update in Tier 3 (about 50 a minute; Options.EditsPerMinute,
 // 45 by default), pins.add and pins.remove in Tier 2 (about 20 each: 18
 // each), reactions.add in Tier 3 (45) and reactions.remove in Tier 2
-// (18), and chat.postMessage at about one a second per channel with
-// short bursts.
+// (18), chat.postMessage at about one a second per channel with short
+// bursts, and chat.appendStream, a live answer's appends, in Tier 4
+// (Options.AppendsPerMinute, 90 by default).
 // Pins go one at a time (a burst of 1): a board that owes a pin is given
 // its slot ahead of the call (chat.Budget.Notify), and the call may come
 // a little after the slot; the burst left unused keeps those calls
@@ -31,13 +32,15 @@ const (
 	unreactBurst      = 2
 	postsPerMinute    = 60 // per channel
 	postBurst         = 3
+	appendBurst       = 5
 	// maxPostBudgets bounds the channels whose post budget is kept; past
 	// it, the idle ones (nobody waiting, burst back) are dropped.
 	maxPostBudgets = 1024
 )
 
 type budgets struct {
-	editsPerMinute float64
+	editsPerMinute   float64
+	appendsPerMinute float64
 
 	mu      sync.Mutex // guards share and posts
 	share   int        // replicas sharing the workspace's budgets
@@ -46,14 +49,15 @@ type budgets struct {
 	unpin   *chat.Budget            // pins.remove
 	react   *chat.Budget            // reactions.add
 	unreact *chat.Budget            // reactions.remove
+	appends *chat.Budget            // chat.appendStream
 	posts   map[string]*chat.Budget // by channel
 }
 
-func newBudgets(editsPerMinute float64) *budgets {
-	return &budgets{editsPerMinute: editsPerMinute, share: 1,
+func newBudgets(editsPerMinute, appendsPerMinute float64) *budgets {
+	return &budgets{editsPerMinute: editsPerMinute, appendsPerMinute: appendsPerMinute, share: 1,
 		edit: chat.NewBudget(editsPerMinute, editBurst), pin: chat.NewBudget(pinsPerMinute, pinBurst), unpin: chat.NewBudget(pinsPerMinute, pinBurst),
 		react: chat.NewBudget(reactsPerMinute, reactBurst), unreact: chat.NewBudget(unreactsPerMinute, unreactBurst),
-		posts: map[string]*chat.Budget{}}
+		appends: chat.NewBudget(appendsPerMinute, appendBurst), posts: map[string]*chat.Budget{}}
 }
 
 // of returns the budget a request is counted in; nil for one Slack does
@@ -70,6 +74,8 @@ func (b *budgets) of(req chat.Request) *chat.Budget {
 		return b.react
 	case chat.MethodUnreaction:
 		return b.unreact
+	case chat.MethodAppend:
+		return b.appends
 	case chat.MethodPost:
 		b.mu.Lock()
 		defer b.mu.Unlock()
@@ -113,7 +119,8 @@ func (b *budgets) setShare(n int) {
 		b         *chat.Budget
 		perMinute float64
 		burst     int
-	}{{b.pin, pinsPerMinute, pinBurst}, {b.unpin, pinsPerMinute, pinBurst}, {b.react, reactsPerMinute, reactBurst}, {b.unreact, unreactsPerMinute, unreactBurst}} {
+	}{{b.pin, pinsPerMinute, pinBurst}, {b.unpin, pinsPerMinute, pinBurst}, {b.react, reactsPerMinute, reactBurst}, {b.unreact, unreactsPerMinute, unreactBurst},
+		{b.appends, b.appendsPerMinute, appendBurst}} {
 		p.b.SetPerMinute(p.perMinute / float64(n))
 		p.b.SetBurst(max(p.burst/n, 1))
 	}
@@ -136,5 +143,5 @@ func (b *budgets) idle() bool {
 			return false
 		}
 	}
-	return b.edit.Idle() && b.pin.Idle() && b.unpin.Idle() && b.react.Idle() && b.unreact.Idle()
+	return b.edit.Idle() && b.pin.Idle() && b.unpin.Idle() && b.react.Idle() && b.unreact.Idle() && b.appends.Idle()
 }

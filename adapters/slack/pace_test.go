@@ -10,7 +10,7 @@ import (
 // session of the channel in memory once it is idle, and stays while it
 // is not (a new one would not pace the same).
 func TestPostBudgetForgotten(t *testing.T) {
-	b := newBudgets(50)
+	b := newBudgets(50, 90)
 	req := chat.Request{Thread: chat.Thread{Channel: "C1"}, Method: chat.MethodPost}
 	p := b.of(req)
 	if !p.TryNow(0) {

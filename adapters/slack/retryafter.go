@@ -165,6 +165,6 @@ func (a *Adapter) OnRetryAfter(say func(key string, until time.Time)) {
 	}
 	a.mu.Unlock()
 	for _, w := range spaces {
-		w.adopt(1, a.opts.AppendsPerMinute, say)
+		w.adopt(1, say)
 	}
 }

@@ -18,6 +18,6 @@ func (a *Adapter) Share(n int) {
 		spaces = append(spaces, a.one)
 	}
 	for _, w := range spaces {
-		w.share(n, a.opts.AppendsPerMinute)
+		w.budgets.setShare(n)
 	}
 }

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/time/rate"
-
 	"github.com/pinplan/pinplan/chat"
 )
 
@@ -28,17 +26,21 @@ func TestShareDividesTheWorkspacePace(t *testing.T) {
 		"unreact":        {a.one.budgets.unreact.PerMinute(), unreactsPerMinute / 3.0},
 		"post (earlier)": {post.PerMinute(), postsPerMinute / 3.0},
 		"post (later)":   {later.PerMinute(), postsPerMinute / 3.0},
+		"append":         {a.one.budgets.appends.PerMinute(), 90.0 / 3},
 	} {
 		if math.Abs(c.got-c.want) > 1e-9 {
 			t.Errorf("%s pace = %v a minute, want %v", name, c.got, c.want)
 		}
 	}
-	if got, want := a.one.appends.Limit(), rate.Limit(90.0/60/3); got != want {
-		t.Errorf("append pace = %v/s, want %v/s", got, want)
+	if got := a.one.budgets.of(chat.Request{Method: chat.MethodAppend}); got != a.one.budgets.appends {
+		t.Error("chat.appendStream is not paced by the workspace's append budget")
 	}
 	a.Share(1)
 	if got := a.one.budgets.edit.PerMinute(); math.Abs(got-45) > 1e-9 {
 		t.Errorf("back to one replica: edit pace = %v a minute, want the whole budget", got)
+	}
+	if got := a.one.budgets.appends.PerMinute(); math.Abs(got-90) > 1e-9 {
+		t.Errorf("back to one replica: append pace = %v a minute, want the whole budget", got)
 	}
 }
 

@@ -2,8 +2,8 @@
 // Socket Mode (SLACK_APP_TOKEN) or the Events API over HTTP
 // (SLACK_SIGNING_SECRET), Block Kit rendering of the plan message, the
 // chat.Platform the plan board drives, every thread as an agent session
-// (sessions.go) and, as an option, answers streamed into the thread
-// (stream.go). One adapter serves one workspace (SLACK_BOT_TOKEN) or every
+// (sessions.go) and, as an option, answers streamed into the thread as
+// the model writes them (live.go). One adapter serves one workspace (SLACK_BOT_TOKEN) or every
 // workspace pinplan is installed in by OAuth (workspace.go).
 //
 // It imports chat, agent (types), todo and its own install package;
@@ -39,10 +39,10 @@ type Options struct {
 	// (Tier 3 allows about 50); default 45, burst 5. Posts and pins have
 	// budgets of their own (pace.go).
 	EditsPerMinute float64
-	// Stream streams replies into the thread with chat.startStream,
-	// chat.appendStream and chat.stopStream (PINPLAN_STREAM) instead of
-	// posting each part at once; plan messages and cards are never
-	// streamed.
+	// Stream shows answers as the model writes them (PINPLAN_STREAM),
+	// streamed into the thread with chat.startStream, chat.appendStream
+	// and chat.stopStream (live.go), and posts the other replies in the
+	// same Markdown; plan messages and cards are never streamed.
 	Stream bool
 	// AppendsPerMinute paces chat.appendStream for the workspace (Tier 4
 	// allows about 100); default 90, burst 5.
@@ -96,9 +96,6 @@ type Adapter struct {
 	spaces map[string]*workspace
 	share  int                               // replicas sharing the budgets (Share)
 	say    func(key string, until time.Time) // OnRetryAfter
-	// parts is the progress of replies being streamed, by partKey; an
-	// entry lives while its part is partly delivered (stream.go).
-	parts map[string]*partStream
 	// lives is the progress of live replies (live.go), by the router's
 	// reply id.
 	lives map[string]*liveReply
@@ -158,7 +155,7 @@ func New(opts Options) *Adapter {
 		opts.HTTPClient = &http.Client{Timeout: 30 * time.Second}
 	}
 	a := &Adapter{opts: opts, log: opts.Logger, share: 1, spaces: map[string]*workspace{},
-		parts: map[string]*partStream{}, lives: map[string]*liveReply{}, authors: map[string]map[string]person{}, askers: map[string]person{},
+		lives: map[string]*liveReply{}, authors: map[string]map[string]person{}, askers: map[string]person{},
 		reacted: map[string]string{}, standard: map[string]bool{}, users: map[string]string{}}
 	if opts.Installations == nil {
 		a.one = a.newWorkspace("", opts.BotToken, nil)
@@ -428,10 +425,11 @@ func (a *Adapter) Pin(ctx context.Context, th chat.Thread, ref chat.MessageRef, 
 }
 
 // SplitReply implements chat.Splitter: parts of at most 3,500
-// characters, in Slack's mrkdwn; when replies are streamed, the Markdown
-// as it is (Reply makes it safe for markdown_text), a code block cut
-// between parts closed at the end of one and opened again at the start
-// of the next, so that each part is escaped as the whole answer reads.
+// characters, in Slack's mrkdwn; with Options.Stream, the Markdown as it
+// is (Reply makes it safe for markdown_text, as the live answers are), a
+// code block cut between parts closed at the end of one and opened
+// again at the start of the next, so that each part is escaped as the
+// whole answer reads.
 func (a *Adapter) SplitReply(text string) []string {
 	if a.opts.Stream {
 		return splitMarkdown(text, maxReplyRunes)
@@ -439,25 +437,24 @@ func (a *Adapter) SplitReply(text string) []string {
 	return Split(Mrkdwn(text), maxReplyRunes)
 }
 
-// Reply implements chat.Platform: one message in the thread, or with
-// Options.Stream one streamed message (stream.go). Text longer than a part
-// is split here too, for callers that did not split it.
+// Reply implements chat.Platform: one message in the thread, posted
+// whole. Only an answer is shown as written (live.go); a reply is a
+// message: in mrkdwn, or with Options.Stream in a markdown block, as the
+// live answers read. Text longer than a part is split here too, for
+// callers that did not split it.
 func (a *Adapter) Reply(ctx context.Context, th chat.Thread, replyTo, text string) error {
-	if a.opts.Stream {
-		return a.streamReply(ctx, th, replyTo, text)
-	}
 	return a.post(ctx, th, text)
 }
 
-// post posts text (mrkdwn) in the thread, in parts.
+// post posts text in the thread, in parts: mrkdwn, or with
+// Options.Stream Markdown made safe (markdownText) in a markdown block.
 //
 // Slack has no idempotent post, so a reply from the outbox (chat.SendKey)
 // carries its key in the message's metadata (event_type pinplan_reply,
 // payload send_key), and when an earlier attempt may have landed unseen
 // (chat.SentMaybe: a timeout, a lost answer, a restart) post first reads
 // the thread since the reply was stored, with include_all_metadata, and
-// skips the parts already there. A streamed reply is not tagged (see
-// stream.go).
+// skips the parts already there.
 func (a *Adapter) post(ctx context.Context, th chat.Thread, text string) error {
 	key := chat.SendKey(ctx)
 	var posted map[string]string
@@ -468,8 +465,16 @@ func (a *Adapter) post(ctx context.Context, th chat.Thread, text string) error {
 			return err
 		}
 	}
-	for i, part := range Split(text, maxReplyRunes) {
+	parts := Split(text, maxReplyRunes)
+	if a.opts.Stream {
+		parts = splitMarkdown(text, maxReplyRunes)
+	}
+	for i, part := range parts {
 		opts := []slack.MsgOption{slack.MsgOptionTS(th.ThreadID), slack.MsgOptionText(part, false)}
+		if a.opts.Stream {
+			md := markdownText(part)
+			opts = []slack.MsgOption{slack.MsgOptionTS(th.ThreadID), slack.MsgOptionText(md, false), slack.MsgOptionBlocks(slack.NewMarkdownBlock("", md))}
+		}
 		if key != "" {
 			k := fmt.Sprintf("%s/%d", key, i)
 			if _, ok := posted[k]; ok {

@@ -217,15 +217,15 @@ func (a *Adapter) closeSpaces(id, team string) []string {
 }
 
 // dropSends drops what the adapter holds to send in teams' threads: the
-// replies being streamed in parts (a live reply's next call fails with
+// progress of their live replies (a next call for one fails with
 // ErrUninstalled, and chat drops it). It returns how many.
 func (a *Adapter) dropSends(teams []string) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	n := 0
-	for k := range a.parts {
-		if slices.Contains(teams, teamOf(k)) {
-			delete(a.parts, k)
+	for id, l := range a.lives {
+		if slices.Contains(teams, teamOf(l.key)) {
+			delete(a.lives, id)
 			n++
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/slack-go/slack"
-	"golang.org/x/time/rate"
 
 	"github.com/pinplan/pinplan/adapters/slack/install"
 	"github.com/pinplan/pinplan/chat"
@@ -18,7 +17,7 @@ import (
 // Many workspaces (DESIGN §14): with Options.Installations one adapter
 // serves every workspace pinplan is installed in, each through a
 // workspace of its own: its Web API client with its own bot token, its
-// budgets, its Retry-After holds and its append pace, as Slack counts
+// budgets (its append pace among them), its Retry-After holds, as Slack counts
 // them per workspace, so a burst in one never slows another. Every call
 // picks the workspace of its thread's team (on), the team its session
 // key names; events name theirs (team_id, enterprise_id). Without
@@ -36,7 +35,6 @@ type workspace struct {
 	api     *slack.Client  // its calls go with its own token
 	budgets *budgets       // posts, edits and pins (pace.go)
 	held    *heldTransport // its Retry-After holds (retryafter.go)
-	appends *rate.Limiter  // chat.appendStream
 	// tokens resolves the bot token from the installations; nil for
 	// SLACK_BOT_TOKEN's workspace, whose token slack-go sends itself.
 	tokens *tokenSource
@@ -121,26 +119,19 @@ func (a *Adapter) newWorkspace(team, token string, tokens *tokenSource) *workspa
 		opts = append(opts, slack.OptionAppLevelToken(a.opts.AppToken))
 	}
 	return &workspace{team: team, api: slack.New(token, opts...), held: held, tokens: tokens,
-		budgets: newBudgets(a.opts.EditsPerMinute), appends: rate.NewLimiter(rate.Limit(a.opts.AppendsPerMinute/60), 5)}
+		budgets: newBudgets(a.opts.EditsPerMinute, a.opts.AppendsPerMinute)}
 }
 
 // adopt gives a workspace of many the replicas' share of its budgets
 // (Share) and whom its Retry-Afters are told to (OnRetryAfter), its
 // keys prefixed with its team.
-func (w *workspace) adopt(n int, appendsPerMinute float64, say func(key string, until time.Time)) {
+func (w *workspace) adopt(n int, say func(key string, until time.Time)) {
 	if n > 1 {
-		w.share(n, appendsPerMinute)
+		w.budgets.setShare(n)
 	}
 	if say != nil {
 		w.held.sayHolds(func(key string, until time.Time) { say(w.team+":"+key, until) })
 	}
-}
-
-// share divides the workspace's budgets by n replicas (Share).
-func (w *workspace) share(n int, appendsPerMinute float64) {
-	w.budgets.setShare(n)
-	w.appends.SetLimit(rate.Limit(appendsPerMinute / 60 / float64(n)))
-	w.appends.SetBurst(max(5/n, 1))
 }
 
 // on is the workspace of a thread: the team its session key names.
@@ -173,7 +164,7 @@ func (a *Adapter) space(team string) *workspace {
 	// fresh among the spaces, one before it is read here.
 	n, say := a.share, a.say
 	a.mu.Unlock()
-	fresh.adopt(n, a.opts.AppendsPerMinute, say)
+	fresh.adopt(n, say)
 	return fresh
 }
 

@@ -59,7 +59,7 @@ func (c *Console) AppendLive(_ context.Context, th chat.Thread, _, id, text stri
 }
 
 // FinishLive implements chat.LiveReplier.
-func (c *Console) FinishLive(ctx context.Context, th chat.Thread, replyTo, id, text, note string) error {
+func (c *Console) FinishLive(ctx context.Context, th chat.Thread, replyTo, id, text, note string) (chat.MessageRef, error) {
 	c.mu.Lock()
 	l := c.lives[id]
 	delete(c.lives, id)
@@ -73,22 +73,22 @@ func (c *Console) FinishLive(ctx context.Context, th chat.Thread, replyTo, id, t
 		c.broadcast(event{Type: "live", Thread: th.Key, Message: &m})
 	}
 	if text == "" {
-		return nil
+		return chat.MessageRef{}, nil
 	}
 	m := Message{Role: "assistant", Text: text, At: c.opts.Now()}
 	if s, ok := c.stored(ctx, th.Key, m); ok {
 		c.broadcast(event{Type: "message", Thread: th.Key, Message: &s, Replaces: replaces})
-		return nil
+		return chat.MessageRef{}, nil
 	}
 	if replaces != "" {
 		// Not an answer in the history (an interim text): the live
 		// message is it, whole.
 		m.ID, m.At = replaces, l.at
 		c.broadcast(event{Type: "live", Thread: th.Key, Message: &m})
-		return nil
+		return chat.MessageRef{}, nil
 	}
 	c.notice(th, m)
-	return nil
+	return chat.MessageRef{}, nil
 }
 
 // CloseLive implements chat.LiveReplier: there is nothing to close (see
