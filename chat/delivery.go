@@ -141,7 +141,10 @@ var policies = map[string]policy{
 	"reply_privately": {max: maxReplyBackoff, maxAge: maxReplyAge},
 	// A live answer's parts: a failed append loses nothing (the answer
 	// is finished whole at the end of the turn).
-	"reply_live":  {max: 2 * time.Second, attempts: liveAppendAttempts},
+	"reply_live": {max: 2 * time.Second, attempts: liveAppendAttempts},
+	// A live answer's later appends: one attempt in its slot; one that
+	// failed for now is tried in the next slot (appendLive).
+	"append_live": {max: time.Second, attempts: 1},
 	"finish_live": {max: maxReplyBackoff, attempts: liveAppendAttempts},
 	"close_live":  {max: maxReplyBackoff, attempts: liveAppendAttempts, maxAge: maxReplyAge},
 	// Cards and statuses: a few tries; the turn goes on either way.

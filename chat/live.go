@@ -106,12 +106,15 @@ type live struct {
 	mu     sync.Mutex // guards the fields up to the lane's own
 	segs   []liveSeg  // buffered, oldest first
 	queued bool       // a flush is queued on the lane
-	// asking: a slot of the append budget is asked for (appendSlot);
-	// granted: when one was given that no append used yet.
-	asking  bool
-	granted time.Time
-	epoch   int    // sealLive's count: a flush queued before the last one finds nothing
-	showing string // open, for liveText and eviction
+	// asking: a slot of the append budget is asked for (appendSlot),
+	// in epoch askEpoch, withdrawn with withdraw; granted: when one was
+	// given that no append used yet.
+	asking   bool
+	askEpoch int
+	withdraw context.CancelFunc
+	granted  time.Time
+	epoch    int    // sealLive's count: a flush queued before the last one finds nothing
+	showing  string // open, for liveText and eviction
 
 	// On the session's lane only:
 	open   string     // the reply being shown, not yet finished ("" for none)
@@ -120,7 +123,8 @@ type live struct {
 	closer uint64     // the outbox id of ref's close item, 0 for none
 }
 
-// setOpen records the reply being shown, on the lane.
+// setOpen records the reply being shown, on the lane. A reply finished
+// needs no slot any more: one asked for is withdrawn.
 func (l *live) setOpen(id string) {
 	l.open = id
 	if id == "" {
@@ -128,7 +132,19 @@ func (l *live) setOpen(id string) {
 	}
 	l.mu.Lock()
 	l.showing = id
+	if id == "" {
+		l.withdrawLocked()
+	}
 	l.mu.Unlock()
+}
+
+// withdrawLocked withdraws the slot asked for, if one is: its reply was
+// finished, or its turn sealed. l.mu is held.
+func (l *live) withdrawLocked() {
+	if l.asking {
+		l.withdraw()
+		l.asking = false
+	}
 }
 
 // busy reports whether the live reply has text waiting or a message open
@@ -169,7 +185,7 @@ func (d *deliverer) liveText(s *session, th Thread, replyTo string, e agent.Even
 	} else {
 		l.segs = append(l.segs, liveSeg{id: e.Reply, turn: e.Turn, text: e.Text, done: e.Kind == agent.TextDone})
 	}
-	paced := l.asking && e.Kind == agent.TextDelta && e.Reply == l.showing
+	paced := l.asking && l.askEpoch == l.epoch && e.Kind == agent.TextDelta && e.Reply == l.showing
 	queue := !l.queued && !paced
 	l.queued = l.queued || queue
 	epoch := l.epoch
@@ -242,7 +258,7 @@ func (d *deliverer) flushLive(s *session, th Thread, replyTo string, epoch int) 
 				continue
 			}
 			d.keepLive(s, seg, rest, epoch)
-			d.appendLive(s, th, replyTo, seg.id, words)
+			d.appendLive(s, th, replyTo, seg.id, words, epoch)
 		}
 	}
 }
@@ -266,12 +282,19 @@ func (d *deliverer) keepLive(s *session, seg liveSeg, text string, epoch int) {
 	}
 }
 
+// liveSpare is the slots of the append budget a live append leaves to
+// the requests that come after it (Budget.NotifySpare): on Discord the
+// channel's edits are the plan's too, and its final state goes first.
+const liveSpare = 1
+
 // appendSlot reports whether the session's live reply has a slot of the
 // platform's append budget for its next append, taking it when take is
-// set. When it has none, it asks for one without waiting (Budget.Notify)
-// and a flush is queued when the slot comes. A slot left unused past
-// slotFresh, or across a 429's hold, is asked for again: used late, it
-// would land beside later ones in the platform's count.
+// set. When it has none, it asks for one without waiting
+// (Budget.NotifySpare), and a flush is queued when the slot comes, in
+// the same epoch: a slot that comes after its turn was sealed, or after
+// the reply was finished (withdrawn), queues nothing. A slot left unused
+// past slotFresh, or across a 429's hold, is asked for again: used late,
+// it would land beside later ones in the platform's count.
 func (d *deliverer) appendSlot(s *session, th Thread, replyTo string, take bool) bool {
 	l := &s.live
 	var bud *Budget
@@ -290,11 +313,20 @@ func (d *deliverer) appendSlot(s *session, th Thread, replyTo string, take bool)
 		return true
 	}
 	l.granted = time.Time{}
+	if l.asking && l.askEpoch != l.epoch {
+		l.withdrawLocked() // asked for a sealed turn's words
+	}
 	if !l.asking {
-		l.asking = true
+		ctx, cancel := context.WithCancel(d.ctx)
+		l.asking, l.askEpoch, l.withdraw = true, l.epoch, cancel
 		intermediate := func() Priority { return PriorityIntermediate }
-		bud.Notify(s.board.ctx, intermediate, time.Now(), func() {
+		bud.NotifySpare(ctx, liveSpare, intermediate, time.Now(), func() {
 			l.mu.Lock()
+			if !l.asking || l.askEpoch != l.epoch || ctx.Err() != nil {
+				l.mu.Unlock()
+				return // withdrawn as it came: the slot is spent
+			}
+			cancel()
 			l.asking, l.granted = false, time.Now()
 			queue := !l.queued
 			l.queued = true
@@ -327,10 +359,11 @@ func wholeWords(text string) (words, rest string) {
 
 // appendLive hands words of reply id to the platform, through the
 // delivery step: paced as a post, after the plan's first post, when it
-// starts the reply's message; in the append slot flushLive took
-// otherwise. What the platform keeps (ErrLiveMore) goes out with the
-// next slot, asked for now.
-func (d *deliverer) appendLive(s *session, th Thread, replyTo, id, words string) {
+// starts the reply's message, and tried again as one; in the append slot
+// flushLive took otherwise, once. What the platform keeps (ErrLiveMore,
+// or an append that failed for now) goes out with the next slot, asked
+// for now, unless the turn was sealed meanwhile (epoch).
+func (d *deliverer) appendLive(s *session, th Thread, replyTo, id, words string, epoch int) {
 	lr, _ := liveReplier(s.board.caps)
 	l := &s.live
 	ctx := d.ctx
@@ -341,10 +374,14 @@ func (d *deliverer) appendLive(s *session, th Thread, replyTo, id, words string)
 		d.planShown(th.Key, 0)
 	}
 	first, since := l.open != id, d.opts.Now()
+	op := "append_live"
+	if first {
+		op = "reply_live"
+	}
 	text := words
 	var ref MessageRef
 	more := false
-	_, err := d.deliver(ctx, "reply_live", th, since, func(ctx context.Context) error {
+	_, err := d.deliver(ctx, op, th, since, func(ctx context.Context) error {
 		if first {
 			if err := Pace(ctx, s.board.caps.Paced, Request{Thread: th, Method: MethodPost, Priority: func() Priority { return PriorityFinal }, Since: since}); err != nil {
 				return err
@@ -365,6 +402,11 @@ func (d *deliverer) appendLive(s *session, th Thread, replyTo, id, words string)
 		return err
 	})
 	l.setOpen(id)
+	if o, _ := Classify(err); !first && err != nil && (o == Retry || o == RetryAfter) && ctx.Err() == nil && !errors.Is(err, agent.ErrFenced) {
+		// The platform kept the text: the next slot tries again.
+		s.board.log.Info("live append not shown yet; tried again in the next slot", "reply", id, "err", err)
+		more, err = true, nil
+	}
 	l.kept = more
 	if err != nil && ctx.Err() == nil && !errors.Is(err, agent.ErrFenced) {
 		s.board.log.Warn("live reply not shown yet; the answer is finished whole", "reply", id, "err", err)
@@ -376,9 +418,8 @@ func (d *deliverer) appendLive(s *session, th Thread, replyTo, id, words string)
 		// A slot is there already (or the platform paces no appends):
 		// the kept text goes on in the next flush.
 		l.mu.Lock()
-		queue := !l.queued
-		l.queued = true
-		epoch := l.epoch
+		queue := !l.queued && l.epoch == epoch
+		l.queued = l.queued || queue
 		l.mu.Unlock()
 		if queue {
 			d.queueFlush(s, th, replyTo, epoch)
@@ -488,6 +529,7 @@ func (s *session) sealLive(turn int64) (id string, interim []liveSeg) {
 	}
 	l.segs, l.queued = later, false
 	l.epoch++
+	l.withdrawLocked() // the answer's whole text covers the words that waited for it
 	return id, interim
 }
 

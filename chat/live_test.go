@@ -2,6 +2,7 @@ package chat
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -20,6 +21,7 @@ type livePlatform struct {
 	lmu     sync.Mutex
 	calls   []string // "append id text", "finish id text|note", "close ref note"
 	later   int      // appends still to be answered ErrLiveMore
+	fail    int      // later appends still to fail, for now (a retryable error)
 	appends *Budget  // if not nil, its MethodAppend budget
 	slow    time.Duration
 	gate    chan struct{} // if not nil, the first append waits for it to close
@@ -56,6 +58,10 @@ func (p *livePlatform) AppendLive(_ context.Context, th Thread, _, id, text stri
 	if p.later > 0 {
 		p.later--
 		return MessageRef{Channel: th.Channel, ID: "m-" + id}, ErrLiveMore
+	}
+	if p.fail > 0 && text != "" && len(p.calls) > 1 {
+		p.fail--
+		return MessageRef{Channel: th.Channel, ID: "m-" + id}, errors.New("503 for now")
 	}
 	return MessageRef{Channel: th.Channel, ID: "m-" + id}, nil
 }
@@ -538,5 +544,73 @@ func TestLiveAppendsTakeTheirSlots(t *testing.T) {
 	want := []string{"append a One ", "append a two ", "append a three four five six ", "finish a One two three four five six seven|interrupted; answered again below"}
 	if got := p.liveCalls(); !slices.Equal(got, want) {
 		t.Errorf("live calls %q, want %q", got, want)
+	}
+}
+
+// TestLiveFailedAppendWaitsForItsSlot (review finding): an append that
+// failed for now is not tried again at once, outside the pace: the
+// platform kept its text, and the next slot of the append budget sends
+// it.
+func TestLiveFailedAppendWaitsForItsSlot(t *testing.T) {
+	logs, boards, ob := &chattest.Log{}, &chattest.Boards{}, &chattest.Outbox{}
+	bud := NewBudget(6, 2) // one slot to spare at first, then one every ten seconds
+	p := &livePlatform{appends: bud, fail: 1}
+	th := Thread{Platform: "test", Key: "test/failed", Channel: "C1"}
+	r := NewRouter(Options{Store: boards, Outbox: ob, Log: logs, Platforms: map[string]Platform{"test": p}, RetryDelay: 10 * time.Millisecond})
+	defer r.Close()
+	r.out.board(th.Key, &th)
+	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
+	for _, e := range deltas(th.Key, "a", 1, "One", " two") {
+		r.Observe(e)
+	}
+	waitCalls(t, p, "append a One ")
+	r.Observe(deltas(th.Key, "a", 1, " three")[0])
+	waitCalls(t, p, "append a two ") // fails, for now
+	time.Sleep(300 * time.Millisecond)
+	if calls := p.liveCalls(); len(calls) != 2 {
+		t.Fatalf("live calls %q: the failed append was tried again without a slot", calls)
+	}
+	bud.SetPerMinute(60000)
+	waitCalls(t, p, "append a ") // the kept text, in the next slot
+	r.Observe(logs.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Text: "One two three"}))
+	r.out.Flush(th.Key)
+	settle(t, r, th.Key)
+}
+
+// TestLiveSlotOutlivesAStoppedBoard (review finding): the board's
+// context ends while its session stays in memory (another replica holds
+// the session now); a slot the live answer asks for after that still
+// comes, so the buffer is not left waiting for ever and the session can
+// leave memory.
+func TestLiveSlotOutlivesAStoppedBoard(t *testing.T) {
+	logs, boards, ob := &chattest.Log{}, &chattest.Boards{}, &chattest.Outbox{}
+	p := &livePlatform{appends: NewBudget(60000, 5)}
+	th := Thread{Platform: "test", Key: "test/fenced", Channel: "C1"}
+	r := NewRouter(Options{Store: boards, Outbox: ob, Log: logs, Platforms: map[string]Platform{"test": p}})
+	defer r.Close()
+	s := r.out.session(th.Key, &th)
+	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1}))
+	for _, e := range deltas(th.Key, "a", 1, "One", " two") {
+		r.Observe(e)
+	}
+	waitCalls(t, p, "append a One ")
+	s.board.stop()
+	for _, e := range deltas(th.Key, "a", 1, " three", " four") {
+		r.Observe(e)
+	}
+	r.out.Flush(th.Key)
+	waitCalls(t, p, "append a two three ")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s.live.mu.Lock()
+		asking, segs := s.live.asking, len(s.live.segs)
+		s.live.mu.Unlock()
+		if !asking && segs <= 1 { // "four" waits for its end
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the live buffer still waits for a slot (asking %v, %d segments)", asking, segs)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

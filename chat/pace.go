@@ -71,9 +71,12 @@ type Budget struct {
 	waiters []*budgetWaiter
 	seq     uint64
 	running bool
-	hold    time.Time     // no slot before this (a 429's Retry-After)
-	gone    chan struct{} // a waiter left: the dispatcher looks again
-	wake    chan struct{} // the pace or the hold changed: the dispatcher reckons again
+	hold    time.Time // no slot before this (a 429's Retry-After)
+	// refilling: the dispatcher waits for spare slots (NotifySpare); a
+	// new waiter may take one now, so it is woken.
+	refilling bool
+	gone      chan struct{} // a waiter left: the dispatcher looks again
+	wake      chan struct{} // the pace or the hold changed: the dispatcher reckons again
 }
 
 type budgetWaiter struct {
@@ -85,6 +88,9 @@ type budgetWaiter struct {
 	// ends its watch of the asker's context.
 	notify func()
 	stop   func() bool
+	// spare: the slot is given only with this many more left in the
+	// bucket (NotifySpare).
+	spare int
 }
 
 // NewBudget returns a budget of perMinute requests a minute with bursts
@@ -199,6 +205,19 @@ func (b *Budget) Notify(ctx context.Context, prio func() Priority, since time.Ti
 	w.stop = context.AfterFunc(ctx, func() { b.leave(w) })
 }
 
+// NotifySpare is Notify for a request that would rather wait than take
+// the last slots of a burst: its slot is given only with spare more left
+// for the requests that come after it, when those go first (a live
+// answer's next append beside the plan's final state, which may come
+// any moment). A burst too small for it leaves one slot to the request.
+func (b *Budget) NotifySpare(ctx context.Context, spare int, prio func() Priority, since time.Time, f func()) {
+	w := &budgetWaiter{prio: prio, since: since, notify: f, spare: max(spare, 0)}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.addLocked(w)
+	w.stop = context.AfterFunc(ctx, func() { b.leave(w) })
+}
+
 // addLocked adds w to the waiters, with defaults for what it leaves out,
 // and starts the dispatcher if it is not running. b.mu is held.
 func (b *Budget) addLocked(w *budgetWaiter) {
@@ -214,6 +233,8 @@ func (b *Budget) addLocked(w *budgetWaiter) {
 	if !b.running {
 		b.running = true
 		go b.dispatch()
+	} else if b.refilling {
+		b.kick()
 	}
 }
 
@@ -257,6 +278,15 @@ func (b *Budget) dispatch() {
 			b.sleep(timer, hold)
 			continue // the hold may have grown meanwhile, or everyone left
 		}
+		if refill := b.refill(); refill > 0 {
+			// Every waiter wants spare slots: until the bucket has
+			// them, or a waiter comes that takes one now.
+			b.sleep(timer, refill)
+			b.mu.Lock()
+			b.refilling = false
+			b.mu.Unlock()
+			continue
+		}
 		r := b.lim.Reserve()
 		if !b.sleep(timer, r.Delay()) {
 			r.Cancel() // everyone left: give the token back
@@ -267,6 +297,36 @@ func (b *Budget) dispatch() {
 		}
 	}
 }
+
+// refill is how long until the bucket has the spare slots every waiter
+// wants beside its own (NotifySpare), 0 when one of them may have the
+// next slot; it marks the wait (refilling), so that a waiter that
+// wants none wakes the dispatcher. A slot taken meanwhile outside the
+// dispatcher (TryNow) can leave the next one to nobody: it is spent.
+func (b *Budget) refill() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	need := -1
+	for _, w := range b.waiters {
+		spare := b.spareOf(w)
+		if spare == 0 {
+			return 0
+		}
+		if need < 0 || spare < need {
+			need = spare
+		}
+	}
+	lim, tokens := float64(b.lim.Limit()), b.lim.Tokens()
+	if need < 0 || tokens >= float64(need+1) || lim <= 0 {
+		return 0
+	}
+	b.refilling = true
+	return max(time.Duration((float64(need+1)-tokens)/lim*float64(time.Second)), time.Millisecond)
+}
+
+// spareOf is the slots w wants left after its own: a burst too small
+// for them leaves it one.
+func (b *Budget) spareOf(w *budgetWaiter) int { return max(min(w.spare, b.lim.Burst()-1), 0) }
 
 // sleep waits d, or less when a waiter leaves and none is left; it
 // reports whether it waited the whole d.
@@ -296,7 +356,8 @@ func (b *Budget) sleep(timer *time.Timer, d time.Duration) bool {
 }
 
 // give hands the slot r reserved to the most urgent waiter: the lowest
-// Priority, then the oldest Since, then the first to ask. It returns the
+// Priority, then the oldest Since, then the first to ask, among those
+// whose spare slots are left after it (NotifySpare). It returns the
 // waiter's notify func, for the caller to call without the lock, if the
 // waiter asked with Notify.
 func (b *Budget) give(r *rate.Reservation) func() {
@@ -315,10 +376,11 @@ func (b *Budget) give(r *rate.Reservation) func() {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	left := b.lim.Tokens() // after r's token
 	var best *budgetWaiter
 	var bestPrio Priority
 	for i, w := range ws {
-		if !b.present(w) {
+		if !b.present(w) || float64(b.spareOf(w)) > left {
 			continue
 		}
 		if best == nil || prios[i] < bestPrio ||

@@ -154,3 +154,45 @@ func openGate(b *Budget) {
 	b.mu.Unlock()
 	b.kick()
 }
+
+// TestBudgetSpareLeavesASlot: a request that asks with spare slots
+// (NotifySpare, a live answer's append) is given its slot only while
+// the burst keeps one for a request that comes after it, and a final
+// state that comes then takes that one at once.
+func TestBudgetSpareLeavesASlot(t *testing.T) {
+	b := NewBudget(60, 3) // a slot a second, three at once
+	got := make(chan struct{}, 3)
+	ask := func() { b.NotifySpare(t.Context(), 1, nil, time.Time{}, func() { got <- struct{}{} }) }
+	for i := range 2 {
+		ask()
+		select {
+		case <-got:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("append %d: no slot with %d of 3 left", i+1, 3-i)
+		}
+	}
+	ask()
+	select {
+	case <-got:
+		t.Fatal("the last slot of the burst went to a request that asked to leave one")
+	case <-time.After(100 * time.Millisecond):
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond) // well inside the second the spare one takes to refill
+	defer cancel()
+	final := func() Priority { return PriorityFinal }
+	if err := b.Wait(ctx, final, time.Now()); err != nil {
+		t.Fatalf("a final state waited for the slot left spare: %v", err)
+	}
+	select {
+	case <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the append asking for a spare slot never got one")
+	}
+	tiny := NewBudget(60, 1) // a burst of one: nothing can be left spare
+	tiny.NotifySpare(t.Context(), 1, nil, time.Time{}, func() { got <- struct{}{} })
+	select {
+	case <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("with a burst of one, a request asking for a spare slot starves")
+	}
+}
