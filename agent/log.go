@@ -87,20 +87,29 @@ func copyOf[T any](p *T) *T {
 // Compactable returns the numbers of the entries of entries (a session's
 // log from its start up to its delivery cursor, in order) that nothing
 // needs any more (DESIGN §1: entries the cursor has passed are
-// compacted): all but the last one that carries a plan revision and the
-// last request of each approval still open (ApprovalNeeded with no
-// ApprovalDecided after it). The stores delete them when the cursor is
-// saved, so a session's log stays small however many turns it had.
+// compacted): all but what the thread's projections are folded from
+// after a restart: the last entry that carries a plan revision and the
+// last PlanChanged (with its marks), the last TurnStarted, TurnEnded and
+// EvidenceChanged (the run's state, the finished plan a later turn took
+// over, the evidence under the items), and the last request of each
+// approval still open (ApprovalNeeded with
+// no ApprovalDecided after it). The stores delete them when the cursor
+// is saved, so a session's log stays small however many turns it had.
 func Compactable(entries []LogEntry) []int64 {
 	type approval struct {
 		call string
 		turn int64
 	}
 	plan := int64(-1)
+	last := map[EventKind]int64{}
 	open := map[approval]int64{}
 	for _, e := range entries {
 		if len(e.Plan) > 0 || e.Revision > 0 {
 			plan = e.Seq
+		}
+		switch e.Kind {
+		case TurnStarted, TurnEnded, EvidenceChanged, PlanChanged:
+			last[e.Kind] = e.Seq
 		}
 		if e.Approval == nil {
 			continue
@@ -115,7 +124,7 @@ func Compactable(entries []LogEntry) []int64 {
 	}
 	var drop []int64
 	for _, e := range entries {
-		if e.Seq == plan {
+		if e.Seq == plan || last[e.Kind] == e.Seq {
 			continue
 		}
 		if e.Approval != nil && e.Kind == ApprovalNeeded && open[approval{e.Approval.CallID, e.Approval.Turn}] == e.Seq {

@@ -28,8 +28,12 @@ type BoardStore interface {
 }
 
 // boardRecord is what survives a restart of a plan board: the thread, the
-// plan message and what it last showed. Whether a turn runs, which one and
-// who asked for it are the agent's (Runner.Turn), never kept here. The
+// plan message and what the platform gave back of it (its ref, whether
+// it is pinned, what it shows, earlier messages still to edit back or
+// unpin). What it should show (the plan, the run's state, who may stop
+// it, the finished plan a later turn took over) is folded from the
+// session's log (deliverer.fold), never kept here; whether a turn runs,
+// which one and who asked for it are the agent's (Runner.Turn). The
 // session's approval cards (cardsRecord) and how it is listed
 // (listingRecord) have records of their own.
 type boardRecord struct {
@@ -38,25 +42,23 @@ type boardRecord struct {
 	Pinned bool       `json:"pinned"`
 	// PinUnavailable: pinning failed and the thread was told once.
 	PinUnavailable bool `json:"pin_unavailable,omitempty"`
-	// Closed: the task's plan finished; the next plan gets a new message.
-	Closed bool `json:"closed,omitempty"`
-	Shown  Plan `json:"shown"` // the content the message has
+	Shown          Plan `json:"shown"` // the content the message has
+	// RefRev is the plan revision that moved a finished plan's next task
+	// on to a new message (planChanged): a revision up to it applied
+	// again after a restart does not move it again.
+	RefRev int64 `json:"ref_rev,omitempty"`
+	// From: the log's entries up to it are an earlier session's of the
+	// thread (a reset); the board's content is folded from the later
+	// ones.
+	From int64 `json:"from,omitempty"`
 	// Unpin lists earlier plan messages still to unpin.
 	Unpin []MessageRef `json:"unpin,omitempty"`
 	// FailureSaid: the thread was told the plan message could not be
 	// updated; cleared by the next success, so it is said once per outage.
 	FailureSaid bool `json:"failure_said,omitempty"`
-	// Final is what a finished plan's message showed when a later turn
-	// put its Stop button on it. If that turn moves on to a new plan
-	// message, the old one gets this content back (Restore).
-	Final *Plan `json:"final,omitempty"`
 	// Restore lists earlier plan messages to edit back to their final
 	// content before they are unpinned.
 	Restore []restoreEdit `json:"restore,omitempty"`
-	// Want is the content the message should show; when it differs from
-	// Shown after a restart, the board applies it (a final "done" edit
-	// cut short by kill -9 is not lost).
-	Want *Plan `json:"want,omitempty"`
 	// Sessioned: on a platform that shows sessions (status.go), the
 	// session's first status move was queued, with its title; later
 	// moves carry none, and a reset closes it.
@@ -103,12 +105,29 @@ type Board struct {
 	// before mu.
 	saveMu sync.Mutex
 
-	mu      sync.Mutex // guards everything below
-	used    time.Time  // last change, for eviction
-	rec     boardRecord
-	want    Plan
-	wantVer uint64
-	doneVer uint64
+	mu   sync.Mutex // guards everything below
+	used time.Time  // last change, for eviction
+	rec  boardRecord
+	// want is the content the message should show, folded from the log;
+	// when it differs from what the record says the message shows, the
+	// loop applies it (a final "done" edit cut short by kill -9 is
+	// folded again from the log's entries at the next start).
+	want Plan
+	// closed: the task's plan finished; the next plan that shares no
+	// item with it gets a new message. final is what the finished plan's
+	// message showed when a later turn put its Stop button on it: if that
+	// turn moves on to a new message, the old one gets it back (Restore).
+	closed bool
+	final  *Plan
+	// folding: the board is being folded from the log at its load
+	// (fold): only want, closed and final change; nothing is stored,
+	// shown or moved. foldedBelow: the fold stopped at a revision older
+	// than what the message shows (the cursor lagged it), and until the
+	// entries after it bring the board there it shows nothing older.
+	folding     bool
+	foldedBelow int64
+	wantVer     uint64
+	doneVer     uint64
 	// pending is when the board last went from showing what is wanted to
 	// wanting more: how long it has waited, for the budgets' "oldest
 	// first".
@@ -119,7 +138,10 @@ type Board struct {
 	asking  map[Method]bool
 	granted map[Method]time.Time
 	running bool
-	idle    *sync.Cond // signalled when running goes false
+	// held: the deliverer applies a batch of entries (hold); the loop
+	// starts once it is done.
+	held bool
+	idle *sync.Cond // signalled when running goes false
 	// shownVer is the newest wanted version the message shows, or that
 	// the board gave up on: what a thread's answer waits for (showFirst).
 	shownVer uint64
@@ -169,10 +191,12 @@ type Hooks struct {
 // set changes the wanted content (and the record, persisted) and starts the
 // render loop if it is not running.
 func (b *Board) set(f func(rec *boardRecord, want *Plan)) {
+	if b.folding {
+		f(&b.rec, &b.want)
+		return
+	}
 	b.change(func() {
 		f(&b.rec, &b.want)
-		want := b.want
-		b.rec.Want = &want
 		if b.doneVer == b.wantVer {
 			b.pending = time.Now()
 		}
@@ -184,10 +208,28 @@ func (b *Board) set(f func(rec *boardRecord, want *Plan)) {
 // runLocked queues the render loop on the session's lane if it is not
 // running. b.mu is held.
 func (b *Board) runLocked() {
-	if !b.running {
+	if !b.running && !b.held {
 		b.running = true
 		b.owner.wg.Add(1)
 		b.owner.lane.Add(b.key, b.loop)
+	}
+}
+
+// hold keeps the board's loop from starting, or going on, while the
+// deliverer applies a batch of entries (a catch-up); unhold starts it if
+// the batch left work.
+func (b *Board) hold() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.held = true
+}
+
+func (b *Board) unhold() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.held = false
+	if b.doneVer != b.wantVer {
+		b.runLocked()
 	}
 }
 
@@ -222,7 +264,7 @@ func (b *Board) turnStarted(e agent.Event) (indicated string) {
 		state = StateResumed
 	}
 	var title string
-	if b.showsSessions() {
+	if b.showsSessions() && !b.folding {
 		title = b.sessionTitle() // before set: it reads the listing
 	}
 	var th Thread
@@ -230,14 +272,16 @@ func (b *Board) turnStarted(e agent.Event) (indicated string) {
 	b.set(func(rec *boardRecord, want *Plan) {
 		indicated = e.Trigger
 		th, sessioned = rec.Thread, rec.Sessioned
-		rec.Sessioned = rec.Sessioned || b.showsSessions()
-		if rec.Closed && rec.Final == nil && len(want.Items) > 0 {
+		if !b.folding {
+			rec.Sessioned = rec.Sessioned || b.showsSessions()
+		}
+		if b.closed && b.final == nil && len(want.Items) > 0 {
 			// A later turn on a finished plan: the plan message is
 			// the thread's live plan again and carries the Stop
 			// button; its final content is kept in case this turn
 			// moves on to a new task (and a new message).
 			final := *want
-			rec.Final = &final
+			b.final = &final
 		}
 		want.State, want.Updated = state, e.At
 		want.Stoppable, want.StoppedBy, want.Activity = true, "", ""
@@ -285,20 +329,25 @@ func (b *Board) planChanged(e agent.Event) {
 	}
 	b.set(func(rec *boardRecord, want *Plan) {
 		state := want.State
-		if rec.Closed {
-			if !sharesItem(want.Items, e.Plan.Items()) {
-				// A new task after a plan whose run ended: a new
-				// message; the old one stays in the thread with its
-				// final footer, and is unpinned.
+		if b.closed {
+			// A new task after a plan whose run ended: a new message;
+			// the old one stays in the thread with its final footer,
+			// and is unpinned. Once: the record says so (RefRev), and
+			// a fold, or a revision applied again after a restart,
+			// finds it done.
+			if !sharesItem(want.Items, e.Plan.Items()) && !b.folding && e.Revision > rec.RefRev {
 				// Always: an edit to "working" may be in flight, so
 				// what the record says the message shows may lag.
-				if rec.Final != nil && !rec.Ref.IsZero() {
-					rec.Restore = append(rec.Restore, restoreEdit{Ref: rec.Ref, Plan: *rec.Final})
+				if b.final != nil && !rec.Ref.IsZero() {
+					rec.Restore = append(rec.Restore, restoreEdit{Ref: rec.Ref, Plan: *b.final})
 				}
-				rec.Unpin = append(rec.Unpin, rec.Ref)
-				rec.Ref, rec.Pinned, rec.Shown = MessageRef{}, false, Plan{}
+				if !rec.Ref.IsZero() {
+					rec.Unpin = append(rec.Unpin, rec.Ref)
+				}
+				rec.Ref, rec.Pinned, rec.Shown, rec.RefRev = MessageRef{}, false, Plan{}, e.Revision
+				b.foldedBelow = 0
 			}
-			rec.Closed, rec.Final = false, nil
+			b.closed, b.final = false, nil
 			state = StateWorking
 		}
 		if state != StateResumed {
@@ -309,6 +358,23 @@ func (b *Board) planChanged(e agent.Event) {
 		want.Stoppable, want.Activity = true, activity
 		want.Evidence, want.Calls, want.Approvals = e.Evidence, e.Calls, e.Approvals
 	})
+}
+
+// foldPlan takes the plan an entry of another kind carries (a turn's
+// start or end, its evidence, an approval), newer than the one folded so
+// far: the same task, its revision's marks kept.
+func (b *Board) foldPlan(e agent.Event) {
+	marks := e.Marks
+	if marks == nil && e.Revision == b.want.Revision {
+		marks = b.want.Marks
+	}
+	p := planFrom(e.Plan, marks, e.Revision, b.want.State, e.At)
+	p.Stoppable, p.Activity, p.StoppedBy, p.Start = b.want.Stoppable, b.want.Activity, b.want.StoppedBy, b.want.Start
+	p.Evidence, p.Calls, p.Approvals = b.want.Evidence, b.want.Calls, b.want.Approvals
+	if e.Evidence != nil {
+		p.Evidence = e.Evidence
+	}
+	b.want, b.floor = p, max(b.floor, e.Revision)
 }
 
 // evidenceChanged: a round's tool calls were committed; they show under
@@ -372,12 +438,12 @@ func (b *Board) turnEnded(e agent.Event) {
 	var th Thread
 	b.set(func(rec *boardRecord, want *Plan) {
 		th = rec.Thread
-		rec.Final = nil
+		b.final = nil
 		want.State, want.Updated = state, e.At
 		want.Stoppable, want.Activity, want.StoppedBy, want.Start = false, "", e.StoppedBy, ""
 		// The next turn's plan gets its own message unless it
 		// continues this one.
-		rec.Closed = len(want.Items) > 0
+		b.closed = len(want.Items) > 0
 	})
 	off := false
 	b.moveSession(th, statusChange{state: SessionActive, working: &off, trigger: e.Trigger})
@@ -389,7 +455,9 @@ func (b *Board) turnEnded(e agent.Event) {
 // knew of the old session goes. The thread and the newest message for
 // the session stay, and so does the message the working indicator is on.
 // A session the platform shows is closed.
-func (b *Board) reset() {
+// from is the last entry of the old session's log: the new one's
+// content is folded from the entries after it.
+func (b *Board) reset(from int64) {
 	var th Thread
 	var sessioned bool
 	b.set(func(rec *boardRecord, want *Plan) {
@@ -398,8 +466,9 @@ func (b *Board) reset() {
 		if !rec.Ref.IsZero() {
 			unpin = append(unpin, rec.Ref)
 		}
-		*rec = boardRecord{Thread: rec.Thread, Unpin: unpin, Restore: rec.Restore}
+		*rec = boardRecord{Thread: rec.Thread, Unpin: unpin, Restore: rec.Restore, From: max(from, rec.From)}
 		*want = Plan{}
+		b.closed, b.final, b.foldedBelow = false, nil, 0
 		b.floor = 0
 	})
 	if sessioned {
@@ -416,7 +485,7 @@ func (b *Board) change(f func()) {
 	b.used = time.Now()
 	f()
 	raw, err := json.Marshal(b.rec)
-	pending := b.rec.pending()
+	pending := b.pendingLocked()
 	b.mu.Unlock()
 	if err == nil {
 		err = b.store.SaveBoard(context.WithoutCancel(b.owner.ctx), b.key, raw, pending)
@@ -554,9 +623,9 @@ func (b *Board) step(own bool) (again bool, wait time.Duration) {
 		b.mu.Unlock()
 		return false, wait
 	}
-	if b.doneVer == b.wantVer || ctx.Err() != nil || b.ctx.Err() != nil {
+	if b.doneVer == b.wantVer || ctx.Err() != nil || b.ctx.Err() != nil || own && b.held {
 		if own {
-			b.endRunLocked()
+			b.endRunLocked() // held: unhold starts it again
 		}
 		b.mu.Unlock()
 		return false, 0
@@ -713,7 +782,12 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan, ver uint6
 			return rec.Ref, err
 		}
 	}
-	if !sameContent(rec.Shown, want) {
+	// The message never goes back to an older revision (DESIGN §6): after
+	// a restart the board is folded from the log at its stored cursor,
+	// which may lag what the message shows until the entries after it
+	// are applied again.
+	older := b.shownNewer(want)
+	if !sameContent(rec.Shown, want) && !older {
 		if err := b.pace(ctx, MethodEdit, b.priority); err != nil {
 			return rec.Ref, err
 		}
@@ -746,6 +820,17 @@ func (b *Board) apply(ctx context.Context, rec boardRecord, want Plan, ver uint6
 		return rec.Ref, err
 	}
 	return rec.Ref, b.unpinOld(ctx, &rec, &want)
+}
+
+// shownNewer reports whether the message shows a newer revision than
+// want, after a fold that stopped short of it (foldedBelow).
+func (b *Board) shownNewer(want Plan) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if want.Revision >= b.foldedBelow {
+		b.foldedBelow = 0
+	}
+	return want.Revision < b.foldedBelow
 }
 
 // restore edits the earlier plan messages of rec back to their final

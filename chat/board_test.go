@@ -182,6 +182,21 @@ func settle(t testing.TB, r *Router, key string) {
 	}
 }
 
+// isClosed reports, with the board's lock, whether its plan is finished.
+func (b *Board) isClosed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed
+}
+
+// finalPlan returns, with the board's lock, the finished plan a later
+// turn took over.
+func (b *Board) finalPlan() *Plan {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.final
+}
+
 func plan(rev int64, statuses ...todo.Status) todo.Snapshot {
 	var items []todo.Item
 	for i, s := range statuses {
@@ -483,17 +498,17 @@ func TestBoardTurnMethods(t *testing.T) {
 			b.turnEnded(e)
 			b.Wait()
 		}, check: func(rec boardRecord, want Plan) bool {
-			return rec.Closed && rec.Ref.ID == "m1" && want.State == StateStopped && want.StoppedBy == "ann" && !want.Stoppable
+			return b.isClosed() && rec.Ref.ID == "m1" && want.State == StateStopped && want.StoppedBy == "ann" && !want.Stoppable
 		}},
 		{name: "a later turn keeps the final content", do: func() { b.turnStarted(ev(agent.TurnStarted)) }, check: func(rec boardRecord, want Plan) bool {
-			return rec.Final != nil && rec.Final.State == StateStopped && want.State == StateWorking && want.Stoppable && want.StoppedBy == ""
+			return b.finalPlan() != nil && b.finalPlan().State == StateStopped && want.State == StateWorking && want.Stoppable && want.StoppedBy == ""
 		}},
 		{name: "a new task gets a new message", do: func() { b.planChanged(task(3, "something else")); b.Wait() }, check: func(rec boardRecord, want Plan) bool {
-			return rec.Ref.ID == "m2" && !rec.Closed && rec.Final == nil && want.Revision == 3 && want.State == StateWorking &&
+			return rec.Ref.ID == "m2" && !b.isClosed() && b.finalPlan() == nil && want.Revision == 3 && want.State == StateWorking &&
 				p.plan("m1").State == StateStopped && len(rec.Unpin) == 0 && len(rec.Restore) == 0
 		}},
-		{name: "reset", do: func() { b.reset(); b.Wait() }, check: func(rec boardRecord, want Plan) bool {
-			return rec.Ref.IsZero() && !rec.Closed && rec.Thread.Channel == "C2" && len(want.Items) == 0
+		{name: "reset", do: func() { b.reset(0); b.Wait() }, check: func(rec boardRecord, want Plan) bool {
+			return rec.Ref.IsZero() && !b.isClosed() && rec.Thread.Channel == "C2" && len(want.Items) == 0
 		}},
 	}
 	for _, st := range steps {

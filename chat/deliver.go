@@ -516,6 +516,10 @@ func (d *deliverer) catchUp(s *session, c *cursor, through int64) ([]queued, err
 		return nil, err
 	}
 	var replies []queued
+	// The board shows where the batch brings it, not a state in the
+	// middle of it (after a restart, its fold at the stored cursor).
+	s.board.hold()
+	defer s.board.unhold()
 	for _, l := range entries {
 		if through > 0 && l.Seq > through {
 			break
@@ -609,6 +613,9 @@ func (d *deliverer) resumeDelivery(key string, stored []queued) {
 		})
 		s := d.session(key, nil)
 		if s == nil || s.board.platform == nil || d.logs == nil {
+			if s != nil && s.board.platform != nil && s.board.hasWork() {
+				s.board.set(func(*boardRecord, *Plan) {}) // before the replies
+			}
 			d.outbox.enqueue(key, stored...)
 			return
 		}
@@ -625,6 +632,12 @@ func (d *deliverer) resumeDelivery(key string, stored []queued) {
 		// the cursor is stored past its entry.
 		c.held = append(c.held, stored...)
 		d.catchUpNow(s)
+		// The board's loop goes after the entries the catch-up applied:
+		// it shows where they brought it. A stored reply waits for the
+		// plan it comes after all the same (showFirst).
+		if s.board.hasWork() {
+			s.board.set(func(*boardRecord, *Plan) {})
+		}
 	})
 }
 
@@ -837,9 +850,16 @@ func (d *deliverer) Resume(ctx context.Context) (int, error) {
 		keys = append(keys, undelivered...)
 	}
 	// Boards first: their loops go on the sessions' lanes before the
-	// stored replies that come after their plans.
+	// stored replies that come after their plans. A session whose log is
+	// undelivered starts its loop after the catch-up (resumeDelivery):
+	// its board is folded at the stored cursor, and shows the entries
+	// after it, not a state before them.
+	catching := map[string]bool{}
+	for _, key := range keys {
+		catching[key] = true
+	}
 	for _, key := range pending {
-		if b := d.board(key, nil); b != nil && b.platform != nil {
+		if b := d.board(key, nil); b != nil && b.platform != nil && !catching[key] {
 			b.set(func(*boardRecord, *Plan) {})
 		}
 	}
@@ -875,21 +895,9 @@ func (d *deliverer) Resume(ctx context.Context) (int, error) {
 // one left are delivered here, from the session's cursor.
 func (d *deliverer) ResumeSession(ctx context.Context, key string) {
 	d.delivery.Add(key, func() { d.forget(key) }) // behind what was queued for it before
-	data, berr := d.opts.Store.Board(ctx, key)
-	if berr != nil {
-		d.opts.Logger.Error("read plan board", "session", key, "err", berr)
-		data = nil
-	}
 	stored, err := d.outbox.storedOf(ctx, key)
 	if err != nil {
 		d.opts.Logger.Error("resume undelivered replies", "session", key, "err", err)
 	}
-	d.delivery.Add(key, func() {
-		if BoardPending(data) { // first: a stored reply waits for its plan's post
-			if b := d.board(key, nil); b != nil && b.platform != nil {
-				b.set(func(*boardRecord, *Plan) {})
-			}
-		}
-	})
-	d.resumeDelivery(key, stored)
+	d.resumeDelivery(key, stored) // the board is loaded afresh, folded from the log
 }

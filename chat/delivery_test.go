@@ -299,19 +299,21 @@ func (f *failingEdits) EditPlan(context.Context, Thread, MessageRef, Plan) error
 }
 
 func TestUnfinishedPlanEditResumedAfterRestart(t *testing.T) {
-	boards := &chattest.Boards{}
+	boards, logs := &chattest.Boards{}, &chattest.Log{}
 	down := &failingEdits{}
-	r := NewRouter(Options{Store: boards, Platforms: map[string]Platform{"test": down}, RetryDelay: time.Millisecond})
+	r := NewRouter(Options{Store: boards, Log: logs, Platforms: map[string]Platform{"test": down}, RetryDelay: time.Millisecond})
 	r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
-	observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress)})
+	observe(r, logs.Append("test/1", agent.Event{Kind: agent.PlanChanged, Revision: 1, Plan: plan(1, todo.InProgress)}))
 	r.out.board("test/1", nil).Wait()
-	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Plan: plan(1, todo.InProgress)})
+	observe(r, logs.Append("test/1", agent.Event{Kind: agent.TurnEnded, Outcome: agent.Done, Plan: plan(1, todo.InProgress)}))
 	r.out.board("test/1", nil).Wait()
 	r.Close()
 
+	// The final state is not stored with the board: it is folded from
+	// the log's entries again.
 	up := &fakePlatform{}
 	up.next, up.shown = 1, map[string]Plan{"m1": {}} // the message m1 exists
-	r2 := NewRouter(Options{Store: boards, Platforms: map[string]Platform{"test": up}})
+	r2 := NewRouter(Options{Store: boards, Log: logs, Platforms: map[string]Platform{"test": up}})
 	t.Cleanup(r2.Close)
 	if _, err := r2.Resume(context.Background()); err != nil {
 		t.Fatal(err)
@@ -512,23 +514,47 @@ func TestConcurrentRepliesDeliveredOnce(t *testing.T) {
 	}
 }
 
+// savedBoard stores rec as the record a killed process left for its
+// session, indexed as a board with work left, and when want is set the
+// log entries its content is folded from (DESIGN §1): a turn started,
+// its plan, and for a finished state the turn's end, the cursor stored
+// past them.
+func savedBoard(t *testing.T, boards *chattest.Boards, logs *chattest.Log, rec boardRecord, want *Plan) {
+	t.Helper()
+	raw, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := rec.Thread.Key
+	if err := boards.SaveBoard(context.Background(), key, raw, true); err != nil {
+		t.Fatal(err)
+	}
+	if want == nil {
+		return
+	}
+	logs.Append(key, agent.Event{Kind: agent.TurnStarted, Turn: 1})
+	last := logs.Append(key, agent.Event{Kind: agent.PlanChanged, Turn: 1, Revision: want.Revision, Plan: todo.NewSnapshot(want.Items)})
+	for _, o := range []agent.Outcome{agent.Done, agent.Failed, agent.Stopped, agent.Limited, agent.TurnBudget, agent.DayBudget} {
+		if StateOf(o) == want.State {
+			last = logs.Append(key, agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: o})
+		}
+	}
+	if err := logs.SaveDelivered(context.Background(), key, last.Seq); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestUnpostedPlanPostedAfterRestart: a plan whose first post was still
 // waiting for the platform's pace when the process died (the record has a
 // wanted plan and no message ref) is posted and pinned once after the
 // restart, on its newest content.
 func TestUnpostedPlanPostedAfterRestart(t *testing.T) {
-	boards := &chattest.Boards{}
+	boards, logs := &chattest.Boards{}, &chattest.Log{}
 	want := Plan{Items: plan(3, todo.Completed).Items(), Revision: 3, State: StateDone}
-	raw, err := json.Marshal(boardRecord{Thread: Thread{Platform: "test", Key: "test/1", Channel: "C1"}, Want: &want})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := boards.SaveBoard(context.Background(), "test/1", raw, BoardPending(raw)); err != nil {
-		t.Fatal(err)
-	}
+	savedBoard(t, boards, logs, boardRecord{Thread: Thread{Platform: "test", Key: "test/1", Channel: "C1"}}, &want)
 
 	up := &fakePlatform{}
-	r := NewRouter(Options{Store: boards, Platforms: map[string]Platform{"test": up}})
+	r := NewRouter(Options{Store: boards, Log: logs, Platforms: map[string]Platform{"test": up}})
 	t.Cleanup(r.Close)
 	if _, err := r.Resume(context.Background()); err != nil {
 		t.Fatal(err)
@@ -543,7 +569,7 @@ func TestUnpostedPlanPostedAfterRestart(t *testing.T) {
 
 	// A second restart finds the ref stored: nothing more is posted.
 	r.Close()
-	r2 := NewRouter(Options{Store: boards, Platforms: map[string]Platform{"test": up}})
+	r2 := NewRouter(Options{Store: boards, Log: logs, Platforms: map[string]Platform{"test": up}})
 	t.Cleanup(r2.Close)
 	if _, err := r2.Resume(context.Background()); err != nil {
 		t.Fatal(err)
@@ -563,16 +589,13 @@ func TestUnpostedPlanPostedAfterRestart(t *testing.T) {
 // pinned, since the pin follows the stored ref), and only the new one is
 // pinned and edited from then on.
 func TestPostWithoutStoredRefIsRepeated(t *testing.T) {
-	boards := &chattest.Boards{}
+	boards, logs := &chattest.Boards{}, &chattest.Log{}
 	want := Plan{Items: plan(1, todo.InProgress).Items(), Revision: 1, State: StateWorking}
 	began := time.Date(2026, 12, 1, 9, 0, 0, 123, time.UTC) // the killed process's attempt
-	raw, _ := json.Marshal(boardRecord{Thread: Thread{Platform: "test", Key: "test/1", Channel: "C1"}, Want: &want, Posting: &began})
-	if err := boards.SaveBoard(context.Background(), "test/1", raw, BoardPending(raw)); err != nil {
-		t.Fatal(err)
-	}
+	savedBoard(t, boards, logs, boardRecord{Thread: Thread{Platform: "test", Key: "test/1", Channel: "C1"}, Posting: &began}, &want)
 	up := &fakePlatform{}
 	up.next, up.shown = 1, map[string]Plan{"m1": want} // posted, ref lost
-	r := NewRouter(Options{Store: boards, Platforms: map[string]Platform{"test": up}})
+	r := NewRouter(Options{Store: boards, Log: logs, Platforms: map[string]Platform{"test": up}})
 	t.Cleanup(r.Close)
 	if _, err := r.Resume(context.Background()); err != nil {
 		t.Fatal(err)
@@ -613,13 +636,7 @@ func TestPostedUnpinnedPlanPinnedAfterRestart(t *testing.T) {
 	boards := &chattest.Boards{}
 	want := Plan{Items: plan(3, todo.Completed).Items(), Revision: 3, State: StateDone}
 	ref := MessageRef{Channel: "C1", ID: "m1"}
-	raw, err := json.Marshal(boardRecord{Thread: Thread{Platform: "test", Key: "test/1", Channel: "C1"}, Ref: ref, Shown: want, Want: &want, Unpin: []MessageRef{{Channel: "C1", ID: "m0"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := boards.SaveBoard(context.Background(), "test/1", raw, BoardPending(raw)); err != nil {
-		t.Fatal(err)
-	}
+	savedBoard(t, boards, nil, boardRecord{Thread: Thread{Platform: "test", Key: "test/1", Channel: "C1"}, Ref: ref, Shown: want, Unpin: []MessageRef{{Channel: "C1", ID: "m0"}}}, nil)
 	up := &fakePlatform{}
 	up.next, up.shown = 1, map[string]Plan{"m1": want}
 	r := NewRouter(Options{Store: boards, Platforms: map[string]Platform{"test": up}})
@@ -655,20 +672,17 @@ func (f *fenceAfter) Held(context.Context, string) error {
 // request; once it answers fenced, nothing more goes to the platform, and
 // the reply is left stored for the session's holder.
 func TestFencedBoardSendsNothingMore(t *testing.T) {
-	boards := &chattest.Boards{}
+	boards, logs := &chattest.Boards{}, &chattest.Log{}
 	want := Plan{Items: plan(2, todo.InProgress).Items(), Revision: 2, State: StateWorking}
 	old := Plan{Items: plan(1, todo.Completed).Items(), Revision: 1, State: StateDone}
-	rec := boardRecord{Thread: Thread{Platform: "test", Key: "test/1", Channel: "C1"}, Want: &want,
+	rec := boardRecord{Thread: Thread{Platform: "test", Key: "test/1", Channel: "C1"},
 		Restore: []restoreEdit{{Ref: MessageRef{Channel: "C1", ID: "m0"}, Plan: old}}, Unpin: []MessageRef{{Channel: "C1", ID: "m0"}}}
-	raw, _ := json.Marshal(rec)
-	if err := boards.SaveBoard(context.Background(), "test/1", raw, BoardPending(raw)); err != nil {
-		t.Fatal(err)
-	}
+	savedBoard(t, boards, logs, rec, &want)
 	up := &fakePlatform{}
 	up.next, up.shown = 1, map[string]Plan{"m0": old}
 	fence := &fenceAfter{n: 1}
 	out := &chattest.Outbox{}
-	r := NewRouter(Options{Store: boards, Outbox: out, Platforms: map[string]Platform{"test": up}, Fence: fence})
+	r := NewRouter(Options{Store: boards, Outbox: out, Log: logs, Platforms: map[string]Platform{"test": up}, Fence: fence})
 	t.Cleanup(r.Close)
 	if _, err := r.Resume(context.Background()); err != nil {
 		t.Fatal(err)
@@ -695,17 +709,14 @@ func TestFencedBoardSendsNothingMore(t *testing.T) {
 // a key of its own, with no doubt that an earlier attempt posted it, so
 // no platform looks for (and reuses) the message of the old session.
 func TestResetThenNewPlanPostsItsOwnMessage(t *testing.T) {
-	boards := &chattest.Boards{}
+	boards, logs := &chattest.Boards{}, &chattest.Log{}
 	shown := Plan{Items: plan(1, todo.Completed).Items(), Revision: 1, State: StateDone}
 	began := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
-	raw, _ := json.Marshal(boardRecord{Thread: Thread{Platform: "test", Key: "test/1", Channel: "C1"}, Want: &shown, Posting: &began})
-	if err := boards.SaveBoard(context.Background(), "test/1", raw, BoardPending(raw)); err != nil {
-		t.Fatal(err)
-	}
+	savedBoard(t, boards, logs, boardRecord{Thread: Thread{Platform: "test", Key: "test/1", Channel: "C1"}, Posting: &began}, &shown)
 	p := &fakePlatform{next: 1, shown: map[string]Plan{"m1": shown}}
-	r := NewRouter(Options{Store: boards, Platforms: map[string]Platform{"test": p}})
+	r := NewRouter(Options{Store: boards, Log: logs, Platforms: map[string]Platform{"test": p}})
 	t.Cleanup(r.Close)
-	r.out.board("test/1", nil).reset()
+	r.out.board("test/1", nil).reset(3)
 	settle(t, r, "test/1")
 	observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: items("a new task")})
 	settle(t, r, "test/1")
@@ -1234,5 +1245,131 @@ func TestDeletedSessionInUseShowsItsNewPlan(t *testing.T) {
 	_, want := r.out.board(th.Key, nil).state()
 	if len(want.Items) != 1 || want.Items[0].Content != "a new task" {
 		t.Errorf("the board wants revision %d %+v, want the new session's plan", want.Revision, want.Items)
+	}
+}
+
+// TestFoldAfterResetLeavesTheOldPlan: the board's content is folded from
+// the log after a restart, and a reset keeps the log (its numbering and
+// cursor): what the old session logged is not folded into the new one,
+// so its plan is not posted again in the thread.
+func TestFoldAfterResetLeavesTheOldPlan(t *testing.T) {
+	boards, logs := &chattest.Boards{}, &chattest.Log{}
+	p := &fakePlatform{}
+	r := NewRouter(Options{Store: boards, Log: logs, Platforms: map[string]Platform{"test": p}})
+	r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	observe(r, logs.Append("test/1", agent.Event{Kind: agent.TurnStarted, Turn: 1}))
+	observe(r, logs.Append("test/1", agent.Event{Kind: agent.PlanChanged, Turn: 1, Revision: 1, Plan: plan(1, todo.Completed)}))
+	observe(r, logs.Append("test/1", agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done}))
+	settle(t, r, "test/1")
+	r.out.archived(context.Background(), r.out.session("test/1", nil), "ann", false)
+	settle(t, r, "test/1")
+	r.Close()
+	posts := p.count("post")
+
+	r2 := NewRouter(Options{Store: boards, Log: logs, Platforms: map[string]Platform{"test": p}})
+	t.Cleanup(r2.Close)
+	if _, err := r2.Resume(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, r2, "test/1")
+	if n := p.count("post"); n != posts {
+		t.Errorf("calls %+v: the old session's plan was posted again after the reset and a restart", p.calls)
+	}
+	if _, want := r2.out.board("test/1", nil).state(); len(want.Items) != 0 {
+		t.Errorf("the board wants %d items after the reset, want none", len(want.Items))
+	}
+}
+
+// TestRevisionAppliedAgainMovesNoMessage: a finished plan's next task
+// moved on to a new message, and the process died before the cursor was
+// stored past that revision. After the restart the board is folded from
+// the entries before it and the revision is applied again: the record
+// says the move is done (RefRev), so no third message is posted and the
+// new one stays the board's.
+func TestRevisionAppliedAgainMovesNoMessage(t *testing.T) {
+	boards, logs := &chattest.Boards{}, &chattest.Log{}
+	p := &fakePlatform{}
+	r := NewRouter(Options{Store: boards, Log: logs, Platforms: map[string]Platform{"test": p}})
+	r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	observe(r, logs.Append("test/1", agent.Event{Kind: agent.TurnStarted, Turn: 1}))
+	observe(r, logs.Append("test/1", agent.Event{Kind: agent.PlanChanged, Turn: 1, Revision: 1, Plan: items("task A")}))
+	ended := logs.Append("test/1", agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done})
+	observe(r, ended)
+	settle(t, r, "test/1") // task A's message shows it done
+	observe(r, logs.Append("test/1", agent.Event{Kind: agent.TurnStarted, Turn: 2}))
+	observe(r, logs.Append("test/1", agent.Event{Kind: agent.PlanChanged, Turn: 2, Revision: 2, Plan: items("task B")}))
+	settle(t, r, "test/1")
+	r.Close()
+	if p.count("post") != 2 {
+		t.Fatalf("calls %+v, want task B in a message of its own", p.calls)
+	}
+	// The kill came before the cursor was stored past task A's end.
+	if err := logs.SaveDelivered(context.Background(), "test/1", ended.Seq); err != nil {
+		t.Fatal(err)
+	}
+
+	r2 := NewRouter(Options{Store: boards, Log: logs, Platforms: map[string]Platform{"test": p}})
+	t.Cleanup(r2.Close)
+	if _, err := r2.Resume(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, r2, "test/1")
+	if n := p.count("post"); n != 2 {
+		t.Errorf("calls %+v: task B moved to a message of its own again after the restart", p.calls)
+	}
+	if _, ref := r2.out.board("test/1", nil).Shown(); ref.ID != "m2" {
+		t.Errorf("the board works on %q after the restart, want m2", ref.ID)
+	}
+}
+
+// TestFoldAfterCompaction (review finding): the log behind the cursor is
+// compacted (the fake compacts as the stores do), and the entries of a
+// turn carry its plan, so the last one kept with a plan may be the
+// turn's end, not the revision. After a restart the board is folded to
+// the same plan and state: a finished task's next task still gets a
+// message of its own, and a turn that ends after the restart shows its
+// end on the plan.
+func TestFoldAfterCompaction(t *testing.T) {
+	boards, logs := &chattest.Boards{}, &chattest.Log{}
+	p := &fakePlatform{}
+	start := func() *Router {
+		r := NewRouter(Options{Store: boards, Log: logs, Platforms: map[string]Platform{"test": p}})
+		if _, err := r.Resume(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	r := start()
+	r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
+	a := items("task A")
+	observe(r, logs.Append("test/1", agent.Event{Kind: agent.TurnStarted, Turn: 1}))
+	observe(r, logs.Append("test/1", agent.Event{Kind: agent.PlanChanged, Turn: 1, Revision: 1, Plan: a}))
+	observe(r, logs.Append("test/1", agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Revision: 1, Plan: a}))
+	settle(t, r, "test/1")
+	r.Close()
+
+	r = start()
+	observe(r, logs.Append("test/1", agent.Event{Kind: agent.TurnStarted, Turn: 2, Revision: 1, Plan: a}))
+	b := items("task B")
+	observe(r, logs.Append("test/1", agent.Event{Kind: agent.PlanChanged, Turn: 2, Revision: 2, Plan: b}))
+	observe(r, logs.Append("test/1", agent.Event{Kind: agent.EvidenceChanged, Turn: 2, Revision: 2, Plan: b}))
+	settle(t, r, "test/1")
+	r.Close()
+	if n := p.count("post"); n != 2 {
+		t.Fatalf("calls %+v: task B after a restart, want it in a message of its own", p.calls)
+	}
+	if got := p.plan("m1"); got.Revision != 1 || got.State != StateDone {
+		t.Errorf("task A's message shows rev %d %q, want 1 done", got.Revision, got.State)
+	}
+
+	r = start()
+	t.Cleanup(r.Close)
+	observe(r, logs.Append("test/1", agent.Event{Kind: agent.TurnEnded, Turn: 2, Outcome: agent.Done, Revision: 2, Plan: b}))
+	settle(t, r, "test/1")
+	if got := p.plan("m2"); got.Revision != 2 || got.State != StateDone || got.Stoppable {
+		t.Errorf("task B's message shows rev %d %q (stoppable %v) after its turn ended, want 2 done", got.Revision, got.State, got.Stoppable)
+	}
+	if n := p.count("post"); n != 2 {
+		t.Errorf("calls %+v: a third message", p.calls)
 	}
 }

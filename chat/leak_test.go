@@ -100,10 +100,7 @@ func TestPendingPinCostsNoGoroutine(t *testing.T) {
 		for i := range n {
 			key := fmt.Sprintf("test/%d", i)
 			th := Thread{Platform: "test", Key: key, Channel: fmt.Sprintf("C%d", i)}
-			raw, _ := json.Marshal(boardRecord{Thread: th, Ref: MessageRef{Channel: th.Channel, ID: fmt.Sprintf("old%d", i)}, Shown: want, Want: &want})
-			if err := boards.SaveBoard(context.Background(), key, raw, BoardPending(raw)); err != nil {
-				t.Fatal(err)
-			}
+			savedBoard(t, boards, nil, boardRecord{Thread: th, Ref: MessageRef{Channel: th.Channel, ID: fmt.Sprintf("old%d", i)}, Shown: want}, nil)
 		}
 		p := newPinStarvedPlatform()
 		r := NewRouter(Options{Store: boards, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})

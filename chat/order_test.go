@@ -2,7 +2,6 @@ package chat
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -263,7 +262,7 @@ func TestNewPlanNotHeldBehindUnpin(t *testing.T) {
 	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "first answer"})
 	settle(t, r, "test/1")
 	p.pins.Hold(time.Hour) // no pin or unpin from here on
-	r.out.board("test/1", nil).reset()
+	r.out.board("test/1", nil).reset(0)
 	observe(r, agent.Event{Session: "test/1", Kind: agent.PlanChanged, Revision: 1, Plan: items("a new task"), At: time.Now()})
 	observe(r, agent.Event{Session: "test/1", Kind: agent.TurnEnded, Outcome: agent.Done, Text: "second answer"})
 	waitUntil(t, func() bool {
@@ -292,16 +291,13 @@ func TestNewPlanNotHeldBehindUnpin(t *testing.T) {
 // pin still waits for the pin budget (the soak left plans on their first
 // revision when the pin went first).
 func TestPostInDoubtEditedBeforeItsPin(t *testing.T) {
-	boards := &chattest.Boards{}
+	boards, logs := &chattest.Boards{}, &chattest.Log{}
 	want := Plan{Items: plan(2, todo.Completed).Items(), Revision: 2, State: StateDone}
 	began := time.Now().Add(-time.Minute)
-	raw, _ := json.Marshal(boardRecord{Thread: Thread{Platform: "test", Key: "test/1", Channel: "C1"}, Want: &want, Posting: &began})
-	if err := boards.SaveBoard(context.Background(), "test/1", raw, BoardPending(raw)); err != nil {
-		t.Fatal(err)
-	}
+	savedBoard(t, boards, logs, boardRecord{Thread: Thread{Platform: "test", Key: "test/1", Channel: "C1"}, Posting: &began}, &want)
 	p := &pacedPlatform{fakePlatform: &fakePlatform{}, edit: NewBudget(60000, 100), posts: NewBudget(60000, 100), pins: NewBudget(60000, 100)}
 	p.pins.Hold(time.Hour)
-	r := NewRouter(Options{Store: boards, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
+	r := NewRouter(Options{Store: boards, Log: logs, Platforms: map[string]Platform{"test": p}, RetryDelay: time.Millisecond, Outbox: &chattest.Outbox{}})
 	t.Cleanup(r.Close)
 	if _, err := r.Resume(context.Background()); err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package chat
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -159,23 +158,24 @@ func NewRouter(opts Options) *Router {
 	return r
 }
 
-// BoardPending reports whether a stored plan board record has work its
-// loop did not finish: content its message does not show yet (a post or
-// an edit a stop cut short), a posted message not pinned yet, or earlier
-// messages still to restore or unpin.
-func BoardPending(data []byte) bool {
-	var rec boardRecord
-	if json.Unmarshal(data, &rec) != nil {
-		return false
-	}
-	return rec.pending()
+// hasWork is pendingLocked, with the board's lock.
+func (b *Board) hasWork() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.pendingLocked()
 }
 
-func (rec *boardRecord) pending() bool {
+// pendingLocked reports whether the board has work its loop did not
+// finish: content its message does not show yet (a post or an edit a
+// stop cut short), a posted message not pinned yet, or earlier messages
+// still to restore or unpin. The store indexes the boards saved so, for
+// the next start (BoardStore.SaveBoard). b.mu is held.
+func (b *Board) pendingLocked() bool {
+	rec := &b.rec
 	if len(rec.Restore) > 0 || len(rec.Unpin) > 0 || (!rec.Ref.IsZero() && !rec.Pinned && !rec.PinUnavailable) {
 		return true
 	}
-	return rec.Want != nil && (!rec.Ref.IsZero() || len(rec.Want.Items) > 0) && !sameContent(*rec.Want, rec.Shown)
+	return (!rec.Ref.IsZero() || len(b.want.Items) > 0) && !sameContent(b.want, rec.Shown)
 }
 
 // Close lets the deliverers, the plan boards and the outbox apply what

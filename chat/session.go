@@ -151,16 +151,96 @@ func (d *deliverer) loadSession(key string, th *Thread) *session {
 			log.Error("decode listing", "err", err)
 		}
 	}
+	d.fold(s)
 	return s
+}
+
+// fold loads the session's delivery cursor and folds what its plan
+// message should show from the log (DESIGN §1): the entries the stored
+// cursor has passed, after the last reset's (boardRecord.From), which
+// the stores keep compacted to what a fold needs (agent.Compactable).
+// The entries after the cursor are applied as they are delivered. A
+// cursor or a log that cannot be read is logged: the board wants what
+// its message shows, and the delivery reads the cursor again.
+func (d *deliverer) fold(s *session) {
+	if d.logs == nil {
+		return
+	}
+	b := s.board
+	seq, err := d.logs.Delivered(d.ctx, b.key)
+	if err != nil {
+		b.log.Error("read the session's delivery cursor to fold its plan", "err", err)
+		return
+	}
+	entries, err := d.logs.Log(d.ctx, b.key, b.rec.From)
+	if err != nil {
+		b.log.Error("read the session's log to fold its plan", "err", err)
+		return
+	}
+	c := &s.cursor
+	// The old session's entries, before a reset, are not applied again.
+	c.loaded, c.seq, c.saved = true, max(seq, b.rec.From), seq
+	if len(entries) == 0 || entries[0].Seq > seq {
+		return // nothing to fold: the board wants what its message shows
+	}
+	// From nothing, as the entries were applied: the state at the
+	// cursor, which may be older than what the message shows (the
+	// cursor is stored after the entries are applied); the entries after
+	// it, applied again, bring it on, and an older revision is never
+	// shown again meanwhile (Board.apply).
+	b.want, b.floor, b.closed, b.final = Plan{}, 0, false, nil
+	b.folding = true
+	defer func() {
+		b.folding = false
+		if b.want.Revision < b.rec.Shown.Revision {
+			b.foldedBelow = b.rec.Shown.Revision
+		}
+	}()
+	for _, l := range entries {
+		if l.Seq > seq {
+			break
+		}
+		e := l.Event(b.key)
+		if e.Kind != agent.PlanChanged && e.Revision > b.want.Revision {
+			// The entries of a turn carry its plan: the last one kept
+			// may be its end, not the revision itself.
+			b.foldPlan(e)
+		}
+		switch e.Kind {
+		case agent.TurnStarted:
+			b.turnStarted(e)
+		case agent.PlanChanged:
+			b.planChanged(e)
+		case agent.EvidenceChanged:
+			b.evidenceChanged(e)
+		case agent.ApprovalNeeded:
+			b.waiting(e)
+		case agent.ApprovalDecided:
+			b.approvalDecided(e)
+		case agent.TurnEnded:
+			b.turnEnded(e)
+			c.ended = max(c.ended, e.Turn)
+		}
+	}
+}
+
+// applied returns the last entry of the session's log its deliverer has
+// applied, read on the delivery queue.
+func (d *deliverer) applied(s *session) int64 {
+	done := make(chan int64, 1)
+	d.delivery.Add(s.board.key, func() { done <- s.cursor.seq })
+	select {
+	case seq := <-done:
+		return seq
+	case <-d.ctx.Done():
+		return 0
+	}
 }
 
 // newBoard returns the board of session key with its record.
 func (d *deliverer) newBoard(key string, rec boardRecord) *Board {
 	b := &Board{key: key, platform: d.opts.Platforms[rec.Thread.Platform], store: d.opts.Store, hooks: d.opts.Hooks, owner: d,
 		log: d.opts.Logger.With("session", key, "platform", rec.Thread.Platform), rec: rec, want: rec.Shown}
-	if rec.Want != nil {
-		b.want = *rec.Want
-	}
 	b.floor = b.want.Revision
 	b.idle = sync.NewCond(&b.mu)
 	b.ctx, b.stop = context.WithCancel(d.ctx)
@@ -365,9 +445,11 @@ func (d *deliverer) deleted(key string, since time.Time) {
 				s.cursor = cursor{}
 				// Its plan's revisions are numbered from 1 again too: the
 				// board takes them (planChanged ignores older ones).
+				// So are the entries a fold or a move counts by.
 				s.board.mu.Lock()
-				s.board.floor = 0
+				s.board.floor, s.board.foldedBelow = 0, 0
 				s.board.mu.Unlock()
+				s.board.update(func(r *boardRecord) { r.RefRev, r.From = 0, 0 })
 				d.catchUpNow(s)
 			}
 		})
@@ -400,10 +482,11 @@ func (d *deliverer) archived(ctx context.Context, s *session, by string, hidden 
 	// What the stopped turn logged (its end, its decided cards) is shown
 	// before the board starts over.
 	d.Flush(th.Key)
+	from := d.applied(s)
 	d.waitLane(th.Key) // its cards' posts too
 	s.archives.Add(1)  // and not those still to be tried again
 	d.closeOpen(ctx, s, th, agent.Decision{Reason: "stopped", ByName: by, At: d.opts.Now()}, 0)
-	s.board.reset()
+	s.board.reset(from)
 	s.cards.update(func(v *cardsRecord) { *v = cardsRecord{} })
 	s.listing.update(func(l *listingRecord) { l.Hidden = hidden })
 }

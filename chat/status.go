@@ -86,8 +86,8 @@ func (b *Board) showsSessions() bool { return b.caps.Sessions != nil }
 // show sessions.
 func (b *Board) moveSession(th Thread, c statusChange) {
 	ss := b.caps.Sessions
-	if ss == nil {
-		return
+	if ss == nil || b.folding {
+		return // a fold only says what the board shows
 	}
 	if c.working != nil {
 		b.indicator.want(c.trigger, *c.working)

@@ -1071,8 +1071,10 @@ type Glance struct {
 	Inbox   int64          // queued messages
 	Handed  int64          // events handed to its holder (P fwd/K/)
 	Outbox  int64          // replies not delivered yet
-	Board   []byte         // chat's plan board record
 	Unknown bool           // the record could not be read
+	// BoardPending: chat's plan board was last saved with work left
+	// (its index of them, chat.BoardStore.SaveBoard).
+	BoardPending bool
 	// Undelivered: the session's log goes past its delivery cursor.
 	Undelivered bool
 }
@@ -1085,7 +1087,7 @@ func (s *Store) Glance(ctx context.Context, key string) (Glance, error) {
 		clientv3.OpGet(s.inbox(key), clientv3.WithPrefix(), clientv3.WithCountOnly()),
 		clientv3.OpGet(s.p+"fwd/"+esc(key)+"/", clientv3.WithPrefix(), clientv3.WithCountOnly()),
 		clientv3.OpGet(s.outbox(key), clientv3.WithPrefix(), clientv3.WithCountOnly()),
-		clientv3.OpGet(s.chatKey("board", key)),
+		clientv3.OpGet(s.idx(idxBoards, key), clientv3.WithCountOnly()),
 		clientv3.OpGet(s.dlv(key)),
 	).Commit()
 	if err != nil {
@@ -1108,9 +1110,7 @@ func (s *Store) Glance(ctx context.Context, key string) (Glance, error) {
 	g.Inbox = resp.Responses[1].GetResponseRange().Count
 	g.Handed = resp.Responses[2].GetResponseRange().Count
 	g.Outbox = resp.Responses[3].GetResponseRange().Count
-	if kvs := resp.Responses[4].GetResponseRange().Kvs; len(kvs) == 1 {
-		g.Board = kvs[0].Value
-	}
+	g.BoardPending = resp.Responses[4].GetResponseRange().Count > 0
 	return g, nil
 }
 

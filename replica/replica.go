@@ -415,7 +415,7 @@ func (x *Handler) hasWork(key string) bool {
 	if err != nil || g.Unknown {
 		return true // let the taker look
 	}
-	return g.State.InTurn() || g.Inbox > 0 || g.Handed > 0 || g.Outbox > 0 || g.Undelivered || chat.BoardPending(g.Board)
+	return g.State.InTurn() || g.Inbox > 0 || g.Handed > 0 || g.Outbox > 0 || g.Undelivered || g.BoardPending
 }
 
 // stop applies a stop asked of this replica (by another one, for a

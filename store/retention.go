@@ -164,7 +164,9 @@ func idleSince(sb *bolt.Bucket, olderThan time.Time) bool {
 // its plan contents are. Whether a turn runs is the agent's record's to
 // say, and what is left to show the log's (undelivered). The record is
 // chat's and store may not import chat, so these field names mirror
-// chat's; the retention test writes records in that shape.
+// chat's; the retention test writes records in that shape. Want is read
+// from records written before the board's content was folded from the
+// log, which kept it.
 type boardView struct {
 	Shown struct {
 		Updated time.Time `json:"updated"`

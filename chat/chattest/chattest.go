@@ -251,8 +251,9 @@ func (o *Outbox) Len() int {
 // database does: the sessions' logs, as the agent commits them (Append),
 // and their delivery cursors. The zero value is ready.
 type Log struct {
-	mu        sync.Mutex // guards entries and delivered
+	mu        sync.Mutex // guards entries, last and delivered
 	entries   map[string][]agent.LogEntry
+	last      map[string]int64 // each log's last number, compacted or not
 	delivered map[string]int64
 }
 
@@ -262,9 +263,10 @@ func (l *Log) Append(key string, e agent.Event) agent.Event {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.entries == nil {
-		l.entries = map[string][]agent.LogEntry{}
+		l.entries, l.last = map[string][]agent.LogEntry{}, map[string]int64{}
 	}
-	e.Session, e.Seq = key, int64(len(l.entries[key])+1)
+	l.last[key]++
+	e.Session, e.Seq = key, l.last[key]
 	if e.At.IsZero() {
 		e.At = time.Now()
 	}
@@ -303,6 +305,25 @@ func (l *Log) SaveDelivered(_ context.Context, key string, seq int64) error {
 		l.delivered = map[string]int64{}
 	}
 	l.delivered[key] = seq // as the stores do: the last save wins
+	// And as they do, the entries the cursor passed are compacted to
+	// what the thread's plan is folded from (agent.Compactable).
+	var passed []agent.LogEntry
+	for _, e := range l.entries[key] {
+		if e.Seq <= seq {
+			passed = append(passed, e)
+		}
+	}
+	drop := map[int64]bool{}
+	for _, n := range agent.Compactable(passed) {
+		drop[n] = true
+	}
+	kept := l.entries[key][:0]
+	for _, e := range l.entries[key] {
+		if !drop[e.Seq] {
+			kept = append(kept, e)
+		}
+	}
+	l.entries[key] = kept
 	return nil
 }
 
@@ -312,6 +333,7 @@ func (l *Log) Delete(key string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.entries, key)
+	delete(l.last, key)
 	delete(l.delivered, key)
 }
 

@@ -938,10 +938,12 @@ func logCursor(t *testing.T, s Store) {
 	if keys, err := s.Undelivered(ctx); err != nil || !slices.Equal(keys, []string{"web/log"}) {
 		t.Errorf("Undelivered with the cursor at 2 of 3 = %q, %v; want web/log", keys, err)
 	}
-	// Entries the cursor passed are compacted: of 1 and 2, both with a
-	// plan, only the last stays; 3 is past the cursor.
-	if got, err := s.Log(ctx, "web/log", 0); err != nil || len(got) != 2 || got[0].Seq != 2 || got[1].Seq != 3 {
-		t.Errorf("Log with the cursor at 2 = %+v, %v; want entries 2 and 3", got, err)
+	// Entries the cursor passed are compacted to what the thread's
+	// plan is folded from: of 1 and 2, both with a plan, the last with a
+	// plan stays, and so does 1, the last turn's start; 3 is past the
+	// cursor.
+	if got, err := s.Log(ctx, "web/log", 0); err != nil || len(got) != 3 {
+		t.Errorf("Log with the cursor at 2 = %+v, %v; want entries 1 to 3", got, err)
 	}
 }
 
@@ -957,8 +959,8 @@ func logAfterReset(t *testing.T, s Store) {
 	if err != nil || cp == nil || cp.LogSeq != 3 {
 		t.Fatalf("after a reset the record's LogSeq = %+v, %v; want 3", cp, err)
 	}
-	if got, err := s.Log(ctx, "web/log", 0); err != nil || len(got) != 2 {
-		t.Errorf("after a reset Log = %d entries, %v; want 2", len(got), err)
+	if got, err := s.Log(ctx, "web/log", 0); err != nil || len(got) != 3 {
+		t.Errorf("after a reset Log = %d entries, %v; want 3", len(got), err)
 	}
 	if n, err := s.Delivered(ctx, "web/log"); err != nil || n != 2 {
 		t.Errorf("after a reset Delivered = %d, %v; want 2", n, err)
@@ -1042,8 +1044,8 @@ func testLogCompacted(t *testing.T, s Store, own func(string)) {
 		raw, _ := json.Marshal(e)
 		size += len(raw)
 	}
-	if want := []agent.EventKind{agent.ApprovalNeeded, agent.PlanChanged}; !slices.Equal(kinds, want) || kept[1].Seq != seq {
-		t.Errorf("the log after delivery keeps %v (%d entries), want the open approval (the last entry with a plan behind the cursor) and the undelivered revision", kinds, len(kept))
+	if want := []agent.EventKind{agent.TurnEnded, agent.TurnStarted, agent.PlanChanged, agent.ApprovalNeeded, agent.PlanChanged}; !slices.Equal(kinds, want) || kept[4].Seq != seq {
+		t.Errorf("the log after delivery keeps %v (%d entries), want the last turn's end and start, its last revision, the open approval (the last entry with a plan behind the cursor) and the undelivered revision", kinds, len(kept))
 	}
 	t.Logf("the log of 5 turns x 40 revisions of a 20-item plan: %d entries, %d bytes before delivery; %d entries, %d bytes kept once delivered", len(all), before, len(kept), size)
 	if size > 32<<10 {
