@@ -89,10 +89,11 @@ func copyOf[T any](p *T) *T {
 // needs any more (DESIGN §1: entries the cursor has passed are
 // compacted): all but what the thread's projections are folded from
 // after a restart: the last entry that carries a plan revision and the
-// last PlanChanged (with its marks), the last TurnStarted, TurnEnded and
-// EvidenceChanged (the run's state, the finished plan a later turn took
-// over, the evidence under the items), and the last request of each
-// approval still open (ApprovalNeeded with
+// last PlanChanged (with its marks), the last TurnStarted, TurnEnded,
+// ApprovalDecided and EvidenceChanged, and the last EvidenceChanged
+// before that TurnEnded (the run's state, the finished plan a later turn
+// took over as it showed, the evidence under the items), and the last
+// request of each approval still open (ApprovalNeeded with
 // no ApprovalDecided after it). The stores delete them when the cursor
 // is saved, so a session's log stays small however many turns it had.
 func Compactable(entries []LogEntry) []int64 {
@@ -100,7 +101,7 @@ func Compactable(entries []LogEntry) []int64 {
 		call string
 		turn int64
 	}
-	plan := int64(-1)
+	plan, ended := int64(-1), int64(-1)
 	last := map[EventKind]int64{}
 	open := map[approval]int64{}
 	for _, e := range entries {
@@ -108,7 +109,10 @@ func Compactable(entries []LogEntry) []int64 {
 			plan = e.Seq
 		}
 		switch e.Kind {
-		case TurnStarted, TurnEnded, EvidenceChanged, PlanChanged:
+		case TurnStarted, TurnEnded, EvidenceChanged, PlanChanged, ApprovalDecided:
+			if e.Kind == TurnEnded {
+				ended = last[EvidenceChanged]
+			}
 			last[e.Kind] = e.Seq
 		}
 		if e.Approval == nil {
@@ -124,7 +128,7 @@ func Compactable(entries []LogEntry) []int64 {
 	}
 	var drop []int64
 	for _, e := range entries {
-		if e.Seq == plan || last[e.Kind] == e.Seq {
+		if e.Seq == plan || last[e.Kind] == e.Seq || e.Kind == EvidenceChanged && e.Seq == ended {
 			continue
 		}
 		if e.Approval != nil && e.Kind == ApprovalNeeded && open[approval{e.Approval.CallID, e.Approval.Turn}] == e.Seq {

@@ -138,9 +138,9 @@ type Board struct {
 	asking  map[Method]bool
 	granted map[Method]time.Time
 	running bool
-	// held: the deliverer applies a batch of entries (hold); the loop
-	// starts once it is done.
-	held bool
+	// held: the deliverer applies a batch of entries (hold, nested
+	// holds counted); the loop starts once it is done.
+	held int
 	idle *sync.Cond // signalled when running goes false
 	// shownVer is the newest wanted version the message shows, or that
 	// the board gave up on: what a thread's answer waits for (showFirst).
@@ -208,7 +208,7 @@ func (b *Board) set(f func(rec *boardRecord, want *Plan)) {
 // runLocked queues the render loop on the session's lane if it is not
 // running. b.mu is held.
 func (b *Board) runLocked() {
-	if !b.running && !b.held {
+	if !b.running && b.held == 0 {
 		b.running = true
 		b.owner.wg.Add(1)
 		b.owner.lane.Add(b.key, b.loop)
@@ -217,17 +217,24 @@ func (b *Board) runLocked() {
 
 // hold keeps the board's loop from starting, or going on, while the
 // deliverer applies a batch of entries (a catch-up); unhold starts it if
-// the batch left work.
+// the batch left work, or the board has work its message does not show
+// (a fold after a restart): before the answers the batch released, which
+// wait for it (showFirst).
 func (b *Board) hold() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.held = true
+	b.held++
 }
 
 func (b *Board) unhold() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.held = false
+	if b.held--; b.held > 0 {
+		return
+	}
+	if b.doneVer == b.wantVer && b.pendingLocked() && b.platform != nil {
+		b.wantVer++
+	}
 	if b.doneVer != b.wantVer {
 		b.runLocked()
 	}
@@ -623,9 +630,16 @@ func (b *Board) step(own bool) (again bool, wait time.Duration) {
 		b.mu.Unlock()
 		return false, wait
 	}
-	if b.doneVer == b.wantVer || ctx.Err() != nil || b.ctx.Err() != nil || own && b.held {
+	if own && b.held > 0 {
+		// unhold starts it again; a slot given meanwhile stays its.
+		b.running = false
+		b.idle.Broadcast()
+		b.mu.Unlock()
+		return false, 0
+	}
+	if b.doneVer == b.wantVer || ctx.Err() != nil || b.ctx.Err() != nil {
 		if own {
-			b.endRunLocked() // held: unhold starts it again
+			b.endRunLocked()
 		}
 		b.mu.Unlock()
 		return false, 0
@@ -1132,6 +1146,8 @@ func (b *Board) wanted() uint64 {
 // content, or is not running. b.mu is held.
 func (b *Board) readyLocked(ver uint64) bool {
 	switch {
+	case b.held > 0 && b.doneVer != b.wantVer:
+		return false // the batch being applied has work for the loop
 	case !b.running, len(b.want.Items) == 0 && b.rec.Ref.IsZero():
 		return true
 	case ver == 0:

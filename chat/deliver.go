@@ -289,6 +289,10 @@ func (d *deliverer) deliverEvent(e agent.Event) {
 	if e.Seq <= c.seq {
 		return // applied already
 	}
+	// What the entries before it and it bring the board to is shown,
+	// not a state in the middle.
+	s.board.hold()
+	defer s.board.unhold()
 	if e.Seq > c.seq+1 {
 		// Entries this process did not see: read them from the log.
 		replies, err := d.catchUp(s, c, e.Seq-1)
@@ -865,6 +869,11 @@ func (d *deliverer) Resume(ctx context.Context) (int, error) {
 	}
 	stored, err := d.outbox.stored(ctx)
 	if err != nil {
+		for _, key := range pending {
+			if b := d.board(key, nil); b != nil && b.platform != nil && catching[key] {
+				b.set(func(*boardRecord, *Plan) {})
+			}
+		}
 		// Which answers are stored is not known: catching a log up now
 		// could store one twice. The next start tries again; until then
 		// the boards show what they recorded.

@@ -1293,7 +1293,7 @@ func TestRevisionAppliedAgainMovesNoMessage(t *testing.T) {
 	r.out.board("test/1", &Thread{Platform: "test", Key: "test/1", Channel: "C1"})
 	observe(r, logs.Append("test/1", agent.Event{Kind: agent.TurnStarted, Turn: 1}))
 	observe(r, logs.Append("test/1", agent.Event{Kind: agent.PlanChanged, Turn: 1, Revision: 1, Plan: items("task A")}))
-	ended := logs.Append("test/1", agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done})
+	ended := logs.Append("test/1", agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Revision: 1, Plan: items("task A")})
 	observe(r, ended)
 	settle(t, r, "test/1") // task A's message shows it done
 	observe(r, logs.Append("test/1", agent.Event{Kind: agent.TurnStarted, Turn: 2}))
@@ -1323,9 +1323,9 @@ func TestRevisionAppliedAgainMovesNoMessage(t *testing.T) {
 }
 
 // TestFoldAfterCompaction (review finding): the log behind the cursor is
-// compacted (the fake compacts as the stores do), and the entries of a
-// turn carry its plan, so the last one kept with a plan may be the
-// turn's end, not the revision. After a restart the board is folded to
+// compacted, and the entries of a turn carry its plan, so the last one
+// kept with a plan may be the turn's end, not the revision (all that the
+// compaction before the fold kept). After a restart the board is folded to
 // the same plan and state: a finished task's next task still gets a
 // message of its own, and a turn that ends after the restart shows its
 // end on the plan.
@@ -1347,6 +1347,9 @@ func TestFoldAfterCompaction(t *testing.T) {
 	observe(r, logs.Append("test/1", agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Revision: 1, Plan: a}))
 	settle(t, r, "test/1")
 	r.Close()
+	// As the compaction before the fold left a log: the last entry with a
+	// plan behind the cursor, the turn's end, and nothing else.
+	logs.Drop("test/1", 1, 2)
 
 	r = start()
 	observe(r, logs.Append("test/1", agent.Event{Kind: agent.TurnStarted, Turn: 2, Revision: 1, Plan: a}))
@@ -1371,5 +1374,80 @@ func TestFoldAfterCompaction(t *testing.T) {
 	}
 	if n := p.count("post"); n != 2 {
 		t.Errorf("calls %+v: a third message", p.calls)
+	}
+}
+
+// TestFoldKeepsDecisionsAndTheFinishedPlan (review findings): a decided
+// plan approval folds to a working plan without its Start button, and
+// the finished plan a later turn took over folds to what its message
+// showed when its turn ended (its evidence's count), though the log
+// behind the cursor is compacted.
+func TestFoldKeepsDecisionsAndTheFinishedPlan(t *testing.T) {
+	boards, logs := &chattest.Boards{}, &chattest.Log{}
+	p := &fakePlatform{}
+	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
+	r := NewRouter(Options{Store: boards, Log: logs, Platforms: map[string]Platform{"test": p}})
+	r.out.board(th.Key, &th)
+	a := items("task A")
+	start := &agent.Approval{CallID: "plan-1", Turn: 1, Plan: true}
+	for _, e := range []agent.Event{
+		{Kind: agent.TurnStarted, Turn: 1},
+		{Kind: agent.PlanChanged, Turn: 1, Revision: 1, Plan: a, Calls: 1},
+		{Kind: agent.ApprovalNeeded, Turn: 1, Revision: 1, Plan: a, Approval: start},
+		{Kind: agent.ApprovalDecided, Turn: 1, Approval: start, Decision: &agent.Decision{Allow: true}},
+	} {
+		observe(r, logs.Append(th.Key, e))
+	}
+	settle(t, r, th.Key)
+	r.Close()
+	r = NewRouter(Options{Store: boards, Log: logs, Platforms: map[string]Platform{"test": p}})
+	_, want := r.out.board(th.Key, nil).state()
+	if want.State != StateWorking || want.Start != "" {
+		t.Errorf("after the restart the plan folds to %q with Start %q; its approval was decided: want working, no Start", want.State, want.Start)
+	}
+	for _, e := range []agent.Event{
+		{Kind: agent.EvidenceChanged, Turn: 1, Revision: 1, Plan: a, Calls: 3},
+		{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Revision: 1, Plan: a},
+		{Kind: agent.TurnStarted, Turn: 2, Revision: 1, Plan: a, Calls: 0},
+		{Kind: agent.EvidenceChanged, Turn: 2, Revision: 1, Plan: a, Calls: 1},
+	} {
+		observe(r, logs.Append(th.Key, e))
+	}
+	settle(t, r, th.Key)
+	r.Close()
+	r = NewRouter(Options{Store: boards, Log: logs, Platforms: map[string]Platform{"test": p}})
+	t.Cleanup(r.Close)
+	if final := r.out.board(th.Key, nil).finalPlan(); final == nil || final.State != StateDone || final.Calls != 3 {
+		t.Errorf("the finished plan folds to %+v, want done with its 3 calls, as its message showed", final)
+	}
+}
+
+// TestFoldNeverShowsAnOlderRevision (review finding): after a restart the
+// board is folded at the stored cursor, which lags what the message
+// shows; an event that starts the board's loop before the entries after
+// the cursor are applied again does not edit the message back.
+func TestFoldNeverShowsAnOlderRevision(t *testing.T) {
+	boards, logs := &chattest.Boards{}, &chattest.Log{}
+	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
+	shown := Plan{Items: plan(3, todo.InProgress).Items(), Revision: 3, State: StateWorking, Stoppable: true}
+	savedBoard(t, boards, logs, boardRecord{Thread: th, Ref: MessageRef{Channel: "C1", ID: "m1"}, Pinned: true, Shown: shown}, nil)
+	logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1})
+	first := logs.Append(th.Key, agent.Event{Kind: agent.PlanChanged, Turn: 1, Revision: 1, Plan: plan(1, todo.InProgress)})
+	for rev := int64(2); rev <= 3; rev++ {
+		logs.Append(th.Key, agent.Event{Kind: agent.PlanChanged, Turn: 1, Revision: rev, Plan: plan(rev, todo.InProgress)})
+	}
+	if err := logs.SaveDelivered(context.Background(), th.Key, first.Seq); err != nil {
+		t.Fatal(err)
+	}
+	p := &fakePlatform{next: 1, shown: map[string]Plan{"m1": shown}}
+	r := NewRouter(Options{Store: boards, Log: logs, Platforms: map[string]Platform{"test": p}})
+	t.Cleanup(r.Close)
+	e := agent.Event{Session: th.Key, Kind: agent.ToolStarted, Tool: "fs__read_text_file"}
+	r.Observe(e) // the board is loaded, folded at revision 1, and runs
+	settle(t, r, th.Key)
+	for _, c := range p.calls {
+		if c.Op == "edit" && c.Rev < 3 {
+			t.Errorf("calls %+v: the message went back to revision %d", p.calls, c.Rev)
+		}
 	}
 }

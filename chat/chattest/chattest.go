@@ -327,6 +327,19 @@ func (l *Log) SaveDelivered(_ context.Context, key string, seq int64) error {
 	return nil
 }
 
+// Drop deletes entries seqs of session key's log, as a compaction does.
+func (l *Log) Drop(key string, seqs ...int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	kept := l.entries[key][:0]
+	for _, e := range l.entries[key] {
+		if !slices.Contains(seqs, e.Seq) {
+			kept = append(kept, e)
+		}
+	}
+	l.entries[key] = kept
+}
+
 // Delete drops session key's log and cursor, as retention deletes a
 // session from the store: its next entries are numbered from 1 again.
 func (l *Log) Delete(key string) {

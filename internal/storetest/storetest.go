@@ -1044,8 +1044,8 @@ func testLogCompacted(t *testing.T, s Store, own func(string)) {
 		raw, _ := json.Marshal(e)
 		size += len(raw)
 	}
-	if want := []agent.EventKind{agent.TurnEnded, agent.TurnStarted, agent.PlanChanged, agent.ApprovalNeeded, agent.PlanChanged}; !slices.Equal(kinds, want) || kept[4].Seq != seq {
-		t.Errorf("the log after delivery keeps %v (%d entries), want the last turn's end and start, its last revision, the open approval (the last entry with a plan behind the cursor) and the undelivered revision", kinds, len(kept))
+	if want := []agent.EventKind{agent.ApprovalDecided, agent.TurnEnded, agent.TurnStarted, agent.PlanChanged, agent.ApprovalNeeded, agent.PlanChanged}; !slices.Equal(kinds, want) || kept[5].Seq != seq {
+		t.Errorf("the log after delivery keeps %v (%d entries), want the last decision, the last turn's end and start, its last revision, the open approval (the last entry with a plan behind the cursor) and the undelivered revision", kinds, len(kept))
 	}
 	t.Logf("the log of 5 turns x 40 revisions of a 20-item plan: %d entries, %d bytes before delivery; %d entries, %d bytes kept once delivered", len(all), before, len(kept), size)
 	if size > 32<<10 {
