@@ -126,8 +126,11 @@ type Board struct {
 	// entries after it bring the board there it shows nothing older.
 	folding     bool
 	foldedBelow int64
-	wantVer     uint64
-	doneVer     uint64
+	// unshown: the fold left content the message does not show; the
+	// first batch applied after it (unhold) starts the loop.
+	unshown bool
+	wantVer uint64
+	doneVer uint64
 	// pending is when the board last went from showing what is wanted to
 	// wanting more: how long it has waited, for the budgets' "oldest
 	// first".
@@ -218,8 +221,8 @@ func (b *Board) runLocked() {
 // hold keeps the board's loop from starting, or going on, while the
 // deliverer applies a batch of entries (a catch-up); unhold starts it if
 // the batch left work, or the board has work its message does not show
-// (a fold after a restart): before the answers the batch released, which
-// wait for it (showFirst).
+// after its fold (unshown): before the answers the batch released,
+// which wait for it (showFirst).
 func (b *Board) hold() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -232,9 +235,10 @@ func (b *Board) unhold() {
 	if b.held--; b.held > 0 {
 		return
 	}
-	if b.doneVer == b.wantVer && b.pendingLocked() && b.platform != nil {
+	if b.unshown && b.doneVer == b.wantVer && b.pendingLocked() && b.platform != nil {
 		b.wantVer++
 	}
+	b.unshown = false
 	if b.doneVer != b.wantVer {
 		b.runLocked()
 	}

@@ -289,12 +289,12 @@ func (d *deliverer) deliverEvent(e agent.Event) {
 	if e.Seq <= c.seq {
 		return // applied already
 	}
-	// What the entries before it and it bring the board to is shown,
-	// not a state in the middle.
-	s.board.hold()
-	defer s.board.unhold()
 	if e.Seq > c.seq+1 {
 		// Entries this process did not see: read them from the log.
+		// What they and e bring the board to is shown, not a state in
+		// the middle.
+		s.board.hold()
+		defer s.board.unhold()
 		replies, err := d.catchUp(s, c, e.Seq-1)
 		d.release(s, c, replies)
 		if e.Seq <= c.seq {

@@ -195,6 +195,7 @@ func (d *deliverer) fold(s *session) {
 		if b.want.Revision < b.rec.Shown.Revision {
 			b.foldedBelow = b.rec.Shown.Revision
 		}
+		b.unshown = b.pendingLocked()
 	}()
 	for _, l := range entries {
 		if l.Seq > seq {
