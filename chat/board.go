@@ -235,13 +235,33 @@ func (b *Board) unhold() {
 	if b.held--; b.held > 0 {
 		return
 	}
+	b.startUnshownLocked()
+	if b.doneVer != b.wantVer {
+		b.runLocked()
+	}
+}
+
+// startUnshown starts the loop of a board whose fold left content its
+// message does not show, once, if nothing has started it since: the
+// first entry applied after the fold, whatever its kind.
+func (b *Board) startUnshown() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.held == 0 && b.unshown {
+		b.startUnshownLocked()
+		if b.doneVer != b.wantVer {
+			b.runLocked()
+		}
+	}
+}
+
+// startUnshownLocked gives an unshown fold's content a version for the
+// loop to show. b.mu is held.
+func (b *Board) startUnshownLocked() {
 	if b.unshown && b.doneVer == b.wantVer && b.pendingLocked() && b.platform != nil {
 		b.wantVer++
 	}
 	b.unshown = false
-	if b.doneVer != b.wantVer {
-		b.runLocked()
-	}
 }
 
 // What the board does for each thing that happens to its session: each

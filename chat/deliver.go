@@ -309,6 +309,7 @@ func (d *deliverer) deliverEvent(e agent.Event) {
 		}
 	}
 	replies := d.apply(s, e, nil)
+	s.board.startUnshown() // before its replies: they wait for what the fold left
 	if d.ctx.Err() != nil {
 		return // shut down while applying it: the next start applies it again (catchUp)
 	}

@@ -1451,3 +1451,32 @@ func TestFoldNeverShowsAnOlderRevision(t *testing.T) {
 		}
 	}
 }
+
+// TestFoldedWorkShownBeforeANotice (review finding): the fold left
+// content the message does not show (its final edit was cut short by the
+// kill), and the next entry is a notice, which changes nothing on the
+// board: the plan is edited all the same, before the notice.
+func TestFoldedWorkShownBeforeANotice(t *testing.T) {
+	boards, logs := &chattest.Boards{}, &chattest.Log{}
+	th := Thread{Platform: "test", Key: "test/1", Channel: "C1"}
+	working := Plan{Items: plan(1, todo.Completed).Items(), Revision: 1, State: StateWorking, Stoppable: true}
+	savedBoard(t, boards, nil, boardRecord{Thread: th, Ref: MessageRef{Channel: "C1", ID: "m1"}, Pinned: true, Shown: working}, nil)
+	logs.Append(th.Key, agent.Event{Kind: agent.TurnStarted, Turn: 1})
+	logs.Append(th.Key, agent.Event{Kind: agent.PlanChanged, Turn: 1, Revision: 1, Plan: plan(1, todo.Completed)})
+	ended := logs.Append(th.Key, agent.Event{Kind: agent.TurnEnded, Turn: 1, Outcome: agent.Done, Revision: 1, Plan: plan(1, todo.Completed)})
+	if err := logs.SaveDelivered(context.Background(), th.Key, ended.Seq); err != nil {
+		t.Fatal(err)
+	}
+	p := &fakePlatform{next: 1, shown: map[string]Plan{"m1": working}}
+	r := NewRouter(Options{Store: boards, Log: logs, Outbox: &chattest.Outbox{}, Platforms: map[string]Platform{"test": p}})
+	t.Cleanup(r.Close)
+	observe(r, logs.Append(th.Key, agent.Event{Kind: agent.Notice, Text: "a word from the bot"}))
+	settle(t, r, th.Key)
+	var ops []string
+	for _, c := range p.calls {
+		ops = append(ops, c.Op)
+	}
+	if got := strings.Join(ops, ","); got != "edit,reply" || p.plan("m1").State != StateDone {
+		t.Errorf("calls %s, m1 shows %q; want the plan edited to done, then the notice", got, p.plan("m1").State)
+	}
+}
