@@ -19,7 +19,8 @@ import (
 type BoardStore interface {
 	Board(ctx context.Context, key string) ([]byte, error)
 	// SaveBoard stores the record; pending says whether the board has
-	// work left (BoardPending), which the store indexes for a start.
+	// work left (Board.pendingLocked), which the store indexes for a
+	// start.
 	SaveBoard(ctx context.Context, key string, data []byte, pending bool) error
 	// PendingBoards lists the sessions whose board was last saved with
 	// work left, from that index: a start visits those, not every
@@ -393,13 +394,10 @@ func (b *Board) planChanged(e agent.Event) {
 
 // foldPlan takes the plan an entry of another kind carries (a turn's
 // start or end, its evidence, an approval), newer than the one folded so
-// far: the same task, its revision's marks kept.
+// far: a log compacted before the last revision was kept for the fold,
+// whose revision's marks (a person's steer) are gone with it.
 func (b *Board) foldPlan(e agent.Event) {
-	marks := e.Marks
-	if marks == nil && e.Revision == b.want.Revision {
-		marks = b.want.Marks
-	}
-	p := planFrom(e.Plan, marks, e.Revision, b.want.State, e.At)
+	p := planFrom(e.Plan, e.Marks, e.Revision, b.want.State, e.At)
 	p.Stoppable, p.Activity, p.StoppedBy, p.Start = b.want.Stoppable, b.want.Activity, b.want.StoppedBy, b.want.Start
 	p.Evidence, p.Calls, p.Approvals = b.want.Evidence, b.want.Calls, b.want.Approvals
 	if e.Evidence != nil {

@@ -534,7 +534,7 @@ func (s *session) sealLive(turn int64) (id string, interim []liveSeg) {
 }
 
 // finishInterim finishes replies a sealed turn ended before its answer,
-// each on its whole text, on the session's outbox queue.
+// each on its whole text, on the session's lane.
 func (d *deliverer) finishInterim(s *session, th Thread, replyTo string, interim []liveSeg) {
 	if len(interim) == 0 {
 		return
@@ -547,7 +547,7 @@ func (d *deliverer) finishInterim(s *session, th Thread, replyTo string, interim
 }
 
 // finishAnswer finishes the live reply on the turn's answer (an outbox
-// item marked live), on the session's outbox queue; id is the reply the
+// item marked live), on the session's lane; id is the reply the
 // answer was streamed as ("" for the one shown). A reply still open that
 // is not id is ended first, with a note.
 func (d *deliverer) finishAnswer(ctx context.Context, s *session, th Thread, replyTo, id, text, note string) error {
